@@ -1,0 +1,1 @@
+//! Command-line subcommands implemented in the library (the binary stays thin).

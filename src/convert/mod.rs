@@ -1,0 +1,1 @@
+//! JSON record bytes → Arrow columns (see DESIGN.md "Value rules").

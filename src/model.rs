@@ -1,0 +1,1 @@
+//! Pure data types of the delivery protocol: positions, shards, checkpoint ranges.

@@ -1,0 +1,1 @@
+//! JSON Schema → Iceberg schema mapping.
