@@ -1,1 +1,482 @@
-//! Pure data types of the delivery protocol: positions, shards, checkpoint ranges.
+//! Pure data types of the delivery protocol: shards, positions, checkpoint ranges and the
+//! checkpoint algebra the committer applies (DESIGN.md, "The exactly-once protocol", step 3).
+//!
+//! No I/O here. The invariant this module upholds: a batch is accepted only when it continues
+//! exactly where the committed checkpoint of every shard it covers stops, so checkpoints never move
+//! backwards and no position is delivered twice.
+//!
+//! ```text
+//!   checkpoint(S) = 41          batch A: (41, 57]  -> accepted, checkpoint(S) = 57
+//!                               batch B: (41, 50]  -> rejected (duplicate: starts before 57)
+//!                               batch C: (60, 70]  -> rejected (gap: starts after 57)
+//! ```
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Identifier of a shard: a Kafka partition number (`"0"`, `"1"`, …) or a Kinesis shard id
+/// (`"shardId-000000000000"`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ShardId(pub String);
+
+impl ShardId {
+    /// The shard id of Kafka partition `partition`.
+    pub fn kafka_partition(partition: i32) -> Self {
+        ShardId(partition.to_string())
+    }
+
+    /// The Kafka partition number this shard id names.
+    ///
+    /// Errors: `None` when the id is not a non-negative decimal `i32`.
+    pub fn as_kafka_partition(&self) -> Option<i32> {
+        self.0.parse::<i32>().ok().filter(|p| *p >= 0)
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ShardId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A Kinesis sequence number: a decimal string of up to 128 digits (56 in practice), compared as
+/// a big integer — by digit count, then by digits — never as text and never squeezed into `u128`
+/// (Kinesis API reference, `SequenceNumber`: pattern `0|([1-9]\d{0,128})`). A KPL aggregated
+/// record's sub-sequence number extends it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SequenceNumber {
+    digits: String,
+    sub_sequence: Option<u64>,
+}
+
+impl SequenceNumber {
+    /// Parses a sequence number, optionally followed by `.` and a KPL sub-sequence number.
+    ///
+    /// Errors: [`PositionError`] when the text is empty, not ASCII digits, longer than 128
+    /// digits, or has leading zeros.
+    pub fn try_new(text: &str) -> Result<Self, PositionError> {
+        let (digits, sub) = match text.split_once('.') {
+            Some((d, s)) => {
+                let sub = s
+                    .parse::<u64>()
+                    .map_err(|_| PositionError(format!("bad sub-sequence number in {text:?}")))?;
+                (d, Some(sub))
+            }
+            None => (text, None),
+        };
+        let valid = !digits.is_empty()
+            && digits.len() <= 129
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && (digits == "0" || !digits.starts_with('0'));
+        if !valid {
+            return Err(PositionError(format!("not a sequence number: {text:?}")));
+        }
+        Ok(SequenceNumber {
+            digits: digits.to_string(),
+            sub_sequence: sub,
+        })
+    }
+
+    /// The same record's position with a KPL sub-sequence number.
+    pub fn with_sub_sequence(mut self, sub_sequence: u64) -> Self {
+        self.sub_sequence = Some(sub_sequence);
+        self
+    }
+
+    /// The decimal digits of the sequence number (no sub-sequence).
+    pub fn digits(&self) -> &str {
+        &self.digits
+    }
+
+    /// The KPL sub-sequence number, if the record was de-aggregated.
+    pub fn sub_sequence(&self) -> Option<u64> {
+        self.sub_sequence
+    }
+}
+
+impl Ord for SequenceNumber {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.digits
+            .len()
+            .cmp(&other.digits.len())
+            .then_with(|| self.digits.cmp(&other.digits))
+            // A record without sub-sequence number orders before its sub-records.
+            .then_with(|| self.sub_sequence.cmp(&other.sub_sequence))
+    }
+}
+
+impl PartialOrd for SequenceNumber {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for SequenceNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.sub_sequence {
+            Some(sub) => write!(f, "{}.{}", self.digits, sub),
+            None => f.write_str(&self.digits),
+        }
+    }
+}
+
+/// Error parsing a [`Position`] or [`SequenceNumber`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PositionError(String);
+
+/// The position of a record in its shard: a Kafka offset or a Kinesis sequence number, or the
+/// end of a closed Kinesis shard.
+///
+/// Serialized in `floe.checkpoints` as a JSON integer (offset), a JSON string of digits with an
+/// optional `.sub` suffix (sequence number), or the string `"SHARD_END"`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Position {
+    /// A Kafka offset (`i64`, ≥ 0).
+    Offset(i64),
+    /// A Kinesis sequence number.
+    Sequence(SequenceNumber),
+    /// A closed Kinesis shard whose every record is delivered.
+    ShardEnd,
+}
+
+impl Position {
+    /// The Kafka offset to read next after this position (`offset + 1`).
+    ///
+    /// Errors: `None` for a Kinesis position.
+    pub fn next_kafka_offset(&self) -> Option<i64> {
+        match self {
+            Position::Offset(o) => Some(o + 1),
+            _ => None,
+        }
+    }
+}
+
+impl Ord for Position {
+    fn cmp(&self, other: &Self) -> Ordering {
+        use Position::*;
+        match (self, other) {
+            (Offset(a), Offset(b)) => a.cmp(b),
+            (Sequence(a), Sequence(b)) => a.cmp(b),
+            (ShardEnd, ShardEnd) => Ordering::Equal,
+            (ShardEnd, _) => Ordering::Greater,
+            (_, ShardEnd) => Ordering::Less,
+            // Offsets and sequence numbers never share a shard; order them by kind so that
+            // `Ord` stays total.
+            (Offset(_), Sequence(_)) => Ordering::Less,
+            (Sequence(_), Offset(_)) => Ordering::Greater,
+        }
+    }
+}
+
+impl PartialOrd for Position {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Position::Offset(o) => write!(f, "{o}"),
+            Position::Sequence(s) => write!(f, "{s}"),
+            Position::ShardEnd => f.write_str("SHARD_END"),
+        }
+    }
+}
+
+impl FromStr for Position {
+    type Err = PositionError;
+
+    /// Parses the text form of `Display`: `SHARD_END`, or digits (a sequence number when longer
+    /// than 19 digits or with a `.sub` suffix, else an offset).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "SHARD_END" {
+            return Ok(Position::ShardEnd);
+        }
+        if !s.contains('.') && s.len() <= 18 {
+            if let Ok(o) = s.parse::<i64>() {
+                if o >= 0 {
+                    return Ok(Position::Offset(o));
+                }
+            }
+        }
+        SequenceNumber::try_new(s).map(Position::Sequence)
+    }
+}
+
+impl Serialize for Position {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Position::Offset(o) => serializer.serialize_i64(*o),
+            other => serializer.serialize_str(&other.to_string()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Position {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(i64),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Int(o) if o >= 0 => Ok(Position::Offset(o)),
+            Raw::Int(o) => Err(serde::de::Error::custom(format!("negative offset {o}"))),
+            Raw::Text(t) if t == "SHARD_END" => Ok(Position::ShardEnd),
+            Raw::Text(t) => SequenceNumber::try_new(&t)
+                .map(Position::Sequence)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// The range of one shard covered by a batch: positions in `(after_exclusive, last_inclusive]`.
+///
+/// `after_exclusive = None` means "from the shard's start position": the channel's initial
+/// position for a shard with no committed checkpoint yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointRange {
+    /// The committed checkpoint this batch continues from (exclusive), `None` for a shard's
+    /// first batch.
+    pub after_exclusive: Option<Position>,
+    /// The last position in the batch (inclusive); the shard's checkpoint once committed.
+    pub last_inclusive: Position,
+}
+
+/// Why the committer refuses a batch's range for one shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RangeVerdict {
+    /// The range continues exactly at the checkpoint: accept.
+    Contiguous,
+    /// The range ends at or before the checkpoint: already delivered.
+    Duplicate,
+    /// The range overlaps the checkpoint or starts past it: a gap or a partial overlap.
+    NotContiguous,
+}
+
+/// Committed checkpoints of a channel: shard → last delivered position.
+///
+/// Stored in the Iceberg table property `floe.checkpoints` as a JSON object (the authoritative
+/// copy, written in the same commit as the data files).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Checkpoints(pub BTreeMap<ShardId, Position>);
+
+impl Checkpoints {
+    /// The committed checkpoint of `shard`, if any.
+    pub fn get(&self, shard: &ShardId) -> Option<&Position> {
+        self.0.get(shard)
+    }
+
+    /// Classifies `range` of `shard` against the committed checkpoint.
+    pub fn verdict(&self, shard: &ShardId, range: &CheckpointRange) -> RangeVerdict {
+        let committed = self.0.get(shard);
+        if range.after_exclusive.as_ref() == committed {
+            return RangeVerdict::Contiguous;
+        }
+        match committed {
+            Some(c) if range.last_inclusive <= *c => RangeVerdict::Duplicate,
+            _ => RangeVerdict::NotContiguous,
+        }
+    }
+
+    /// Advances `shard` to `range.last_inclusive`.
+    ///
+    /// Panics in debug builds if the range is not contiguous (callers check [`Self::verdict`]).
+    pub fn advance(&mut self, shard: &ShardId, range: &CheckpointRange) {
+        debug_assert_eq!(self.verdict(shard, range), RangeVerdict::Contiguous);
+        self.0.insert(shard.clone(), range.last_inclusive.clone());
+    }
+
+    /// Parses the `floe.checkpoints` table property.
+    ///
+    /// Errors: a [`serde_json::Error`] when the property is not a JSON object of positions.
+    pub fn from_property(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// The `floe.checkpoints` table property value.
+    pub fn to_property(&self) -> String {
+        serde_json::to_string(self).expect("checkpoints serialize")
+    }
+}
+
+/// One shard's part of a pending batch, with the fencing token it was read under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRange {
+    /// The shard.
+    pub shard: ShardId,
+    /// The positions `(after_exclusive, last_inclusive]` the batch covers.
+    pub range: CheckpointRange,
+    /// The shard lease's counter (fencing token) when the worker read the range.
+    pub lease_counter: u64,
+}
+
+/// A batch handed from a worker to the committer through the lease store: data files already
+/// uploaded to the table location, staged DLQ entries, and the ranges they cover
+/// (DESIGN.md, protocol step 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingBatch {
+    /// Channel name.
+    pub channel: String,
+    /// Batch id, a UUIDv7 (time-ordered); part of every data file name.
+    pub batch_id: uuid::Uuid,
+    /// Worker that wrote the batch.
+    pub worker_id: String,
+    /// Covered range per shard.
+    pub shards: Vec<ShardRange>,
+    /// Data files as Iceberg's JSON serialization (`iceberg::spec::serialize_data_file_to_json`),
+    /// opaque to the lease store.
+    pub data_files: Vec<String>,
+    /// Path of the staged DLQ object (JSON Lines), published only when the batch is committed.
+    pub dlq_staged: Option<String>,
+    /// Rows in the data files.
+    pub num_rows: u64,
+    /// Records sent to the DLQ.
+    pub num_dead_lettered: u64,
+    /// Bytes of the data files.
+    pub data_bytes: u64,
+    /// When the worker read the batch's oldest record, milliseconds since the Unix epoch
+    /// (freshness is measured from it).
+    pub oldest_read_at_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn seq(s: &str) -> Position {
+        Position::Sequence(SequenceNumber::try_new(s).unwrap())
+    }
+
+    #[test]
+    fn sequence_numbers_compare_as_big_integers_not_text() {
+        assert!(seq("9") < seq("10"));
+        let a = "49590338271490256608559692538361571095921575989136588898";
+        let b = "49590338271490256608559692540925702759324208523137515618";
+        assert!(seq(a) < seq(b));
+        // 129 digits is beyond u128 and still ordered.
+        let big = format!("1{}", "0".repeat(128));
+        let bigger = format!("2{}", "0".repeat(128));
+        assert!(seq(&big) < seq(&bigger));
+        assert!(seq(b) < seq(&big));
+    }
+
+    #[test]
+    fn sub_sequence_orders_after_its_parent_record() {
+        assert!(seq("100") < seq("100.0"));
+        assert!(seq("100.0") < seq("100.1"));
+        assert!(seq("100.9") < seq("101"));
+    }
+
+    #[test]
+    fn sequence_number_refuses_leading_zeros_and_non_digits() {
+        assert!(SequenceNumber::try_new("007").is_err());
+        assert!(SequenceNumber::try_new("").is_err());
+        assert!(SequenceNumber::try_new("12a").is_err());
+        assert!(SequenceNumber::try_new(&"1".repeat(130)).is_err());
+        assert!(SequenceNumber::try_new("0").is_ok());
+    }
+
+    #[test]
+    fn shard_end_orders_after_every_position() {
+        assert!(seq("999999999999") < Position::ShardEnd);
+        assert!(Position::Offset(i64::MAX) < Position::ShardEnd);
+    }
+
+    #[test]
+    fn checkpoints_round_trip_through_the_table_property() {
+        let mut cp = Checkpoints::default();
+        cp.0.insert(ShardId::kafka_partition(0), Position::Offset(41));
+        cp.0.insert(ShardId("shardId-000000000001".into()), seq("4959.3"));
+        cp.0.insert(ShardId("shardId-000000000002".into()), Position::ShardEnd);
+        let text = cp.to_property();
+        assert_eq!(
+            text,
+            r#"{"0":41,"shardId-000000000001":"4959.3","shardId-000000000002":"SHARD_END"}"#
+        );
+        assert_eq!(Checkpoints::from_property(&text).unwrap(), cp);
+    }
+
+    #[test]
+    fn verdict_accepts_only_contiguous_ranges() {
+        let s = ShardId::kafka_partition(3);
+        let mut cp = Checkpoints::default();
+        let first = CheckpointRange {
+            after_exclusive: None,
+            last_inclusive: Position::Offset(9),
+        };
+        assert_eq!(cp.verdict(&s, &first), RangeVerdict::Contiguous);
+        cp.advance(&s, &first);
+        assert_eq!(cp.verdict(&s, &first), RangeVerdict::NotContiguous);
+        let next = CheckpointRange {
+            after_exclusive: Some(Position::Offset(9)),
+            last_inclusive: Position::Offset(20),
+        };
+        let dup = CheckpointRange {
+            after_exclusive: Some(Position::Offset(3)),
+            last_inclusive: Position::Offset(9),
+        };
+        let overlap = CheckpointRange {
+            after_exclusive: Some(Position::Offset(5)),
+            last_inclusive: Position::Offset(12),
+        };
+        let gap = CheckpointRange {
+            after_exclusive: Some(Position::Offset(10)),
+            last_inclusive: Position::Offset(12),
+        };
+        assert_eq!(cp.verdict(&s, &dup), RangeVerdict::Duplicate);
+        assert_eq!(cp.verdict(&s, &overlap), RangeVerdict::NotContiguous);
+        assert_eq!(cp.verdict(&s, &gap), RangeVerdict::NotContiguous);
+        assert_eq!(cp.verdict(&s, &next), RangeVerdict::Contiguous);
+    }
+
+    proptest! {
+        /// Applying any sequence of candidate batches, accepting only contiguous ones, delivers
+        /// every offset at most once and never moves the checkpoint backwards.
+        #[test]
+        fn accepted_ranges_never_overlap_and_checkpoints_only_advance(
+            cuts in proptest::collection::vec((0i64..50, 1i64..10), 1..60)
+        ) {
+            let s = ShardId::kafka_partition(0);
+            let mut cp = Checkpoints::default();
+            let mut delivered = vec![0u32; 64];
+            let mut last: Option<i64> = None;
+            for (start, len) in cuts {
+                let after = if start == 0 { None } else { Some(Position::Offset(start - 1)) };
+                let range = CheckpointRange { after_exclusive: after, last_inclusive: Position::Offset(start + len - 1) };
+                if cp.verdict(&s, &range) == RangeVerdict::Contiguous {
+                    cp.advance(&s, &range);
+                    for o in start..start + len { delivered[o as usize] += 1; }
+                    let now = start + len - 1;
+                    prop_assert!(last.is_none_or(|l| now > l));
+                    last = Some(now);
+                }
+            }
+            prop_assert!(delivered.iter().all(|n| *n <= 1));
+            // Delivered offsets form a prefix 0..=last.
+            if let Some(l) = last {
+                prop_assert!(delivered[..=(l as usize)].iter().all(|n| *n == 1));
+            }
+        }
+
+        #[test]
+        fn sequence_order_matches_big_integer_order(a in 0u64..u64::MAX, b in 0u64..u64::MAX) {
+            prop_assert_eq!(seq(&a.to_string()).cmp(&seq(&b.to_string())), a.cmp(&b));
+        }
+    }
+}
