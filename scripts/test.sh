@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# floe's test command (README.md): installs what the tests need, builds, runs every test.
+#   - a Python virtualenv in .venv with PyIceberg (the independent Iceberg reader)
+#   - the Rust build (librdkafka is compiled from source by rdkafka; needs gcc and make)
+# Then: unit, conformance, shared-case, integration and crash tests (cargo test).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+if ! .venv/bin/python -c 'import pyiceberg, pyarrow, sqlalchemy' 2>/dev/null; then
+  echo "setting up .venv with PyIceberg"
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check 'pyiceberg[sql-sqlite,pyarrow]==0.12.0'
+fi
+export FLOE_PYTHON="$root/.venv/bin/python"
+
+cargo build --bins
+cargo test --no-fail-fast -- --test-threads 2

@@ -1,0 +1,431 @@
+//! Wiring, supervision and shutdown of a worker process (`floe run`).
+//!
+//! One task per concern, all under a `TaskTracker`: per channel a lease manager, a shard
+//! discovery loop, the worker loop (reads the leased shards) and the committer loop (active
+//! while this worker holds the channel's committer lease). Shutdown has three phases:
+//!
+//! ```text
+//!  SIGTERM ─> 1. stop reading      (worker loops stop polling)
+//!             2. drain             (flush, hand off, wait for the commit; committers keep
+//!                                   committing; bounded by shutdown_timeout)
+//!             3. release leases    (another worker takes over at once), exit 0
+//! ```
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use iceberg::{Catalog, NamespaceIdent, TableIdent};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::catalog::{ensure_table, open_sql_catalog, TableSpec};
+use crate::commit::{CommitError, Committer};
+use crate::config::{
+    CatalogConfig, ChannelConfig, Config, DestinationConfig, DlqConfig, LeaseStoreConfig,
+    SourceConfig,
+};
+use crate::dlq::LocalDlq;
+use crate::lease::sqlite::SqliteLeaseStore;
+use crate::lease::manager::{LeaseManager, LeaseManagerSettings};
+use crate::lease::{BatchStore, ChannelState, ChannelStatus, HeldLeases, LeaseKey, LeaseStore};
+use crate::schema::MappedSchema;
+use crate::source::kafka::KafkaSource;
+use crate::source::{InitialPosition, Source};
+use crate::worker::{ChannelWorker, WorkerSettings};
+use crate::writer::{ParquetCompression, WriterSettings};
+
+/// Errors that stop `floe run` at start.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// A channel cannot start.
+    #[error("channel {channel}: {message}")]
+    Channel {
+        /// Channel name.
+        channel: String,
+        /// Why.
+        message: String,
+    },
+    /// The lease store cannot be opened.
+    #[error("lease store: {0}")]
+    LeaseStore(String),
+}
+
+fn channel_err(channel: &str, message: impl ToString) -> AppError {
+    AppError::Channel {
+        channel: channel.to_string(),
+        message: message.to_string(),
+    }
+}
+
+/// Everything a channel needs, prepared before its tasks start.
+pub struct PreparedChannel {
+    /// The channel's configuration.
+    pub config: ChannelConfig,
+    /// The mapped schema.
+    pub schema: Arc<MappedSchema>,
+    /// The catalog.
+    pub catalog: Arc<dyn Catalog>,
+    /// The table identifier.
+    pub ident: TableIdent,
+    /// The source.
+    pub source: Arc<dyn Source>,
+    /// The DLQ.
+    pub dlq: LocalDlq,
+    /// Where shards without a checkpoint start.
+    pub initial_position: InitialPosition,
+}
+
+/// Opens the configured lease store.
+///
+/// Errors: [`AppError::LeaseStore`] when it cannot be opened.
+pub async fn open_lease_store(
+    config: &LeaseStoreConfig,
+) -> Result<Arc<SqliteLeaseStore>, AppError> {
+    match config {
+        LeaseStoreConfig::Sqlite { path, .. } => SqliteLeaseStore::open(path)
+            .await
+            .map(Arc::new)
+            .map_err(|e| AppError::LeaseStore(e.to_string())),
+    }
+}
+
+/// Loads the schema, opens the catalog and the source, activates the channel (records its
+/// activation time in the lease store on first start) and creates its table.
+///
+/// Errors: [`AppError::Channel`] naming the channel and the reason.
+pub async fn prepare_channel(
+    config: &ChannelConfig,
+    store: &SqliteLeaseStore,
+) -> Result<PreparedChannel, AppError> {
+    let name = config.name.as_str();
+    let schema_text = std::fs::read_to_string(&config.schema.file)
+        .map_err(|e| channel_err(name, format!("schema file {}: {e}", config.schema.file.display())))?;
+    let schema_json: serde_json::Value = serde_json::from_str(&schema_text)
+        .map_err(|e| channel_err(name, format!("schema file {}: {e}", config.schema.file.display())))?;
+    let DestinationConfig::Iceberg(dest) = &config.destination;
+    let schema = Arc::new(
+        MappedSchema::from_json_schema(&schema_json, &dest.partition_field)
+            .map_err(|e| channel_err(name, e))?,
+    );
+    let catalog = match &dest.catalog {
+        CatalogConfig::Sql {
+            name: catalog_name,
+            path,
+            warehouse,
+        } => open_sql_catalog(path, warehouse, catalog_name)
+            .await
+            .map_err(|e| channel_err(name, e))?,
+    };
+    let ident = TableIdent::new(
+        NamespaceIdent::new(dest.namespace.clone()),
+        dest.table.clone(),
+    );
+    let spec = TableSpec {
+        ident: ident.clone(),
+        channel: name.to_string(),
+        compression_codec: compression(&dest.compression, dest.compression_level)
+            .codec_name()
+            .to_string(),
+        target_file_size_bytes: dest.target_file_size,
+    };
+    // Activation: the first worker records the activation time; every worker starts shards
+    // without a checkpoint from it (DESIGN.md protocol step 9).
+    let state = activate(store, name).await?;
+    let table = ensure_table(catalog.as_ref(), &spec, &schema)
+        .await
+        .map_err(|e| channel_err(name, e))?;
+    let _ = table;
+    let SourceConfig::Kafka(kafka) = &config.source;
+    let source: Arc<dyn Source> = Arc::new(
+        KafkaSource::new(&kafka.bootstrap_servers, &kafka.topic, &kafka.properties)
+            .map_err(|e| channel_err(name, e))?,
+    );
+    let initial_position = match kafka.initial_position {
+        crate::config::InitialPositionConfig::Earliest => InitialPosition::Earliest,
+        crate::config::InitialPositionConfig::ActivationTime => {
+            InitialPosition::AtTimestamp(state.activated_at_ms.unwrap_or(0))
+        }
+    };
+    let DlqConfig::Local { path, .. } = &config.dlq;
+    Ok(PreparedChannel {
+        config: config.clone(),
+        schema,
+        catalog,
+        ident,
+        source,
+        dlq: LocalDlq::new(path, name),
+        initial_position,
+    })
+}
+
+async fn activate(store: &SqliteLeaseStore, channel: &str) -> Result<ChannelState, AppError> {
+    for _ in 0..5 {
+        let current = store
+            .get_channel_state(channel)
+            .await
+            .map_err(|e| channel_err(channel, e))?;
+        if let Some(state) = current {
+            return Ok(state);
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let state = ChannelState {
+            channel: channel.to_string(),
+            state: ChannelStatus::Active,
+            status_reason: None,
+            activated_at_ms: Some(now),
+            table_uuid: None,
+            version: 0,
+            updated_at_ms: now,
+        };
+        if store.put_channel_state(&state, None).await.is_ok() {
+            tracing::info!(channel, activated_at_ms = now, "channel activated");
+        }
+    }
+    Err(channel_err(channel, "could not record the channel's activation"))
+}
+
+/// Maps configured compression to the writer's.
+pub fn compression(codec: &crate::config::Compression, level: i32) -> ParquetCompression {
+    match codec {
+        crate::config::Compression::Zstd => ParquetCompression::Zstd(level),
+        crate::config::Compression::Snappy => ParquetCompression::Snappy,
+        crate::config::Compression::None => ParquetCompression::None,
+    }
+}
+
+/// Runs every channel of `config` until `shutdown` is cancelled, then drains and releases
+/// leases within `worker.shutdown_timeout`.
+///
+/// Errors: a channel that cannot start (bad schema, unreachable catalog, table not owned).
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppError> {
+    let store = open_lease_store(&config.lease_store).await?;
+    let LeaseStoreConfig::Sqlite {
+        lease_duration,
+        renew_interval,
+        max_leases_to_steal,
+        ..
+    } = config.lease_store.clone();
+    let tracker = TaskTracker::new();
+    let workers = TaskTracker::new();
+    let stop_reading = CancellationToken::new();
+    let stop_committing = CancellationToken::new();
+    let mut managers = Vec::new();
+    for channel in &config.channels {
+        let prepared = prepare_channel(channel, &store).await?;
+        let name = channel.name.clone();
+        let shards = prepared
+            .source
+            .list_shards()
+            .await
+            .map_err(|e| channel_err(&name, e))?;
+        let mut keys: Vec<LeaseKey> = shards.iter().map(|s| LeaseKey::Shard(s.id.clone())).collect();
+        keys.push(LeaseKey::Committer);
+        store
+            .ensure_leases(&name, &keys)
+            .await
+            .map_err(|e| channel_err(&name, e))?;
+        let manager = LeaseManager::start(
+            store.clone(),
+            name.clone(),
+            config.worker.id.clone(),
+            LeaseManagerSettings {
+                lease_duration,
+                renew_interval,
+                max_leases_to_steal,
+            },
+            &tracker,
+        );
+        let held = manager.subscribe();
+        managers.push(manager);
+
+        // Shard discovery: new Kafka partitions get leases.
+        {
+            let store = store.clone();
+            let source = prepared.source.clone();
+            let name = name.clone();
+            let stop = stop_reading.clone();
+            tracker.spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                    }
+                    if let Ok(shards) = source.list_shards().await {
+                        let keys: Vec<LeaseKey> = shards.iter().map(|s| LeaseKey::Shard(s.id.clone())).collect();
+                        if let Err(e) = store.ensure_leases(&name, &keys).await {
+                            tracing::warn!(channel = %name, error = %e, "shard discovery failed");
+                        }
+                    }
+                }
+            });
+        }
+
+        // Committer loop.
+        {
+            let store = store.clone();
+            let held = held.clone();
+            let stop = stop_committing.clone();
+            let p = (
+                name.clone(),
+                prepared.ident.clone(),
+                prepared.catalog.clone(),
+                prepared.dlq.clone(),
+            );
+            tracker.spawn(committer_loop(p.0, p.1, p.2, store, p.3, held, stop));
+        }
+
+        // Worker loop, restarted with backoff on failure.
+        {
+            let settings = worker_settings(&config, channel, &prepared);
+            let store = store.clone();
+            let stop = stop_reading.clone();
+            let drain = config.worker.shutdown_timeout;
+            workers.spawn(async move {
+                let mut backoff = Duration::from_millis(500);
+                loop {
+                    let mut worker = ChannelWorker::new(
+                        settings.clone(),
+                        prepared.source.clone(),
+                        store.clone(),
+                        prepared.catalog.clone(),
+                        prepared.ident.clone(),
+                        prepared.schema.clone(),
+                        prepared.dlq.clone(),
+                        held.clone(),
+                    );
+                    match worker.run(stop.clone(), drain).await {
+                        Ok(()) => return,
+                        Err(e) => {
+                            tracing::error!(channel = %settings.channel, error = %e, "worker loop failed; restarting from the table's checkpoints");
+                            tokio::select! {
+                                _ = stop.cancelled() => return,
+                                _ = tokio::time::sleep(backoff) => {}
+                            }
+                            backoff = (backoff * 2).min(Duration::from_secs(30));
+                        }
+                    }
+                }
+            });
+        }
+    }
+    tracker.close();
+    workers.close();
+
+    shutdown.cancelled().await;
+    tracing::info!("shutting down: stop reading, drain, release leases");
+    // Phase 1 and 2: workers stop reading, hand off what they buffered and wait for the
+    // commit (bounded by their drain deadline); committers keep running meanwhile.
+    stop_reading.cancel();
+    let drain_deadline = config.worker.shutdown_timeout + Duration::from_secs(2);
+    if tokio::time::timeout(drain_deadline, workers.wait()).await.is_err() {
+        tracing::warn!("drain deadline passed; releasing leases anyway");
+    }
+    // Phase 3: release leases so other workers take over at once.
+    stop_committing.cancel();
+    for m in &managers {
+        m.shutdown().await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
+    Ok(())
+}
+
+fn worker_settings(config: &Config, channel: &ChannelConfig, p: &PreparedChannel) -> WorkerSettings {
+    let DestinationConfig::Iceberg(dest) = &channel.destination;
+    let SourceConfig::Kafka(kafka) = &channel.source;
+    let DlqConfig::Local {
+        include_payload, ..
+    } = &channel.dlq;
+    WorkerSettings {
+        channel: channel.name.clone(),
+        worker_id: config.worker.id.clone(),
+        source_name: kafka.topic.clone(),
+        schema_version: channel.schema.file.display().to_string(),
+        data_freshness: dest.data_freshness,
+        buffer_size: dest.buffer_size,
+        max_record_size: channel.record.max_record_size,
+        include_payload: *include_payload,
+        initial_position: p.initial_position.clone(),
+        writer: WriterSettings {
+            channel: channel.name.clone(),
+            compression: compression(&dest.compression, dest.compression_level),
+            target_file_size: dest.target_file_size,
+        },
+    }
+}
+
+async fn committer_loop(
+    channel: String,
+    ident: TableIdent,
+    catalog: Arc<dyn Catalog>,
+    store: Arc<SqliteLeaseStore>,
+    dlq: LocalDlq,
+    mut held: watch::Receiver<HeldLeases>,
+    stop: CancellationToken,
+) {
+    let mut committer: Option<Committer> = None;
+    let mut fenced_at: Option<u64> = None;
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let lease = held.borrow_and_update().committer.clone();
+        match lease {
+            None => committer = None,
+            Some(l) if committer.as_ref().map(|c| c.epoch()) != Some(l.lease_counter) && fenced_at != Some(l.lease_counter) => {
+                tracing::info!(channel = %channel, lease_counter = l.lease_counter, "committer lease taken");
+                let leases: Arc<dyn LeaseStore> = store.clone();
+                let batches: Arc<dyn BatchStore> = store.clone();
+                committer = Some(Committer::new(
+                    channel.clone(),
+                    ident.clone(),
+                    catalog.clone(),
+                    leases,
+                    batches,
+                    dlq.clone(),
+                    l.lease_counter,
+                ));
+            }
+            Some(_) => {}
+        }
+        let mut wait = Duration::from_millis(1000);
+        if let Some(c) = &committer {
+            match c.run_round().await {
+                Ok(report) => {
+                    crate::telemetry::record_delivered(&channel, report.rows);
+                    backoff = Duration::from_millis(200);
+                }
+                Err(CommitError::Fenced { table_epoch, own }) => {
+                    tracing::warn!(channel = %channel, table_epoch, own, "committer is stale: stepping down");
+                    fenced_at = Some(own);
+                    committer = None;
+                }
+                Err(CommitError::Conflict(e)) => {
+                    tracing::info!(channel = %channel, error = %e, "commit conflict: re-planning");
+                    wait = Duration::from_millis(50);
+                }
+                Err(e) => {
+                    tracing::warn!(channel = %channel, error = %e, "commit round failed; retrying with backoff");
+                    wait = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = held.changed() => {},
+            _ = tokio::time::sleep(wait) => {},
+        }
+    }
+}
+
+/// Resolves a path relative to a base directory.
+pub fn resolve(base: &Path, p: &Path) -> std::path::PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}

@@ -1,0 +1,346 @@
+//! Iceberg catalogs: opening the configured catalog, creating the channel's table, and the
+//! compare-and-swap commit fence the committer relies on (DESIGN.md, protocol step 4).
+//!
+//! iceberg-rust's `Transaction::commit` reloads the table at every attempt and re-applies its
+//! actions: a commit built from a stale view would be silently rebased onto a newer snapshot.
+//! [`FencedCatalog`] wraps a catalog so that `load_table` of the fenced table fails unless the
+//! table is still at the snapshot the committer validated; fast append's own
+//! `AssertRefSnapshotId(main)` requirement, checked by the catalog against its current metadata,
+//! then makes the swap atomic:
+//!
+//! ```text
+//!  committer: load T@s1 -> validate batches against T@s1.floe.checkpoints -> fence(s1)
+//!  Transaction::commit --load_table--> FencedCatalog: current == s1 ? ok : Conflict
+//!                      --update_table(requires main == s1)--> catalog CAS on metadata location
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use iceberg::io::LocalFsStorageFactory;
+use iceberg::spec::{Transform, UnboundPartitionSpec};
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, CatalogBuilder, Error, ErrorKind, Namespace, NamespaceIdent, TableCommit,
+    TableCreation, TableIdent,
+};
+use iceberg_catalog_sql::{SqlCatalogBuilder, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE};
+
+use crate::schema::MappedSchema;
+
+/// Table property naming the channel that created (and owns) the table.
+pub const PROP_CHANNEL: &str = "floe.channel";
+/// Table property holding the committed checkpoints (JSON object shard → position).
+pub const PROP_CHECKPOINTS: &str = "floe.checkpoints";
+/// Table property holding the id of the last floe commit (reconciles unknown outcomes).
+pub const PROP_LAST_COMMIT_ID: &str = "floe.last-commit-id";
+/// Table property holding the committer lease counter of the last committer that wrote the
+/// table; a committer whose lease counter is lower is stale and stops.
+pub const PROP_COMMITTER_EPOCH: &str = "floe.committer-epoch";
+/// Snapshot summary property: the commit id.
+pub const SUMMARY_COMMIT_ID: &str = "floe.commit-id";
+/// Snapshot summary property: comma-separated ids of the batches the snapshot added.
+pub const SUMMARY_BATCH_IDS: &str = "floe.batch-ids";
+/// Snapshot summary property: the shard ranges the snapshot added (JSON, for audit).
+pub const SUMMARY_RANGES: &str = "floe.ranges";
+
+/// Error from opening a catalog or preparing the table.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// The table exists but floe must not write to it.
+    #[error("table {table} is not writable by channel {channel}: {reason}")]
+    Incompatible {
+        /// The table.
+        table: String,
+        /// The channel.
+        channel: String,
+        /// Why.
+        reason: String,
+    },
+    /// The catalog failed; retry with backoff.
+    #[error("catalog error: {0}")]
+    Unavailable(#[from] Error),
+}
+
+/// Opens an SQL catalog (SQLite) with a local warehouse directory.
+///
+/// `sqlite_path` is the catalog database file (created when missing); `warehouse` a directory
+/// (created when missing); `name` the catalog name (rows are keyed by it: PyIceberg must use
+/// the same name).
+///
+/// Errors: [`CatalogError::Unavailable`] when the database cannot be opened.
+pub async fn open_sql_catalog(
+    sqlite_path: &Path,
+    warehouse: &Path,
+    name: &str,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
+    if let Some(parent) = sqlite_path.parent() {
+        std::fs::create_dir_all(parent).map_err(io_error)?;
+    }
+    std::fs::create_dir_all(warehouse).map_err(io_error)?;
+    let warehouse = std::fs::canonicalize(warehouse).map_err(io_error)?;
+    let uri = format!("sqlite:{}?mode=rwc", sqlite_path.display());
+    let props = HashMap::from([
+        (SQL_CATALOG_PROP_URI.to_string(), uri),
+        (
+            SQL_CATALOG_PROP_WAREHOUSE.to_string(),
+            warehouse.display().to_string(),
+        ),
+    ]);
+    let catalog = SqlCatalogBuilder::default()
+        .with_storage_factory(Arc::new(LocalFsStorageFactory))
+        .load(name, props)
+        .await?;
+    Ok(Arc::new(catalog))
+}
+
+fn io_error(e: std::io::Error) -> CatalogError {
+    CatalogError::Unavailable(Error::new(ErrorKind::Unexpected, e.to_string()))
+}
+
+/// What the channel's table must look like.
+#[derive(Debug, Clone)]
+pub struct TableSpec {
+    /// Namespace and table name.
+    pub ident: TableIdent,
+    /// Channel name (stored in [`PROP_CHANNEL`]).
+    pub channel: String,
+    /// `write.parquet.compression-codec` value: `zstd`, `snappy` or `uncompressed`.
+    pub compression_codec: String,
+    /// `write.target-file-size-bytes`.
+    pub target_file_size_bytes: u64,
+}
+
+/// Loads the channel's table, creating the namespace and the table on first delivery
+/// (format v2, partition spec `hour(<partition field>)`, floe's properties).
+///
+/// Errors: [`CatalogError::Incompatible`] when a table exists under that name that this
+/// channel did not create, or whose partition spec is not `hour(<partition field>)`.
+pub async fn ensure_table(
+    catalog: &dyn Catalog,
+    spec: &TableSpec,
+    schema: &MappedSchema,
+) -> Result<Table, CatalogError> {
+    let ns = spec.ident.namespace();
+    if !catalog.namespace_exists(ns).await? {
+        match catalog.create_namespace(ns, HashMap::new()).await {
+            Ok(_) => {}
+            // Another worker created it first.
+            Err(_) if catalog.namespace_exists(ns).await? => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !catalog.table_exists(&spec.ident).await? {
+        let source_id = schema
+            .iceberg_schema()
+            .field_by_name(schema.partition_field())
+            .map(|f| f.id)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::DataInvalid,
+                    format!("partition field {} not in schema", schema.partition_field()),
+                )
+            })?;
+        let partition_spec = UnboundPartitionSpec::builder()
+            .add_partition_field(
+                source_id,
+                format!("{}_hour", schema.partition_field()),
+                Transform::Hour,
+            )?
+            .build();
+        let properties = [
+            (PROP_CHANNEL.to_string(), spec.channel.clone()),
+            (
+                "write.parquet.compression-codec".to_string(),
+                spec.compression_codec.clone(),
+            ),
+            (
+                "write.target-file-size-bytes".to_string(),
+                spec.target_file_size_bytes.to_string(),
+            ),
+            // The committer fences its commits itself; a blind retry would rebase a commit
+            // onto a snapshot it never validated (DESIGN.md step 4).
+            ("commit.retry.num-retries".to_string(), "0".to_string()),
+            (PROP_CHECKPOINTS.to_string(), "{}".to_string()),
+        ];
+        let creation = TableCreation::builder()
+            .name(spec.ident.name().to_string())
+            .schema(schema.iceberg_schema().clone())
+            .partition_spec(partition_spec)
+            .properties(properties)
+            .build();
+        match catalog.create_table(ns, creation).await {
+            Ok(_) => {}
+            // Lost a creation race: fall through and check ownership of the winner's table.
+            Err(_) if catalog.table_exists(&spec.ident).await? => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let table = catalog.load_table(&spec.ident).await?;
+    check_owned(&table, spec, schema)?;
+    Ok(table)
+}
+
+/// Refuses a table floe did not create for this channel, or whose partition spec differs.
+fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result<(), CatalogError> {
+    let incompatible = |reason: String| CatalogError::Incompatible {
+        table: spec.ident.to_string(),
+        channel: spec.channel.clone(),
+        reason,
+    };
+    let md = table.metadata();
+    match md.properties().get(PROP_CHANNEL) {
+        Some(owner) if *owner == spec.channel => {}
+        Some(owner) => {
+            return Err(incompatible(format!(
+                "it belongs to channel {owner} (table property {PROP_CHANNEL})"
+            )))
+        }
+        None => {
+            return Err(incompatible(format!(
+                "floe did not create it (no table property {PROP_CHANNEL})"
+            )))
+        }
+    }
+    let part_spec = md.default_partition_spec();
+    let fields = part_spec.fields();
+    let current = md.current_schema();
+    let ok = fields.len() == 1
+        && fields[0].transform == Transform::Hour
+        && current
+            .field_by_id(fields[0].source_id)
+            .is_some_and(|f| f.name == schema.partition_field());
+    if !ok {
+        return Err(incompatible(format!(
+            "its partition spec is not hour({})",
+            schema.partition_field()
+        )));
+    }
+    Ok(())
+}
+
+/// A catalog wrapper that fences commits to one validated snapshot (see the module docs).
+///
+/// While a fence is set for a table, `load_table` of that table fails with
+/// `ErrorKind::CatalogCommitConflicts` (not retryable) unless the table's current snapshot id
+/// is the fenced one. Every other call is delegated unchanged.
+pub struct FencedCatalog {
+    inner: Arc<dyn Catalog>,
+    fence: Mutex<Option<(TableIdent, Option<i64>)>>,
+}
+
+impl fmt::Debug for FencedCatalog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencedCatalog").finish_non_exhaustive()
+    }
+}
+
+impl FencedCatalog {
+    /// Wraps `inner` with no fence set.
+    pub fn new(inner: Arc<dyn Catalog>) -> Self {
+        FencedCatalog {
+            inner,
+            fence: Mutex::new(None),
+        }
+    }
+
+    /// Fences `table` to `snapshot_id` (`None`: the table has no snapshot yet).
+    pub fn set_fence(&self, table: TableIdent, snapshot_id: Option<i64>) {
+        *self.fence.lock().expect("fence lock") = Some((table, snapshot_id));
+    }
+
+    /// Removes the fence.
+    pub fn clear_fence(&self) {
+        *self.fence.lock().expect("fence lock") = None;
+    }
+
+    /// The wrapped catalog.
+    pub fn inner(&self) -> &Arc<dyn Catalog> {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl Catalog for FencedCatalog {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> iceberg::Result<Vec<NamespaceIdent>> {
+        self.inner.list_namespaces(parent).await
+    }
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<Namespace> {
+        self.inner.create_namespace(namespace, properties).await
+    }
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<Namespace> {
+        self.inner.get_namespace(namespace).await
+    }
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> iceberg::Result<bool> {
+        self.inner.namespace_exists(namespace).await
+    }
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<()> {
+        self.inner.update_namespace(namespace, properties).await
+    }
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<()> {
+        self.inner.drop_namespace(namespace).await
+    }
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
+        self.inner.list_tables(namespace).await
+    }
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> iceberg::Result<Table> {
+        self.inner.create_table(namespace, creation).await
+    }
+    async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
+        let loaded = self.inner.load_table(table).await?;
+        let fence = self.fence.lock().expect("fence lock").clone();
+        if let Some((ident, snapshot_id)) = fence {
+            if ident == *table && loaded.metadata().current_snapshot_id() != snapshot_id {
+                return Err(Error::new(
+                    ErrorKind::CatalogCommitConflicts,
+                    format!(
+                        "table {table} moved from the validated snapshot {snapshot_id:?} to {:?}",
+                        loaded.metadata().current_snapshot_id()
+                    ),
+                )
+                .with_retryable(false));
+            }
+        }
+        Ok(loaded)
+    }
+    async fn drop_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.inner.drop_table(table).await
+    }
+    async fn purge_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.inner.purge_table(table).await
+    }
+    async fn table_exists(&self, table: &TableIdent) -> iceberg::Result<bool> {
+        self.inner.table_exists(table).await
+    }
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
+        self.inner.rename_table(src, dest).await
+    }
+    async fn register_table(
+        &self,
+        table: &TableIdent,
+        metadata_location: String,
+    ) -> iceberg::Result<Table> {
+        self.inner.register_table(table, metadata_location).await
+    }
+    async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
+        self.inner.update_table(commit).await
+    }
+}

@@ -1,0 +1,510 @@
+//! The committer: the one holder of a channel's committer lease turns pending batches into
+//! Iceberg commits, exactly once (DESIGN.md, protocol steps 3–6).
+//!
+//! ```text
+//!   load table ──> checkpoints = floe.checkpoints, committed = floe.batch-ids of all snapshots
+//!      │
+//!   plan (pure): per pending batch in batch-id order
+//!      │   already in a snapshot            -> finish as committed (crash after commit)
+//!      │   some shard range <= checkpoint    -> dead (duplicate)      ┐ permanent: files
+//!      │   lease counter < shard's current   -> dead (stale worker)   ┘ deleted
+//!      │   every shard range continues the checkpoint -> accept, advance checkpoints
+//!      │   otherwise (a gap)                 -> keep pending
+//!      │
+//!   one transaction: fast append(accepted files) + floe.checkpoints + floe.last-commit-id
+//!                    + floe.committer-epoch, fenced to the validated snapshot
+//!      │   conflict        -> nothing finished; next round re-plans on the fresh table
+//!      │   unknown outcome -> reload; committed iff floe.last-commit-id == this commit id
+//!      │
+//!   publish staged DLQ objects, finish batches, delete dead batches' files, checkpoint hints
+//! ```
+//!
+//! Dead batches' files are deleted only once the table carries this committer's epoch (its
+//! lease counter): from then on a stale committer's fenced commit can only fail, so no deleted
+//! file can ever be referenced.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, ErrorKind, TableIdent};
+use uuid::Uuid;
+
+use crate::catalog::{
+    FencedCatalog, PROP_CHECKPOINTS, PROP_COMMITTER_EPOCH, PROP_LAST_COMMIT_ID, SUMMARY_BATCH_IDS,
+    SUMMARY_COMMIT_ID, SUMMARY_RANGES,
+};
+use crate::dlq::LocalDlq;
+use crate::lease::{BatchStore, LeaseError, LeaseKey, LeaseStore};
+use crate::model::{Checkpoints, PendingBatch, RangeVerdict, ShardId};
+use crate::telemetry;
+use crate::writer::{data_file_paths, parse_data_files};
+
+/// Errors of a commit round, shaped by what the committer does next.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// Another commit landed after validation: re-plan on the fresh table.
+    #[error("commit conflict: {0}")]
+    Conflict(String),
+    /// The table carries a newer committer epoch: this committer is stale and must stop.
+    #[error("committer is fenced: table epoch {table_epoch} > own lease counter {own}")]
+    Fenced {
+        /// Epoch in the table.
+        table_epoch: u64,
+        /// This committer's lease counter.
+        own: u64,
+    },
+    /// The outcome could not be determined even after reloading the table; retry the round.
+    #[error("commit outcome unknown: {0}")]
+    OutcomeUnknown(String),
+    /// The table cannot be written (schema or data files do not fit it).
+    #[error("table incompatible: {0}")]
+    Incompatible(String),
+    /// The catalog or storage failed; retry with backoff.
+    #[error("catalog unavailable: {0}")]
+    Unavailable(#[from] iceberg::Error),
+    /// The lease store failed.
+    #[error("lease store: {0}")]
+    Lease(#[from] LeaseError),
+}
+
+impl CommitError {
+    /// Whether retrying the round later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, CommitError::Fenced { .. } | CommitError::Incompatible(_))
+    }
+}
+
+/// Decision for one pending batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchDecision {
+    /// Commit it in this round.
+    Accept,
+    /// A snapshot already holds it (a committer crashed after committing): finish it.
+    AlreadyCommitted,
+    /// It can never be committed (duplicate range or stale lease counter): reject it.
+    Dead,
+    /// A gap before it: leave it pending.
+    Keep,
+}
+
+/// The plan of one commit round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundPlan {
+    /// Decision per pending batch, in the order given.
+    pub decisions: Vec<BatchDecision>,
+    /// Checkpoints after the accepted batches.
+    pub checkpoints: Checkpoints,
+}
+
+/// Plans a round (pure; DESIGN.md protocol step 3). `pending` must be in batch-id order;
+/// `lease_counters` holds each shard lease's current counter (the fencing token).
+pub fn plan_round(
+    checkpoints: &Checkpoints,
+    committed_batch_ids: &HashSet<Uuid>,
+    lease_counters: &HashMap<ShardId, u64>,
+    pending: &[PendingBatch],
+) -> RoundPlan {
+    let mut cp = checkpoints.clone();
+    let mut decisions = Vec::with_capacity(pending.len());
+    for batch in pending {
+        let decision = if committed_batch_ids.contains(&batch.batch_id) {
+            BatchDecision::AlreadyCommitted
+        } else if batch.shards.iter().any(|s| {
+            cp.verdict(&s.shard, &s.range) == RangeVerdict::Duplicate
+                || lease_counters
+                    .get(&s.shard)
+                    .is_some_and(|current| s.lease_counter < *current)
+        }) {
+            BatchDecision::Dead
+        } else if batch
+            .shards
+            .iter()
+            .all(|s| cp.verdict(&s.shard, &s.range) == RangeVerdict::Contiguous)
+        {
+            for s in &batch.shards {
+                cp.advance(&s.shard, &s.range);
+            }
+            BatchDecision::Accept
+        } else {
+            BatchDecision::Keep
+        };
+        decisions.push(decision);
+    }
+    RoundPlan {
+        decisions,
+        checkpoints: cp,
+    }
+}
+
+/// Reads the committed checkpoints of a table (`{}` when unset).
+///
+/// Errors: [`CommitError::Incompatible`] when the property is not valid JSON checkpoints.
+pub fn table_checkpoints(table: &Table) -> Result<Checkpoints, CommitError> {
+    match table.metadata().properties().get(PROP_CHECKPOINTS) {
+        None => Ok(Checkpoints::default()),
+        Some(text) => Checkpoints::from_property(text)
+            .map_err(|e| CommitError::Incompatible(format!("bad {PROP_CHECKPOINTS}: {e}"))),
+    }
+}
+
+/// Ids of every batch that some snapshot of the table added.
+pub fn committed_batch_ids(table: &Table) -> HashSet<Uuid> {
+    table
+        .metadata()
+        .snapshots()
+        .filter_map(|s| s.summary().additional_properties.get(SUMMARY_BATCH_IDS))
+        .flat_map(|ids| ids.split(',').filter_map(|id| Uuid::parse_str(id).ok()))
+        .collect()
+}
+
+fn table_epoch(table: &Table) -> u64 {
+    table
+        .metadata()
+        .properties()
+        .get(PROP_COMMITTER_EPOCH)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What a round did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoundReport {
+    /// Batches committed by this round's snapshot.
+    pub committed: usize,
+    /// Batches found already committed and finished.
+    pub recovered: usize,
+    /// Batches rejected (files deleted).
+    pub rejected: usize,
+    /// Batches left pending (a gap before them).
+    pub kept: usize,
+    /// Rows appended.
+    pub rows: u64,
+    /// Records dead-lettered by the committed batches.
+    pub dead_lettered: u64,
+    /// The snapshot created, if any.
+    pub snapshot_id: Option<i64>,
+}
+
+/// The committer of one channel. Create it when this worker takes the channel's committer
+/// lease, with that lease's counter as `epoch`; drop it when the lease is lost.
+pub struct Committer {
+    channel: String,
+    ident: TableIdent,
+    catalog: FencedCatalog,
+    leases: Arc<dyn LeaseStore>,
+    batches: Arc<dyn BatchStore>,
+    dlq: LocalDlq,
+    epoch: u64,
+}
+
+impl Committer {
+    /// A committer for `channel` writing `ident` through `catalog`.
+    pub fn new(
+        channel: impl Into<String>,
+        ident: TableIdent,
+        catalog: Arc<dyn Catalog>,
+        leases: Arc<dyn LeaseStore>,
+        batches: Arc<dyn BatchStore>,
+        dlq: LocalDlq,
+        epoch: u64,
+    ) -> Self {
+        Committer {
+            channel: channel.into(),
+            ident,
+            catalog: FencedCatalog::new(catalog),
+            leases,
+            batches,
+            dlq,
+            epoch,
+        }
+    }
+
+    /// The committer lease counter this committer writes as `floe.committer-epoch`.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Runs one round: plan, commit, finish. Returns what it did; an idle round (nothing
+    /// pending, epoch already in the table) touches nothing.
+    ///
+    /// Errors: see [`CommitError`]; on `Conflict` nothing was finished and the next round
+    /// re-plans; on `Fenced` the caller must stop acting as committer.
+    pub async fn run_round(&self) -> Result<RoundReport, CommitError> {
+        let table = self.catalog.inner().load_table(&self.ident).await?;
+        let t_epoch = table_epoch(&table);
+        if t_epoch > self.epoch {
+            return Err(CommitError::Fenced {
+                table_epoch: t_epoch,
+                own: self.epoch,
+            });
+        }
+        let pending = self.batches.list_pending(&self.channel).await?;
+        if pending.is_empty() && t_epoch == self.epoch {
+            return Ok(RoundReport::default());
+        }
+        let checkpoints = table_checkpoints(&table)?;
+        let committed_ids = committed_batch_ids(&table);
+        let lease_counters: HashMap<ShardId, u64> = self
+            .leases
+            .list_leases(&self.channel)
+            .await?
+            .into_iter()
+            .filter_map(|l| match &l.key {
+                LeaseKey::Shard(shard) => Some((shard.clone(), l.lease_counter)),
+                LeaseKey::Committer => None,
+            })
+            .collect();
+        let plan = plan_round(&checkpoints, &committed_ids, &lease_counters, &pending);
+
+        let mut report = RoundReport::default();
+        let accepted: Vec<&PendingBatch> = pick(&pending, &plan, BatchDecision::Accept);
+        let needs_commit = !accepted.is_empty() || t_epoch < self.epoch;
+        if needs_commit {
+            let commit_id = Uuid::now_v7();
+            let started = Instant::now();
+            let result = self
+                .commit(&table, &accepted, &plan.checkpoints, commit_id)
+                .await;
+            telemetry::record_commit(&self.channel, &result, started.elapsed());
+            report.snapshot_id = result?;
+            report.committed = accepted.len();
+            report.rows = accepted.iter().map(|b| b.num_rows).sum();
+            report.dead_lettered = accepted.iter().map(|b| b.num_dead_lettered).sum();
+        }
+
+        // From here on the table carries this committer's epoch and every decision is final.
+        let recovered = pick(&pending, &plan, BatchDecision::AlreadyCommitted);
+        let dead = pick(&pending, &plan, BatchDecision::Dead);
+        let mut committed_ids: Vec<Uuid> = Vec::new();
+        for b in accepted.iter().chain(recovered.iter()) {
+            if let Some(staged) = &b.dlq_staged {
+                self.dlq
+                    .publish(b.batch_id, staged)
+                    .map_err(|e| CommitError::Unavailable(iceberg::Error::new(ErrorKind::Unexpected, format!("publish DLQ object {staged}: {e}"))))?;
+            }
+            committed_ids.push(b.batch_id);
+        }
+        for b in &dead {
+            for path in data_file_paths(&b.data_files) {
+                if let Err(e) = table.file_io().delete(&path).await {
+                    tracing::warn!(channel = %self.channel, path, error = %e, "could not delete a rejected batch's data file");
+                }
+            }
+            if let Some(staged) = &b.dlq_staged {
+                self.dlq.discard(staged);
+            }
+            telemetry::record_batch_rejected(&self.channel);
+        }
+        let rejected_ids: Vec<Uuid> = dead.iter().map(|b| b.batch_id).collect();
+        if !committed_ids.is_empty() || !rejected_ids.is_empty() {
+            self.batches
+                .finish_batches(&self.channel, &committed_ids, &rejected_ids)
+                .await?;
+        }
+        for (shard, pos) in &plan.checkpoints.0 {
+            if checkpoints.get(shard) != Some(pos) {
+                // A hint only: the table is authoritative.
+                let _ = self
+                    .leases
+                    .set_checkpoint_hint(&self.channel, &LeaseKey::Shard(shard.clone()), pos)
+                    .await;
+            }
+        }
+        report.recovered = recovered.len();
+        report.rejected = dead.len();
+        report.kept = plan
+            .decisions
+            .iter()
+            .filter(|d| **d == BatchDecision::Keep)
+            .count();
+        if report.committed + report.recovered + report.rejected > 0 {
+            tracing::info!(
+                channel = %self.channel,
+                table = %self.ident,
+                committed = report.committed,
+                recovered = report.recovered,
+                rejected = report.rejected,
+                kept = report.kept,
+                rows = report.rows,
+                dead_lettered = report.dead_lettered,
+                snapshot_id = ?report.snapshot_id,
+                "commit round"
+            );
+        }
+        Ok(report)
+    }
+
+    /// One fenced transaction. Returns the new snapshot id.
+    async fn commit(
+        &self,
+        table: &Table,
+        accepted: &[&PendingBatch],
+        checkpoints: &Checkpoints,
+        commit_id: Uuid,
+    ) -> Result<Option<i64>, CommitError> {
+        let mut files = Vec::new();
+        for b in accepted {
+            files.extend(
+                parse_data_files(table, &b.data_files)
+                    .map_err(|e| CommitError::Incompatible(e.to_string()))?,
+            );
+        }
+        let ranges: BTreeMap<String, Vec<String>> = accepted
+            .iter()
+            .flat_map(|b| b.shards.iter())
+            .fold(BTreeMap::new(), |mut m, s| {
+                m.entry(s.shard.to_string()).or_default().push(format!(
+                    "({},{}]",
+                    s.range
+                        .after_exclusive
+                        .as_ref()
+                        .map(|p| p.to_string())
+                        .unwrap_or_default(),
+                    s.range.last_inclusive
+                ));
+                m
+            });
+        let summary = HashMap::from([
+            (SUMMARY_COMMIT_ID.to_string(), commit_id.to_string()),
+            (
+                SUMMARY_BATCH_IDS.to_string(),
+                accepted
+                    .iter()
+                    .map(|b| b.batch_id.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            (
+                SUMMARY_RANGES.to_string(),
+                serde_json::to_string(&ranges).expect("ranges serialize"),
+            ),
+        ]);
+        let tx = Transaction::new(table);
+        let tx = tx
+            .fast_append()
+            .add_data_files(files)
+            .set_snapshot_properties(summary)
+            .apply(tx)?;
+        let tx = tx
+            .update_table_properties()
+            .set(PROP_CHECKPOINTS.to_string(), checkpoints.to_property())
+            .set(PROP_LAST_COMMIT_ID.to_string(), commit_id.to_string())
+            .set(PROP_COMMITTER_EPOCH.to_string(), self.epoch.to_string())
+            .apply(tx)?;
+        self.catalog
+            .set_fence(self.ident.clone(), table.metadata().current_snapshot_id());
+        let result = tx.commit(&self.catalog).await;
+        self.catalog.clear_fence();
+        match result {
+            Ok(t) => Ok(t.metadata().current_snapshot_id()),
+            Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
+                Err(CommitError::Conflict(e.to_string()))
+            }
+            Err(e) if e.kind() == ErrorKind::DataInvalid || e.kind() == ErrorKind::PreconditionFailed => {
+                // A requirement failed against the catalog's current metadata: a conflict.
+                Err(CommitError::Conflict(e.to_string()))
+            }
+            Err(e) => {
+                // Unknown outcome: the table decides.
+                tracing::warn!(channel = %self.channel, error = %e, %commit_id, "commit outcome unknown, reconciling");
+                let fresh = self
+                    .catalog
+                    .inner()
+                    .load_table(&self.ident)
+                    .await
+                    .map_err(|e2| CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}")))?;
+                let last = fresh.metadata().properties().get(PROP_LAST_COMMIT_ID);
+                if last.map(String::as_str) == Some(commit_id.to_string().as_str()) {
+                    Ok(fresh.metadata().current_snapshot_id())
+                } else {
+                    Err(CommitError::OutcomeUnknown(e.to_string()))
+                }
+            }
+        }
+    }
+}
+
+fn pick<'a>(
+    pending: &'a [PendingBatch],
+    plan: &RoundPlan,
+    decision: BatchDecision,
+) -> Vec<&'a PendingBatch> {
+    pending
+        .iter()
+        .zip(&plan.decisions)
+        .filter(|(_, d)| **d == decision)
+        .map(|(b, _)| b)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CheckpointRange, Position, ShardRange};
+
+    fn batch(id: u128, shard: i32, after: Option<i64>, last: i64, counter: u64) -> PendingBatch {
+        PendingBatch {
+            channel: "c".into(),
+            batch_id: Uuid::from_u128(id),
+            worker_id: "w".into(),
+            shards: vec![ShardRange {
+                shard: ShardId::kafka_partition(shard),
+                range: CheckpointRange {
+                    after_exclusive: after.map(Position::Offset),
+                    last_inclusive: Position::Offset(last),
+                },
+                lease_counter: counter,
+            }],
+            data_files: vec![],
+            dlq_staged: None,
+            num_rows: 1,
+            num_dead_lettered: 0,
+            data_bytes: 0,
+            oldest_read_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn plan_accepts_a_chain_and_rejects_the_duplicate_from_a_second_worker() {
+        let pending = vec![
+            batch(1, 0, None, 9, 1),
+            batch(2, 0, Some(9), 19, 1),
+            // A second worker read the same range (0..=9) again: a duplicate.
+            batch(3, 0, None, 9, 1),
+        ];
+        let plan = plan_round(&Checkpoints::default(), &HashSet::new(), &HashMap::new(), &pending);
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::Accept, BatchDecision::Accept, BatchDecision::Dead]
+        );
+        assert_eq!(
+            plan.checkpoints.get(&ShardId::kafka_partition(0)),
+            Some(&Position::Offset(19))
+        );
+    }
+
+    #[test]
+    fn commit_rejects_batch_from_stale_lease() {
+        let pending = vec![batch(1, 0, None, 9, 1), batch(2, 0, None, 12, 2)];
+        let counters = HashMap::from([(ShardId::kafka_partition(0), 2)]);
+        let plan = plan_round(&Checkpoints::default(), &HashSet::new(), &counters, &pending);
+        assert_eq!(plan.decisions, vec![BatchDecision::Dead, BatchDecision::Accept]);
+    }
+
+    #[test]
+    fn plan_keeps_a_batch_after_a_gap_and_recovers_committed_ones() {
+        let mut cp = Checkpoints::default();
+        cp.0.insert(ShardId::kafka_partition(0), Position::Offset(9));
+        let pending = vec![batch(1, 0, None, 9, 1), batch(2, 0, Some(15), 20, 1)];
+        let committed = HashSet::from([Uuid::from_u128(1)]);
+        let plan = plan_round(&cp, &committed, &HashMap::new(), &pending);
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::AlreadyCommitted, BatchDecision::Keep]
+        );
+        assert_eq!(plan.checkpoints, cp);
+    }
+}

@@ -1,0 +1,117 @@
+//! Metrics and logs: every Prometheus metric floe exports is named and described here, once
+//! (names `floe_<name>_<unit>`, base units, counters end in `_total`; labels bounded:
+//! `channel`, `code`, `outcome`, `reason`, `kind`). Emitted once per batch or round, never
+//! per record.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+
+use crate::commit::CommitError;
+
+/// Age of the oldest record read but not yet committed, seconds; 0 when idle.
+pub const DATA_FRESHNESS_SECONDS: &str = "floe_data_freshness_seconds";
+/// Records read from the source.
+pub const RECORDS_READ_TOTAL: &str = "floe_records_read_total";
+/// Bytes of record payloads read from the source.
+pub const BYTES_READ_TOTAL: &str = "floe_bytes_read_total";
+/// Rows committed to the table.
+pub const ROWS_DELIVERED_TOTAL: &str = "floe_rows_delivered_total";
+/// Records committed to the DLQ, by error code.
+pub const ROWS_DEAD_LETTERED_TOTAL: &str = "floe_rows_dead_lettered_total";
+/// Commit rounds that wrote a snapshot, by outcome.
+pub const COMMITS_TOTAL: &str = "floe_commits_total";
+/// Pending batches rejected by the committer.
+pub const BATCHES_REJECTED_TOTAL: &str = "floe_batches_rejected_total";
+/// Duration of one Iceberg commit, seconds.
+pub const COMMIT_DURATION_SECONDS: &str = "floe_commit_duration_seconds";
+/// Data files written by workers.
+pub const DATA_FILES_WRITTEN_TOTAL: &str = "floe_data_files_written_total";
+/// Size of written data files, bytes.
+pub const DATA_FILE_SIZE_BYTES: &str = "floe_data_file_size_bytes";
+/// Leases held by this worker, by kind (`shard`, `committer`).
+pub const LEASES_HELD: &str = "floe_leases_held";
+/// Bytes of rows buffered by this worker.
+pub const BUFFER_BYTES: &str = "floe_buffer_bytes";
+/// Kafka: high watermark minus the next offset to read, summed over held partitions.
+pub const SOURCE_LAG_RECORDS: &str = "floe_source_lag_records";
+
+/// Registers HELP text and units for every metric.
+pub fn describe() {
+    describe_gauge!(DATA_FRESHNESS_SECONDS, Unit::Seconds, "age of the oldest record read but not yet committed; 0 when idle");
+    describe_counter!(RECORDS_READ_TOTAL, Unit::Count, "records read from the source");
+    describe_counter!(BYTES_READ_TOTAL, Unit::Bytes, "bytes of record payloads read from the source");
+    describe_counter!(ROWS_DELIVERED_TOTAL, Unit::Count, "rows committed to the Iceberg table");
+    describe_counter!(ROWS_DEAD_LETTERED_TOTAL, Unit::Count, "records committed to the DLQ, by error code");
+    describe_counter!(COMMITS_TOTAL, Unit::Count, "Iceberg commit attempts by outcome (committed, conflict, fenced, unknown, failed)");
+    describe_counter!(BATCHES_REJECTED_TOTAL, Unit::Count, "pending batches rejected by the committer (duplicate or stale lease)");
+    describe_histogram!(COMMIT_DURATION_SECONDS, Unit::Seconds, "duration of one Iceberg commit");
+    describe_counter!(DATA_FILES_WRITTEN_TOTAL, Unit::Count, "Parquet data files written");
+    describe_histogram!(DATA_FILE_SIZE_BYTES, Unit::Bytes, "size of written Parquet data files");
+    describe_gauge!(LEASES_HELD, Unit::Count, "leases held by this worker, by kind (shard, committer)");
+    describe_gauge!(BUFFER_BYTES, Unit::Bytes, "bytes of rows buffered by this worker");
+    describe_gauge!(SOURCE_LAG_RECORDS, Unit::Count, "Kafka high watermark minus next offset, summed over held partitions");
+}
+
+/// Installs the Prometheus exporter serving `/metrics` on `addr`.
+///
+/// Errors: the address cannot be bound.
+pub fn install_prometheus(addr: SocketAddr) -> Result<(), String> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| e.to_string())?;
+    describe();
+    Ok(())
+}
+
+/// Records one commit attempt.
+pub fn record_commit(channel: &str, result: &Result<Option<i64>, CommitError>, took: Duration) {
+    let outcome = match result {
+        Ok(_) => "committed",
+        Err(CommitError::Conflict(_)) => "conflict",
+        Err(CommitError::Fenced { .. }) => "fenced",
+        Err(CommitError::OutcomeUnknown(_)) => "unknown",
+        Err(_) => "failed",
+    };
+    counter!(COMMITS_TOTAL, "channel" => channel.to_string(), "outcome" => outcome).increment(1);
+    histogram!(COMMIT_DURATION_SECONDS, "channel" => channel.to_string()).record(took.as_secs_f64());
+}
+
+/// Records a rejected batch.
+pub fn record_batch_rejected(channel: &str) {
+    counter!(BATCHES_REJECTED_TOTAL, "channel" => channel.to_string()).increment(1);
+}
+
+/// Records committed rows and DLQ entries of one round.
+pub fn record_delivered(channel: &str, rows: u64) {
+    counter!(ROWS_DELIVERED_TOTAL, "channel" => channel.to_string()).increment(rows);
+}
+
+/// Records DLQ entries by code (once per batch).
+pub fn record_dead_lettered(channel: &str, code: &'static str, n: u64) {
+    counter!(ROWS_DEAD_LETTERED_TOTAL, "channel" => channel.to_string(), "code" => code).increment(n);
+}
+
+/// Records records and bytes read (once per poll).
+pub fn record_read(channel: &str, records: u64, bytes: u64) {
+    counter!(RECORDS_READ_TOTAL, "channel" => channel.to_string()).increment(records);
+    counter!(BYTES_READ_TOTAL, "channel" => channel.to_string()).increment(bytes);
+}
+
+/// Records data files written by one flush.
+pub fn record_files(channel: &str, sizes: impl IntoIterator<Item = u64>) {
+    for size in sizes {
+        counter!(DATA_FILES_WRITTEN_TOTAL, "channel" => channel.to_string()).increment(1);
+        histogram!(DATA_FILE_SIZE_BYTES, "channel" => channel.to_string()).record(size as f64);
+    }
+}
+
+/// Sets the freshness, buffer and lease gauges of a channel.
+pub fn set_worker_gauges(channel: &str, freshness_s: f64, buffer_bytes: usize, shards: usize, committer: bool) {
+    gauge!(DATA_FRESHNESS_SECONDS, "channel" => channel.to_string()).set(freshness_s);
+    gauge!(BUFFER_BYTES, "channel" => channel.to_string()).set(buffer_bytes as f64);
+    gauge!(LEASES_HELD, "channel" => channel.to_string(), "kind" => "shard").set(shards as f64);
+    gauge!(LEASES_HELD, "channel" => channel.to_string(), "kind" => "committer").set(if committer { 1.0 } else { 0.0 });
+}

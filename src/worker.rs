@@ -1,0 +1,561 @@
+//! The worker side of a channel: read the leased shards, convert records into one columnar
+//! buffer, and every `data_freshness` (or when the buffer is full) write the data files,
+//! stage the DLQ entries and hand the batch to the committer (DESIGN.md, protocol steps 1, 2
+//! and 7).
+//!
+//! ```text
+//!  lease taken ──> start after checkpoint(S) from the TABLE (never the lease store)
+//!  read ──> convert ──> buffer ──(age >= freshness | bytes >= buffer_size)──> flush
+//!  flush: data files + staged DLQ + PendingBatch{ per shard (after, last], lease counter }
+//!         next batch of S starts after `last` (batches chain)
+//!  reconcile: batch committed (checkpoint >= last) -> forget it
+//!             batch gone but not committed (rejected) -> drop buffers, restart every shard
+//!             from the table's checkpoints
+//!  lease lost ──> drop the buffer at once (it holds the lost shard's rows), restart the others
+//!                 from their last handed-off position
+//! ```
+//!
+//! Invariant: a worker never hands off a range that does not continue its own previous batch
+//! or the table's checkpoint, and never hands off a shard it no longer holds.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use iceberg::table::Table;
+use iceberg::{Catalog, TableIdent};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::commit::table_checkpoints;
+use crate::convert::Converter;
+use crate::dlq::{DlqEntry, LocalDlq};
+use crate::lease::{BatchStore, HeldLeases};
+use crate::model::{CheckpointRange, Checkpoints, PendingBatch, Position, ShardId, ShardRange};
+use crate::schema::MappedSchema;
+use crate::source::{InitialPosition, ShardReader, Source, StartAt};
+use crate::telemetry;
+use crate::writer::{write_data_files, WriterSettings};
+
+/// Settings of one channel's worker loop.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// Channel name.
+    pub channel: String,
+    /// This worker's id (recorded in pending batches).
+    pub worker_id: String,
+    /// Topic or stream name, recorded in DLQ entries.
+    pub source_name: String,
+    /// Label of the schema version recorded in DLQ entries.
+    pub schema_version: String,
+    /// Hand off a batch when its oldest record is this old.
+    pub data_freshness: Duration,
+    /// Hand off a batch when the buffered rows reach this many bytes (memory bound).
+    pub buffer_size: u64,
+    /// Records larger than this go to the DLQ as `RECORD_TOO_LARGE`, bytes.
+    pub max_record_size: u64,
+    /// Keep the payload in DLQ entries.
+    pub include_payload: bool,
+    /// Where a shard without a checkpoint starts.
+    pub initial_position: InitialPosition,
+    /// Data-file writer settings.
+    pub writer: WriterSettings,
+}
+
+/// Errors that stop a worker loop; the supervisor restarts it with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The catalog or storage failed.
+    #[error("iceberg: {0}")]
+    Iceberg(#[from] iceberg::Error),
+    /// The source failed.
+    #[error("source: {0}")]
+    Source(#[from] crate::source::SourceError),
+    /// The lease store failed.
+    #[error("lease store: {0}")]
+    Lease(#[from] crate::lease::LeaseError),
+    /// The DLQ could not be written.
+    #[error("dlq: {0}")]
+    Dlq(#[from] std::io::Error),
+    /// The table does not fit the channel.
+    #[error("{0}")]
+    Incompatible(String),
+}
+
+struct ShardState {
+    reader: Box<dyn ShardReader>,
+    lease_counter: u64,
+    /// `after_exclusive` of the next batch: the last handed-off position, or the checkpoint.
+    next_after: Option<Position>,
+    /// Last position in the buffer, if any record of this shard is buffered.
+    buffered_last: Option<Position>,
+}
+
+struct InFlight {
+    batch_id: Uuid,
+    ranges: Vec<(ShardId, Position)>,
+}
+
+/// One channel's worker loop.
+pub struct ChannelWorker {
+    settings: WorkerSettings,
+    source: Arc<dyn Source>,
+    batches: Arc<dyn BatchStore>,
+    catalog: Arc<dyn Catalog>,
+    ident: TableIdent,
+    schema: Arc<MappedSchema>,
+    dlq: LocalDlq,
+    held: watch::Receiver<HeldLeases>,
+    table: Option<Table>,
+    converter: Option<Converter>,
+    dlq_entries: Vec<DlqEntry>,
+    dlq_codes: BTreeMap<&'static str, u64>,
+    shards: BTreeMap<ShardId, ShardState>,
+    in_flight: Vec<InFlight>,
+    oldest_read: Option<Instant>,
+    oldest_read_ms: i64,
+    num_buffered: usize,
+}
+
+impl ChannelWorker {
+    /// A worker loop for one channel.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        settings: WorkerSettings,
+        source: Arc<dyn Source>,
+        batches: Arc<dyn BatchStore>,
+        catalog: Arc<dyn Catalog>,
+        ident: TableIdent,
+        schema: Arc<MappedSchema>,
+        dlq: LocalDlq,
+        held: watch::Receiver<HeldLeases>,
+    ) -> Self {
+        ChannelWorker {
+            settings,
+            source,
+            batches,
+            catalog,
+            ident,
+            schema,
+            dlq,
+            held,
+            table: None,
+            converter: None,
+            dlq_entries: Vec::new(),
+            dlq_codes: BTreeMap::new(),
+            shards: BTreeMap::new(),
+            in_flight: Vec::new(),
+            oldest_read: None,
+            oldest_read_ms: 0,
+            num_buffered: 0,
+        }
+    }
+
+    /// Runs until `stop` is cancelled, then flushes what it buffered and waits up to `drain`
+    /// for its batches to be committed.
+    ///
+    /// Errors: a failing dependency; the caller restarts the loop with backoff (nothing is
+    /// lost: the next loop starts from the table's checkpoints).
+    pub async fn run(
+        &mut self,
+        stop: CancellationToken,
+        drain: Duration,
+    ) -> Result<(), WorkerError> {
+        self.load_table().await?;
+        let mut last_reconcile = Instant::now();
+        while !stop.is_cancelled() {
+            self.sync_leases().await?;
+            if self.shards.is_empty() {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = self.held.changed() => {},
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {},
+                }
+                self.reconcile().await?;
+                self.publish_gauges();
+                continue;
+            }
+            self.poll_shards().await?;
+            if self.flush_due() {
+                self.flush().await?;
+            }
+            if last_reconcile.elapsed() >= Duration::from_secs(1) {
+                self.reconcile().await?;
+                last_reconcile = Instant::now();
+            }
+            self.publish_gauges();
+        }
+        // Drain: hand off what is buffered, then wait for the committer.
+        self.sync_leases().await?;
+        if self.num_buffered > 0 || !self.dlq_entries.is_empty() {
+            self.flush().await?;
+        }
+        let deadline = Instant::now() + drain;
+        while !self.in_flight.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            self.reconcile().await?;
+        }
+        if !self.in_flight.is_empty() {
+            tracing::warn!(channel = %self.settings.channel, pending = self.in_flight.len(), "drain deadline passed with batches not yet committed; the next owner re-reads them");
+        }
+        Ok(())
+    }
+
+    async fn load_table(&mut self) -> Result<(), WorkerError> {
+        let table = self.catalog.load_table(&self.ident).await?;
+        let arrow = Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())?,
+        );
+        let converter = Converter::try_new(self.schema.clone(), arrow)
+            .map_err(|e| WorkerError::Incompatible(e.to_string()))?
+            .with_max_record_size(self.settings.max_record_size as usize);
+        self.converter = Some(converter);
+        self.table = Some(table);
+        Ok(())
+    }
+
+    async fn table_checkpoints(&mut self) -> Result<Checkpoints, WorkerError> {
+        let table = self.catalog.load_table(&self.ident).await?;
+        let cp = table_checkpoints(&table).map_err(|e| WorkerError::Incompatible(e.to_string()))?;
+        self.table = Some(table);
+        Ok(cp)
+    }
+
+    /// Opens readers for newly held shards, drops lost ones.
+    async fn sync_leases(&mut self) -> Result<(), WorkerError> {
+        let held = self.held.borrow_and_update().clone();
+        let lost: Vec<ShardId> = self
+            .shards
+            .iter()
+            .filter(|(id, st)| {
+                held.shards
+                    .get(*id)
+                    .is_none_or(|l| l.lease_counter != st.lease_counter)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        if !lost.is_empty() {
+            tracing::info!(channel = %self.settings.channel, shards = ?lost, "lease lost: dropping buffered rows");
+            for id in &lost {
+                self.shards.remove(id);
+            }
+            self.in_flight
+                .retain(|f| !f.ranges.iter().any(|(s, _)| lost.contains(s)));
+            self.restart_from_handoff().await?;
+        }
+        let new: Vec<(ShardId, u64)> = held
+            .shards
+            .iter()
+            .filter(|(id, _)| !self.shards.contains_key(*id))
+            .map(|(id, l)| (id.clone(), l.lease_counter))
+            .collect();
+        if !new.is_empty() {
+            let cp = self.table_checkpoints().await?;
+            for (id, counter) in new {
+                let after = cp.get(&id).cloned();
+                if after == Some(Position::ShardEnd) {
+                    continue;
+                }
+                let start = match &after {
+                    Some(p) => StartAt::After(p.clone()),
+                    None => {
+                        self.source
+                            .start_position(&id, &self.settings.initial_position)
+                            .await?
+                    }
+                };
+                let reader = self.source.open(&id, start).await?;
+                tracing::info!(channel = %self.settings.channel, shard = %id, lease_counter = counter, checkpoint = ?after, "shard lease taken: reading after the table checkpoint");
+                self.shards.insert(
+                    id,
+                    ShardState {
+                        reader,
+                        lease_counter: counter,
+                        next_after: after,
+                        buffered_last: None,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the buffer and reopens every shard after its last handed-off position.
+    async fn restart_from_handoff(&mut self) -> Result<(), WorkerError> {
+        self.drop_buffer();
+        let ids: Vec<ShardId> = self.shards.keys().cloned().collect();
+        for id in ids {
+            let after = self.shards[&id].next_after.clone();
+            let start = match &after {
+                Some(p) => StartAt::After(p.clone()),
+                None => {
+                    self.source
+                        .start_position(&id, &self.settings.initial_position)
+                        .await?
+                }
+            };
+            let reader = self.source.open(&id, start).await?;
+            let st = self.shards.get_mut(&id).expect("shard present");
+            st.reader = reader;
+            st.buffered_last = None;
+        }
+        Ok(())
+    }
+
+    fn drop_buffer(&mut self) {
+        if let Some(c) = self.converter.as_mut() {
+            let _ = c.finish();
+        }
+        self.dlq_entries.clear();
+        self.dlq_codes.clear();
+        self.oldest_read = None;
+        self.num_buffered = 0;
+        for st in self.shards.values_mut() {
+            st.buffered_last = None;
+        }
+    }
+
+    async fn poll_shards(&mut self) -> Result<(), WorkerError> {
+        let per_shard_wait = Duration::from_millis((200 / self.shards.len().max(1) as u64).max(10));
+        let converter = self.converter.as_mut().expect("table loaded");
+        let mut records = 0u64;
+        let mut bytes = 0u64;
+        for (id, st) in self.shards.iter_mut() {
+            if converter.buffered_bytes() as u64 >= self.settings.buffer_size {
+                break; // back-pressure: flush before reading more
+            }
+            let batch = st.reader.next_batch(1000, per_shard_wait).await?;
+            for rec in batch {
+                records += 1;
+                bytes += rec.payload.len() as u64;
+                if self.oldest_read.is_none() {
+                    self.oldest_read = Some(Instant::now());
+                    self.oldest_read_ms = now_ms();
+                }
+                match converter.push(&rec.payload) {
+                    Ok(_hour) => self.num_buffered += 1,
+                    Err(reason) => {
+                        *self.dlq_codes.entry(reason.code.as_str()).or_default() += 1;
+                        let mut entry = DlqEntry {
+                            channel: self.settings.channel.clone(),
+                            source: self.settings.source_name.clone(),
+                            shard: id.clone(),
+                            position: rec.position.clone(),
+                            arrival_time: rfc3339_ms(rec.arrival_ms),
+                            key: rec.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()),
+                            schema_version: self.settings.schema_version.clone(),
+                            error_code: reason.code.as_str().to_string(),
+                            field: reason.field,
+                            message: reason.message,
+                            payload_base64: None,
+                        };
+                        if self.settings.include_payload {
+                            entry = entry.with_payload(&rec.payload);
+                        }
+                        self.dlq_entries.push(entry);
+                    }
+                }
+                st.buffered_last = Some(rec.position);
+            }
+        }
+        if records > 0 {
+            telemetry::record_read(&self.settings.channel, records, bytes);
+        }
+        Ok(())
+    }
+
+    fn flush_due(&self) -> bool {
+        let Some(oldest) = self.oldest_read else {
+            return false;
+        };
+        oldest.elapsed() >= self.settings.data_freshness
+            || self
+                .converter
+                .as_ref()
+                .is_some_and(|c| c.buffered_bytes() as u64 >= self.settings.buffer_size)
+    }
+
+    /// Writes the buffer as data files and hands the batch to the committer.
+    async fn flush(&mut self) -> Result<(), WorkerError> {
+        let shards: Vec<ShardRange> = self
+            .shards
+            .iter()
+            .filter_map(|(id, st)| {
+                st.buffered_last.as_ref().map(|last| ShardRange {
+                    shard: id.clone(),
+                    range: CheckpointRange {
+                        after_exclusive: st.next_after.clone(),
+                        last_inclusive: last.clone(),
+                    },
+                    lease_counter: st.lease_counter,
+                })
+            })
+            .collect();
+        if shards.is_empty() {
+            self.drop_buffer();
+            return Ok(());
+        }
+        let batch_id = Uuid::now_v7();
+        let rows = self.converter.as_mut().expect("table loaded").finish();
+        let table = self.table.as_ref().expect("table loaded");
+        let written = write_data_files(table, &self.settings.writer, batch_id, rows).await?;
+        let dlq_staged = self.dlq.stage(batch_id, &self.dlq_entries)?;
+        // Never hand off a shard whose lease was lost while writing.
+        let held = self.held.borrow().clone();
+        let still_held = shards.iter().all(|s| {
+            held.shards
+                .get(&s.shard)
+                .is_some_and(|l| l.lease_counter == s.lease_counter)
+        });
+        if !still_held {
+            for p in &written.paths {
+                let _ = table.file_io().delete(p).await;
+            }
+            if let Some(s) = &dlq_staged {
+                self.dlq.discard(s);
+            }
+            self.drop_buffer();
+            return self.sync_leases().await;
+        }
+        let batch = PendingBatch {
+            channel: self.settings.channel.clone(),
+            batch_id,
+            worker_id: self.settings.worker_id.clone(),
+            shards: shards.clone(),
+            data_files: written.data_files_json.clone(),
+            dlq_staged,
+            num_rows: written.num_rows,
+            num_dead_lettered: self.dlq_entries.len() as u64,
+            data_bytes: written.num_bytes,
+            oldest_read_at_ms: self.oldest_read_ms,
+        };
+        self.batches.put_batch(&batch).await?;
+        telemetry::record_files(&self.settings.channel, std::iter::once(written.num_bytes).filter(|n| *n > 0));
+        tracing::debug!(channel = %self.settings.channel, batch_id = %batch_id, rows = written.num_rows, dead_lettered = batch.num_dead_lettered, files = written.paths.len(), "batch handed off");
+        for s in &shards {
+            let st = self.shards.get_mut(&s.shard).expect("shard present");
+            st.next_after = Some(s.range.last_inclusive.clone());
+            st.buffered_last = None;
+        }
+        self.in_flight.push(InFlight {
+            batch_id,
+            ranges: shards
+                .into_iter()
+                .map(|s| (s.shard, s.range.last_inclusive))
+                .collect(),
+        });
+        self.dlq_entries.clear();
+        self.dlq_codes.clear();
+        self.oldest_read = None;
+        self.num_buffered = 0;
+        Ok(())
+    }
+
+    /// Forgets committed batches; on a rejected one, restarts from the table's checkpoints.
+    async fn reconcile(&mut self) -> Result<(), WorkerError> {
+        if self.in_flight.is_empty() {
+            return Ok(());
+        }
+        let cp = self.table_checkpoints().await?;
+        let pending: HashSet<Uuid> = self
+            .batches
+            .list_pending(&self.settings.channel)
+            .await?
+            .into_iter()
+            .map(|b| b.batch_id)
+            .collect();
+        let mut rejected = false;
+        self.in_flight.retain(|f| {
+            let committed = f
+                .ranges
+                .iter()
+                .all(|(s, last)| cp.get(s).is_some_and(|c| c >= last));
+            if committed {
+                return false;
+            }
+            if !pending.contains(&f.batch_id) {
+                rejected = true;
+                return false;
+            }
+            true
+        });
+        if rejected {
+            tracing::warn!(channel = %self.settings.channel, "a batch was rejected: re-reading from the table's checkpoints");
+            self.in_flight.clear();
+            for (id, st) in self.shards.iter_mut() {
+                st.next_after = cp.get(id).cloned();
+            }
+            self.restart_from_handoff().await?;
+        }
+        Ok(())
+    }
+
+    fn publish_gauges(&self) {
+        let freshness = self
+            .oldest_read
+            .map(|t| t.elapsed().as_secs_f64())
+            .unwrap_or(0.0);
+        let buffered = self
+            .converter
+            .as_ref()
+            .map(|c| c.buffered_bytes())
+            .unwrap_or(0);
+        let committer = self.held.borrow().committer.is_some();
+        telemetry::set_worker_gauges(
+            &self.settings.channel,
+            freshness,
+            buffered,
+            self.shards.len(),
+            committer,
+        );
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Formats milliseconds since the epoch as RFC 3339 UTC with milliseconds.
+pub fn rfc3339_ms(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        sod / 3600,
+        (sod / 60) % 60,
+        sod % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrival_time_is_rfc3339_utc_with_millis() {
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(1_783_627_200_123), "2026-07-09T20:00:00.123Z");
+        assert_eq!(rfc3339_ms(-1), "1969-12-31T23:59:59.999Z");
+    }
+}

@@ -1,0 +1,185 @@
+//! Data files: one flush of a worker's buffered rows becomes hour-partitioned Parquet data
+//! files in the table location, through iceberg-rust's writer stack
+//! (`ParquetWriter` → `RollingFileWriter` → `DataFileWriter` → `FanoutWriter`, rows split by
+//! `RecordBatchPartitionSplitter` with the table's `hour(...)` transform).
+//!
+//! Invariant: file names can never collide. Each is `<channel>-<batch id>-<n>.parquet` under
+//! the partition's directory, the batch id a UUIDv7, so a retried or concurrent flush never
+//! overwrites a data file another commit references (iceberg-rust's default name generator
+//! would, NOTES.md). Encoding and compression run on a blocking thread, off the async workers.
+
+use arrow_array::RecordBatch;
+use iceberg::arrow::RecordBatchPartitionSplitter;
+use iceberg::spec::{serialize_data_file_to_json, DataFile, DataFileFormat, FormatVersion};
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
+use iceberg::writer::partitioning::PartitioningWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use uuid::Uuid;
+
+/// Parquet compression of data files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParquetCompression {
+    /// ZSTD at a level 1..=22.
+    Zstd(i32),
+    /// Snappy.
+    Snappy,
+    /// No compression.
+    None,
+}
+
+impl ParquetCompression {
+    /// The `write.parquet.compression-codec` table property value.
+    pub fn codec_name(&self) -> &'static str {
+        match self {
+            ParquetCompression::Zstd(_) => "zstd",
+            ParquetCompression::Snappy => "snappy",
+            ParquetCompression::None => "uncompressed",
+        }
+    }
+
+    fn parquet(&self) -> Compression {
+        match self {
+            ParquetCompression::Zstd(level) => {
+                Compression::ZSTD(ZstdLevel::try_new(*level).unwrap_or_default())
+            }
+            ParquetCompression::Snappy => Compression::SNAPPY,
+            ParquetCompression::None => Compression::UNCOMPRESSED,
+        }
+    }
+}
+
+/// Settings of the data-file writer.
+#[derive(Debug, Clone)]
+pub struct WriterSettings {
+    /// Channel name (the prefix of every data file name).
+    pub channel: String,
+    /// Compression codec and level.
+    pub compression: ParquetCompression,
+    /// Target size of one data file in bytes; a partition with more data rolls to a new file.
+    pub target_file_size: u64,
+}
+
+/// Data files written by one flush.
+#[derive(Debug, Clone, Default)]
+pub struct WrittenFiles {
+    /// The data files, as Iceberg's JSON serialization (what a pending batch carries).
+    pub data_files_json: Vec<String>,
+    /// Their paths.
+    pub paths: Vec<String>,
+    /// Rows written.
+    pub num_rows: u64,
+    /// Bytes written.
+    pub num_bytes: u64,
+}
+
+/// Writes `batch` (rows of the table's current schema, any hours) as data files of `table`,
+/// one or more files per hour partition, named after `batch_id`.
+///
+/// Runs the encoding on a blocking thread. Errors: any iceberg-rust writer or storage error
+/// (the caller retries the flush with a new batch id; files already written are orphans that
+/// no commit references).
+pub async fn write_data_files(
+    table: &Table,
+    settings: &WriterSettings,
+    batch_id: Uuid,
+    batch: RecordBatch,
+) -> iceberg::Result<WrittenFiles> {
+    if batch.num_rows() == 0 {
+        return Ok(WrittenFiles::default());
+    }
+    let table = table.clone();
+    let settings = settings.clone();
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        handle.block_on(write_blocking(&table, &settings, batch_id, batch))
+    })
+    .await
+    .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?
+}
+
+async fn write_blocking(
+    table: &Table,
+    settings: &WriterSettings,
+    batch_id: Uuid,
+    batch: RecordBatch,
+) -> iceberg::Result<WrittenFiles> {
+    let md = table.metadata();
+    let schema = md.current_schema().clone();
+    let spec = md.default_partition_spec().clone();
+    let props = WriterProperties::builder()
+        .set_compression(settings.compression.parquet())
+        .build();
+    let parquet = ParquetWriterBuilder::new(props, schema.clone());
+    let rolling = RollingFileWriterBuilder::new(
+        parquet,
+        settings.target_file_size as usize,
+        table.file_io().clone(),
+        DefaultLocationGenerator::new(md)?,
+        DefaultFileNameGenerator::new(
+            format!("{}-{}", settings.channel, batch_id),
+            None,
+            DataFileFormat::Parquet,
+        ),
+    );
+    let mut fanout = FanoutWriter::new(DataFileWriterBuilder::new(rolling));
+    let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?;
+    for (key, part) in splitter.split(&batch)? {
+        fanout.write(key, part).await?;
+    }
+    let files: Vec<DataFile> = fanout.close().await?;
+    let partition_type = spec.partition_type(md.current_schema())?;
+    let mut out = WrittenFiles::default();
+    for f in files {
+        out.num_rows += f.record_count();
+        out.num_bytes += f.file_size_in_bytes();
+        out.paths.push(f.file_path().to_string());
+        out.data_files_json.push(serialize_data_file_to_json(
+            f,
+            &partition_type,
+            FormatVersion::V2,
+        )?);
+    }
+    Ok(out)
+}
+
+/// Parses the data files of a pending batch back for a commit against `table`.
+///
+/// Errors: the JSON does not describe a data file of the table's default partition spec.
+pub fn parse_data_files(table: &Table, data_files_json: &[String]) -> iceberg::Result<Vec<DataFile>> {
+    let md = table.metadata();
+    let spec = md.default_partition_spec();
+    let partition_type = spec.partition_type(md.current_schema())?;
+    data_files_json
+        .iter()
+        .map(|j| {
+            iceberg::spec::deserialize_data_file_from_json(
+                j,
+                spec.spec_id(),
+                &partition_type,
+                md.current_schema(),
+            )
+        })
+        .collect()
+}
+
+/// The data file paths named in serialized data files (for deleting a rejected batch's files).
+pub fn data_file_paths(data_files_json: &[String]) -> Vec<String> {
+    data_files_json
+        .iter()
+        .filter_map(|j| {
+            serde_json::from_str::<serde_json::Value>(j)
+                .ok()?
+                .get("file_path")?
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect()
+}

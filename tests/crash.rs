@@ -1,0 +1,172 @@
+//! Crash tests with real processes: `floe run` workers are SIGKILLed and SIGSTOPped (past their
+//! lease expiry) while batches are pending; a standalone Kafka-protocol broker outlives them;
+//! PyIceberg then checks by id that the table holds exactly the input.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+struct Broker {
+    child: Child,
+    bootstrap: String,
+}
+
+impl Broker {
+    fn start() -> Broker {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_floe-mock-kafka"))
+            .args(["--topic", "events", "--partitions", "4"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start floe-mock-kafka");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let bootstrap = line
+            .trim()
+            .strip_prefix("bootstrap=")
+            .expect("bootstrap line")
+            .to_string();
+        Broker { child, bootstrap }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Worker {
+    child: Child,
+}
+
+impl Worker {
+    fn start(dir: &Path, bootstrap: &str, id: &str) -> Worker {
+        let config = dir.join(format!("{id}.toml"));
+        std::fs::write(&config, config_toml(dir, bootstrap, id, 4)).unwrap();
+        let log = std::fs::File::create(dir.join(format!("{id}.log"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_floe"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start floe run");
+        Worker { child }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig}");
+    }
+
+    fn terminate(mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        for _ in 0..600 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        panic!("worker did not exit within 60 s of SIGTERM");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn assert_exactly_once(dir: &Path, total: u64) {
+    let expected_bad = (0..total).filter(|id| bad_kind(*id).is_some()).count() as u64;
+    let t = read_with_pyiceberg(dir, &[]);
+    let keys = dlq_keys(dir);
+    let mut dlq_ids: Vec<u64> = keys.iter().flatten().map(|k| k.parse().unwrap()).collect();
+    dlq_ids.sort();
+    let n = dlq_ids.len();
+    dlq_ids.dedup();
+    assert_eq!(n, dlq_ids.len(), "no DLQ entry twice");
+    assert_eq!(n as u64, expected_bad, "every bad record in the DLQ");
+    assert_eq!(t["rows"], total - expected_bad, "count(*) == produced - DLQ");
+    assert_eq!(t["distinct_ids"], total - expected_bad, "count(distinct id) == count(*)");
+}
+
+fn log_of(dir: &Path, id: &str) -> String {
+    std::fs::read_to_string(dir.join(format!("{id}.log"))).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_worker_loses_and_doubles_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    let total = 6_000u64;
+    produce(&broker.bootstrap, 0, total / 2);
+    let w1 = Worker::start(dir.path(), &broker.bootstrap, "w1");
+    let w2 = Worker::start(dir.path(), &broker.bootstrap, "w2");
+    // Let both read and hand off batches, then kill one while batches are pending.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    produce(&broker.bootstrap, total / 2, total);
+    w1.signal("KILL");
+    drop(w1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let w1 = Worker::start(dir.path(), &broker.bootstrap, "w1");
+    let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(150)).await;
+    assert!(w1.terminate().success(), "w1 exits 0 on SIGTERM:\n{}", log_of(dir.path(), "w1"));
+    assert!(w2.terminate().success(), "w2 exits 0 on SIGTERM:\n{}", log_of(dir.path(), "w2"));
+    assert_eq!(rows + dlq, total, "all delivered; logs:\n{}", log_of(dir.path(), "w2"));
+    assert_exactly_once(dir.path(), total);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committer_paused_past_lease_expiry_cannot_double_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    let total = 6_000u64;
+    produce(&broker.bootstrap, 0, total / 2);
+    // w1 starts alone: it takes every lease, the committer lease included.
+    let w1 = Worker::start(dir.path(), &broker.bootstrap, "w1");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let w2 = Worker::start(dir.path(), &broker.bootstrap, "w2");
+    // Wait for w1 to hand off its first batches, then freeze it past its lease (4 s).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    w1.signal("STOP");
+    produce(&broker.bootstrap, total / 2, total);
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    w1.signal("CONT");
+    let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(150)).await;
+    assert!(w1.terminate().success(), "w1 exits 0:\n{}", log_of(dir.path(), "w1"));
+    assert!(w2.terminate().success(), "w2 exits 0:\n{}", log_of(dir.path(), "w2"));
+    assert_eq!(rows + dlq, total);
+    assert_exactly_once(dir.path(), total);
+    let t = read_with_pyiceberg(dir.path(), &[]);
+    let mut batch_ids: Vec<String> = t["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["floe.batch-ids"].as_str())
+        .flat_map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let n = batch_ids.len();
+    batch_ids.sort();
+    batch_ids.dedup();
+    assert_eq!(batch_ids.len(), n, "no batch committed twice");
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Independent reader for floe's integration tests: opens floe's SQLite catalog with PyIceberg
+and prints, as one JSON object, what the Rust tests assert on.
+
+Usage: read_table.py CATALOG_SQLITE WAREHOUSE_DIR NAMESPACE.TABLE [--catalog-name floe] [--ids 1,2,3]
+
+Output keys: rows, distinct_ids, schema (field name -> Iceberg type string, nested included),
+required (field names that are required), partition_spec ([{source, transform, name}]),
+properties, snapshots ([summary dicts] sorted by sequence number), sample ({id: row} for --ids,
+values rendered as text: timestamps ISO 8601 UTC, decimals as strings).
+"""
+import argparse
+import json
+import sys
+
+from pyiceberg.catalog.sql import SqlCatalog
+
+
+def render(v):
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, dict):
+        return {k: render(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        # map columns arrive as lists of (key, value) tuples
+        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
+            return {str(k): render(x) for k, x in v}
+        return [render(x) for x in v]
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return str(v)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("catalog")
+    ap.add_argument("warehouse")
+    ap.add_argument("table")
+    ap.add_argument("--catalog-name", default="floe")
+    ap.add_argument("--ids", default="")
+    a = ap.parse_args()
+    cat = SqlCatalog(a.catalog_name, uri=f"sqlite:///{a.catalog}", warehouse=f"file://{a.warehouse}")
+    t = cat.load_table(a.table)
+    arrow = t.scan().to_arrow()
+    ids = arrow.column("id").to_pylist() if arrow.num_rows else []
+    schema = {}
+    required = []
+
+    def walk(prefix, fields):
+        for f in fields:
+            name = prefix + f.name
+            schema[name] = str(f.field_type)
+            if f.required:
+                required.append(name)
+            ft = f.field_type
+            if hasattr(ft, "fields"):
+                walk(name + ".", ft.fields)
+
+    walk("", t.schema().fields)
+    spec = [
+        {"source": t.schema().find_field(pf.source_id).name, "transform": str(pf.transform), "name": pf.name}
+        for pf in t.spec().fields
+    ]
+    snaps = sorted(t.metadata.snapshots, key=lambda s: s.sequence_number)
+    summaries = []
+    for s in snaps:
+        d = {"operation": str(s.summary.operation.value) if s.summary else None}
+        if s.summary:
+            d.update(s.summary.additional_properties)
+        summaries.append(d)
+    sample = {}
+    wanted = {int(x) for x in a.ids.split(",") if x}
+    if wanted:
+        for row in arrow.to_pylist():
+            if row["id"] in wanted:
+                sample[str(row["id"])] = render(row)
+    out = {
+        "rows": arrow.num_rows,
+        "distinct_ids": len(set(ids)),
+        "schema": schema,
+        "required": required,
+        "partition_spec": spec,
+        "properties": dict(t.properties),
+        "snapshots": summaries,
+        "sample": sample,
+    }
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
