@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod config;
 pub mod convert;
 pub mod model;
 pub mod schema;
