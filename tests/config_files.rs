@@ -127,3 +127,23 @@ fn validate_reports_a_missing_schema_file_with_its_key_path() {
     let errors = validate::check(&path).unwrap_err().0;
     assert!(errors[0].message.contains("is not JSON"), "{errors:?}");
 }
+
+#[test]
+fn validate_run_exits_zero_on_the_quickstart_and_one_on_problems() {
+    let ok = validate::ValidateArgs {
+        config: config_dir().join("quickstart.toml"),
+    };
+    assert_eq!(validate::run(&ok), std::process::ExitCode::SUCCESS);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    let text = std::fs::read_to_string(config_dir().join("quickstart.toml"))
+        .unwrap()
+        .replace("data_freshness = \"10s\"", "data_freshness = \"5s\"")
+        .replace("kind = \"sql\"", "kind = \"rest\"")
+        .replace("renew_interval = \"3s\"", "renew_interval = \"4s\"")
+        .replace("namespace = \"quickstart\"", "namespace = \"Quick-Start\"");
+    std::fs::write(&path, text).unwrap();
+    let bad = validate::ValidateArgs { config: path };
+    assert_eq!(validate::run(&bad), std::process::ExitCode::FAILURE);
+}

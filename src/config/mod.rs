@@ -14,7 +14,7 @@
 //! ```
 //!
 //! Every problem is reported, each with its key path (`channel[0].destination.data_freshness`).
-//! The file format and its documentation are in [`file`]; `floe validate` additionally reads the
+//! The file format and its documentation are in [`file`](mod@file); `floe validate` additionally reads the
 //! schema files (see [`crate::cli::validate`]).
 
 pub mod file;

@@ -58,7 +58,7 @@ pub(crate) fn format_size(bytes: u64) -> String {
     BINARY_UNITS
         .iter()
         .rev()
-        .find(|(_, m)| bytes != 0 && bytes % m == 0)
+        .find(|(_, m)| bytes != 0 && bytes.is_multiple_of(*m))
         .map(|(name, m)| format!("{}{name}", bytes / m))
         .unwrap_or_else(|| format!("{bytes}B"))
 }
