@@ -5,6 +5,7 @@ pub mod app;
 pub mod catalog;
 pub mod cli;
 pub mod commit;
+pub mod config;
 pub mod convert;
 pub mod dlq;
 pub mod model;

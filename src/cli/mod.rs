@@ -1,1 +1,2 @@
 //! Command-line subcommands implemented in the library (the binary stays thin).
+pub mod validate;

@@ -1,0 +1,453 @@
+//! The configuration file as written: one struct per TOML table, every key documented.
+//!
+//! This module is the configuration reference. Each table is parsed on its own (see [`Section`]),
+//! so a mistake in one table is reported with its key path while the others are still checked.
+//! Unknown keys are refused everywhere. Durations are written like `"300s"` or `"10m"`; sizes with
+//! binary units like `"128MiB"` (2^20 bytes per MiB; `MB` is refused as ambiguous). Relative paths
+//! are resolved against the directory of the configuration file. Secrets are never written in the
+//! file: a Kafka client property may take its value from the environment (`"env:VARNAME"`).
+//!
+//! Validation into the typed [`Config`](super::Config) applies the defaults and the rules; the
+//! `DEFAULT_*` constants of [`config`](super) hold the defaults quoted here.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{DeserializeOwned, Deserializer};
+use serde::Deserialize;
+
+use super::{InitialPosition, RecordFormat};
+
+/// The whole file.
+///
+/// ```toml
+/// [worker]          # optional
+/// [lease_store]     # required
+/// [[channel]]       # one or more
+/// ```
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// `[worker]`: this process. Optional; every key has a default.
+    #[serde(default)]
+    pub worker: Section<WorkerSection>,
+    /// `[lease_store]`: where workers coordinate leases, pending batches and channel state.
+    pub lease_store: Section<LeaseStoreSection>,
+    /// `[[channel]]`: one entry per channel (one source delivered to one destination).
+    /// At least one is required.
+    #[serde(default, rename = "channel")]
+    pub channels: Vec<Section<ChannelSection>>,
+}
+
+/// `[worker]`: settings of this worker process.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerSection {
+    /// Identity of this worker in the lease store, shown as the owner of its leases.
+    /// 1 to 128 characters from `A-Z a-z 0-9 . _ : -`. Default: `"<hostname>-<pid>"`.
+    /// Two live workers must never share an id.
+    pub id: Option<String>,
+    /// Address of the HTTP endpoint serving `/metrics`, `/healthz` and `/readyz`, as an IP socket
+    /// address (`"0.0.0.0:9464"`; host names are not resolved), or `"off"` to serve nothing.
+    /// Default: `"127.0.0.1:9464"`.
+    pub metrics_address: Option<String>,
+    /// Bound of the graceful drain on SIGTERM/SIGINT: stop reading, flush, commit, release leases.
+    /// After it, pending work is abandoned (it is redelivered from the committed checkpoints, never
+    /// lost). From 1s to 1h. Default: `"30s"`. Leases are renewed while draining, so this may exceed
+    /// `lease_store.lease_duration`; set the supervisor's kill timeout (systemd `TimeoutStopSec`,
+    /// ECS `stopTimeout`) above it.
+    pub shutdown_timeout: Option<DurationText>,
+}
+
+/// `[lease_store]`: the store where workers take and renew leases. Tagged by `kind`.
+#[derive(Debug)]
+pub enum LeaseStoreSection {
+    /// `kind = "sqlite"`: an SQLite file shared by the workers of one machine (embedded mode).
+    Sqlite(SqliteLeaseStoreSection),
+    /// `kind = "dynamodb"`: a DynamoDB table shared by a fleet. Not supported yet in this build.
+    Dynamodb(toml::Table),
+}
+
+/// `[lease_store]` with `kind = "sqlite"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqliteLeaseStoreSection {
+    /// Path of the SQLite database file, created if missing. Every worker sharing the channels
+    /// must use the same file. Required.
+    pub path: String,
+    /// How long a lease stays valid without renewal; a dead worker's shards are taken over after
+    /// about this long. From 1s to 10m. Default: `"10s"`.
+    pub lease_duration: Option<DurationText>,
+    /// How often a worker renews its leases. At most a third of `lease_duration`, so a worker may
+    /// miss two renewals before it loses a lease. At least 100ms. Default: `lease_duration / 3`.
+    pub renew_interval: Option<DurationText>,
+    /// At most this many leases a worker takes from busier workers per renewal period when
+    /// balancing (at least 1). Default: `1`.
+    pub max_leases_to_steal: Option<u32>,
+}
+
+/// `[[channel]]`: one source delivered to one destination.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelSection {
+    /// Name of the channel: 1 to 64 characters from `a-z 0-9 _ -`, unique in the file. It names
+    /// the channel's leases, data files and metrics, so renaming a channel starts a new one.
+    /// Required.
+    pub name: String,
+    /// `[channel.source]`: where records are read. Required.
+    pub source: Section<SourceSection>,
+    /// `[channel.record]`: how records are encoded. Optional.
+    #[serde(default)]
+    pub record: Section<RecordSection>,
+    /// `[channel.schema]`: the JSON Schema records are validated against. Required.
+    pub schema: Section<SchemaSection>,
+    /// `[channel.destination]`: where records are delivered. Required.
+    pub destination: Section<DestinationSection>,
+    /// `[channel.dlq]`: where rejected records are written (the dead-letter queue). Required.
+    pub dlq: Section<DlqSection>,
+}
+
+/// `[channel.source]`: the stream a channel reads. Tagged by `kind`.
+#[derive(Debug)]
+pub enum SourceSection {
+    /// `kind = "kafka"`: a Kafka topic.
+    Kafka(KafkaSourceSection),
+    /// `kind = "kinesis"`: a Kinesis data stream. Not supported yet in this build.
+    Kinesis(toml::Table),
+}
+
+/// `[channel.source]` with `kind = "kafka"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSourceSection {
+    /// Comma-separated `host:port` list of brokers used to bootstrap (`"b1:9092,b2:9092"`).
+    /// Required.
+    pub bootstrap_servers: String,
+    /// The topic to read. Required. Each of its partitions is a shard.
+    pub topic: String,
+    /// Where a new channel starts reading: `"activation_time"` (records produced from the moment
+    /// the channel is activated; no backfill) or `"earliest"` (everything still retained).
+    /// Applies only to a channel's first start; afterwards floe resumes from the checkpoints in the
+    /// table. Default: `"activation_time"`.
+    #[serde(default)]
+    pub initial_position: InitialPosition,
+    /// `[channel.source.properties]`: librdkafka client properties passed through as given
+    /// (string → string), e.g. `"security.protocol" = "SASL_SSL"`. A value written
+    /// `"env:VARNAME"` is read from the environment variable `VARNAME` when the file is loaded;
+    /// secrets (keys containing `password` or `secret`, `sasl.oauthbearer.config`, `ssl.key.pem`)
+    /// must be given this way. Keys floe owns are refused: `bootstrap.servers`,
+    /// `metadata.broker.list`, `group.id`, `enable.auto.commit`, `auto.commit.enable`,
+    /// `enable.auto.offset.store`, `auto.offset.reset`, `enable.partition.eof`.
+    #[serde(default)]
+    pub properties: BTreeMap<String, toml::Value>,
+}
+
+/// `[channel.record]`: how records are encoded.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordSection {
+    /// `"json"` (each record is one UTF-8 JSON document) or `"gsr_json"` (a JSON document behind
+    /// the AWS Glue Schema Registry header, optionally zlib-compressed). Default: `"json"`.
+    pub format: Option<RecordFormat>,
+    /// Largest record accepted (after GSR decompression); larger records go to the DLQ as
+    /// `RECORD_TOO_LARGE`. From 1KiB to 64MiB. Default: `"10MiB"`.
+    pub max_record_size: Option<SizeText>,
+}
+
+/// `[channel.schema]`: the channel's JSON Schema (draft-04 or draft-07).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaSection {
+    /// Path of the JSON Schema file (relative to this file's directory). It is read when the
+    /// channel starts and by `floe validate`. Required.
+    pub file: String,
+}
+
+/// `[channel.destination]`: where a channel delivers. Tagged by `kind`.
+#[derive(Debug)]
+pub enum DestinationSection {
+    /// `kind = "iceberg"`: an hour-partitioned Apache Iceberg table.
+    Iceberg(IcebergDestinationSection),
+    /// `kind = "s3"`: raw objects under an S3 prefix. Not supported yet in this build.
+    S3(toml::Table),
+}
+
+/// `[channel.destination]` with `kind = "iceberg"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IcebergDestinationSection {
+    /// `[channel.destination.catalog]`: the Iceberg catalog holding the table. Required.
+    pub catalog: Section<CatalogSection>,
+    /// Namespace of the table: 1 to 255 characters from `a-z 0-9 _`. Created if missing. Required.
+    pub namespace: String,
+    /// Name of the table: 1 to 255 characters from `a-z 0-9 _`. Created by the channel on first
+    /// delivery; floe never writes to a table it did not create. Required.
+    pub table: String,
+    /// Top-level schema field the table is partitioned on, by `hour(...)`. It must be a required
+    /// `string` with `format: date-time` in the schema. Required.
+    pub partition_field: String,
+    /// Parquet compression of data files: `"zstd"`, `"snappy"` or `"none"`. Default: `"zstd"`.
+    pub compression: Option<CompressionCodec>,
+    /// ZSTD level, 1 (fastest) to 22 (smallest); only with `compression = "zstd"`. Default: `3`.
+    pub compression_level: Option<i64>,
+    /// Maximum age of a record before it is committed to the table: buffered records are flushed
+    /// and committed when the oldest reaches this age (or the buffer fills). From 10s to 900s.
+    /// Default: `"300s"`.
+    pub data_freshness: Option<DurationText>,
+    /// Target size of a data file; a partition's buffer is written out when it reaches it.
+    /// From 1MiB to 2GiB. Default: `"128MiB"`.
+    pub target_file_size: Option<SizeText>,
+    /// Memory bound for this channel's buffered rows in this worker; when full, reading pauses
+    /// (back-pressure) and the buffer is flushed. At least `channel.record.max_record_size`,
+    /// at most 64GiB. Default: `"256MiB"`.
+    pub buffer_size: Option<SizeText>,
+    /// Hour partitions buffered at once; beyond this the oldest hour is flushed early.
+    /// From 1 to 1000. Default: `48`.
+    pub max_open_partitions: Option<u32>,
+}
+
+/// Parquet compression codec as written in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompressionCodec {
+    /// `"zstd"`.
+    Zstd,
+    /// `"snappy"`.
+    Snappy,
+    /// `"none"`: uncompressed.
+    None,
+}
+
+/// `[channel.destination.catalog]`: the Iceberg catalog. Tagged by `kind`.
+#[derive(Debug)]
+pub enum CatalogSection {
+    /// `kind = "sql"`: an SQL catalog in an SQLite database (the embedded default).
+    Sql(SqlCatalogSection),
+    /// `kind = "rest"`: an Iceberg REST catalog. Not supported yet in this build.
+    Rest(toml::Table),
+    /// `kind = "glue"`: the AWS Glue Data Catalog. Not supported yet in this build.
+    Glue(toml::Table),
+    /// `kind = "s3tables"`: an Amazon S3 Tables table bucket. Not supported yet in this build.
+    S3Tables(toml::Table),
+}
+
+/// `[channel.destination.catalog]` with `kind = "sql"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlCatalogSection {
+    /// Catalog name recorded in the SQL catalog's tables (readers such as PyIceberg must use the
+    /// same name). 1 to 255 characters from `A-Z a-z 0-9 _ -`. Default: `"floe"`.
+    pub name: Option<String>,
+    /// The SQLite database: `"sqlite:PATH"` or a plain path (relative to this file's directory),
+    /// created if missing. Other databases are not supported yet in this build. Required.
+    pub uri: String,
+    /// Directory under which table data and metadata files are written (relative to this file's
+    /// directory). `s3://` warehouses are not supported yet in this build. Required.
+    pub warehouse: String,
+}
+
+/// `[channel.dlq]`: the dead-letter queue, JSON Lines entries for rejected records. Tagged by
+/// `kind`.
+#[derive(Debug)]
+pub enum DlqSection {
+    /// `kind = "local"`: files in a local directory.
+    Local(LocalDlqSection),
+    /// `kind = "s3"`: objects under an S3 prefix. Not supported yet in this build.
+    S3(toml::Table),
+}
+
+/// `[channel.dlq]` with `kind = "local"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalDlqSection {
+    /// Directory of the DLQ files (relative to this file's directory), created if missing.
+    /// Required.
+    pub path: String,
+    /// Whether each entry carries the rejected record's payload (base64). Off by default, since
+    /// payloads may hold personal data. Default: `false`.
+    #[serde(default)]
+    pub include_payload: bool,
+}
+
+/// A duration as written, e.g. `"300s"`; parsed during validation so errors carry the key path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurationText(pub String);
+
+/// A size as written, e.g. `"128MiB"`; parsed during validation so errors carry the key path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SizeText(pub String);
+
+macro_rules! text_newtype {
+    ($name:ident, $expecting:literal) => {
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct TextVisitor;
+                impl serde::de::Visitor<'_> for TextVisitor {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($expecting)
+                    }
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<$name, E> {
+                        Ok($name(v.to_owned()))
+                    }
+                }
+                deserializer.deserialize_str(TextVisitor)
+            }
+        }
+    };
+}
+text_newtype!(
+    DurationText,
+    "a duration string such as \"300s\" or \"10m\""
+);
+text_newtype!(SizeText, "a size string such as \"128MiB\"");
+
+/// One table of the file, kept as TOML until validation parses it on its own, so that its errors
+/// carry its key path and do not hide the errors of other tables.
+pub struct Section<T> {
+    value: Option<toml::Value>,
+    of: PhantomData<fn() -> T>,
+}
+
+impl<T> Default for Section<T> {
+    fn default() -> Self {
+        Section {
+            value: None,
+            of: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for Section<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Section").field(&self.value).finish()
+    }
+}
+
+impl<T> Section<T> {
+    /// A section holding `value`.
+    pub fn new(value: toml::Value) -> Self {
+        Section {
+            value: Some(value),
+            of: PhantomData,
+        }
+    }
+}
+
+impl<'de, T> Deserialize<'de> for Section<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        toml::Value::deserialize(deserializer).map(Section::new)
+    }
+}
+
+/// An error inside one section: the key path relative to the section (empty for the section
+/// itself) and the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SectionError {
+    pub(crate) key: String,
+    pub(crate) message: String,
+}
+
+impl SectionError {
+    /// Takes the key path out of a TOML value deserialization error (toml reports it only in its
+    /// `Display`, as a trailing ``in `a.b` `` line).
+    fn from_toml(error: toml::de::Error) -> Self {
+        let message = error.message().trim_end().to_owned();
+        let shown = error.to_string();
+        let key = shown
+            .lines()
+            .rev()
+            .find_map(|line| line.strip_prefix("in `")?.strip_suffix('`'))
+            .unwrap_or_default()
+            .to_owned();
+        SectionError { key, message }
+    }
+}
+
+/// A type parsed from one section.
+pub(crate) trait FromSection: Sized {
+    /// Parses the section; `None` when the section is absent (a defaulted optional table).
+    fn from_section(value: Option<toml::Value>) -> Result<Self, SectionError>;
+}
+
+impl<T> Section<T> {
+    pub(crate) fn parse(self) -> Result<T, SectionError>
+    where
+        T: FromSection,
+    {
+        T::from_section(self.value)
+    }
+}
+
+macro_rules! plain_section {
+    ($($t:ty),*) => {$(
+        impl FromSection for $t {
+            fn from_section(value: Option<toml::Value>) -> Result<Self, SectionError> {
+                let value = value.unwrap_or_else(|| toml::Value::Table(toml::Table::new()));
+                <$t>::deserialize(value).map_err(SectionError::from_toml)
+            }
+        }
+    )*};
+}
+plain_section!(WorkerSection, ChannelSection, RecordSection, SchemaSection);
+
+/// Splits a tagged table into its `kind` (deserialized as `K`) and the remaining keys.
+fn tagged<K: DeserializeOwned>(
+    value: Option<toml::Value>,
+) -> Result<(K, toml::Table), SectionError> {
+    let section_error = |key: &str, message: String| SectionError {
+        key: key.to_owned(),
+        message,
+    };
+    let mut table = match value {
+        Some(toml::Value::Table(table)) => table,
+        Some(other) => {
+            return Err(section_error(
+                "",
+                format!("invalid type: {}, expected a table", other.type_str()),
+            ))
+        }
+        None => return Err(section_error("", "missing table".to_owned())),
+    };
+    let kind = table
+        .remove("kind")
+        .ok_or_else(|| section_error("", "missing field `kind`".to_owned()))?;
+    let kind = K::deserialize(kind).map_err(|e| section_error("kind", e.message().to_owned()))?;
+    Ok((kind, table))
+}
+
+fn variant<T: DeserializeOwned>(table: toml::Table) -> Result<T, SectionError> {
+    T::deserialize(toml::Value::Table(table)).map_err(SectionError::from_toml)
+}
+
+/// Implements [`FromSection`] for a section tagged by `kind`: a closed enum of kinds, each with
+/// its own struct (and its own unknown-key check). Kinds not supported yet keep their keys as a
+/// TOML table; validation refuses them.
+macro_rules! tagged_section {
+    ($section:ident { $($kind:literal => $variant:ident($parse:tt)),* $(,)? }) => {
+        impl FromSection for $section {
+            fn from_section(value: Option<toml::Value>) -> Result<Self, SectionError> {
+                #[derive(Deserialize)]
+                enum Kind { $(#[serde(rename = $kind)] $variant),* }
+                let (kind, table) = tagged::<Kind>(value)?;
+                match kind {
+                    $(Kind::$variant => tagged_section!(@parse $section $variant $parse table)),*
+                }
+            }
+        }
+    };
+    (@parse $section:ident $variant:ident table $table:ident) => { Ok($section::$variant($table)) };
+    (@parse $section:ident $variant:ident struct $table:ident) => { variant($table).map($section::$variant) };
+}
+
+tagged_section!(LeaseStoreSection { "sqlite" => Sqlite(struct), "dynamodb" => Dynamodb(table) });
+tagged_section!(SourceSection { "kafka" => Kafka(struct), "kinesis" => Kinesis(table) });
+tagged_section!(DestinationSection { "iceberg" => Iceberg(struct), "s3" => S3(table) });
+tagged_section!(CatalogSection {
+    "sql" => Sql(struct),
+    "rest" => Rest(table),
+    "glue" => Glue(table),
+    "s3tables" => S3Tables(table),
+});
+tagged_section!(DlqSection { "local" => Local(struct), "s3" => S3(table) });

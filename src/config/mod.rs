@@ -1,0 +1,440 @@
+//! Configuration: the TOML file, parsed and validated into typed [`Config`].
+//!
+//! Role in the pipeline: every component is built from a [`Config`]; nothing reads the file
+//! afterwards. Invariants upheld here:
+//! - a [`Config`] names only components this build supports (kinds not supported yet are parsed
+//!   and refused, naming the key), and satisfies every cross-field rule;
+//! - settings exactly-once depends on are not configurable (Kafka offset auto-commit, consumer
+//!   groups, the Iceberg commit retry): client properties that would change them are refused;
+//! - secrets never come from the file: client properties take them from the environment.
+//!
+//! ```text
+//!   TOML text --toml--> ConfigFile (one Section per table, unknown keys refused)
+//!             --validate (no I/O; env vars and hostname passed in)--> Config | ConfigErrors
+//! ```
+//!
+//! Every problem is reported, each with its key path (`channel[0].destination.data_freshness`).
+//! The file format and its documentation are in [`file`](mod@file); `floe validate` additionally reads the
+//! schema files (see [`crate::cli::validate`]).
+
+pub mod file;
+mod units;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Default of `worker.metrics_address`.
+pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9464";
+/// Default of `worker.shutdown_timeout`.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of `lease_store.lease_duration`.
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(10);
+/// Default of `lease_store.max_leases_to_steal`.
+pub const DEFAULT_MAX_LEASES_TO_STEAL: u32 = 1;
+/// Default of `channel.record.max_record_size`: 10 MiB.
+pub const DEFAULT_MAX_RECORD_SIZE: u64 = 10 << 20;
+/// Default of `channel.destination.catalog.name`.
+pub const DEFAULT_CATALOG_NAME: &str = "floe";
+/// Default of `channel.destination.compression_level` (ZSTD).
+pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
+/// Default of `channel.destination.data_freshness`.
+pub const DEFAULT_DATA_FRESHNESS: Duration = Duration::from_secs(300);
+/// Default of `channel.destination.target_file_size`: 128 MiB.
+pub const DEFAULT_TARGET_FILE_SIZE: u64 = 128 << 20;
+/// Default of `channel.destination.buffer_size`: 256 MiB.
+pub const DEFAULT_BUFFER_SIZE: u64 = 256 << 20;
+/// Default of `channel.destination.max_open_partitions`.
+pub const DEFAULT_MAX_OPEN_PARTITIONS: u32 = 48;
+
+/// Validated configuration of one worker process. Durations are [`Duration`]s, sizes are bytes,
+/// paths are resolved against the configuration file's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `[worker]`.
+    pub worker: WorkerConfig,
+    /// `[lease_store]`.
+    pub lease_store: LeaseStoreConfig,
+    /// `[[channel]]`, in file order; at least one, names and destination tables unique.
+    pub channels: Vec<ChannelConfig>,
+}
+
+/// `[worker]`, see [`file::WorkerSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// Identity of this worker in the lease store (default `"<hostname>-<pid>"`).
+    pub id: String,
+    /// Address of the `/metrics`, `/healthz`, `/readyz` endpoint; `None` when `"off"`.
+    pub metrics_address: Option<SocketAddr>,
+    /// Bound of the graceful drain on SIGTERM/SIGINT.
+    pub shutdown_timeout: Duration,
+}
+
+/// `[lease_store]`, see [`file::LeaseStoreSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseStoreConfig {
+    /// The store implementation and where it lives.
+    pub backend: LeaseStoreBackend,
+    /// Validity of a lease without renewal.
+    pub lease_duration: Duration,
+    /// Renewal period; at most `lease_duration / 3`.
+    pub renew_interval: Duration,
+    /// Leases taken from busier workers per renewal period when balancing (at least 1).
+    pub max_leases_to_steal: u32,
+}
+
+/// The lease store implementation (`lease_store.kind`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseStoreBackend {
+    /// `kind = "sqlite"`.
+    Sqlite {
+        /// SQLite database file.
+        path: PathBuf,
+    },
+}
+
+/// `[[channel]]`, see [`file::ChannelSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelConfig {
+    /// Channel name, `[a-z0-9_-]{1,64}`, unique.
+    pub name: String,
+    /// Where records are read.
+    pub source: SourceConfig,
+    /// How records are encoded.
+    pub record: RecordConfig,
+    /// The channel's JSON Schema.
+    pub schema: SchemaConfig,
+    /// Where records are delivered.
+    pub destination: DestinationConfig,
+    /// Where rejected records are written.
+    pub dlq: DlqConfig,
+}
+
+/// `[channel.source]` (`kind`), see [`file::SourceSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceConfig {
+    /// `kind = "kafka"`.
+    Kafka(KafkaSourceConfig),
+}
+
+/// `[channel.source]` with `kind = "kafka"`, see [`file::KafkaSourceSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaSourceConfig {
+    /// Comma-separated `host:port` bootstrap brokers, as written.
+    pub bootstrap_servers: String,
+    /// The topic; each partition is a shard.
+    pub topic: String,
+    /// Where a new channel starts reading.
+    pub initial_position: InitialPosition,
+    /// librdkafka client properties, environment references resolved; never contains a key floe
+    /// owns.
+    pub properties: BTreeMap<String, PropertyValue>,
+}
+
+/// Where a new channel starts reading (`channel.source.initial_position`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InitialPosition {
+    /// `"activation_time"`: records produced from the channel's activation on; no backfill.
+    #[default]
+    ActivationTime,
+    /// `"earliest"`: everything the source still retains.
+    Earliest,
+}
+
+/// A client property value, written literally or read from the environment (`"env:VARNAME"`).
+/// Its `Debug` hides values read from the environment.
+#[derive(Clone, PartialEq, Eq)]
+pub enum PropertyValue {
+    /// Written in the file.
+    Literal(String),
+    /// Read from environment variable `var` when the file was loaded.
+    FromEnv {
+        /// Name of the environment variable.
+        var: String,
+        /// Its value.
+        value: String,
+    },
+}
+
+impl PropertyValue {
+    /// The value to hand to the client.
+    pub fn value(&self) -> &str {
+        match self {
+            PropertyValue::Literal(value) | PropertyValue::FromEnv { value, .. } => value,
+        }
+    }
+}
+
+impl fmt::Debug for PropertyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PropertyValue::Literal(value) => write!(f, "{value:?}"),
+            PropertyValue::FromEnv { var, .. } => write!(f, "env:{var} (redacted)"),
+        }
+    }
+}
+
+/// `[channel.record]`, see [`file::RecordSection`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordConfig {
+    /// Record encoding.
+    pub format: RecordFormat,
+    /// Largest record accepted, in bytes (after GSR decompression).
+    pub max_record_size: u64,
+}
+
+/// Record encoding (`channel.record.format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordFormat {
+    /// `"json"`: one UTF-8 JSON document per record.
+    #[default]
+    Json,
+    /// `"gsr_json"`: a JSON document behind the Glue Schema Registry header.
+    GsrJson,
+}
+
+/// `[channel.schema]`: where the channel's JSON Schema comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaConfig {
+    /// `file = "..."`: a JSON Schema file, path resolved.
+    File(PathBuf),
+}
+
+/// `[channel.destination]` (`kind`), see [`file::DestinationSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DestinationConfig {
+    /// `kind = "iceberg"`.
+    Iceberg(IcebergDestinationConfig),
+}
+
+/// `[channel.destination]` with `kind = "iceberg"`, see [`file::IcebergDestinationSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IcebergDestinationConfig {
+    /// The catalog holding the table.
+    pub catalog: CatalogConfig,
+    /// Namespace, `[a-z0-9_]{1,255}`.
+    pub namespace: String,
+    /// Table name, `[a-z0-9_]{1,255}`.
+    pub table: String,
+    /// Top-level field partitioned by `hour(...)`.
+    pub partition_field: String,
+    /// Parquet compression of data files.
+    pub compression: Compression,
+    /// Maximum age of a record before it is committed, 10 s to 900 s.
+    pub data_freshness: Duration,
+    /// Target data file size in bytes.
+    pub target_file_size: u64,
+    /// Memory bound of this channel's buffered rows in this worker, in bytes
+    /// (≥ `record.max_record_size`).
+    pub buffer_size: u64,
+    /// Hour partitions buffered at once.
+    pub max_open_partitions: u32,
+}
+
+/// Parquet compression of data files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// ZSTD at `level` (1..=22).
+    Zstd {
+        /// Compression level.
+        level: i32,
+    },
+    /// Snappy.
+    Snappy,
+    /// No compression.
+    Uncompressed,
+}
+
+impl Compression {
+    /// The value of the Iceberg table property `write.parquet.compression-codec`.
+    pub fn iceberg_codec_name(&self) -> &'static str {
+        match self {
+            Compression::Zstd { .. } => "zstd",
+            Compression::Snappy => "snappy",
+            Compression::Uncompressed => "uncompressed",
+        }
+    }
+}
+
+/// `[channel.destination.catalog]` (`kind`), see [`file::CatalogSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogConfig {
+    /// `kind = "sql"` on SQLite.
+    Sql(SqlCatalogConfig),
+}
+
+/// `[channel.destination.catalog]` with `kind = "sql"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlCatalogConfig {
+    /// Catalog name (default `"floe"`).
+    pub name: String,
+    /// SQLite database file of the catalog, path resolved.
+    pub database: PathBuf,
+    /// Where table files are written.
+    pub warehouse: Warehouse,
+}
+
+impl SqlCatalogConfig {
+    /// The sqlx connection URL of the catalog database, created if missing
+    /// (`sqlite:<path>?mode=rwc`).
+    pub fn sqlite_url(&self) -> String {
+        format!("sqlite:{}?mode=rwc", self.database.display())
+    }
+}
+
+/// Where a catalog writes table files (`warehouse`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Warehouse {
+    /// A local directory, path resolved.
+    Local(PathBuf),
+}
+
+/// `[channel.dlq]`, see [`file::DlqSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DlqConfig {
+    /// Where entries are written.
+    pub location: DlqLocation,
+    /// Whether entries carry the record payload.
+    pub include_payload: bool,
+}
+
+/// Where DLQ entries are written (`channel.dlq.kind`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DlqLocation {
+    /// `kind = "local"`: a local directory, path resolved.
+    Local(PathBuf),
+}
+
+/// What validation may know about the process, passed in so that validation does no I/O.
+#[derive(Clone, Default)]
+pub struct ConfigEnv {
+    /// Host name, for the default worker id.
+    pub hostname: String,
+    /// Process id, for the default worker id.
+    pub pid: u32,
+    /// Environment variables, for `"env:VARNAME"` property values.
+    pub vars: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for ConfigEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigEnv")
+            .field("hostname", &self.hostname)
+            .field("pid", &self.pid)
+            .field("vars", &self.vars.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl ConfigEnv {
+    /// This process: its host name, pid and environment.
+    pub fn from_process() -> Self {
+        let hostname = ["/proc/sys/kernel/hostname", "/etc/hostname"]
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())
+            .map(|h| h.trim().to_owned())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".to_owned());
+        ConfigEnv {
+            hostname,
+            pid: std::process::id(),
+            vars: std::env::vars().collect(),
+        }
+    }
+}
+
+/// One problem in a configuration: the key path (`channel[0].destination.data_freshness`, or
+/// `line L, column C` for TOML syntax) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ConfigError {
+    /// Key path of the problem.
+    pub path: String,
+    /// What is wrong, lowercase.
+    pub message: String,
+}
+
+/// Every problem found in a configuration, in file order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, error) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Parses and validates `text`, resolving relative paths against `base_dir`, taking the
+    /// default worker id and `"env:VARNAME"` values from this process.
+    ///
+    /// Errors: every problem, each with its key path.
+    pub fn from_toml_str(text: &str, base_dir: &Path) -> Result<Config, ConfigErrors> {
+        Self::from_toml_str_with_env(text, base_dir, &ConfigEnv::from_process())
+    }
+
+    /// [`Config::from_toml_str`] with the process facts given: a pure function of its inputs.
+    ///
+    /// Errors: every problem, each with its key path.
+    pub fn from_toml_str_with_env(
+        text: &str,
+        base_dir: &Path,
+        env: &ConfigEnv,
+    ) -> Result<Config, ConfigErrors> {
+        let file: file::ConfigFile = toml::from_str(text).map_err(|e| {
+            let path = match e.span() {
+                Some(span) => {
+                    let before = &text[..span.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                    format!("line {line}, column {column}")
+                }
+                None => "toml".to_owned(),
+            };
+            ConfigErrors(vec![ConfigError {
+                path,
+                message: e.message().trim_end().to_owned(),
+            }])
+        })?;
+        validate::validate(file, base_dir, env)
+    }
+
+    /// Reads and validates the file at `path`; relative paths in it are resolved against its
+    /// directory (made absolute with the current directory).
+    ///
+    /// Errors: the file cannot be read (path = the file), or every problem in it.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![ConfigError {
+                path: path.display().to_string(),
+                message: format!("cannot read the configuration file: {e}"),
+            }])
+        })?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let base_dir = if dir.is_absolute() {
+            dir.to_path_buf()
+        } else {
+            std::env::current_dir()
+                .map(|cwd| cwd.join(dir))
+                .unwrap_or_else(|_| dir.to_path_buf())
+        };
+        Self::from_toml_str(&text, &base_dir)
+    }
+}

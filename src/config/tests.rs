@@ -1,0 +1,669 @@
+//! Rules of the configuration, each pinned with the key path it reports.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::*;
+
+const MINIMAL: &str = r#"
+[lease_store]
+kind = "sqlite"
+path = "state/leases.sqlite"
+
+[[channel]]
+name = "events"
+[channel.source]
+kind = "kafka"
+bootstrap_servers = "localhost:9092"
+topic = "events"
+[channel.schema]
+file = "event.schema.json"
+[channel.destination]
+kind = "iceberg"
+namespace = "quickstart"
+table = "events"
+partition_field = "event_time"
+[channel.destination.catalog]
+kind = "sql"
+uri = "sqlite:catalog.sqlite"
+warehouse = "warehouse"
+[channel.dlq]
+kind = "local"
+path = "dlq"
+"#;
+
+fn env() -> ConfigEnv {
+    ConfigEnv {
+        hostname: "host1".to_owned(),
+        pid: 42,
+        vars: [("KAFKA_PASSWORD".to_owned(), "hunter2".to_owned())].into(),
+    }
+}
+
+fn parse(text: &str) -> Result<Config, ConfigErrors> {
+    Config::from_toml_str_with_env(text, Path::new("/etc/floe"), &env())
+}
+
+/// `MINIMAL` with `line` inserted right after the `[header]` line (the first one if repeated).
+fn with(header: &str, line: &str) -> String {
+    let header_line = format!("{header}\n");
+    let at = MINIMAL.find(&header_line).expect("header in MINIMAL") + header_line.len();
+    format!("{}{line}\n{}", &MINIMAL[..at], &MINIMAL[at..])
+}
+
+/// `MINIMAL` with `from` replaced by `to`.
+fn replaced(from: &str, to: &str) -> String {
+    assert!(MINIMAL.contains(from), "{from}");
+    MINIMAL.replacen(from, to, 1)
+}
+
+/// `MINIMAL` with `[channel.source.properties]` holding `lines`.
+fn props(lines: &str) -> String {
+    replaced(
+        "[channel.schema]",
+        &format!("[channel.source.properties]\n{lines}\n[channel.schema]"),
+    )
+}
+
+fn errors(text: &str) -> Vec<ConfigError> {
+    parse(text).expect_err("config should be refused").0
+}
+
+/// Asserts exactly one problem, at `path`, whose message contains `needle`.
+#[track_caller]
+fn refused(text: &str, path: &str, needle: &str) {
+    let errors = errors(text);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0].path, path, "{errors:#?}");
+    assert!(errors[0].message.contains(needle), "{errors:#?}");
+}
+
+fn iceberg(config: &Config) -> &IcebergDestinationConfig {
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    d
+}
+
+fn kafka(config: &Config) -> &KafkaSourceConfig {
+    let SourceConfig::Kafka(k) = &config.channels[0].source;
+    k
+}
+
+#[test]
+fn minimal_config_takes_every_default() {
+    let config = parse(MINIMAL).unwrap();
+    assert_eq!(config.worker.id, "host1-42");
+    assert_eq!(
+        config.worker.metrics_address,
+        Some("127.0.0.1:9464".parse().unwrap())
+    );
+    assert_eq!(config.worker.shutdown_timeout, DEFAULT_SHUTDOWN_TIMEOUT);
+    assert_eq!(
+        config.lease_store,
+        LeaseStoreConfig {
+            backend: LeaseStoreBackend::Sqlite {
+                path: PathBuf::from("/etc/floe/state/leases.sqlite")
+            },
+            lease_duration: Duration::from_secs(10),
+            renew_interval: Duration::from_secs(10) / 3,
+            max_leases_to_steal: 1,
+        }
+    );
+    let channel = &config.channels[0];
+    assert_eq!(channel.name, "events");
+    assert_eq!(
+        kafka(&config).initial_position,
+        InitialPosition::ActivationTime
+    );
+    assert!(kafka(&config).properties.is_empty());
+    assert_eq!(
+        channel.record,
+        RecordConfig {
+            format: RecordFormat::Json,
+            max_record_size: 10 * 1024 * 1024
+        }
+    );
+    assert_eq!(
+        channel.schema,
+        SchemaConfig::File("/etc/floe/event.schema.json".into())
+    );
+    assert_eq!(
+        *iceberg(&config),
+        IcebergDestinationConfig {
+            catalog: CatalogConfig::Sql(SqlCatalogConfig {
+                name: "floe".to_owned(),
+                database: "/etc/floe/catalog.sqlite".into(),
+                warehouse: Warehouse::Local("/etc/floe/warehouse".into()),
+            }),
+            namespace: "quickstart".to_owned(),
+            table: "events".to_owned(),
+            partition_field: "event_time".to_owned(),
+            compression: Compression::Zstd { level: 3 },
+            data_freshness: Duration::from_secs(300),
+            target_file_size: 128 * 1024 * 1024,
+            buffer_size: 256 * 1024 * 1024,
+            max_open_partitions: 48,
+        }
+    );
+    assert_eq!(
+        channel.dlq,
+        DlqConfig {
+            location: DlqLocation::Local("/etc/floe/dlq".into()),
+            include_payload: false
+        }
+    );
+}
+
+#[test]
+fn renew_interval_defaults_to_a_third_of_the_lease_duration() {
+    let config = parse(&with("[lease_store]", "lease_duration = \"30s\"")).unwrap();
+    assert_eq!(config.lease_store.renew_interval, Duration::from_secs(10));
+}
+
+#[test]
+fn absolute_paths_are_kept_and_plain_catalog_paths_accepted() {
+    let text = replaced(
+        "uri = \"sqlite:catalog.sqlite\"",
+        "uri = \"/data/catalog.db\"",
+    );
+    let config = parse(&text).unwrap();
+    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog;
+    assert_eq!(sql.database, PathBuf::from("/data/catalog.db"));
+    assert_eq!(sql.sqlite_url(), "sqlite:/data/catalog.db?mode=rwc");
+}
+
+#[test]
+fn explicit_worker_settings_are_used() {
+    let text = format!(
+        "[worker]\nid = \"w-1\"\nmetrics_address = \"off\"\nshutdown_timeout = \"2m\"\n{MINIMAL}"
+    );
+    let config = parse(&text).unwrap();
+    assert_eq!(config.worker.id, "w-1");
+    assert_eq!(config.worker.metrics_address, None);
+    assert_eq!(config.worker.shutdown_timeout, Duration::from_secs(120));
+}
+
+#[test]
+fn toml_syntax_error_is_one_error_with_its_line() {
+    let errors = errors("[worker\nid = 1");
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].path, "line 1, column 8");
+}
+
+#[test]
+fn unknown_keys_are_refused_with_their_section_path() {
+    refused(
+        &with("[channel.destination]", "compresion = \"zstd\""),
+        "channel[0].destination",
+        "unknown field `compresion`",
+    );
+    refused(
+        &with("[channel.source]", "group_id = \"x\""),
+        "channel[0].source",
+        "unknown field `group_id`",
+    );
+    refused(
+        &with("[channel.destination.catalog]", "token = \"x\""),
+        "channel[0].destination.catalog",
+        "unknown field `token`",
+    );
+    refused(
+        &format!("[metrics]\nport = 1\n{MINIMAL}"),
+        "line 1, column 2",
+        "unknown field `metrics`",
+    );
+}
+
+#[test]
+fn problems_in_separate_sections_are_all_reported() {
+    let text = with("[channel.destination]", "compresion = \"zstd\"")
+        .replace(
+            "path = \"state/leases.sqlite\"",
+            "path = \"state/leases.sqlite\"\nlease_duration = \"0s\"",
+        )
+        .replace("kind = \"local\"", "kind = \"local\"\nextra = 1");
+    let paths: Vec<String> = errors(&text).into_iter().map(|e| e.path).collect();
+    assert_eq!(
+        paths,
+        [
+            "lease_store.lease_duration",
+            "channel[0].destination",
+            "channel[0].dlq"
+        ]
+    );
+}
+
+#[test]
+fn wrong_value_types_name_the_key() {
+    refused(
+        &with("[channel.destination]", "data_freshness = 300"),
+        "channel[0].destination.data_freshness",
+        "a duration string",
+    );
+    refused(
+        &with("[channel.destination]", "max_open_partitions = -1"),
+        "channel[0].destination.max_open_partitions",
+        "",
+    );
+    refused(
+        &props("\"fetch.max.bytes\" = 5"),
+        "channel[0].source.properties.\"fetch.max.bytes\"",
+        "expected a string (client properties are strings: write \"5\")",
+    );
+}
+
+#[test]
+fn missing_required_keys_are_refused() {
+    refused(
+        &replaced("topic = \"events\"\n", ""),
+        "channel[0].source",
+        "missing field `topic`",
+    );
+    refused(
+        &replaced("kind = \"kafka\"\n", ""),
+        "channel[0].source",
+        "missing field `kind`",
+    );
+    refused(
+        &replaced("[channel.schema]\nfile = \"event.schema.json\"\n", ""),
+        "channel[0]",
+        "missing field `schema`",
+    );
+    refused(
+        &MINIMAL[..MINIMAL.find("[[channel]]").unwrap()],
+        "channel",
+        "at least one",
+    );
+}
+
+#[test]
+fn unknown_kinds_are_refused_naming_the_choices() {
+    refused(
+        &replaced("kind = \"kafka\"", "kind = \"pulsar\""),
+        "channel[0].source.kind",
+        "expected `kafka` or `kinesis`",
+    );
+}
+
+#[test]
+fn kinds_not_supported_yet_are_parsed_and_refused() {
+    let cases = [
+        (
+            "kind = \"sqlite\"\npath = \"state/leases.sqlite\"",
+            "kind = \"dynamodb\"\ntable_name = \"floe\"",
+            "lease_store.kind",
+        ),
+        (
+            "kind = \"kafka\"\nbootstrap_servers = \"localhost:9092\"\ntopic = \"events\"",
+            "kind = \"kinesis\"\nstream_arn = \"arn\"",
+            "channel[0].source.kind",
+        ),
+        (
+            "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
+            "kind = \"rest\"\nuri = \"http://x\"",
+            "channel[0].destination.catalog.kind",
+        ),
+        (
+            "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
+            "kind = \"glue\"",
+            "channel[0].destination.catalog.kind",
+        ),
+        (
+            "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
+            "kind = \"s3tables\"",
+            "channel[0].destination.catalog.kind",
+        ),
+        (
+            "kind = \"local\"\npath = \"dlq\"",
+            "kind = \"s3\"\nbucket = \"b\"",
+            "channel[0].dlq.kind",
+        ),
+    ];
+    for (from, to, path) in cases {
+        refused(&replaced(from, to), path, "not supported yet in this build");
+    }
+    let s3_destination = MINIMAL[..MINIMAL.find("[channel.destination]").unwrap()].to_owned()
+        + "[channel.destination]\nkind = \"s3\"\nbucket = \"b\"\n[channel.dlq]\nkind = \"local\"\npath = \"dlq\"\n";
+    refused(
+        &s3_destination,
+        "channel[0].destination.kind",
+        "not supported yet in this build",
+    );
+}
+
+#[test]
+fn data_freshness_is_bounded() {
+    refused(
+        &with("[channel.destination]", "data_freshness = \"5s\""),
+        "channel[0].destination.data_freshness",
+        "5s is below the minimum 10s",
+    );
+    refused(
+        &with("[channel.destination]", "data_freshness = \"901s\""),
+        "channel[0].destination.data_freshness",
+        "901s is above the maximum 15m",
+    );
+    let config = parse(&with("[channel.destination]", "data_freshness = \"15m\"")).unwrap();
+    assert_eq!(iceberg(&config).data_freshness, Duration::from_secs(900));
+}
+
+#[test]
+fn unparsable_durations_and_sizes_name_the_key() {
+    refused(
+        &with("[channel.destination]", "data_freshness = \"300\""),
+        "channel[0].destination.data_freshness",
+        "invalid duration \"300\"",
+    );
+    refused(
+        &with("[channel.destination]", "target_file_size = \"128MB\""),
+        "channel[0].destination.target_file_size",
+        "write MiB",
+    );
+    refused(
+        &format!("[worker]\nshutdown_timeout = \"soon\"\n{MINIMAL}"),
+        "worker.shutdown_timeout",
+        "invalid duration \"soon\"",
+    );
+}
+
+#[test]
+fn sizes_are_bounded() {
+    refused(
+        &with("[channel.destination]", "target_file_size = \"512KiB\""),
+        "channel[0].destination.target_file_size",
+        "512KiB is below the minimum 1MiB",
+    );
+    let record = |size: &str| {
+        replaced(
+            "[channel.schema]",
+            &format!("[channel.record]\nmax_record_size = \"{size}\"\n[channel.schema]"),
+        )
+    };
+    refused(
+        &record("65MiB"),
+        "channel[0].record.max_record_size",
+        "65MiB is above the maximum 64MiB",
+    );
+    let config = parse(&record("64MiB").replace(
+        "partition_field",
+        "buffer_size = \"64MiB\"\npartition_field",
+    ))
+    .unwrap();
+    assert_eq!(config.channels[0].record.max_record_size, 64 << 20);
+}
+
+#[test]
+fn buffer_must_hold_the_largest_record() {
+    let text = replaced(
+        "[channel.schema]",
+        "[channel.record]\nmax_record_size = \"10MiB\"\n[channel.schema]",
+    )
+    .replace("partition_field", "buffer_size = \"8MiB\"\npartition_field");
+    refused(
+        &text,
+        "channel[0].destination.buffer_size",
+        "8MiB is smaller than record.max_record_size (10MiB)",
+    );
+}
+
+#[test]
+fn compression_level_applies_to_zstd_only_and_is_bounded() {
+    refused(
+        &with("[channel.destination]", "compression_level = 23"),
+        "channel[0].destination.compression_level",
+        "23 is above the maximum 22",
+    );
+    refused(
+        &with("[channel.destination]", "compression_level = 0"),
+        "channel[0].destination.compression_level",
+        "0 is below the minimum 1",
+    );
+    refused(
+        &with(
+            "[channel.destination]",
+            "compression = \"snappy\"\ncompression_level = 3",
+        ),
+        "channel[0].destination.compression_level",
+        "applies only to compression = \"zstd\"",
+    );
+    let config = parse(&with("[channel.destination]", "compression = \"none\"")).unwrap();
+    assert_eq!(iceberg(&config).compression, Compression::Uncompressed);
+    assert_eq!(
+        iceberg(&config).compression.iceberg_codec_name(),
+        "uncompressed"
+    );
+    refused(
+        &with("[channel.destination]", "compression = \"gzip\""),
+        "channel[0].destination.compression",
+        "unknown variant `gzip`",
+    );
+}
+
+#[test]
+fn max_open_partitions_is_bounded() {
+    refused(
+        &with("[channel.destination]", "max_open_partitions = 0"),
+        "channel[0].destination.max_open_partitions",
+        "below the minimum 1",
+    );
+}
+
+#[test]
+fn namespace_and_table_must_be_lowercase() {
+    refused(
+        &replaced("namespace = \"quickstart\"", "namespace = \"QuickStart\""),
+        "channel[0].destination.namespace",
+        "a-z 0-9 _",
+    );
+    refused(
+        &replaced("table = \"events\"", "table = \"my-events\""),
+        "channel[0].destination.table",
+        "a-z 0-9 _",
+    );
+    refused(
+        &replaced("table = \"events\"", "table = \"\""),
+        "channel[0].destination.table",
+        "not a valid name",
+    );
+}
+
+#[test]
+fn channel_names_are_checked_and_unique() {
+    refused(
+        &replaced("name = \"events\"", "name = \"Events\""),
+        "channel[0].name",
+        "a-z 0-9 _ -",
+    );
+    let channel = &MINIMAL[MINIMAL.find("[[channel]]").unwrap()..];
+    let second = channel.replace("table = \"events\"", "table = \"events_copy\"");
+    refused(
+        &format!("{MINIMAL}{second}"),
+        "channel[1].name",
+        "duplicate channel name \"events\" (also channel[0])",
+    );
+}
+
+#[test]
+fn two_channels_writing_one_table_are_refused() {
+    let channel = &MINIMAL[MINIMAL.find("[[channel]]").unwrap()..];
+    let second = channel.replace("name = \"events\"", "name = \"events_b\"");
+    refused(
+        &format!("{MINIMAL}{second}"),
+        "channel[1].destination.table",
+        "table quickstart.events is already written by channel[0] \"events\"",
+    );
+    // The same table name in another catalog database is another table.
+    let other_catalog = second.replace("sqlite:catalog.sqlite", "sqlite:other.sqlite");
+    assert!(parse(&format!("{MINIMAL}{other_catalog}")).is_ok());
+}
+
+#[test]
+fn renew_interval_must_be_at_most_a_third_of_the_lease() {
+    refused(
+        &with(
+            "[lease_store]",
+            "lease_duration = \"10s\"\nrenew_interval = \"4s\"",
+        ),
+        "lease_store.renew_interval",
+        "more than a third of lease_duration (10s)",
+    );
+    refused(
+        &with("[lease_store]", "renew_interval = \"50ms\""),
+        "lease_store.renew_interval",
+        "below the minimum 100ms",
+    );
+    assert!(parse(&with(
+        "[lease_store]",
+        "lease_duration = \"9s\"\nrenew_interval = \"3s\""
+    ))
+    .is_ok());
+}
+
+#[test]
+fn lease_duration_and_stealing_are_bounded() {
+    refused(
+        &with("[lease_store]", "lease_duration = \"500ms\""),
+        "lease_store.lease_duration",
+        "below the minimum 1s",
+    );
+    refused(
+        &with("[lease_store]", "lease_duration = \"11m\""),
+        "lease_store.lease_duration",
+        "above the maximum 10m",
+    );
+    refused(
+        &with("[lease_store]", "max_leases_to_steal = 0"),
+        "lease_store.max_leases_to_steal",
+        "below the minimum 1",
+    );
+}
+
+#[test]
+fn worker_settings_are_checked() {
+    refused(
+        &format!("[worker]\nid = \"has space\"\n{MINIMAL}"),
+        "worker.id",
+        "not a valid name",
+    );
+    refused(
+        &format!("[worker]\nmetrics_address = \"localhost:9464\"\n{MINIMAL}"),
+        "worker.metrics_address",
+        "host names are not resolved",
+    );
+    refused(
+        &format!("[worker]\nshutdown_timeout = \"0s\"\n{MINIMAL}"),
+        "worker.shutdown_timeout",
+        "below the minimum 1s",
+    );
+}
+
+#[test]
+fn kafka_properties_floe_owns_are_refused() {
+    for key in [
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "group.id",
+        "bootstrap.servers",
+        "auto.offset.reset",
+        "enable.partition.eof",
+        "metadata.broker.list",
+    ] {
+        let text = props(&format!("\"{key}\" = \"x\""));
+        refused(
+            &text,
+            &format!("channel[0].source.properties.\"{key}\""),
+            "floe sets this property itself",
+        );
+    }
+}
+
+#[test]
+fn kafka_secrets_come_from_the_environment() {
+    let text =
+        props("\"security.protocol\" = \"SASL_SSL\"\n\"sasl.password\" = \"env:KAFKA_PASSWORD\"");
+    let config = parse(&text).unwrap();
+    let properties = &kafka(&config).properties;
+    assert_eq!(
+        properties["security.protocol"],
+        PropertyValue::Literal("SASL_SSL".to_owned())
+    );
+    assert_eq!(properties["sasl.password"].value(), "hunter2");
+    assert!(
+        !format!("{config:?}").contains("hunter2"),
+        "Debug must not show secrets"
+    );
+
+    refused(
+        &props("\"sasl.password\" = \"env:MISSING_VAR\""),
+        "channel[0].source.properties.\"sasl.password\"",
+        "environment variable MISSING_VAR is not set",
+    );
+    refused(
+        &props("\"sasl.password\" = \"hunter2\""),
+        "channel[0].source.properties.\"sasl.password\"",
+        "secrets must not be written in the file",
+    );
+    refused(
+        &props("\"ssl.key.password\" = \"env:1BAD\""),
+        "channel[0].source.properties.\"ssl.key.password\"",
+        "not a valid environment variable name",
+    );
+}
+
+#[test]
+fn kafka_endpoints_and_topic_are_checked() {
+    refused(
+        &replaced("localhost:9092", "localhost"),
+        "channel[0].source.bootstrap_servers",
+        "\"localhost\" is not host:port",
+    );
+    refused(
+        &replaced("localhost:9092", "a:9092,,b:9092"),
+        "channel[0].source.bootstrap_servers",
+        "is not host:port",
+    );
+    refused(
+        &replaced("topic = \"events\"", "topic = \"bad topic\""),
+        "channel[0].source.topic",
+        "not a valid Kafka topic name",
+    );
+    refused(
+        &replaced(
+            "kind = \"kafka\"",
+            "kind = \"kafka\"\ninitial_position = \"latest\"",
+        ),
+        "channel[0].source.initial_position",
+        "unknown variant `latest`",
+    );
+}
+
+#[test]
+fn catalog_uri_must_be_a_sqlite_file() {
+    refused(
+        &replaced("sqlite:catalog.sqlite", "postgres://db/floe"),
+        "channel[0].destination.catalog.uri",
+        "only SQLite catalogs",
+    );
+    refused(
+        &replaced("sqlite:catalog.sqlite", "sqlite::memory:"),
+        "channel[0].destination.catalog.uri",
+        "in-memory",
+    );
+    refused(
+        &replaced("sqlite:catalog.sqlite", "sqlite:c.db?mode=ro"),
+        "channel[0].destination.catalog.uri",
+        "query parameters",
+    );
+    refused(
+        &replaced(
+            "warehouse = \"warehouse\"",
+            "warehouse = \"s3://bucket/wh\"",
+        ),
+        "channel[0].destination.catalog.warehouse",
+        "not supported yet in this build",
+    );
+    refused(
+        &replaced("path = \"dlq\"", "path = \"\""),
+        "channel[0].dlq.path",
+        "must not be empty",
+    );
+}

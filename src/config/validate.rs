@@ -1,0 +1,717 @@
+//! Validation of the parsed file into typed [`Config`]: defaults, ranges, names and cross-field
+//! rules. Pure: no I/O (the environment comes in as [`ConfigEnv`]). Every problem is collected.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::file::{
+    CatalogSection, ChannelSection, CompressionCodec, ConfigFile, DestinationSection, DlqSection,
+    DurationText, FromSection, IcebergDestinationSection, KafkaSourceSection, LeaseStoreSection,
+    Section, SizeText, SourceSection, WorkerSection,
+};
+use super::units::{format_duration, format_size, parse_duration, parse_size};
+use super::*;
+
+const SHUTDOWN_TIMEOUT_RANGE: RangeInclusive<Duration> =
+    Duration::from_secs(1)..=Duration::from_secs(3600);
+const LEASE_DURATION_RANGE: RangeInclusive<Duration> =
+    Duration::from_secs(1)..=Duration::from_secs(600);
+const MIN_RENEW_INTERVAL: Duration = Duration::from_millis(100);
+const MAX_RECORD_SIZE_RANGE: RangeInclusive<u64> = (1 << 10)..=(64 << 20);
+const DATA_FRESHNESS_RANGE: RangeInclusive<Duration> =
+    Duration::from_secs(10)..=Duration::from_secs(900);
+const TARGET_FILE_SIZE_RANGE: RangeInclusive<u64> = (1 << 20)..=(2 << 30);
+const BUFFER_SIZE_RANGE: RangeInclusive<u64> = (1 << 10)..=(64 << 30);
+const MAX_OPEN_PARTITIONS_RANGE: RangeInclusive<u32> = 1..=1000;
+const ZSTD_LEVEL_RANGE: RangeInclusive<i64> = 1..=22;
+
+/// Kafka client properties floe sets itself, with the reason given to the user.
+const OWNED_KAFKA_PROPERTIES: [(&str, &str); 8] = [
+    ("bootstrap.servers", "set `bootstrap_servers` instead"),
+    ("metadata.broker.list", "set `bootstrap_servers` instead"),
+    (
+        "group.id",
+        "floe assigns partitions itself and uses no consumer group",
+    ),
+    (
+        "enable.auto.commit",
+        "floe never commits offsets to Kafka: checkpoints live in the table",
+    ),
+    (
+        "auto.commit.enable",
+        "floe never commits offsets to Kafka: checkpoints live in the table",
+    ),
+    (
+        "enable.auto.offset.store",
+        "floe never stores offsets in Kafka: checkpoints live in the table",
+    ),
+    (
+        "auto.offset.reset",
+        "set `initial_position` instead; floe resumes from the table's checkpoints",
+    ),
+    ("enable.partition.eof", "floe sets it itself"),
+];
+
+pub(super) fn validate(
+    file: ConfigFile,
+    base_dir: &Path,
+    env: &ConfigEnv,
+) -> Result<Config, ConfigErrors> {
+    let mut cx = Checker {
+        errors: Vec::new(),
+        base_dir,
+        env,
+    };
+    let worker = cx.worker(file.worker);
+    let lease_store = cx.lease_store(file.lease_store);
+    if file.channels.is_empty() {
+        cx.error("channel", "at least one [[channel]] is required");
+    }
+    let channels: Vec<Option<ChannelConfig>> = file
+        .channels
+        .into_iter()
+        .enumerate()
+        .map(|(i, section)| cx.channel(i, section))
+        .collect();
+    cx.across_channels(&channels);
+    match (worker, lease_store, cx.errors.is_empty()) {
+        (Some(worker), Some(lease_store), true) => Ok(Config {
+            worker,
+            lease_store,
+            channels: channels.into_iter().flatten().collect(),
+        }),
+        _ => Err(ConfigErrors(cx.errors)),
+    }
+}
+
+struct Checker<'a> {
+    errors: Vec<ConfigError>,
+    base_dir: &'a Path,
+    env: &'a ConfigEnv,
+}
+
+impl Checker<'_> {
+    fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    fn unsupported(&mut self, path: &str, kind: &str) {
+        self.error(
+            format!("{path}.kind"),
+            format!("kind \"{kind}\" is not supported yet in this build"),
+        );
+    }
+
+    fn section<T: FromSection>(&mut self, section: Section<T>, path: &str) -> Option<T> {
+        match section.parse() {
+            Ok(value) => Some(value),
+            Err(e) => {
+                let path = if e.key.is_empty() {
+                    path.to_owned()
+                } else {
+                    format!("{path}.{}", e.key)
+                };
+                self.error(path, e.message);
+                None
+            }
+        }
+    }
+
+    fn duration(
+        &mut self,
+        path: &str,
+        text: Option<DurationText>,
+        default: Duration,
+        range: RangeInclusive<Duration>,
+    ) -> Option<Duration> {
+        let Some(DurationText(text)) = text else {
+            return Some(default);
+        };
+        let value = parse_duration(&text)
+            .map_err(|e| self.error(path, e))
+            .ok()?;
+        self.in_range(path, &text, value, &range, |d| format_duration(*d))
+    }
+
+    fn size(
+        &mut self,
+        path: &str,
+        text: Option<SizeText>,
+        default: u64,
+        range: RangeInclusive<u64>,
+    ) -> Option<u64> {
+        let Some(SizeText(text)) = text else {
+            return Some(default);
+        };
+        let value = parse_size(&text).map_err(|e| self.error(path, e)).ok()?;
+        self.in_range(path, &text, value, &range, |s| format_size(*s))
+    }
+
+    fn number<T: PartialOrd + Copy + ToString>(
+        &mut self,
+        path: &str,
+        value: Option<T>,
+        default: T,
+        range: RangeInclusive<T>,
+    ) -> Option<T> {
+        let value = value.unwrap_or(default);
+        self.in_range(path, &value.to_string(), value, &range, T::to_string)
+    }
+
+    fn in_range<T: PartialOrd>(
+        &mut self,
+        path: &str,
+        text: &str,
+        value: T,
+        range: &RangeInclusive<T>,
+        show: impl Fn(&T) -> String,
+    ) -> Option<T> {
+        if value < *range.start() {
+            self.error(
+                path,
+                format!("{text} is below the minimum {}", show(range.start())),
+            );
+            None
+        } else if value > *range.end() {
+            self.error(
+                path,
+                format!("{text} is above the maximum {}", show(range.end())),
+            );
+            None
+        } else {
+            Some(value)
+        }
+    }
+
+    /// A local path, relative paths resolved against the configuration file's directory.
+    fn local_path(&mut self, path: &str, text: &str) -> Option<PathBuf> {
+        if text.trim().is_empty() {
+            self.error(path, "must not be empty");
+            return None;
+        }
+        if text.contains("://") {
+            let message = if text.starts_with("s3://") {
+                format!("\"{text}\": s3:// locations are not supported yet in this build")
+            } else {
+                format!("\"{text}\" is not a local path")
+            };
+            self.error(path, message);
+            return None;
+        }
+        Some(self.base_dir.join(text))
+    }
+
+    fn name(
+        &mut self,
+        path: &str,
+        value: String,
+        max_len: usize,
+        allowed: &str,
+        ok: fn(char) -> bool,
+    ) -> Option<String> {
+        if value.is_empty() || value.len() > max_len || !value.chars().all(ok) {
+            self.error(
+                path,
+                format!(
+                    "\"{value}\" is not a valid name: use 1 to {max_len} characters from {allowed}"
+                ),
+            );
+            return None;
+        }
+        Some(value)
+    }
+
+    fn worker(&mut self, section: Section<WorkerSection>) -> Option<WorkerConfig> {
+        let w = self.section(section, "worker")?;
+        let id = match w.id {
+            Some(id) => self.name("worker.id", id, 128, "A-Z a-z 0-9 . _ : -", |c| {
+                c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')
+            }),
+            None => Some(format!("{}-{}", self.env.hostname, self.env.pid)),
+        };
+        let metrics_address = match w.metrics_address.as_deref() {
+            None => Some(Some(
+                DEFAULT_METRICS_ADDRESS.parse().expect("valid default"),
+            )),
+            Some("off") => Some(None),
+            Some(text) => match text.parse::<SocketAddr>() {
+                Ok(address) => Some(Some(address)),
+                Err(_) => {
+                    self.error(
+                        "worker.metrics_address",
+                        format!("\"{text}\" is not an IP socket address such as \"127.0.0.1:9464\" (host names are not resolved); \"off\" disables the endpoint"),
+                    );
+                    None
+                }
+            },
+        };
+        let shutdown_timeout = self.duration(
+            "worker.shutdown_timeout",
+            w.shutdown_timeout,
+            DEFAULT_SHUTDOWN_TIMEOUT,
+            SHUTDOWN_TIMEOUT_RANGE,
+        );
+        Some(WorkerConfig {
+            id: id?,
+            metrics_address: metrics_address?,
+            shutdown_timeout: shutdown_timeout?,
+        })
+    }
+
+    fn lease_store(&mut self, section: Section<LeaseStoreSection>) -> Option<LeaseStoreConfig> {
+        let s = match self.section(section, "lease_store")? {
+            LeaseStoreSection::Sqlite(s) => s,
+            LeaseStoreSection::Dynamodb(_) => {
+                self.unsupported("lease_store", "dynamodb");
+                return None;
+            }
+        };
+        let path = self.local_path("lease_store.path", &s.path);
+        let lease_duration = self.duration(
+            "lease_store.lease_duration",
+            s.lease_duration,
+            DEFAULT_LEASE_DURATION,
+            LEASE_DURATION_RANGE,
+        );
+        let renew_default = lease_duration.unwrap_or(DEFAULT_LEASE_DURATION) / 3;
+        let renew_interval = self.duration(
+            "lease_store.renew_interval",
+            s.renew_interval.clone(),
+            renew_default,
+            MIN_RENEW_INTERVAL..=Duration::MAX,
+        );
+        let mut renew_ok = true;
+        if let (Some(lease), Some(renew), Some(DurationText(text))) =
+            (lease_duration, renew_interval, &s.renew_interval)
+        {
+            if renew.saturating_mul(3) > lease {
+                renew_ok = false;
+                self.error(
+                    "lease_store.renew_interval",
+                    format!(
+                        "{text} is more than a third of lease_duration ({}): a worker must be able to miss two renewals before its leases expire",
+                        format_duration(lease)
+                    ),
+                );
+            }
+        }
+        let max_leases_to_steal = self.number(
+            "lease_store.max_leases_to_steal",
+            s.max_leases_to_steal,
+            DEFAULT_MAX_LEASES_TO_STEAL,
+            1..=u32::MAX,
+        );
+        Some(LeaseStoreConfig {
+            backend: LeaseStoreBackend::Sqlite { path: path? },
+            lease_duration: lease_duration?,
+            renew_interval: renew_interval.filter(|_| renew_ok)?,
+            max_leases_to_steal: max_leases_to_steal?,
+        })
+    }
+
+    fn channel(&mut self, i: usize, section: Section<ChannelSection>) -> Option<ChannelConfig> {
+        let p = format!("channel[{i}]");
+        let c = self.section(section, &p)?;
+        let name = self.name(&format!("{p}.name"), c.name, 64, "a-z 0-9 _ -", |c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-')
+        });
+        let source = self.source(&format!("{p}.source"), c.source);
+        let record = self.record(&format!("{p}.record"), c.record);
+        let schema = self
+            .section(c.schema, &format!("{p}.schema"))
+            .and_then(|s| self.local_path(&format!("{p}.schema.file"), &s.file))
+            .map(SchemaConfig::File);
+        let destination = self.destination(&format!("{p}.destination"), c.destination);
+        let dlq = self.dlq(&format!("{p}.dlq"), c.dlq);
+        if let (Some(record), Some(DestinationConfig::Iceberg(d))) = (&record, &destination) {
+            if d.buffer_size < record.max_record_size {
+                self.error(
+                    format!("{p}.destination.buffer_size"),
+                    format!(
+                        "{} is smaller than record.max_record_size ({}): the largest record must fit in the buffer",
+                        format_size(d.buffer_size),
+                        format_size(record.max_record_size)
+                    ),
+                );
+                return None;
+            }
+        }
+        Some(ChannelConfig {
+            name: name?,
+            source: source?,
+            record: record?,
+            schema: schema?,
+            destination: destination?,
+            dlq: dlq?,
+        })
+    }
+
+    fn source(&mut self, p: &str, section: Section<SourceSection>) -> Option<SourceConfig> {
+        match self.section(section, p)? {
+            SourceSection::Kafka(kafka) => self.kafka(p, kafka).map(SourceConfig::Kafka),
+            SourceSection::Kinesis(_) => {
+                self.unsupported(p, "kinesis");
+                None
+            }
+        }
+    }
+
+    fn kafka(&mut self, p: &str, s: KafkaSourceSection) -> Option<KafkaSourceConfig> {
+        let mut ok = true;
+        let servers: Vec<&str> = s.bootstrap_servers.split(',').map(str::trim).collect();
+        let bad_server = servers.iter().find(|server| {
+            server
+                .rsplit_once(':')
+                .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+        });
+        if let Some(bad) = bad_server {
+            ok = false;
+            self.error(
+                format!("{p}.bootstrap_servers"),
+                format!("\"{bad}\" is not host:port (write e.g. \"broker1:9092,broker2:9092\")"),
+            );
+        }
+        let topic_ok = !s.topic.is_empty()
+            && s.topic.len() <= 249
+            && s.topic != "."
+            && s.topic != ".."
+            && s.topic
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !topic_ok {
+            ok = false;
+            self.error(
+                format!("{p}.topic"),
+                format!("\"{}\" is not a valid Kafka topic name: 1 to 249 characters from A-Z a-z 0-9 . _ -", s.topic),
+            );
+        }
+        let mut properties = BTreeMap::new();
+        for (key, value) in s.properties {
+            let path = format!("{p}.properties.{}", quote_key(&key));
+            if let Some((_, why)) = OWNED_KAFKA_PROPERTIES
+                .iter()
+                .find(|(owned, _)| *owned == key)
+            {
+                ok = false;
+                self.error(path, format!("floe sets this property itself: {why}"));
+                continue;
+            }
+            let toml::Value::String(value) = value else {
+                ok = false;
+                self.error(
+                    path,
+                    format!(
+                        "invalid type: {}, expected a string (client properties are strings: write \"{value}\")",
+                        value.type_str()
+                    ),
+                );
+                continue;
+            };
+            let value = match value.strip_prefix("env:") {
+                Some(var) => {
+                    let valid_name = !var.is_empty()
+                        && !var.starts_with(|c: char| c.is_ascii_digit())
+                        && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                    if !valid_name {
+                        ok = false;
+                        self.error(
+                            path,
+                            format!("\"env:{var}\": not a valid environment variable name"),
+                        );
+                        continue;
+                    }
+                    match self.env.vars.get(var) {
+                        Some(v) => PropertyValue::FromEnv {
+                            var: var.to_owned(),
+                            value: v.clone(),
+                        },
+                        None => {
+                            ok = false;
+                            self.error(path, format!("environment variable {var} is not set"));
+                            continue;
+                        }
+                    }
+                }
+                None if is_secret_property(&key) => {
+                    ok = false;
+                    self.error(
+                        path,
+                        "secrets must not be written in the file: write \"env:VARNAME\" and set VARNAME in the worker's environment",
+                    );
+                    continue;
+                }
+                None => PropertyValue::Literal(value),
+            };
+            properties.insert(key, value);
+        }
+        ok.then_some(KafkaSourceConfig {
+            bootstrap_servers: s.bootstrap_servers,
+            topic: s.topic,
+            initial_position: s.initial_position,
+            properties,
+        })
+    }
+
+    fn record(
+        &mut self,
+        p: &str,
+        section: Section<super::file::RecordSection>,
+    ) -> Option<RecordConfig> {
+        let r = self.section(section, p)?;
+        let max_record_size = self.size(
+            &format!("{p}.max_record_size"),
+            r.max_record_size,
+            DEFAULT_MAX_RECORD_SIZE,
+            MAX_RECORD_SIZE_RANGE,
+        )?;
+        Some(RecordConfig {
+            format: r.format.unwrap_or_default(),
+            max_record_size,
+        })
+    }
+
+    fn destination(
+        &mut self,
+        p: &str,
+        section: Section<DestinationSection>,
+    ) -> Option<DestinationConfig> {
+        match self.section(section, p)? {
+            DestinationSection::Iceberg(d) => self.iceberg(p, d).map(DestinationConfig::Iceberg),
+            DestinationSection::S3(_) => {
+                self.unsupported(p, "s3");
+                None
+            }
+        }
+    }
+
+    fn iceberg(
+        &mut self,
+        p: &str,
+        d: IcebergDestinationSection,
+    ) -> Option<IcebergDestinationConfig> {
+        let catalog = self.catalog(&format!("{p}.catalog"), d.catalog);
+        let lower = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+        let namespace = self.name(
+            &format!("{p}.namespace"),
+            d.namespace,
+            255,
+            "a-z 0-9 _",
+            lower,
+        );
+        let table = self.name(&format!("{p}.table"), d.table, 255, "a-z 0-9 _", lower);
+        let partition_field = if d.partition_field.trim().is_empty() {
+            self.error(format!("{p}.partition_field"), "must not be empty");
+            None
+        } else {
+            Some(d.partition_field)
+        };
+        let compression = match (
+            d.compression.unwrap_or(CompressionCodec::Zstd),
+            d.compression_level,
+        ) {
+            (CompressionCodec::Zstd, level) => self
+                .number(
+                    &format!("{p}.compression_level"),
+                    level,
+                    i64::from(DEFAULT_ZSTD_LEVEL),
+                    ZSTD_LEVEL_RANGE,
+                )
+                .map(|level| Compression::Zstd {
+                    level: level as i32,
+                }),
+            (codec, Some(_)) => {
+                let name = if codec == CompressionCodec::Snappy {
+                    "snappy"
+                } else {
+                    "none"
+                };
+                self.error(
+                    format!("{p}.compression_level"),
+                    format!("applies only to compression = \"zstd\", not \"{name}\""),
+                );
+                None
+            }
+            (CompressionCodec::Snappy, None) => Some(Compression::Snappy),
+            (CompressionCodec::None, None) => Some(Compression::Uncompressed),
+        };
+        let data_freshness = self.duration(
+            &format!("{p}.data_freshness"),
+            d.data_freshness,
+            DEFAULT_DATA_FRESHNESS,
+            DATA_FRESHNESS_RANGE,
+        );
+        let target_file_size = self.size(
+            &format!("{p}.target_file_size"),
+            d.target_file_size,
+            DEFAULT_TARGET_FILE_SIZE,
+            TARGET_FILE_SIZE_RANGE,
+        );
+        let buffer_size = self.size(
+            &format!("{p}.buffer_size"),
+            d.buffer_size,
+            DEFAULT_BUFFER_SIZE,
+            BUFFER_SIZE_RANGE,
+        );
+        let max_open_partitions = self.number(
+            &format!("{p}.max_open_partitions"),
+            d.max_open_partitions,
+            DEFAULT_MAX_OPEN_PARTITIONS,
+            MAX_OPEN_PARTITIONS_RANGE,
+        );
+        Some(IcebergDestinationConfig {
+            catalog: catalog?,
+            namespace: namespace?,
+            table: table?,
+            partition_field: partition_field?,
+            compression: compression?,
+            data_freshness: data_freshness?,
+            target_file_size: target_file_size?,
+            buffer_size: buffer_size?,
+            max_open_partitions: max_open_partitions?,
+        })
+    }
+
+    fn catalog(&mut self, p: &str, section: Section<CatalogSection>) -> Option<CatalogConfig> {
+        let sql = match self.section(section, p)? {
+            CatalogSection::Sql(sql) => sql,
+            CatalogSection::Rest(_) => {
+                self.unsupported(p, "rest");
+                return None;
+            }
+            CatalogSection::Glue(_) => {
+                self.unsupported(p, "glue");
+                return None;
+            }
+            CatalogSection::S3Tables(_) => {
+                self.unsupported(p, "s3tables");
+                return None;
+            }
+        };
+        let name = self.name(
+            &format!("{p}.name"),
+            sql.name.unwrap_or_else(|| DEFAULT_CATALOG_NAME.to_owned()),
+            255,
+            "A-Z a-z 0-9 _ -",
+            |c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'),
+        );
+        let uri_path = format!("{p}.uri");
+        let database = match sql
+            .uri
+            .strip_prefix("sqlite://")
+            .or_else(|| sql.uri.strip_prefix("sqlite:"))
+        {
+            Some(":memory:") | Some("") => {
+                self.error(
+                    &uri_path,
+                    "an in-memory catalog cannot be shared by workers: give a database file path",
+                );
+                None
+            }
+            Some(rest) if rest.contains(['?', '#']) => {
+                self.error(
+                    &uri_path,
+                    "query parameters are not supported: give only the database file path",
+                );
+                None
+            }
+            Some(rest) => self.local_path(&uri_path, rest),
+            None if sql.uri.contains("://") => {
+                self.error(
+                    &uri_path,
+                    format!("\"{}\": only SQLite catalogs (\"sqlite:PATH\" or a plain path) are supported in this build", sql.uri),
+                );
+                None
+            }
+            None => self.local_path(&uri_path, &sql.uri),
+        };
+        let warehouse = self.local_path(&format!("{p}.warehouse"), &sql.warehouse);
+        Some(CatalogConfig::Sql(SqlCatalogConfig {
+            name: name?,
+            database: database?,
+            warehouse: Warehouse::Local(warehouse?),
+        }))
+    }
+
+    fn dlq(&mut self, p: &str, section: Section<DlqSection>) -> Option<DlqConfig> {
+        match self.section(section, p)? {
+            DlqSection::Local(local) => {
+                let path = self.local_path(&format!("{p}.path"), &local.path)?;
+                Some(DlqConfig {
+                    location: DlqLocation::Local(path),
+                    include_payload: local.include_payload,
+                })
+            }
+            DlqSection::S3(_) => {
+                self.unsupported(p, "s3");
+                None
+            }
+        }
+    }
+
+    /// Rules across channels: unique names; no two channels writing the same table.
+    fn across_channels(&mut self, channels: &[Option<ChannelConfig>]) {
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        let mut tables: HashMap<(String, &Path, &str, &str), usize> = HashMap::new();
+        for (i, channel) in channels.iter().enumerate() {
+            let Some(channel) = channel else { continue };
+            if let Some(first) = names.insert(&channel.name, i) {
+                names.insert(&channel.name, first);
+                self.error(
+                    format!("channel[{i}].name"),
+                    format!(
+                        "duplicate channel name \"{}\" (also channel[{first}])",
+                        channel.name
+                    ),
+                );
+            }
+            let DestinationConfig::Iceberg(d) = &channel.destination;
+            let CatalogConfig::Sql(catalog) = &d.catalog;
+            let key = (
+                catalog.name.clone(),
+                catalog.database.as_path(),
+                d.namespace.as_str(),
+                d.table.as_str(),
+            );
+            if let Some(first) = tables.get(&key) {
+                self.error(
+                    format!("channel[{i}].destination.table"),
+                    format!(
+                        "table {}.{} is already written by channel[{first}] \"{}\": each table has one channel",
+                        d.namespace,
+                        d.table,
+                        channels[*first].as_ref().map_or("", |c| c.name.as_str())
+                    ),
+                );
+            } else {
+                tables.insert(key, i);
+            }
+        }
+    }
+}
+
+/// Whether a client property holds a secret that must come from the environment.
+fn is_secret_property(key: &str) -> bool {
+    key.contains("password")
+        || key.contains("secret")
+        || key == "sasl.oauthbearer.config"
+        || key == "ssl.key.pem"
+}
+
+/// A key as TOML writes it in a path: bare when it can be, quoted otherwise.
+fn quote_key(key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+    {
+        key.to_owned()
+    } else {
+        format!("\"{key}\"")
+    }
+}

@@ -1,0 +1,149 @@
+//! The configuration files shipped in `config/` parse, validate and pass `floe validate`'s checks.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use floe::cli::validate;
+use floe::config::{
+    CatalogConfig, Compression, Config, ConfigEnv, DestinationConfig, InitialPosition,
+    LeaseStoreBackend, PropertyValue, SourceConfig,
+};
+
+fn config_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config")
+}
+
+fn env_with(vars: &[(&str, &str)]) -> ConfigEnv {
+    ConfigEnv {
+        hostname: "test-host".to_owned(),
+        pid: 7,
+        vars: vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn load_with(name: &str, env: &ConfigEnv) -> Result<Config, floe::config::ConfigErrors> {
+    let text = std::fs::read_to_string(config_dir().join(name)).unwrap();
+    Config::from_toml_str_with_env(&text, &config_dir(), env)
+}
+
+#[test]
+fn quickstart_config_validates_with_the_quickstart_settings() {
+    let config = load_with("quickstart.toml", &env_with(&[])).unwrap();
+    assert_eq!(config.worker.id, "test-host-7");
+    let LeaseStoreBackend::Sqlite { path } = &config.lease_store.backend;
+    assert_eq!(*path, config_dir().join("floe-quickstart/leases.sqlite"));
+    let channel = &config.channels[0];
+    let SourceConfig::Kafka(kafka) = &channel.source;
+    assert_eq!(kafka.bootstrap_servers, "localhost:9092");
+    assert_eq!(kafka.topic, "events");
+    assert_eq!(kafka.initial_position, InitialPosition::Earliest);
+    let DestinationConfig::Iceberg(d) = &channel.destination;
+    assert_eq!(
+        (d.namespace.as_str(), d.table.as_str()),
+        ("quickstart", "events")
+    );
+    assert_eq!(d.data_freshness, Duration::from_secs(10));
+    assert_eq!(d.compression, Compression::Zstd { level: 3 });
+    let CatalogConfig::Sql(catalog) = &d.catalog;
+    assert_eq!(catalog.name, "floe");
+    assert_eq!(
+        catalog.database,
+        config_dir().join("floe-quickstart/catalog.sqlite")
+    );
+}
+
+#[test]
+fn quickstart_config_passes_floe_validate() {
+    let config = validate::check(&config_dir().join("quickstart.toml")).unwrap();
+    assert_eq!(config.channels.len(), 1);
+}
+
+#[test]
+fn kafka_sql_config_validates_with_sasl_credentials_from_the_environment() {
+    let env = env_with(&[
+        ("KAFKA_SASL_USERNAME", "floe"),
+        ("KAFKA_SASL_PASSWORD", "s3cret"),
+    ]);
+    let config = load_with("kafka-sql.toml", &env).unwrap();
+    let SourceConfig::Kafka(kafka) = &config.channels[0].source;
+    assert_eq!(kafka.properties["sasl.password"].value(), "s3cret");
+    assert!(matches!(
+        kafka.properties["sasl.password"],
+        PropertyValue::FromEnv { .. }
+    ));
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    assert_eq!(d.data_freshness, Duration::from_secs(300));
+}
+
+#[test]
+fn kafka_sql_config_without_credentials_names_the_missing_variables() {
+    let errors = load_with("kafka-sql.toml", &env_with(&[])).unwrap_err().0;
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "channel[0].source.properties.\"sasl.password\": environment variable KAFKA_SASL_PASSWORD is not set",
+            "channel[0].source.properties.\"sasl.username\": environment variable KAFKA_SASL_USERNAME is not set",
+        ]
+    );
+}
+
+#[test]
+fn every_key_in_the_shipped_files_carries_a_comment() {
+    for name in ["quickstart.toml", "kafka-sql.toml"] {
+        let text = std::fs::read_to_string(config_dir().join(name)).unwrap();
+        let mut previous = "";
+        for line in text.lines().map(str::trim) {
+            let is_key = !line.is_empty() && !line.starts_with('#') && !line.starts_with('[');
+            let grouped = previous.contains(" = ") && !previous.starts_with('#');
+            assert!(
+                !is_key || previous.starts_with('#') || grouped,
+                "{name}: `{line}` has no comment"
+            );
+            previous = line;
+        }
+    }
+}
+
+#[test]
+fn validate_reports_a_missing_schema_file_with_its_key_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(config_dir().join("quickstart.toml"))
+        .unwrap()
+        .replace(
+            "file = \"event.schema.json\"",
+            "file = \"missing.schema.json\"",
+        );
+    let path = dir.path().join("floe.toml");
+    std::fs::write(&path, text).unwrap();
+    let errors = validate::check(&path).unwrap_err().0;
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].path, "channel[0].schema.file");
+
+    std::fs::write(dir.path().join("missing.schema.json"), "{not json").unwrap();
+    let errors = validate::check(&path).unwrap_err().0;
+    assert!(errors[0].message.contains("is not JSON"), "{errors:?}");
+}
+
+#[test]
+fn validate_run_exits_zero_on_the_quickstart_and_one_on_problems() {
+    let ok = validate::ValidateArgs {
+        config: config_dir().join("quickstart.toml"),
+    };
+    assert_eq!(validate::run(&ok), std::process::ExitCode::SUCCESS);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    let text = std::fs::read_to_string(config_dir().join("quickstart.toml"))
+        .unwrap()
+        .replace("data_freshness = \"10s\"", "data_freshness = \"5s\"")
+        .replace("kind = \"sql\"", "kind = \"rest\"")
+        .replace("renew_interval = \"3s\"", "renew_interval = \"4s\"")
+        .replace("namespace = \"quickstart\"", "namespace = \"Quick-Start\"");
+    std::fs::write(&path, text).unwrap();
+    let bad = validate::ValidateArgs { config: path };
+    assert_eq!(validate::run(&bad), std::process::ExitCode::FAILURE);
+}
