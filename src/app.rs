@@ -23,15 +23,15 @@ use tokio_util::task::TaskTracker;
 use crate::catalog::{ensure_table, open_sql_catalog, TableSpec};
 use crate::commit::{CommitError, Committer};
 use crate::config::{
-    CatalogConfig, ChannelConfig, Config, DestinationConfig, DlqConfig, LeaseStoreConfig,
-    SourceConfig,
+    CatalogConfig, ChannelConfig, Config, DestinationConfig, DlqLocation, LeaseStoreBackend,
+    LeaseStoreConfig, SchemaConfig, SourceConfig, Warehouse,
 };
 use crate::dlq::LocalDlq;
 use crate::lease::sqlite::SqliteLeaseStore;
 use crate::lease::manager::{LeaseManager, LeaseManagerSettings};
 use crate::lease::{BatchStore, ChannelState, ChannelStatus, HeldLeases, LeaseKey, LeaseStore};
 use crate::schema::MappedSchema;
-use crate::source::kafka::KafkaSource;
+use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
 use crate::source::{InitialPosition, Source};
 use crate::worker::{ChannelWorker, WorkerSettings};
 use crate::writer::{ParquetCompression, WriterSettings};
@@ -83,8 +83,8 @@ pub struct PreparedChannel {
 pub async fn open_lease_store(
     config: &LeaseStoreConfig,
 ) -> Result<Arc<SqliteLeaseStore>, AppError> {
-    match config {
-        LeaseStoreConfig::Sqlite { path, .. } => SqliteLeaseStore::open(path)
+    match &config.backend {
+        LeaseStoreBackend::Sqlite { path } => SqliteLeaseStore::open(path)
             .await
             .map(Arc::new)
             .map_err(|e| AppError::LeaseStore(e.to_string())),
@@ -100,23 +100,23 @@ pub async fn prepare_channel(
     store: &SqliteLeaseStore,
 ) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
-    let schema_text = std::fs::read_to_string(&config.schema.file)
-        .map_err(|e| channel_err(name, format!("schema file {}: {e}", config.schema.file.display())))?;
+    let SchemaConfig::File(schema_file) = &config.schema;
+    let schema_text = std::fs::read_to_string(schema_file)
+        .map_err(|e| channel_err(name, format!("schema file {}: {e}", schema_file.display())))?;
     let schema_json: serde_json::Value = serde_json::from_str(&schema_text)
-        .map_err(|e| channel_err(name, format!("schema file {}: {e}", config.schema.file.display())))?;
+        .map_err(|e| channel_err(name, format!("schema file {}: {e}", schema_file.display())))?;
     let DestinationConfig::Iceberg(dest) = &config.destination;
     let schema = Arc::new(
         MappedSchema::from_json_schema(&schema_json, &dest.partition_field)
             .map_err(|e| channel_err(name, e))?,
     );
     let catalog = match &dest.catalog {
-        CatalogConfig::Sql {
-            name: catalog_name,
-            path,
-            warehouse,
-        } => open_sql_catalog(path, warehouse, catalog_name)
-            .await
-            .map_err(|e| channel_err(name, e))?,
+        CatalogConfig::Sql(sql) => {
+            let Warehouse::Local(warehouse) = &sql.warehouse;
+            open_sql_catalog(&sql.database, warehouse, &sql.name)
+                .await
+                .map_err(|e| channel_err(name, e))?
+        }
     };
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),
@@ -125,9 +125,7 @@ pub async fn prepare_channel(
     let spec = TableSpec {
         ident: ident.clone(),
         channel: name.to_string(),
-        compression_codec: compression(&dest.compression, dest.compression_level)
-            .codec_name()
-            .to_string(),
+        compression_codec: compression(&dest.compression).codec_name().to_string(),
         target_file_size_bytes: dest.target_file_size,
     };
     // Activation: the first worker records the activation time; every worker starts shards
@@ -138,17 +136,19 @@ pub async fn prepare_channel(
         .map_err(|e| channel_err(name, e))?;
     let _ = table;
     let SourceConfig::Kafka(kafka) = &config.source;
-    let source: Arc<dyn Source> = Arc::new(
-        KafkaSource::new(&kafka.bootstrap_servers, &kafka.topic, &kafka.properties)
-            .map_err(|e| channel_err(name, e))?,
-    );
+    let mut source_config = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
+    for (k, v) in &kafka.properties {
+        source_config = source_config.with_client_property(k, v.value());
+    }
+    let source: Arc<dyn Source> =
+        Arc::new(KafkaSource::try_new(source_config).map_err(|e| channel_err(name, e))?);
     let initial_position = match kafka.initial_position {
-        crate::config::InitialPositionConfig::Earliest => InitialPosition::Earliest,
-        crate::config::InitialPositionConfig::ActivationTime => {
+        crate::config::InitialPosition::Earliest => InitialPosition::Earliest,
+        crate::config::InitialPosition::ActivationTime => {
             InitialPosition::AtTimestamp(state.activated_at_ms.unwrap_or(0))
         }
     };
-    let DlqConfig::Local { path, .. } = &config.dlq;
+    let DlqLocation::Local(path) = &config.dlq.location;
     Ok(PreparedChannel {
         config: config.clone(),
         schema,
@@ -190,11 +190,11 @@ async fn activate(store: &SqliteLeaseStore, channel: &str) -> Result<ChannelStat
 }
 
 /// Maps configured compression to the writer's.
-pub fn compression(codec: &crate::config::Compression, level: i32) -> ParquetCompression {
+pub fn compression(codec: &crate::config::Compression) -> ParquetCompression {
     match codec {
-        crate::config::Compression::Zstd => ParquetCompression::Zstd(level),
+        crate::config::Compression::Zstd { level } => ParquetCompression::Zstd(*level),
         crate::config::Compression::Snappy => ParquetCompression::Snappy,
-        crate::config::Compression::None => ParquetCompression::None,
+        crate::config::Compression::Uncompressed => ParquetCompression::None,
     }
 }
 
@@ -204,7 +204,7 @@ pub fn compression(codec: &crate::config::Compression, level: i32) -> ParquetCom
 /// Errors: a channel that cannot start (bad schema, unreachable catalog, table not owned).
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppError> {
     let store = open_lease_store(&config.lease_store).await?;
-    let LeaseStoreConfig::Sqlite {
+    let LeaseStoreConfig {
         lease_duration,
         renew_interval,
         max_leases_to_steal,
@@ -337,14 +337,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
 fn worker_settings(config: &Config, channel: &ChannelConfig, p: &PreparedChannel) -> WorkerSettings {
     let DestinationConfig::Iceberg(dest) = &channel.destination;
     let SourceConfig::Kafka(kafka) = &channel.source;
-    let DlqConfig::Local {
-        include_payload, ..
-    } = &channel.dlq;
+    let include_payload = &channel.dlq.include_payload;
+    let SchemaConfig::File(schema_file) = &channel.schema;
     WorkerSettings {
         channel: channel.name.clone(),
         worker_id: config.worker.id.clone(),
         source_name: kafka.topic.clone(),
-        schema_version: channel.schema.file.display().to_string(),
+        schema_version: schema_file.display().to_string(),
         data_freshness: dest.data_freshness,
         buffer_size: dest.buffer_size,
         max_record_size: channel.record.max_record_size,
@@ -352,7 +351,7 @@ fn worker_settings(config: &Config, channel: &ChannelConfig, p: &PreparedChannel
         initial_position: p.initial_position.clone(),
         writer: WriterSettings {
             channel: channel.name.clone(),
-            compression: compression(&dest.compression, dest.compression_level),
+            compression: compression(&dest.compression),
             target_file_size: dest.target_file_size,
         },
     }
