@@ -3,5 +3,7 @@
 
 pub mod cli;
 pub mod convert;
+pub mod events;
 pub mod model;
 pub mod schema;
+pub mod source;
