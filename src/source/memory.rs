@@ -1,7 +1,7 @@
 //! In-memory fake of the [`Source`] seam for component tests (worker, discovery, takeover): shards
 //! are vectors of records with Kafka-like offsets; tests append records, add shards (partition
 //! growth, Kinesis children with parents), trim (retention) and make the source unavailable.
-//! Works with paused Tokio time.
+//! Waits use `tokio::time`, so it also works under paused time.
 //!
 //! It follows the same contract as [`super::kafka`]: records in increasing offset order, resume
 //! at `checkpoint + 1`, a trimmed start offset is [`SourceError::PositionLost`].
@@ -18,11 +18,14 @@ use super::{
 };
 use crate::model::{Position, ShardId};
 
+/// A stored record: `(offset, key, payload, timestamp_ms)`.
+type StoredRecord = (i64, Option<Vec<u8>>, Vec<u8>, i64);
+
 #[derive(Default)]
 struct ShardLog {
     parents: Vec<ShardId>,
     /// Records `(offset, key, payload, timestamp_ms)` from the low watermark up.
-    records: Vec<(i64, Option<Vec<u8>>, Vec<u8>, i64)>,
+    records: Vec<StoredRecord>,
     /// Offset of the next appended record (high watermark).
     high: i64,
     /// Oldest offset held (low watermark).
@@ -276,5 +279,94 @@ impl ShardReader for MemoryShardReader {
 
     fn lag(&self) -> Option<Lag> {
         self.lag.map(Lag::Records)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::resolve_start;
+
+    fn offsets(records: &[SourceRecord]) -> Vec<i64> {
+        records
+            .iter()
+            .map(|r| match r.position {
+                Position::Offset(o) => o,
+                _ => unreachable!(),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn resumes_after_the_checkpoint_and_starts_fresh_shards_at_the_initial_position() {
+        let src = MemorySource::with_partitions(1);
+        let p0 = ShardId::kafka_partition(0);
+        for i in 0..10 {
+            src.append(&p0, None, vec![i as u8], 1_000 + i * 100);
+        }
+        let initial = InitialPosition::AtTimestamp(1_450);
+        let start = resolve_start(&src, &p0, Some(&Position::Offset(3)), &initial)
+            .await
+            .unwrap();
+        assert_eq!(start.after_exclusive(), Some(&Position::Offset(3)));
+        let mut r = src.open(&p0, start).await.unwrap();
+        assert_eq!(
+            offsets(&r.next_batch(100, Duration::ZERO).await.unwrap()),
+            (4..10).collect::<Vec<_>>()
+        );
+        assert_eq!(r.lag(), Some(Lag::Records(0)));
+
+        let start = resolve_start(&src, &p0, None, &initial).await.unwrap();
+        assert_eq!(start, StartAt::At(Position::Offset(5)));
+        assert_eq!(start.after_exclusive(), None);
+    }
+
+    #[tokio::test]
+    async fn waits_for_records_then_returns_what_is_available() {
+        let src = MemorySource::with_partitions(1);
+        let p0 = ShardId::kafka_partition(0);
+        let mut r = src.open(&p0, StartAt::Earliest).await.unwrap();
+        assert!(r
+            .next_batch(10, Duration::from_millis(100))
+            .await
+            .unwrap()
+            .is_empty());
+        let writer = src.clone();
+        let shard = p0.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            writer.append(&shard, None, b"x".to_vec(), 0);
+        });
+        let batch = r.next_batch(10, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(offsets(&batch), [0]);
+    }
+
+    #[tokio::test]
+    async fn reports_new_shards_trimmed_positions_and_outages() {
+        let src = MemorySource::with_partitions(2);
+        src.add_shard(ShardId::kafka_partition(2), Vec::new());
+        assert_eq!(src.list_shards().await.unwrap().len(), 3);
+        let p0 = ShardId::kafka_partition(0);
+        for _ in 0..5 {
+            src.append(&p0, None, Vec::new(), 0);
+        }
+        src.trim(&p0, 3);
+        let mut r = src
+            .open(&p0, StartAt::After(Position::Offset(0)))
+            .await
+            .unwrap();
+        assert!(matches!(
+            r.next_batch(10, Duration::ZERO).await,
+            Err(SourceError::PositionLost { .. })
+        ));
+        let mut r = src.open(&p0, StartAt::Earliest).await.unwrap();
+        src.set_unavailable(true);
+        let err = r.next_batch(10, Duration::ZERO).await.unwrap_err();
+        assert!(err.is_retryable());
+        src.set_unavailable(false);
+        assert_eq!(
+            offsets(&r.next_batch(10, Duration::ZERO).await.unwrap()),
+            [3, 4]
+        );
     }
 }
