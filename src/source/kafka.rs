@@ -440,7 +440,7 @@ fn resolve_timestamp_blocking(
     }
     // The broker says every record is older. Check the newest one: brokers without timestamp
     // lookups (librdkafka's mock cluster) answer "none" always.
-    let probe = api::reader_client(config, partition, Offset::Offset(high - 1))?;
+    let probe = api::probe_client(config, partition)?;
     let is_at_or_after = |offset: i64| -> Result<(bool, Option<i64>), SourceError> {
         match api::first_record_at_or_after(&probe, topic, partition, offset, timeout)? {
             None => Ok((true, None)),

@@ -183,6 +183,14 @@ pub(super) fn check_client_properties(config: &KafkaSourceConfig) -> Result<(), 
 }
 
 fn client_config(config: &KafkaSourceConfig, reader: bool) -> ClientConfig {
+    client_config_with(config, reader, &[])
+}
+
+fn client_config_with(
+    config: &KafkaSourceConfig,
+    reader: bool,
+    overrides: &[(&str, &str)],
+) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("client.id", "floe");
     c.set("queued.max.messages.kbytes", DEFAULT_QUEUED_MAX_KBYTES);
@@ -200,6 +208,9 @@ fn client_config(config: &KafkaSourceConfig, reader: bool) -> ClientConfig {
     if reader {
         c.set("group.id", UNJOINED_GROUP_ID)
             .set("statistics.interval.ms", "1000");
+    }
+    for (k, v) in overrides {
+        c.set(*k, *v);
     }
     c
 }
@@ -228,6 +239,28 @@ pub(super) fn reader_client(
         })?;
     assign(&consumer, &config.topic, partition, offset)?;
     Ok(consumer)
+}
+
+/// Creates a consumer for reading single records at chosen offsets
+/// ([`first_record_at_or_after`]): short fetch waits, small fetches.
+pub(super) fn probe_client(
+    config: &KafkaSourceConfig,
+    partition: i32,
+) -> Result<FloeConsumer, SourceError> {
+    client_config_with(
+        config,
+        true,
+        &[
+            ("fetch.wait.max.ms", "10"),
+            ("fetch.error.backoff.ms", "10"),
+            ("queued.min.messages", "1"),
+            ("statistics.interval.ms", "0"),
+        ],
+    )
+    .create_with_context(FloeContext::new(&config.topic, Some(partition)))
+    .map_err(|e| SourceError::Config {
+        message: format!("cannot create kafka consumer: {e}"),
+    })
 }
 
 /// Replaces the consumer's assignment with `topic`/`partition` at `offset`.
