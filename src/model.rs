@@ -422,7 +422,7 @@ mod tests {
         };
         assert_eq!(cp.verdict(&s, &first), RangeVerdict::Contiguous);
         cp.advance(&s, &first);
-        assert_eq!(cp.verdict(&s, &first), RangeVerdict::NotContiguous);
+        assert_eq!(cp.verdict(&s, &first), RangeVerdict::Duplicate);
         let next = CheckpointRange {
             after_exclusive: Some(Position::Offset(9)),
             last_inclusive: Position::Offset(20),

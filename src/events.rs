@@ -1,0 +1,378 @@
+//! Deterministic `Event` records (../shared/cases/README.md, `event.schema.json`) for the
+//! quickstart, the load generator, the benchmarks and tests.
+//!
+//! The same `(id, seed, base_time_ms, spread_hours)` always gives the same bytes (a SplitMix64
+//! stream seeded from `seed` and `id`; no `rand` dependency), so every run measures and verifies
+//! the same data. Every record carries its unique `id` — in the JSON where the record is JSON, and
+//! always as the Kafka message key in decimal text ([`event_key`]) — so a verifier can reconcile
+//! the table and the DLQ with what was produced, by id.
+//!
+//! ```text
+//!   {"id":17,"event_time":"2026-07-09T20:00:00.123456Z","source":"checkout","value":1.5,
+//!    "amount":12.30,"user":{"country":"DE","tier":2},"tags":["a","b"],"attrs":{"k":"v"}}
+//! ```
+
+/// One step of SplitMix64: advances `state` and returns the next 64 random bits.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A random stream for record `id` under `seed`.
+fn stream(id: u64, seed: u64) -> u64 {
+    let mut s = seed ^ id.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    splitmix64(&mut s)
+}
+
+const SOURCES: &[&str] = &["checkout", "search", "cart", "login", "payment", "browse"];
+const COUNTRIES: &[&str] = &["DE", "US", "FR", "JP", "BR", "IN", "GB", "NL"];
+const TAGS: &[&str] = &["a", "b", "new", "vip", "mobile", "promo"];
+
+/// The Kafka message key of record `id`: the id in decimal text.
+pub fn event_key(id: u64) -> String {
+    id.to_string()
+}
+
+/// Formats microseconds since the Unix epoch as RFC 3339 UTC with 6 fractional digits
+/// (`2026-07-09T20:00:00.123456Z`).
+pub fn format_timestamp_micros(micros: i64) -> String {
+    let secs = micros.div_euclid(1_000_000);
+    let frac = micros.rem_euclid(1_000_000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:06}Z",
+        sod / 3600,
+        (sod % 3600) / 60,
+        sod % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// The fields of one event as JSON text fragments; `None` leaves the field out.
+struct EventFields {
+    id: u64,
+    event_time: Option<String>,
+    source: String,
+    value: Option<String>,
+    amount: String,
+    country: String,
+    tier: String,
+    tags: String,
+    attrs: String,
+}
+
+impl EventFields {
+    fn generate(id: u64, seed: u64, base_time_ms: i64, spread_hours: u32) -> Self {
+        let mut s = stream(id, seed);
+        let mut next = || splitmix64(&mut s);
+        let spread_us: u64 = if spread_hours == 0 {
+            1_000_000
+        } else {
+            u64::from(spread_hours) * 3_600_000_000
+        };
+        let micros = base_time_ms * 1000 + (next() % spread_us) as i64;
+        let value = (next() % 1_000_000) as f64 / 100.0;
+        let cents = next() % 100_000;
+        let num_tags = (next() % 3) as usize;
+        let tags: Vec<String> = (0..num_tags)
+            .map(|_| format!("\"{}\"", TAGS[(next() % TAGS.len() as u64) as usize]))
+            .collect();
+        let num_attrs = 1 + (next() % 2);
+        let attrs: Vec<String> = (0..num_attrs)
+            .map(|i| format!("\"k{i}\":\"v{}\"", next() % 1000))
+            .collect();
+        EventFields {
+            id,
+            event_time: Some(format!("\"{}\"", format_timestamp_micros(micros))),
+            source: format!("\"{}\"", SOURCES[(next() % SOURCES.len() as u64) as usize]),
+            value: Some(format!("{value:?}")),
+            amount: format!("{}.{:02}", cents / 100, cents % 100),
+            country: format!(
+                "\"{}\"",
+                COUNTRIES[(next() % COUNTRIES.len() as u64) as usize]
+            ),
+            tier: (next() % 11).to_string(),
+            tags: format!("[{}]", tags.join(",")),
+            attrs: format!("{{{}}}", attrs.join(",")),
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut out = format!("{{\"id\":{}", self.id);
+        if let Some(t) = &self.event_time {
+            out.push_str(&format!(",\"event_time\":{t}"));
+        }
+        out.push_str(&format!(",\"source\":{}", self.source));
+        if let Some(v) = &self.value {
+            out.push_str(&format!(",\"value\":{v}"));
+        }
+        out.push_str(&format!(
+            ",\"amount\":{},\"user\":{{\"country\":{},\"tier\":{}}},\"tags\":{},\"attrs\":{}}}",
+            self.amount, self.country, self.tier, self.tags, self.attrs
+        ));
+        out
+    }
+}
+
+/// A valid `Event` record as JSON text (about 150–200 bytes), deterministic in its arguments.
+///
+/// - `id`: the record's unique id (also its Kafka key, [`event_key`]).
+/// - `seed`: selects the random stream; same seed, same records.
+/// - `base_time_ms`: earliest `event_time`, in milliseconds since the Unix epoch.
+/// - `spread_hours`: `event_time` is uniform in `[base, base + spread_hours h)`, or in
+///   `[base, base + 1 s)` when 0 — a spread of `n` hours touches up to `n + 1` hour partitions.
+///
+/// Valid per `event.schema.json`: `amount` has exactly 2 decimals, `user.tier` is in `0..=10`,
+/// `event_time` is RFC 3339 UTC with microseconds.
+pub fn event_json(id: u64, seed: u64, base_time_ms: i64, spread_hours: u32) -> String {
+    EventFields::generate(id, seed, base_time_ms, spread_hours).render()
+}
+
+/// A kind of bad record, each landing in the DLQ with a known code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BadKind {
+    /// Not JSON at all (the id only in the key and in the text) → `DESERIALIZATION_ERROR`.
+    NotJson,
+    /// The required `value` field is absent → `MISSING_REQUIRED_FIELD`.
+    MissingValue,
+    /// The partition field `event_time` is absent → `MISSING_PARTITION_VALUE`.
+    MissingEventTime,
+    /// `"value": "12"`, a string where a number is required → `TYPE_MISMATCH`.
+    ValueAsString,
+    /// `user.tier = 99`, above the schema's maximum 10 → `VALUE_OUT_OF_RANGE`.
+    TierOutOfRange,
+    /// `event_time` without a UTC offset → `TYPE_MISMATCH`.
+    EventTimeWithoutOffset,
+    /// `amount = 1.234`, not a multiple of 0.01 → `VALUE_OUT_OF_RANGE`.
+    AmountTooPrecise,
+}
+
+impl BadKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [BadKind; 7] = [
+        BadKind::NotJson,
+        BadKind::MissingValue,
+        BadKind::MissingEventTime,
+        BadKind::ValueAsString,
+        BadKind::TierOutOfRange,
+        BadKind::EventTimeWithoutOffset,
+        BadKind::AmountTooPrecise,
+    ];
+
+    /// The DLQ error code floe must give a record of this kind (DESIGN.md, "DLQ error codes").
+    pub fn expected_code(self) -> &'static str {
+        match self {
+            BadKind::NotJson => "DESERIALIZATION_ERROR",
+            BadKind::MissingValue => "MISSING_REQUIRED_FIELD",
+            BadKind::MissingEventTime => "MISSING_PARTITION_VALUE",
+            BadKind::ValueAsString | BadKind::EventTimeWithoutOffset => "TYPE_MISMATCH",
+            BadKind::TierOutOfRange | BadKind::AmountTooPrecise => "VALUE_OUT_OF_RANGE",
+        }
+    }
+}
+
+/// `event_time` base of bad records: 2026-07-09T20:00:00Z in milliseconds.
+const BAD_BASE_TIME_MS: i64 = 1_783_627_200_000;
+
+/// A bad record of `kind` for `id`, and the DLQ code floe must give it. Records that are JSON
+/// carry `"id": id`; a [`BadKind::NotJson`] record names the id in its text (and, like every
+/// record, in its key).
+pub fn bad_event(id: u64, kind: BadKind) -> (Vec<u8>, &'static str) {
+    let mut f = EventFields::generate(id, 0xBAD, BAD_BASE_TIME_MS, 1);
+    let text = match kind {
+        BadKind::NotJson => format!("not json: id={id} {{\"id\":{id},"),
+        BadKind::MissingValue => {
+            f.value = None;
+            f.render()
+        }
+        BadKind::MissingEventTime => {
+            f.event_time = None;
+            f.render()
+        }
+        BadKind::ValueAsString => {
+            f.value = Some("\"12\"".to_string());
+            f.render()
+        }
+        BadKind::TierOutOfRange => {
+            f.tier = "99".to_string();
+            f.render()
+        }
+        BadKind::EventTimeWithoutOffset => {
+            f.event_time = Some("\"2026-07-09T20:00:00.123456\"".to_string());
+            f.render()
+        }
+        BadKind::AmountTooPrecise => {
+            f.amount = "1.234".to_string();
+            f.render()
+        }
+    };
+    (text.into_bytes(), kind.expected_code())
+}
+
+/// Whether record `id` of a generated stream is bad, and of which kind: about
+/// `bad_per_million / 1_000_000` of the ids, kinds in turn, deterministic in `(id, seed)`.
+pub fn pick_bad_kind(id: u64, seed: u64, bad_per_million: u32) -> Option<BadKind> {
+    let r = stream(id, seed ^ 0x5EED_BAD0);
+    if r % 1_000_000 < u64::from(bad_per_million) {
+        Some(BadKind::ALL[((r >> 32) % BadKind::ALL.len() as u64) as usize])
+    } else {
+        None
+    }
+}
+
+/// Record `id` of a generated stream with `bad_per_million` bad records: the payload and, for a
+/// bad record, its expected DLQ code. Produce it with key [`event_key`]`(id)`.
+pub fn generated_record(
+    id: u64,
+    seed: u64,
+    base_time_ms: i64,
+    spread_hours: u32,
+    bad_per_million: u32,
+) -> (Vec<u8>, Option<&'static str>) {
+    match pick_bad_kind(id, seed, bad_per_million) {
+        Some(kind) => {
+            let (bytes, code) = bad_event(id, kind);
+            (bytes, Some(code))
+        }
+        None => (
+            event_json(id, seed, base_time_ms, spread_hours).into_bytes(),
+            None,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    const BASE: i64 = 1_783_627_200_000; // 2026-07-09T20:00:00Z
+
+    fn decimals(text: &str) -> usize {
+        text.split_once('.').map(|(_, f)| f.len()).unwrap_or(0)
+    }
+
+    #[test]
+    fn formats_timestamps_rfc3339_utc() {
+        assert_eq!(format_timestamp_micros(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            format_timestamp_micros(BASE * 1000 + 123_456),
+            "2026-07-09T20:00:00.123456Z"
+        );
+        assert_eq!(format_timestamp_micros(-1), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(
+            format_timestamp_micros(951_782_400_000_000),
+            "2000-02-29T00:00:00.000000Z"
+        );
+    }
+
+    #[test]
+    fn event_json_is_deterministic_valid_and_event_sized() {
+        let mut total = 0usize;
+        for id in 0..2000u64 {
+            let text = event_json(id, 42, BASE, 3);
+            assert_eq!(text, event_json(id, 42, BASE, 3));
+            total += text.len();
+            assert!(
+                (120..=230).contains(&text.len()),
+                "{} bytes: {text}",
+                text.len()
+            );
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["id"].as_u64(), Some(id));
+            let t = v["event_time"].as_str().unwrap();
+            assert!(
+                t.len() == 27 && t.ends_with('Z') && t.as_bytes()[10] == b'T',
+                "{t}"
+            );
+            assert!(
+                ("2026-07-09T20:00:00".."2026-07-09T23:00:00").contains(&t),
+                "{t}"
+            );
+            assert!(v["source"].is_string());
+            assert!(v["value"].is_f64());
+            let amount = text
+                .split("\"amount\":")
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap();
+            assert!(decimals(amount) <= 2, "{amount}");
+            assert!(v["amount"].is_number());
+            assert!(v["user"]["country"].is_string());
+            let tier = v["user"]["tier"].as_i64().unwrap();
+            assert!((0..=10).contains(&tier));
+            assert!(v["tags"].as_array().unwrap().iter().all(Value::is_string));
+            assert!(v["attrs"]
+                .as_object()
+                .unwrap()
+                .values()
+                .all(Value::is_string));
+        }
+        let mean = total / 2000;
+        assert!((150..=200).contains(&mean), "mean size {mean}");
+        assert_ne!(event_json(1, 42, BASE, 3), event_json(1, 43, BASE, 3));
+    }
+
+    #[test]
+    fn bad_events_carry_their_id_and_break_one_rule() {
+        for kind in BadKind::ALL {
+            let (bytes, code) = bad_event(7, kind);
+            assert_eq!(code, kind.expected_code());
+            let text = String::from_utf8(bytes).unwrap();
+            assert!(text.contains("7"), "{text}");
+            let parsed = serde_json::from_str::<Value>(&text);
+            match kind {
+                BadKind::NotJson => assert!(parsed.is_err()),
+                _ => {
+                    let v = parsed.unwrap();
+                    assert_eq!(v["id"].as_u64(), Some(7), "{kind:?}");
+                    match kind {
+                        BadKind::MissingValue => assert!(v.get("value").is_none()),
+                        BadKind::MissingEventTime => assert!(v.get("event_time").is_none()),
+                        BadKind::ValueAsString => assert_eq!(v["value"], "12"),
+                        BadKind::TierOutOfRange => assert_eq!(v["user"]["tier"], 99),
+                        BadKind::EventTimeWithoutOffset => {
+                            assert!(!v["event_time"].as_str().unwrap().ends_with('Z'))
+                        }
+                        BadKind::AmountTooPrecise => assert!(text.contains("\"amount\":1.234")),
+                        BadKind::NotJson => unreachable!(),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn picks_about_the_requested_share_of_bad_records_of_every_kind() {
+        let bad: Vec<BadKind> = (0..100_000u64)
+            .filter_map(|id| pick_bad_kind(id, 1, 10_000))
+            .collect();
+        assert!((800..=1200).contains(&bad.len()), "{}", bad.len());
+        for kind in BadKind::ALL {
+            assert!(bad.contains(&kind), "{kind:?}");
+        }
+        assert!((0..1000u64).all(|id| pick_bad_kind(id, 1, 0).is_none()));
+        let (payload, code) = generated_record(5, 1, BASE, 1, 1_000_000);
+        assert!(code.is_some() && !payload.is_empty());
+    }
+}

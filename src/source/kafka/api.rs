@@ -1,0 +1,498 @@
+//! Raw rdkafka calls used by [`super::KafkaSource`]: client construction, one function per remote
+//! call, and the one place librdkafka errors become [`SourceError`]s.
+//!
+//! Every function here **blocks** (librdkafka's API is synchronous): call them from
+//! `tokio::task::spawn_blocking`, never from an async task.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+use serde::Deserialize;
+
+use super::KafkaSourceConfig;
+use crate::model::ShardId;
+use crate::source::SourceError;
+
+/// The `group.id` librdkafka requires for `assign()`. floe never subscribes, joins, or commits
+/// offsets to this group: progress lives in the Iceberg table.
+pub(super) const UNJOINED_GROUP_ID: &str = "floe-assign-only-never-joined";
+
+/// Client properties floe sets itself and refuses from the user's passthrough properties, with
+/// the reason given in the error.
+pub(super) const RESERVED_PROPERTIES: &[(&str, &str)] = &[
+    (
+        "bootstrap.servers",
+        "set it as the source's bootstrap servers",
+    ),
+    (
+        "group.id",
+        "floe assigns partitions itself and never joins a consumer group",
+    ),
+    ("group.instance.id", "floe never joins a consumer group"),
+    (
+        "enable.auto.commit",
+        "progress is committed with the data in the Iceberg table; auto commit is always off",
+    ),
+    (
+        "enable.auto.offset.store",
+        "progress is committed with the data in the Iceberg table; the offset store is always off",
+    ),
+    (
+        "auto.offset.reset",
+        "a start position that the broker no longer holds must fail, not skip records",
+    ),
+    (
+        "enable.partition.eof",
+        "floe manages end-of-partition itself",
+    ),
+    (
+        "isolation.level",
+        "only committed transactional records are delivered (read_committed)",
+    ),
+    (
+        "statistics.interval.ms",
+        "floe uses librdkafka statistics for lag reporting",
+    ),
+];
+
+/// Default prefetch bound per reader (librdkafka `queued.max.messages.kbytes`), so a worker's
+/// memory stays bounded by the partitions it leases; overridable by the user.
+const DEFAULT_QUEUED_MAX_KBYTES: &str = "4096";
+/// Default prefetch bound per reader in messages (librdkafka `queued.min.messages`).
+const DEFAULT_QUEUED_MIN_MESSAGES: &str = "10000";
+
+/// The rdkafka client context of floe's consumers: routes librdkafka logs and errors to
+/// `tracing`, and keeps the last watermarks reported by librdkafka's statistics for one
+/// partition (lag without a network call).
+pub(super) struct FloeContext {
+    topic: String,
+    partition: Option<i32>,
+    /// Last known high watermark of `partition` (offset of the next record to be appended), or -1.
+    pub(super) high_watermark: AtomicI64,
+    /// Last known low watermark of `partition` (oldest offset the broker holds), or -1.
+    pub(super) low_watermark: AtomicI64,
+}
+
+impl FloeContext {
+    fn new(topic: &str, partition: Option<i32>) -> Self {
+        FloeContext {
+            topic: topic.to_string(),
+            partition,
+            high_watermark: AtomicI64::new(-1),
+            low_watermark: AtomicI64::new(-1),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct StatsJson {
+    #[serde(default)]
+    topics: HashMap<String, TopicStatsJson>,
+}
+
+#[derive(Deserialize)]
+struct TopicStatsJson {
+    #[serde(default)]
+    partitions: HashMap<String, PartitionStatsJson>,
+}
+
+#[derive(Deserialize)]
+struct PartitionStatsJson {
+    #[serde(default = "minus_one")]
+    hi_offset: i64,
+    #[serde(default = "minus_one")]
+    lo_offset: i64,
+}
+
+fn minus_one() -> i64 {
+    -1
+}
+
+impl ClientContext for FloeContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(topic = %self.topic, facility = fac, "librdkafka: {log_message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(topic = %self.topic, facility = fac, "librdkafka: {log_message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(topic = %self.topic, facility = fac, "librdkafka: {log_message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(topic = %self.topic, facility = fac, "librdkafka: {log_message}")
+            }
+        }
+    }
+
+    fn stats_raw(&self, statistics: &[u8]) {
+        let Some(partition) = self.partition else {
+            return;
+        };
+        let Ok(stats) = serde_json::from_slice::<StatsJson>(statistics) else {
+            return;
+        };
+        if let Some(p) = stats
+            .topics
+            .get(&self.topic)
+            .and_then(|t| t.partitions.get(&partition.to_string()))
+        {
+            if p.hi_offset >= 0 {
+                self.high_watermark.store(p.hi_offset, Ordering::Relaxed);
+            }
+            if p.lo_offset >= 0 {
+                self.low_watermark.store(p.lo_offset, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(topic = %self.topic, error = %error, "kafka client error: {reason}");
+    }
+}
+
+impl ConsumerContext for FloeContext {}
+
+/// A consumer of floe: the user's passthrough properties, then floe's correctness settings.
+pub(super) type FloeConsumer = BaseConsumer<FloeContext>;
+
+/// Refuses passthrough properties that would override a correctness setting.
+///
+/// Errors: [`SourceError::Config`] naming the property and why.
+pub(super) fn check_client_properties(config: &KafkaSourceConfig) -> Result<(), SourceError> {
+    for key in config.client_properties.keys() {
+        if let Some((_, why)) = RESERVED_PROPERTIES.iter().find(|(k, _)| k == key) {
+            return Err(SourceError::Config {
+                message: format!("client property `{key}` cannot be set: {why}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn client_config(config: &KafkaSourceConfig, reader: bool) -> ClientConfig {
+    client_config_with(config, reader, &[])
+}
+
+fn client_config_with(
+    config: &KafkaSourceConfig,
+    reader: bool,
+    overrides: &[(&str, &str)],
+) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("client.id", "floe");
+    c.set("queued.max.messages.kbytes", DEFAULT_QUEUED_MAX_KBYTES);
+    c.set("queued.min.messages", DEFAULT_QUEUED_MIN_MESSAGES);
+    for (k, v) in &config.client_properties {
+        c.set(k, v);
+    }
+    c.set("bootstrap.servers", &config.bootstrap_servers)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "error")
+        .set("enable.partition.eof", "false")
+        .set("isolation.level", "read_committed")
+        .set("allow.auto.create.topics", "false");
+    if reader {
+        c.set("group.id", UNJOINED_GROUP_ID)
+            .set("statistics.interval.ms", "1000");
+    }
+    for (k, v) in overrides {
+        c.set(*k, *v);
+    }
+    c
+}
+
+/// Creates the client used for metadata, watermark and offsets-for-times requests (no group,
+/// never assigned).
+pub(super) fn metadata_client(config: &KafkaSourceConfig) -> Result<FloeConsumer, SourceError> {
+    client_config(config, false)
+        .create_with_context(FloeContext::new(&config.topic, None))
+        .map_err(|e| SourceError::Config {
+            message: format!("cannot create kafka client: {e}"),
+        })
+}
+
+/// Creates a consumer for one partition, assigned at `offset` (manual `assign()`, no group
+/// membership).
+pub(super) fn reader_client(
+    config: &KafkaSourceConfig,
+    partition: i32,
+    offset: Offset,
+) -> Result<FloeConsumer, SourceError> {
+    let consumer: FloeConsumer = client_config(config, true)
+        .create_with_context(FloeContext::new(&config.topic, Some(partition)))
+        .map_err(|e| SourceError::Config {
+            message: format!("cannot create kafka consumer: {e}"),
+        })?;
+    assign(&consumer, &config.topic, partition, offset)?;
+    Ok(consumer)
+}
+
+/// Creates a consumer for reading single records at chosen offsets
+/// ([`first_record_at_or_after`]): short fetch waits, small fetches.
+pub(super) fn probe_client(
+    config: &KafkaSourceConfig,
+    partition: i32,
+) -> Result<FloeConsumer, SourceError> {
+    client_config_with(
+        config,
+        true,
+        &[
+            ("fetch.wait.max.ms", "10"),
+            ("fetch.error.backoff.ms", "10"),
+            ("queued.min.messages", "1"),
+            ("statistics.interval.ms", "0"),
+        ],
+    )
+    .create_with_context(FloeContext::new(&config.topic, Some(partition)))
+    .map_err(|e| SourceError::Config {
+        message: format!("cannot create kafka consumer: {e}"),
+    })
+}
+
+/// Replaces the consumer's assignment with `topic`/`partition` at `offset`.
+pub(super) fn assign(
+    consumer: &FloeConsumer,
+    topic: &str,
+    partition: i32,
+    offset: Offset,
+) -> Result<(), SourceError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, offset)
+        .map_err(|e| map_error(&e, "assign"))?;
+    consumer.assign(&tpl).map_err(|e| map_error(&e, "assign"))
+}
+
+/// Serves queued client events (logs, errors) of a client that is never polled for messages.
+pub(super) fn serve_events(consumer: &FloeConsumer) {
+    for _ in 0..64 {
+        if consumer.poll(Duration::ZERO).is_none() {
+            break;
+        }
+    }
+}
+
+/// Metadata request: the partition ids of `topic`, ascending.
+///
+/// Errors: [`SourceError::NotFound`] when the topic does not exist; mapped client errors.
+pub(super) fn partitions(
+    consumer: &FloeConsumer,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Vec<i32>, SourceError> {
+    let metadata = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| map_error(&e, "fetch metadata"));
+    serve_events(consumer);
+    let metadata = metadata?;
+    let t = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .ok_or_else(|| SourceError::NotFound {
+            what: format!("topic {topic}"),
+        })?;
+    if let Some(err) = t.error() {
+        let code = RDKafkaErrorCode::from(err);
+        return Err(map_code(code, &format!("metadata of topic {topic}")));
+    }
+    let mut ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// ListOffsets request: `(low, high)` watermarks of a partition — the oldest offset the broker
+/// holds and the offset the next appended record will get.
+pub(super) fn watermarks(
+    consumer: &FloeConsumer,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<(i64, i64), SourceError> {
+    let r = consumer
+        .fetch_watermarks(topic, partition, timeout)
+        .map_err(|e| map_error(&e, "fetch watermarks"));
+    serve_events(consumer);
+    r
+}
+
+/// ListOffsets-by-timestamp request: the first offset whose record timestamp is at or after
+/// `timestamp_ms`, or `None` when the broker reports none (every record is older, or the broker
+/// does not implement timestamp lookups — librdkafka's mock cluster answers `None` always).
+pub(super) fn offset_for_time(
+    consumer: &FloeConsumer,
+    topic: &str,
+    partition: i32,
+    timestamp_ms: i64,
+    timeout: Duration,
+) -> Result<Option<i64>, SourceError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(timestamp_ms))
+        .map_err(|e| map_error(&e, "offsets for times"))?;
+    let result = consumer
+        .offsets_for_times(tpl, timeout)
+        .map_err(|e| map_error(&e, "offsets for times"));
+    serve_events(consumer);
+    let result = result?;
+    let elem = result
+        .find_partition(topic, partition)
+        .ok_or_else(|| SourceError::NotFound {
+            what: format!("partition {partition} of topic {topic}"),
+        })?;
+    elem.error()
+        .map_err(|e| map_error(&e, "offsets for times"))?;
+    Ok(match elem.offset() {
+        Offset::Offset(o) if o >= 0 => Some(o),
+        _ => None,
+    })
+}
+
+/// One message copied out of librdkafka.
+pub(super) struct RawMessage {
+    pub(super) partition: i32,
+    pub(super) offset: i64,
+    pub(super) key: Option<Vec<u8>>,
+    pub(super) payload: Vec<u8>,
+    pub(super) timestamp_ms: Option<i64>,
+}
+
+/// Fetch: polls up to `max_records` messages, waiting up to `wait` for the first one and not
+/// at all after it. Returns the messages polled and the error that stopped the poll, if any.
+pub(super) fn poll_batch(
+    consumer: &FloeConsumer,
+    max_records: usize,
+    wait: Duration,
+) -> (Vec<RawMessage>, Option<KafkaError>) {
+    let deadline = Instant::now() + wait;
+    let mut out = Vec::new();
+    while out.len() < max_records {
+        let timeout = if out.is_empty() {
+            deadline.saturating_duration_since(Instant::now())
+        } else {
+            Duration::ZERO
+        };
+        match consumer.poll(timeout) {
+            Some(Ok(m)) => out.push(RawMessage {
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(<[u8]>::to_vec),
+                payload: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                timestamp_ms: m.timestamp().to_millis(),
+            }),
+            Some(Err(e)) => return (out, Some(e)),
+            None => {
+                if !out.is_empty() || Instant::now() >= deadline {
+                    break;
+                }
+            }
+        }
+    }
+    (out, None)
+}
+
+/// Fetch: the offset and timestamp (ms) of the first record at or after `offset`, or `None` when
+/// no record arrives within `timeout`. Re-assigns `consumer`.
+pub(super) fn first_record_at_or_after(
+    consumer: &FloeConsumer,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    timeout: Duration,
+) -> Result<Option<(i64, Option<i64>)>, SourceError> {
+    assign(consumer, topic, partition, Offset::Offset(offset))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Ok(None);
+        }
+        match consumer.poll(remaining) {
+            Some(Ok(m)) if m.partition() == partition && m.offset() >= offset => {
+                return Ok(Some((m.offset(), m.timestamp().to_millis())));
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                let e = map_error(&e, "fetch");
+                if !e.is_retryable() {
+                    return Err(e);
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+/// Maps a consumption error of the reader of `shard` (adds [`SourceError::PositionLost`]).
+pub(super) fn map_consume_error(e: &KafkaError, shard: &ShardId) -> SourceError {
+    match e.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange) => {
+            SourceError::PositionLost {
+                shard: shard.clone(),
+                message: format!("the start offset is no longer held by the broker: {e}"),
+            }
+        }
+        _ => map_error(e, "fetch"),
+    }
+}
+
+/// Maps an rdkafka error of operation `what` to the caller's next step.
+pub(super) fn map_error(e: &KafkaError, what: &str) -> SourceError {
+    match e.rdkafka_error_code() {
+        Some(code) => map_code(code, &format!("{what}: {e}")),
+        None => SourceError::Fatal {
+            message: format!("{what}: {e}"),
+        },
+    }
+}
+
+fn map_code(code: RDKafkaErrorCode, message: &str) -> SourceError {
+    use RDKafkaErrorCode::*;
+    let message = message.to_string();
+    match code {
+        OperationTimedOut
+        | RequestTimedOut
+        | BrokerTransportFailure
+        | AllBrokersDown
+        | Resolve
+        | LeaderNotAvailable
+        | NotLeaderForPartition
+        | BrokerNotAvailable
+        | ReplicaNotAvailable
+        | NetworkException
+        | CoordinatorLoadInProgress
+        | CoordinatorNotAvailable
+        | NotCoordinator
+        | WaitingForCoordinator
+        | KafkaStorageError
+        | FencedLeaderEpoch
+        | UnknownLeaderEpoch
+        | PreferredLeaderNotAvailable
+        | OffsetNotAvailable
+        | TimedOutQueue
+        | Retry
+        | WaitCache
+        | Interrupted
+        | InProgress
+        | NotEnoughReplicas
+        | RebootstrapRequired
+        | DestroyBroker => SourceError::Unavailable { message },
+        ThrottlingQuotaExceeded => SourceError::Throttled { message },
+        UnknownTopicOrPartition | UnknownTopic | UnknownPartition => {
+            SourceError::NotFound { what: message }
+        }
+        _ => SourceError::Fatal { message },
+    }
+}

@@ -1,0 +1,499 @@
+//! The Kafka source against a real Kafka-protocol broker (librdkafka's mock cluster, in process
+//! and as the standalone `floe-mock-kafka` binary). No mocks of rdkafka.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use floe::events::{event_json, event_key};
+use floe::model::{Position, ShardId};
+use floe::source::kafka::embedded::{EmbeddedKafka, EmbeddedProducer};
+use floe::source::kafka::{KafkaSource, KafkaSourceConfig};
+use floe::source::{InitialPosition, Lag, ShardReader, Source, SourceError, SourceRecord, StartAt};
+
+const BASE_MS: i64 = 1_783_627_200_000; // 2026-07-09T20:00:00Z
+const TOPIC: &str = "events";
+
+fn source(kafka_bootstrap: &str, topic: &str) -> KafkaSource {
+    KafkaSource::try_new(
+        KafkaSourceConfig::new(kafka_bootstrap, topic).with_request_timeout(Duration::from_secs(2)),
+    )
+    .unwrap()
+}
+
+/// Produces records `ids` with key = id, partition = id % partitions, flushed.
+fn produce(producer: &EmbeddedProducer, topic: &str, ids: std::ops::Range<u64>, partitions: u64) {
+    for id in ids {
+        let payload = event_json(id, 7, BASE_MS, 2);
+        producer
+            .send(
+                topic,
+                Some((id % partitions) as i32),
+                event_key(id).as_bytes(),
+                payload.as_bytes(),
+                None,
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+}
+
+/// Reads until `n` records are read or 10 s pass.
+async fn read_n(reader: &mut dyn ShardReader, n: usize) -> Vec<SourceRecord> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::new();
+    while out.len() < n && Instant::now() < deadline {
+        let batch = reader
+            .next_batch(n - out.len(), Duration::from_millis(500))
+            .await
+            .unwrap();
+        out.extend(batch);
+    }
+    out
+}
+
+fn offsets(records: &[SourceRecord]) -> Vec<i64> {
+    records
+        .iter()
+        .map(|r| match r.position {
+            Position::Offset(o) => o,
+            ref p => panic!("not an offset: {p}"),
+        })
+        .collect()
+}
+
+/// The ids produced on `partition`, in offset order, for records `0..total` on `partitions`.
+fn expected_ids(partition: u64, total: u64, partitions: u64) -> Vec<u64> {
+    (0..total)
+        .filter(|id| id % partitions == partition)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_each_partition_from_the_start_and_after_a_checkpoint_exactly() {
+    let kafka = EmbeddedKafka::start(3).unwrap();
+    kafka.create_topic(TOPIC, 4).unwrap();
+    produce(&kafka.producer().unwrap(), TOPIC, 0..1000, 4);
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+
+    let shards = src.list_shards().await.unwrap();
+    let ids: Vec<&str> = shards.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["0", "1", "2", "3"]);
+    assert!(shards.iter().all(|s| s.parents.is_empty()));
+
+    for p in 0..4u64 {
+        let shard = ShardId::kafka_partition(p as i32);
+        let want = expected_ids(p, 1000, 4);
+        assert_eq!(want.len(), 250);
+        assert_eq!(
+            src.start_position(&shard, &InitialPosition::Earliest)
+                .await
+                .unwrap(),
+            StartAt::Earliest
+        );
+
+        // From the start: offsets 0..250, payloads and keys in produce order.
+        let mut reader = src.open(&shard, StartAt::Earliest).await.unwrap();
+        let records = read_n(reader.as_mut(), 250).await;
+        assert_eq!(offsets(&records), (0..250).collect::<Vec<_>>());
+        for (r, id) in records.iter().zip(&want) {
+            assert_eq!(r.shard, shard);
+            assert_eq!(r.payload, event_json(*id, 7, BASE_MS, 2).into_bytes());
+            assert_eq!(r.key.as_deref(), Some(event_key(*id).as_bytes()));
+            assert!(
+                r.arrival_ms > BASE_MS - 365 * 86_400_000,
+                "broker timestamp"
+            );
+        }
+        // Nothing more.
+        let more = reader
+            .next_batch(10, Duration::from_millis(300))
+            .await
+            .unwrap();
+        assert!(more.is_empty());
+
+        // After a checkpoint k: exactly k+1..250.
+        for k in [0i64, 99, 248] {
+            let mut reader = src
+                .open(&shard, StartAt::After(Position::Offset(k)))
+                .await
+                .unwrap();
+            let records = read_n(reader.as_mut(), (249 - k) as usize).await;
+            assert_eq!(
+                offsets(&records),
+                ((k + 1)..250).collect::<Vec<_>>(),
+                "after {k}"
+            );
+            assert_eq!(
+                records[0].payload,
+                event_json(want[(k + 1) as usize], 7, BASE_MS, 2).into_bytes()
+            );
+            let more = reader
+                .next_batch(10, Duration::from_millis(200))
+                .await
+                .unwrap();
+            assert!(more.is_empty(), "after {k}: extra records");
+        }
+
+        // At an explicit offset (a resolved start): inclusive.
+        let mut reader = src
+            .open(&shard, StartAt::At(Position::Offset(200)))
+            .await
+            .unwrap();
+        assert_eq!(
+            offsets(&read_n(reader.as_mut(), 50).await),
+            (200..250).collect::<Vec<_>>()
+        );
+    }
+
+    // A caught-up reader returns nothing, then exactly the next record.
+    let shard = ShardId::kafka_partition(1);
+    let mut reader = src
+        .open(&shard, StartAt::After(Position::Offset(249)))
+        .await
+        .unwrap();
+    assert!(reader
+        .next_batch(10, Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_empty());
+    produce(&kafka.producer().unwrap(), TOPIC, 1001..1002, 4); // 1001 % 4 == 1
+    let records = read_n(reader.as_mut(), 1).await;
+    assert_eq!(offsets(&records), [250]);
+    assert_eq!(records[0].key.as_deref(), Some(&b"1001"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_respect_max_records_and_never_repeat_a_position() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 1).unwrap();
+    produce(&kafka.producer().unwrap(), TOPIC, 0..300, 1);
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let mut reader = src
+        .open(&ShardId::kafka_partition(0), StartAt::Earliest)
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while all.len() < 300 && Instant::now() < deadline {
+        let batch = reader
+            .next_batch(7, Duration::from_millis(500))
+            .await
+            .unwrap();
+        assert!(batch.len() <= 7);
+        all.extend(offsets(&batch));
+    }
+    assert_eq!(all, (0..300).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolves_activation_time_to_the_first_record_at_or_after_it() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 2).unwrap();
+    let producer = kafka.producer().unwrap();
+    // Partition 0: 100 records one second apart, from BASE_MS.
+    for i in 0..100i64 {
+        producer
+            .send(
+                TOPIC,
+                Some(0),
+                i.to_string().as_bytes(),
+                b"{}",
+                Some(BASE_MS + i * 1000),
+            )
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let p0 = ShardId::kafka_partition(0);
+    let at = |ts: i64| InitialPosition::AtTimestamp(ts);
+
+    for (ts, want) in [
+        (BASE_MS - 3_600_000, 0),
+        (BASE_MS, 0),
+        (BASE_MS + 1, 1),
+        (BASE_MS + 41_500, 42),
+        (BASE_MS + 42_000, 42),
+        (BASE_MS + 99_000, 99),
+        (BASE_MS + 99_001, 100),
+        (BASE_MS + 3_600_000, 100),
+    ] {
+        assert_eq!(
+            src.start_position(&p0, &at(ts)).await.unwrap(),
+            StartAt::At(Position::Offset(want)),
+            "timestamp {ts}"
+        );
+    }
+    // Empty partition: its high watermark.
+    assert_eq!(
+        src.start_position(&ShardId::kafka_partition(1), &at(BASE_MS))
+            .await
+            .unwrap(),
+        StartAt::At(Position::Offset(0))
+    );
+
+    // A start resolved before newer records arrive equals the one resolved after: deterministic.
+    let activation = BASE_MS + 200_000;
+    let before = src.start_position(&p0, &at(activation)).await.unwrap();
+    for i in 0..5i64 {
+        producer
+            .send(TOPIC, Some(0), b"k", b"{}", Some(activation + i * 10))
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let after = src.start_position(&p0, &at(activation)).await.unwrap();
+    assert_eq!(before, StartAt::At(Position::Offset(100)));
+    assert_eq!(after, before);
+
+    // Reading from the resolved start, and from StartAt::AtTimestamp directly.
+    let mut reader = src.open(&p0, after).await.unwrap();
+    assert_eq!(
+        offsets(&read_n(reader.as_mut(), 5).await),
+        (100..105).collect::<Vec<_>>()
+    );
+    let mut reader = src
+        .open(&p0, StartAt::AtTimestamp(BASE_MS + 98_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        offsets(&read_n(reader.as_mut(), 7).await),
+        (98..105).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_lag_as_high_watermark_minus_next_offset() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 1).unwrap();
+    produce(&kafka.producer().unwrap(), TOPIC, 0..500, 1);
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let mut reader = src
+        .open(
+            &ShardId::kafka_partition(0),
+            StartAt::After(Position::Offset(99)),
+        )
+        .await
+        .unwrap();
+    let mut read = 100i64;
+    // Statistics (and so the high watermark) arrive every second while polling.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reader.lag().is_none() && Instant::now() < deadline {
+        read += reader
+            .next_batch(1, Duration::from_millis(100))
+            .await
+            .unwrap()
+            .len() as i64;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(reader.lag(), Some(Lag::Records((500 - read) as u64)));
+    let rest = read_n(reader.as_mut(), (500 - read) as usize).await;
+    assert_eq!(rest.len() as i64, 500 - read);
+    assert_eq!(reader.lag(), Some(Lag::Records(0)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sees_a_topic_and_partitions_created_after_the_source() {
+    let kafka = EmbeddedKafka::start(3).unwrap();
+    let src = source(kafka.bootstrap_servers(), "later");
+    match src.list_shards().await {
+        Err(SourceError::NotFound { .. }) => {}
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    kafka.create_topic("later", 3).unwrap();
+    let shards = src.list_shards().await.unwrap();
+    assert_eq!(shards.len(), 3);
+    // A reader over the partition that appeared: starts at its beginning.
+    let p2 = ShardId::kafka_partition(2);
+    let start = src
+        .start_position(&p2, &InitialPosition::Earliest)
+        .await
+        .unwrap();
+    let mut reader = src.open(&p2, start).await.unwrap();
+    produce(&kafka.producer().unwrap(), "later", 0..9, 3);
+    let records = read_n(reader.as_mut(), 3).await;
+    assert_eq!(offsets(&records), [0, 1, 2]);
+    assert_eq!(records[2].key.as_deref(), Some(&b"8"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuses_bad_shards_positions_and_correctness_overrides() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 2).unwrap();
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    assert!(matches!(
+        src.open(&ShardId::kafka_partition(7), StartAt::Earliest)
+            .await,
+        Err(SourceError::NotFound { .. })
+    ));
+    assert!(matches!(
+        src.open(&ShardId("shardId-000000000000".into()), StartAt::Earliest)
+            .await,
+        Err(SourceError::InvalidPosition { .. })
+    ));
+    assert!(matches!(
+        src.open(
+            &ShardId::kafka_partition(0),
+            StartAt::After(Position::ShardEnd)
+        )
+        .await,
+        Err(SourceError::InvalidPosition { .. })
+    ));
+    for (key, value) in [
+        ("enable.auto.commit", "true"),
+        ("enable.auto.offset.store", "true"),
+        ("group.id", "mine"),
+        ("auto.offset.reset", "latest"),
+        ("isolation.level", "read_uncommitted"),
+    ] {
+        let err = KafkaSource::try_new(
+            KafkaSourceConfig::new(kafka.bootstrap_servers(), TOPIC)
+                .with_client_property(key, value),
+        )
+        .unwrap_err();
+        assert!(matches!(err, SourceError::Config { .. }), "{key}");
+        assert!(!err.is_retryable());
+        assert!(err.to_string().contains(key));
+    }
+    // A harmless passthrough property is accepted.
+    KafkaSource::try_new(
+        KafkaSourceConfig::new(kafka.bootstrap_servers(), TOPIC)
+            .with_client_property("fetch.wait.max.ms", "50"),
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_beyond_the_log_is_position_lost_not_a_silent_skip() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 1).unwrap();
+    produce(&kafka.producer().unwrap(), TOPIC, 0..10, 1);
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let mut reader = src
+        .open(
+            &ShardId::kafka_partition(0),
+            StartAt::After(Position::Offset(5000)),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match reader.next_batch(10, Duration::from_millis(500)).await {
+            Err(SourceError::PositionLost { shard, .. }) => {
+                assert_eq!(shard, ShardId::kafka_partition(0));
+                break;
+            }
+            Ok(batch) => assert!(batch.is_empty(), "read records past the log end"),
+            Err(e) => panic!("unexpected error {e}"),
+        }
+        assert!(Instant::now() < deadline, "no PositionLost");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn surfaces_a_broker_outage_as_retryable_and_resumes_without_loss() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 1).unwrap();
+    let producer = kafka.producer().unwrap();
+    produce(&producer, TOPIC, 0..20, 1);
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let mut reader = src
+        .open(&ShardId::kafka_partition(0), StartAt::Earliest)
+        .await
+        .unwrap();
+    assert_eq!(
+        offsets(&read_n(reader.as_mut(), 20).await),
+        (0..20).collect::<Vec<_>>()
+    );
+
+    kafka.broker_down(1).unwrap();
+    let err = src.list_shards().await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut saw_retryable = false;
+    while Instant::now() < deadline && !saw_retryable {
+        match reader.next_batch(10, Duration::from_millis(500)).await {
+            Ok(batch) => assert!(batch.is_empty()),
+            Err(e) => {
+                assert!(e.is_retryable(), "{e}");
+                saw_retryable = true;
+            }
+        }
+    }
+    assert!(saw_retryable, "the outage was never reported");
+
+    kafka.broker_up(1).unwrap();
+    produce(&producer, TOPIC, 20..30, 1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut got = Vec::new();
+    while got.len() < 10 && Instant::now() < deadline {
+        match reader.next_batch(10, Duration::from_millis(500)).await {
+            Ok(batch) => got.extend(offsets(&batch)),
+            Err(e) => assert!(e.is_retryable(), "{e}"),
+        }
+    }
+    assert_eq!(got, (20..30).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standalone_broker_binary_serves_another_process() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floe-mock-kafka"))
+        .args([
+            "--topic",
+            "orders",
+            "--partitions",
+            "2",
+            "--exit-on-stdin-eof",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let bootstrap = line
+        .trim()
+        .strip_prefix("bootstrap=")
+        .unwrap_or_else(|| panic!("first line: {line:?}"))
+        .to_string();
+    assert!(bootstrap.contains("127.0.0.1:"), "{bootstrap}");
+
+    let producer = EmbeddedProducer::connect(&bootstrap).unwrap();
+    produce(&producer, "orders", 0..100, 2);
+    let src = source(&bootstrap, "orders");
+    assert_eq!(src.list_shards().await.unwrap().len(), 2);
+    for p in 0..2u64 {
+        let mut reader = src
+            .open(&ShardId::kafka_partition(p as i32), StartAt::Earliest)
+            .await
+            .unwrap();
+        let records = read_n(reader.as_mut(), 50).await;
+        assert_eq!(offsets(&records), (0..50).collect::<Vec<_>>());
+        let keys: Vec<u64> = records
+            .iter()
+            .map(|r| {
+                std::str::from_utf8(r.key.as_deref().unwrap())
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(keys, expected_ids(p, 100, 2));
+    }
+
+    // Closing its stdin stops it.
+    drop(child.stdin.take());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("floe-mock-kafka did not exit on stdin EOF");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
