@@ -22,7 +22,7 @@ use crate::catalog::open_sql_catalog;
 use crate::config::Config;
 use crate::dlq::LocalDlq;
 use crate::events::{bad_event, event_json, BadKind};
-use crate::source::kafka::EmbeddedKafka;
+use crate::source::kafka::embedded::EmbeddedKafka;
 
 /// Options of `floe quickstart`.
 #[derive(Debug, Clone, clap::Args)]
@@ -189,7 +189,7 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
     std::fs::write(dir.join("event.schema.json"), EVENT_SCHEMA).map_err(|e| setup(&e))?;
 
     println!("starting an embedded Kafka broker (librdkafka mock cluster), topic `events` with 4 partitions");
-    let kafka = EmbeddedKafka::start(4).map_err(|e| setup(&e))?;
+    let kafka = EmbeddedKafka::start(3).map_err(|e| setup(&e))?;
     kafka.create_topic("events", 4).map_err(|e| setup(&e))?;
     let bootstrap = kafka.bootstrap_servers().to_string();
     let config_path = dir.join("floe.toml");
@@ -219,7 +219,7 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
         .map_err(|e| setup(&e))?;
     let total = args.rate * args.seconds;
     let base_ms = 1_783_627_200_000i64; // 2026-07-09T20:00:00Z: events spread over 3 hours
-    let bad_kinds = BadKind::all();
+    let bad_kinds = BadKind::ALL;
     let started = Instant::now();
     let catalog = open_sql_catalog(&dir.join("catalog.sqlite"), &dir.join("warehouse"), "floe")
         .await

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use floe::events::event_json;
-use floe::source::kafka::EmbeddedKafka;
+use floe::source::kafka::embedded::EmbeddedKafka;
 use tokio_util::sync::CancellationToken;
 
 use common::*;
@@ -15,7 +15,7 @@ use common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_topic_lands_in_iceberg_exactly_once_and_pyiceberg_reads_it() {
     let dir = tempfile::tempdir().unwrap();
-    let kafka = EmbeddedKafka::start(4).unwrap();
+    let kafka = EmbeddedKafka::start(3).unwrap();
     kafka.create_topic("events", 4).unwrap();
     let bootstrap = kafka.bootstrap_servers().to_string();
     let total = 3_000u64;

@@ -97,7 +97,7 @@ name = "it"
 
 /// Whether id `id` is produced as a bad record, and which kind.
 pub fn bad_kind(id: u64) -> Option<BadKind> {
-    (id % 50 == 13).then(|| BadKind::all()[(id / 50) as usize % BadKind::all().len()])
+    (id % 50 == 13).then(|| BadKind::ALL[(id / 50) as usize % BadKind::ALL.len()])
 }
 
 /// Produces ids `from..to` (keys = id), 2% of them bad.
