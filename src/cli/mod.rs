@@ -1,1 +1,3 @@
 //! Command-line subcommands implemented in the library (the binary stays thin).
+pub mod bench;
+pub mod records;
