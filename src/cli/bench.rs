@@ -207,7 +207,7 @@ pub fn convert(args: &BenchConvertArgs) -> Result<BenchReport, BenchError> {
                 Ok(h) => hours.push(h),
                 Err(_) => dlq += 1,
             }
-            if hours.len() % 4096 == 0 && conv.buffered_bytes() >= FLUSH_BYTES {
+            if hours.len().is_multiple_of(4096) && conv.buffered_bytes() >= FLUSH_BYTES {
                 let batch = conv.finish();
                 writers.write(&batch, &hours)?;
                 hours.clear();

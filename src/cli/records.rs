@@ -177,7 +177,7 @@ pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
 }
 
 fn decode_hex(line: &[u8]) -> Option<Vec<u8>> {
-    if line.len() % 2 != 0 {
+    if !line.len().is_multiple_of(2) {
         return None;
     }
     let h = |c: u8| match c {

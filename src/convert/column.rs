@@ -405,15 +405,15 @@ impl Col {
             Data::Long(x, _) | Data::Timestamptz(x, _) | Data::Time(x, _) => x.len() * 8,
             Data::Double(x, _) => x.len() * 8,
             Data::Decimal(x, _) => x.len() * 16,
-            Data::Str(x, _) | Data::Enum(x, _) => x.data.len() + x.offsets.len() * 4,
+            Data::Str(x, _) | Data::Enum(x, _) => x.data.len() + x.len() * 4,
             Data::Uuid(x, _) => x.len(),
-            Data::Binary(x, _) => x.data.len() + x.offsets.len() * 8,
+            Data::Binary(x, _) => x.data.len() + (x.offsets.len() - 1) * 8,
             Data::Struct(s) => s.children.iter().map(Col::buffered_bytes).sum(),
-            Data::List(l) => l.offsets.len() * 4 + l.child.buffered_bytes(),
+            Data::List(l) => (l.offsets.len() - 1) * 4 + l.child.buffered_bytes(),
             Data::Map(m) => {
-                m.offsets.len() * 4
+                (m.offsets.len() - 1) * 4
                     + m.keys.data.len()
-                    + m.keys.offsets.len() * 4
+                    + m.keys.len() * 4
                     + m.values.buffered_bytes()
             }
         }

@@ -397,7 +397,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 if c != b'"' {
                     return self.type_mismatch(c, "string (date-time)");
                 }
-                let r = self.with_string(spec, |b| parse_date_time(b))?;
+                let r = self.with_string(spec, parse_date_time)?;
                 match r {
                     Some(Ok(us)) => {
                         if meta.is_partition {
@@ -416,7 +416,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 if c != b'"' {
                     return self.type_mismatch(c, "string (date)");
                 }
-                match self.with_string(spec, |b| parse_date(b))? {
+                match self.with_string(spec, parse_date)? {
                     Some(Ok(d)) => v.push(d),
                     Some(Err(e)) => {
                         self.time_error(e, "an RFC 3339 full-date");
@@ -429,7 +429,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 if c != b'"' {
                     return self.type_mismatch(c, "string (time)");
                 }
-                match self.with_string(spec, |b| parse_time(b))? {
+                match self.with_string(spec, parse_time)? {
                     Some(Ok(t)) => v.push(t),
                     Some(Err(e)) => {
                         self.time_error(e, "an RFC 3339 full-time");

@@ -909,13 +909,15 @@ impl<'a> Mapper<'a> {
                     }
                     0 => (None, null),
                     1 => (Some(names.remove(0)), null),
-                    _ => return Err(SchemaError::unsupported(
-                        ptr,
-                        format!(
+                    _ => {
+                        return Err(SchemaError::unsupported(
+                            ptr,
+                            format!(
                             "union of {} has no Iceberg mapping (only \"T or null\" unions are)",
                             names.join("|")
                         ),
-                    )),
+                        ))
+                    }
                 }
             }
             Some(_) => {
@@ -926,13 +928,11 @@ impl<'a> Mapper<'a> {
             }
         };
         admits_null |= null_in_type;
-        if ty.as_deref() == Some("null") {
-            if enum_members.is_none() {
-                return Err(SchemaError::unsupported(
-                    ptr,
-                    "type null has no Iceberg type",
-                ));
-            }
+        if ty.as_deref() == Some("null") && enum_members.is_none() {
+            return Err(SchemaError::unsupported(
+                ptr,
+                "type null has no Iceberg type",
+            ));
         }
 
         let mk = |ty: FieldType, admits_null: bool| FieldSpec {
