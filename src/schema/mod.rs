@@ -12,7 +12,7 @@
 //! | `string` + `format: date-time` / `date` / `time` / `uuid` | `timestamptz` (µs, UTC) / `date` / `time` (µs) / `uuid` |
 //! | `string` + `contentEncoding: base64` (or `format`/`encoding`: `byte`/`base64`) | `binary` |
 //! | `integer` whose every allowed value fits 32 bits | `int`, otherwise `long` |
-//! | `number` + `multipleOf` | `decimal(38, s)`, s = fractional digits of `multipleOf` |
+//! | `number` + `multipleOf` | `decimal(38, s)`, s = fractional digits of `multipleOf` (see below) |
 //! | `number` | `double` |
 //! | `boolean` | `boolean` |
 //! | `object` + `properties` | `struct` |
@@ -46,6 +46,15 @@
 //!   otherwise unknown keys are dropped.
 //! - `format` is asserted for the mapped formats (`date-time`, `date`, `time`, `uuid`) and for `ipv4`
 //!   and `ipv6`; other formats (`email`, `uri`, …) are annotations only.
+//! - Decimal scale: `s` is the number of fractional digits of `multipleOf` written in plain decimal,
+//!   trailing zeros not counted (`0.01` → 2, `0.010` → 2, `1e-10` → 10, `5` → 0, `2.5E1` → 0). When
+//!   `multipleOf` is not a power of ten (`0.5`, `0.25`, `2.5`, `3`), `s` is still its fractional digit
+//!   count (1, 2, 1, 0): every multiple of `m` has at most `s` fractional digits, so the column holds
+//!   every allowed value exactly, and the `multipleOf` check itself stays exact (with `0.5`, `2.5` is
+//!   stored as 2.5 and `2.3` or `2.25` is `VALUE_OUT_OF_RANGE`). A scale above 38 is refused.
+//!   Precision is always 38; more than 38 digits at that scale is `VALUE_OUT_OF_RANGE`.
+//! - `enum`/`const` members that are not strings are stored as their canonical JSON text (RFC 8785:
+//!   `1.0` → `1`, keys sorted, no whitespace); a `null` member stores NULL.
 //! - Numeric keywords are read exactly from their JSON text (integers) or from the shortest text of
 //!   the double `serde_json` read (so `0.01` is the decimal 0.01).
 
@@ -1089,15 +1098,16 @@ impl<'a> Mapper<'a> {
                 }
                 Value::String(s) => EnumMember::Str(s.clone()),
                 Value::Bool(b) => EnumMember::Bool(*b),
-                Value::Number(n) => EnumMember::Num {
-                    value: Dec::from_json(n).ok_or_else(|| {
+                Value::Number(n) => {
+                    let value = Dec::from_json(n).ok_or_else(|| {
                         SchemaError::invalid(ptr, "enum member is not a valid number")
-                    })?,
-                    text: n.to_string(),
-                },
+                    })?;
+                    let text = value.to_canonical_json();
+                    EnumMember::Num { value, text }
+                }
                 other => EnumMember::Other {
                     value: other.clone(),
-                    text: other.to_string(),
+                    text: canonical_json(other),
                 },
             });
         }
@@ -1469,6 +1479,48 @@ fn is_annotation(k: &str) -> bool {
             | "$defs"
             | "deprecated"
     )
+}
+
+/// Canonical JSON text of a value (RFC 8785: no whitespace, object keys sorted, numbers as
+/// ECMAScript prints them).
+pub fn canonical_json(v: &Value) -> String {
+    fn write(v: &Value, out: &mut String) {
+        match v {
+            Value::Number(n) => match Dec::from_json(n) {
+                Some(d) => out.push_str(&d.to_canonical_json()),
+                None => out.push_str(&n.to_string()),
+            },
+            Value::Array(a) => {
+                out.push('[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(x, out);
+                }
+                out.push(']');
+            }
+            Value::Object(o) => {
+                // RFC 8785 sorts by UTF-16 code units.
+                let mut keys: Vec<&String> = o.keys().collect();
+                keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(k.clone()).to_string());
+                    out.push(':');
+                    write(&o[k], out);
+                }
+                out.push('}');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut s = String::new();
+    write(v, &mut s);
+    s
 }
 
 /// Percent-decodes a URI fragment (RFC 3986 §2.1); `None` on bad escapes or invalid UTF-8.

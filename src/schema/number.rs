@@ -254,6 +254,47 @@ impl Dec {
         Some(v)
     }
 
+    /// The number as canonical JSON text (RFC 8785 §3.2.2.3, i.e. ECMAScript `Number::toString` of
+    /// these digits): `1`, `2.5`, `1e+21`, `1e-7`, `0.000001`; zero is `0`.
+    pub fn to_canonical_json(&self) -> String {
+        if self.digits.is_empty() {
+            return "0".to_string();
+        }
+        let d = std::str::from_utf8(&self.digits).unwrap_or("0");
+        let k = d.len() as i64;
+        let n = k + self.exp; // value = 0.d × 10^n
+        let mut s = String::new();
+        if self.neg {
+            s.push('-');
+        }
+        if k <= n && n <= 21 {
+            s.push_str(d);
+            for _ in 0..(n - k) {
+                s.push('0');
+            }
+        } else if 0 < n && n <= 21 {
+            s.push_str(&d[..n as usize]);
+            s.push('.');
+            s.push_str(&d[n as usize..]);
+        } else if -6 < n && n <= 0 {
+            s.push_str("0.");
+            for _ in 0..(-n) {
+                s.push('0');
+            }
+            s.push_str(d);
+        } else {
+            s.push_str(&d[..1]);
+            if k > 1 {
+                s.push('.');
+                s.push_str(&d[1..]);
+            }
+            s.push('e');
+            s.push(if n - 1 >= 0 { '+' } else { '-' });
+            s.push_str(&(n - 1).abs().to_string());
+        }
+        s
+    }
+
     /// Plain decimal text, e.g. `0.01`, `-25`, `1000`.
     pub fn to_plain_string(&self) -> String {
         if self.digits.is_empty() {
@@ -444,6 +485,23 @@ mod tests {
         let m = MultipleOf::new(&d("1e-10")).unwrap();
         let dv = d("12345678901234567890123456789.0000000001");
         assert!(m.divides(&dv.digits, dv.exp));
+    }
+
+    #[test]
+    fn canonical_json_numbers_follow_rfc8785() {
+        for (a, b) in [
+            ("1.0", "1"),
+            ("2.50", "2.5"),
+            ("-0.0", "0"),
+            ("1e21", "1e+21"),
+            ("1e20", "100000000000000000000"),
+            ("0.000001", "0.000001"),
+            ("1e-7", "1e-7"),
+            ("-1.5e-10", "-1.5e-10"),
+            ("123.456", "123.456"),
+        ] {
+            assert_eq!(d(a).to_canonical_json(), b, "{a}");
+        }
     }
 
     #[test]
