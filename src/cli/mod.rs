@@ -1,2 +1,4 @@
 //! Command-line subcommands implemented in the library (the binary stays thin).
+pub mod bench;
+pub mod records;
 pub mod validate;

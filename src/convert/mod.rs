@@ -1,1 +1,291 @@
-//! JSON record bytes → Arrow columns (see DESIGN.md "Value rules").
+//! Record conversion, the pipeline's hot path: JSON record bytes → Arrow columns of the table schema,
+//! validated against the channel's JSON Schema while they are decoded (DESIGN.md "Value rules" and
+//! "DLQ error codes").
+//!
+//! ```text
+//!   record bytes ──► size check ──► UTF-8 check ──► one-pass pull parse (json.rs), driven by the
+//!   (after GSR        (RECORD_       (DESERIALIZ-    mapped schema, validating each value (decode.rs)
+//!    decoding)         TOO_LARGE)     ATION_ERROR)    and appending it to its column (column.rs)
+//!                                                          │ ok                │ error
+//!                                                          ▼                   ▼
+//!                                                 row appended,      every column truncated back:
+//!                                                 hour partition     DlqReason {code, field, message}
+//! ```
+//!
+//! Every record is parsed exactly once, with no tree allocated per record: numbers are read from
+//! their exact text (decimals and integers never through `f64`), strings are unescaped straight into
+//! the column buffers. One bad record never fails a batch: it is reported as a [`DlqReason`] and
+//! leaves the buffers as they were, so rows stay in input order. Specs followed: JSON (RFC 8259) with
+//! the I-JSON restrictions (RFC 7493: no duplicate keys, no lone surrogates, valid UTF-8), RFC 3339
+//! dates and times, base64 per RFC 4648 §4, JSON Schema draft-04/-07 validation keywords, and the
+//! Iceberg spec's types with iceberg-rust's Arrow mapping.
+//!
+//! The invariant it upholds for exactly-once delivery: every record it is given ends up either as
+//! exactly one row or as exactly one DLQ reason.
+
+mod column;
+mod decode;
+pub mod gsr;
+mod json;
+pub mod render;
+mod time;
+
+pub use json::MAX_DEPTH;
+pub use time::{format_date, format_time, format_timestamptz, hour_of_micros};
+
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, RecordBatchOptions};
+use arrow_schema::SchemaRef;
+
+use crate::schema::{MappedSchema, SchemaError};
+use column::StructCol;
+use decode::{Ctx, Scratch};
+
+/// Default largest record accepted, in bytes (10 MiB, the Kinesis record limit).
+pub const DEFAULT_MAX_RECORD_SIZE: usize = 10 * 1024 * 1024;
+
+/// Bytes of input a converter buffers before it asks for [`Converter::finish`]: keeps every Arrow
+/// 32-bit offset (strings, lists, maps) in range, since no record's output exceeds its input.
+const MAX_BUFFERED_INPUT: usize = (i32::MAX as usize) / 2;
+
+/// Why a record goes to the dead-letter queue (DESIGN.md "DLQ error codes"). Closed and bounded: used
+/// both in the DLQ entry and as the `code` metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DlqCode {
+    /// Not JSON: syntax, NaN/Infinity, invalid UTF-8, lone surrogates, duplicate keys, nesting beyond
+    /// 128 levels; GSR bytes on a `json` channel; a GSR payload that does not inflate.
+    DeserializationError,
+    /// Plain JSON on a `gsr_json` channel, a bad GSR header, an unknown schema version.
+    InvalidSchema,
+    /// A known GSR schema version that is not the channel's (no schema evolution).
+    SchemaMismatch,
+    /// A required key is absent, or `null` where the type does not admit null.
+    MissingRequiredField,
+    /// The partition field is absent or null.
+    MissingPartitionValue,
+    /// Wrong JSON type (no coercion), or a string not in its declared format.
+    TypeMismatch,
+    /// Right type, but not allowed by the schema or not representable in the column.
+    ValueOutOfRange,
+    /// Larger than the maximum record size (after GSR decompression).
+    RecordTooLarge,
+}
+
+impl DlqCode {
+    /// Every code, in table order.
+    pub const ALL: [DlqCode; 8] = [
+        DlqCode::DeserializationError,
+        DlqCode::InvalidSchema,
+        DlqCode::SchemaMismatch,
+        DlqCode::MissingRequiredField,
+        DlqCode::MissingPartitionValue,
+        DlqCode::TypeMismatch,
+        DlqCode::ValueOutOfRange,
+        DlqCode::RecordTooLarge,
+    ];
+
+    /// The code as written in DLQ entries and metric labels, e.g. `"DESERIALIZATION_ERROR"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DlqCode::DeserializationError => "DESERIALIZATION_ERROR",
+            DlqCode::InvalidSchema => "INVALID_SCHEMA",
+            DlqCode::SchemaMismatch => "SCHEMA_MISMATCH",
+            DlqCode::MissingRequiredField => "MISSING_REQUIRED_FIELD",
+            DlqCode::MissingPartitionValue => "MISSING_PARTITION_VALUE",
+            DlqCode::TypeMismatch => "TYPE_MISMATCH",
+            DlqCode::ValueOutOfRange => "VALUE_OUT_OF_RANGE",
+            DlqCode::RecordTooLarge => "RECORD_TOO_LARGE",
+        }
+    }
+}
+
+impl std::fmt::Display for DlqCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why one record was not converted. Never holds payload bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DlqReason {
+    /// The code.
+    pub code: DlqCode,
+    /// JSON pointer (RFC 6901) of the offending value in the record, `""` for the record itself.
+    pub field: String,
+    /// Human-readable, lowercase explanation.
+    pub message: String,
+}
+
+impl DlqReason {
+    /// A reason about the whole record.
+    pub fn record(code: DlqCode, message: impl Into<String>) -> Self {
+        DlqReason {
+            code,
+            field: String::new(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for DlqReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {:?}: {}", self.code, self.field, self.message)
+    }
+}
+
+/// Converts JSON records into rows of one table, buffering them as Arrow columns until
+/// [`Converter::finish`]. Push-based and single-threaded; reuse one per channel and worker.
+pub struct Converter {
+    schema: Arc<MappedSchema>,
+    arrow: SchemaRef,
+    root: StructCol,
+    names: Vec<Box<str>>,
+    scratch: Scratch,
+    input_bytes: usize,
+    max_record_size: usize,
+}
+
+impl std::fmt::Debug for Converter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Converter")
+            .field("num_rows", &self.num_rows())
+            .field("max_record_size", &self.max_record_size)
+            .finish()
+    }
+}
+
+impl Converter {
+    /// A converter for records of `schema` into batches of the table's Arrow schema `arrow`
+    /// (`iceberg::arrow::schema_to_arrow_schema` of the loaded table schema: field ids may differ from
+    /// `schema`'s, names, types, nullability and structure must be the same).
+    ///
+    /// Errors: [`SchemaError::TableMismatch`] when `arrow` does not have that structure.
+    pub fn try_new(schema: Arc<MappedSchema>, arrow: SchemaRef) -> Result<Self, SchemaError> {
+        let mut names = Vec::new();
+        let root = StructCol::build(schema.root(), arrow.fields(), "", &mut names)?;
+        Ok(Converter {
+            schema,
+            arrow,
+            root,
+            names,
+            scratch: Scratch::default(),
+            input_bytes: 0,
+            max_record_size: DEFAULT_MAX_RECORD_SIZE,
+        })
+    }
+
+    /// Sets the largest record accepted, in bytes (default [`DEFAULT_MAX_RECORD_SIZE`], 10 MiB);
+    /// larger records get `RECORD_TOO_LARGE`.
+    pub fn with_max_record_size(mut self, bytes: usize) -> Self {
+        self.max_record_size = bytes;
+        self
+    }
+
+    /// The largest record accepted, in bytes.
+    pub fn max_record_size(&self) -> usize {
+        self.max_record_size
+    }
+
+    /// The mapped schema records are validated against.
+    pub fn schema(&self) -> &Arc<MappedSchema> {
+        &self.schema
+    }
+
+    /// Decodes one record (a JSON object). On success appends one row and returns its hour
+    /// partition value: hours since 1970-01-01T00:00Z of the partition field, floor division
+    /// (negative before 1970). On failure appends nothing and returns the reason.
+    ///
+    /// A push is also refused (`RECORD_TOO_LARGE`, "buffer full") when more than ~1 GiB of input is
+    /// buffered: call [`Converter::finish`] well before (the daemon flushes at its buffer size).
+    pub fn push(&mut self, record: &[u8]) -> Result<i64, DlqReason> {
+        if record.len() > self.max_record_size {
+            return Err(DlqReason::record(
+                DlqCode::RecordTooLarge,
+                format!(
+                    "record of {} bytes exceeds max_record_size {}",
+                    record.len(),
+                    self.max_record_size
+                ),
+            ));
+        }
+        if self.input_bytes + record.len() > MAX_BUFFERED_INPUT {
+            return Err(DlqReason::record(
+                DlqCode::RecordTooLarge,
+                "converter buffer full: finish() the batch before pushing more",
+            ));
+        }
+        if let Err(e) = std::str::from_utf8(record) {
+            return Err(DlqReason::record(
+                DlqCode::DeserializationError,
+                format!("invalid UTF-8 at byte {}", e.valid_up_to()),
+            ));
+        }
+        if gsr::looks_like_gsr(record) {
+            return Err(DlqReason::record(
+                DlqCode::DeserializationError,
+                "record carries a GSR header; set record.format = gsr_json",
+            ));
+        }
+        let rows = self.root.len;
+        let mut ctx = Ctx::new(record, &self.names, &mut self.scratch, self.schema.draft());
+        let res = ctx.decode_record(&mut self.root);
+        let err = match res {
+            Err(e) => Some(DlqReason::record(
+                DlqCode::DeserializationError,
+                format!("not JSON: {} at byte {}", e.what, e.offset),
+            )),
+            Ok(()) => ctx.err.take(),
+        };
+        let partition = ctx.partition_us;
+        if let Some(err) = err {
+            self.root.truncate(rows);
+            return Err(err);
+        }
+        match partition {
+            Some(us) if self.root.len == rows + 1 => {
+                self.input_bytes += record.len();
+                Ok(hour_of_micros(us))
+            }
+            _ => {
+                self.root.truncate(rows);
+                Err(DlqReason {
+                    code: DlqCode::MissingPartitionValue,
+                    field: format!(
+                        "/{}",
+                        crate::schema::escape_pointer_token(self.schema.partition_field())
+                    ),
+                    message: "the partition field is missing".to_string(),
+                })
+            }
+        }
+    }
+
+    /// Rows buffered since the last [`Converter::finish`].
+    pub fn num_rows(&self) -> usize {
+        self.root.len
+    }
+
+    /// Approximate bytes held by the column buffers (for back-pressure).
+    pub fn buffered_bytes(&self) -> usize {
+        self.root.children.iter().map(|c| c.buffered_bytes()).sum()
+    }
+
+    /// Takes the buffered rows as one `RecordBatch` whose schema is the table's Arrow schema, and
+    /// resets the buffers for reuse (keeping their capacity).
+    pub fn finish(&mut self) -> RecordBatch {
+        let n = self.root.len;
+        let columns = self.root.children.iter_mut().map(|c| c.finish()).collect();
+        self.root.len = 0;
+        self.input_bytes = 0;
+        RecordBatch::try_new_with_options(
+            self.arrow.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )
+        .unwrap_or_else(|e| panic!("converter columns match the table schema: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests;

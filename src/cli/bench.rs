@@ -1,0 +1,253 @@
+//! `floe bench convert`: the conversion path of a worker, on one thread, on a file — read NDJSON,
+//! decode and validate every record ([`crate::convert::Converter`]), split rows by hour partition, and
+//! write one Parquet file per hour (ZSTD by default) — so users can size a fleet.
+//!
+//! ```text
+//! floe bench convert --schema FILE [--partition-field NAME] --input NDJSON --output DIR
+//!                    [--compression zstd|snappy|none] [--level 3]
+//! ```
+//!
+//! Prints one JSON line: `{"work_s": S, "records": N, "in_bytes": B, "out_bytes": O,
+//! "records_per_s": R, "dlq": D}` — `work_s` is wall time in seconds from reading the input to the
+//! last file closed; `records` counts input records (rows and DLQ'd ones); bytes are input and
+//! Parquet output sizes. Files are `DIR/<field>_hour=<YYYY-MM-DD-HH>/00000.parquet`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::{RecordBatch, UInt32Array};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use crate::convert::{format_timestamptz, Converter};
+use crate::schema::{date_time_fields, MappedSchema};
+
+/// Parquet compression codec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchCompression {
+    /// ZSTD at `--level`.
+    Zstd,
+    /// Snappy.
+    Snappy,
+    /// Uncompressed.
+    None,
+}
+
+/// Arguments of `floe bench convert`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct BenchConvertArgs {
+    /// JSON Schema file.
+    #[arg(long, value_name = "FILE")]
+    pub schema: PathBuf,
+    /// The partition field (default: the only top-level date-time field).
+    #[arg(long, value_name = "NAME")]
+    pub partition_field: Option<String>,
+    /// NDJSON input, one record per line.
+    #[arg(long, value_name = "NDJSON")]
+    pub input: PathBuf,
+    /// Output directory (created).
+    #[arg(long, value_name = "DIR")]
+    pub output: PathBuf,
+    /// Parquet compression.
+    #[arg(long, value_enum, default_value = "zstd")]
+    pub compression: BenchCompression,
+    /// ZSTD level (1–22).
+    #[arg(long, default_value_t = 3)]
+    pub level: i32,
+}
+
+/// Why the benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The schema is refused or unreadable (exit 2).
+    #[error("setup refused: {0}")]
+    Setup(String),
+    /// Reading input or writing files failed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// Parquet encoding failed.
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    /// Splitting a batch by hour failed.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow_schema::ArrowError),
+}
+
+/// Rows buffered before a flush to the Parquet writers (bounded memory, like the daemon's buffer).
+const FLUSH_BYTES: usize = 64 * 1024 * 1024;
+
+/// Measured outcome of a run.
+#[derive(Clone, Copy, Debug)]
+pub struct BenchReport {
+    /// Wall time in seconds.
+    pub work_s: f64,
+    /// Input records.
+    pub records: u64,
+    /// Records sent to the DLQ.
+    pub dlq: u64,
+    /// Input bytes.
+    pub in_bytes: u64,
+    /// Parquet bytes written.
+    pub out_bytes: u64,
+}
+
+struct HourWriters {
+    dir: PathBuf,
+    field: String,
+    props: WriterProperties,
+    schema: arrow_schema::SchemaRef,
+    open: BTreeMap<i64, (PathBuf, ArrowWriter<File>)>,
+}
+
+impl HourWriters {
+    fn write(&mut self, batch: &RecordBatch, hours: &[i64]) -> Result<(), BenchError> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let first = hours[0];
+        if hours.iter().all(|&h| h == first) {
+            return self.writer(first)?.write(batch).map_err(Into::into);
+        }
+        let mut by_hour: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+        for (i, &h) in hours.iter().enumerate() {
+            by_hour.entry(h).or_default().push(i as u32);
+        }
+        for (h, idx) in by_hour {
+            let part = arrow_select::take::take_record_batch(batch, &UInt32Array::from(idx))?;
+            self.writer(h)?.write(&part)?;
+        }
+        Ok(())
+    }
+
+    fn writer(&mut self, hour: i64) -> Result<&mut ArrowWriter<File>, BenchError> {
+        use std::collections::btree_map::Entry;
+        match self.open.entry(hour) {
+            Entry::Occupied(e) => Ok(&mut e.into_mut().1),
+            Entry::Vacant(v) => {
+                let label = format_timestamptz(hour.saturating_mul(3_600_000_000));
+                let label = label.get(..13).unwrap_or("").replace('T', "-");
+                let dir = self.dir.join(format!("{}_hour={label}", self.field));
+                std::fs::create_dir_all(&dir)?;
+                let path = dir.join("00000.parquet");
+                let w = ArrowWriter::try_new(
+                    File::create(&path)?,
+                    self.schema.clone(),
+                    Some(self.props.clone()),
+                )?;
+                Ok(&mut v.insert((path, w)).1)
+            }
+        }
+    }
+
+    fn close(self) -> Result<u64, BenchError> {
+        let mut total = 0;
+        for (_, (path, w)) in self.open {
+            w.close()?;
+            total += std::fs::metadata(&path)?.len();
+        }
+        Ok(total)
+    }
+}
+
+/// Converts `args.input` into hour-partitioned Parquet files under `args.output` on this thread.
+///
+/// Errors: [`BenchError`] on a refused schema, I/O or Parquet failure.
+pub fn convert(args: &BenchConvertArgs) -> Result<BenchReport, BenchError> {
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&args.schema)?)
+        .map_err(|e| BenchError::Setup(format!("schema is not JSON: {e}")))?;
+    let partition = match &args.partition_field {
+        Some(p) => p.clone(),
+        None => {
+            let f = date_time_fields(&doc).map_err(|e| BenchError::Setup(e.to_string()))?;
+            match f.as_slice() {
+                [one] => one.clone(),
+                _ => return Err(BenchError::Setup("choose --partition-field".to_string())),
+            }
+        }
+    };
+    let schema = Arc::new(
+        MappedSchema::from_json_schema(&doc, &partition)
+            .map_err(|e| BenchError::Setup(e.to_string()))?,
+    );
+    let compression = match args.compression {
+        BenchCompression::Zstd => Compression::ZSTD(ZstdLevel::try_new(args.level)?),
+        BenchCompression::Snappy => Compression::SNAPPY,
+        BenchCompression::None => Compression::UNCOMPRESSED,
+    };
+    let props = WriterProperties::builder()
+        .set_compression(compression)
+        .build();
+    let arrow = schema.arrow_schema();
+    let mut conv = Converter::try_new(schema.clone(), arrow.clone())
+        .map_err(|e| BenchError::Setup(e.to_string()))?;
+    std::fs::create_dir_all(&args.output)?;
+    let mut writers = HourWriters {
+        dir: args.output.clone(),
+        field: partition.clone(),
+        props,
+        schema: arrow,
+        open: BTreeMap::new(),
+    };
+
+    let start = Instant::now();
+    let input = std::fs::read(&args.input)?;
+    let mut records = 0u64;
+    let mut dlq = 0u64;
+    let mut hours: Vec<i64> = Vec::with_capacity(1 << 16);
+    let body = input.strip_suffix(b"\n").unwrap_or(&input);
+    if !body.is_empty() {
+        for line in body.split(|&b| b == b'\n') {
+            records += 1;
+            match conv.push(line) {
+                Ok(h) => hours.push(h),
+                Err(_) => dlq += 1,
+            }
+            if hours.len().is_multiple_of(4096) && conv.buffered_bytes() >= FLUSH_BYTES {
+                let batch = conv.finish();
+                writers.write(&batch, &hours)?;
+                hours.clear();
+            }
+        }
+    }
+    let batch = conv.finish();
+    writers.write(&batch, &hours)?;
+    let out_bytes = writers.close()?;
+    let work_s = start.elapsed().as_secs_f64();
+    Ok(BenchReport {
+        work_s,
+        records,
+        dlq,
+        in_bytes: input.len() as u64,
+        out_bytes,
+    })
+}
+
+/// Runs `floe bench convert` and prints its JSON line. Exit status 0, or 2 when the setup is refused.
+///
+/// Errors: [`BenchError`] on I/O or Parquet failures.
+pub fn run(args: &BenchConvertArgs) -> Result<ExitCode, BenchError> {
+    match convert(args) {
+        Ok(r) => {
+            let line = serde_json::json!({
+                "work_s": r.work_s,
+                "records": r.records,
+                "in_bytes": r.in_bytes,
+                "out_bytes": r.out_bytes,
+                "records_per_s": if r.work_s > 0.0 { r.records as f64 / r.work_s } else { 0.0 },
+                "dlq": r.dlq,
+            });
+            println!("{line}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(BenchError::Setup(m)) => {
+            eprintln!("floe bench convert: {m}");
+            Ok(ExitCode::from(2))
+        }
+        Err(e) => Err(e),
+    }
+}

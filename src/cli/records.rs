@@ -1,0 +1,307 @@
+//! `floe records check`: shows what floe will do with sample records before a channel is deployed —
+//! the same schema mapping ([`crate::schema`]) and conversion ([`crate::convert`]) as the daemon, one
+//! JSON line per input record.
+//!
+//! ```text
+//! floe records check --schema FILE [--partition-field NAME] [--format json|gsr_json]
+//!                    [--schema-version UUID=FILE ...] [--encoding lines|hex] [INPUT|-]
+//! ```
+//!
+//! Input: one record per line (`\n`-separated; a blank line is a zero-byte record; a final newline
+//! ends the last record), as text (`lines`) or as hex (`hex`, for binary GSR framing). Output, one
+//! line per record, in input order:
+//! `{"index": n, "row": {...}, "partition": {"<field>_hour": H}}` or
+//! `{"index": n, "dlq": {"code": "...", "field": "/json/pointer", "message": "..."}}`, row values in
+//! the Iceberg JSON single-value serialization ([`crate::convert::render`]).
+//!
+//! For `gsr_json`, `--schema-version UUID=FILE` lists the registry's versions; the channel's version is
+//! the one whose schema document equals `--schema`; any other listed version is `SCHEMA_MISMATCH`, an
+//! unlisted one `INVALID_SCHEMA`.
+//!
+//! Exit status: 0 when every record was examined (whatever the outcome), 2 when the setup is refused
+//! (schema refused, unreadable file, bad flag value; the reason on stderr).
+
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::convert::gsr::GsrDecoder;
+use crate::convert::render::row_to_json;
+use crate::convert::{Converter, DlqCode, DlqReason};
+use crate::schema::{date_time_fields, MappedSchema};
+
+/// How records are framed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecordFormat {
+    /// Plain JSON.
+    #[value(name = "json")]
+    Json,
+    /// The Glue Schema Registry wire format (18-byte header, then JSON, optionally zlib).
+    #[value(name = "gsr_json")]
+    GsrJson,
+}
+
+/// How the input file holds the records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InputEncoding {
+    /// One record per line, as is.
+    Lines,
+    /// One record per line, as hexadecimal (for binary framing).
+    Hex,
+}
+
+/// Arguments of `floe records check`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct RecordsCheckArgs {
+    /// JSON Schema file (draft-04 or draft-07; no `$schema` means draft-07).
+    #[arg(long, value_name = "FILE")]
+    pub schema: PathBuf,
+    /// The partition field (a top-level string with format date-time). Default: the schema's only
+    /// top-level date-time field.
+    #[arg(long, value_name = "NAME")]
+    pub partition_field: Option<String>,
+    /// Record framing.
+    #[arg(long, value_enum, default_value = "json")]
+    pub format: RecordFormat,
+    /// A schema version of the registry, for `gsr_json` (repeatable): `UUID=FILE`.
+    #[arg(long = "schema-version", value_name = "UUID=FILE")]
+    pub schema_versions: Vec<String>,
+    /// Input encoding.
+    #[arg(long, value_enum, default_value = "lines")]
+    pub encoding: InputEncoding,
+    /// Input file, or `-` for standard input.
+    #[arg(value_name = "INPUT", default_value = "-")]
+    pub input: String,
+}
+
+/// A failure of the check itself (not of a record, not a setup refusal): exit status 1.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// Reading the input failed.
+    #[error("cannot read input {path}: {source}")]
+    Input {
+        /// The input path (`-` for stdin).
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Writing the output failed.
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// A setup refusal: printed on stderr, exit status 2.
+#[derive(Debug)]
+pub struct Refusal(pub String);
+
+/// Loads and maps the schema and the schema versions, as the daemon would at channel creation.
+pub struct CheckSetup {
+    /// The mapped schema.
+    pub schema: Arc<MappedSchema>,
+    /// For `gsr_json`: the decoder (channel version and other known versions).
+    pub gsr: Option<GsrDecoder>,
+}
+
+fn read_json(path: &Path) -> Result<Value, Refusal> {
+    let text =
+        std::fs::read(path).map_err(|e| Refusal(format!("cannot read {}: {e}", path.display())))?;
+    serde_json::from_slice(&text)
+        .map_err(|e| Refusal(format!("{} is not JSON: {e}", path.display())))
+}
+
+/// Builds the setup of a check; `Err` is a refusal with its reason.
+pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
+    let doc = read_json(&args.schema)?;
+    let partition = match &args.partition_field {
+        Some(p) => p.clone(),
+        None => {
+            let fields = date_time_fields(&doc).map_err(|e| Refusal(e.to_string()))?;
+            match fields.as_slice() {
+                [one] => one.clone(),
+                [] => {
+                    return Err(Refusal(
+                        "the schema has no top-level date-time field to partition by".to_string(),
+                    ))
+                }
+                _ => {
+                    return Err(Refusal(format!(
+                        "several date-time fields ({}): choose one with --partition-field",
+                        fields.join(", ")
+                    )))
+                }
+            }
+        }
+    };
+    let schema = MappedSchema::from_json_schema(&doc, &partition)
+        .map_err(|e| Refusal(format!("schema refused: {e}")))?;
+    let gsr = match args.format {
+        RecordFormat::Json => {
+            if !args.schema_versions.is_empty() {
+                return Err(Refusal(
+                    "--schema-version applies to --format gsr_json only".to_string(),
+                ));
+            }
+            None
+        }
+        RecordFormat::GsrJson => {
+            let mut channel = None;
+            let mut known = Vec::new();
+            for sv in &args.schema_versions {
+                let Some((id, file)) = sv.split_once('=') else {
+                    return Err(Refusal(format!("--schema-version {sv:?} is not UUID=FILE")));
+                };
+                let id = Uuid::parse_str(id)
+                    .map_err(|e| Refusal(format!("--schema-version {sv:?}: bad uuid: {e}")))?;
+                let v = read_json(Path::new(file))?;
+                if v == doc && channel.is_none() {
+                    channel = Some(id);
+                } else {
+                    known.push(id);
+                }
+            }
+            Some(GsrDecoder::new(
+                channel,
+                known,
+                crate::convert::DEFAULT_MAX_RECORD_SIZE,
+            ))
+        }
+    };
+    Ok(CheckSetup {
+        schema: Arc::new(schema),
+        gsr,
+    })
+}
+
+fn decode_hex(line: &[u8]) -> Option<Vec<u8>> {
+    if !line.len().is_multiple_of(2) {
+        return None;
+    }
+    let h = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    line.chunks(2)
+        .map(|p| Some(h(p[0])? << 4 | h(p[1])?))
+        .collect()
+}
+
+/// Splits input into records: `\n`-separated, a final newline ends the last record.
+pub fn split_records(input: &[u8]) -> Vec<&[u8]> {
+    if input.is_empty() {
+        return Vec::new();
+    }
+    let body = input.strip_suffix(b"\n").unwrap_or(input);
+    body.split(|&b| b == b'\n').collect()
+}
+
+/// The outcome of one record as the JSON line printed by `records check`.
+pub fn outcome_json(
+    index: usize,
+    outcome: &Result<(Value, i64), DlqReason>,
+    partition_field: &str,
+) -> Value {
+    match outcome {
+        Ok((row, hour)) => json!({
+            "index": index,
+            "row": row,
+            "partition": { format!("{partition_field}_hour"): hour },
+        }),
+        Err(r) => json!({
+            "index": index,
+            "dlq": { "code": r.code.as_str(), "field": r.field, "message": r.message },
+        }),
+    }
+}
+
+/// Checks every record of `input` (raw file bytes) against the setup; one outcome per record.
+pub fn check_records(
+    setup: &mut CheckSetup,
+    input: &[u8],
+    encoding: InputEncoding,
+) -> Vec<Result<(Value, i64), DlqReason>> {
+    // The converter's Arrow schema is the mapped schema's own (the table would be created from it).
+    let mut conv = match Converter::try_new(setup.schema.clone(), setup.schema.arrow_schema()) {
+        Ok(c) => c,
+        Err(e) => {
+            return split_records(input)
+                .iter()
+                .map(|_| Err(DlqReason::record(DlqCode::InvalidSchema, e.to_string())))
+                .collect()
+        }
+    };
+    let mut out = Vec::new();
+    for line in split_records(input) {
+        let bytes: Vec<u8>;
+        let record: &[u8] = match encoding {
+            InputEncoding::Lines => line,
+            InputEncoding::Hex => {
+                let l = line.strip_suffix(b"\r").unwrap_or(line);
+                match decode_hex(l) {
+                    Some(b) => {
+                        bytes = b;
+                        &bytes
+                    }
+                    None => {
+                        out.push(Err(DlqReason::record(
+                            DlqCode::DeserializationError,
+                            "input line is not hexadecimal",
+                        )));
+                        continue;
+                    }
+                }
+            }
+        };
+        let pushed = match &mut setup.gsr {
+            Some(g) => match g.decode(record) {
+                Ok(payload) => conv.push(payload),
+                Err(r) => Err(r),
+            },
+            None => conv.push(record),
+        };
+        out.push(pushed.map(|hour| {
+            let batch = conv.finish();
+            (Value::Object(row_to_json(&batch, 0)), hour)
+        }));
+    }
+    out
+}
+
+/// Runs `floe records check`: prints one JSON line per record on stdout. Returns exit status 0, or 2
+/// after printing a setup refusal on stderr.
+///
+/// Errors: [`CheckError`] when the input cannot be read or the output cannot be written.
+pub fn run(args: &RecordsCheckArgs) -> Result<ExitCode, CheckError> {
+    let mut setup = match setup(args) {
+        Ok(s) => s,
+        Err(Refusal(reason)) => {
+            eprintln!("floe records check: {reason}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let mut input = Vec::new();
+    let read = if args.input == "-" {
+        std::io::stdin().read_to_end(&mut input)
+    } else {
+        std::fs::File::open(&args.input).and_then(|mut f| f.read_to_end(&mut input))
+    };
+    read.map_err(|source| CheckError::Input {
+        path: args.input.clone(),
+        source,
+    })?;
+    let outcomes = check_records(&mut setup, &input, args.encoding);
+    let stdout = std::io::stdout();
+    let mut w = BufWriter::new(stdout.lock());
+    let pf = setup.schema.partition_field().to_string();
+    for (i, o) in outcomes.iter().enumerate() {
+        serde_json::to_writer(&mut w, &outcome_json(i, o, &pf)).map_err(std::io::Error::from)?;
+        w.write_all(b"\n")?;
+    }
+    w.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,1138 @@
+//! The record decoder: one pass over a record's bytes, driven by the mapped schema, validating every
+//! value (DESIGN.md "Value rules") while appending it to its column.
+//!
+//! Errors come in two kinds. A syntax error (the record is not JSON, per RFC 8259 and RFC 7493) stops
+//! the pass at once: `DESERIALIZATION_ERROR`. A value error (wrong type, out of range, missing field)
+//! is recorded — the first one in document order wins — and the pass goes on *skipping* (but still
+//! fully checking the syntax of) the rest of the record, so that a record that is not JSON is always
+//! reported as such. Either way the caller rolls every column back to its length before the record.
+
+use base64::Engine as _;
+
+use super::column::{Col, Data, ListCol, MapCol, StructCol};
+use super::json::{has_duplicate_spans, unescape, KeySet, NumTok, Reader, SyntaxError, MAX_DEPTH};
+use super::time::{parse_date, parse_date_time, parse_time, TimeError};
+use super::{DlqCode, DlqReason};
+use crate::schema::{
+    cmp_parts, escape_pointer_token, normalize_number, Draft, EnumMember, IntSpec, NumSpec,
+    StrFormat, StrSpec,
+};
+
+type Res = Result<(), SyntaxError>;
+
+/// One step of the JSON pointer to the value being decoded.
+#[derive(Clone, Copy)]
+pub(crate) enum Seg {
+    /// A struct field, by index in the name table.
+    Name(u32),
+    /// A list element.
+    Index(u32),
+    /// A map key: a span of `Scratch::path_keys`.
+    Key(u32, u32),
+}
+
+/// Buffers reused from record to record (no allocation per record once warm).
+#[derive(Default)]
+pub(crate) struct Scratch {
+    keysets: Vec<KeySet>,
+    digits: Vec<u8>,
+    strbuf: Vec<u8>,
+    keybuf: Vec<u8>,
+    spans: Vec<(u32, u32)>,
+    path: Vec<Seg>,
+    path_keys: Vec<u8>,
+}
+
+pub(crate) struct Ctx<'a, 'n> {
+    pub r: Reader<'a>,
+    depth: usize,
+    pub err: Option<DlqReason>,
+    names: &'n [Box<str>],
+    s: &'n mut Scratch,
+    draft: Draft,
+    pub partition_us: Option<i64>,
+}
+
+/// Which keys of a struct were seen.
+enum Seen {
+    Small(u128),
+    Large(Vec<bool>),
+}
+
+impl Seen {
+    #[inline]
+    fn new(n: usize) -> Seen {
+        if n <= 128 {
+            Seen::Small(0)
+        } else {
+            Seen::Large(vec![false; n])
+        }
+    }
+    #[inline]
+    fn test_and_set(&mut self, i: usize) -> bool {
+        match self {
+            Seen::Small(b) => {
+                let m = 1u128 << i;
+                let was = *b & m != 0;
+                *b |= m;
+                was
+            }
+            Seen::Large(v) => std::mem::replace(&mut v[i], true),
+        }
+    }
+    #[inline]
+    fn get(&self, i: usize) -> bool {
+        match self {
+            Seen::Small(b) => *b & (1u128 << i) != 0,
+            Seen::Large(v) => v[i],
+        }
+    }
+}
+
+fn kind_of(c: u8) -> &'static str {
+    match c {
+        b'"' => "string",
+        b'{' => "object",
+        b'[' => "array",
+        b't' | b'f' => "boolean",
+        b'n' => "null",
+        b'-' | b'0'..=b'9' => "number",
+        _ => "invalid JSON",
+    }
+}
+
+#[inline]
+fn is_num_start(c: u8) -> bool {
+    c == b'-' || c.is_ascii_digit()
+}
+
+/// Unicode code points in a UTF-8 string (non-continuation bytes).
+fn char_count(b: &[u8]) -> u64 {
+    b.iter().filter(|&&c| (c as i8) >= -0x40).count() as u64
+}
+
+impl<'a, 'n> Ctx<'a, 'n> {
+    pub fn new(buf: &'a [u8], names: &'n [Box<str>], s: &'n mut Scratch, draft: Draft) -> Self {
+        if s.keysets.len() < MAX_DEPTH + 2 {
+            s.keysets.resize_with(MAX_DEPTH + 2, KeySet::default);
+        }
+        s.path.clear();
+        s.path_keys.clear();
+        Ctx {
+            r: Reader::new(buf),
+            depth: 0,
+            err: None,
+            names,
+            s,
+            draft,
+            partition_us: None,
+        }
+    }
+
+    /// The JSON pointer (RFC 6901) of the current value.
+    fn pointer(&self) -> String {
+        let mut p = String::new();
+        for seg in &self.s.path {
+            p.push('/');
+            match *seg {
+                Seg::Name(i) => {
+                    let n = self.names.get(i as usize).map(|b| &**b).unwrap_or("");
+                    p.push_str(&escape_pointer_token(n));
+                }
+                Seg::Index(i) => p.push_str(&i.to_string()),
+                Seg::Key(a, b) => {
+                    let k = self.s.path_keys.get(a as usize..b as usize).unwrap_or(&[]);
+                    p.push_str(&escape_pointer_token(&String::from_utf8_lossy(k)));
+                }
+            }
+        }
+        p
+    }
+
+    /// Records a value error (the first one wins).
+    #[cold]
+    fn fail(&mut self, code: DlqCode, message: impl FnOnce() -> String) {
+        if self.err.is_none() {
+            self.err = Some(DlqReason {
+                code,
+                field: self.pointer(),
+                message: message(),
+            });
+        }
+    }
+
+    #[cold]
+    fn type_mismatch(&mut self, c: u8, expected: &'static str) -> Res {
+        if c == b'n' || kind_of(c) != "invalid JSON" {
+            self.fail(DlqCode::TypeMismatch, || {
+                format!("expected {expected}, got {}", kind_of(c))
+            });
+        }
+        self.skip_value()
+    }
+
+    #[inline]
+    fn enter(&mut self) -> Res {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.r.err("nesting deeper than 128 levels"));
+        }
+        Ok(())
+    }
+
+    /// Decodes the record: a JSON object for `root`. On success `root.len` grew by one.
+    pub fn decode_record(&mut self, root: &mut StructCol) -> Res {
+        match self.r.peek() {
+            None => return Err(self.r.err("empty record")),
+            Some(b'{') => self.decode_struct(root)?,
+            Some(c) => self.type_mismatch(c, "a JSON object (the record)")?,
+        }
+        if self.r.peek().is_some() {
+            return Err(self.r.err("trailing characters after the record"));
+        }
+        Ok(())
+    }
+
+    /// Skips one value, still checking its syntax, depth and duplicate keys.
+    pub fn skip_value(&mut self) -> Res {
+        match self.r.peek() {
+            Some(b'"') => {
+                self.r.scan_string()?;
+            }
+            Some(b'{') => {
+                self.r.pos += 1;
+                self.enter()?;
+                let d = self.depth;
+                self.s.keysets[d].clear();
+                if self.r.peek() == Some(b'}') {
+                    self.r.pos += 1;
+                } else {
+                    loop {
+                        if self.r.peek() != Some(b'"') {
+                            return Err(self.r.err("expected a key"));
+                        }
+                        let k = self.r.scan_string()?;
+                        let buf = self.r.buf;
+                        self.s.keysets[d].push(&buf[k.start..k.end], k.escaped);
+                        self.r.expect(b':', "expected ':'")?;
+                        self.skip_value()?;
+                        match self.r.peek() {
+                            Some(b',') => self.r.pos += 1,
+                            Some(b'}') => {
+                                self.r.pos += 1;
+                                break;
+                            }
+                            _ => return Err(self.r.err("expected ',' or '}'")),
+                        }
+                    }
+                    if self.s.keysets[d].has_duplicates() {
+                        return Err(self.r.err("duplicate key in an object"));
+                    }
+                }
+                self.depth -= 1;
+            }
+            Some(b'[') => {
+                self.r.pos += 1;
+                self.enter()?;
+                if self.r.peek() == Some(b']') {
+                    self.r.pos += 1;
+                } else {
+                    loop {
+                        self.skip_value()?;
+                        match self.r.peek() {
+                            Some(b',') => self.r.pos += 1,
+                            Some(b']') => {
+                                self.r.pos += 1;
+                                break;
+                            }
+                            _ => return Err(self.r.err("expected ',' or ']'")),
+                        }
+                    }
+                }
+                self.depth -= 1;
+            }
+            Some(b't') => self.r.literal(b"true")?,
+            Some(b'f') => self.r.literal(b"false")?,
+            Some(b'n') => self.r.literal(b"null")?,
+            Some(c) if is_num_start(c) => {
+                self.r.scan_number()?;
+            }
+            Some(_) => return Err(self.r.err("unexpected character")),
+            None => return Err(self.r.err("unexpected end of input")),
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn on_null(&mut self, col: &mut Col) {
+        if col.meta.admits_null {
+            col.push_null();
+        } else if col.meta.is_partition {
+            self.fail(DlqCode::MissingPartitionValue, || {
+                "the partition field is null".to_string()
+            });
+        } else if col.meta.required {
+            self.fail(DlqCode::MissingRequiredField, || {
+                "required field is null".to_string()
+            });
+        } else {
+            self.fail(DlqCode::TypeMismatch, || {
+                "null is not allowed here".to_string()
+            });
+        }
+    }
+
+    /// Decodes one value into `col`.
+    pub fn decode(&mut self, col: &mut Col) -> Res {
+        if self.err.is_some() {
+            return self.skip_value();
+        }
+        let Some(c) = self.r.peek() else {
+            return Err(self.r.err("unexpected end of input"));
+        };
+        if c == b'n' {
+            self.r.literal(b"null")?;
+            self.on_null(col);
+            return Ok(());
+        }
+        let buf = self.r.buf;
+        let Col {
+            meta,
+            validity,
+            data,
+            ..
+        } = col;
+        match data {
+            Data::Bool(b) => match c {
+                b't' => {
+                    self.r.literal(b"true")?;
+                    b.append(true);
+                }
+                b'f' => {
+                    self.r.literal(b"false")?;
+                    b.append(false);
+                }
+                _ => return self.type_mismatch(c, "boolean"),
+            },
+            Data::Int(v, spec) => {
+                if !is_num_start(c) {
+                    return self.type_mismatch(c, "integer");
+                }
+                let t = self.r.scan_number()?;
+                let Some(x) =
+                    self.int_value(t, spec, i128::from(i32::MIN), i128::from(i32::MAX), "int")
+                else {
+                    return Ok(());
+                };
+                v.push(x as i32);
+            }
+            Data::Long(v, spec) => {
+                if !is_num_start(c) {
+                    return self.type_mismatch(c, "integer");
+                }
+                let t = self.r.scan_number()?;
+                let Some(x) =
+                    self.int_value(t, spec, i128::from(i64::MIN), i128::from(i64::MAX), "long")
+                else {
+                    return Ok(());
+                };
+                v.push(x as i64);
+            }
+            Data::Double(v, spec) => {
+                if !is_num_start(c) {
+                    return self.type_mismatch(c, "number");
+                }
+                let t = self.r.scan_number()?;
+                let tok = &buf[t.start..t.end];
+                let x = std::str::from_utf8(tok)
+                    .ok()
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .unwrap_or(f64::INFINITY);
+                if !x.is_finite() {
+                    self.fail(DlqCode::ValueOutOfRange, || {
+                        "number beyond the range of a double".to_string()
+                    });
+                    return Ok(());
+                }
+                if !spec.is_empty() && !self.check_num(tok, spec) {
+                    return Ok(());
+                }
+                v.push(x);
+            }
+            Data::Decimal(v, plan) => {
+                if !is_num_start(c) {
+                    return self.type_mismatch(c, "number");
+                }
+                let t = self.r.scan_number()?;
+                let Some(x) = self.decimal_value(&buf[t.start..t.end], plan.scale, &plan.spec)
+                else {
+                    return Ok(());
+                };
+                v.push(x);
+            }
+            Data::Str(vb, spec) => {
+                if c != b'"' {
+                    return self.type_mismatch(c, "string");
+                }
+                let t = self.r.scan_string()?;
+                let start = vb.data.len();
+                let raw = &buf[t.start..t.end];
+                if t.escaped {
+                    unescape(raw, &mut vb.data);
+                } else {
+                    vb.data.extend_from_slice(raw);
+                }
+                if !spec.is_empty() && !self.check_str(&vb.data[start..], spec) {
+                    return Ok(());
+                }
+                vb.commit();
+            }
+            Data::Enum(vb, spec) => {
+                if !self.decode_enum(c, &mut vb.data, spec)? {
+                    return Ok(());
+                }
+                vb.commit();
+            }
+            Data::Timestamptz(v, spec) => {
+                if c != b'"' {
+                    return self.type_mismatch(c, "string (date-time)");
+                }
+                let r = self.with_string(spec, parse_date_time)?;
+                match r {
+                    Some(Ok(us)) => {
+                        if meta.is_partition {
+                            self.partition_us = Some(us);
+                        }
+                        v.push(us);
+                    }
+                    Some(Err(e)) => {
+                        self.time_error(e, "an RFC 3339 date-time");
+                        return Ok(());
+                    }
+                    None => return Ok(()),
+                }
+            }
+            Data::Date(v, spec) => {
+                if c != b'"' {
+                    return self.type_mismatch(c, "string (date)");
+                }
+                match self.with_string(spec, parse_date)? {
+                    Some(Ok(d)) => v.push(d),
+                    Some(Err(e)) => {
+                        self.time_error(e, "an RFC 3339 full-date");
+                        return Ok(());
+                    }
+                    None => return Ok(()),
+                }
+            }
+            Data::Time(v, spec) => {
+                if c != b'"' {
+                    return self.type_mismatch(c, "string (time)");
+                }
+                match self.with_string(spec, parse_time)? {
+                    Some(Ok(t)) => v.push(t),
+                    Some(Err(e)) => {
+                        self.time_error(e, "an RFC 3339 full-time");
+                        return Ok(());
+                    }
+                    None => return Ok(()),
+                }
+            }
+            Data::Uuid(v, spec) => {
+                if c != b'"' {
+                    return self.type_mismatch(c, "string (uuid)");
+                }
+                match self.with_string(spec, parse_uuid)? {
+                    Some(Some(u)) => v.extend_from_slice(&u),
+                    Some(None) => {
+                        self.fail(DlqCode::TypeMismatch, || {
+                            "not a hyphenated 8-4-4-4-12 uuid".to_string()
+                        });
+                        return Ok(());
+                    }
+                    None => return Ok(()),
+                }
+            }
+            Data::Binary(v, spec) => {
+                if c != b'"' {
+                    return self.type_mismatch(c, "string (base64)");
+                }
+                let data = &mut v.data;
+                match self.with_string(spec, |b| {
+                    base64::engine::general_purpose::STANDARD.decode_vec(b, data)
+                })? {
+                    Some(Ok(())) => v.commit(),
+                    Some(Err(_)) => {
+                        self.fail(DlqCode::TypeMismatch, || {
+                            "not base64 (RFC 4648 §4, padded, no whitespace)".to_string()
+                        });
+                        return Ok(());
+                    }
+                    None => return Ok(()),
+                }
+            }
+            Data::Struct(s) => {
+                if c != b'{' {
+                    return self.type_mismatch(c, "object");
+                }
+                self.decode_struct(s)?;
+                if self.err.is_some() {
+                    return Ok(());
+                }
+            }
+            Data::List(l) => {
+                if c != b'[' {
+                    return self.type_mismatch(c, "array");
+                }
+                self.decode_list(l)?;
+                if self.err.is_some() {
+                    return Ok(());
+                }
+            }
+            Data::Map(m) => {
+                if c != b'{' {
+                    return self.type_mismatch(c, "object");
+                }
+                self.decode_map(m)?;
+                if self.err.is_some() {
+                    return Ok(());
+                }
+            }
+        }
+        if let Some(vb) = validity {
+            vb.append(true);
+        }
+        Ok(())
+    }
+
+    /// Scans the string at the cursor, unescapes it if needed, checks `spec`, and applies `f` to its
+    /// bytes. `None` when a string check failed (error recorded).
+    #[inline]
+    fn with_string<T>(
+        &mut self,
+        spec: &StrSpec,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, SyntaxError> {
+        let t = self.r.scan_string()?;
+        let buf = self.r.buf;
+        let raw = &buf[t.start..t.end];
+        let mut tmp = std::mem::take(&mut self.s.strbuf);
+        let out = {
+            let bytes: &[u8] = if t.escaped {
+                tmp.clear();
+                unescape(raw, &mut tmp);
+                &tmp
+            } else {
+                raw
+            };
+            if !spec.is_empty() && !self.check_str(bytes, spec) {
+                None
+            } else {
+                Some(f(bytes))
+            }
+        };
+        self.s.strbuf = tmp;
+        Ok(out)
+    }
+
+    #[cold]
+    fn time_error(&mut self, e: TimeError, what: &'static str) {
+        match e {
+            TimeError::Format => self.fail(DlqCode::TypeMismatch, || format!("not {what}")),
+            TimeError::Range => self.fail(DlqCode::ValueOutOfRange, || {
+                "outside years 0000-9999 after normalization to UTC".to_string()
+            }),
+        }
+    }
+
+    /// String keywords; records an error and returns false when one fails.
+    fn check_str(&mut self, b: &[u8], spec: &StrSpec) -> bool {
+        if spec.min_len.is_some() || spec.max_len.is_some() {
+            let n = char_count(b);
+            if let Some(min) = spec.min_len {
+                if n < min {
+                    self.fail(DlqCode::ValueOutOfRange, || {
+                        format!("string shorter than minLength {min}")
+                    });
+                    return false;
+                }
+            }
+            if let Some(max) = spec.max_len {
+                if n > max {
+                    self.fail(DlqCode::ValueOutOfRange, || {
+                        format!("string longer than maxLength {max}")
+                    });
+                    return false;
+                }
+            }
+        }
+        let s = std::str::from_utf8(b).unwrap_or("");
+        if let Some(re) = &spec.pattern {
+            if !re.is_match(s) {
+                self.fail(DlqCode::ValueOutOfRange, || {
+                    format!(
+                        "string does not match pattern {:?}",
+                        spec.pattern_text.as_deref().unwrap_or("")
+                    )
+                });
+                return false;
+            }
+        }
+        match spec.format {
+            Some(StrFormat::Ipv4) if s.parse::<std::net::Ipv4Addr>().is_err() => {
+                self.fail(DlqCode::TypeMismatch, || "not an ipv4 address".to_string());
+                false
+            }
+            Some(StrFormat::Ipv6) if s.parse::<std::net::Ipv6Addr>().is_err() => {
+                self.fail(DlqCode::TypeMismatch, || "not an ipv6 address".to_string());
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Bounds of a number given by its token; records an error and returns false when one fails.
+    fn check_num(&mut self, tok: &[u8], spec: &NumSpec) -> bool {
+        let (neg, exp) = normalize_number(tok, &mut self.s.digits);
+        self.check_num_parts(neg, exp, spec)
+    }
+
+    fn check_num_parts(&mut self, neg: bool, exp: i64, spec: &NumSpec) -> bool {
+        let digits = std::mem::take(&mut self.s.digits);
+        let ok = (|| {
+            let v = (neg, &digits[..], exp);
+            for b in &spec.lower {
+                let o = cmp_parts(v, b.value.parts());
+                if o.is_lt() || (b.exclusive && o.is_eq()) {
+                    let t = b.value.to_plain_string();
+                    let ex = b.exclusive;
+                    self.fail(DlqCode::ValueOutOfRange, || {
+                        format!("below {}minimum {t}", if ex { "exclusive " } else { "" })
+                    });
+                    return false;
+                }
+            }
+            for b in &spec.upper {
+                let o = cmp_parts(v, b.value.parts());
+                if o.is_gt() || (b.exclusive && o.is_eq()) {
+                    let t = b.value.to_plain_string();
+                    let ex = b.exclusive;
+                    self.fail(DlqCode::ValueOutOfRange, || {
+                        format!("above {}maximum {t}", if ex { "exclusive " } else { "" })
+                    });
+                    return false;
+                }
+            }
+            if let Some(m) = &spec.multiple_of {
+                if !m.divides(&digits, exp) {
+                    let t = m.text.clone();
+                    self.fail(DlqCode::ValueOutOfRange, || {
+                        format!("not a multiple of {t}")
+                    });
+                    return false;
+                }
+            }
+            true
+        })();
+        self.s.digits = digits;
+        ok
+    }
+
+    /// An integer value, exact; `None` with an error recorded when not allowed.
+    fn int_value(
+        &mut self,
+        t: NumTok,
+        spec: &IntSpec,
+        col_lo: i128,
+        col_hi: i128,
+        col: &'static str,
+    ) -> Option<i128> {
+        let tok = &self.r.buf[t.start..t.end];
+        let v: i128 = if t.literal && tok.len() <= 19 {
+            let (neg, d) = match tok.split_first() {
+                Some((b'-', rest)) => (true, rest),
+                _ => (false, tok),
+            };
+            let mut v: i128 = 0;
+            for &c in d {
+                v = v * 10 + i128::from(c - b'0');
+            }
+            if neg {
+                -v
+            } else {
+                v
+            }
+        } else {
+            if !t.literal && self.draft == Draft::Draft04 {
+                self.fail(DlqCode::TypeMismatch, || {
+                    "expected integer, got a number that is not an integer literal (draft-04)"
+                        .to_string()
+                });
+                return None;
+            }
+            let (neg, exp) = normalize_number(tok, &mut self.s.digits);
+            if exp < 0 {
+                self.fail(DlqCode::TypeMismatch, || {
+                    "expected integer, got a number with a fractional part".to_string()
+                });
+                return None;
+            }
+            let n = self.s.digits.len() as i64 + exp;
+            let mut v: Option<i128> = (n <= 38).then_some(0);
+            for &c in &self.s.digits {
+                v = v.and_then(|v| v.checked_mul(10)?.checked_add(i128::from(c - b'0')));
+            }
+            for _ in 0..exp.clamp(0, 40) {
+                v = v.and_then(|v| v.checked_mul(10));
+            }
+            match v {
+                Some(v) if neg => -v,
+                Some(v) => v,
+                None => {
+                    self.fail(DlqCode::ValueOutOfRange, || {
+                        format!("integer out of range for {col}")
+                    });
+                    return None;
+                }
+            }
+        };
+        if v < col_lo || v > col_hi {
+            self.fail(DlqCode::ValueOutOfRange, || {
+                format!("integer out of range for {col}")
+            });
+            return None;
+        }
+        if v < spec.lo {
+            let lo = spec.lo;
+            self.fail(DlqCode::ValueOutOfRange, || format!("below minimum {lo}"));
+            return None;
+        }
+        if v > spec.hi {
+            let hi = spec.hi;
+            self.fail(DlqCode::ValueOutOfRange, || format!("above maximum {hi}"));
+            return None;
+        }
+        if let Some(m) = &spec.multiple_of {
+            if !m.divides_int(v) {
+                let t = m.text.clone();
+                self.fail(DlqCode::ValueOutOfRange, || {
+                    format!("not a multiple of {t}")
+                });
+                return None;
+            }
+        }
+        Some(v)
+    }
+
+    /// A decimal(38, scale) value, exact; `None` with an error recorded when not allowed.
+    fn decimal_value(&mut self, tok: &[u8], scale: u32, spec: &NumSpec) -> Option<i128> {
+        let (neg, exp) = normalize_number(tok, &mut self.s.digits);
+        let shift = exp + i64::from(scale);
+        let nd = self.s.digits.len() as i64;
+        if nd > 0 && shift < 0 {
+            self.fail(DlqCode::ValueOutOfRange, || {
+                format!("more fractional digits than the column's scale {scale}")
+            });
+            return None;
+        }
+        if nd > 0 && nd + shift > 38 {
+            self.fail(DlqCode::ValueOutOfRange, || {
+                "more than 38 digits for decimal(38)".to_string()
+            });
+            return None;
+        }
+        if !spec.is_empty() && !self.check_num_parts(neg, exp, spec) {
+            return None;
+        }
+        let mut v: i128 = 0;
+        for &c in &self.s.digits {
+            v = v * 10 + i128::from(c - b'0');
+        }
+        if nd > 0 {
+            for _ in 0..shift {
+                v *= 10;
+            }
+        }
+        Some(if neg { -v } else { v })
+    }
+
+    /// An enum value: appends the member's text to `out`; `Ok(false)` with an error recorded when
+    /// the value is not a member.
+    fn decode_enum(
+        &mut self,
+        c: u8,
+        out: &mut Vec<u8>,
+        spec: &super::column::EnumPlan,
+    ) -> Result<bool, SyntaxError> {
+        let buf = self.r.buf;
+        let found: Option<usize> = match c {
+            b'"' => {
+                let t = self.r.scan_string()?;
+                let raw = &buf[t.start..t.end];
+                let mut tmp = std::mem::take(&mut self.s.strbuf);
+                let bytes: &[u8] = if t.escaped {
+                    tmp.clear();
+                    unescape(raw, &mut tmp);
+                    &tmp
+                } else {
+                    raw
+                };
+                let f = spec
+                    .members
+                    .iter()
+                    .position(|m| matches!(m, EnumMember::Str(s) if s.as_bytes() == bytes));
+                let ok = f.is_none()
+                    || spec.str_spec.is_empty()
+                    || self.check_str(bytes, &spec.str_spec);
+                self.s.strbuf = tmp;
+                if !ok {
+                    return Ok(false);
+                }
+                f
+            }
+            b't' | b'f' => {
+                let b = c == b't';
+                self.r.literal(if b { b"true" } else { b"false" })?;
+                spec.members
+                    .iter()
+                    .position(|m| matches!(m, EnumMember::Bool(x) if *x == b))
+            }
+            c if is_num_start(c) => {
+                let t = self.r.scan_number()?;
+                let (neg, exp) = normalize_number(&buf[t.start..t.end], &mut self.s.digits);
+                let digits = &self.s.digits;
+                spec.members.iter().position(|m| match m {
+                    EnumMember::Num { value, .. } => {
+                        cmp_parts((neg, digits, exp), value.parts()).is_eq()
+                    }
+                    _ => false,
+                })
+            }
+            b'{' | b'[' => {
+                let start = self.r.pos;
+                self.skip_value()?;
+                let end = self.r.pos;
+                match serde_json::from_slice::<serde_json::Value>(&buf[start..end]) {
+                    Ok(v) => spec.members.iter().position(|m| match m {
+                        EnumMember::Other { value, .. } => json_equal(value, &v),
+                        _ => false,
+                    }),
+                    Err(_) => None,
+                }
+            }
+            _ => {
+                self.skip_value()?;
+                None
+            }
+        };
+        match found.and_then(|i| spec.members.get(i)) {
+            Some(EnumMember::Str(s)) => out.extend_from_slice(s.as_bytes()),
+            Some(EnumMember::Num { text, .. }) | Some(EnumMember::Other { text, .. }) => {
+                out.extend_from_slice(text.as_bytes())
+            }
+            Some(EnumMember::Bool(b)) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+            Some(EnumMember::Null) | None => {
+                self.fail(DlqCode::ValueOutOfRange, || {
+                    "not one of the enum values".to_string()
+                });
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// A JSON object into a struct (the cursor is at `{`).
+    pub fn decode_struct(&mut self, s: &mut StructCol) -> Res {
+        self.r.pos += 1;
+        self.enter()?;
+        let d = self.depth;
+        self.s.keysets[d].clear();
+        let n = s.children.len();
+        let mut seen = Seen::new(n);
+        let mut num_keys: u64 = 0;
+        let mut hint = 0;
+        let buf = self.r.buf;
+        if self.r.peek() == Some(b'}') {
+            self.r.pos += 1;
+        } else {
+            loop {
+                if self.r.peek() != Some(b'"') {
+                    return Err(self.r.err("expected a key"));
+                }
+                let k = self.r.scan_string()?;
+                self.r.expect(b':', "expected ':'")?;
+                num_keys += 1;
+                let raw = &buf[k.start..k.end];
+                let idx = if k.escaped {
+                    self.s.keybuf.clear();
+                    unescape(raw, &mut self.s.keybuf);
+                    s.lookup(&self.s.keybuf, hint)
+                } else {
+                    s.lookup(raw, hint)
+                };
+                match idx {
+                    Some(i) => {
+                        if seen.test_and_set(i) {
+                            return Err(self.r.err("duplicate key in an object"));
+                        }
+                        hint = i + 1;
+                        let child = &mut s.children[i];
+                        self.s.path.push(Seg::Name(child.meta.name_id));
+                        self.decode(child)?;
+                        self.s.path.pop();
+                    }
+                    None => {
+                        self.s.keysets[d].push(raw, k.escaped);
+                        if s.spec_additional_forbid && self.err.is_none() {
+                            let a = self.s.path_keys.len() as u32;
+                            if k.escaped {
+                                unescape(raw, &mut self.s.path_keys);
+                            } else {
+                                self.s.path_keys.extend_from_slice(raw);
+                            }
+                            let b = self.s.path_keys.len() as u32;
+                            self.s.path.push(Seg::Key(a, b));
+                            self.fail(DlqCode::ValueOutOfRange, || {
+                                "property not allowed (additionalProperties is false)".to_string()
+                            });
+                            self.s.path.pop();
+                            self.s.path_keys.truncate(a as usize);
+                        }
+                        self.skip_value()?;
+                    }
+                }
+                match self.r.peek() {
+                    Some(b',') => self.r.pos += 1,
+                    Some(b'}') => {
+                        self.r.pos += 1;
+                        break;
+                    }
+                    _ => return Err(self.r.err("expected ',' or '}'")),
+                }
+            }
+            if self.s.keysets[d].has_duplicates() {
+                return Err(self.r.err("duplicate key in an object"));
+            }
+        }
+        self.depth -= 1;
+        if self.err.is_some() {
+            return Ok(());
+        }
+        for i in 0..n {
+            if seen.get(i) {
+                continue;
+            }
+            let child = &mut s.children[i];
+            if child.meta.required {
+                let is_partition = child.meta.is_partition;
+                self.s.path.push(Seg::Name(child.meta.name_id));
+                if is_partition {
+                    self.fail(DlqCode::MissingPartitionValue, || {
+                        "the partition field is missing".to_string()
+                    });
+                } else {
+                    self.fail(DlqCode::MissingRequiredField, || {
+                        "required field is missing".to_string()
+                    });
+                }
+                self.s.path.pop();
+                return Ok(());
+            }
+            child.push_null();
+        }
+        if let Some(min) = s.min_props {
+            if num_keys < min {
+                self.fail(DlqCode::ValueOutOfRange, || {
+                    format!("fewer properties than minProperties {min}")
+                });
+                return Ok(());
+            }
+        }
+        if let Some(max) = s.max_props {
+            if num_keys > max {
+                self.fail(DlqCode::ValueOutOfRange, || {
+                    format!("more properties than maxProperties {max}")
+                });
+                return Ok(());
+            }
+        }
+        s.len += 1;
+        Ok(())
+    }
+
+    fn decode_list(&mut self, l: &mut ListCol) -> Res {
+        self.r.pos += 1;
+        self.enter()?;
+        let mut count: u64 = 0;
+        if self.r.peek() == Some(b']') {
+            self.r.pos += 1;
+        } else {
+            loop {
+                self.s.path.push(Seg::Index(count as u32));
+                self.decode(&mut l.child)?;
+                self.s.path.pop();
+                count += 1;
+                match self.r.peek() {
+                    Some(b',') => self.r.pos += 1,
+                    Some(b']') => {
+                        self.r.pos += 1;
+                        break;
+                    }
+                    _ => return Err(self.r.err("expected ',' or ']'")),
+                }
+            }
+        }
+        self.depth -= 1;
+        if self.err.is_some() {
+            return Ok(());
+        }
+        if let Some(min) = l.min_items {
+            if count < min {
+                self.fail(DlqCode::ValueOutOfRange, || {
+                    format!("fewer items than minItems {min}")
+                });
+                return Ok(());
+            }
+        }
+        if let Some(max) = l.max_items {
+            if count > max {
+                self.fail(DlqCode::ValueOutOfRange, || {
+                    format!("more items than maxItems {max}")
+                });
+                return Ok(());
+            }
+        }
+        l.offsets.push(l.child.len() as i32);
+        Ok(())
+    }
+
+    fn decode_map(&mut self, m: &mut MapCol) -> Res {
+        self.r.pos += 1;
+        self.enter()?;
+        let first = m.keys.len();
+        let buf = self.r.buf;
+        if self.r.peek() == Some(b'}') {
+            self.r.pos += 1;
+        } else {
+            loop {
+                if self.r.peek() != Some(b'"') {
+                    return Err(self.r.err("expected a key"));
+                }
+                let k = self.r.scan_string()?;
+                self.r.expect(b':', "expected ':'")?;
+                let raw = &buf[k.start..k.end];
+                let ks = m.keys.data.len();
+                if k.escaped {
+                    unescape(raw, &mut m.keys.data);
+                } else {
+                    m.keys.data.extend_from_slice(raw);
+                }
+                m.keys.commit();
+                let a = self.s.path_keys.len() as u32;
+                self.s.path_keys.extend_from_slice(&m.keys.data[ks..]);
+                let b = self.s.path_keys.len() as u32;
+                self.s.path.push(Seg::Key(a, b));
+                self.decode(&mut m.values)?;
+                self.s.path.pop();
+                self.s.path_keys.truncate(a as usize);
+                match self.r.peek() {
+                    Some(b',') => self.r.pos += 1,
+                    Some(b'}') => {
+                        self.r.pos += 1;
+                        break;
+                    }
+                    _ => return Err(self.r.err("expected ',' or '}'")),
+                }
+            }
+            let offs = &m.keys.offsets[first..];
+            self.s.spans.clear();
+            for w in offs.windows(2) {
+                self.s.spans.push((w[0] as u32, w[1] as u32));
+            }
+            if has_duplicate_spans(&m.keys.data, &mut self.s.spans) {
+                return Err(self.r.err("duplicate key in an object"));
+            }
+        }
+        self.depth -= 1;
+        if self.err.is_some() {
+            return Ok(());
+        }
+        let count = (m.keys.len() - first) as u64;
+        if let Some(min) = m.min_props {
+            if count < min {
+                self.fail(DlqCode::ValueOutOfRange, || {
+                    format!("fewer properties than minProperties {min}")
+                });
+                return Ok(());
+            }
+        }
+        if let Some(max) = m.max_props {
+            if count > max {
+                self.fail(DlqCode::ValueOutOfRange, || {
+                    format!("more properties than maxProperties {max}")
+                });
+                return Ok(());
+            }
+        }
+        m.offsets.push(m.keys.len() as i32);
+        Ok(())
+    }
+}
+
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, either case → 16 bytes.
+fn parse_uuid(b: &[u8]) -> Option<[u8; 16]> {
+    if b.len() != 36 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    let mut n = 0;
+    let mut i = 0;
+    while i < 36 {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            if b[i] != b'-' {
+                return None;
+            }
+            i += 1;
+            continue;
+        }
+        let hi = hex(b[i])?;
+        let lo = hex(*b.get(i + 1)?)?;
+        out[n] = hi << 4 | lo;
+        n += 1;
+        i += 2;
+    }
+    Some(out)
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// JSON equality as JSON Schema defines it for `enum` (numbers by value, objects unordered).
+fn json_equal(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value as V;
+    match (a, b) {
+        (V::Number(x), V::Number(y)) => {
+            let (mut dx, mut dy) = (Vec::new(), Vec::new());
+            let sx = x.to_string();
+            let sy = y.to_string();
+            let px = normalize_number(sx.as_bytes(), &mut dx);
+            let py = normalize_number(sy.as_bytes(), &mut dy);
+            cmp_parts((px.0, &dx, px.1), (py.0, &dy, py.1)).is_eq()
+        }
+        (V::Array(x), V::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_equal(p, q))
+        }
+        (V::Object(x), V::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).map(|w| json_equal(v, w)).unwrap_or(false))
+        }
+        _ => a == b,
+    }
+}

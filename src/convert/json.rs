@@ -1,0 +1,422 @@
+//! A small byte-level JSON pull reader (RFC 8259), with the I-JSON restrictions of RFC 7493 that
+//! floe enforces: no lone surrogates, no duplicate keys (checked by the caller with [`KeySet`]),
+//! nesting bounded by [`MAX_DEPTH`]. Numbers are returned as their exact text, never as `f64`.
+//!
+//! The reader never panics and never recurses by itself; callers recurse at most [`MAX_DEPTH`] deep.
+//! Invalid UTF-8 is checked once per record by the caller (`std::str::from_utf8` on the whole
+//! record) before reading, so string scanning only has to look at ASCII bytes.
+
+/// Deepest nesting of arrays/objects accepted in a record (the record's own object is level 1).
+pub const MAX_DEPTH: usize = 128;
+
+/// A syntax error: the record is not JSON (DESERIALIZATION_ERROR).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SyntaxError {
+    /// Byte offset in the record.
+    pub offset: usize,
+    /// What was wrong.
+    pub what: &'static str,
+}
+
+/// A scanned string token: the bytes between the quotes, and whether they hold escapes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StrTok {
+    pub start: usize,
+    pub end: usize,
+    pub escaped: bool,
+}
+
+/// A scanned number token.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NumTok {
+    pub start: usize,
+    pub end: usize,
+    /// No fraction and no exponent.
+    pub literal: bool,
+}
+
+pub(crate) struct Reader<'a> {
+    pub buf: &'a [u8],
+    pub pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    pub fn err(&self, what: &'static str) -> SyntaxError {
+        SyntaxError {
+            offset: self.pos,
+            what,
+        }
+    }
+
+    /// Skips whitespace and returns the next byte without consuming it.
+    #[inline]
+    pub fn peek(&mut self) -> Option<u8> {
+        while let Some(&c) = self.buf.get(self.pos) {
+            if c == b' ' || c == b'\n' || c == b'\r' || c == b'\t' {
+                self.pos += 1;
+            } else {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Consumes `c` (after whitespace) or fails.
+    #[inline]
+    pub fn expect(&mut self, c: u8, what: &'static str) -> Result<(), SyntaxError> {
+        if self.peek() == Some(c) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.err(what))
+        }
+    }
+
+    /// Consumes the literal `lit` (`true`, `false`, `null`) at the current position.
+    #[inline]
+    pub fn literal(&mut self, lit: &'static [u8]) -> Result<(), SyntaxError> {
+        if self.buf.get(self.pos..self.pos + lit.len()) == Some(lit) {
+            self.pos += lit.len();
+            Ok(())
+        } else {
+            Err(self.err("invalid literal"))
+        }
+    }
+
+    /// Scans a string starting at `"`; validates escapes (including surrogate pairing) and rejects
+    /// control characters. Leaves `pos` after the closing quote.
+    #[inline]
+    pub fn scan_string(&mut self) -> Result<StrTok, SyntaxError> {
+        if self.buf.get(self.pos) != Some(&b'"') {
+            return Err(self.err("expected a string"));
+        }
+        self.pos += 1;
+        let start = self.pos;
+        let buf = self.buf;
+        let mut i = self.pos;
+        let mut escaped = false;
+        loop {
+            // Fast path: plain bytes.
+            while let Some(&c) = buf.get(i) {
+                if c == b'"' || c == b'\\' || c < 0x20 {
+                    break;
+                }
+                i += 1;
+            }
+            match buf.get(i) {
+                Some(b'"') => {
+                    self.pos = i + 1;
+                    return Ok(StrTok {
+                        start,
+                        end: i,
+                        escaped,
+                    });
+                }
+                Some(b'\\') => {
+                    escaped = true;
+                    i = self.check_escape(i)?;
+                }
+                Some(_) => {
+                    self.pos = i;
+                    return Err(self.err("control character in string"));
+                }
+                None => {
+                    self.pos = i;
+                    return Err(self.err("unterminated string"));
+                }
+            }
+        }
+    }
+
+    /// Validates the escape at `buf[i] == '\\'`; returns the index after it.
+    fn check_escape(&mut self, i: usize) -> Result<usize, SyntaxError> {
+        let buf = self.buf;
+        match buf.get(i + 1) {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(i + 2),
+            Some(b'u') => {
+                let Some(cu) = hex4(buf, i + 2) else {
+                    self.pos = i;
+                    return Err(self.err("invalid \\u escape"));
+                };
+                match cu {
+                    0xD800..=0xDBFF => {
+                        if buf.get(i + 6) == Some(&b'\\') && buf.get(i + 7) == Some(&b'u') {
+                            if let Some(lo @ 0xDC00..=0xDFFF) = hex4(buf, i + 8) {
+                                let _ = lo;
+                                return Ok(i + 12);
+                            }
+                        }
+                        self.pos = i;
+                        Err(self.err("unpaired surrogate escape"))
+                    }
+                    0xDC00..=0xDFFF => {
+                        self.pos = i;
+                        Err(self.err("unpaired surrogate escape"))
+                    }
+                    _ => Ok(i + 6),
+                }
+            }
+            _ => {
+                self.pos = i;
+                Err(self.err("invalid escape"))
+            }
+        }
+    }
+
+    /// Scans a number token (JSON grammar) at the current position.
+    #[inline]
+    pub fn scan_number(&mut self) -> Result<NumTok, SyntaxError> {
+        let buf = self.buf;
+        let start = self.pos;
+        let mut i = start;
+        if buf.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match buf.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                i += 1;
+                while let Some(b'0'..=b'9') = buf.get(i) {
+                    i += 1;
+                }
+            }
+            _ => {
+                self.pos = i;
+                return Err(self.err("invalid number"));
+            }
+        }
+        let mut literal = true;
+        if buf.get(i) == Some(&b'.') {
+            literal = false;
+            i += 1;
+            let s = i;
+            while let Some(b'0'..=b'9') = buf.get(i) {
+                i += 1;
+            }
+            if i == s {
+                self.pos = i;
+                return Err(self.err("invalid number"));
+            }
+        }
+        if let Some(b'e' | b'E') = buf.get(i) {
+            literal = false;
+            i += 1;
+            if let Some(b'+' | b'-') = buf.get(i) {
+                i += 1;
+            }
+            let s = i;
+            while let Some(b'0'..=b'9') = buf.get(i) {
+                i += 1;
+            }
+            if i == s {
+                self.pos = i;
+                return Err(self.err("invalid number"));
+            }
+        }
+        // A number must be followed by a delimiter (e.g. `01` or `1x` are not JSON).
+        if let Some(&c) = buf.get(i) {
+            if !matches!(c, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
+                self.pos = i;
+                return Err(self.err("invalid number"));
+            }
+        }
+        self.pos = i;
+        Ok(NumTok {
+            start,
+            end: i,
+            literal,
+        })
+    }
+}
+
+fn hex4(buf: &[u8], i: usize) -> Option<u32> {
+    let s = buf.get(i..i + 4)?;
+    let mut v = 0u32;
+    for &c in s {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return None,
+        };
+        v = v * 16 + u32::from(d);
+    }
+    Some(v)
+}
+
+/// Appends the unescaped content of a string token (already validated by
+/// [`Reader::scan_string`]) to `out`.
+pub(crate) fn unescape(raw: &[u8], out: &mut Vec<u8>) {
+    let mut i = 0;
+    while i < raw.len() {
+        let start = i;
+        while i < raw.len() && raw[i] != b'\\' {
+            i += 1;
+        }
+        out.extend_from_slice(&raw[start..i]);
+        if i >= raw.len() {
+            break;
+        }
+        let c = raw.get(i + 1).copied().unwrap_or(b'\\');
+        i += 2;
+        let ch: u32 = match c {
+            b'b' => 0x08,
+            b'f' => 0x0C,
+            b'n' => 0x0A,
+            b'r' => 0x0D,
+            b't' => 0x09,
+            b'u' => {
+                let hi = hex4(raw, i).unwrap_or(0xFFFD);
+                i += 4;
+                if (0xD800..=0xDBFF).contains(&hi) {
+                    let lo = hex4(raw, i + 2).unwrap_or(0xDC00);
+                    i += 6;
+                    0x10000 + ((hi - 0xD800) << 10) + (lo.saturating_sub(0xDC00) & 0x3FF)
+                } else {
+                    hi
+                }
+            }
+            other => u32::from(other),
+        };
+        let ch = char::from_u32(ch).unwrap_or('\u{FFFD}');
+        let mut tmp = [0u8; 4];
+        out.extend_from_slice(ch.encode_utf8(&mut tmp).as_bytes());
+    }
+}
+
+/// The keys of one JSON object, for duplicate detection (RFC 7493 §2.3). Reused across records.
+#[derive(Default)]
+pub(crate) struct KeySet {
+    bytes: Vec<u8>,
+    spans: Vec<(u32, u32)>,
+}
+
+impl KeySet {
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.spans.clear();
+    }
+
+    /// Adds a key (raw token bytes; unescaped here when needed).
+    pub fn push(&mut self, raw: &[u8], escaped: bool) {
+        let start = self.bytes.len();
+        if escaped {
+            unescape(raw, &mut self.bytes);
+        } else {
+            self.bytes.extend_from_slice(raw);
+        }
+        let end = self.bytes.len();
+        self.spans.push((start as u32, end as u32));
+    }
+
+    /// Whether any key occurs twice.
+    pub fn has_duplicates(&mut self) -> bool {
+        has_duplicate_spans(&self.bytes, &mut self.spans)
+    }
+}
+
+/// Whether two spans of `data` hold the same bytes (sorts `spans`).
+pub(crate) fn has_duplicate_spans(data: &[u8], spans: &mut [(u32, u32)]) -> bool {
+    let get = |s: &(u32, u32)| data.get(s.0 as usize..s.1 as usize).unwrap_or(&[]);
+    let n = spans.len();
+    if n < 2 {
+        return false;
+    }
+    if n <= 8 {
+        for a in 0..n {
+            for b in a + 1..n {
+                if get(&spans[a]) == get(&spans[b]) {
+                    return true;
+                }
+            }
+        }
+        return false;
+    }
+    spans.sort_unstable_by(|a, b| get(a).cmp(get(b)));
+    spans.windows(2).any(|w| get(&w[0]) == get(&w[1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(input: &str) -> Result<(String, bool), SyntaxError> {
+        let mut r = Reader::new(input.as_bytes());
+        let t = r.scan_string()?;
+        let mut out = Vec::new();
+        unescape(&input.as_bytes()[t.start..t.end], &mut out);
+        Ok((String::from_utf8(out).unwrap(), t.escaped))
+    }
+
+    #[test]
+    fn strings_unescape() {
+        assert_eq!(s(r#""abc""#).unwrap(), ("abc".into(), false));
+        assert_eq!(s(r#""a\"b\\c\/\n""#).unwrap().0, "a\"b\\c/\n");
+        assert_eq!(s(r#""\u00e9\ud83d\ude00""#).unwrap().0, "é😀");
+    }
+
+    #[test]
+    fn lone_surrogates_and_bad_escapes_are_errors() {
+        for bad in [
+            r#""\ud83d""#,
+            r#""\ude00""#,
+            r#""\ud83dx""#,
+            r#""\ud83d\u0041""#,
+            r#""\x""#,
+            r#""\u12""#,
+            "\"a\u{1}\"",
+            r#""abc"#,
+        ] {
+            assert!(s(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn numbers_follow_the_grammar() {
+        for (t, lit) in [
+            ("0", true),
+            ("-12", true),
+            ("1.5", false),
+            ("1e2", false),
+            ("-0.0E-3", false),
+        ] {
+            let mut r = Reader::new(t.as_bytes());
+            let n = r.scan_number().unwrap();
+            assert_eq!((n.end, n.literal), (t.len(), lit), "{t}");
+        }
+        for bad in [
+            "01",
+            "1.",
+            ".5",
+            "-",
+            "1e",
+            "+1",
+            "1x",
+            "NaN",
+            "Infinity",
+            "-Infinity",
+        ] {
+            let mut r = Reader::new(bad.as_bytes());
+            assert!(r.scan_number().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_found_after_unescaping() {
+        let mut k = KeySet::default();
+        k.push(b"a", false);
+        k.push(br"\u0061", true);
+        assert!(k.has_duplicates());
+        k.clear();
+        for i in 0..20u8 {
+            k.push(&[b'a' + i], false);
+        }
+        assert!(!k.has_duplicates());
+        k.push(b"c", false);
+        assert!(k.has_duplicates());
+    }
+}
