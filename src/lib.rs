@@ -3,5 +3,6 @@
 
 pub mod cli;
 pub mod convert;
+pub mod lease;
 pub mod model;
 pub mod schema;
