@@ -43,12 +43,12 @@ use crate::model::{PendingBatch, Position, ShardId};
 
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
-// pub mod manager;
+pub mod manager;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod memory;
 pub mod sqlite;
 
-// pub use manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
+pub use manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
 pub use sqlite::SqliteLeaseStore;
 
 /// What a lease grants: reading one shard, or committing for the channel.
