@@ -9,6 +9,7 @@ pub mod config;
 pub mod convert;
 pub mod dlq;
 pub mod events;
+pub mod lease;
 pub mod model;
 pub mod quickstart;
 pub mod schema;
