@@ -28,8 +28,8 @@ use crate::config::{
 };
 use crate::dlq::LocalDlq;
 use crate::lease::sqlite::SqliteLeaseStore;
-use crate::lease::manager::{LeaseManager, LeaseManagerSettings};
-use crate::lease::{BatchStore, ChannelState, ChannelStatus, HeldLeases, LeaseKey, LeaseStore};
+use crate::lease::manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
+use crate::lease::{BatchStore, ChannelState, ChannelStatus, LeaseKey, LeaseSpec, LeaseStore};
 use crate::schema::MappedSchema;
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
 use crate::source::{InitialPosition, Source};
@@ -214,7 +214,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     let workers = TaskTracker::new();
     let stop_reading = CancellationToken::new();
     let stop_committing = CancellationToken::new();
-    let mut managers = Vec::new();
+    let stop_leases = CancellationToken::new();
     for channel in &config.channels {
         let prepared = prepare_channel(channel, &store).await?;
         let name = channel.name.clone();
@@ -223,25 +223,27 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             .list_shards()
             .await
             .map_err(|e| channel_err(&name, e))?;
-        let mut keys: Vec<LeaseKey> = shards.iter().map(|s| LeaseKey::Shard(s.id.clone())).collect();
-        keys.push(LeaseKey::Committer);
+        let mut specs: Vec<LeaseSpec> = shards
+            .iter()
+            .map(|s| LeaseSpec::new(LeaseKey::Shard(s.id.clone())).with_parents(s.parents.clone()))
+            .collect();
+        specs.push(LeaseSpec::new(LeaseKey::Committer));
         store
-            .ensure_leases(&name, &keys)
+            .ensure_leases(&name, &specs)
             .await
             .map_err(|e| channel_err(&name, e))?;
-        let manager = LeaseManager::start(
+        let manager = LeaseManager::new(
             store.clone(),
-            name.clone(),
-            config.worker.id.clone(),
-            LeaseManagerSettings {
+            LeaseManagerConfig {
+                channel: name.clone(),
+                worker_id: config.worker.id.clone(),
                 lease_duration,
                 renew_interval,
-                max_leases_to_steal,
+                max_leases_to_steal: max_leases_to_steal as usize,
             },
-            &tracker,
         );
         let held = manager.subscribe();
-        managers.push(manager);
+        tracker.spawn(manager.run(stop_leases.clone()));
 
         // Shard discovery: new Kafka partitions get leases.
         {
@@ -256,8 +258,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                         _ = tokio::time::sleep(Duration::from_secs(30)) => {}
                     }
                     if let Ok(shards) = source.list_shards().await {
-                        let keys: Vec<LeaseKey> = shards.iter().map(|s| LeaseKey::Shard(s.id.clone())).collect();
-                        if let Err(e) = store.ensure_leases(&name, &keys).await {
+                        let specs: Vec<LeaseSpec> = shards
+                            .iter()
+                            .map(|s| LeaseSpec::new(LeaseKey::Shard(s.id.clone())).with_parents(s.parents.clone()))
+                            .collect();
+                        if let Err(e) = store.ensure_leases(&name, &specs).await {
                             tracing::warn!(channel = %name, error = %e, "shard discovery failed");
                         }
                     }
@@ -327,10 +332,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     }
     // Phase 3: release leases so other workers take over at once.
     stop_committing.cancel();
-    for m in &managers {
-        m.shutdown().await;
-    }
-    let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
+    stop_leases.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), tracker.wait()).await;
     Ok(())
 }
 

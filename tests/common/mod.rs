@@ -172,4 +172,3 @@ pub fn dlq_keys(dir: &Path) -> Vec<Option<String>> {
         .collect()
 }
 
-use iceberg::Catalog;
