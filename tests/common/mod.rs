@@ -58,6 +58,7 @@ pub fn config_toml(dir: &Path, bootstrap: &str, worker_id: &str, lease_s: u64) -
         r#"[worker]
 id = "{worker_id}"
 shutdown_timeout = "20s"
+metrics_address = "off"
 
 [lease_store]
 kind = "sqlite"
