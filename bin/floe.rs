@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
-#[command(name = "floe", version, about = "Deliver Kafka records into Iceberg tables, exactly once")]
+#[command(
+    name = "floe",
+    version,
+    about = "Deliver Kafka records into Iceberg tables, exactly once"
+)]
 struct Cli {
     /// Log format: text or json.
     #[arg(long, global = true, default_value = "text")]

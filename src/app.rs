@@ -27,8 +27,8 @@ use crate::config::{
     LeaseStoreConfig, SchemaConfig, SourceConfig, Warehouse,
 };
 use crate::dlq::LocalDlq;
-use crate::lease::sqlite::SqliteLeaseStore;
 use crate::lease::manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
+use crate::lease::sqlite::SqliteLeaseStore;
 use crate::lease::{BatchStore, ChannelState, ChannelStatus, LeaseKey, LeaseSpec, LeaseStore};
 use crate::schema::MappedSchema;
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
@@ -186,7 +186,10 @@ async fn activate(store: &SqliteLeaseStore, channel: &str) -> Result<ChannelStat
             tracing::info!(channel, activated_at_ms = now, "channel activated");
         }
     }
-    Err(channel_err(channel, "could not record the channel's activation"))
+    Err(channel_err(
+        channel,
+        "could not record the channel's activation",
+    ))
 }
 
 /// Maps configured compression to the writer's.
@@ -260,7 +263,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                     if let Ok(shards) = source.list_shards().await {
                         let specs: Vec<LeaseSpec> = shards
                             .iter()
-                            .map(|s| LeaseSpec::new(LeaseKey::Shard(s.id.clone())).with_parents(s.parents.clone()))
+                            .map(|s| {
+                                LeaseSpec::new(LeaseKey::Shard(s.id.clone()))
+                                    .with_parents(s.parents.clone())
+                            })
                             .collect();
                         if let Err(e) = store.ensure_leases(&name, &specs).await {
                             tracing::warn!(channel = %name, error = %e, "shard discovery failed");
@@ -327,7 +333,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     // commit (bounded by their drain deadline); committers keep running meanwhile.
     stop_reading.cancel();
     let drain_deadline = config.worker.shutdown_timeout + Duration::from_secs(2);
-    if tokio::time::timeout(drain_deadline, workers.wait()).await.is_err() {
+    if tokio::time::timeout(drain_deadline, workers.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!("drain deadline passed; releasing leases anyway");
     }
     // Phase 3: release leases so other workers take over at once.
@@ -337,7 +346,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     Ok(())
 }
 
-fn worker_settings(config: &Config, channel: &ChannelConfig, p: &PreparedChannel) -> WorkerSettings {
+fn worker_settings(
+    config: &Config,
+    channel: &ChannelConfig,
+    p: &PreparedChannel,
+) -> WorkerSettings {
     let DestinationConfig::Iceberg(dest) = &channel.destination;
     let SourceConfig::Kafka(kafka) = &channel.source;
     let include_payload = &channel.dlq.include_payload;
@@ -376,7 +389,10 @@ async fn committer_loop(
         let lease = held.borrow_and_update().committer.clone();
         match lease {
             None => committer = None,
-            Some(l) if committer.as_ref().map(|c| c.epoch()) != Some(l.lease_counter) && fenced_at != Some(l.lease_counter) => {
+            Some(l)
+                if committer.as_ref().map(|c| c.epoch()) != Some(l.lease_counter)
+                    && fenced_at != Some(l.lease_counter) =>
+            {
                 tracing::info!(channel = %channel, lease_counter = l.lease_counter, "committer lease taken");
                 let leases: Arc<dyn LeaseStore> = store.clone();
                 let batches: Arc<dyn BatchStore> = store.clone();

@@ -73,7 +73,10 @@ pub enum CommitError {
 impl CommitError {
     /// Whether retrying the round later may succeed.
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, CommitError::Fenced { .. } | CommitError::Incompatible(_))
+        !matches!(
+            self,
+            CommitError::Fenced { .. } | CommitError::Incompatible(_)
+        )
     }
 }
 
@@ -281,9 +284,12 @@ impl Committer {
         let mut committed_ids: Vec<Uuid> = Vec::new();
         for b in accepted.iter().chain(recovered.iter()) {
             if let Some(staged) = &b.dlq_staged {
-                self.dlq
-                    .publish(b.batch_id, staged)
-                    .map_err(|e| CommitError::Unavailable(iceberg::Error::new(ErrorKind::Unexpected, format!("publish DLQ object {staged}: {e}"))))?;
+                self.dlq.publish(b.batch_id, staged).map_err(|e| {
+                    CommitError::Unavailable(iceberg::Error::new(
+                        ErrorKind::Unexpected,
+                        format!("publish DLQ object {staged}: {e}"),
+                    ))
+                })?;
             }
             committed_ids.push(b.batch_id);
         }
@@ -403,7 +409,10 @@ impl Committer {
             Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
                 Err(CommitError::Conflict(e.to_string()))
             }
-            Err(e) if e.kind() == ErrorKind::DataInvalid || e.kind() == ErrorKind::PreconditionFailed => {
+            Err(e)
+                if e.kind() == ErrorKind::DataInvalid
+                    || e.kind() == ErrorKind::PreconditionFailed =>
+            {
                 // A requirement failed against the catalog's current metadata: a conflict.
                 Err(CommitError::Conflict(e.to_string()))
             }
@@ -415,7 +424,9 @@ impl Committer {
                     .inner()
                     .load_table(&self.ident)
                     .await
-                    .map_err(|e2| CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}")))?;
+                    .map_err(|e2| {
+                        CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}"))
+                    })?;
                 let last = fresh.metadata().properties().get(PROP_LAST_COMMIT_ID);
                 if last.map(String::as_str) == Some(commit_id.to_string().as_str()) {
                     Ok(fresh.metadata().current_snapshot_id())
@@ -475,10 +486,19 @@ mod tests {
             // A second worker read the same range (0..=9) again: a duplicate.
             batch(3, 0, None, 9, 1),
         ];
-        let plan = plan_round(&Checkpoints::default(), &HashSet::new(), &HashMap::new(), &pending);
+        let plan = plan_round(
+            &Checkpoints::default(),
+            &HashSet::new(),
+            &HashMap::new(),
+            &pending,
+        );
         assert_eq!(
             plan.decisions,
-            vec![BatchDecision::Accept, BatchDecision::Accept, BatchDecision::Dead]
+            vec![
+                BatchDecision::Accept,
+                BatchDecision::Accept,
+                BatchDecision::Dead
+            ]
         );
         assert_eq!(
             plan.checkpoints.get(&ShardId::kafka_partition(0)),
@@ -490,8 +510,16 @@ mod tests {
     fn commit_rejects_batch_from_stale_lease() {
         let pending = vec![batch(1, 0, None, 9, 1), batch(2, 0, None, 12, 2)];
         let counters = HashMap::from([(ShardId::kafka_partition(0), 2)]);
-        let plan = plan_round(&Checkpoints::default(), &HashSet::new(), &counters, &pending);
-        assert_eq!(plan.decisions, vec![BatchDecision::Dead, BatchDecision::Accept]);
+        let plan = plan_round(
+            &Checkpoints::default(),
+            &HashSet::new(),
+            &counters,
+            &pending,
+        );
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::Dead, BatchDecision::Accept]
+        );
     }
 
     #[test]

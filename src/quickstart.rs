@@ -67,7 +67,9 @@ pub struct Reconciliation {
 impl Reconciliation {
     /// True when every record is in the table or the DLQ exactly once.
     pub fn exactly_once(&self) -> bool {
-        self.missing == 0 && self.duplicated == 0 && self.delivered + self.dead_lettered == self.produced
+        self.missing == 0
+            && self.duplicated == 0
+            && self.delivered + self.dead_lettered == self.produced
     }
 }
 
@@ -114,7 +116,9 @@ pub fn reconcile(produced: u64, table_ids: &[i64], dlq_keys: &[Option<String>]) 
             *seen.entry(id).or_default() += 1;
         }
     }
-    let missing = (0..produced as i64).filter(|id| !seen.contains_key(id)).count() as u64;
+    let missing = (0..produced as i64)
+        .filter(|id| !seen.contains_key(id))
+        .count() as u64;
     let duplicated = seen.values().filter(|n| **n > 1).count() as u64;
     Reconciliation {
         produced,
@@ -203,7 +207,9 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
         let mut cfg = config.clone();
         cfg.worker.id = format!("quickstart-worker-{n}");
         let token = shutdown.clone();
-        handles.push(tokio::spawn(async move { crate::app::run(cfg, token).await }));
+        handles.push(tokio::spawn(
+            async move { crate::app::run(cfg, token).await },
+        ));
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     println!(
@@ -299,14 +305,21 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
         .await
         .map_err(|e| QuickstartError::Pipeline(e.to_string()))?;
     println!();
-    println!("table quickstart.events ({})", table.metadata_location().unwrap_or(""));
+    println!(
+        "table quickstart.events ({})",
+        table.metadata_location().unwrap_or("")
+    );
     println!("  rows delivered: {}", ids.len());
     println!("  snapshots: {}", table.metadata().snapshots().len());
     println!("  data files per hour partition:");
     for (partition, n) in &files {
         println!("    {partition}: {n}");
     }
-    println!("DLQ ({}): {} entries", dlq.published_dir().display(), entries.len());
+    println!(
+        "DLQ ({}): {} entries",
+        dlq.published_dir().display(),
+        entries.len()
+    );
     for (code, n) in &by_code {
         println!("  {code}: {n}");
     }
@@ -333,7 +346,12 @@ async fn counts(catalog: &dyn Catalog, ident: &TableIdent, dlq: &LocalDlq) -> (u
         Ok(t) => t
             .metadata()
             .current_snapshot()
-            .and_then(|s| s.summary().additional_properties.get("total-records").cloned())
+            .and_then(|s| {
+                s.summary()
+                    .additional_properties
+                    .get("total-records")
+                    .cloned()
+            })
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
         Err(_) => 0,
@@ -355,7 +373,13 @@ pub async fn data_files_by_partition(table: &Table) -> iceberg::Result<BTreeMap<
     if table.metadata().current_snapshot_id().is_none() {
         return Ok(out);
     }
-    let tasks: Vec<_> = table.scan().build()?.plan_files().await?.try_collect().await?;
+    let tasks: Vec<_> = table
+        .scan()
+        .build()?
+        .plan_files()
+        .await?
+        .try_collect()
+        .await?;
     for t in tasks {
         let path = t.data_file_path();
         let partition = path

@@ -6,7 +6,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
 
 use crate::commit::CommitError;
 
@@ -39,19 +41,71 @@ pub const SOURCE_LAG_RECORDS: &str = "floe_source_lag_records";
 
 /// Registers HELP text and units for every metric.
 pub fn describe() {
-    describe_gauge!(DATA_FRESHNESS_SECONDS, Unit::Seconds, "age of the oldest record read but not yet committed; 0 when idle");
-    describe_counter!(RECORDS_READ_TOTAL, Unit::Count, "records read from the source");
-    describe_counter!(BYTES_READ_TOTAL, Unit::Bytes, "bytes of record payloads read from the source");
-    describe_counter!(ROWS_DELIVERED_TOTAL, Unit::Count, "rows committed to the Iceberg table");
-    describe_counter!(ROWS_DEAD_LETTERED_TOTAL, Unit::Count, "records committed to the DLQ, by error code");
-    describe_counter!(COMMITS_TOTAL, Unit::Count, "Iceberg commit attempts by outcome (committed, conflict, fenced, unknown, failed)");
-    describe_counter!(BATCHES_REJECTED_TOTAL, Unit::Count, "pending batches rejected by the committer (duplicate or stale lease)");
-    describe_histogram!(COMMIT_DURATION_SECONDS, Unit::Seconds, "duration of one Iceberg commit");
-    describe_counter!(DATA_FILES_WRITTEN_TOTAL, Unit::Count, "Parquet data files written");
-    describe_histogram!(DATA_FILE_SIZE_BYTES, Unit::Bytes, "size of written Parquet data files");
-    describe_gauge!(LEASES_HELD, Unit::Count, "leases held by this worker, by kind (shard, committer)");
-    describe_gauge!(BUFFER_BYTES, Unit::Bytes, "bytes of rows buffered by this worker");
-    describe_gauge!(SOURCE_LAG_RECORDS, Unit::Count, "Kafka high watermark minus next offset, summed over held partitions");
+    describe_gauge!(
+        DATA_FRESHNESS_SECONDS,
+        Unit::Seconds,
+        "age of the oldest record read but not yet committed; 0 when idle"
+    );
+    describe_counter!(
+        RECORDS_READ_TOTAL,
+        Unit::Count,
+        "records read from the source"
+    );
+    describe_counter!(
+        BYTES_READ_TOTAL,
+        Unit::Bytes,
+        "bytes of record payloads read from the source"
+    );
+    describe_counter!(
+        ROWS_DELIVERED_TOTAL,
+        Unit::Count,
+        "rows committed to the Iceberg table"
+    );
+    describe_counter!(
+        ROWS_DEAD_LETTERED_TOTAL,
+        Unit::Count,
+        "records committed to the DLQ, by error code"
+    );
+    describe_counter!(
+        COMMITS_TOTAL,
+        Unit::Count,
+        "Iceberg commit attempts by outcome (committed, conflict, fenced, unknown, failed)"
+    );
+    describe_counter!(
+        BATCHES_REJECTED_TOTAL,
+        Unit::Count,
+        "pending batches rejected by the committer (duplicate or stale lease)"
+    );
+    describe_histogram!(
+        COMMIT_DURATION_SECONDS,
+        Unit::Seconds,
+        "duration of one Iceberg commit"
+    );
+    describe_counter!(
+        DATA_FILES_WRITTEN_TOTAL,
+        Unit::Count,
+        "Parquet data files written"
+    );
+    describe_histogram!(
+        DATA_FILE_SIZE_BYTES,
+        Unit::Bytes,
+        "size of written Parquet data files"
+    );
+    describe_gauge!(
+        LEASES_HELD,
+        Unit::Count,
+        "leases held by this worker, by kind (shard, committer)"
+    );
+    describe_gauge!(
+        BUFFER_BYTES,
+        Unit::Bytes,
+        "bytes of rows buffered by this worker"
+    );
+    describe_gauge!(
+        SOURCE_LAG_RECORDS,
+        Unit::Count,
+        "Kafka high watermark minus next offset, summed over held partitions"
+    );
 }
 
 /// Installs the Prometheus exporter serving `/metrics` on `addr`.
@@ -76,7 +130,8 @@ pub fn record_commit(channel: &str, result: &Result<Option<i64>, CommitError>, t
         Err(_) => "failed",
     };
     counter!(COMMITS_TOTAL, "channel" => channel.to_string(), "outcome" => outcome).increment(1);
-    histogram!(COMMIT_DURATION_SECONDS, "channel" => channel.to_string()).record(took.as_secs_f64());
+    histogram!(COMMIT_DURATION_SECONDS, "channel" => channel.to_string())
+        .record(took.as_secs_f64());
 }
 
 /// Records a rejected batch.
@@ -91,7 +146,8 @@ pub fn record_delivered(channel: &str, rows: u64) {
 
 /// Records DLQ entries by code (once per batch).
 pub fn record_dead_lettered(channel: &str, code: &'static str, n: u64) {
-    counter!(ROWS_DEAD_LETTERED_TOTAL, "channel" => channel.to_string(), "code" => code).increment(n);
+    counter!(ROWS_DEAD_LETTERED_TOTAL, "channel" => channel.to_string(), "code" => code)
+        .increment(n);
 }
 
 /// Records records and bytes read (once per poll).
@@ -109,9 +165,16 @@ pub fn record_files(channel: &str, sizes: impl IntoIterator<Item = u64>) {
 }
 
 /// Sets the freshness, buffer and lease gauges of a channel.
-pub fn set_worker_gauges(channel: &str, freshness_s: f64, buffer_bytes: usize, shards: usize, committer: bool) {
+pub fn set_worker_gauges(
+    channel: &str,
+    freshness_s: f64,
+    buffer_bytes: usize,
+    shards: usize,
+    committer: bool,
+) {
     gauge!(DATA_FRESHNESS_SECONDS, "channel" => channel.to_string()).set(freshness_s);
     gauge!(BUFFER_BYTES, "channel" => channel.to_string()).set(buffer_bytes as f64);
     gauge!(LEASES_HELD, "channel" => channel.to_string(), "kind" => "shard").set(shards as f64);
-    gauge!(LEASES_HELD, "channel" => channel.to_string(), "kind" => "committer").set(if committer { 1.0 } else { 0.0 });
+    gauge!(LEASES_HELD, "channel" => channel.to_string(), "kind" => "committer")
+        .set(if committer { 1.0 } else { 0.0 });
 }

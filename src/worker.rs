@@ -204,9 +204,9 @@ impl ChannelWorker {
 
     async fn load_table(&mut self) -> Result<(), WorkerError> {
         let table = self.catalog.load_table(&self.ident).await?;
-        let arrow = Arc::new(
-            iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())?,
-        );
+        let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(
+            table.metadata().current_schema(),
+        )?);
         let converter = Converter::try_new(self.schema.clone(), arrow)
             .map_err(|e| WorkerError::Incompatible(e.to_string()))?
             .with_max_record_size(self.settings.max_record_size as usize);
@@ -343,7 +343,10 @@ impl ChannelWorker {
                             shard: id.clone(),
                             position: rec.position.clone(),
                             arrival_time: rfc3339_ms(rec.arrival_ms),
-                            key: rec.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()),
+                            key: rec
+                                .key
+                                .as_ref()
+                                .map(|k| String::from_utf8_lossy(k).into_owned()),
                             schema_version: self.settings.schema_version.clone(),
                             error_code: reason.code.as_str().to_string(),
                             field: reason.field,
@@ -431,7 +434,10 @@ impl ChannelWorker {
             oldest_read_at_ms: self.oldest_read_ms,
         };
         self.batches.put_batch(&batch).await?;
-        telemetry::record_files(&self.settings.channel, std::iter::once(written.num_bytes).filter(|n| *n > 0));
+        telemetry::record_files(
+            &self.settings.channel,
+            std::iter::once(written.num_bytes).filter(|n| *n > 0),
+        );
         tracing::debug!(channel = %self.settings.channel, batch_id = %batch_id, rows = written.num_rows, dead_lettered = batch.num_dead_lettered, files = written.paths.len(), "batch handed off");
         for s in &shards {
             let st = self.shards.get_mut(&s.shard).expect("shard present");

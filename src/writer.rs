@@ -130,7 +130,8 @@ async fn write_blocking(
         ),
     );
     let mut fanout = FanoutWriter::new(DataFileWriterBuilder::new(rolling));
-    let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?;
+    let splitter =
+        RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?;
     for (key, part) in splitter.split(&batch)? {
         fanout.write(key, part).await?;
     }
@@ -153,7 +154,10 @@ async fn write_blocking(
 /// Parses the data files of a pending batch back for a commit against `table`.
 ///
 /// Errors: the JSON does not describe a data file of the table's default partition spec.
-pub fn parse_data_files(table: &Table, data_files_json: &[String]) -> iceberg::Result<Vec<DataFile>> {
+pub fn parse_data_files(
+    table: &Table,
+    data_files_json: &[String],
+) -> iceberg::Result<Vec<DataFile>> {
     let md = table.metadata();
     let spec = md.default_partition_spec();
     let partition_type = spec.partition_type(md.current_schema())?;

@@ -20,69 +20,89 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
 use uuid::Uuid;
 
-/// A catalog whose first two `load_table` calls wait for each other, so that two committers
-/// validate against the same snapshot before either commits (a deterministic race).
-#[derive(Debug)]
+/// A catalog whose first `load_table` call, once loaded, waits until released: the committer
+/// making it validates against a snapshot that another committer then moves past (a
+/// deterministic interleaving of the race).
+#[derive(Debug, Default)]
 struct GateCatalog {
-    inner: Arc<dyn Catalog>,
-    barrier: tokio::sync::Barrier,
-    remaining: std::sync::atomic::AtomicUsize,
+    inner: Option<Arc<dyn Catalog>>,
+    first_loaded: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl GateCatalog {
+    fn inner(&self) -> &Arc<dyn Catalog> {
+        self.inner.as_ref().expect("inner catalog")
+    }
 }
 
 #[async_trait::async_trait]
 impl Catalog for GateCatalog {
-    async fn list_namespaces(&self, p: Option<&NamespaceIdent>) -> iceberg::Result<Vec<NamespaceIdent>> {
-        self.inner.list_namespaces(p).await
+    async fn list_namespaces(
+        &self,
+        p: Option<&NamespaceIdent>,
+    ) -> iceberg::Result<Vec<NamespaceIdent>> {
+        self.inner().list_namespaces(p).await
     }
-    async fn create_namespace(&self, n: &NamespaceIdent, p: HashMap<String, String>) -> iceberg::Result<iceberg::Namespace> {
-        self.inner.create_namespace(n, p).await
+    async fn create_namespace(
+        &self,
+        n: &NamespaceIdent,
+        p: HashMap<String, String>,
+    ) -> iceberg::Result<iceberg::Namespace> {
+        self.inner().create_namespace(n, p).await
     }
     async fn get_namespace(&self, n: &NamespaceIdent) -> iceberg::Result<iceberg::Namespace> {
-        self.inner.get_namespace(n).await
+        self.inner().get_namespace(n).await
     }
     async fn namespace_exists(&self, n: &NamespaceIdent) -> iceberg::Result<bool> {
-        self.inner.namespace_exists(n).await
+        self.inner().namespace_exists(n).await
     }
-    async fn update_namespace(&self, n: &NamespaceIdent, p: HashMap<String, String>) -> iceberg::Result<()> {
-        self.inner.update_namespace(n, p).await
+    async fn update_namespace(
+        &self,
+        n: &NamespaceIdent,
+        p: HashMap<String, String>,
+    ) -> iceberg::Result<()> {
+        self.inner().update_namespace(n, p).await
     }
     async fn drop_namespace(&self, n: &NamespaceIdent) -> iceberg::Result<()> {
-        self.inner.drop_namespace(n).await
+        self.inner().drop_namespace(n).await
     }
     async fn list_tables(&self, n: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
-        self.inner.list_tables(n).await
+        self.inner().list_tables(n).await
     }
-    async fn create_table(&self, n: &NamespaceIdent, c: iceberg::TableCreation) -> iceberg::Result<Table> {
-        self.inner.create_table(n, c).await
+    async fn create_table(
+        &self,
+        n: &NamespaceIdent,
+        c: iceberg::TableCreation,
+    ) -> iceberg::Result<Table> {
+        self.inner().create_table(n, c).await
     }
     async fn load_table(&self, t: &TableIdent) -> iceberg::Result<Table> {
-        let loaded = self.inner.load_table(t).await;
-        let gate = self
-            .remaining
-            .fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if gate {
-            self.barrier.wait().await;
+        let loaded = self.inner().load_table(t).await;
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            self.first_loaded.notify_one();
+            self.release.notified().await;
         }
         loaded
     }
     async fn drop_table(&self, t: &TableIdent) -> iceberg::Result<()> {
-        self.inner.drop_table(t).await
+        self.inner().drop_table(t).await
     }
     async fn purge_table(&self, t: &TableIdent) -> iceberg::Result<()> {
-        self.inner.purge_table(t).await
+        self.inner().purge_table(t).await
     }
     async fn table_exists(&self, t: &TableIdent) -> iceberg::Result<bool> {
-        self.inner.table_exists(t).await
+        self.inner().table_exists(t).await
     }
     async fn rename_table(&self, a: &TableIdent, b: &TableIdent) -> iceberg::Result<()> {
-        self.inner.rename_table(a, b).await
+        self.inner().rename_table(a, b).await
     }
     async fn register_table(&self, t: &TableIdent, m: String) -> iceberg::Result<Table> {
-        self.inner.register_table(t, m).await
+        self.inner().register_table(t, m).await
     }
     async fn update_table(&self, c: iceberg::TableCommit) -> iceberg::Result<Table> {
-        self.inner.update_table(c).await
+        self.inner().update_table(c).await
     }
 }
 
@@ -97,9 +117,13 @@ struct Fixture {
 
 async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = open_sql_catalog(&dir.path().join("catalog.sqlite"), &dir.path().join("wh"), "floe")
-        .await
-        .unwrap();
+    let catalog = open_sql_catalog(
+        &dir.path().join("catalog.sqlite"),
+        &dir.path().join("wh"),
+        "floe",
+    )
+    .await
+    .unwrap();
     let schema_json: serde_json::Value =
         serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
     let schema = Arc::new(MappedSchema::from_json_schema(&schema_json, "event_time").unwrap());
@@ -110,19 +134,35 @@ async fn fixture() -> Fixture {
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
     };
-    ensure_table(catalog.as_ref(), &spec, &schema).await.unwrap();
-    let store = Arc::new(SqliteLeaseStore::open(dir.path().join("leases.sqlite")).await.unwrap());
+    ensure_table(catalog.as_ref(), &spec, &schema)
+        .await
+        .unwrap();
+    let store = Arc::new(
+        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+            .await
+            .unwrap(),
+    );
     let dlq = LocalDlq::new(dir.path().join("dlq"), "race");
-    Fixture { _dir: dir, catalog, ident, store, dlq, schema }
+    Fixture {
+        _dir: dir,
+        catalog,
+        ident,
+        store,
+        dlq,
+        schema,
+    }
 }
 
 /// Writes data files for ids `from..to` and returns the pending batch covering offsets
 /// `(after, to - 1]` of partition 0.
 async fn batch(f: &Fixture, table: &Table, after: Option<i64>, from: u64, to: u64) -> PendingBatch {
-    let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap());
+    let arrow = Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
+    );
     let mut conv = Converter::try_new(f.schema.clone(), arrow).unwrap();
     for id in from..to {
-        conv.push(event_json(id, 1, 1_783_627_200_000, 2).as_bytes()).unwrap();
+        conv.push(event_json(id, 1, 1_783_627_200_000, 2).as_bytes())
+            .unwrap();
     }
     let batch_id = Uuid::now_v7();
     let settings = WriterSettings {
@@ -130,7 +170,9 @@ async fn batch(f: &Fixture, table: &Table, after: Option<i64>, from: u64, to: u6
         compression: ParquetCompression::Zstd(3),
         target_file_size: 128 << 20,
     };
-    let written = write_data_files(table, &settings, batch_id, conv.finish()).await.unwrap();
+    let written = write_data_files(table, &settings, batch_id, conv.finish())
+        .await
+        .unwrap();
     PendingBatch {
         channel: "race".into(),
         batch_id,
@@ -155,14 +197,27 @@ async fn batch(f: &Fixture, table: &Table, after: Option<i64>, from: u64, to: u6
 fn committer(f: &Fixture, epoch: u64) -> Committer {
     let leases: Arc<dyn LeaseStore> = f.store.clone();
     let batches: Arc<dyn BatchStore> = f.store.clone();
-    Committer::new("race", f.ident.clone(), f.catalog.clone(), leases, batches, f.dlq.clone(), epoch)
+    Committer::new(
+        "race",
+        f.ident.clone(),
+        f.catalog.clone(),
+        leases,
+        batches,
+        f.dlq.clone(),
+        epoch,
+    )
 }
 
 fn total_records(table: &Table) -> u64 {
     table
         .metadata()
         .current_snapshot()
-        .and_then(|s| s.summary().additional_properties.get("total-records").cloned())
+        .and_then(|s| {
+            s.summary()
+                .additional_properties
+                .get("total-records")
+                .cloned()
+        })
         .map(|v| v.parse().unwrap())
         .unwrap_or(0)
 }
@@ -173,27 +228,46 @@ async fn fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_reb
     let stale = f.catalog.load_table(&f.ident).await.unwrap();
     let b1 = batch(&f, &stale, None, 0, 10).await;
     let b2 = batch(&f, &stale, None, 10, 20).await;
-    let files = |t: &Table, b: &PendingBatch| floe::writer::parse_data_files(t, &b.data_files).unwrap();
+    let files =
+        |t: &Table, b: &PendingBatch| floe::writer::parse_data_files(t, &b.data_files).unwrap();
 
     // Someone else commits first.
     let tx = Transaction::new(&stale);
-    let tx = tx.fast_append().add_data_files(files(&stale, &b1)).apply(tx).unwrap();
+    let tx = tx
+        .fast_append()
+        .add_data_files(files(&stale, &b1))
+        .apply(tx)
+        .unwrap();
     tx.commit(f.catalog.as_ref()).await.unwrap();
 
     // Fenced to the stale snapshot: refused as a conflict.
     let fenced = FencedCatalog::new(f.catalog.clone());
     fenced.set_fence(f.ident.clone(), stale.metadata().current_snapshot_id());
     let tx = Transaction::new(&stale);
-    let tx = tx.fast_append().add_data_files(files(&stale, &b2)).apply(tx).unwrap();
+    let tx = tx
+        .fast_append()
+        .add_data_files(files(&stale, &b2))
+        .apply(tx)
+        .unwrap();
     let err = tx.commit(&fenced).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts);
-    assert_eq!(total_records(&f.catalog.load_table(&f.ident).await.unwrap()), 10);
+    assert_eq!(
+        total_records(&f.catalog.load_table(&f.ident).await.unwrap()),
+        10
+    );
 
     // The trap the fence exists for: unfenced, the stale commit is silently rebased.
     let tx = Transaction::new(&stale);
-    let tx = tx.fast_append().add_data_files(files(&stale, &b2)).apply(tx).unwrap();
+    let tx = tx
+        .fast_append()
+        .add_data_files(files(&stale, &b2))
+        .apply(tx)
+        .unwrap();
     tx.commit(f.catalog.as_ref()).await.unwrap();
-    assert_eq!(total_records(&f.catalog.load_table(&f.ident).await.unwrap()), 20);
+    assert_eq!(
+        total_records(&f.catalog.load_table(&f.ident).await.unwrap()),
+        20
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,13 +291,19 @@ async fn two_committers_racing_on_the_same_batches_commit_each_exactly_once() {
         // Let a round settle conflicts.
         a.run_round().await.unwrap();
         let table = f.catalog.load_table(&f.ident).await.unwrap();
-        assert!(committed_batch_ids(&table).contains(&pb.batch_id), "round {round}");
+        assert!(
+            committed_batch_ids(&table).contains(&pb.batch_id),
+            "round {round}"
+        );
         assert_eq!(total_records(&table), expected_rows, "round {round}");
         assert!(f.store.list_pending("race").await.unwrap().is_empty());
     }
     let table = f.catalog.load_table(&f.ident).await.unwrap();
     let cp = table_checkpoints(&table).unwrap();
-    assert_eq!(cp.get(&ShardId::kafka_partition(0)), Some(&Position::Offset(79)));
+    assert_eq!(
+        cp.get(&ShardId::kafka_partition(0)),
+        Some(&Position::Offset(79))
+    );
     let ids = floe::quickstart::table_ids(&table).await.unwrap();
     let mut sorted = ids.clone();
     sorted.sort();
@@ -247,12 +327,18 @@ async fn stale_committer_is_fenced_by_a_newer_epoch_and_a_duplicate_batch_is_rej
     let paths = floe::writer::data_file_paths(&dup.data_files);
     assert!(std::path::Path::new(&paths[0]).exists());
     match old.run_round().await {
-        Err(floe::commit::CommitError::Fenced { table_epoch: 2, own: 1 }) => {}
+        Err(floe::commit::CommitError::Fenced {
+            table_epoch: 2,
+            own: 1,
+        }) => {}
         other => panic!("stale committer must be fenced, got {other:?}"),
     }
     let report = new.run_round().await.unwrap();
     assert_eq!((report.committed, report.rejected), (0, 1));
-    assert!(!std::path::Path::new(&paths[0]).exists(), "rejected batch's file deleted");
+    assert!(
+        !std::path::Path::new(&paths[0]).exists(),
+        "rejected batch's file deleted"
+    );
     let table = f.catalog.load_table(&f.ident).await.unwrap();
     assert_eq!(total_records(&table), 10);
 }
@@ -265,7 +351,11 @@ async fn committers_with_different_lease_views_validating_the_same_snapshot_comm
     // empty table; without the fence both commits would land and rows 0..=9 would be doubled.
     let f = fixture().await;
     let other = tempfile::tempdir().unwrap();
-    let store_a = Arc::new(SqliteLeaseStore::open(other.path().join("a.sqlite")).await.unwrap());
+    let store_a = Arc::new(
+        SqliteLeaseStore::open(other.path().join("a.sqlite"))
+            .await
+            .unwrap(),
+    );
     let table = f.catalog.load_table(&f.ident).await.unwrap();
     let mut x = batch(&f, &table, None, 0, 10).await;
     x.shards[0].lease_counter = 1;
@@ -275,14 +365,26 @@ async fn committers_with_different_lease_views_validating_the_same_snapshot_comm
         store.put_batch(&x).await.unwrap();
         store.put_batch(&z).await.unwrap();
         store
-            .ensure_leases("race", &[floe::lease::LeaseSpec::new(floe::lease::LeaseKey::shard("0"))])
+            .ensure_leases(
+                "race",
+                &[floe::lease::LeaseSpec::new(floe::lease::LeaseKey::shard(
+                    "0",
+                ))],
+            )
             .await
             .unwrap();
     }
     // Store B's lease moved to counter 2 (two takes); store A still shows counter 1 (one take).
     let lease = |s: &Arc<SqliteLeaseStore>| {
         let s = s.clone();
-        async move { s.list_leases("race").await.unwrap().into_iter().next().unwrap() }
+        async move {
+            s.list_leases("race")
+                .await
+                .unwrap()
+                .into_iter()
+                .next()
+                .unwrap()
+        }
     };
     let l = lease(&store_a).await;
     store_a.take_lease(&l, "w1").await.unwrap();
@@ -290,14 +392,35 @@ async fn committers_with_different_lease_views_validating_the_same_snapshot_comm
     let l = f.store.take_lease(&l, "w1").await.unwrap();
     f.store.take_lease(&l, "w2").await.unwrap();
 
-    let gate: Arc<dyn Catalog> = Arc::new(GateCatalog {
-        inner: f.catalog.clone(),
-        barrier: tokio::sync::Barrier::new(2),
-        remaining: std::sync::atomic::AtomicUsize::new(2),
+    let gate = Arc::new(GateCatalog {
+        inner: Some(f.catalog.clone()),
+        ..Default::default()
     });
-    let a = Committer::new("race", f.ident.clone(), gate.clone(), store_a.clone(), store_a.clone(), f.dlq.clone(), 1);
-    let b = Committer::new("race", f.ident.clone(), gate.clone(), f.store.clone(), f.store.clone(), f.dlq.clone(), 1);
-    let (ra, rb) = tokio::join!(a.run_round(), b.run_round());
+    let a = Committer::new(
+        "race",
+        f.ident.clone(),
+        f.catalog.clone(),
+        store_a.clone(),
+        store_a.clone(),
+        f.dlq.clone(),
+        1,
+    );
+    let b = Committer::new(
+        "race",
+        f.ident.clone(),
+        gate.clone(),
+        f.store.clone(),
+        f.store.clone(),
+        f.dlq.clone(),
+        1,
+    );
+    // B loads the empty table and is held; A validates the same snapshot and commits X; then B
+    // resumes with its view of the empty table and tries to commit Z.
+    let b_round = tokio::spawn(async move { b.run_round().await });
+    gate.first_loaded.notified().await;
+    let ra = a.run_round().await;
+    gate.release.notify_one();
+    let rb = b_round.await.unwrap();
     let outcomes = [&ra, &rb].map(|r| matches!(r, Ok(rep) if rep.committed == 1));
     assert_eq!(
         outcomes.iter().filter(|c| **c).count(),
@@ -305,7 +428,8 @@ async fn committers_with_different_lease_views_validating_the_same_snapshot_comm
         "exactly one commit lands: {ra:?} / {rb:?}"
     );
     assert!(
-        matches!(ra, Err(floe::commit::CommitError::Conflict(_))) || matches!(rb, Err(floe::commit::CommitError::Conflict(_))),
+        matches!(ra, Err(floe::commit::CommitError::Conflict(_)))
+            || matches!(rb, Err(floe::commit::CommitError::Conflict(_))),
         "the loser sees a conflict: {ra:?} / {rb:?}"
     );
     let table = f.catalog.load_table(&f.ident).await.unwrap();

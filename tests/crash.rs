@@ -106,8 +106,16 @@ fn assert_exactly_once(dir: &Path, total: u64) {
     dlq_ids.dedup();
     assert_eq!(n, dlq_ids.len(), "no DLQ entry twice");
     assert_eq!(n as u64, expected_bad, "every bad record in the DLQ");
-    assert_eq!(t["rows"], total - expected_bad, "count(*) == produced - DLQ");
-    assert_eq!(t["distinct_ids"], total - expected_bad, "count(distinct id) == count(*)");
+    assert_eq!(
+        t["rows"],
+        total - expected_bad,
+        "count(*) == produced - DLQ"
+    );
+    assert_eq!(
+        t["distinct_ids"],
+        total - expected_bad,
+        "count(distinct id) == count(*)"
+    );
 }
 
 fn log_of(dir: &Path, id: &str) -> String {
@@ -130,9 +138,22 @@ async fn sigkilled_worker_loses_and_doubles_nothing() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let w1 = Worker::start(dir.path(), &broker.bootstrap, "w1");
     let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(150)).await;
-    assert!(w1.terminate().success(), "w1 exits 0 on SIGTERM:\n{}", log_of(dir.path(), "w1"));
-    assert!(w2.terminate().success(), "w2 exits 0 on SIGTERM:\n{}", log_of(dir.path(), "w2"));
-    assert_eq!(rows + dlq, total, "all delivered; logs:\n{}", log_of(dir.path(), "w2"));
+    assert!(
+        w1.terminate().success(),
+        "w1 exits 0 on SIGTERM:\n{}",
+        log_of(dir.path(), "w1")
+    );
+    assert!(
+        w2.terminate().success(),
+        "w2 exits 0 on SIGTERM:\n{}",
+        log_of(dir.path(), "w2")
+    );
+    assert_eq!(
+        rows + dlq,
+        total,
+        "all delivered; logs:\n{}",
+        log_of(dir.path(), "w2")
+    );
     assert_exactly_once(dir.path(), total);
 }
 
@@ -153,8 +174,16 @@ async fn committer_paused_past_lease_expiry_cannot_double_commit() {
     tokio::time::sleep(Duration::from_secs(14)).await;
     w1.signal("CONT");
     let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(150)).await;
-    assert!(w1.terminate().success(), "w1 exits 0:\n{}", log_of(dir.path(), "w1"));
-    assert!(w2.terminate().success(), "w2 exits 0:\n{}", log_of(dir.path(), "w2"));
+    assert!(
+        w1.terminate().success(),
+        "w1 exits 0:\n{}",
+        log_of(dir.path(), "w1")
+    );
+    assert!(
+        w2.terminate().success(),
+        "w2 exits 0:\n{}",
+        log_of(dir.path(), "w2")
+    );
     assert_eq!(rows + dlq, total);
     assert_exactly_once(dir.path(), total);
     let t = read_with_pyiceberg(dir.path(), &[]);
@@ -163,7 +192,12 @@ async fn committer_paused_past_lease_expiry_cannot_double_commit() {
         .unwrap()
         .iter()
         .filter_map(|s| s["floe.batch-ids"].as_str())
-        .flat_map(|s| s.split(',').filter(|x| !x.is_empty()).map(str::to_string).collect::<Vec<_>>())
+        .flat_map(|s| {
+            s.split(',')
+                .filter(|x| !x.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
         .collect();
     let n = batch_ids.len();
     batch_ids.sort();

@@ -27,7 +27,9 @@ async fn kafka_topic_lands_in_iceberg_exactly_once_and_pyiceberg_reads_it() {
         let text = config_toml(dir.path(), &bootstrap, &format!("w{n}"), 6);
         let config = floe::config::Config::from_toml_str(&text, dir.path()).unwrap();
         let token = shutdown.clone();
-        handles.push(tokio::spawn(async move { floe::app::run(config, token).await }));
+        handles.push(tokio::spawn(
+            async move { floe::app::run(config, token).await },
+        ));
     }
     let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(120)).await;
     shutdown.cancel();
@@ -59,8 +61,15 @@ async fn kafka_topic_lands_in_iceberg_exactly_once_and_pyiceberg_reads_it() {
     assert_eq!(schema["user.tier"], "int");
     assert_eq!(schema["tags"], "list<string>");
     assert_eq!(schema["attrs"], "map<string, string>");
-    let required: Vec<&str> = t["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert!(required.contains(&"id") && required.contains(&"event_time") && required.contains(&"value"));
+    let required: Vec<&str> = t["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        required.contains(&"id") && required.contains(&"event_time") && required.contains(&"value")
+    );
     assert!(!required.contains(&"source"));
 
     // Partition spec hour(event_time).
@@ -75,14 +84,27 @@ async fn kafka_topic_lands_in_iceberg_exactly_once_and_pyiceberg_reads_it() {
     assert_eq!(props["write.parquet.compression-codec"], "zstd");
     let checkpoints: serde_json::Value =
         serde_json::from_str(props["floe.checkpoints"].as_str().unwrap()).unwrap();
-    let offsets: i64 = checkpoints.as_object().unwrap().values().map(|v| v.as_i64().unwrap() + 1).sum();
-    assert_eq!(offsets as u64, total, "checkpoints cover every produced offset");
+    let offsets: i64 = checkpoints
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_i64().unwrap() + 1)
+        .sum();
+    assert_eq!(
+        offsets as u64, total,
+        "checkpoints cover every produced offset"
+    );
 
     // Snapshot summaries: added-records adds up; each floe snapshot names its batches.
     let snaps = t["snapshots"].as_array().unwrap();
     let added: u64 = snaps
         .iter()
-        .map(|s| s["added-records"].as_str().map(|v| v.parse::<u64>().unwrap()).unwrap_or(0))
+        .map(|s| {
+            s["added-records"]
+                .as_str()
+                .map(|v| v.parse::<u64>().unwrap())
+                .unwrap_or(0)
+        })
         .sum();
     assert_eq!(added, rows);
     let mut batch_ids: Vec<&str> = snaps

@@ -133,8 +133,12 @@ pub async fn delivered(dir: &Path) -> (u64, u64) {
         .read_published()
         .map(|e| e.len() as u64)
         .unwrap_or(0);
-    let Ok(catalog) =
-        floe::catalog::open_sql_catalog(&dir.join("catalog.sqlite"), &dir.join("warehouse"), "floe").await
+    let Ok(catalog) = floe::catalog::open_sql_catalog(
+        &dir.join("catalog.sqlite"),
+        &dir.join("warehouse"),
+        "floe",
+    )
+    .await
     else {
         return (0, dlq);
     };
@@ -143,7 +147,12 @@ pub async fn delivered(dir: &Path) -> (u64, u64) {
         Ok(t) => t
             .metadata()
             .current_snapshot()
-            .and_then(|s| s.summary().additional_properties.get("total-records").cloned())
+            .and_then(|s| {
+                s.summary()
+                    .additional_properties
+                    .get("total-records")
+                    .cloned()
+            })
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
         Err(_) => 0,
@@ -172,4 +181,3 @@ pub fn dlq_keys(dir: &Path) -> Vec<Option<String>> {
         .map(|e| e.key)
         .collect()
 }
-
