@@ -97,7 +97,7 @@ fn main() -> ExitCode {
             runtime().block_on(run(config))
         }
         Command::Quickstart(args) => {
-            init_tracing(&cli.log_format, "warn");
+            init_tracing(&cli.log_format, "error");
             runtime().block_on(async move {
                 match floe::quickstart::run(&args).await {
                     Ok(rec) if rec.exactly_once() => ExitCode::SUCCESS,

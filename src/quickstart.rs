@@ -6,9 +6,8 @@
 //! warehouse and DLQ) with a 10 s freshness, then reconciles by id: every produced record must
 //! be in the table or in the DLQ exactly once.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
@@ -313,7 +312,7 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
     println!("  snapshots: {}", table.metadata().snapshots().len());
     println!("  data files per hour partition:");
     for (partition, n) in &files {
-        println!("    {partition}: {n}");
+        println!("    {}: {n}", hour_label(partition));
     }
     println!(
         "DLQ ({}): {} entries",
@@ -335,9 +334,10 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
     println!();
     let keys: Vec<Option<String>> = entries.into_iter().map(|e| e.key).collect();
     let rec = reconcile(total, &ids, &keys);
-    let _ = HashSet::<i64>::new();
     println!("{rec}");
-    drop(kafka);
+    // The broker lives until the process exits: dropping it here would make the workers'
+    // lingering Kafka clients log disconnects after the summary line.
+    std::mem::forget(kafka);
     Ok(rec)
 }
 
@@ -392,5 +392,39 @@ pub async fn data_files_by_partition(table: &Table) -> iceberg::Result<BTreeMap<
     Ok(out)
 }
 
-/// Keeps the `Arc` import meaningful for callers sharing catalogs.
-pub type SharedCatalog = Arc<dyn Catalog>;
+/// `event_time_hour=495452` → `event_time_hour=2026-07-09-20` (hours since the epoch, as the
+/// Iceberg spec's human-readable hour partition value).
+fn hour_label(partition: &str) -> String {
+    match partition.split_once('=') {
+        Some((name, hours)) => match hours.parse::<i64>() {
+            Ok(h) => {
+                let ts = crate::worker::rfc3339_ms(h * 3_600_000);
+                format!("{name}={}-{}", &ts[..10], &ts[11..13])
+            }
+            Err(_) => partition.to_string(),
+        },
+        None => partition.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hour_partition_labels_are_human_readable() {
+        assert_eq!(hour_label("event_time_hour=495452"), "event_time_hour=2026-07-09-20");
+        assert_eq!(hour_label("event_time_hour=-1"), "event_time_hour=1969-12-31-23");
+    }
+
+    #[test]
+    fn reconciliation_counts_missing_and_duplicated_ids() {
+        let rec = reconcile(5, &[0, 1, 1, 3], &[Some("4".into()), Some("3".into())]);
+        assert_eq!(rec.missing, 1); // id 2
+        assert_eq!(rec.duplicated, 2); // id 1 twice in the table, id 3 in table and DLQ
+        assert!(!rec.exactly_once());
+        let ok = reconcile(3, &[0, 2], &[Some("1".into())]);
+        assert!(ok.exactly_once());
+        assert_eq!(ok.to_string(), "produced 3, delivered 2, dead-lettered 1, missing 0, duplicated 0");
+    }
+}
