@@ -46,16 +46,75 @@ pub enum AppError {
         channel: String,
         /// Why.
         message: String,
+        /// Whether a dependency failed (retried with backoff) rather than the configuration.
+        retryable: bool,
     },
     /// The lease store cannot be opened.
-    #[error("lease store: {0}")]
-    LeaseStore(String),
+    #[error("lease store: {message}")]
+    LeaseStore {
+        /// Why.
+        message: String,
+        /// Whether it may recover (a locked or unreachable store).
+        retryable: bool,
+    },
 }
 
+impl AppError {
+    /// Whether retrying may succeed (a dependency was unavailable), as opposed to a
+    /// configuration or data problem that needs an operator.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            AppError::Channel { retryable, .. } => *retryable,
+            AppError::LeaseStore { retryable, .. } => *retryable,
+        }
+    }
+}
+
+/// A permanent channel error (configuration, schema, table ownership).
 fn channel_err(channel: &str, message: impl ToString) -> AppError {
     AppError::Channel {
         channel: channel.to_string(),
         message: message.to_string(),
+        retryable: false,
+    }
+}
+
+/// A channel error from a dependency that may recover (catalog, lease store, broker).
+fn channel_unavailable(channel: &str, message: impl ToString) -> AppError {
+    AppError::Channel {
+        channel: channel.to_string(),
+        message: message.to_string(),
+        retryable: true,
+    }
+}
+
+/// Retries `f` with exponential backoff (0.5 s doubling to 8 s, about 1 minute in all) while
+/// its error is retryable and `stop` is not cancelled.
+async fn with_retry<T, F, Fut>(
+    what: &str,
+    stop: &CancellationToken,
+    mut f: F,
+) -> Result<T, AppError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, AppError>>,
+{
+    let mut backoff = Duration::from_millis(500);
+    let mut attempt = 1;
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_retryable() && attempt < 10 && !stop.is_cancelled() => {
+                tracing::warn!(error = %e, attempt, "{what} failed; retrying in {backoff:?}");
+                tokio::select! {
+                    _ = stop.cancelled() => return Err(e),
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(8));
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -87,7 +146,10 @@ pub async fn open_lease_store(
         LeaseStoreBackend::Sqlite { path } => SqliteLeaseStore::open(path)
             .await
             .map(Arc::new)
-            .map_err(|e| AppError::LeaseStore(e.to_string())),
+            .map_err(|e| AppError::LeaseStore {
+                message: e.to_string(),
+                retryable: e.is_retryable(),
+            }),
     }
 }
 
@@ -115,7 +177,7 @@ pub async fn prepare_channel(
             let Warehouse::Local(warehouse) = &sql.warehouse;
             open_sql_catalog(&sql.database, warehouse, &sql.name)
                 .await
-                .map_err(|e| channel_err(name, e))?
+                .map_err(|e| channel_unavailable(name, e))?
         }
     };
     let ident = TableIdent::new(
@@ -133,7 +195,10 @@ pub async fn prepare_channel(
     let state = activate(store, name).await?;
     let table = ensure_table(catalog.as_ref(), &spec, &schema)
         .await
-        .map_err(|e| channel_err(name, e))?;
+        .map_err(|e| match e {
+            e @ crate::catalog::CatalogError::Incompatible { .. } => channel_err(name, e),
+            e => channel_unavailable(name, e),
+        })?;
     let _ = table;
     let SourceConfig::Kafka(kafka) = &config.source;
     let mut source_config = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
@@ -165,7 +230,7 @@ async fn activate(store: &SqliteLeaseStore, channel: &str) -> Result<ChannelStat
         let current = store
             .get_channel_state(channel)
             .await
-            .map_err(|e| channel_err(channel, e))?;
+            .map_err(|e| channel_unavailable(channel, e))?;
         if let Some(state) = current {
             return Ok(state);
         }
@@ -186,7 +251,7 @@ async fn activate(store: &SqliteLeaseStore, channel: &str) -> Result<ChannelStat
             tracing::info!(channel, activated_at_ms = now, "channel activated");
         }
     }
-    Err(channel_err(
+    Err(channel_unavailable(
         channel,
         "could not record the channel's activation",
     ))
@@ -206,7 +271,10 @@ pub fn compression(codec: &crate::config::Compression) -> ParquetCompression {
 ///
 /// Errors: a channel that cannot start (bad schema, unreachable catalog, table not owned).
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppError> {
-    let store = open_lease_store(&config.lease_store).await?;
+    let store = with_retry("opening the lease store", &shutdown, || {
+        open_lease_store(&config.lease_store)
+    })
+    .await?;
     let LeaseStoreConfig {
         lease_duration,
         renew_interval,
@@ -219,22 +287,30 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     let stop_committing = CancellationToken::new();
     let stop_leases = CancellationToken::new();
     for channel in &config.channels {
-        let prepared = prepare_channel(channel, &store).await?;
         let name = channel.name.clone();
-        let shards = prepared
-            .source
-            .list_shards()
-            .await
-            .map_err(|e| channel_err(&name, e))?;
-        let mut specs: Vec<LeaseSpec> = shards
-            .iter()
-            .map(|s| LeaseSpec::new(LeaseKey::Shard(s.id.clone())).with_parents(s.parents.clone()))
-            .collect();
-        specs.push(LeaseSpec::new(LeaseKey::Committer));
-        store
-            .ensure_leases(&name, &specs)
-            .await
-            .map_err(|e| channel_err(&name, e))?;
+        let prepared = with_retry("starting the channel", &shutdown, || async {
+            let prepared = prepare_channel(channel, &store).await?;
+            let shards = prepared.source.list_shards().await.map_err(|e| {
+                if e.is_retryable() {
+                    channel_unavailable(&name, e)
+                } else {
+                    channel_err(&name, e)
+                }
+            })?;
+            let mut specs: Vec<LeaseSpec> = shards
+                .iter()
+                .map(|s| {
+                    LeaseSpec::new(LeaseKey::Shard(s.id.clone())).with_parents(s.parents.clone())
+                })
+                .collect();
+            specs.push(LeaseSpec::new(LeaseKey::Committer));
+            store
+                .ensure_leases(&name, &specs)
+                .await
+                .map_err(|e| channel_unavailable(&name, e))?;
+            Ok(prepared)
+        })
+        .await?;
         let manager = LeaseManager::new(
             store.clone(),
             LeaseManagerConfig {

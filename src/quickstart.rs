@@ -413,8 +413,14 @@ mod tests {
 
     #[test]
     fn hour_partition_labels_are_human_readable() {
-        assert_eq!(hour_label("event_time_hour=495452"), "event_time_hour=2026-07-09-20");
-        assert_eq!(hour_label("event_time_hour=-1"), "event_time_hour=1969-12-31-23");
+        assert_eq!(
+            hour_label("event_time_hour=495452"),
+            "event_time_hour=2026-07-09-20"
+        );
+        assert_eq!(
+            hour_label("event_time_hour=-1"),
+            "event_time_hour=1969-12-31-23"
+        );
     }
 
     #[test]
@@ -425,6 +431,9 @@ mod tests {
         assert!(!rec.exactly_once());
         let ok = reconcile(3, &[0, 2], &[Some("1".into())]);
         assert!(ok.exactly_once());
-        assert_eq!(ok.to_string(), "produced 3, delivered 2, dead-lettered 1, missing 0, duplicated 0");
+        assert_eq!(
+            ok.to_string(),
+            "produced 3, delivered 2, dead-lettered 1, missing 0, duplicated 0"
+        );
     }
 }
