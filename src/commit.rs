@@ -293,6 +293,11 @@ impl Committer {
             }
             committed_ids.push(b.batch_id);
         }
+        for b in accepted.iter() {
+            for (code, n) in &b.dead_lettered_by_code {
+                telemetry::record_dead_lettered(&self.channel, code, *n);
+            }
+        }
         for b in &dead {
             for path in data_file_paths(&b.data_files) {
                 if let Err(e) = table.file_io().delete(&path).await {
@@ -473,6 +478,7 @@ mod tests {
             dlq_staged: None,
             num_rows: 1,
             num_dead_lettered: 0,
+            dead_lettered_by_code: Default::default(),
             data_bytes: 0,
             oldest_read_at_ms: 0,
         }

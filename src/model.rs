@@ -347,6 +347,9 @@ pub struct PendingBatch {
     pub num_rows: u64,
     /// Records sent to the DLQ.
     pub num_dead_lettered: u64,
+    /// Records sent to the DLQ, by error code (`DESERIALIZATION_ERROR`, …).
+    #[serde(default)]
+    pub dead_lettered_by_code: BTreeMap<String, u64>,
     /// Bytes of the data files.
     pub data_bytes: u64,
     /// When the worker read the batch's oldest record, milliseconds since the Unix epoch

@@ -144,10 +144,15 @@ pub fn record_delivered(channel: &str, rows: u64) {
     counter!(ROWS_DELIVERED_TOTAL, "channel" => channel.to_string()).increment(rows);
 }
 
-/// Records DLQ entries by code (once per batch).
-pub fn record_dead_lettered(channel: &str, code: &'static str, n: u64) {
-    counter!(ROWS_DEAD_LETTERED_TOTAL, "channel" => channel.to_string(), "code" => code)
+/// Records committed DLQ entries by code (once per committed batch).
+pub fn record_dead_lettered(channel: &str, code: &str, n: u64) {
+    counter!(ROWS_DEAD_LETTERED_TOTAL, "channel" => channel.to_string(), "code" => code.to_string())
         .increment(n);
+}
+
+/// Sets the Kafka lag gauge of a channel (sum over the partitions this worker reads).
+pub fn set_source_lag_records(channel: &str, records: u64) {
+    gauge!(SOURCE_LAG_RECORDS, "channel" => channel.to_string()).set(records as f64);
 }
 
 /// Records records and bytes read (once per poll).

@@ -430,6 +430,11 @@ impl ChannelWorker {
             dlq_staged,
             num_rows: written.num_rows,
             num_dead_lettered: self.dlq_entries.len() as u64,
+            dead_lettered_by_code: self
+                .dlq_codes
+                .iter()
+                .map(|(code, n)| (code.to_string(), *n))
+                .collect(),
             data_bytes: written.num_bytes,
             oldest_read_at_ms: self.oldest_read_ms,
         };
@@ -508,6 +513,15 @@ impl ChannelWorker {
             .map(|c| c.buffered_bytes())
             .unwrap_or(0);
         let committer = self.held.borrow().committer.is_some();
+        let lag: u64 = self
+            .shards
+            .values()
+            .filter_map(|st| match st.reader.lag() {
+                Some(crate::source::Lag::Records(n)) => Some(n),
+                _ => None,
+            })
+            .sum();
+        telemetry::set_source_lag_records(&self.settings.channel, lag);
         telemetry::set_worker_gauges(
             &self.settings.channel,
             freshness,

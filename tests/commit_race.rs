@@ -189,6 +189,7 @@ async fn batch(f: &Fixture, table: &Table, after: Option<i64>, from: u64, to: u6
         dlq_staged: None,
         num_rows: written.num_rows,
         num_dead_lettered: 0,
+        dead_lettered_by_code: Default::default(),
         data_bytes: written.num_bytes,
         oldest_read_at_ms: 0,
     }

@@ -383,6 +383,7 @@ fn batch(channel: &str, batch_id: Uuid, last: i64) -> PendingBatch {
         dlq_staged: Some(format!("dlq/staged/{batch_id}.jsonl")),
         num_rows: 10,
         num_dead_lettered: 0,
+        dead_lettered_by_code: Default::default(),
         data_bytes: 1234,
         oldest_read_at_ms: 1_700_000_000_000,
     }
