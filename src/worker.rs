@@ -95,6 +95,8 @@ struct ShardState {
 struct InFlight {
     batch_id: Uuid,
     ranges: Vec<(ShardId, Position)>,
+    /// When the batch's oldest record was read.
+    oldest_read: Instant,
 }
 
 /// One channel's worker loop.
@@ -451,6 +453,7 @@ impl ChannelWorker {
         }
         self.in_flight.push(InFlight {
             batch_id,
+            oldest_read: self.oldest_read.unwrap_or_else(Instant::now),
             ranges: shards
                 .into_iter()
                 .map(|s| (s.shard, s.range.last_inclusive))
@@ -503,10 +506,14 @@ impl ChannelWorker {
     }
 
     fn publish_gauges(&self) {
-        let freshness = self
-            .oldest_read
-            .map(|t| t.elapsed().as_secs_f64())
-            .unwrap_or(0.0);
+        // Age of the oldest record read but not yet committed: in flight, or still buffered.
+        let oldest = self
+            .in_flight
+            .iter()
+            .map(|f| f.oldest_read)
+            .chain(self.oldest_read)
+            .min();
+        let freshness = oldest.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
         let buffered = self
             .converter
             .as_ref()
