@@ -145,9 +145,15 @@ async fn run(config_path: PathBuf) -> ExitCode {
     }
     match floe::app::run(config, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "floe run failed");
+        Err(e) if e.is_retryable() => {
+            tracing::error!(error = %e, "floe run failed: a dependency stayed unavailable");
             ExitCode::FAILURE
+        }
+        Err(e) => {
+            // A problem an operator must fix (schema, table ownership): 78 = EX_CONFIG, so
+            // systemd's RestartPreventExitStatus=78 does not restart it in a loop.
+            tracing::error!(error = %e, "floe run failed");
+            ExitCode::from(78)
         }
     }
 }

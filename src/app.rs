@@ -143,13 +143,21 @@ pub async fn open_lease_store(
     config: &LeaseStoreConfig,
 ) -> Result<Arc<SqliteLeaseStore>, AppError> {
     match &config.backend {
-        LeaseStoreBackend::Sqlite { path } => SqliteLeaseStore::open(path)
-            .await
-            .map(Arc::new)
-            .map_err(|e| AppError::LeaseStore {
-                message: e.to_string(),
-                retryable: e.is_retryable(),
-            }),
+        LeaseStoreBackend::Sqlite { path } => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| AppError::LeaseStore {
+                    message: format!("cannot create {}: {e}", dir.display()),
+                    retryable: false,
+                })?;
+            }
+            SqliteLeaseStore::open(path)
+                .await
+                .map(Arc::new)
+                .map_err(|e| AppError::LeaseStore {
+                    message: e.to_string(),
+                    retryable: e.is_retryable(),
+                })
+        }
     }
 }
 

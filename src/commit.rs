@@ -6,7 +6,8 @@
 //!      │
 //!   plan (pure): per pending batch in batch-id order
 //!      │   already in a snapshot            -> finish as committed (crash after commit)
-//!      │   some shard range <= checkpoint    -> dead (duplicate)      ┐ permanent: files
+//!      │   some shard range starts before the checkpoint
+//!      │     (duplicate or overlapping)      -> dead                  ┐ permanent: files
 //!      │   lease counter < shard's current   -> dead (stale worker)   ┘ deleted
 //!      │   every shard range continues the checkpoint -> accept, advance checkpoints
 //!      │   otherwise (a gap)                 -> keep pending
@@ -87,7 +88,8 @@ pub enum BatchDecision {
     Accept,
     /// A snapshot already holds it (a committer crashed after committing): finish it.
     AlreadyCommitted,
-    /// It can never be committed (duplicate range or stale lease counter): reject it.
+    /// It can never be committed (a range starting before the checkpoint, or a stale lease
+    /// counter): reject it.
     Dead,
     /// A gap before it: leave it pending.
     Keep,
@@ -116,7 +118,7 @@ pub fn plan_round(
         let decision = if committed_batch_ids.contains(&batch.batch_id) {
             BatchDecision::AlreadyCommitted
         } else if batch.shards.iter().any(|s| {
-            cp.verdict(&s.shard, &s.range) == RangeVerdict::Duplicate
+            cp.verdict(&s.shard, &s.range).is_permanent_rejection()
                 || lease_counters
                     .get(&s.shard)
                     .is_some_and(|current| s.lease_counter < *current)
@@ -279,17 +281,38 @@ impl Committer {
         }
 
         // From here on the table carries this committer's epoch and every decision is final.
-        let recovered = pick(&pending, &plan, BatchDecision::AlreadyCommitted);
-        let dead = pick(&pending, &plan, BatchDecision::Dead);
+        let mut recovered = pick(&pending, &plan, BatchDecision::AlreadyCommitted);
+        let mut dead = pick(&pending, &plan, BatchDecision::Dead);
+        if !dead.is_empty() {
+            // A batch committed in a snapshot that maintenance has since expired is no longer
+            // named by any snapshot summary: before deleting files, ask the table itself.
+            let referenced = referenced_paths(&table).await?;
+            let (committed_anyway, really_dead): (Vec<_>, Vec<_>) =
+                dead.into_iter().partition(|b| {
+                    data_file_paths(&b.data_files)
+                        .iter()
+                        .any(|p| referenced.contains(p))
+                });
+            recovered.extend(committed_anyway);
+            dead = really_dead;
+        }
         let mut committed_ids: Vec<Uuid> = Vec::new();
         for b in accepted.iter().chain(recovered.iter()) {
             if let Some(staged) = &b.dlq_staged {
-                self.dlq.publish(b.batch_id, staged).map_err(|e| {
-                    CommitError::Unavailable(iceberg::Error::new(
-                        ErrorKind::Unexpected,
-                        format!("publish DLQ object {staged}: {e}"),
-                    ))
-                })?;
+                match self.dlq.publish(b.batch_id, staged) {
+                    Ok(()) => {}
+                    // Staged object gone and never published: its entries are lost; say so
+                    // loudly, but do not stop delivering every later batch.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        tracing::error!(channel = %self.channel, batch_id = %b.batch_id, staged, num_dead_lettered = b.num_dead_lettered, "staged DLQ object is missing: its entries cannot be published");
+                    }
+                    Err(e) => {
+                        return Err(CommitError::Unavailable(iceberg::Error::new(
+                            ErrorKind::Unexpected,
+                            format!("publish DLQ object {staged}: {e}"),
+                        )))
+                    }
+                }
             }
             committed_ids.push(b.batch_id);
         }
@@ -443,6 +466,25 @@ impl Committer {
     }
 }
 
+/// Paths of every data file the table's current snapshot references (reads the manifests).
+async fn referenced_paths(table: &Table) -> Result<HashSet<String>, CommitError> {
+    use futures::TryStreamExt;
+    if table.metadata().current_snapshot_id().is_none() {
+        return Ok(HashSet::new());
+    }
+    let tasks: Vec<_> = table
+        .scan()
+        .build()?
+        .plan_files()
+        .await?
+        .try_collect()
+        .await?;
+    Ok(tasks
+        .into_iter()
+        .map(|t| t.data_file_path().to_string())
+        .collect())
+}
+
 fn pick<'a>(
     pending: &'a [PendingBatch],
     plan: &RoundPlan,
@@ -509,6 +551,20 @@ mod tests {
         assert_eq!(
             plan.checkpoints.get(&ShardId::kafka_partition(0)),
             Some(&Position::Offset(19))
+        );
+    }
+
+    #[test]
+    fn plan_rejects_a_batch_overlapping_the_checkpoint_instead_of_keeping_it_forever() {
+        // Worker 1's range 0..=9 was committed; worker 2 had read 0..=11 from the start.
+        let mut cp = Checkpoints::default();
+        cp.0.insert(ShardId::kafka_partition(0), Position::Offset(9));
+        let pending = vec![batch(1, 0, None, 11, 2), batch(2, 0, Some(11), 20, 2)];
+        let plan = plan_round(&cp, &HashSet::new(), &HashMap::new(), &pending);
+        // The overlapping batch is dead; the one chained after it is a gap and waits.
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::Dead, BatchDecision::Keep]
         );
     }
 

@@ -256,15 +256,26 @@ pub struct CheckpointRange {
     pub last_inclusive: Position,
 }
 
-/// Why the committer refuses a batch's range for one shard.
+/// How a batch's range for one shard relates to the committed checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RangeVerdict {
     /// The range continues exactly at the checkpoint: accept.
     Contiguous,
-    /// The range ends at or before the checkpoint: already delivered.
+    /// The range ends at or before the checkpoint: already delivered. Permanent, since
+    /// checkpoints never move backwards.
     Duplicate,
-    /// The range overlaps the checkpoint or starts past it: a gap or a partial overlap.
-    NotContiguous,
+    /// The range starts before the checkpoint and ends after it: part of it is already
+    /// delivered. Permanent too: it can never become contiguous.
+    Overlapping,
+    /// The range starts after the checkpoint: a gap that another batch may still fill.
+    Gap,
+}
+
+impl RangeVerdict {
+    /// Whether the range can never be accepted, whatever is committed later.
+    pub fn is_permanent_rejection(&self) -> bool {
+        matches!(self, RangeVerdict::Duplicate | RangeVerdict::Overlapping)
+    }
 }
 
 /// Committed checkpoints of a channel: shard → last delivered position.
@@ -287,9 +298,12 @@ impl Checkpoints {
         if range.after_exclusive.as_ref() == committed {
             return RangeVerdict::Contiguous;
         }
-        match committed {
-            Some(c) if range.last_inclusive <= *c => RangeVerdict::Duplicate,
-            _ => RangeVerdict::NotContiguous,
+        match (committed, &range.after_exclusive) {
+            (Some(c), _) if range.last_inclusive <= *c => RangeVerdict::Duplicate,
+            // A shard's first range (from its start position) when something is committed.
+            (Some(_), None) => RangeVerdict::Overlapping,
+            (Some(c), Some(after)) if after < c => RangeVerdict::Overlapping,
+            _ => RangeVerdict::Gap,
         }
     }
 
@@ -443,8 +457,18 @@ mod tests {
             last_inclusive: Position::Offset(12),
         };
         assert_eq!(cp.verdict(&s, &dup), RangeVerdict::Duplicate);
-        assert_eq!(cp.verdict(&s, &overlap), RangeVerdict::NotContiguous);
-        assert_eq!(cp.verdict(&s, &gap), RangeVerdict::NotContiguous);
+        assert_eq!(cp.verdict(&s, &overlap), RangeVerdict::Overlapping);
+        assert_eq!(cp.verdict(&s, &gap), RangeVerdict::Gap);
+        let restart_from_scratch = CheckpointRange {
+            after_exclusive: None,
+            last_inclusive: Position::Offset(15),
+        };
+        assert_eq!(
+            cp.verdict(&s, &restart_from_scratch),
+            RangeVerdict::Overlapping
+        );
+        assert!(RangeVerdict::Overlapping.is_permanent_rejection());
+        assert!(!RangeVerdict::Gap.is_permanent_rejection());
         assert_eq!(cp.verdict(&s, &next), RangeVerdict::Contiguous);
     }
 

@@ -441,10 +441,7 @@ impl ChannelWorker {
             oldest_read_at_ms: self.oldest_read_ms,
         };
         self.batches.put_batch(&batch).await?;
-        telemetry::record_files(
-            &self.settings.channel,
-            std::iter::once(written.num_bytes).filter(|n| *n > 0),
-        );
+        telemetry::record_files(&self.settings.channel, written.sizes.iter().copied());
         tracing::debug!(channel = %self.settings.channel, batch_id = %batch_id, rows = written.num_rows, dead_lettered = batch.num_dead_lettered, files = written.paths.len(), "batch handed off");
         for s in &shards {
             let st = self.shards.get_mut(&s.shard).expect("shard present");

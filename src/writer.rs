@@ -74,6 +74,8 @@ pub struct WrittenFiles {
     pub data_files_json: Vec<String>,
     /// Their paths.
     pub paths: Vec<String>,
+    /// Their sizes in bytes, in the order of `paths`.
+    pub sizes: Vec<u64>,
     /// Rows written.
     pub num_rows: u64,
     /// Bytes written.
@@ -142,6 +144,7 @@ async fn write_blocking(
         out.num_rows += f.record_count();
         out.num_bytes += f.file_size_in_bytes();
         out.paths.push(f.file_path().to_string());
+        out.sizes.push(f.file_size_in_bytes());
         out.data_files_json.push(serialize_data_file_to_json(
             f,
             &partition_type,
