@@ -440,3 +440,27 @@ async fn committers_with_different_lease_views_validating_the_same_snapshot_comm
     distinct.dedup();
     assert_eq!(distinct.len(), ids.len(), "no row twice");
 }
+
+#[tokio::test]
+async fn files_the_table_references_are_never_deleted_even_if_no_summary_names_the_batch() {
+    // As after snapshot expiration removed the summary that named a committed batch, and a
+    // committer crash left that batch pending: it looks like a duplicate, but its files are
+    // live data.
+    let f = fixture().await;
+    let c = committer(&f, 1);
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let first = batch(&f, &table, None, 0, 10).await;
+    f.store.put_batch(&first).await.unwrap();
+    assert_eq!(c.run_round().await.unwrap().committed, 1);
+    let mut orphan_looking = first.clone();
+    orphan_looking.batch_id = Uuid::now_v7();
+    f.store.put_batch(&orphan_looking).await.unwrap();
+    let report = c.run_round().await.unwrap();
+    assert_eq!((report.rejected, report.recovered), (0, 1));
+    for p in floe::writer::data_file_paths(&first.data_files) {
+        assert!(std::path::Path::new(&p).exists(), "{p} must survive");
+    }
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    assert_eq!(floe::quickstart::table_ids(&table).await.unwrap().len(), 10);
+    assert!(f.store.list_pending("race").await.unwrap().is_empty());
+}
