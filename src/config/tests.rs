@@ -667,3 +667,16 @@ fn catalog_uri_must_be_a_sqlite_file() {
         "must not be empty",
     );
 }
+
+#[test]
+fn gsr_json_is_refused_by_run_until_the_registry_is_reachable() {
+    let text = include_str!("../../config/quickstart.toml")
+        .replace("format = \"json\"", "format = \"gsr_json\"");
+    let errors = Config::from_toml_str(&text, std::path::Path::new("/tmp")).unwrap_err();
+    assert!(
+        errors.0.iter().any(
+            |e| e.path == "channel[0].record.format" && e.message.contains("not supported yet")
+        ),
+        "{errors}"
+    );
+}
