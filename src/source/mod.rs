@@ -3,7 +3,7 @@
 //! A [`Source`] lists the shards of one stream (Kafka partitions of a topic, Kinesis shards of a
 //! stream), resolves where a shard without a committed checkpoint starts, and opens one
 //! [`ShardReader`] per leased shard. Implementations: [`kafka`] (rdkafka, manual `assign()`) and,
-//! for tests, [`memory`].
+//! for tests, `memory` (with the `testsuite` feature).
 //!
 //! ```text
 //!   table floe.checkpoints ──► checkpoint(S)? ──yes──► StartAt::After(checkpoint)  (after_exclusive = checkpoint)
