@@ -78,8 +78,40 @@ pub enum BenchError {
     Arrow(#[from] arrow_schema::ArrowError),
 }
 
-/// Rows buffered before a flush to the Parquet writers (bounded memory, like the daemon's buffer).
+/// Buffered bytes before a flush to the Parquet writers (bounded memory, like the daemon's buffer).
 const FLUSH_BYTES: usize = 64 * 1024 * 1024;
+/// Rows buffered before a flush (keeps the column buffers cache- and allocator-friendly).
+const FLUSH_ROWS: usize = 64 * 1024;
+/// Input read size.
+const READ_CHUNK: usize = 4 * 1024 * 1024;
+
+/// Appends up to [`READ_CHUNK`] bytes of `f` to `buf` (fewer only at the end of the file).
+fn read_chunk(f: &mut File, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    use std::io::Read;
+    f.take(READ_CHUNK as u64).read_to_end(buf)
+}
+
+/// Index of the first `\n` in `buf[from..]`, 8 bytes at a time.
+fn find_newline(buf: &[u8], from: usize) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut i = from;
+    while let Some(chunk) = buf.get(i..i + 8) {
+        let Ok(a) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let x = u64::from_le_bytes(a) ^ (LO * u64::from(b'\n'));
+        let z = x.wrapping_sub(LO) & !x & HI;
+        if z != 0 {
+            return Some(i + (z.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    buf.get(i..)?
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|p| p + i)
+}
 
 /// Measured outcome of a run.
 #[derive(Clone, Copy, Debug)]
@@ -106,7 +138,11 @@ struct HourWriters {
 
 impl HourWriters {
     fn write(&mut self, batch: &RecordBatch, hours: &[i64]) -> Result<(), BenchError> {
-        if batch.num_rows() == 0 {
+        if batch.num_rows() == 0
+            || std::env::var("FLOE_BENCH_EXP")
+                .unwrap_or_default()
+                .contains("nowrite")
+        {
             return Ok(());
         }
         let first = hours[0];
@@ -179,9 +215,28 @@ pub fn convert(args: &BenchConvertArgs) -> Result<BenchReport, BenchError> {
         BenchCompression::Snappy => Compression::SNAPPY,
         BenchCompression::None => Compression::UNCOMPRESSED,
     };
-    let props = WriterProperties::builder()
-        .set_compression(compression)
-        .build();
+    let mut pb = WriterProperties::builder().set_compression(compression);
+    // TEMPORARY experiment knobs
+    let exp = std::env::var("FLOE_BENCH_EXP").unwrap_or_default();
+    if exp.contains("nodict") {
+        pb = pb.set_dictionary_enabled(false);
+    }
+    if exp.contains("chunkstats") {
+        pb = pb.set_statistics_enabled(parquet::file::properties::EnabledStatistics::Chunk);
+    }
+    if exp.contains("nostats") {
+        pb = pb.set_statistics_enabled(parquet::file::properties::EnabledStatistics::None);
+    }
+    if exp.contains("wbs") {
+        pb = pb.set_write_batch_size(8192);
+    }
+    if exp.contains("smalldict") {
+        pb = pb.set_dictionary_page_size_limit(128 * 1024);
+    }
+    if exp.contains("none") {
+        pb = pb.set_compression(Compression::UNCOMPRESSED);
+    }
+    let props = pb.build();
     let arrow = schema.arrow_schema();
     let mut conv = Converter::try_new(schema.clone(), arrow.clone())
         .map_err(|e| BenchError::Setup(e.to_string()))?;
@@ -195,24 +250,39 @@ pub fn convert(args: &BenchConvertArgs) -> Result<BenchReport, BenchError> {
     };
 
     let start = Instant::now();
-    let input = std::fs::read(&args.input)?;
+    let mut file = File::open(&args.input)?;
     let mut records = 0u64;
     let mut dlq = 0u64;
+    let mut in_bytes = 0u64;
     let mut hours: Vec<i64> = Vec::with_capacity(1 << 16);
-    let body = input.strip_suffix(b"\n").unwrap_or(&input);
-    if !body.is_empty() {
-        for line in body.split(|&b| b == b'\n') {
+    // Read in chunks; a record is a `\n`-terminated line (the last one may lack the newline).
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK * 2);
+    let mut eof = false;
+    while !eof {
+        let n = read_chunk(&mut file, &mut buf)?;
+        in_bytes += n as u64;
+        eof = n == 0;
+        let mut pos = 0;
+        loop {
+            let end = match find_newline(&buf, pos) {
+                Some(e) => e,
+                None if eof && pos < buf.len() => buf.len(),
+                None => break,
+            };
             records += 1;
-            match conv.push(line) {
+            match conv.push(&buf[pos..end]) {
                 Ok(h) => hours.push(h),
                 Err(_) => dlq += 1,
             }
-            if hours.len().is_multiple_of(4096) && conv.buffered_bytes() >= FLUSH_BYTES {
+            pos = end + 1;
+            let rows = conv.num_rows();
+            if rows >= FLUSH_ROWS || (rows % 1024 == 1023 && conv.buffered_bytes() >= FLUSH_BYTES) {
                 let batch = conv.finish();
                 writers.write(&batch, &hours)?;
                 hours.clear();
             }
         }
+        buf.drain(..pos.min(buf.len()));
     }
     let batch = conv.finish();
     writers.write(&batch, &hours)?;
@@ -222,9 +292,26 @@ pub fn convert(args: &BenchConvertArgs) -> Result<BenchReport, BenchError> {
         work_s,
         records,
         dlq,
-        in_bytes: input.len() as u64,
+        in_bytes,
         out_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_newline;
+
+    #[test]
+    fn find_newline_matches_a_byte_search() {
+        let text = b"ab\ncdefghijklmnop\nq\n\nxyz0123456789abcdef\n\x80\n";
+        for from in 0..text.len() {
+            let want = text[from..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map(|p| p + from);
+            assert_eq!(find_newline(text, from), want, "from {from}");
+        }
+    }
 }
 
 /// Runs `floe bench convert` and prints its JSON line. Exit status 0, or 2 when the setup is refused.

@@ -9,7 +9,7 @@
 
 use base64::Engine as _;
 
-use super::column::{Col, Data, ListCol, MapCol, StructCol};
+use super::column::{Col, Data, DecMultiple, DecimalPlan, ListCol, MapCol, StructCol};
 use super::json::{has_duplicate_spans, unescape, KeySet, NumTok, Reader, SyntaxError, MAX_DEPTH};
 use super::time::{parse_date, parse_date_time, parse_time, TimeError};
 use super::{DlqCode, DlqReason};
@@ -364,8 +364,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                     return self.type_mismatch(c, "number");
                 }
                 let t = self.r.scan_number()?;
-                let Some(x) = self.decimal_value(&buf[t.start..t.end], plan.scale, &plan.spec)
-                else {
+                let Some(x) = self.decimal_value(&buf[t.start..t.end], plan) else {
                     return Ok(());
                 };
                 v.push(x);
@@ -725,7 +724,21 @@ impl<'a, 'n> Ctx<'a, 'n> {
     }
 
     /// A decimal(38, scale) value, exact; `None` with an error recorded when not allowed.
-    fn decimal_value(&mut self, tok: &[u8], scale: u32, spec: &NumSpec) -> Option<i128> {
+    fn decimal_value(&mut self, tok: &[u8], plan: &DecimalPlan) -> Option<i128> {
+        let scale = plan.scale;
+        // Fast path: `-?digits(.digits)?` with at most `scale` fractional digits, ≤ 30 digits.
+        if plan.bounds.is_empty() && tok.len() <= 40 {
+            if let Some(v) = plain_decimal(tok, scale) {
+                let ok = match plan.multiple {
+                    DecMultiple::Implied => true,
+                    DecMultiple::Unscaled(m) => v % m == 0,
+                    DecMultiple::OnlyZero => v == 0,
+                };
+                if ok {
+                    return Some(v);
+                }
+            }
+        }
         let (neg, exp) = normalize_number(tok, &mut self.s.digits);
         let shift = exp + i64::from(scale);
         let nd = self.s.digits.len() as i64;
@@ -741,7 +754,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
             });
             return None;
         }
-        if !spec.is_empty() && !self.check_num_parts(neg, exp, spec) {
+        if !plan.bounds.is_empty() && !self.check_num_parts(neg, exp, &plan.bounds) {
             return None;
         }
         let mut v: i128 = 0;
@@ -752,6 +765,17 @@ impl<'a, 'n> Ctx<'a, 'n> {
             for _ in 0..shift {
                 v *= 10;
             }
+        }
+        let ok = match plan.multiple {
+            DecMultiple::Implied => true,
+            DecMultiple::Unscaled(m) => v % m == 0,
+            DecMultiple::OnlyZero => v == 0,
+        };
+        if !ok {
+            self.fail(DlqCode::ValueOutOfRange, || {
+                "not a multiple of multipleOf".to_string()
+            });
+            return None;
         }
         Some(if neg { -v } else { v })
     }
@@ -850,7 +874,10 @@ impl<'a, 'n> Ctx<'a, 'n> {
         let n = s.children.len();
         let mut seen = Seen::new(n);
         let mut num_keys: u64 = 0;
-        let mut hint = 0;
+        let n_fields = s.children.len();
+        // The field expected next: records of one producer keep one key order, learned as we go.
+        let mut prev = n_fields;
+        let mut hint = s.next_after[prev];
         let buf = self.r.buf;
         if self.r.peek() == Some(b'}') {
             self.r.pos += 1;
@@ -859,33 +886,56 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 if self.r.peek() != Some(b'"') {
                     return Err(self.r.err("expected a key"));
                 }
-                let k = self.r.scan_string()?;
-                self.r.expect(b':', "expected ':'")?;
                 num_keys += 1;
-                let raw = &buf[k.start..k.end];
-                let idx = if k.escaped {
-                    self.s.keybuf.clear();
-                    unescape(raw, &mut self.s.keybuf);
-                    s.lookup(&self.s.keybuf, hint)
-                } else {
-                    s.lookup(raw, hint)
+                // Fast path: the raw key is exactly the expected field's (plain) name.
+                let p = self.r.pos + 1;
+                let fast = match s.plain_names.get(hint) {
+                    Some(Some(name)) => {
+                        let e = p + name.len();
+                        buf.get(e) == Some(&b'"')
+                            && buf.get(p..e).is_some_and(|k| bytes_eq(k, name))
+                    }
+                    _ => false,
                 };
+                let (idx, raw, escaped) = if fast {
+                    let e = p + s.names[hint].len();
+                    self.r.pos = e + 1;
+                    (Some(hint), &buf[p..e], false)
+                } else {
+                    let k = self.r.scan_string()?;
+                    let raw = &buf[k.start..k.end];
+                    let idx = if k.escaped {
+                        self.s.keybuf.clear();
+                        unescape(raw, &mut self.s.keybuf);
+                        s.lookup(&self.s.keybuf, hint)
+                    } else {
+                        s.lookup(raw, hint)
+                    };
+                    (idx, raw, k.escaped)
+                };
+                self.r.expect(b':', "expected ':'")?;
+                if let Some(i) = idx {
+                    if s.next_after[prev] != i {
+                        s.next_after[prev] = i;
+                    }
+                    prev = i;
+                    hint = s.next_after[i];
+                }
                 match idx {
                     Some(i) => {
                         if seen.test_and_set(i) {
                             return Err(self.r.err("duplicate key in an object"));
                         }
-                        hint = i + 1;
                         let child = &mut s.children[i];
                         self.s.path.push(Seg::Name(child.meta.name_id));
                         self.decode(child)?;
                         self.s.path.pop();
                     }
                     None => {
-                        self.s.keysets[d].push(raw, k.escaped);
+                        self.s.keysets[d].push(raw, escaped);
                         if s.spec_additional_forbid && self.err.is_none() {
                             let a = self.s.path_keys.len() as u32;
-                            if k.escaped {
+                            if escaped {
                                 unescape(raw, &mut self.s.path_keys);
                             } else {
                                 self.s.path_keys.extend_from_slice(raw);
@@ -1077,6 +1127,47 @@ impl<'a, 'n> Ctx<'a, 'n> {
         m.offsets.push(m.keys.len() as i32);
         Ok(())
     }
+}
+
+/// The unscaled value of a plain decimal literal (no exponent, at most `scale` fractional digits,
+/// at most 31 characters), or `None` to take the general path.
+#[inline]
+fn plain_decimal(tok: &[u8], scale: u32) -> Option<i128> {
+    let (neg, body) = match tok.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, tok),
+    };
+    let mut v: i128 = 0;
+    let mut frac: Option<u32> = None;
+    let mut digits: u32 = 0;
+    for &c in body {
+        match c {
+            b'0'..=b'9' => {
+                v = v * 10 + i128::from(c - b'0');
+                digits += 1;
+                if let Some(f) = &mut frac {
+                    *f += 1;
+                }
+            }
+            b'.' if frac.is_none() => frac = Some(0),
+            _ => return None,
+        }
+    }
+    let f = frac.unwrap_or(0);
+    // Keeps |v| < 10^38 (decimal(38) precision) and the arithmetic in range.
+    if f > scale || digits + (scale - f) > 38 {
+        return None;
+    }
+    for _ in f..scale {
+        v *= 10;
+    }
+    Some(if neg { -v } else { v })
+}
+
+/// Byte equality of short slices, without a call into `memcmp`.
+#[inline]
+fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, either case → 16 bytes.

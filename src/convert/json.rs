@@ -3,8 +3,9 @@
 //! nesting bounded by [`MAX_DEPTH`]. Numbers are returned as their exact text, never as `f64`.
 //!
 //! The reader never panics and never recurses by itself; callers recurse at most [`MAX_DEPTH`] deep.
-//! Invalid UTF-8 is checked once per record by the caller (`std::str::from_utf8` on the whole
-//! record) before reading, so string scanning only has to look at ASCII bytes.
+//! UTF-8 (RFC 3629) is checked inside strings, where non-ASCII bytes may appear (a string that holds
+//! any is validated with `std::str::from_utf8`); anywhere else a non-ASCII byte is a syntax error, so
+//! a record that is not valid UTF-8 is always refused without a separate pass over it.
 
 /// Deepest nesting of arrays/objects accepted in a record (the record's own object is level 1).
 pub const MAX_DEPTH: usize = 128;
@@ -87,8 +88,9 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Scans a string starting at `"`; validates escapes (including surrogate pairing) and rejects
-    /// control characters. Leaves `pos` after the closing quote.
+    /// Scans a string starting at `"`; validates escapes (including surrogate pairing), rejects
+    /// control characters, and checks that non-ASCII bytes are valid UTF-8. Leaves `pos` after the
+    /// closing quote.
     #[inline]
     pub fn scan_string(&mut self) -> Result<StrTok, SyntaxError> {
         if self.buf.get(self.pos) != Some(&b'"') {
@@ -99,16 +101,31 @@ impl<'a> Reader<'a> {
         let buf = self.buf;
         let mut i = self.pos;
         let mut escaped = false;
+        let mut non_ascii = false;
         loop {
-            // Fast path: plain bytes.
+            // Fast path: 8 plain ASCII bytes at a time.
+            while let Some(chunk) = buf.get(i..i + 8) {
+                let Ok(a) = <[u8; 8]>::try_from(chunk) else {
+                    break;
+                };
+                if special_bytes(u64::from_le_bytes(a)) != 0 {
+                    break;
+                }
+                i += 8;
+            }
             while let Some(&c) = buf.get(i) {
                 if c == b'"' || c == b'\\' || c < 0x20 {
                     break;
                 }
+                non_ascii |= c >= 0x80;
                 i += 1;
             }
             match buf.get(i) {
                 Some(b'"') => {
+                    if non_ascii && std::str::from_utf8(&buf[start..i]).is_err() {
+                        self.pos = start;
+                        return Err(self.err("invalid UTF-8 in string"));
+                    }
                     self.pos = i + 1;
                     return Ok(StrTok {
                         start,
@@ -231,6 +248,21 @@ impl<'a> Reader<'a> {
             literal,
         })
     }
+}
+
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// Non-zero when one of the 8 bytes of `v` is `"`, `\\`, a control character or non-ASCII (it may
+/// also flag a few plain bytes after such a byte: callers then look byte by byte).
+#[inline]
+fn special_bytes(v: u64) -> u64 {
+    let q = v ^ (LO * u64::from(b'"'));
+    let b = v ^ (LO * u64::from(b'\\'));
+    let zq = q.wrapping_sub(LO) & !q;
+    let zb = b.wrapping_sub(LO) & !b;
+    let ctrl = v.wrapping_sub(LO * 0x20) & !v;
+    (zq | zb | ctrl | v) & HI
 }
 
 fn hex4(buf: &[u8], i: usize) -> Option<u32> {
@@ -403,6 +435,34 @@ mod tests {
             let mut r = Reader::new(bad.as_bytes());
             assert!(r.scan_number().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn strings_must_be_valid_utf8() {
+        for bad in [
+            &b"\"\xff\""[..],
+            b"\"a\xc3\"",
+            b"\"\xed\xa0\x80\"",
+            b"\"abcdefgh\xc0\xafxyz\"",
+        ] {
+            let mut r = Reader::new(bad);
+            assert!(r.scan_string().is_err(), "{bad:?}");
+        }
+        let ok = "\"h\u{e9}llo w\u{f6}rld, 8+ bytes \u{1F600}\"";
+        let mut r = Reader::new(ok.as_bytes());
+        assert!(r.scan_string().is_ok());
+    }
+
+    #[test]
+    fn special_bytes_finds_every_stop_byte() {
+        for c in [b'"', b'\\', 0x00, 0x1f, 0x80, 0xff] {
+            for pos in 0..8 {
+                let mut a = *b"abcdefgh";
+                a[pos] = c;
+                assert_ne!(special_bytes(u64::from_le_bytes(a)), 0, "{c} at {pos}");
+            }
+        }
+        assert_eq!(special_bytes(u64::from_le_bytes(*b"a ~!#[]{")), 0);
     }
 
     #[test]

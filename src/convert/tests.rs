@@ -280,6 +280,26 @@ fn decimals_are_exact_from_the_number_text() {
 }
 
 #[test]
+fn decimal_fast_path_keeps_precision_limits() {
+    let text = r#"{"type":"object","required":["event_time"],"properties":{
+        "event_time":{"type":"string","format":"date-time"},
+        "s":{"type":"number","multipleOf":1e-30},"t":{"type":"number","multipleOf":0.25}}}"#;
+    let mut c = conv(&serde_json::from_str(text).unwrap());
+    assert_eq!(
+        val(&mut c, r#""s":12345678.1"#, "s"),
+        "12345678.100000000000000000000000000000"
+    );
+    assert_eq!(code(&mut c, r#""s":123456789.1"#), ValueOutOfRange);
+    assert_eq!(
+        code(&mut c, r#""s":-123456789012345678901234567890.5"#),
+        ValueOutOfRange
+    );
+    assert_eq!(val(&mut c, r#""t":-1.75"#, "t"), "-1.75");
+    assert_eq!(code(&mut c, r#""t":1.3"#), ValueOutOfRange);
+    assert_eq!(val(&mut c, r#""t":0.50"#, "t"), "0.50");
+}
+
+#[test]
 fn doubles_reject_nan_infinity_and_overflow() {
     let mut c = conv(&with_props(
         json!({"d": {"type": "number"}, "b": {"type": "number", "maximum": 0.3}}),
@@ -527,6 +547,46 @@ fn additional_properties_false_forbids_unknown_keys() {
     assert!(row(&mut c, r#""a":"x""#).is_ok());
     let e = row(&mut c, r#""b":1"#).unwrap_err();
     assert_eq!((e.code, e.field.as_str()), (ValueOutOfRange, "/b"));
+}
+
+#[test]
+fn keys_in_any_order_and_changing_orders_map_to_their_fields() {
+    let mut c = conv(&with_props(json!({
+        "a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"},
+    })));
+    let orders = [
+        r#"{"a":1,"b":"x","c":true,"event_time":"2024-06-01T10:00:00Z"}"#,
+        r#"{"c":false,"event_time":"2024-06-01T10:00:00Z","b":"y","a":2}"#,
+        r#"{"event_time":"2024-06-01T10:00:00Z","b":"z","a":3}"#,
+        r#"{"a":4,"ab":0,"b":"w","c":true,"event_time":"2024-06-01T10:00:00Z"}"#,
+        r#"{"a":5,"b":"v","event_time":"2024-06-01T10:00:00Z"}"#,
+    ];
+    for r in orders {
+        c.push(r.as_bytes()).unwrap();
+    }
+    let b = c.finish();
+    let rows: Vec<_> = (0..5).map(|i| row_to_json(&b, i)).collect();
+    assert_eq!(rows[0]["a"], 1);
+    assert_eq!(
+        (
+            rows[1]["a"].clone(),
+            rows[1]["b"].clone(),
+            rows[1]["c"].clone()
+        ),
+        (json!(2), json!("y"), json!(false))
+    );
+    assert_eq!(
+        (rows[2]["b"].clone(), rows[2]["c"].clone()),
+        (json!("z"), Value::Null)
+    );
+    assert_eq!(
+        (rows[3]["a"].clone(), rows[3]["b"].clone()),
+        (json!(4), json!("w"))
+    );
+    assert_eq!(
+        (rows[4]["a"].clone(), rows[4]["b"].clone()),
+        (json!(5), json!("v"))
+    );
 }
 
 #[test]

@@ -183,7 +183,8 @@ fn decimal_scale_is_the_fractional_digits_of_multiple_of() {
         "x":{"type":"number","multipleOf":1e-10},"y":{"type":"number","multipleOf":1E-2},
         "z":{"type":"number","multipleOf":0.010},"w":{"type":"number","multipleOf":1},
         "v":{"type":"number","multipleOf":0.5},"u":{"type":"number","multipleOf":2.5E1},
-        "q":{"type":"number","multipleOf":0.25}}}"#;
+        "q":{"type":"number","multipleOf":0.25},"r":{"type":"number","multipleOf":1e-30},
+        "t":{"type":"number","multipleOf":1.7e-22}}}"#;
     let s: Value = serde_json::from_str(text).unwrap();
     let dec = |scale| {
         prim(PrimitiveType::Decimal {
