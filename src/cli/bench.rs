@@ -227,6 +227,12 @@ pub fn convert(args: &BenchConvertArgs) -> Result<BenchReport, BenchError> {
     if exp.contains("nostats") {
         pb = pb.set_statistics_enabled(parquet::file::properties::EnabledStatistics::None);
     }
+    if exp.contains("rg128k") {
+        pb = pb.set_max_row_group_size(128 * 1024);
+    }
+    if exp.contains("rg256k") {
+        pb = pb.set_max_row_group_size(256 * 1024);
+    }
     if exp.contains("wbs") {
         pb = pb.set_write_batch_size(8192);
     }
@@ -235,6 +241,20 @@ pub fn convert(args: &BenchConvertArgs) -> Result<BenchReport, BenchError> {
     }
     if exp.contains("none") {
         pb = pb.set_compression(Compression::UNCOMPRESSED);
+    }
+    if exp.contains("delta") {
+        use parquet::schema::types::ColumnPath;
+        for f in schema.arrow_schema().fields() {
+            if matches!(
+                f.data_type(),
+                arrow_schema::DataType::Int64 | arrow_schema::DataType::Timestamp(_, _)
+            ) {
+                let c = ColumnPath::from(f.name().as_str());
+                pb = pb
+                    .set_column_dictionary_enabled(c.clone(), false)
+                    .set_column_encoding(c, parquet::basic::Encoding::DELTA_BINARY_PACKED);
+            }
+        }
     }
     let props = pb.build();
     let arrow = schema.arrow_schema();
@@ -297,23 +317,6 @@ pub fn convert(args: &BenchConvertArgs) -> Result<BenchReport, BenchError> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::find_newline;
-
-    #[test]
-    fn find_newline_matches_a_byte_search() {
-        let text = b"ab\ncdefghijklmnop\nq\n\nxyz0123456789abcdef\n\x80\n";
-        for from in 0..text.len() {
-            let want = text[from..]
-                .iter()
-                .position(|&b| b == b'\n')
-                .map(|p| p + from);
-            assert_eq!(find_newline(text, from), want, "from {from}");
-        }
-    }
-}
-
 /// Runs `floe bench convert` and prints its JSON line. Exit status 0, or 2 when the setup is refused.
 ///
 /// Errors: [`BenchError`] on I/O or Parquet failures.
@@ -336,5 +339,22 @@ pub fn run(args: &BenchConvertArgs) -> Result<ExitCode, BenchError> {
             Ok(ExitCode::from(2))
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_newline;
+
+    #[test]
+    fn find_newline_matches_a_byte_search() {
+        let text = b"ab\ncdefghijklmnop\nq\n\nxyz0123456789abcdef\n\x80\n";
+        for from in 0..text.len() {
+            let want = text[from..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map(|p| p + from);
+            assert_eq!(find_newline(text, from), want, "from {from}");
+        }
     }
 }

@@ -159,8 +159,8 @@ pub(crate) struct StructCol {
     /// Names as bytes, for key lookup.
     pub names: Vec<Box<[u8]>>,
     /// Names that a raw key token can be compared with byte for byte (no `"`, `\\`, control
-    /// characters): `None` for the others.
-    pub plain_names: Vec<Option<Box<[u8]>>>,
+    /// characters), as patterns `name"`: `None` for the others.
+    pub plain_names: Vec<Option<KeyPattern>>,
     /// For each field (and, at index `len`, the start of the object): the field that followed it
     /// in the last record — the decoder's guess for the next key.
     pub next_after: Vec<usize>,
@@ -181,6 +181,64 @@ impl StructCol {
             }
         }
         self.names.iter().position(|n| &**n == key)
+    }
+}
+
+/// `name"` as 8-byte words, to recognize a key token in a few word compares.
+pub(crate) struct KeyPattern {
+    bytes: Box<[u8]>,
+    words: Box<[u64]>,
+    last_mask: u64,
+}
+
+impl KeyPattern {
+    pub fn new(name: &[u8]) -> Self {
+        let mut bytes = name.to_vec();
+        bytes.push(b'"');
+        let words = bytes
+            .chunks(8)
+            .map(|c| {
+                let mut a = [0u8; 8];
+                a[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(a)
+            })
+            .collect();
+        let rem = bytes.len() % 8;
+        let last_mask = if rem == 0 {
+            u64::MAX
+        } else {
+            (1u64 << (rem * 8)) - 1
+        };
+        KeyPattern {
+            bytes: bytes.into_boxed_slice(),
+            words,
+            last_mask,
+        }
+    }
+
+    /// Length of the name (without the quote).
+    #[inline]
+    pub fn name_len(&self) -> usize {
+        self.bytes.len() - 1
+    }
+
+    /// Whether `buf[p..]` starts with `name"`.
+    #[inline]
+    pub fn matches(&self, buf: &[u8], p: usize) -> bool {
+        let n = self.words.len();
+        let Some(region) = buf.get(p..p + n * 8) else {
+            return buf.get(p..p + self.bytes.len()) == Some(&self.bytes[..]);
+        };
+        for (k, (w, c)) in self.words.iter().zip(region.chunks_exact(8)).enumerate() {
+            let Ok(a) = <[u8; 8]>::try_from(c) else {
+                return false;
+            };
+            let mask = if k + 1 == n { self.last_mask } else { u64::MAX };
+            if (u64::from_le_bytes(a) ^ w) & mask != 0 {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -614,7 +672,7 @@ impl StructCol {
             .iter()
             .map(|n| {
                 let plain = n.iter().all(|&c| c >= 0x20 && c != b'"' && c != b'\\');
-                plain.then(|| n.clone())
+                plain.then(|| KeyPattern::new(n))
             })
             .collect();
         let n = names_b.len();

@@ -55,14 +55,14 @@ pub(crate) struct Ctx<'a, 'n> {
 
 /// Which keys of a struct were seen.
 enum Seen {
-    Small(u128),
+    Small(u64),
     Large(Vec<bool>),
 }
 
 impl Seen {
     #[inline]
     fn new(n: usize) -> Seen {
-        if n <= 128 {
+        if n <= 64 {
             Seen::Small(0)
         } else {
             Seen::Large(vec![false; n])
@@ -72,7 +72,7 @@ impl Seen {
     fn test_and_set(&mut self, i: usize) -> bool {
         match self {
             Seen::Small(b) => {
-                let m = 1u128 << i;
+                let m = 1u64 << i;
                 let was = *b & m != 0;
                 *b |= m;
                 was
@@ -83,8 +83,16 @@ impl Seen {
     #[inline]
     fn get(&self, i: usize) -> bool {
         match self {
-            Seen::Small(b) => *b & (1u128 << i) != 0,
+            Seen::Small(b) => *b & (1u64 << i) != 0,
             Seen::Large(v) => v[i],
+        }
+    }
+    /// Whether all of the first `n` fields were seen.
+    #[inline]
+    fn all(&self, n: usize) -> bool {
+        match self {
+            Seen::Small(b) => *b == u64::MAX >> (64 - n.clamp(1, 64)),
+            Seen::Large(v) => v.iter().all(|&x| x),
         }
     }
 }
@@ -213,7 +221,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                         }
                         let k = self.r.scan_string()?;
                         let buf = self.r.buf;
-                        self.s.keysets[d].push(&buf[k.start..k.end], k.escaped);
+                        self.s.keysets[d].push(&buf[k.range()], k.escaped);
                         self.r.expect(b':', "expected ':'")?;
                         self.skip_value()?;
                         match self.r.peek() {
@@ -343,11 +351,8 @@ impl<'a, 'n> Ctx<'a, 'n> {
                     return self.type_mismatch(c, "number");
                 }
                 let t = self.r.scan_number()?;
-                let tok = &buf[t.start..t.end];
-                let x = std::str::from_utf8(tok)
-                    .ok()
-                    .and_then(|s| s.parse::<f64>().ok())
-                    .unwrap_or(f64::INFINITY);
+                let tok = &buf[t.range()];
+                let x = parse_f64(tok);
                 if !x.is_finite() {
                     self.fail(DlqCode::ValueOutOfRange, || {
                         "number beyond the range of a double".to_string()
@@ -364,7 +369,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                     return self.type_mismatch(c, "number");
                 }
                 let t = self.r.scan_number()?;
-                let Some(x) = self.decimal_value(&buf[t.start..t.end], plan) else {
+                let Some(x) = self.decimal_value(&buf[t.range()], plan) else {
                     return Ok(());
                 };
                 v.push(x);
@@ -375,7 +380,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 }
                 let t = self.r.scan_string()?;
                 let start = vb.data.len();
-                let raw = &buf[t.start..t.end];
+                let raw = &buf[t.range()];
                 if t.escaped {
                     unescape(raw, &mut vb.data);
                 } else {
@@ -514,7 +519,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
     ) -> Result<Option<T>, SyntaxError> {
         let t = self.r.scan_string()?;
         let buf = self.r.buf;
-        let raw = &buf[t.start..t.end];
+        let raw = &buf[t.range()];
         let mut tmp = std::mem::take(&mut self.s.strbuf);
         let out = {
             let bytes: &[u8] = if t.escaped {
@@ -646,20 +651,21 @@ impl<'a, 'n> Ctx<'a, 'n> {
         col_hi: i128,
         col: &'static str,
     ) -> Option<i128> {
-        let tok = &self.r.buf[t.start..t.end];
+        let tok = &self.r.buf[t.range()];
         let v: i128 = if t.literal && tok.len() <= 19 {
             let (neg, d) = match tok.split_first() {
                 Some((b'-', rest)) => (true, rest),
                 _ => (false, tok),
             };
-            let mut v: i128 = 0;
+            // At most 19 digits: fits u64.
+            let mut v: u64 = 0;
             for &c in d {
-                v = v * 10 + i128::from(c - b'0');
+                v = v * 10 + u64::from(c - b'0');
             }
             if neg {
-                -v
+                -i128::from(v)
             } else {
-                v
+                i128::from(v)
             }
         } else {
             if !t.literal && self.draft == Draft::Draft04 {
@@ -792,7 +798,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
         let found: Option<usize> = match c {
             b'"' => {
                 let t = self.r.scan_string()?;
-                let raw = &buf[t.start..t.end];
+                let raw = &buf[t.range()];
                 let mut tmp = std::mem::take(&mut self.s.strbuf);
                 let bytes: &[u8] = if t.escaped {
                     tmp.clear();
@@ -823,7 +829,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
             }
             c if is_num_start(c) => {
                 let t = self.r.scan_number()?;
-                let (neg, exp) = normalize_number(&buf[t.start..t.end], &mut self.s.digits);
+                let (neg, exp) = normalize_number(&buf[t.range()], &mut self.s.digits);
                 let digits = &self.s.digits;
                 spec.members.iter().position(|m| match m {
                     EnumMember::Num { value, .. } => {
@@ -890,11 +896,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 // Fast path: the raw key is exactly the expected field's (plain) name.
                 let p = self.r.pos + 1;
                 let fast = match s.plain_names.get(hint) {
-                    Some(Some(name)) => {
-                        let e = p + name.len();
-                        buf.get(e) == Some(&b'"')
-                            && buf.get(p..e).is_some_and(|k| bytes_eq(k, name))
-                    }
+                    Some(Some(pat)) => pat.matches(buf, p),
                     _ => false,
                 };
                 let (idx, raw, escaped) = if fast {
@@ -903,7 +905,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                     (Some(hint), &buf[p..e], false)
                 } else {
                     let k = self.r.scan_string()?;
-                    let raw = &buf[k.start..k.end];
+                    let raw = &buf[k.range()];
                     let idx = if k.escaped {
                         self.s.keybuf.clear();
                         unescape(raw, &mut self.s.keybuf);
@@ -968,7 +970,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
         if self.err.is_some() {
             return Ok(());
         }
-        for i in 0..n {
+        for i in 0..if seen.all(n) { 0 } else { n } {
             if seen.get(i) {
                 continue;
             }
@@ -1070,7 +1072,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 }
                 let k = self.r.scan_string()?;
                 self.r.expect(b':', "expected ':'")?;
-                let raw = &buf[k.start..k.end];
+                let raw = &buf[k.range()];
                 let ks = m.keys.data.len();
                 if k.escaped {
                     unescape(raw, &mut m.keys.data);
@@ -1129,6 +1131,59 @@ impl<'a, 'n> Ctx<'a, 'n> {
     }
 }
 
+/// A JSON number token as the nearest double (round-half-even, as `str::parse::<f64>`), ±∞ when
+/// beyond the range. Fast path (Clinger): at most 15 significant digits and a power of ten up to
+/// 10^22 are both exact doubles, so one multiplication or division rounds correctly.
+#[inline]
+fn parse_f64(tok: &[u8]) -> f64 {
+    const POW10: [f64; 23] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+        1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    ];
+    let (neg, body) = match tok.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, tok),
+    };
+    let mut mant: u64 = 0;
+    let mut sig = 0u32;
+    let mut frac = 0i32;
+    let mut seen_dot = false;
+    let mut simple = true;
+    for &c in body {
+        match c {
+            b'0'..=b'9' => {
+                if mant == 0 && c == b'0' {
+                    // leading zero: not significant
+                } else {
+                    sig += 1;
+                }
+                mant = mant.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
+                if seen_dot {
+                    frac += 1;
+                }
+            }
+            b'.' => seen_dot = true,
+            _ => {
+                simple = false; // exponent: take the general path
+                break;
+            }
+        }
+    }
+    if simple && sig <= 15 && frac <= 22 {
+        let m = mant as f64;
+        let v = if frac == 0 {
+            m
+        } else {
+            m / POW10[frac as usize]
+        };
+        return if neg { -v } else { v };
+    }
+    std::str::from_utf8(tok)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(f64::INFINITY)
+}
+
 /// The unscaled value of a plain decimal literal (no exponent, at most `scale` fractional digits,
 /// at most 31 characters), or `None` to take the general path.
 #[inline]
@@ -1162,12 +1217,6 @@ fn plain_decimal(tok: &[u8], scale: u32) -> Option<i128> {
         v *= 10;
     }
     Some(if neg { -v } else { v })
-}
-
-/// Byte equality of short slices, without a call into `memcmp`.
-#[inline]
-fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, either case → 16 bytes.

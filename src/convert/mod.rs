@@ -209,6 +209,12 @@ impl Converter {
                 ),
             ));
         }
+        if record.len() > json::MAX_READER_LEN {
+            return Err(DlqReason::record(
+                DlqCode::RecordTooLarge,
+                format!("record of {} bytes exceeds 4 GiB", record.len()),
+            ));
+        }
         if self.input_bytes + record.len() > MAX_BUFFERED_INPUT {
             return Err(DlqReason::record(
                 DlqCode::RecordTooLarge,
@@ -227,7 +233,7 @@ impl Converter {
         let err = match res {
             Err(e) => Some(DlqReason::record(
                 DlqCode::DeserializationError,
-                format!("not JSON: {} at byte {}", e.what, e.offset),
+                format!("not JSON: {} at byte {}", e.what(), e.offset()),
             )),
             Ok(()) => ctx.err.take(),
         };

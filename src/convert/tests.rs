@@ -590,6 +590,30 @@ fn keys_in_any_order_and_changing_orders_map_to_their_fields() {
 }
 
 #[test]
+fn key_patterns_match_exactly_at_any_length_and_position() {
+    use super::column::KeyPattern;
+    for len in 0..20 {
+        let name: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+        let pat = KeyPattern::new(&name);
+        assert_eq!(pat.name_len(), len);
+        let mut buf = name.clone();
+        buf.push(b'"');
+        assert!(pat.matches(&buf, 0), "exact end of buffer, len {len}");
+        buf.extend_from_slice(b":1,\"zzzzzzzzzzzzzzzz");
+        assert!(pat.matches(&buf, 0));
+        let mut other = buf.clone();
+        if len > 0 {
+            other[len - 1] = b'Z';
+            assert!(!pat.matches(&other, 0));
+        }
+        let mut longer = name.clone();
+        longer.extend_from_slice(b"x\"");
+        assert!(!pat.matches(&longer, 0));
+        assert!(!pat.matches(&buf[..len], 0), "truncated");
+    }
+}
+
+#[test]
 fn record_level_errors() {
     let mut c = conv(&with_props(json!({})));
     assert_eq!(raw_code(&mut c, b""), DeserializationError);
@@ -770,6 +794,27 @@ fn buffered_bytes_grow_and_finish_resets() {
     assert_eq!(b.num_rows(), 100);
     assert_eq!(c.buffered_bytes(), 0);
     assert_eq!(c.finish().num_rows(), 0);
+}
+
+proptest! {
+    #[test]
+    fn doubles_parse_exactly_like_std(
+        int in 0u64..10_000_000_000_000_000, frac in proptest::option::of("[0-9]{1,20}"),
+        exp in proptest::option::of(-330i32..330), neg in any::<bool>()
+    ) {
+        let mut t = format!("{}{}", if neg { "-" } else { "" }, int);
+        if let Some(f) = frac { t.push('.'); t.push_str(&f); }
+        if let Some(e) = exp { t.push_str(&format!("e{e}")); }
+        let mut c = conv(&with_props(json!({"d": {"type": "number"}})));
+        let want: f64 = t.parse().unwrap();
+        match row(&mut c, &format!(r#""d":{t}"#)) {
+            Ok(r) => prop_assert_eq!(r["d"].as_f64().unwrap().to_bits(), want.to_bits(), "{}", t),
+            Err(e) => {
+                prop_assert!(!want.is_finite(), "{}: {}", t, e);
+                prop_assert_eq!(e.code, DlqCode::ValueOutOfRange);
+            }
+        }
+    }
 }
 
 proptest! {
