@@ -896,11 +896,11 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 // Fast path: the raw key is exactly the expected field's (plain) name.
                 let p = self.r.pos + 1;
                 let fast = match s.plain_names.get(hint) {
-                    Some(Some(pat)) => pat.matches(buf, p),
-                    _ => false,
+                    Some(Some(pat)) if pat.matches(buf, p) => Some(pat.name_len()),
+                    _ => None,
                 };
-                let (idx, raw, escaped) = if fast {
-                    let e = p + s.names[hint].len();
+                let (idx, raw, escaped) = if let Some(len) = fast {
+                    let e = p + len;
                     self.r.pos = e + 1;
                     (Some(hint), &buf[p..e], false)
                 } else {
