@@ -331,7 +331,52 @@ pub fn run(args: &BenchConvertArgs) -> Result<ExitCode, BenchError> {
 
 #[cfg(test)]
 mod tests {
-    use super::find_newline;
+    use super::*;
+
+    #[test]
+    fn converts_into_one_parquet_file_per_hour_with_every_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = dir.path().join("event.schema.json");
+        std::fs::write(&schema, include_str!("../../tests/data/event.schema.json")).unwrap();
+        let input = dir.path().join("in.ndjson");
+        let mut text = String::new();
+        for i in 0..300 {
+            let hour = 20 + i / 100; // 3 hours
+            text.push_str(&format!(
+                r#"{{"id":{i},"event_time":"2026-07-09T{hour}:00:00.5Z","value":1.5,"amount":12.30,"tags":["a"],"attrs":{{"k":"v"}},"user":{{"country":"DE","tier":2}}}}"#
+            ));
+            text.push('\n');
+        }
+        text.push_str("not json\n\n");
+        text.push_str(r#"{"id":1,"event_time":"2026-07-09T23:00:00Z","value":2}"#); // no final newline
+        std::fs::write(&input, &text).unwrap();
+        let out = dir.path().join("out");
+        let args = BenchConvertArgs {
+            schema,
+            partition_field: Some("event_time".into()),
+            input,
+            output: out.clone(),
+            compression: BenchCompression::Zstd,
+            level: 3,
+        };
+        let r = convert(&args).unwrap();
+        assert_eq!((r.records, r.dlq, r.in_bytes), (303, 2, text.len() as u64));
+        let mut total = 0;
+        for h in ["20", "21", "22", "23"] {
+            let f = out.join(format!("event_time_hour=2026-07-09-{h}/00000.parquet"));
+            let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                File::open(&f).unwrap(),
+            )
+            .unwrap()
+            .build()
+            .unwrap();
+            let rows: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+            assert_eq!(rows, if h == "23" { 1 } else { 100 }, "{h}");
+            total += rows;
+        }
+        assert_eq!(total, 301);
+        assert!(r.out_bytes > 0);
+    }
 
     #[test]
     fn find_newline_matches_a_byte_search() {
