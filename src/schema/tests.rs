@@ -497,3 +497,29 @@ fn ecma_shorthands_are_ascii() {
     ))
     .contains("pattern"));
 }
+
+#[test]
+fn long_ref_chains_are_refused_without_overflowing_the_stack() {
+    let mut defs = serde_json::Map::new();
+    for i in 0..5000 {
+        defs.insert(
+            format!("d{i}"),
+            json!({"allOf": [{"$ref": format!("#/definitions/d{}", i + 1)}]}),
+        );
+    }
+    defs.insert("d5000".into(), json!({"type": "string"}));
+    let mut s = with_props(json!({"f": {"$ref": "#/definitions/d0"}}));
+    s["definitions"] = Value::Object(defs);
+    assert!(refusal(&s).contains("deeper than 64"));
+    let mut defs = serde_json::Map::new();
+    for i in 0..10 {
+        defs.insert(
+            format!("d{i}"),
+            json!({"allOf": [{"$ref": format!("#/definitions/d{}", i + 1)}]}),
+        );
+    }
+    defs.insert("d10".into(), json!({"type": "string"}));
+    let mut s = with_props(json!({"f": {"$ref": "#/definitions/d0"}}));
+    s["definitions"] = Value::Object(defs);
+    assert_eq!(field_type(&s, "f"), prim(PrimitiveType::String));
+}
