@@ -20,17 +20,6 @@ use crate::schema::{
 
 type Res = Result<(), SyntaxError>;
 
-/// One step of the JSON pointer to the value being decoded.
-#[derive(Clone, Copy)]
-pub(crate) enum Seg {
-    /// A struct field, by index in the name table.
-    Name(u32),
-    /// A list element.
-    Index(u32),
-    /// A map key: a span of `Scratch::path_keys`.
-    Key(u32, u32),
-}
-
 /// Buffers reused from record to record (no allocation per record once warm).
 #[derive(Default)]
 pub(crate) struct Scratch {
@@ -39,14 +28,16 @@ pub(crate) struct Scratch {
     strbuf: Vec<u8>,
     keybuf: Vec<u8>,
     spans: Vec<(u32, u32)>,
-    path: Vec<Seg>,
-    path_keys: Vec<u8>,
 }
 
 pub(crate) struct Ctx<'a, 'n> {
     pub r: Reader<'a>,
     depth: usize,
     pub err: Option<DlqReason>,
+    /// The error's pointer is built on the way out, only when there is an error: a failing value
+    /// records its pointer relative to its container, and the container at depth `pending`
+    /// prepends the segment of the child it just decoded (then its parent, up to the record).
+    pending: usize,
     names: &'n [Box<str>],
     s: &'n mut Scratch,
     draft: Draft,
@@ -124,12 +115,11 @@ impl<'a, 'n> Ctx<'a, 'n> {
         if s.keysets.len() < MAX_DEPTH + 2 {
             s.keysets.resize_with(MAX_DEPTH + 2, KeySet::default);
         }
-        s.path.clear();
-        s.path_keys.clear();
         Ctx {
             r: Reader::new(buf),
             depth: 0,
             err: None,
+            pending: usize::MAX,
             names,
             s,
             draft,
@@ -137,36 +127,43 @@ impl<'a, 'n> Ctx<'a, 'n> {
         }
     }
 
-    /// The JSON pointer (RFC 6901) of the current value.
-    fn pointer(&self) -> String {
-        let mut p = String::new();
-        for seg in &self.s.path {
-            p.push('/');
-            match *seg {
-                Seg::Name(i) => {
-                    let n = self.names.get(i as usize).map(|b| &**b).unwrap_or("");
-                    p.push_str(&escape_pointer_token(n));
-                }
-                Seg::Index(i) => p.push_str(&i.to_string()),
-                Seg::Key(a, b) => {
-                    let k = self.s.path_keys.get(a as usize..b as usize).unwrap_or(&[]);
-                    p.push_str(&escape_pointer_token(&String::from_utf8_lossy(k)));
-                }
-            }
-        }
-        p
-    }
-
-    /// Records a value error (the first one wins).
+    /// Records a value error (the first one wins) about the value being decoded.
     #[cold]
     fn fail(&mut self, code: DlqCode, message: impl FnOnce() -> String) {
+        self.fail_at(code, None, self.depth, message);
+    }
+
+    /// Records a value error about the child `rel` of the current container (or the container
+    /// itself when `None`); the container at depth `pending` continues the pointer.
+    #[cold]
+    fn fail_at(
+        &mut self,
+        code: DlqCode,
+        rel: Option<&str>,
+        pending: usize,
+        message: impl FnOnce() -> String,
+    ) {
         if self.err.is_none() {
+            let field = rel
+                .map(|r| format!("/{}", escape_pointer_token(r)))
+                .unwrap_or_default();
             self.err = Some(DlqReason {
                 code,
-                field: self.pointer(),
+                field,
                 message: message(),
             });
+            self.pending = pending;
         }
+    }
+
+    /// Prepends a segment to the error's pointer (the caller is the container at `pending`).
+    #[cold]
+    fn prepend(&mut self, seg: &str) {
+        if let Some(e) = &mut self.err {
+            e.field
+                .insert_str(0, &format!("/{}", escape_pointer_token(seg)));
+        }
+        self.pending = self.pending.wrapping_sub(1);
     }
 
     #[cold]
@@ -221,7 +218,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                         }
                         let k = self.r.scan_string()?;
                         let buf = self.r.buf;
-                        self.s.keysets[d].push(&buf[k.range()], k.escaped);
+                        self.s.keysets[d].push(&buf[k.range()], k.escaped());
                         self.r.expect(b':', "expected ':'")?;
                         self.skip_value()?;
                         match self.r.peek() {
@@ -381,7 +378,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 let t = self.r.scan_string()?;
                 let start = vb.data.len();
                 let raw = &buf[t.range()];
-                if t.escaped {
+                if t.escaped() {
                     unescape(raw, &mut vb.data);
                 } else {
                     vb.data.extend_from_slice(raw);
@@ -522,7 +519,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
         let raw = &buf[t.range()];
         let mut tmp = std::mem::take(&mut self.s.strbuf);
         let out = {
-            let bytes: &[u8] = if t.escaped {
+            let bytes: &[u8] = if t.escaped() {
                 tmp.clear();
                 unescape(raw, &mut tmp);
                 &tmp
@@ -652,7 +649,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
         col: &'static str,
     ) -> Option<i128> {
         let tok = &self.r.buf[t.range()];
-        let v: i128 = if t.literal && tok.len() <= 19 {
+        let v: i128 = if t.literal() && tok.len() <= 19 {
             let (neg, d) = match tok.split_first() {
                 Some((b'-', rest)) => (true, rest),
                 _ => (false, tok),
@@ -668,7 +665,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 i128::from(v)
             }
         } else {
-            if !t.literal && self.draft == Draft::Draft04 {
+            if !t.literal() && self.draft == Draft::Draft04 {
                 self.fail(DlqCode::TypeMismatch, || {
                     "expected integer, got a number that is not an integer literal (draft-04)"
                         .to_string()
@@ -800,7 +797,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 let t = self.r.scan_string()?;
                 let raw = &buf[t.range()];
                 let mut tmp = std::mem::take(&mut self.s.strbuf);
-                let bytes: &[u8] = if t.escaped {
+                let bytes: &[u8] = if t.escaped() {
                     tmp.clear();
                     unescape(raw, &mut tmp);
                     &tmp
@@ -906,14 +903,14 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 } else {
                     let k = self.r.scan_string()?;
                     let raw = &buf[k.range()];
-                    let idx = if k.escaped {
+                    let idx = if k.escaped() {
                         self.s.keybuf.clear();
                         unescape(raw, &mut self.s.keybuf);
                         s.lookup(&self.s.keybuf, hint)
                     } else {
                         s.lookup(raw, hint)
                     };
-                    (idx, raw, k.escaped)
+                    (idx, raw, k.escaped())
                 };
                 self.r.expect(b':', "expected ':'")?;
                 if let Some(i) = idx {
@@ -929,26 +926,32 @@ impl<'a, 'n> Ctx<'a, 'n> {
                             return Err(self.r.err("duplicate key in an object"));
                         }
                         let child = &mut s.children[i];
-                        self.s.path.push(Seg::Name(child.meta.name_id));
                         self.decode(child)?;
-                        self.s.path.pop();
+                        if self.pending == self.depth {
+                            let name_id = child.meta.name_id as usize;
+                            let names = self.names;
+                            self.prepend(names.get(name_id).map(|b| &**b).unwrap_or(""));
+                        }
                     }
                     None => {
                         self.s.keysets[d].push(raw, escaped);
                         if s.spec_additional_forbid && self.err.is_none() {
-                            let a = self.s.path_keys.len() as u32;
+                            let mut key = Vec::new();
                             if escaped {
-                                unescape(raw, &mut self.s.path_keys);
+                                unescape(raw, &mut key);
                             } else {
-                                self.s.path_keys.extend_from_slice(raw);
+                                key.extend_from_slice(raw);
                             }
-                            let b = self.s.path_keys.len() as u32;
-                            self.s.path.push(Seg::Key(a, b));
-                            self.fail(DlqCode::ValueOutOfRange, || {
-                                "property not allowed (additionalProperties is false)".to_string()
-                            });
-                            self.s.path.pop();
-                            self.s.path_keys.truncate(a as usize);
+                            let key = String::from_utf8_lossy(&key).into_owned();
+                            self.fail_at(
+                                DlqCode::ValueOutOfRange,
+                                Some(&key),
+                                self.depth - 1,
+                                || {
+                                    "property not allowed (additionalProperties is false)"
+                                        .to_string()
+                                },
+                            );
                         }
                         self.skip_value()?;
                     }
@@ -976,18 +979,17 @@ impl<'a, 'n> Ctx<'a, 'n> {
             }
             let child = &mut s.children[i];
             if child.meta.required {
-                let is_partition = child.meta.is_partition;
-                self.s.path.push(Seg::Name(child.meta.name_id));
-                if is_partition {
-                    self.fail(DlqCode::MissingPartitionValue, || {
-                        "the partition field is missing".to_string()
-                    });
+                let (code, what) = if child.meta.is_partition {
+                    (
+                        DlqCode::MissingPartitionValue,
+                        "the partition field is missing",
+                    )
                 } else {
-                    self.fail(DlqCode::MissingRequiredField, || {
-                        "required field is missing".to_string()
-                    });
-                }
-                self.s.path.pop();
+                    (DlqCode::MissingRequiredField, "required field is missing")
+                };
+                let names = self.names;
+                let name = names.get(child.meta.name_id as usize).map(|b| &**b);
+                self.fail_at(code, name, self.depth, || what.to_string());
                 return Ok(());
             }
             child.push_null();
@@ -1020,9 +1022,10 @@ impl<'a, 'n> Ctx<'a, 'n> {
             self.r.pos += 1;
         } else {
             loop {
-                self.s.path.push(Seg::Index(count as u32));
                 self.decode(&mut l.child)?;
-                self.s.path.pop();
+                if self.pending == self.depth {
+                    self.prepend(&count.to_string());
+                }
                 count += 1;
                 match self.r.peek() {
                     Some(b',') => self.r.pos += 1,
@@ -1074,19 +1077,17 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 self.r.expect(b':', "expected ':'")?;
                 let raw = &buf[k.range()];
                 let ks = m.keys.data.len();
-                if k.escaped {
+                if k.escaped() {
                     unescape(raw, &mut m.keys.data);
                 } else {
                     m.keys.data.extend_from_slice(raw);
                 }
                 m.keys.commit();
-                let a = self.s.path_keys.len() as u32;
-                self.s.path_keys.extend_from_slice(&m.keys.data[ks..]);
-                let b = self.s.path_keys.len() as u32;
-                self.s.path.push(Seg::Key(a, b));
                 self.decode(&mut m.values)?;
-                self.s.path.pop();
-                self.s.path_keys.truncate(a as usize);
+                if self.pending == self.depth {
+                    let key = String::from_utf8_lossy(&m.keys.data[ks..]).into_owned();
+                    self.prepend(&key);
+                }
                 match self.r.peek() {
                     Some(b',') => self.r.pos += 1,
                     Some(b'}') => {

@@ -26,42 +26,68 @@ impl SyntaxError {
     }
 }
 
-/// A scanned string token: the bytes between the quotes, and whether they hold escapes.
-/// Offsets are `u32`: records are far below 4 GiB ([`Reader::new`] refuses larger buffers).
+/// A scanned string token: the bytes between the quotes, and whether they hold escapes. Packed in
+/// one `u64` (start: bits 0–31, end: bits 32–62, escaped: bit 63) so that it is returned in a
+/// register; [`Reader::new`] buffers are below 2 GiB ([`MAX_READER_LEN`]).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct StrTok {
-    pub start: u32,
-    pub end: u32,
-    pub escaped: bool,
-}
+pub(crate) struct StrTok(u64);
 
 impl StrTok {
+    #[inline]
+    fn new(start: usize, end: usize, escaped: bool) -> Self {
+        StrTok(start as u64 | (end as u64) << 32 | u64::from(escaped) << 63)
+    }
+    /// Offset of the first content byte.
+    #[inline]
+    pub fn start(self) -> usize {
+        (self.0 & 0xFFFF_FFFF) as usize
+    }
+    /// Offset of the closing quote.
+    #[inline]
+    pub fn end(self) -> usize {
+        ((self.0 >> 32) & 0x7FFF_FFFF) as usize
+    }
+    /// The content holds escapes.
+    #[inline]
+    pub fn escaped(self) -> bool {
+        self.0 >> 63 != 0
+    }
     /// The token's content range in the buffer.
     #[inline]
-    pub fn range(&self) -> std::ops::Range<usize> {
-        self.start as usize..self.end as usize
+    pub fn range(self) -> std::ops::Range<usize> {
+        self.start()..self.end()
     }
 }
 
-/// A scanned number token.
+/// A scanned number token, packed like [`StrTok`] (bit 63: an integer literal, i.e. no fraction
+/// and no exponent).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct NumTok {
-    pub start: u32,
-    pub end: u32,
-    /// No fraction and no exponent.
-    pub literal: bool,
-}
+pub(crate) struct NumTok(u64);
 
 impl NumTok {
+    #[inline]
+    fn new(start: usize, end: usize, literal: bool) -> Self {
+        NumTok(start as u64 | (end as u64) << 32 | u64::from(literal) << 63)
+    }
+    /// No fraction and no exponent.
+    #[inline]
+    pub fn literal(self) -> bool {
+        self.0 >> 63 != 0
+    }
+    /// Offset after the token.
+    #[inline]
+    pub fn end(self) -> usize {
+        ((self.0 >> 32) & 0x7FFF_FFFF) as usize
+    }
     /// The token's range in the buffer.
     #[inline]
-    pub fn range(&self) -> std::ops::Range<usize> {
-        self.start as usize..self.end as usize
+    pub fn range(self) -> std::ops::Range<usize> {
+        (self.0 & 0xFFFF_FFFF) as usize..self.end()
     }
 }
 
-/// Largest buffer a [`Reader`] reads (token offsets are `u32`).
-pub const MAX_READER_LEN: usize = u32::MAX as usize;
+/// Largest buffer a [`Reader`] reads (token offsets are packed in 31 bits).
+pub const MAX_READER_LEN: usize = i32::MAX as usize;
 
 pub(crate) struct Reader<'a> {
     pub buf: &'a [u8],
@@ -150,11 +176,7 @@ impl<'a> Reader<'a> {
                         return Err(self.err("invalid UTF-8 in string"));
                     }
                     self.pos = i + 1;
-                    return Ok(StrTok {
-                        start: start as u32,
-                        end: i as u32,
-                        escaped,
-                    });
+                    return Ok(StrTok::new(start, i, escaped));
                 }
                 Some(b'\\') => {
                     escaped = true;
@@ -269,11 +291,7 @@ impl<'a> Reader<'a> {
             }
         }
         self.pos = i;
-        Ok(NumTok {
-            start: start as u32,
-            end: i as u32,
-            literal,
-        })
+        Ok(NumTok::new(start, i, literal))
     }
 }
 
@@ -409,7 +427,7 @@ mod tests {
         let t = r.scan_string()?;
         let mut out = Vec::new();
         unescape(&input.as_bytes()[t.range()], &mut out);
-        Ok((String::from_utf8(out).unwrap(), t.escaped))
+        Ok((String::from_utf8(out).unwrap(), t.escaped()))
     }
 
     #[test]
@@ -446,7 +464,7 @@ mod tests {
         ] {
             let mut r = Reader::new(t.as_bytes());
             let n = r.scan_number().unwrap();
-            assert_eq!((n.end as usize, n.literal), (t.len(), lit), "{t}");
+            assert_eq!((n.end(), n.literal()), (t.len(), lit), "{t}");
         }
         for bad in [
             "01",

@@ -212,7 +212,7 @@ impl Converter {
         if record.len() > json::MAX_READER_LEN {
             return Err(DlqReason::record(
                 DlqCode::RecordTooLarge,
-                format!("record of {} bytes exceeds 4 GiB", record.len()),
+                format!("record of {} bytes exceeds 2 GiB", record.len()),
             ));
         }
         if self.input_bytes + record.len() > MAX_BUFFERED_INPUT {

@@ -540,6 +540,33 @@ fn maps_and_lists_with_their_keywords() {
 }
 
 #[test]
+fn dlq_field_is_the_json_pointer_of_the_first_bad_value() {
+    let mut c = conv(&with_props(json!({
+        "l": {"type": "array", "items": {"type": "object", "properties": {
+            "a": {"type": "integer"},
+            "m": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "boolean"}}},
+        }, "required": ["a"]}},
+        "z~/": {"type": "string"},
+    })));
+    for (rec, ptr) in [
+        (r#""l":[{"a":1},{"a":"x"}]"#, "/l/1/a"),
+        (
+            r#""l":[{"a":1,"m":{"k":[true]}},{"a":2,"m":{"k":[true],"q/r":[false,1]}}]"#,
+            "/l/1/m/q~1r/1",
+        ),
+        (r#""l":[{"a":1},{}]"#, "/l/1/a"),
+        (r#""l":[{"a":1},{"a":2}],"z~/":5"#, "/z~0~1"),
+        (r#""l":[{"a":"first"}],"z~/":5"#, "/l/0/a"),
+        (r#""l":{}"#, "/l"),
+        (r#""l":[7]"#, "/l/0"),
+    ] {
+        let e = row(&mut c, rec).unwrap_err();
+        assert_eq!(e.field, ptr, "{rec}");
+    }
+    assert_eq!(raw_row(&mut c, b"[]").unwrap_err().field, "");
+}
+
+#[test]
 fn additional_properties_false_forbids_unknown_keys() {
     let mut s = with_props(json!({"a": {"type": "string"}}));
     s["additionalProperties"] = json!(false);
