@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! floe bench convert --schema FILE [--partition-field NAME] --input NDJSON --output DIR
-//!                    [--compression zstd|snappy|none] [--level 3]
+//!                    [--compression zstd|snappy|none] [--level 3] [--parquet-defaults]
 //! ```
 //!
 //! Prints one JSON line: `{"work_s": S, "records": N, "in_bytes": B, "out_bytes": O,
@@ -60,6 +60,10 @@ pub struct BenchConvertArgs {
     /// ZSTD level (1–22).
     #[arg(long, default_value_t = 3)]
     pub level: i32,
+    /// Write with parquet's default writer properties (page statistics, dictionary for every
+    /// column) instead of [`recommended_writer_properties`], for comparison.
+    #[arg(long)]
+    pub parquet_defaults: bool,
 }
 
 /// Why the benchmark could not run.
@@ -243,7 +247,13 @@ pub fn convert(args: &BenchConvertArgs) -> Result<BenchReport, BenchError> {
         BenchCompression::Snappy => Compression::SNAPPY,
         BenchCompression::None => Compression::UNCOMPRESSED,
     };
-    let props = recommended_writer_properties(&schema.arrow_schema(), compression)?;
+    let props = if args.parquet_defaults {
+        WriterProperties::builder()
+            .set_compression(compression)
+            .build()
+    } else {
+        recommended_writer_properties(&schema.arrow_schema(), compression)?
+    };
     let arrow = schema.arrow_schema();
     let mut conv = Converter::try_new(schema.clone(), arrow.clone())
         .map_err(|e| BenchError::Setup(e.to_string()))?;
@@ -358,6 +368,7 @@ mod tests {
             output: out.clone(),
             compression: BenchCompression::Zstd,
             level: 3,
+            parquet_defaults: false,
         };
         let r = convert(&args).unwrap();
         assert_eq!((r.records, r.dlq, r.in_bytes), (303, 2, text.len() as u64));
