@@ -61,7 +61,7 @@ pub struct BenchConvertArgs {
     #[arg(long, default_value_t = 3)]
     pub level: i32,
     /// Write with parquet's default writer properties (page statistics, dictionary for every
-    /// column) instead of [`recommended_writer_properties`], for comparison.
+    /// column) instead of floe's recommended ones, for comparison.
     #[arg(long)]
     pub parquet_defaults: bool,
 }
