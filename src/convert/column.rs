@@ -69,7 +69,47 @@ pub(crate) struct EnumPlan {
 
 pub(crate) struct DecimalPlan {
     pub scale: u32,
-    pub spec: NumSpec,
+    /// Bounds only (`multipleOf` is checked on the unscaled value).
+    pub bounds: NumSpec,
+    pub multiple: DecMultiple,
+}
+
+/// `multipleOf` of a decimal column, on unscaled values.
+pub(crate) enum DecMultiple {
+    /// No `multipleOf`, or exactly `10^-scale`: implied by the scale check.
+    Implied,
+    /// The unscaled value must be a multiple of this.
+    Unscaled(i128),
+    /// The divisor exceeds decimal(38): only zero is a multiple.
+    OnlyZero,
+}
+
+impl DecimalPlan {
+    fn new(scale: u32, spec: &NumSpec) -> Self {
+        let multiple = match &spec.multiple_of {
+            None => DecMultiple::Implied,
+            Some(m) => {
+                // m = M·10^e with e + scale ≥ 0 (the scale is m's fractional digit count).
+                let shift = m.exp + i64::from(scale);
+                let mut v = Some(i128::from(m.m));
+                for _ in 0..shift.clamp(0, 40) {
+                    v = v.and_then(|v| v.checked_mul(10));
+                }
+                match v {
+                    Some(1) => DecMultiple::Implied,
+                    Some(v) if shift >= 0 => DecMultiple::Unscaled(v),
+                    _ => DecMultiple::OnlyZero,
+                }
+            }
+        };
+        let mut bounds = spec.clone();
+        bounds.multiple_of = None;
+        DecimalPlan {
+            scale,
+            bounds,
+            multiple,
+        }
+    }
 }
 
 /// Utf8 values: i32 offsets (starting with 0) and bytes.
@@ -118,6 +158,12 @@ pub(crate) struct StructCol {
     pub children: Vec<Col>,
     /// Names as bytes, for key lookup.
     pub names: Vec<Box<[u8]>>,
+    /// Names that a raw key token can be compared with byte for byte (no `"`, `\\`, control
+    /// characters), as patterns `name"`: `None` for the others.
+    pub plain_names: Vec<Option<KeyPattern>>,
+    /// For each field (and, at index `len`, the start of the object): the field that followed it
+    /// in the last record — the decoder's guess for the next key.
+    pub next_after: Vec<usize>,
     pub spec_additional_forbid: bool,
     pub min_props: Option<u64>,
     pub max_props: Option<u64>,
@@ -135,6 +181,64 @@ impl StructCol {
             }
         }
         self.names.iter().position(|n| &**n == key)
+    }
+}
+
+/// `name"` as 8-byte words, to recognize a key token in a few word compares.
+pub(crate) struct KeyPattern {
+    bytes: Box<[u8]>,
+    words: Box<[u64]>,
+    last_mask: u64,
+}
+
+impl KeyPattern {
+    pub fn new(name: &[u8]) -> Self {
+        let mut bytes = name.to_vec();
+        bytes.push(b'"');
+        let words = bytes
+            .chunks(8)
+            .map(|c| {
+                let mut a = [0u8; 8];
+                a[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(a)
+            })
+            .collect();
+        let rem = bytes.len() % 8;
+        let last_mask = if rem == 0 {
+            u64::MAX
+        } else {
+            (1u64 << (rem * 8)) - 1
+        };
+        KeyPattern {
+            bytes: bytes.into_boxed_slice(),
+            words,
+            last_mask,
+        }
+    }
+
+    /// Length of the name (without the quote).
+    #[inline]
+    pub fn name_len(&self) -> usize {
+        self.bytes.len() - 1
+    }
+
+    /// Whether `buf[p..]` starts with `name"`.
+    #[inline]
+    pub fn matches(&self, buf: &[u8], p: usize) -> bool {
+        let n = self.words.len();
+        let Some(region) = buf.get(p..p + n * 8) else {
+            return buf.get(p..p + self.bytes.len()) == Some(&self.bytes[..]);
+        };
+        for (k, (w, c)) in self.words.iter().zip(region.chunks_exact(8)).enumerate() {
+            let Ok(a) = <[u8; 8]>::try_from(c) else {
+                return false;
+            };
+            let mask = if k + 1 == n { self.last_mask } else { u64::MAX };
+            if (u64::from_le_bytes(a) ^ w) & mask != 0 {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -211,13 +315,7 @@ impl Col {
             }
             FieldType::Decimal { scale, spec } => {
                 expect_type(ptr, field, &DataType::Decimal128(38, *scale as i8))?;
-                Data::Decimal(
-                    Vec::new(),
-                    Box::new(DecimalPlan {
-                        scale: *scale,
-                        spec: spec.clone(),
-                    }),
-                )
+                Data::Decimal(Vec::new(), Box::new(DecimalPlan::new(*scale, spec)))
             }
             FieldType::String(s) => {
                 expect_type(ptr, field, &DataType::Utf8)?;
@@ -566,13 +664,26 @@ impl StructCol {
                 None => return Err(mismatch(ptr, format!("duplicate field {:?}", af.name()))),
             }
         }
-        let names_b = ordered
+        let names_b: Vec<Box<[u8]>> = ordered
             .iter()
             .map(|c| c.field.name().as_bytes().to_vec().into_boxed_slice())
+            .collect();
+        let plain_names = names_b
+            .iter()
+            .map(|n| {
+                let plain = n.iter().all(|&c| c >= 0x20 && c != b'"' && c != b'\\');
+                plain.then(|| KeyPattern::new(n))
+            })
+            .collect();
+        let n = names_b.len();
+        let next_after = (0..=n)
+            .map(|i| if i == n { 0 } else { (i + 1) % n.max(1) })
             .collect();
         Ok(StructCol {
             children: ordered,
             names: names_b,
+            plain_names,
+            next_after,
             spec_additional_forbid: spec.additional == crate::schema::Additional::Forbid,
             min_props: spec.min_props,
             max_props: spec.max_props,

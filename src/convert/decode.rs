@@ -9,7 +9,7 @@
 
 use base64::Engine as _;
 
-use super::column::{Col, Data, ListCol, MapCol, StructCol};
+use super::column::{Col, Data, DecMultiple, DecimalPlan, ListCol, MapCol, StructCol};
 use super::json::{has_duplicate_spans, unescape, KeySet, NumTok, Reader, SyntaxError, MAX_DEPTH};
 use super::time::{parse_date, parse_date_time, parse_time, TimeError};
 use super::{DlqCode, DlqReason};
@@ -20,17 +20,6 @@ use crate::schema::{
 
 type Res = Result<(), SyntaxError>;
 
-/// One step of the JSON pointer to the value being decoded.
-#[derive(Clone, Copy)]
-pub(crate) enum Seg {
-    /// A struct field, by index in the name table.
-    Name(u32),
-    /// A list element.
-    Index(u32),
-    /// A map key: a span of `Scratch::path_keys`.
-    Key(u32, u32),
-}
-
 /// Buffers reused from record to record (no allocation per record once warm).
 #[derive(Default)]
 pub(crate) struct Scratch {
@@ -39,14 +28,16 @@ pub(crate) struct Scratch {
     strbuf: Vec<u8>,
     keybuf: Vec<u8>,
     spans: Vec<(u32, u32)>,
-    path: Vec<Seg>,
-    path_keys: Vec<u8>,
 }
 
 pub(crate) struct Ctx<'a, 'n> {
     pub r: Reader<'a>,
     depth: usize,
     pub err: Option<DlqReason>,
+    /// The error's pointer is built on the way out, only when there is an error: a failing value
+    /// records its pointer relative to its container, and the container at depth `pending`
+    /// prepends the segment of the child it just decoded (then its parent, up to the record).
+    pending: usize,
     names: &'n [Box<str>],
     s: &'n mut Scratch,
     draft: Draft,
@@ -55,14 +46,14 @@ pub(crate) struct Ctx<'a, 'n> {
 
 /// Which keys of a struct were seen.
 enum Seen {
-    Small(u128),
+    Small(u64),
     Large(Vec<bool>),
 }
 
 impl Seen {
     #[inline]
     fn new(n: usize) -> Seen {
-        if n <= 128 {
+        if n <= 64 {
             Seen::Small(0)
         } else {
             Seen::Large(vec![false; n])
@@ -72,7 +63,7 @@ impl Seen {
     fn test_and_set(&mut self, i: usize) -> bool {
         match self {
             Seen::Small(b) => {
-                let m = 1u128 << i;
+                let m = 1u64 << i;
                 let was = *b & m != 0;
                 *b |= m;
                 was
@@ -83,8 +74,16 @@ impl Seen {
     #[inline]
     fn get(&self, i: usize) -> bool {
         match self {
-            Seen::Small(b) => *b & (1u128 << i) != 0,
+            Seen::Small(b) => *b & (1u64 << i) != 0,
             Seen::Large(v) => v[i],
+        }
+    }
+    /// Whether all of the first `n` fields were seen.
+    #[inline]
+    fn all(&self, n: usize) -> bool {
+        match self {
+            Seen::Small(b) => *b == u64::MAX >> (64 - n.clamp(1, 64)),
+            Seen::Large(v) => v.iter().all(|&x| x),
         }
     }
 }
@@ -116,12 +115,11 @@ impl<'a, 'n> Ctx<'a, 'n> {
         if s.keysets.len() < MAX_DEPTH + 2 {
             s.keysets.resize_with(MAX_DEPTH + 2, KeySet::default);
         }
-        s.path.clear();
-        s.path_keys.clear();
         Ctx {
             r: Reader::new(buf),
             depth: 0,
             err: None,
+            pending: usize::MAX,
             names,
             s,
             draft,
@@ -129,36 +127,43 @@ impl<'a, 'n> Ctx<'a, 'n> {
         }
     }
 
-    /// The JSON pointer (RFC 6901) of the current value.
-    fn pointer(&self) -> String {
-        let mut p = String::new();
-        for seg in &self.s.path {
-            p.push('/');
-            match *seg {
-                Seg::Name(i) => {
-                    let n = self.names.get(i as usize).map(|b| &**b).unwrap_or("");
-                    p.push_str(&escape_pointer_token(n));
-                }
-                Seg::Index(i) => p.push_str(&i.to_string()),
-                Seg::Key(a, b) => {
-                    let k = self.s.path_keys.get(a as usize..b as usize).unwrap_or(&[]);
-                    p.push_str(&escape_pointer_token(&String::from_utf8_lossy(k)));
-                }
-            }
-        }
-        p
-    }
-
-    /// Records a value error (the first one wins).
+    /// Records a value error (the first one wins) about the value being decoded.
     #[cold]
     fn fail(&mut self, code: DlqCode, message: impl FnOnce() -> String) {
+        self.fail_at(code, None, self.depth, message);
+    }
+
+    /// Records a value error about the child `rel` of the current container (or the container
+    /// itself when `None`); the container at depth `pending` continues the pointer.
+    #[cold]
+    fn fail_at(
+        &mut self,
+        code: DlqCode,
+        rel: Option<&str>,
+        pending: usize,
+        message: impl FnOnce() -> String,
+    ) {
         if self.err.is_none() {
+            let field = rel
+                .map(|r| format!("/{}", escape_pointer_token(r)))
+                .unwrap_or_default();
             self.err = Some(DlqReason {
                 code,
-                field: self.pointer(),
+                field,
                 message: message(),
             });
+            self.pending = pending;
         }
+    }
+
+    /// Prepends a segment to the error's pointer (the caller is the container at `pending`).
+    #[cold]
+    fn prepend(&mut self, seg: &str) {
+        if let Some(e) = &mut self.err {
+            e.field
+                .insert_str(0, &format!("/{}", escape_pointer_token(seg)));
+        }
+        self.pending = self.pending.wrapping_sub(1);
     }
 
     #[cold]
@@ -213,7 +218,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                         }
                         let k = self.r.scan_string()?;
                         let buf = self.r.buf;
-                        self.s.keysets[d].push(&buf[k.start..k.end], k.escaped);
+                        self.s.keysets[d].push(&buf[k.range()], k.escaped());
                         self.r.expect(b':', "expected ':'")?;
                         self.skip_value()?;
                         match self.r.peek() {
@@ -343,11 +348,8 @@ impl<'a, 'n> Ctx<'a, 'n> {
                     return self.type_mismatch(c, "number");
                 }
                 let t = self.r.scan_number()?;
-                let tok = &buf[t.start..t.end];
-                let x = std::str::from_utf8(tok)
-                    .ok()
-                    .and_then(|s| s.parse::<f64>().ok())
-                    .unwrap_or(f64::INFINITY);
+                let tok = &buf[t.range()];
+                let x = parse_f64(tok);
                 if !x.is_finite() {
                     self.fail(DlqCode::ValueOutOfRange, || {
                         "number beyond the range of a double".to_string()
@@ -364,8 +366,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
                     return self.type_mismatch(c, "number");
                 }
                 let t = self.r.scan_number()?;
-                let Some(x) = self.decimal_value(&buf[t.start..t.end], plan.scale, &plan.spec)
-                else {
+                let Some(x) = self.decimal_value(&buf[t.range()], plan) else {
                     return Ok(());
                 };
                 v.push(x);
@@ -376,8 +377,8 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 }
                 let t = self.r.scan_string()?;
                 let start = vb.data.len();
-                let raw = &buf[t.start..t.end];
-                if t.escaped {
+                let raw = &buf[t.range()];
+                if t.escaped() {
                     unescape(raw, &mut vb.data);
                 } else {
                     vb.data.extend_from_slice(raw);
@@ -515,10 +516,10 @@ impl<'a, 'n> Ctx<'a, 'n> {
     ) -> Result<Option<T>, SyntaxError> {
         let t = self.r.scan_string()?;
         let buf = self.r.buf;
-        let raw = &buf[t.start..t.end];
+        let raw = &buf[t.range()];
         let mut tmp = std::mem::take(&mut self.s.strbuf);
         let out = {
-            let bytes: &[u8] = if t.escaped {
+            let bytes: &[u8] = if t.escaped() {
                 tmp.clear();
                 unescape(raw, &mut tmp);
                 &tmp
@@ -647,23 +648,24 @@ impl<'a, 'n> Ctx<'a, 'n> {
         col_hi: i128,
         col: &'static str,
     ) -> Option<i128> {
-        let tok = &self.r.buf[t.start..t.end];
-        let v: i128 = if t.literal && tok.len() <= 19 {
+        let tok = &self.r.buf[t.range()];
+        let v: i128 = if t.literal() && tok.len() <= 19 {
             let (neg, d) = match tok.split_first() {
                 Some((b'-', rest)) => (true, rest),
                 _ => (false, tok),
             };
-            let mut v: i128 = 0;
+            // At most 19 digits: fits u64.
+            let mut v: u64 = 0;
             for &c in d {
-                v = v * 10 + i128::from(c - b'0');
+                v = v * 10 + u64::from(c - b'0');
             }
             if neg {
-                -v
+                -i128::from(v)
             } else {
-                v
+                i128::from(v)
             }
         } else {
-            if !t.literal && self.draft == Draft::Draft04 {
+            if !t.literal() && self.draft == Draft::Draft04 {
                 self.fail(DlqCode::TypeMismatch, || {
                     "expected integer, got a number that is not an integer literal (draft-04)"
                         .to_string()
@@ -725,7 +727,21 @@ impl<'a, 'n> Ctx<'a, 'n> {
     }
 
     /// A decimal(38, scale) value, exact; `None` with an error recorded when not allowed.
-    fn decimal_value(&mut self, tok: &[u8], scale: u32, spec: &NumSpec) -> Option<i128> {
+    fn decimal_value(&mut self, tok: &[u8], plan: &DecimalPlan) -> Option<i128> {
+        let scale = plan.scale;
+        // Fast path: `-?digits(.digits)?` with at most `scale` fractional digits, ≤ 30 digits.
+        if plan.bounds.is_empty() && tok.len() <= 40 {
+            if let Some(v) = plain_decimal(tok, scale) {
+                let ok = match plan.multiple {
+                    DecMultiple::Implied => true,
+                    DecMultiple::Unscaled(m) => v % m == 0,
+                    DecMultiple::OnlyZero => v == 0,
+                };
+                if ok {
+                    return Some(v);
+                }
+            }
+        }
         let (neg, exp) = normalize_number(tok, &mut self.s.digits);
         let shift = exp + i64::from(scale);
         let nd = self.s.digits.len() as i64;
@@ -741,7 +757,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
             });
             return None;
         }
-        if !spec.is_empty() && !self.check_num_parts(neg, exp, spec) {
+        if !plan.bounds.is_empty() && !self.check_num_parts(neg, exp, &plan.bounds) {
             return None;
         }
         let mut v: i128 = 0;
@@ -752,6 +768,17 @@ impl<'a, 'n> Ctx<'a, 'n> {
             for _ in 0..shift {
                 v *= 10;
             }
+        }
+        let ok = match plan.multiple {
+            DecMultiple::Implied => true,
+            DecMultiple::Unscaled(m) => v % m == 0,
+            DecMultiple::OnlyZero => v == 0,
+        };
+        if !ok {
+            self.fail(DlqCode::ValueOutOfRange, || {
+                "not a multiple of multipleOf".to_string()
+            });
+            return None;
         }
         Some(if neg { -v } else { v })
     }
@@ -768,9 +795,9 @@ impl<'a, 'n> Ctx<'a, 'n> {
         let found: Option<usize> = match c {
             b'"' => {
                 let t = self.r.scan_string()?;
-                let raw = &buf[t.start..t.end];
+                let raw = &buf[t.range()];
                 let mut tmp = std::mem::take(&mut self.s.strbuf);
-                let bytes: &[u8] = if t.escaped {
+                let bytes: &[u8] = if t.escaped() {
                     tmp.clear();
                     unescape(raw, &mut tmp);
                     &tmp
@@ -799,7 +826,7 @@ impl<'a, 'n> Ctx<'a, 'n> {
             }
             c if is_num_start(c) => {
                 let t = self.r.scan_number()?;
-                let (neg, exp) = normalize_number(&buf[t.start..t.end], &mut self.s.digits);
+                let (neg, exp) = normalize_number(&buf[t.range()], &mut self.s.digits);
                 let digits = &self.s.digits;
                 spec.members.iter().position(|m| match m {
                     EnumMember::Num { value, .. } => {
@@ -850,7 +877,10 @@ impl<'a, 'n> Ctx<'a, 'n> {
         let n = s.children.len();
         let mut seen = Seen::new(n);
         let mut num_keys: u64 = 0;
-        let mut hint = 0;
+        let n_fields = s.children.len();
+        // The field expected next: records of one producer keep one key order, learned as we go.
+        let mut prev = n_fields;
+        let mut hint = s.next_after[prev];
         let buf = self.r.buf;
         if self.r.peek() == Some(b'}') {
             self.r.pos += 1;
@@ -859,44 +889,69 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 if self.r.peek() != Some(b'"') {
                     return Err(self.r.err("expected a key"));
                 }
-                let k = self.r.scan_string()?;
-                self.r.expect(b':', "expected ':'")?;
                 num_keys += 1;
-                let raw = &buf[k.start..k.end];
-                let idx = if k.escaped {
-                    self.s.keybuf.clear();
-                    unescape(raw, &mut self.s.keybuf);
-                    s.lookup(&self.s.keybuf, hint)
-                } else {
-                    s.lookup(raw, hint)
+                // Fast path: the raw key is exactly the expected field's (plain) name.
+                let p = self.r.pos + 1;
+                let fast = match s.plain_names.get(hint) {
+                    Some(Some(pat)) if pat.matches(buf, p) => Some(pat.name_len()),
+                    _ => None,
                 };
+                let (idx, raw, escaped) = if let Some(len) = fast {
+                    let e = p + len;
+                    self.r.pos = e + 1;
+                    (Some(hint), &buf[p..e], false)
+                } else {
+                    let k = self.r.scan_string()?;
+                    let raw = &buf[k.range()];
+                    let idx = if k.escaped() {
+                        self.s.keybuf.clear();
+                        unescape(raw, &mut self.s.keybuf);
+                        s.lookup(&self.s.keybuf, hint)
+                    } else {
+                        s.lookup(raw, hint)
+                    };
+                    (idx, raw, k.escaped())
+                };
+                self.r.expect(b':', "expected ':'")?;
+                if let Some(i) = idx {
+                    if s.next_after[prev] != i {
+                        s.next_after[prev] = i;
+                    }
+                    prev = i;
+                    hint = s.next_after[i];
+                }
                 match idx {
                     Some(i) => {
                         if seen.test_and_set(i) {
                             return Err(self.r.err("duplicate key in an object"));
                         }
-                        hint = i + 1;
                         let child = &mut s.children[i];
-                        self.s.path.push(Seg::Name(child.meta.name_id));
                         self.decode(child)?;
-                        self.s.path.pop();
+                        if self.pending == self.depth {
+                            let name_id = child.meta.name_id as usize;
+                            let names = self.names;
+                            self.prepend(names.get(name_id).map(|b| &**b).unwrap_or(""));
+                        }
                     }
                     None => {
-                        self.s.keysets[d].push(raw, k.escaped);
+                        self.s.keysets[d].push(raw, escaped);
                         if s.spec_additional_forbid && self.err.is_none() {
-                            let a = self.s.path_keys.len() as u32;
-                            if k.escaped {
-                                unescape(raw, &mut self.s.path_keys);
+                            let mut key = Vec::new();
+                            if escaped {
+                                unescape(raw, &mut key);
                             } else {
-                                self.s.path_keys.extend_from_slice(raw);
+                                key.extend_from_slice(raw);
                             }
-                            let b = self.s.path_keys.len() as u32;
-                            self.s.path.push(Seg::Key(a, b));
-                            self.fail(DlqCode::ValueOutOfRange, || {
-                                "property not allowed (additionalProperties is false)".to_string()
-                            });
-                            self.s.path.pop();
-                            self.s.path_keys.truncate(a as usize);
+                            let key = String::from_utf8_lossy(&key).into_owned();
+                            self.fail_at(
+                                DlqCode::ValueOutOfRange,
+                                Some(&key),
+                                self.depth - 1,
+                                || {
+                                    "property not allowed (additionalProperties is false)"
+                                        .to_string()
+                                },
+                            );
                         }
                         self.skip_value()?;
                     }
@@ -918,24 +973,23 @@ impl<'a, 'n> Ctx<'a, 'n> {
         if self.err.is_some() {
             return Ok(());
         }
-        for i in 0..n {
+        for i in 0..if seen.all(n) { 0 } else { n } {
             if seen.get(i) {
                 continue;
             }
             let child = &mut s.children[i];
             if child.meta.required {
-                let is_partition = child.meta.is_partition;
-                self.s.path.push(Seg::Name(child.meta.name_id));
-                if is_partition {
-                    self.fail(DlqCode::MissingPartitionValue, || {
-                        "the partition field is missing".to_string()
-                    });
+                let (code, what) = if child.meta.is_partition {
+                    (
+                        DlqCode::MissingPartitionValue,
+                        "the partition field is missing",
+                    )
                 } else {
-                    self.fail(DlqCode::MissingRequiredField, || {
-                        "required field is missing".to_string()
-                    });
-                }
-                self.s.path.pop();
+                    (DlqCode::MissingRequiredField, "required field is missing")
+                };
+                let names = self.names;
+                let name = names.get(child.meta.name_id as usize).map(|b| &**b);
+                self.fail_at(code, name, self.depth, || what.to_string());
                 return Ok(());
             }
             child.push_null();
@@ -968,9 +1022,10 @@ impl<'a, 'n> Ctx<'a, 'n> {
             self.r.pos += 1;
         } else {
             loop {
-                self.s.path.push(Seg::Index(count as u32));
                 self.decode(&mut l.child)?;
-                self.s.path.pop();
+                if self.pending == self.depth {
+                    self.prepend(&count.to_string());
+                }
                 count += 1;
                 match self.r.peek() {
                     Some(b',') => self.r.pos += 1,
@@ -1020,21 +1075,19 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 }
                 let k = self.r.scan_string()?;
                 self.r.expect(b':', "expected ':'")?;
-                let raw = &buf[k.start..k.end];
+                let raw = &buf[k.range()];
                 let ks = m.keys.data.len();
-                if k.escaped {
+                if k.escaped() {
                     unescape(raw, &mut m.keys.data);
                 } else {
                     m.keys.data.extend_from_slice(raw);
                 }
                 m.keys.commit();
-                let a = self.s.path_keys.len() as u32;
-                self.s.path_keys.extend_from_slice(&m.keys.data[ks..]);
-                let b = self.s.path_keys.len() as u32;
-                self.s.path.push(Seg::Key(a, b));
                 self.decode(&mut m.values)?;
-                self.s.path.pop();
-                self.s.path_keys.truncate(a as usize);
+                if self.pending == self.depth {
+                    let key = String::from_utf8_lossy(&m.keys.data[ks..]).into_owned();
+                    self.prepend(&key);
+                }
                 match self.r.peek() {
                     Some(b',') => self.r.pos += 1,
                     Some(b'}') => {
@@ -1077,6 +1130,94 @@ impl<'a, 'n> Ctx<'a, 'n> {
         m.offsets.push(m.keys.len() as i32);
         Ok(())
     }
+}
+
+/// A JSON number token as the nearest double (round-half-even, as `str::parse::<f64>`), ±∞ when
+/// beyond the range. Fast path (Clinger): at most 15 significant digits and a power of ten up to
+/// 10^22 are both exact doubles, so one multiplication or division rounds correctly.
+#[inline]
+fn parse_f64(tok: &[u8]) -> f64 {
+    const POW10: [f64; 23] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+        1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    ];
+    let (neg, body) = match tok.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, tok),
+    };
+    let mut mant: u64 = 0;
+    let mut sig = 0u32;
+    let mut frac = 0i32;
+    let mut seen_dot = false;
+    let mut simple = true;
+    for &c in body {
+        match c {
+            b'0'..=b'9' => {
+                if mant == 0 && c == b'0' {
+                    // leading zero: not significant
+                } else {
+                    sig += 1;
+                }
+                mant = mant.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
+                if seen_dot {
+                    frac += 1;
+                }
+            }
+            b'.' => seen_dot = true,
+            _ => {
+                simple = false; // exponent: take the general path
+                break;
+            }
+        }
+    }
+    if simple && sig <= 15 && frac <= 22 {
+        let m = mant as f64;
+        let v = if frac == 0 {
+            m
+        } else {
+            m / POW10[frac as usize]
+        };
+        return if neg { -v } else { v };
+    }
+    std::str::from_utf8(tok)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(f64::INFINITY)
+}
+
+/// The unscaled value of a plain decimal literal (no exponent, at most `scale` fractional digits,
+/// at most 31 characters), or `None` to take the general path.
+#[inline]
+fn plain_decimal(tok: &[u8], scale: u32) -> Option<i128> {
+    let (neg, body) = match tok.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, tok),
+    };
+    let mut v: i128 = 0;
+    let mut frac: Option<u32> = None;
+    let mut digits: u32 = 0;
+    for &c in body {
+        match c {
+            b'0'..=b'9' => {
+                v = v * 10 + i128::from(c - b'0');
+                digits += 1;
+                if let Some(f) = &mut frac {
+                    *f += 1;
+                }
+            }
+            b'.' if frac.is_none() => frac = Some(0),
+            _ => return None,
+        }
+    }
+    let f = frac.unwrap_or(0);
+    // Keeps |v| < 10^38 (decimal(38) precision) and the arithmetic in range.
+    if f > scale || digits + (scale - f) > 38 {
+        return None;
+    }
+    for _ in f..scale {
+        v *= 10;
+    }
+    Some(if neg { -v } else { v })
 }
 
 /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, either case → 16 bytes.

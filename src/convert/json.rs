@@ -3,37 +3,91 @@
 //! nesting bounded by [`MAX_DEPTH`]. Numbers are returned as their exact text, never as `f64`.
 //!
 //! The reader never panics and never recurses by itself; callers recurse at most [`MAX_DEPTH`] deep.
-//! Invalid UTF-8 is checked once per record by the caller (`std::str::from_utf8` on the whole
-//! record) before reading, so string scanning only has to look at ASCII bytes.
+//! UTF-8 (RFC 3629) is checked inside strings, where non-ASCII bytes may appear (a string that holds
+//! any is validated with `std::str::from_utf8`); anywhere else a non-ASCII byte is a syntax error, so
+//! a record that is not valid UTF-8 is always refused without a separate pass over it.
 
 /// Deepest nesting of arrays/objects accepted in a record (the record's own object is level 1).
 pub const MAX_DEPTH: usize = 128;
 
-/// A syntax error: the record is not JSON (DESERIALIZATION_ERROR).
+/// A syntax error: the record is not JSON (DESERIALIZATION_ERROR). Boxed: it is rare, and a
+/// pointer-sized error keeps every `Result` of the hot path in registers.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SyntaxError {
+pub(crate) struct SyntaxError(Box<(usize, &'static str)>);
+
+impl SyntaxError {
     /// Byte offset in the record.
-    pub offset: usize,
+    pub fn offset(&self) -> usize {
+        self.0 .0
+    }
     /// What was wrong.
-    pub what: &'static str,
+    pub fn what(&self) -> &'static str {
+        self.0 .1
+    }
 }
 
-/// A scanned string token: the bytes between the quotes, and whether they hold escapes.
+/// A scanned string token: the bytes between the quotes, and whether they hold escapes. Packed in
+/// one `u64` (start: bits 0–31, end: bits 32–62, escaped: bit 63) so that it is returned in a
+/// register; [`Reader::new`] buffers are below 2 GiB ([`MAX_READER_LEN`]).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct StrTok {
-    pub start: usize,
-    pub end: usize,
-    pub escaped: bool,
+pub(crate) struct StrTok(u64);
+
+impl StrTok {
+    #[inline]
+    fn new(start: usize, end: usize, escaped: bool) -> Self {
+        StrTok(start as u64 | (end as u64) << 32 | u64::from(escaped) << 63)
+    }
+    /// Offset of the first content byte.
+    #[inline]
+    pub fn start(self) -> usize {
+        (self.0 & 0xFFFF_FFFF) as usize
+    }
+    /// Offset of the closing quote.
+    #[inline]
+    pub fn end(self) -> usize {
+        ((self.0 >> 32) & 0x7FFF_FFFF) as usize
+    }
+    /// The content holds escapes.
+    #[inline]
+    pub fn escaped(self) -> bool {
+        self.0 >> 63 != 0
+    }
+    /// The token's content range in the buffer.
+    #[inline]
+    pub fn range(self) -> std::ops::Range<usize> {
+        self.start()..self.end()
+    }
 }
 
-/// A scanned number token.
+/// A scanned number token, packed like [`StrTok`] (bit 63: an integer literal, i.e. no fraction
+/// and no exponent).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct NumTok {
-    pub start: usize,
-    pub end: usize,
+pub(crate) struct NumTok(u64);
+
+impl NumTok {
+    #[inline]
+    fn new(start: usize, end: usize, literal: bool) -> Self {
+        NumTok(start as u64 | (end as u64) << 32 | u64::from(literal) << 63)
+    }
     /// No fraction and no exponent.
-    pub literal: bool,
+    #[inline]
+    pub fn literal(self) -> bool {
+        self.0 >> 63 != 0
+    }
+    /// Offset after the token.
+    #[inline]
+    pub fn end(self) -> usize {
+        ((self.0 >> 32) & 0x7FFF_FFFF) as usize
+    }
+    /// The token's range in the buffer.
+    #[inline]
+    pub fn range(self) -> std::ops::Range<usize> {
+        (self.0 & 0xFFFF_FFFF) as usize..self.end()
+    }
 }
+
+/// Largest buffer a [`Reader`] reads (token offsets are packed in 31 bits).
+pub const MAX_READER_LEN: usize = i32::MAX as usize;
 
 pub(crate) struct Reader<'a> {
     pub buf: &'a [u8],
@@ -45,11 +99,10 @@ impl<'a> Reader<'a> {
         Reader { buf, pos: 0 }
     }
 
+    #[cold]
+    #[inline(never)]
     pub fn err(&self, what: &'static str) -> SyntaxError {
-        SyntaxError {
-            offset: self.pos,
-            what,
-        }
+        SyntaxError(Box::new((self.pos, what)))
     }
 
     /// Skips whitespace and returns the next byte without consuming it.
@@ -87,8 +140,9 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Scans a string starting at `"`; validates escapes (including surrogate pairing) and rejects
-    /// control characters. Leaves `pos` after the closing quote.
+    /// Scans a string starting at `"`; validates escapes (including surrogate pairing), rejects
+    /// control characters, and checks that non-ASCII bytes are valid UTF-8. Leaves `pos` after the
+    /// closing quote.
     #[inline]
     pub fn scan_string(&mut self) -> Result<StrTok, SyntaxError> {
         if self.buf.get(self.pos) != Some(&b'"') {
@@ -99,30 +153,42 @@ impl<'a> Reader<'a> {
         let buf = self.buf;
         let mut i = self.pos;
         let mut escaped = false;
+        let mut non_ascii = false;
         loop {
-            // Fast path: plain bytes.
-            while let Some(&c) = buf.get(i) {
-                if c == b'"' || c == b'\\' || c < 0x20 {
+            // Fast path: 8 bytes at a time, stopping exactly at the first special byte (the lowest
+            // flagged byte of `special_bytes` is exact: borrows only run toward higher bytes).
+            while let Some(chunk) = buf.get(i..i + 8) {
+                let Ok(a) = <[u8; 8]>::try_from(chunk) else {
+                    break;
+                };
+                let m = special_bytes(u64::from_le_bytes(a));
+                if m != 0 {
+                    i += (m.trailing_zeros() / 8) as usize;
                     break;
                 }
-                i += 1;
+                i += 8;
             }
+            // One byte: a special one, or a plain one among the last 7 of the buffer.
             match buf.get(i) {
                 Some(b'"') => {
+                    if non_ascii && std::str::from_utf8(&buf[start..i]).is_err() {
+                        self.pos = start;
+                        return Err(self.err("invalid UTF-8 in string"));
+                    }
                     self.pos = i + 1;
-                    return Ok(StrTok {
-                        start,
-                        end: i,
-                        escaped,
-                    });
+                    return Ok(StrTok::new(start, i, escaped));
                 }
                 Some(b'\\') => {
                     escaped = true;
                     i = self.check_escape(i)?;
                 }
-                Some(_) => {
+                Some(0x00..=0x1f) => {
                     self.pos = i;
                     return Err(self.err("control character in string"));
+                }
+                Some(&c) => {
+                    non_ascii |= c >= 0x80;
+                    i += 1;
                 }
                 None => {
                     self.pos = i;
@@ -225,12 +291,23 @@ impl<'a> Reader<'a> {
             }
         }
         self.pos = i;
-        Ok(NumTok {
-            start,
-            end: i,
-            literal,
-        })
+        Ok(NumTok::new(start, i, literal))
     }
+}
+
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// Non-zero when one of the 8 bytes of `v` is `"`, `\\`, a control character or non-ASCII (it may
+/// also flag a few plain bytes after such a byte: callers then look byte by byte).
+#[inline]
+fn special_bytes(v: u64) -> u64 {
+    let q = v ^ (LO * u64::from(b'"'));
+    let b = v ^ (LO * u64::from(b'\\'));
+    let zq = q.wrapping_sub(LO) & !q;
+    let zb = b.wrapping_sub(LO) & !b;
+    let ctrl = v.wrapping_sub(LO * 0x20) & !v;
+    (zq | zb | ctrl | v) & HI
 }
 
 fn hex4(buf: &[u8], i: usize) -> Option<u32> {
@@ -314,8 +391,9 @@ impl KeySet {
     }
 
     /// Whether any key occurs twice.
+    #[inline]
     pub fn has_duplicates(&mut self) -> bool {
-        has_duplicate_spans(&self.bytes, &mut self.spans)
+        self.spans.len() >= 2 && has_duplicate_spans(&self.bytes, &mut self.spans)
     }
 }
 
@@ -348,8 +426,8 @@ mod tests {
         let mut r = Reader::new(input.as_bytes());
         let t = r.scan_string()?;
         let mut out = Vec::new();
-        unescape(&input.as_bytes()[t.start..t.end], &mut out);
-        Ok((String::from_utf8(out).unwrap(), t.escaped))
+        unescape(&input.as_bytes()[t.range()], &mut out);
+        Ok((String::from_utf8(out).unwrap(), t.escaped()))
     }
 
     #[test]
@@ -386,7 +464,7 @@ mod tests {
         ] {
             let mut r = Reader::new(t.as_bytes());
             let n = r.scan_number().unwrap();
-            assert_eq!((n.end, n.literal), (t.len(), lit), "{t}");
+            assert_eq!((n.end(), n.literal()), (t.len(), lit), "{t}");
         }
         for bad in [
             "01",
@@ -403,6 +481,76 @@ mod tests {
             let mut r = Reader::new(bad.as_bytes());
             assert!(r.scan_number().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn strings_must_be_valid_utf8() {
+        for bad in [
+            &b"\"\xff\""[..],
+            b"\"a\xc3\"",
+            b"\"\xed\xa0\x80\"",
+            b"\"abcdefgh\xc0\xafxyz\"",
+        ] {
+            let mut r = Reader::new(bad);
+            assert!(r.scan_string().is_err(), "{bad:?}");
+        }
+        let ok = "\"h\u{e9}llo w\u{f6}rld, 8+ bytes \u{1F600}\"";
+        let mut r = Reader::new(ok.as_bytes());
+        assert!(r.scan_string().is_ok());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn strings_agree_with_serde_json(parts in proptest::collection::vec(proptest::prop_oneof![
+            proptest::strategy::Just("a".to_string()),
+            proptest::strategy::Just("abcdefghij".to_string()),
+            proptest::strategy::Just("\\\"".to_string()),
+            proptest::strategy::Just("\\\\".to_string()),
+            proptest::strategy::Just("\\u00e9".to_string()),
+            proptest::strategy::Just("\\ud83d\\ude00".to_string()),
+            proptest::strategy::Just("\\ud83d".to_string()),
+            proptest::strategy::Just("\\x".to_string()),
+            proptest::strategy::Just("\u{1}".to_string()),
+            proptest::strategy::Just("é€😀".to_string()),
+            proptest::strategy::Just("\"".to_string()),
+        ], 0..12), bad_byte in proptest::option::of((0usize..64, 0x80u8..=0xff))) {
+            let mut bytes = b"\"".to_vec();
+            bytes.extend_from_slice(parts.concat().as_bytes());
+            bytes.push(b'"');
+            if let Some((at, b)) = bad_byte {
+                let n = bytes.len();
+                bytes[1 + at % (n - 1)] = b;
+            }
+            let reference = serde_json::from_slice::<String>(&bytes);
+            let mut r = Reader::new(&bytes);
+            let ours = r.scan_string().map(|t| {
+                let mut out = Vec::new();
+                unescape(&bytes[t.range()], &mut out);
+                (out, r.pos)
+            });
+            match (reference, ours) {
+                (Ok(s), Ok((out, pos))) => {
+                    proptest::prop_assert_eq!(s.as_bytes(), &out[..]);
+                    proptest::prop_assert_eq!(pos, bytes.len());
+                }
+                (Err(_), Err(_)) => {}
+                // serde_json stops at the first closing quote; we may too, leaving trailing bytes.
+                (Err(_), Ok((_, pos))) => proptest::prop_assert!(pos < bytes.len()),
+                (Ok(s), Err(e)) => proptest::prop_assert!(false, "serde_json accepts {:?}, we refuse: {:?}", s, e),
+            }
+        }
+    }
+
+    #[test]
+    fn special_bytes_finds_every_stop_byte() {
+        for c in [b'"', b'\\', 0x00, 0x1f, 0x80, 0xff] {
+            for pos in 0..8 {
+                let mut a = *b"abcdefgh";
+                a[pos] = c;
+                assert_ne!(special_bytes(u64::from_le_bytes(a)), 0, "{c} at {pos}");
+            }
+        }
+        assert_eq!(special_bytes(u64::from_le_bytes(*b"a ~!#[]{")), 0);
     }
 
     #[test]

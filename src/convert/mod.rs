@@ -3,13 +3,13 @@
 //! "DLQ error codes").
 //!
 //! ```text
-//!   record bytes ──► size check ──► UTF-8 check ──► one-pass pull parse (json.rs), driven by the
-//!   (after GSR        (RECORD_       (DESERIALIZ-    mapped schema, validating each value (decode.rs)
-//!    decoding)         TOO_LARGE)     ATION_ERROR)    and appending it to its column (column.rs)
-//!                                                          │ ok                │ error
-//!                                                          ▼                   ▼
-//!                                                 row appended,      every column truncated back:
-//!                                                 hour partition     DlqReason {code, field, message}
+//!   record bytes ──► size check ──► one-pass pull parse (json.rs: syntax, UTF-8, escapes, depth,
+//!   (after GSR        (RECORD_       duplicate keys), driven by the mapped schema, validating each
+//!    decoding)         TOO_LARGE)    value (decode.rs) and appending it to its column (column.rs)
+//!                                            │ ok                      │ error
+//!                                            ▼                         ▼
+//!                                   row appended,            every column truncated back:
+//!                                   hour partition           DlqReason {code, field, message}
 //! ```
 //!
 //! Every record is parsed exactly once, with no tree allocated per record: numbers are read from
@@ -209,16 +209,16 @@ impl Converter {
                 ),
             ));
         }
+        if record.len() > json::MAX_READER_LEN {
+            return Err(DlqReason::record(
+                DlqCode::RecordTooLarge,
+                format!("record of {} bytes exceeds 2 GiB", record.len()),
+            ));
+        }
         if self.input_bytes + record.len() > MAX_BUFFERED_INPUT {
             return Err(DlqReason::record(
                 DlqCode::RecordTooLarge,
                 "converter buffer full: finish() the batch before pushing more",
-            ));
-        }
-        if let Err(e) = std::str::from_utf8(record) {
-            return Err(DlqReason::record(
-                DlqCode::DeserializationError,
-                format!("invalid UTF-8 at byte {}", e.valid_up_to()),
             ));
         }
         if gsr::looks_like_gsr(record) {
@@ -233,7 +233,7 @@ impl Converter {
         let err = match res {
             Err(e) => Some(DlqReason::record(
                 DlqCode::DeserializationError,
-                format!("not JSON: {} at byte {}", e.what, e.offset),
+                format!("not JSON: {} at byte {}", e.what(), e.offset()),
             )),
             Ok(()) => ctx.err.take(),
         };

@@ -280,6 +280,26 @@ fn decimals_are_exact_from_the_number_text() {
 }
 
 #[test]
+fn decimal_fast_path_keeps_precision_limits() {
+    let text = r#"{"type":"object","required":["event_time"],"properties":{
+        "event_time":{"type":"string","format":"date-time"},
+        "s":{"type":"number","multipleOf":1e-30},"t":{"type":"number","multipleOf":0.25}}}"#;
+    let mut c = conv(&serde_json::from_str(text).unwrap());
+    assert_eq!(
+        val(&mut c, r#""s":12345678.1"#, "s"),
+        "12345678.100000000000000000000000000000"
+    );
+    assert_eq!(code(&mut c, r#""s":123456789.1"#), ValueOutOfRange);
+    assert_eq!(
+        code(&mut c, r#""s":-123456789012345678901234567890.5"#),
+        ValueOutOfRange
+    );
+    assert_eq!(val(&mut c, r#""t":-1.75"#, "t"), "-1.75");
+    assert_eq!(code(&mut c, r#""t":1.3"#), ValueOutOfRange);
+    assert_eq!(val(&mut c, r#""t":0.50"#, "t"), "0.50");
+}
+
+#[test]
 fn doubles_reject_nan_infinity_and_overflow() {
     let mut c = conv(&with_props(
         json!({"d": {"type": "number"}, "b": {"type": "number", "maximum": 0.3}}),
@@ -520,6 +540,33 @@ fn maps_and_lists_with_their_keywords() {
 }
 
 #[test]
+fn dlq_field_is_the_json_pointer_of_the_first_bad_value() {
+    let mut c = conv(&with_props(json!({
+        "l": {"type": "array", "items": {"type": "object", "properties": {
+            "a": {"type": "integer"},
+            "m": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "boolean"}}},
+        }, "required": ["a"]}},
+        "z~/": {"type": "string"},
+    })));
+    for (rec, ptr) in [
+        (r#""l":[{"a":1},{"a":"x"}]"#, "/l/1/a"),
+        (
+            r#""l":[{"a":1,"m":{"k":[true]}},{"a":2,"m":{"k":[true],"q/r":[false,1]}}]"#,
+            "/l/1/m/q~1r/1",
+        ),
+        (r#""l":[{"a":1},{}]"#, "/l/1/a"),
+        (r#""l":[{"a":1},{"a":2}],"z~/":5"#, "/z~0~1"),
+        (r#""l":[{"a":"first"}],"z~/":5"#, "/l/0/a"),
+        (r#""l":{}"#, "/l"),
+        (r#""l":[7]"#, "/l/0"),
+    ] {
+        let e = row(&mut c, rec).unwrap_err();
+        assert_eq!(e.field, ptr, "{rec}");
+    }
+    assert_eq!(raw_row(&mut c, b"[]").unwrap_err().field, "");
+}
+
+#[test]
 fn additional_properties_false_forbids_unknown_keys() {
     let mut s = with_props(json!({"a": {"type": "string"}}));
     s["additionalProperties"] = json!(false);
@@ -527,6 +574,70 @@ fn additional_properties_false_forbids_unknown_keys() {
     assert!(row(&mut c, r#""a":"x""#).is_ok());
     let e = row(&mut c, r#""b":1"#).unwrap_err();
     assert_eq!((e.code, e.field.as_str()), (ValueOutOfRange, "/b"));
+}
+
+#[test]
+fn keys_in_any_order_and_changing_orders_map_to_their_fields() {
+    let mut c = conv(&with_props(json!({
+        "a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"},
+    })));
+    let orders = [
+        r#"{"a":1,"b":"x","c":true,"event_time":"2024-06-01T10:00:00Z"}"#,
+        r#"{"c":false,"event_time":"2024-06-01T10:00:00Z","b":"y","a":2}"#,
+        r#"{"event_time":"2024-06-01T10:00:00Z","b":"z","a":3}"#,
+        r#"{"a":4,"ab":0,"b":"w","c":true,"event_time":"2024-06-01T10:00:00Z"}"#,
+        r#"{"a":5,"b":"v","event_time":"2024-06-01T10:00:00Z"}"#,
+    ];
+    for r in orders {
+        c.push(r.as_bytes()).unwrap();
+    }
+    let b = c.finish();
+    let rows: Vec<_> = (0..5).map(|i| row_to_json(&b, i)).collect();
+    assert_eq!(rows[0]["a"], 1);
+    assert_eq!(
+        (
+            rows[1]["a"].clone(),
+            rows[1]["b"].clone(),
+            rows[1]["c"].clone()
+        ),
+        (json!(2), json!("y"), json!(false))
+    );
+    assert_eq!(
+        (rows[2]["b"].clone(), rows[2]["c"].clone()),
+        (json!("z"), Value::Null)
+    );
+    assert_eq!(
+        (rows[3]["a"].clone(), rows[3]["b"].clone()),
+        (json!(4), json!("w"))
+    );
+    assert_eq!(
+        (rows[4]["a"].clone(), rows[4]["b"].clone()),
+        (json!(5), json!("v"))
+    );
+}
+
+#[test]
+fn key_patterns_match_exactly_at_any_length_and_position() {
+    use super::column::KeyPattern;
+    for len in 0..20 {
+        let name: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+        let pat = KeyPattern::new(&name);
+        assert_eq!(pat.name_len(), len);
+        let mut buf = name.clone();
+        buf.push(b'"');
+        assert!(pat.matches(&buf, 0), "exact end of buffer, len {len}");
+        buf.extend_from_slice(b":1,\"zzzzzzzzzzzzzzzz");
+        assert!(pat.matches(&buf, 0));
+        let mut other = buf.clone();
+        if len > 0 {
+            other[len - 1] = b'Z';
+            assert!(!pat.matches(&other, 0));
+        }
+        let mut longer = name.clone();
+        longer.extend_from_slice(b"x\"");
+        assert!(!pat.matches(&longer, 0));
+        assert!(!pat.matches(&buf[..len], 0), "truncated");
+    }
 }
 
 #[test]
@@ -710,6 +821,27 @@ fn buffered_bytes_grow_and_finish_resets() {
     assert_eq!(b.num_rows(), 100);
     assert_eq!(c.buffered_bytes(), 0);
     assert_eq!(c.finish().num_rows(), 0);
+}
+
+proptest! {
+    #[test]
+    fn doubles_parse_exactly_like_std(
+        int in 0u64..10_000_000_000_000_000, frac in proptest::option::of("[0-9]{1,20}"),
+        exp in proptest::option::of(-330i32..330), neg in any::<bool>()
+    ) {
+        let mut t = format!("{}{}", if neg { "-" } else { "" }, int);
+        if let Some(f) = frac { t.push('.'); t.push_str(&f); }
+        if let Some(e) = exp { t.push_str(&format!("e{e}")); }
+        let mut c = conv(&with_props(json!({"d": {"type": "number"}})));
+        let want: f64 = t.parse().unwrap();
+        match row(&mut c, &format!(r#""d":{t}"#)) {
+            Ok(r) => prop_assert_eq!(r["d"].as_f64().unwrap().to_bits(), want.to_bits(), "{}", t),
+            Err(e) => {
+                prop_assert!(!want.is_finite(), "{}: {}", t, e);
+                prop_assert_eq!(e.code, DlqCode::ValueOutOfRange);
+            }
+        }
+    }
 }
 
 proptest! {

@@ -74,6 +74,9 @@ use serde_json::{Map, Value};
 /// The deepest struct/list/map nesting a schema may have (DESIGN.md "Nesting").
 pub const MAX_SCHEMA_DEPTH: usize = 16;
 
+/// The longest chain of `$ref`s being expanded at once (bounds setup work and recursion).
+const MAX_REF_DEPTH: usize = 64;
+
 /// Why a JSON Schema cannot become a channel's table schema. Every variant names the offending place
 /// by JSON pointer into the schema document, walked through `$ref`s from the root (so a field's name
 /// is always in it), `""` for the root. The caller refuses the channel (FAILED) in every case.
@@ -644,6 +647,12 @@ impl<'a> Mapper<'a> {
                     return Err(SchemaError::unsupported(
                         ptr,
                         format!("recursive $ref {r:?} (unbounded depth > {MAX_SCHEMA_DEPTH})"),
+                    ));
+                }
+                if self.ref_stack.len() >= MAX_REF_DEPTH {
+                    return Err(SchemaError::unsupported(
+                        ptr,
+                        format!("$refs nested deeper than {MAX_REF_DEPTH}"),
                     ));
                 }
                 let target = self.lookup_ref(r, ptr)?.clone();

@@ -289,7 +289,7 @@ impl Dec {
                 s.push_str(&d[1..]);
             }
             s.push('e');
-            s.push(if n - 1 >= 0 { '+' } else { '-' });
+            s.push(if n > 0 { '+' } else { '-' });
             s.push_str(&(n - 1).abs().to_string());
         }
         s

@@ -183,7 +183,8 @@ fn decimal_scale_is_the_fractional_digits_of_multiple_of() {
         "x":{"type":"number","multipleOf":1e-10},"y":{"type":"number","multipleOf":1E-2},
         "z":{"type":"number","multipleOf":0.010},"w":{"type":"number","multipleOf":1},
         "v":{"type":"number","multipleOf":0.5},"u":{"type":"number","multipleOf":2.5E1},
-        "q":{"type":"number","multipleOf":0.25}}}"#;
+        "q":{"type":"number","multipleOf":0.25},"r":{"type":"number","multipleOf":1e-30},
+        "t":{"type":"number","multipleOf":1.7e-22}}}"#;
     let s: Value = serde_json::from_str(text).unwrap();
     let dec = |scale| {
         prim(PrimitiveType::Decimal {
@@ -495,4 +496,30 @@ fn ecma_shorthands_are_ascii() {
         json!({"p": {"type": "string", "pattern": "(?<=a)b"}})
     ))
     .contains("pattern"));
+}
+
+#[test]
+fn long_ref_chains_are_refused_without_overflowing_the_stack() {
+    let mut defs = serde_json::Map::new();
+    for i in 0..5000 {
+        defs.insert(
+            format!("d{i}"),
+            json!({"allOf": [{"$ref": format!("#/definitions/d{}", i + 1)}]}),
+        );
+    }
+    defs.insert("d5000".into(), json!({"type": "string"}));
+    let mut s = with_props(json!({"f": {"$ref": "#/definitions/d0"}}));
+    s["definitions"] = Value::Object(defs);
+    assert!(refusal(&s).contains("deeper than 64"));
+    let mut defs = serde_json::Map::new();
+    for i in 0..10 {
+        defs.insert(
+            format!("d{i}"),
+            json!({"allOf": [{"$ref": format!("#/definitions/d{}", i + 1)}]}),
+        );
+    }
+    defs.insert("d10".into(), json!({"type": "string"}));
+    let mut s = with_props(json!({"f": {"$ref": "#/definitions/d0"}}));
+    s["definitions"] = Value::Object(defs);
+    assert_eq!(field_type(&s, "f"), prim(PrimitiveType::String));
 }
