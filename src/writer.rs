@@ -56,6 +56,37 @@ impl ParquetCompression {
     }
 }
 
+/// The Parquet writer properties of every data file floe writes (and of `floe bench convert`):
+/// - `compression` (ZSTD level 3 by default);
+/// - column-chunk statistics only (`EnabledStatistics::Chunk`): Iceberg's manifest metrics come from
+///   the column-chunk min/max; a page index is not needed (pyarrow does not write one by default
+///   either);
+/// - `DELTA_BINARY_PACKED` instead of dictionary encoding for every INT64 leaf (`long`,
+///   `timestamptz`, `time`): event ids and times are near-monotonic, so deltas are tiny — smaller
+///   files (−18 % on the Event data set) and less for ZSTD to do. Other columns keep parquet's
+///   defaults (dictionary, then PLAIN).
+///
+/// Errors: the Arrow schema has no Parquet equivalent.
+pub fn writer_properties(
+    arrow: &arrow_schema::Schema,
+    compression: Compression,
+) -> Result<WriterProperties, parquet::errors::ParquetError> {
+    use parquet::basic::{Encoding, Type as PhysicalType};
+    use parquet::file::properties::EnabledStatistics;
+    let descr = parquet::arrow::ArrowSchemaConverter::new().convert(arrow)?;
+    let mut b = WriterProperties::builder()
+        .set_compression(compression)
+        .set_statistics_enabled(EnabledStatistics::Chunk);
+    for col in descr.columns() {
+        if col.physical_type() == PhysicalType::INT64 {
+            b = b
+                .set_column_dictionary_enabled(col.path().clone(), false)
+                .set_column_encoding(col.path().clone(), Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    Ok(b.build())
+}
+
 /// Settings of the data-file writer.
 #[derive(Debug, Clone)]
 pub struct WriterSettings {
@@ -116,9 +147,11 @@ async fn write_blocking(
     let md = table.metadata();
     let schema = md.current_schema().clone();
     let spec = md.default_partition_spec().clone();
-    let props = WriterProperties::builder()
-        .set_compression(settings.compression.parquet())
-        .build();
+    let arrow = iceberg::arrow::schema_to_arrow_schema(&schema)?;
+    let props = writer_properties(&arrow, settings.compression.parquet()).map_err(|e| {
+        iceberg::Error::new(iceberg::ErrorKind::DataInvalid, "parquet writer properties")
+            .with_source(e)
+    })?;
     let parquet = ParquetWriterBuilder::new(props, schema.clone());
     let rolling = RollingFileWriterBuilder::new(
         parquet,

@@ -11,7 +11,7 @@
 //! "records_per_s": R, "dlq": D}` — `work_s` is wall time in seconds from reading the input to the
 //! last file closed; `records` counts input records (rows and DLQ'd ones); bytes are input and
 //! Parquet output sizes. Files are `DIR/<field>_hour=<YYYY-MM-DD-HH>/00000.parquet`, written with
-//! [`recommended_writer_properties`].
+//! [`crate::writer::writer_properties`].
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -118,37 +118,6 @@ fn find_newline(buf: &[u8], from: usize) -> Option<usize> {
         .map(|p| p + i)
 }
 
-/// The Parquet writer properties the benchmark uses, and that floe's writer is meant to use:
-/// - `compression` (ZSTD level 3 by default);
-/// - column-chunk statistics only (`EnabledStatistics::Chunk`): Iceberg's manifest metrics come from
-///   the column-chunk min/max; a page index is not needed (pyarrow does not write one by default
-///   either);
-/// - `DELTA_BINARY_PACKED` instead of dictionary encoding for every INT64 leaf (`long`,
-///   `timestamptz`, `time`): event ids and times are near-monotonic, so deltas are tiny — smaller
-///   files (−18 % on the Event data set) and less for ZSTD to do. Other columns keep parquet's
-///   defaults (dictionary, then PLAIN).
-///
-/// Errors: the Arrow schema has no Parquet equivalent.
-pub fn recommended_writer_properties(
-    arrow: &arrow_schema::Schema,
-    compression: Compression,
-) -> Result<WriterProperties, BenchError> {
-    use parquet::basic::{Encoding, Type as PhysicalType};
-    use parquet::file::properties::EnabledStatistics;
-    let descr = parquet::arrow::ArrowSchemaConverter::new().convert(arrow)?;
-    let mut b = WriterProperties::builder()
-        .set_compression(compression)
-        .set_statistics_enabled(EnabledStatistics::Chunk);
-    for col in descr.columns() {
-        if col.physical_type() == PhysicalType::INT64 {
-            b = b
-                .set_column_dictionary_enabled(col.path().clone(), false)
-                .set_column_encoding(col.path().clone(), Encoding::DELTA_BINARY_PACKED);
-        }
-    }
-    Ok(b.build())
-}
-
 /// Measured outcome of a run.
 #[derive(Clone, Copy, Debug)]
 pub struct BenchReport {
@@ -252,7 +221,7 @@ pub fn convert(args: &BenchConvertArgs) -> Result<BenchReport, BenchError> {
             .set_compression(compression)
             .build()
     } else {
-        recommended_writer_properties(&schema.arrow_schema(), compression)?
+        crate::writer::writer_properties(&schema.arrow_schema(), compression)?
     };
     let arrow = schema.arrow_schema();
     let mut conv = Converter::try_new(schema.clone(), arrow.clone())
