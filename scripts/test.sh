@@ -14,5 +14,5 @@ if ! .venv/bin/python -c 'import pyiceberg, pyarrow, sqlalchemy' 2>/dev/null; th
 fi
 export FLOE_PYTHON="$root/.venv/bin/python"
 
-cargo build --bins
-cargo test --no-fail-fast -- --test-threads 2
+cargo build --bins --features testsuite
+cargo test --features testsuite --no-fail-fast -- --test-threads 2

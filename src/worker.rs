@@ -167,7 +167,7 @@ impl ChannelWorker {
         self.load_table().await?;
         let mut last_reconcile = Instant::now();
         while !stop.is_cancelled() {
-            self.sync_leases().await?;
+            self.sync_leases(true).await?;
             if self.shards.is_empty() {
                 tokio::select! {
                     _ = stop.cancelled() => break,
@@ -188,8 +188,9 @@ impl ChannelWorker {
             }
             self.publish_gauges();
         }
-        // Drain: hand off what is buffered, then wait for the committer.
-        self.sync_leases().await?;
+        // Drain: hand off what is buffered (shards still held only; no new ones), then wait
+        // for the committer.
+        self.sync_leases(false).await?;
         if self.num_buffered > 0 || !self.dlq_entries.is_empty() {
             self.flush().await?;
         }
@@ -225,7 +226,7 @@ impl ChannelWorker {
     }
 
     /// Opens readers for newly held shards, drops lost ones.
-    async fn sync_leases(&mut self) -> Result<(), WorkerError> {
+    async fn sync_leases(&mut self, open_new: bool) -> Result<(), WorkerError> {
         let held = self.held.borrow_and_update().clone();
         let lost: Vec<ShardId> = self
             .shards
@@ -242,9 +243,24 @@ impl ChannelWorker {
             for id in &lost {
                 self.shards.remove(id);
             }
-            self.in_flight
-                .retain(|f| !f.ranges.iter().any(|(s, _)| lost.contains(s)));
+            // A batch in flight that covers a lost shard carries a stale lease counter: the
+            // committer will reject it whole, so the shards still held must not continue after
+            // it. Rewind them to the table's checkpoints and forget every batch in flight.
+            let doomed = self
+                .in_flight
+                .iter()
+                .any(|f| f.ranges.iter().any(|(s, _)| lost.contains(s)));
+            if doomed {
+                let cp = self.table_checkpoints().await?;
+                self.in_flight.clear();
+                for (id, st) in self.shards.iter_mut() {
+                    st.next_after = cp.get(id).cloned();
+                }
+            }
             self.restart_from_handoff().await?;
+        }
+        if !open_new {
+            return Ok(());
         }
         let new: Vec<(ShardId, u64)> = held
             .shards
@@ -421,7 +437,7 @@ impl ChannelWorker {
                 self.dlq.discard(s);
             }
             self.drop_buffer();
-            return self.sync_leases().await;
+            return self.sync_leases(false).await;
         }
         let batch = PendingBatch {
             channel: self.settings.channel.clone(),

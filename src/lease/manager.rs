@@ -325,6 +325,7 @@ pub struct LeaseManager<S: ?Sized> {
     held: BTreeMap<LeaseKey, Held>,
     committer_row_ensured: bool,
     published: watch::Sender<HeldLeases>,
+    draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<S: LeaseStore + ?Sized> LeaseManager<S> {
@@ -337,7 +338,15 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             held: BTreeMap::new(),
             committer_row_ensured: false,
             published: watch::Sender::new(HeldLeases::default()),
+            draining: Arc::default(),
         }
+    }
+
+    /// A switch that, once set, stops this manager from taking or stealing leases while it
+    /// keeps renewing the ones it holds (graceful shutdown: a draining worker must not pick up
+    /// shards it will not read).
+    pub fn drain_switch(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.draining.clone()
     }
 
     /// A receiver of the held leases; it is notified when a lease is gained or lost (not at
@@ -453,6 +462,8 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                         channel = %channel, lease = %lease.key, error = %err, "lease renewal failed"
                     ),
                 },
+                LeaseAction::Take(_) | LeaseAction::Steal(_)
+                    if self.draining.load(std::sync::atomic::Ordering::SeqCst) => {}
                 LeaseAction::Take(lease) | LeaseAction::Steal(lease) => {
                     let from = lease.owner.clone();
                     match self.store.take_lease(&lease, &me).await {
@@ -967,6 +978,23 @@ mod tests {
         a.tick().await.unwrap();
         assert_eq!(a.held().shards.len(), 2);
         assert!(a.held().shards.values().all(|l| l.lease_counter == 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_draining_manager_renews_but_takes_nothing_new() {
+        let store = store_with_shards(4).await;
+        let mut m = LeaseManager::new(
+            store.clone(),
+            LeaseManagerConfig::new("c", "w1", Duration::from_secs(9)),
+        );
+        m.drain_switch()
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        m.tick().await.unwrap();
+        assert!(m.held().shards.is_empty() && m.held().committer.is_none());
+        m.drain_switch()
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        m.tick().await.unwrap();
+        assert_eq!(m.held().shards.len(), 4);
     }
 
     #[tokio::test(start_paused = true)]
