@@ -94,7 +94,11 @@ fn main() -> ExitCode {
         Command::Validate(args) => floe::cli::validate::run(&args),
         Command::Run { config } => {
             init_tracing(&cli.log_format, "info");
-            runtime().block_on(run(config))
+            let code = runtime().block_on(run(config));
+            // Everything delivered is committed and every DLQ object fsynced by now: exit at
+            // once instead of waiting for Kafka clients to tear down (seconds with a broker
+            // down), so SIGTERM stays within shutdown_timeout.
+            std::process::exit(code)
         }
         Command::Quickstart(args) => {
             init_tracing(&cli.log_format, "error");
@@ -119,19 +123,19 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-async fn run(config_path: PathBuf) -> ExitCode {
+async fn run(config_path: PathBuf) -> i32 {
     let config = match floe::config::Config::load(&config_path) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("{}: invalid config:\n{errors}", config_path.display());
             // 78 = EX_CONFIG (sysexits.h): systemd should not restart a bad config.
-            return ExitCode::from(78);
+            return 78;
         }
     };
     if let Some(addr) = config.worker.metrics_address {
         if let Err(e) = floe::telemetry::install_prometheus(addr) {
             eprintln!("cannot serve metrics on {addr}: {e}");
-            return ExitCode::from(78);
+            return 78;
         }
     }
     let shutdown = CancellationToken::new();
@@ -144,16 +148,16 @@ async fn run(config_path: PathBuf) -> ExitCode {
         });
     }
     match floe::app::run(config, shutdown).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) if e.is_retryable() => {
             tracing::error!(error = %e, "floe run failed: a dependency stayed unavailable");
-            ExitCode::FAILURE
+            1
         }
         Err(e) => {
-            // A problem an operator must fix (schema, table ownership): 78 = EX_CONFIG, so
-            // systemd's RestartPreventExitStatus=78 does not restart it in a loop.
+            // A problem an operator must fix (schema, table ownership, table dropped): 78 =
+            // EX_CONFIG, so systemd's RestartPreventExitStatus=78 does not restart it in a loop.
             tracing::error!(error = %e, "floe run failed");
-            ExitCode::from(78)
+            78
         }
     }
 }

@@ -200,14 +200,66 @@ pub async fn prepare_channel(
     };
     // Activation: the first worker records the activation time; every worker starts shards
     // without a checkpoint from it (DESIGN.md protocol step 9).
-    let state = activate(store, name).await?;
+    let mut state = activate(store, name).await?;
+    if matches!(
+        state.state,
+        ChannelStatus::Suspended | ChannelStatus::Failed
+    ) {
+        return Err(channel_err(
+            name,
+            format!(
+                "the channel is {:?}: {}; it is not restarted automatically (DESIGN.md: a table dropped or replaced is not written to)",
+                state.state,
+                state.status_reason.as_deref().unwrap_or("no reason recorded")
+            ),
+        ));
+    }
+    // The table recorded at the first delivery must still be the same table: a table that was
+    // dropped (and maybe recreated) is not written to, or records would be delivered again.
+    if let Some(uuid) = &state.table_uuid {
+        let exists = catalog
+            .table_exists(&ident)
+            .await
+            .map_err(|e| channel_unavailable(name, e))?;
+        let current = if exists {
+            Some(
+                catalog
+                    .load_table(&ident)
+                    .await
+                    .map_err(|e| channel_unavailable(name, e))?
+                    .metadata()
+                    .uuid()
+                    .to_string(),
+            )
+        } else {
+            None
+        };
+        if current.as_deref() != Some(uuid.as_str()) {
+            let reason = format!(
+                "table {ident} (uuid {uuid}) was dropped or replaced (now {})",
+                current.as_deref().unwrap_or("missing")
+            );
+            suspend(store, name, &reason).await;
+            return Err(channel_err(name, format!("suspended: {reason}")));
+        }
+    }
     let table = ensure_table(catalog.as_ref(), &spec, &schema)
         .await
         .map_err(|e| match e {
             e @ crate::catalog::CatalogError::Incompatible { .. } => channel_err(name, e),
             e => channel_unavailable(name, e),
         })?;
-    let _ = table;
+    if state.table_uuid.is_none() {
+        state.table_uuid = Some(table.metadata().uuid().to_string());
+        let expected = state.version;
+        match store.put_channel_state(&state, Some(expected)).await {
+            Ok(v) => state.version = v,
+            // Another worker recorded it first: the same table, checked on its next start.
+            Err(e) => {
+                tracing::debug!(channel = name, error = %e, "table uuid recorded by another worker")
+            }
+        }
+    }
     let SourceConfig::Kafka(kafka) = &config.source;
     let mut source_config = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
     for (k, v) in &kafka.properties {
@@ -294,6 +346,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     let stop_reading = CancellationToken::new();
     let stop_committing = CancellationToken::new();
     let stop_leases = CancellationToken::new();
+    // A channel that cannot go on (table dropped or incompatible) stops the process with an
+    // error an operator must act on.
+    let fatal_token = CancellationToken::new();
+    let fatal: Arc<std::sync::Mutex<Option<AppError>>> = Arc::default();
+    let mut drain_switches = Vec::new();
     for channel in &config.channels {
         let name = channel.name.clone();
         let prepared = with_retry("starting the channel", &shutdown, || async {
@@ -330,6 +387,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             },
         );
         let held = manager.subscribe();
+        drain_switches.push(manager.drain_switch());
         tracker.spawn(manager.run(stop_leases.clone()));
 
         // Shard discovery: new Kafka partitions get leases.
@@ -380,6 +438,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             let store = store.clone();
             let stop = stop_reading.clone();
             let drain = config.worker.shutdown_timeout;
+            let fatal = fatal.clone();
+            let fatal_token = fatal_token.clone();
             workers.spawn(async move {
                 let mut backoff = Duration::from_millis(500);
                 loop {
@@ -395,6 +455,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                     );
                     match worker.run(stop.clone(), drain).await {
                         Ok(()) => return,
+                        Err(e) if !e.is_retryable() => {
+                            // The table was dropped or no longer fits the channel: stop
+                            // delivering (nothing is checkpointed past the last commit) and let
+                            // an operator decide (DESIGN.md: SUSPENDED).
+                            tracing::error!(channel = %settings.channel, error = %e, "channel suspended: stopping delivery");
+                            suspend(&store, &settings.channel, &e.to_string()).await;
+                            *fatal.lock().expect("fatal lock") = Some(channel_err(&settings.channel, format!("suspended: {e}")));
+                            fatal_token.cancel();
+                            return;
+                        }
                         Err(e) => {
                             tracing::error!(channel = %settings.channel, error = %e, "worker loop failed; restarting from the table's checkpoints");
                             tokio::select! {
@@ -411,8 +481,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     tracker.close();
     workers.close();
 
-    shutdown.cancelled().await;
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = fatal_token.cancelled() => {}
+    }
     tracing::info!("shutting down: stop reading, drain, release leases");
+    for switch in &drain_switches {
+        switch.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     // Phase 1 and 2: workers stop reading, hand off what they buffered and wait for the
     // commit (bounded by their drain deadline); committers keep running meanwhile.
     stop_reading.cancel();
@@ -427,7 +503,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     stop_committing.cancel();
     stop_leases.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), tracker.wait()).await;
-    Ok(())
+    let fatal = fatal.lock().expect("fatal lock").take();
+    match fatal {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 fn worker_settings(
@@ -520,6 +600,23 @@ async fn committer_loop(
             _ = held.changed() => {},
             _ = tokio::time::sleep(wait) => {},
         }
+    }
+}
+
+/// Records a channel as SUSPENDED with its reason (best effort: the log has it too).
+async fn suspend(store: &SqliteLeaseStore, channel: &str, reason: &str) {
+    let Ok(Some(mut state)) = store.get_channel_state(channel).await else {
+        return;
+    };
+    let expected = state.version;
+    state.state = ChannelStatus::Suspended;
+    state.status_reason = Some(reason.to_string());
+    state.updated_at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    if let Err(e) = store.put_channel_state(&state, Some(expected)).await {
+        tracing::warn!(channel, error = %e, "could not record the channel as suspended");
     }
 }
 

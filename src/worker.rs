@@ -83,6 +83,23 @@ pub enum WorkerError {
     Incompatible(String),
 }
 
+impl WorkerError {
+    /// Whether restarting the loop may help. Not retryable: the table was dropped or no
+    /// longer fits the channel, or the source refuses (position lost to retention, bad
+    /// configuration) — an operator must act.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            WorkerError::Iceberg(e) => !matches!(
+                e.kind(),
+                iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
+            ),
+            WorkerError::Source(e) => e.is_retryable(),
+            WorkerError::Lease(_) | WorkerError::Dlq(_) => true,
+            WorkerError::Incompatible(_) => false,
+        }
+    }
+}
+
 struct ShardState {
     reader: Box<dyn ShardReader>,
     lease_counter: u64,

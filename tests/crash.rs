@@ -204,3 +204,67 @@ async fn committer_paused_past_lease_expiry_cannot_double_commit() {
     batch_ids.dedup();
     assert_eq!(batch_ids.len(), n, "no batch committed twice");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_dropped_while_running_suspends_the_channel_and_exits_78() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    produce(&broker.bootstrap, 0, 500);
+    let mut w1 = Worker::start(dir.path(), &broker.bootstrap, "w1");
+    let (rows, dlq) = wait_delivered(dir.path(), 500, Duration::from_secs(90)).await;
+    assert_eq!(
+        rows + dlq,
+        500,
+        "first records delivered:\n{}",
+        log_of(dir.path(), "w1")
+    );
+    let catalog = floe::catalog::open_sql_catalog(
+        &dir.path().join("catalog.sqlite"),
+        &dir.path().join("warehouse"),
+        "floe",
+    )
+    .await
+    .unwrap();
+    let ident =
+        iceberg::TableIdent::new(iceberg::NamespaceIdent::new("it".into()), "events".into());
+    catalog.drop_table(&ident).await.unwrap();
+    produce(&broker.bootstrap, 500, 600);
+    let mut status = None;
+    for _ in 0..900 {
+        if let Some(s) = w1.child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "worker still running 90 s after the table was dropped:\n{}",
+            log_of(dir.path(), "w1")
+        )
+    });
+    assert_eq!(status.code(), Some(78), "{}", log_of(dir.path(), "w1"));
+    assert!(log_of(dir.path(), "w1").contains("channel suspended"));
+    // A restart does not recreate the table and deliver everything again: still suspended.
+    let mut again = Worker::start(dir.path(), &broker.bootstrap, "w1");
+    let mut status = None;
+    for _ in 0..600 {
+        if let Some(s) = again.child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(78),
+        "{}",
+        log_of(dir.path(), "w1")
+    );
+    assert!(
+        log_of(dir.path(), "w1").contains("dropped or replaced"),
+        "{}",
+        log_of(dir.path(), "w1")
+    );
+    assert!(!catalog.table_exists(&ident).await.unwrap());
+}
