@@ -53,11 +53,17 @@ pub fn check(path: &Path) -> Result<Config, ConfigErrors> {
             }
         };
         match serde_json::from_slice::<serde_json::Value>(&text) {
-            Ok(serde_json::Value::Object(_schema)) => {
-                // integrator: map schema here — map `_schema` to the Iceberg schema with the
-                // schema module and check `destination.partition_field` is a required top-level
-                // `date-time` string; push a ConfigError at `channel[i].schema.file` (or
-                // `channel[i].destination.partition_field`) for each problem.
+            Ok(schema @ serde_json::Value::Object(_)) => {
+                // The same mapping `floe run` does: a schema refused here would stop the channel.
+                let crate::config::DestinationConfig::Iceberg(dest) = &channel.destination;
+                if let Err(e) =
+                    crate::schema::MappedSchema::from_json_schema(&schema, &dest.partition_field)
+                {
+                    errors.push(ConfigError {
+                        path: key,
+                        message: format!("{}: {e}", file.display()),
+                    });
+                }
             }
             Ok(_) => errors.push(ConfigError {
                 path: key,
@@ -76,5 +82,38 @@ pub fn check(path: &Path) -> Result<Config, ConfigErrors> {
         Ok(config)
     } else {
         Err(ConfigErrors(errors))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validate_refuses_a_schema_that_run_would_refuse_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = include_str!("../../config/quickstart.toml");
+        std::fs::write(dir.path().join("floe.toml"), config).unwrap();
+        // No date-time partition field: `floe run` refuses it, so must `floe validate`.
+        std::fs::write(
+            dir.path().join("event.schema.json"),
+            r#"{"type":"object","properties":{"id":{"type":"integer"},"event_time":{"type":"string"}}}"#,
+        )
+        .unwrap();
+        let errors = check(&dir.path().join("floe.toml")).unwrap_err();
+        assert!(
+            errors
+                .0
+                .iter()
+                .any(|e| e.path == "channel[0].schema.file" && e.message.contains("event_time")),
+            "{errors}"
+        );
+        // The shipped schema passes.
+        std::fs::write(
+            dir.path().join("event.schema.json"),
+            include_str!("../../config/event.schema.json"),
+        )
+        .unwrap();
+        assert!(check(&dir.path().join("floe.toml")).is_ok());
     }
 }
