@@ -330,7 +330,8 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
         dir.display(),
         dir.display()
     );
-    println!("  print(cat.load_table(\"quickstart.events\").scan().to_arrow().to_pandas().head())");
+    println!("  t = cat.load_table(\"quickstart.events\").scan().to_arrow()");
+    println!("  print(t.num_rows, t.schema)");
     println!();
     let keys: Vec<Option<String>> = entries.into_iter().map(|e| e.key).collect();
     let rec = reconcile(total, &ids, &keys);

@@ -48,7 +48,7 @@ pub struct WorkerSection {
     /// 1 to 128 characters from `A-Z a-z 0-9 . _ : -`. Default: `"<hostname>-<pid>"`.
     /// Two live workers must never share an id.
     pub id: Option<String>,
-    /// Address of the HTTP endpoint serving `/metrics`, `/healthz` and `/readyz`, as an IP socket
+    /// Address of the HTTP endpoint serving Prometheus `/metrics` (`/healthz` and `/readyz` are not implemented yet), as an IP socket
     /// address (`"0.0.0.0:9464"`; host names are not resolved), or `"off"` to serve nothing.
     /// Default: `"127.0.0.1:9464"`.
     pub metrics_address: Option<String>,

@@ -72,7 +72,7 @@ pub struct Config {
 pub struct WorkerConfig {
     /// Identity of this worker in the lease store (default `"<hostname>-<pid>"`).
     pub id: String,
-    /// Address of the `/metrics`, `/healthz`, `/readyz` endpoint; `None` when `"off"`.
+    /// Address of the Prometheus `/metrics` endpoint; `None` when `"off"`.
     pub metrics_address: Option<SocketAddr>,
     /// Bound of the graceful drain on SIGTERM/SIGINT.
     pub shutdown_timeout: Duration,
