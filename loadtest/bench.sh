@@ -24,7 +24,7 @@ floe_line=$(taskset -c 0 /usr/bin/time -f 'peak_rss_kib %M' "$floe" bench conver
   --input "$input" --output "$work/floe-out" --compression zstd --level 3 2>"$work/floe.rss")
 echo "floe:    $floe_line $(tail -1 "$work/floe.rss")"
 py_line=$(taskset -c 0 /usr/bin/time -f 'peak_rss_kib %M' "$py" "$root/loadtest/bench_pyarrow.py" \
-  "$input" "$work/pyarrow.parquet" --level 3 --repeat 1 2>"$work/py.rss")
+  "$input" "$work/pyarrow.parquet" --level 3 --repeat 3 2>"$work/py.rss")
 echo "pyarrow: $py_line $(tail -1 "$work/py.rss")"
 "$py" - "$floe_line" "$py_line" <<'PY'
 import json, sys
