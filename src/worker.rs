@@ -34,7 +34,7 @@ use crate::dlq::{DlqEntry, LocalDlq};
 use crate::lease::{BatchStore, HeldLeases};
 use crate::model::{CheckpointRange, Checkpoints, PendingBatch, Position, ShardId, ShardRange};
 use crate::schema::MappedSchema;
-use crate::source::{InitialPosition, ShardReader, Source, StartAt};
+use crate::source::{resolve_start, InitialPosition, ShardReader, Source};
 use crate::telemetry;
 use crate::writer::{write_data_files, WriterSettings};
 
@@ -292,14 +292,13 @@ impl ChannelWorker {
                 if after == Some(Position::ShardEnd) {
                     continue;
                 }
-                let start = match &after {
-                    Some(p) => StartAt::After(p.clone()),
-                    None => {
-                        self.source
-                            .start_position(&id, &self.settings.initial_position)
-                            .await?
-                    }
-                };
+                let start = resolve_start(
+                    self.source.as_ref(),
+                    &id,
+                    after.as_ref(),
+                    &self.settings.initial_position,
+                )
+                .await?;
                 let reader = self.source.open(&id, start).await?;
                 tracing::info!(channel = %self.settings.channel, shard = %id, lease_counter = counter, checkpoint = ?after, "shard lease taken: reading after the table checkpoint");
                 self.shards.insert(
@@ -322,14 +321,13 @@ impl ChannelWorker {
         let ids: Vec<ShardId> = self.shards.keys().cloned().collect();
         for id in ids {
             let after = self.shards[&id].next_after.clone();
-            let start = match &after {
-                Some(p) => StartAt::After(p.clone()),
-                None => {
-                    self.source
-                        .start_position(&id, &self.settings.initial_position)
-                        .await?
-                }
-            };
+            let start = resolve_start(
+                self.source.as_ref(),
+                &id,
+                after.as_ref(),
+                &self.settings.initial_position,
+            )
+            .await?;
             let reader = self.source.open(&id, start).await?;
             let st = self.shards.get_mut(&id).expect("shard present");
             st.reader = reader;
@@ -582,27 +580,13 @@ pub fn rfc3339_ms(ms: i64) -> String {
     let millis = ms.rem_euclid(1000);
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
+    let (y, m, d) = crate::convert::time::civil_from_days(days);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
         sod / 3600,
         (sod / 60) % 60,
         sod % 60
     )
-}
-
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 #[cfg(test)]

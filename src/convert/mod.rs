@@ -28,7 +28,7 @@ mod decode;
 pub mod gsr;
 mod json;
 pub mod render;
-mod time;
+pub(crate) mod time;
 
 pub use json::MAX_DEPTH;
 pub use time::{format_date, format_time, format_timestamptz, hour_of_micros};
