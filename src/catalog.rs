@@ -222,6 +222,27 @@ fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result
     Ok(())
 }
 
+/// Paths of every data file the table's current snapshot references (reads its manifests).
+///
+/// Errors: any catalog or storage error.
+pub async fn referenced_data_files(table: &Table) -> iceberg::Result<Vec<String>> {
+    use futures::TryStreamExt;
+    if table.metadata().current_snapshot_id().is_none() {
+        return Ok(Vec::new());
+    }
+    let tasks: Vec<_> = table
+        .scan()
+        .build()?
+        .plan_files()
+        .await?
+        .try_collect()
+        .await?;
+    Ok(tasks
+        .into_iter()
+        .map(|t| t.data_file_path().to_string())
+        .collect())
+}
+
 /// A catalog wrapper that fences commits to one validated snapshot (see the module docs).
 ///
 /// While a fence is set for a table, `load_table` of that table fails with

@@ -34,8 +34,8 @@ use iceberg::{Catalog, ErrorKind, TableIdent};
 use uuid::Uuid;
 
 use crate::catalog::{
-    FencedCatalog, PROP_CHECKPOINTS, PROP_COMMITTER_EPOCH, PROP_LAST_COMMIT_ID, SUMMARY_BATCH_IDS,
-    SUMMARY_COMMIT_ID, SUMMARY_RANGES,
+    referenced_data_files, FencedCatalog, PROP_CHECKPOINTS, PROP_COMMITTER_EPOCH,
+    PROP_LAST_COMMIT_ID, SUMMARY_BATCH_IDS, SUMMARY_COMMIT_ID, SUMMARY_RANGES,
 };
 use crate::dlq::LocalDlq;
 use crate::lease::{BatchStore, LeaseError, LeaseKey, LeaseStore};
@@ -286,7 +286,8 @@ impl Committer {
         if !dead.is_empty() {
             // A batch committed in a snapshot that maintenance has since expired is no longer
             // named by any snapshot summary: before deleting files, ask the table itself.
-            let referenced = referenced_paths(&table).await?;
+            let referenced: HashSet<String> =
+                referenced_data_files(&table).await?.into_iter().collect();
             let (committed_anyway, really_dead): (Vec<_>, Vec<_>) =
                 dead.into_iter().partition(|b| {
                     data_file_paths(&b.data_files)
@@ -464,25 +465,6 @@ impl Committer {
             }
         }
     }
-}
-
-/// Paths of every data file the table's current snapshot references (reads the manifests).
-async fn referenced_paths(table: &Table) -> Result<HashSet<String>, CommitError> {
-    use futures::TryStreamExt;
-    if table.metadata().current_snapshot_id().is_none() {
-        return Ok(HashSet::new());
-    }
-    let tasks: Vec<_> = table
-        .scan()
-        .build()?
-        .plan_files()
-        .await?
-        .try_collect()
-        .await?;
-    Ok(tasks
-        .into_iter()
-        .map(|t| t.data_file_path().to_string())
-        .collect())
 }
 
 fn pick<'a>(

@@ -371,18 +371,7 @@ async fn progress(catalog: &dyn Catalog, ident: &TableIdent, dlq: &LocalDlq, pro
 /// Errors: any catalog or storage error.
 pub async fn data_files_by_partition(table: &Table) -> iceberg::Result<BTreeMap<String, usize>> {
     let mut out = BTreeMap::new();
-    if table.metadata().current_snapshot_id().is_none() {
-        return Ok(out);
-    }
-    let tasks: Vec<_> = table
-        .scan()
-        .build()?
-        .plan_files()
-        .await?
-        .try_collect()
-        .await?;
-    for t in tasks {
-        let path = t.data_file_path();
+    for path in crate::catalog::referenced_data_files(table).await? {
         let partition = path
             .rsplit('/')
             .nth(1)
