@@ -1,4 +1,25 @@
-//! floe: deliver Kafka and Kinesis records into hour-partitioned Apache Iceberg tables, exactly once.
+//! floe: deliver Kafka (and, next, Kinesis) records into hour-partitioned Apache Iceberg tables,
+//! exactly once.
+//!
+//! ```text
+//!            lease store (SQLite embedded; DynamoDB next)
+//!             ^ shard leases, committer lease, pending batches, channel state
+//!             |
+//!  source --> worker: read -> convert (schema) -> buffer -> Parquet data files (writer)
+//!  (Kafka)                                                     | pending batch: (after, last] per shard
+//!                                                              v
+//!                 committer (one per channel, by lease) --> one fenced Iceberg commit:
+//!                   fast append + floe.checkpoints + floe.last-commit-id + floe.committer-epoch
+//! ```
+//!
+//! Invariants (tests in `commit`, `model`, `tests/commit_race.rs`, `tests/crash.rs`):
+//! - the table is the source of truth: checkpoints live in its metadata, written in the same
+//!   commit as the data files, and never move backwards;
+//! - a batch is committed only if every shard range continues exactly at the checkpoint and was
+//!   read under the shard's current lease counter, in a commit fenced to the snapshot it was
+//!   validated against — so every record after activation is in the table or the DLQ exactly
+//!   once, whatever crashes, pauses or lease takeovers happen;
+//! - a rejected batch leaves no data file referenced and no DLQ entry published.
 #![warn(missing_docs)]
 
 pub mod app;
