@@ -208,7 +208,7 @@ pub async fn prepare_channel(
         return Err(channel_err(
             name,
             format!(
-                "the channel is {:?}: {}; it is not restarted automatically (DESIGN.md: a table dropped or replaced is not written to)",
+                "the channel is {:?}: {}; it is not restarted automatically: floe never writes into a table that replaced the one it delivered to (records would be delivered twice). To start over into a new table, give the channel a new name",
                 state.state,
                 state.status_reason.as_deref().unwrap_or("no reason recorded")
             ),
@@ -456,11 +456,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                     match worker.run(stop.clone(), drain).await {
                         Ok(()) => return,
                         Err(e) if !e.is_retryable() => {
-                            // The table was dropped or no longer fits the channel: stop
-                            // delivering (nothing is checkpointed past the last commit) and let
-                            // an operator decide (DESIGN.md: SUSPENDED).
-                            tracing::error!(channel = %settings.channel, error = %e, "channel suspended: stopping delivery");
-                            suspend(&store, &settings.channel, &e.to_string()).await;
+                            // Stop delivering (nothing is checkpointed past the last commit) and
+                            // let an operator decide. A dropped table suspends the channel for
+                            // the whole fleet; a table that does not fit this worker's
+                            // configuration (say, a schema edited on one machine) stops only
+                            // this worker.
+                            if e.is_table_gone() {
+                                tracing::error!(channel = %settings.channel, error = %e, "channel suspended: the table is gone; stopping delivery");
+                                suspend(&store, &settings.channel, &e.to_string()).await;
+                            } else {
+                                tracing::error!(channel = %settings.channel, error = %e, "stopping: the table does not fit this worker's configuration");
+                            }
                             *fatal.lock().expect("fatal lock") = Some(channel_err(&settings.channel, format!("suspended: {e}")));
                             fatal_token.cancel();
                             return;

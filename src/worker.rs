@@ -98,6 +98,19 @@ impl WorkerError {
             WorkerError::Incompatible(_) => false,
         }
     }
+
+    /// Whether the channel's table is gone (dropped): the channel is suspended for every worker,
+    /// unlike a mismatch between this worker's configuration and the table, which stops only
+    /// this worker.
+    pub fn is_table_gone(&self) -> bool {
+        matches!(
+            self,
+            WorkerError::Iceberg(e) if matches!(
+                e.kind(),
+                iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
+            )
+        )
+    }
 }
 
 struct ShardState {

@@ -262,9 +262,57 @@ async fn table_dropped_while_running_suspends_the_channel_and_exits_78() {
         log_of(dir.path(), "w1")
     );
     assert!(
-        log_of(dir.path(), "w1").contains("dropped or replaced"),
+        log_of(dir.path(), "w1").contains("not restarted automatically"),
         "{}",
         log_of(dir.path(), "w1")
     );
     assert!(!catalog.table_exists(&ident).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_an_edited_schema_stops_alone_and_does_not_suspend_the_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    produce(&broker.bootstrap, 0, 300);
+    let w1 = Worker::start(dir.path(), &broker.bootstrap, "w1");
+    let (rows, dlq) = wait_delivered(dir.path(), 300, Duration::from_secs(90)).await;
+    assert_eq!(rows + dlq, 300);
+    // w2's schema gained a field: it does not fit the table, so w2 stops with 78...
+    let mut schema: serde_json::Value =
+        serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
+    schema["properties"]["extra"] = serde_json::json!({"type": "string"});
+    let edited = dir.path().join("edited.schema.json");
+    std::fs::write(&edited, schema.to_string()).unwrap();
+    let config = config_toml(dir.path(), &broker.bootstrap, "w2", 4).replace(
+        &format!("{}/config/event.schema.json", env!("CARGO_MANIFEST_DIR")),
+        edited.to_str().unwrap(),
+    );
+    std::fs::write(dir.path().join("w2.toml"), config).unwrap();
+    let mut w2 = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["run", "--config"])
+        .arg(dir.path().join("w2.toml"))
+        .stderr(std::fs::File::create(dir.path().join("w2.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let status = tokio::task::spawn_blocking(move || w2.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(78), "{}", log_of(dir.path(), "w2"));
+    // ...while the channel stays active: w1 keeps delivering, and restarts fine.
+    produce(&broker.bootstrap, 300, 400);
+    let (rows, dlq) = wait_delivered(dir.path(), 400, Duration::from_secs(90)).await;
+    assert_eq!(rows + dlq, 400, "{}", log_of(dir.path(), "w1"));
+    assert!(w1.terminate().success());
+    let w1 = Worker::start(dir.path(), &broker.bootstrap, "w1");
+    produce(&broker.bootstrap, 400, 500);
+    let (rows, dlq) = wait_delivered(dir.path(), 500, Duration::from_secs(90)).await;
+    assert_eq!(
+        rows + dlq,
+        500,
+        "restarted worker delivers: {}",
+        log_of(dir.path(), "w1")
+    );
+    assert!(w1.terminate().success());
+    assert_exactly_once(dir.path(), 500);
 }
