@@ -184,8 +184,9 @@ pub struct IcebergDestinationSection {
     /// Name of the table: 1 to 255 characters from `a-z 0-9 _`. Created by the channel on first
     /// delivery; floe never writes to a table it did not create. Required.
     pub table: String,
-    /// Top-level schema field the table is partitioned on, by `hour(...)`. It must be a required
-    /// `string` with `format: date-time` in the schema. Required.
+    /// Top-level schema field the table is partitioned on, by `hour(...)`. It must be a `string`
+    /// with `format: date-time` in the schema; it is always a required column (a record without
+    /// it goes to the DLQ as `MISSING_PARTITION_VALUE`). Required.
     pub partition_field: String,
     /// Parquet compression of data files: `"zstd"`, `"snappy"` or `"none"`. Default: `"zstd"`.
     pub compression: Option<CompressionCodec>,
