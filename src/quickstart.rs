@@ -342,7 +342,9 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
     Ok(rec)
 }
 
-async fn counts(catalog: &dyn Catalog, ident: &TableIdent, dlq: &LocalDlq) -> (u64, u64) {
+/// Rows in the table's current snapshot (its `total-records` summary) and published DLQ
+/// entries: how far delivery has come. `(0, n)` while the table is missing or empty.
+pub async fn counts(catalog: &dyn Catalog, ident: &TableIdent, dlq: &LocalDlq) -> (u64, u64) {
     let rows = match catalog.load_table(ident).await {
         Ok(t) => t
             .metadata()

@@ -129,10 +129,7 @@ pub fn produce(bootstrap: &str, from: u64, to: u64) {
 
 /// Rows in the current snapshot (from its summary) and published DLQ entries.
 pub async fn delivered(dir: &Path) -> (u64, u64) {
-    let dlq = LocalDlq::new(dir.join("dlq"), "it")
-        .read_published()
-        .map(|e| e.len() as u64)
-        .unwrap_or(0);
+    let dlq = LocalDlq::new(dir.join("dlq"), "it");
     let Ok(catalog) = floe::catalog::open_sql_catalog(
         &dir.join("catalog.sqlite"),
         &dir.join("warehouse"),
@@ -140,24 +137,10 @@ pub async fn delivered(dir: &Path) -> (u64, u64) {
     )
     .await
     else {
-        return (0, dlq);
+        return (0, dlq.read_published().map(|e| e.len() as u64).unwrap_or(0));
     };
     let ident = TableIdent::new(NamespaceIdent::new("it".into()), "events".into());
-    let rows = match catalog.load_table(&ident).await {
-        Ok(t) => t
-            .metadata()
-            .current_snapshot()
-            .and_then(|s| {
-                s.summary()
-                    .additional_properties
-                    .get("total-records")
-                    .cloned()
-            })
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-        Err(_) => 0,
-    };
-    (rows, dlq)
+    floe::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
 }
 
 /// Waits until rows + DLQ entries reach `total`, or `timeout` passes. Returns the last counts.
