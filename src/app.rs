@@ -33,7 +33,7 @@ use crate::lease::{BatchStore, ChannelState, ChannelStatus, LeaseKey, LeaseSpec,
 use crate::schema::MappedSchema;
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
 use crate::source::{InitialPosition, Source};
-use crate::worker::{ChannelWorker, WorkerSettings};
+use crate::worker::{ChannelIo, ChannelWorker, WorkerSettings};
 use crate::writer::{ParquetCompression, WriterSettings};
 
 /// Errors that stop `floe run` at start.
@@ -122,16 +122,8 @@ where
 pub struct PreparedChannel {
     /// The channel's configuration.
     pub config: ChannelConfig,
-    /// The mapped schema.
-    pub schema: Arc<MappedSchema>,
-    /// The catalog.
-    pub catalog: Arc<dyn Catalog>,
-    /// The table identifier.
-    pub ident: TableIdent,
-    /// The source.
-    pub source: Arc<dyn Source>,
-    /// The DLQ.
-    pub dlq: LocalDlq,
+    /// Its source, table and DLQ.
+    pub io: ChannelIo,
     /// Where shards without a checkpoint start.
     pub initial_position: InitialPosition,
 }
@@ -276,11 +268,13 @@ pub async fn prepare_channel(
     let DlqLocation::Local(path) = &config.dlq.location;
     Ok(PreparedChannel {
         config: config.clone(),
-        schema,
-        catalog,
-        ident,
-        source,
-        dlq: LocalDlq::new(path, name),
+        io: ChannelIo {
+            source,
+            catalog,
+            ident,
+            schema,
+            dlq: LocalDlq::new(path, name),
+        },
         initial_position,
     })
 }
@@ -355,7 +349,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         let name = channel.name.clone();
         let prepared = with_retry("starting the channel", &shutdown, || async {
             let prepared = prepare_channel(channel, &store).await?;
-            let shards = prepared.source.list_shards().await.map_err(|e| {
+            let shards = prepared.io.source.list_shards().await.map_err(|e| {
                 if e.is_retryable() {
                     channel_unavailable(&name, e)
                 } else {
@@ -393,7 +387,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         // Shard discovery: new Kafka partitions get leases.
         {
             let store = store.clone();
-            let source = prepared.source.clone();
+            let source = prepared.io.source.clone();
             let name = name.clone();
             let stop = stop_reading.clone();
             tracker.spawn(async move {
@@ -425,9 +419,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             let stop = stop_committing.clone();
             let p = (
                 name.clone(),
-                prepared.ident.clone(),
-                prepared.catalog.clone(),
-                prepared.dlq.clone(),
+                prepared.io.ident.clone(),
+                prepared.io.catalog.clone(),
+                prepared.io.dlq.clone(),
             );
             tracker.spawn(committer_loop(p.0, p.1, p.2, store, p.3, held, stop));
         }
@@ -445,12 +439,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                 loop {
                     let mut worker = ChannelWorker::new(
                         settings.clone(),
-                        prepared.source.clone(),
+                        prepared.io.clone(),
                         store.clone(),
-                        prepared.catalog.clone(),
-                        prepared.ident.clone(),
-                        prepared.schema.clone(),
-                        prepared.dlq.clone(),
                         held.clone(),
                     );
                     match worker.run(stop.clone(), drain).await {

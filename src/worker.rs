@@ -129,15 +129,26 @@ struct InFlight {
     oldest_read: Instant,
 }
 
+/// What a channel's loops share: where records come from and where they go.
+#[derive(Clone)]
+pub struct ChannelIo {
+    /// The stream the channel reads.
+    pub source: Arc<dyn Source>,
+    /// The catalog holding the channel's table.
+    pub catalog: Arc<dyn Catalog>,
+    /// The channel's table.
+    pub ident: TableIdent,
+    /// The channel's mapped schema.
+    pub schema: Arc<MappedSchema>,
+    /// The channel's DLQ.
+    pub dlq: LocalDlq,
+}
+
 /// One channel's worker loop.
 pub struct ChannelWorker {
     settings: WorkerSettings,
-    source: Arc<dyn Source>,
+    io: ChannelIo,
     batches: Arc<dyn BatchStore>,
-    catalog: Arc<dyn Catalog>,
-    ident: TableIdent,
-    schema: Arc<MappedSchema>,
-    dlq: LocalDlq,
     held: watch::Receiver<HeldLeases>,
     table: Option<Table>,
     converter: Option<Converter>,
@@ -152,25 +163,16 @@ pub struct ChannelWorker {
 
 impl ChannelWorker {
     /// A worker loop for one channel.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: WorkerSettings,
-        source: Arc<dyn Source>,
+        io: ChannelIo,
         batches: Arc<dyn BatchStore>,
-        catalog: Arc<dyn Catalog>,
-        ident: TableIdent,
-        schema: Arc<MappedSchema>,
-        dlq: LocalDlq,
         held: watch::Receiver<HeldLeases>,
     ) -> Self {
         ChannelWorker {
             settings,
-            source,
+            io,
             batches,
-            catalog,
-            ident,
-            schema,
-            dlq,
             held,
             table: None,
             converter: None,
@@ -236,11 +238,11 @@ impl ChannelWorker {
     }
 
     async fn load_table(&mut self) -> Result<(), WorkerError> {
-        let table = self.catalog.load_table(&self.ident).await?;
+        let table = self.io.catalog.load_table(&self.io.ident).await?;
         let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(
             table.metadata().current_schema(),
         )?);
-        let converter = Converter::try_new(self.schema.clone(), arrow)
+        let converter = Converter::try_new(self.io.schema.clone(), arrow)
             .map_err(|e| WorkerError::Incompatible(e.to_string()))?
             .with_max_record_size(self.settings.max_record_size as usize);
         self.converter = Some(converter);
@@ -249,7 +251,7 @@ impl ChannelWorker {
     }
 
     async fn table_checkpoints(&mut self) -> Result<Checkpoints, WorkerError> {
-        let table = self.catalog.load_table(&self.ident).await?;
+        let table = self.io.catalog.load_table(&self.io.ident).await?;
         let cp = table_checkpoints(&table).map_err(|e| WorkerError::Incompatible(e.to_string()))?;
         self.table = Some(table);
         Ok(cp)
@@ -306,13 +308,13 @@ impl ChannelWorker {
                     continue;
                 }
                 let start = resolve_start(
-                    self.source.as_ref(),
+                    self.io.source.as_ref(),
                     &id,
                     after.as_ref(),
                     &self.settings.initial_position,
                 )
                 .await?;
-                let reader = self.source.open(&id, start).await?;
+                let reader = self.io.source.open(&id, start).await?;
                 tracing::info!(channel = %self.settings.channel, shard = %id, lease_counter = counter, checkpoint = ?after, "shard lease taken: reading after the table checkpoint");
                 self.shards.insert(
                     id,
@@ -335,13 +337,13 @@ impl ChannelWorker {
         for id in ids {
             let after = self.shards[&id].next_after.clone();
             let start = resolve_start(
-                self.source.as_ref(),
+                self.io.source.as_ref(),
                 &id,
                 after.as_ref(),
                 &self.settings.initial_position,
             )
             .await?;
-            let reader = self.source.open(&id, start).await?;
+            let reader = self.io.source.open(&id, start).await?;
             let st = self.shards.get_mut(&id).expect("shard present");
             st.reader = reader;
             st.buffered_last = None;
@@ -449,7 +451,7 @@ impl ChannelWorker {
         let rows = self.converter.as_mut().expect("table loaded").finish();
         let table = self.table.as_ref().expect("table loaded");
         let written = write_data_files(table, &self.settings.writer, batch_id, rows).await?;
-        let dlq_staged = self.dlq.stage(batch_id, &self.dlq_entries)?;
+        let dlq_staged = self.io.dlq.stage(batch_id, &self.dlq_entries)?;
         // Never hand off a shard whose lease was lost while writing.
         let held = self.held.borrow().clone();
         let still_held = shards.iter().all(|s| {
@@ -462,7 +464,7 @@ impl ChannelWorker {
                 let _ = table.file_io().delete(p).await;
             }
             if let Some(s) = &dlq_staged {
-                self.dlq.discard(s);
+                self.io.dlq.discard(s);
             }
             self.drop_buffer();
             return self.sync_leases(false).await;

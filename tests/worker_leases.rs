@@ -14,7 +14,7 @@ use floe::model::{Position, ShardId};
 use floe::schema::MappedSchema;
 use floe::source::memory::MemorySource;
 use floe::source::{InitialPosition, Source};
-use floe::worker::{ChannelWorker, WorkerSettings};
+use floe::worker::{ChannelIo, ChannelWorker, WorkerSettings};
 use floe::writer::{ParquetCompression, WriterSettings};
 use iceberg::{NamespaceIdent, TableIdent};
 use tokio::sync::watch;
@@ -99,16 +99,14 @@ async fn losing_one_shard_mid_batch_rewinds_the_others_instead_of_stalling_them(
     let dlq = LocalDlq::new(dir.path().join("dlq"), "wl");
     let src: Arc<dyn Source> = source.clone();
     let batches: Arc<dyn BatchStore> = store.clone();
-    let mut worker = ChannelWorker::new(
-        settings,
-        src,
-        batches,
-        catalog.clone(),
-        ident.clone(),
+    let io = ChannelIo {
+        source: src,
+        catalog: catalog.clone(),
+        ident: ident.clone(),
         schema,
-        dlq.clone(),
-        held_rx,
-    );
+        dlq: dlq.clone(),
+    };
+    let mut worker = ChannelWorker::new(settings, io, batches, held_rx);
     let stop = CancellationToken::new();
     let worker_task = {
         let stop = stop.clone();
