@@ -3,10 +3,12 @@
 //! so floe fences it to the validated snapshot; two committers racing on the same pending
 //! batch produce exactly one commit.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use floe::catalog::{ensure_table, open_sql_catalog, FencedCatalog, TableSpec};
+use floe::catalog::FencedCatalog;
 use floe::commit::{committed_batch_ids, table_checkpoints, Committer};
 use floe::convert::Converter;
 use floe::dlq::LocalDlq;
@@ -117,26 +119,7 @@ struct Fixture {
 
 async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = open_sql_catalog(
-        &dir.path().join("catalog.sqlite"),
-        &dir.path().join("wh"),
-        "floe",
-    )
-    .await
-    .unwrap();
-    let schema_json: serde_json::Value =
-        serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
-    let schema = Arc::new(MappedSchema::from_json_schema(&schema_json, "event_time").unwrap());
-    let ident = TableIdent::new(NamespaceIdent::new("race".into()), "events".into());
-    let spec = TableSpec {
-        ident: ident.clone(),
-        channel: "race".into(),
-        compression_codec: "zstd".into(),
-        target_file_size_bytes: 128 << 20,
-    };
-    ensure_table(catalog.as_ref(), &spec, &schema)
-        .await
-        .unwrap();
+    let (catalog, ident, schema) = common::event_table(dir.path(), "race").await;
     let store = Arc::new(
         SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
             .await

@@ -1,48 +1,28 @@
 //! Component test of the worker loop with the in-memory source: losing one shard's lease while a
 //! multi-shard batch is in flight must not stall the shards the worker still holds.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floe::catalog::{ensure_table, open_sql_catalog, TableSpec};
 use floe::commit::{table_checkpoints, Committer};
 use floe::dlq::LocalDlq;
 use floe::events::event_json;
 use floe::lease::{BatchStore, HeldLeases, LeaseKey, LeaseSpec, LeaseStore, SqliteLeaseStore};
 use floe::model::{Position, ShardId};
-use floe::schema::MappedSchema;
 use floe::source::memory::MemorySource;
 use floe::source::{InitialPosition, Source};
 use floe::worker::{ChannelIo, ChannelWorker, WorkerSettings};
 use floe::writer::{ParquetCompression, WriterSettings};
-use iceberg::{NamespaceIdent, TableIdent};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_one_shard_mid_batch_rewinds_the_others_instead_of_stalling_them() {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = open_sql_catalog(
-        &dir.path().join("catalog.sqlite"),
-        &dir.path().join("wh"),
-        "floe",
-    )
-    .await
-    .unwrap();
-    let schema_json: serde_json::Value =
-        serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
-    let schema = Arc::new(MappedSchema::from_json_schema(&schema_json, "event_time").unwrap());
-    let ident = TableIdent::new(NamespaceIdent::new("wl".into()), "events".into());
-    let spec = TableSpec {
-        ident: ident.clone(),
-        channel: "wl".into(),
-        compression_codec: "zstd".into(),
-        target_file_size_bytes: 128 << 20,
-    };
-    ensure_table(catalog.as_ref(), &spec, &schema)
-        .await
-        .unwrap();
+    let (catalog, ident, schema) = common::event_table(dir.path(), "wl").await;
     let store = Arc::new(
         SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
             .await

@@ -164,3 +164,35 @@ pub fn dlq_keys(dir: &Path) -> Vec<Option<String>> {
         .map(|e| e.key)
         .collect()
 }
+
+/// An `Event` table `<channel>.events` created as a channel would, in a SQL catalog under `dir`;
+/// returns the catalog, the table and the mapped schema.
+pub async fn event_table(
+    dir: &Path,
+    channel: &str,
+) -> (
+    std::sync::Arc<dyn iceberg::Catalog>,
+    TableIdent,
+    std::sync::Arc<floe::schema::MappedSchema>,
+) {
+    let catalog =
+        floe::catalog::open_sql_catalog(&dir.join("catalog.sqlite"), &dir.join("wh"), "floe")
+            .await
+            .unwrap();
+    let schema_json: serde_json::Value =
+        serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
+    let schema = std::sync::Arc::new(
+        floe::schema::MappedSchema::from_json_schema(&schema_json, "event_time").unwrap(),
+    );
+    let ident = TableIdent::new(NamespaceIdent::new(channel.into()), "events".into());
+    let spec = floe::catalog::TableSpec {
+        ident: ident.clone(),
+        channel: channel.into(),
+        compression_codec: "zstd".into(),
+        target_file_size_bytes: 128 << 20,
+    };
+    floe::catalog::ensure_table(catalog.as_ref(), &spec, &schema)
+        .await
+        .unwrap();
+    (catalog, ident, schema)
+}
