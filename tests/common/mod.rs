@@ -30,6 +30,45 @@ pub fn python() -> PathBuf {
     venv
 }
 
+/// The AWS emulator endpoint (patched moto serving DynamoDB, Kinesis, S3, Glue, S3 Tables), from
+/// `FLOE_TEST_AWS_ENDPOINT`. Panics with instructions when unset: AWS tests never pass silently.
+pub fn aws_endpoint() -> String {
+    emulator_env("FLOE_TEST_AWS_ENDPOINT")
+}
+
+/// The kinesalite endpoint (56-digit sequence numbers), from `FLOE_TEST_KINESALITE_ENDPOINT`.
+pub fn kinesalite_endpoint() -> String {
+    emulator_env("FLOE_TEST_KINESALITE_ENDPOINT")
+}
+
+fn emulator_env(var: &str) -> String {
+    for needed in [var, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+        assert!(
+            std::env::var_os(needed).is_some(),
+            "{needed} is not set: this test needs the local AWS emulators. Run scripts/test.sh, or `deploy/local/aws-emulators.sh start` and `eval \"$(deploy/local/aws-emulators.sh env)\"`"
+        );
+    }
+    std::env::var(var).unwrap()
+}
+
+/// AWS clients pointed at `endpoint` in us-east-1.
+pub async fn aws_clients(endpoint: &str) -> floe::aws::AwsClients {
+    floe::aws::AwsClients::load(&floe::aws::AwsConfig {
+        region: Some("us-east-1".into()),
+        endpoint_url: Some(endpoint.to_owned()),
+        ..Default::default()
+    })
+    .await
+}
+
+/// A name unique to this test run: `<prefix>-<uuid v4 simple, 12 chars>`.
+pub fn unique_name(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
 /// Reads the table with PyIceberg; returns the JSON that tests/py/read_table.py prints.
 pub fn read_with_pyiceberg(dir: &Path, ids: &[u64]) -> serde_json::Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_table.py");
