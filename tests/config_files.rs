@@ -153,3 +153,33 @@ fn validate_run_exits_zero_on_the_quickstart_and_one_on_problems() {
     let bad = validate::ValidateArgs { config: path };
     assert_eq!(validate::run(&bad), std::process::ExitCode::FAILURE);
 }
+
+#[test]
+fn kinesis_dynamodb_config_validates_and_passes_floe_validate() {
+    let config = load_with("kinesis-dynamodb.toml", &env_with(&[])).unwrap();
+    assert_eq!(
+        config.lease_store.backend,
+        LeaseStoreBackend::Dynamodb {
+            table: "floe-leases".into(),
+            create_lease_table: false
+        }
+    );
+    assert_eq!(config.aws.region.as_deref(), Some("us-east-1"));
+    let SourceConfig::Kinesis(kinesis) = &config.channels[0].source else {
+        panic!("kinesis source expected")
+    };
+    assert_eq!(kinesis.stream.as_str(), "clickstream");
+    assert_eq!(kinesis.initial_position, InitialPosition::ActivationTime);
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    let CatalogConfig::Sql(catalog) = &d.catalog;
+    assert_eq!(
+        catalog.warehouse,
+        floe::config::Warehouse::S3("s3://example-analytics-lake/warehouse".into())
+    );
+    assert!(matches!(
+        config.channels[0].dlq.location,
+        floe::config::DlqLocation::S3(_)
+    ));
+    let checked = validate::check(&config_dir().join("kinesis-dynamodb.toml")).unwrap();
+    assert_eq!(checked.channels.len(), 1);
+}

@@ -30,6 +30,48 @@ const CONFIG_TABLES: &[ConfigTable] = &[
         keys: &["id", "metrics_address", "shutdown_timeout"],
     },
     ConfigTable {
+        heading: "`[aws]`",
+        file_struct: "AwsSection",
+        kind_enum: None,
+        keys: &["region", "profile", "endpoint_url", "endpoints"],
+    },
+    ConfigTable {
+        heading: "`[lease_store]` with `kind = \"dynamodb\"`",
+        file_struct: "DynamodbLeaseStoreSection",
+        kind_enum: None,
+        keys: &[
+            "table",
+            "create_lease_table",
+            "lease_duration",
+            "renew_interval",
+            "max_leases_to_steal",
+        ],
+    },
+    ConfigTable {
+        heading: "`[channel.source]` with `kind = \"kinesis\"`",
+        file_struct: "KinesisSourceSection",
+        kind_enum: None,
+        keys: &[
+            "stream_name",
+            "stream_arn",
+            "initial_position",
+            "max_records_per_call",
+            "poll_interval",
+        ],
+    },
+    ConfigTable {
+        heading: "`[channel.dlq]` with `kind = \"s3\"`",
+        file_struct: "S3DlqSection",
+        kind_enum: None,
+        keys: &[
+            "bucket",
+            "prefix",
+            "expected_bucket_owner",
+            "kms_key_arn",
+            "include_payload",
+        ],
+    },
+    ConfigTable {
         heading: "`[lease_store]`",
         file_struct: "SqliteLeaseStoreSection",
         kind_enum: Some("LeaseStoreSection"),
@@ -106,6 +148,7 @@ const CONFIG_TABLES: &[ConfigTable] = &[
 /// The top-level tables of the file (fields of `ConfigFile`), each with its README heading.
 const TOP_LEVEL: &[(&str, &str)] = &[
     ("worker", "`[worker]`"),
+    ("aws", "`[aws]`"),
     ("lease_store", "`[lease_store]`"),
     ("channel", "`[[channel]]`"),
 ];
@@ -475,14 +518,14 @@ fn checks_fail_on_an_unsupported_kind_not_said_so() {
     let readme = read("README.md");
     let kinds = tagged_kinds(&read("src/config/file.rs"));
     let wrong = readme.replacen(
-        "(a Kinesis data stream) is parsed but not supported yet in this build",
-        "(a Kinesis data stream)",
+        "(raw objects under an S3 prefix) is parsed but not supported yet in this build",
+        "(raw objects under an S3 prefix)",
         1,
     );
     assert_ne!(wrong, readme);
     let problems = kind_problems(&wrong, &kinds);
     assert!(
-        problems.iter().any(|p| p.contains("kinesis")),
+        problems.iter().any(|p| p.contains("\"s3\"")),
         "{problems:?}"
     );
 }
