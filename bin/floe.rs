@@ -40,6 +40,16 @@ enum Command {
         #[command(subcommand)]
         command: floe::cli::channel::ChannelCommand,
     },
+    /// Ask a running worker's /healthz (or /readyz): exit 0 on 200, 1 otherwise (container
+    /// health checks).
+    Healthcheck {
+        /// The worker's metrics address.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        address: std::net::SocketAddr,
+        /// Ask /readyz (leases held, catalog reachable) instead of /healthz.
+        #[arg(long)]
+        ready: bool,
+    },
     /// Check a config file; print every problem with its key path, or "ok".
     Validate(floe::cli::validate::ValidateArgs),
     /// Run the whole pipeline on this machine with an embedded Kafka broker.
@@ -103,6 +113,20 @@ fn main() -> ExitCode {
             }
         },
         Command::Validate(args) => floe::cli::validate::run(&args),
+        Command::Healthcheck { address, ready } => {
+            let path = if ready { "/readyz" } else { "/healthz" };
+            match floe::health::probe(address, path, std::time::Duration::from_secs(4)) {
+                Ok(200) => ExitCode::SUCCESS,
+                Ok(status) => {
+                    eprintln!("{path}: HTTP {status}");
+                    ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("{path}: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Channel { command } => {
             init_tracing(cli.log_format, "warn");
             runtime().block_on(floe::cli::channel::run(&command))

@@ -442,7 +442,7 @@ impl Committer {
                 files = b.data_files.len(),
                 bytes = b.data_bytes,
                 commit_latency_ms = took.as_millis() as u64,
-                snapshot_id = ?snapshot_id,
+                snapshot_id = snapshot_id.unwrap_or(-1),
                 "batch committed"
             );
         }

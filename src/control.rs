@@ -342,7 +342,12 @@ pub async fn create(
             put(store, creating, expected).await?
         }
     };
-    let catalog = open_catalog(channel).await?;
+    let catalog = open_catalog(channel).await.map_err(|e| match e {
+        ControlError::Unavailable(m) => {
+            ControlError::Unavailable(format!("{m}; the channel stays CREATING: run create again"))
+        }
+        e => e,
+    })?;
     let DestinationConfig::Iceberg(dest) = &channel.destination;
     let spec = TableSpec {
         ident: table_ident(channel),
@@ -803,6 +808,7 @@ pub async fn watch_channel(
                     tracing::warn!(channel = %channel, "channel deleted: stopping delivery (draining, then releasing leases)");
                     crate::health::Readiness::global().deregister(&channel);
                     stops.stop(drain).await;
+                    crate::telemetry::set_worker_gauges(&channel, 0.0, 0, 0, false);
                     tracing::info!(channel = %channel, "channel deleted: delivery stopped, leases released");
                     return true;
                 }

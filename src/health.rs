@@ -246,6 +246,33 @@ async fn answer<B>(
     }
 }
 
+/// `floe healthcheck`: asks `GET path` of the endpoint at `addr` (blocking, for container
+/// health checks where no HTTP client is installed). Returns the HTTP status.
+///
+/// Errors: no connection or no HTTP answer within `timeout`.
+pub fn probe(addr: SocketAddr, path: &str, timeout: Duration) -> Result<u16, String> {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("{addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("{addr}: {e}"))?;
+    let mut head = [0u8; 12];
+    stream
+        .read_exact(&mut head)
+        .map_err(|e| format!("{addr}: {e}"))?;
+    std::str::from_utf8(&head[9..12])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("{addr}: not an HTTP answer"))
+}
+
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;

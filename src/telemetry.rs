@@ -14,6 +14,8 @@ use crate::commit::CommitError;
 
 /// Age of the oldest record read but not yet committed, seconds; 0 when idle.
 pub const DATA_FRESHNESS_SECONDS: &str = "floe_data_freshness_seconds";
+/// The channel's data freshness bound in force (configured or updated), seconds.
+pub const DATA_FRESHNESS_TARGET_SECONDS: &str = "floe_data_freshness_target_seconds";
 /// Records read from the source.
 pub const RECORDS_READ_TOTAL: &str = "floe_records_read_total";
 /// Bytes of record payloads read from the source.
@@ -74,6 +76,11 @@ pub fn describe() {
         DATA_FRESHNESS_SECONDS,
         Unit::Seconds,
         "age of the oldest record read but not yet committed; 0 when idle"
+    );
+    describe_gauge!(
+        DATA_FRESHNESS_TARGET_SECONDS,
+        Unit::Seconds,
+        "the channel's data_freshness in force (configuration or floe channel update)"
     );
     describe_counter!(
         RECORDS_READ_TOTAL,
@@ -268,7 +275,13 @@ pub fn record_files(channel: &str, sizes: impl IntoIterator<Item = u64>) {
     }
 }
 
-/// Sets the freshness, buffer and lease gauges of a channel.
+/// Sets the freshness bound of a channel.
+pub fn set_freshness_target(channel: &str, target: Duration) {
+    gauge!(DATA_FRESHNESS_TARGET_SECONDS, "channel" => channel.to_string())
+        .set(target.as_secs_f64());
+}
+
+/// Sets the freshness, buffer and lease gauges of a channel (all 0 once it stopped).
 pub fn set_worker_gauges(
     channel: &str,
     freshness_s: f64,

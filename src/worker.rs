@@ -621,6 +621,7 @@ impl ChannelWorker {
             })
             .sum();
         telemetry::set_source_lag_records(&self.settings.channel, lag);
+        telemetry::set_freshness_target(&self.settings.channel, self.settings.data_freshness);
         let behind_ms = self
             .shards
             .values()

@@ -4,46 +4,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-
-struct Broker {
-    child: Child,
-    bootstrap: String,
-}
-
-impl Broker {
-    fn start() -> Broker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_floe-mock-kafka"))
-            .args(["--topic", "events", "--partitions", "4"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start floe-mock-kafka");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let bootstrap = line
-            .trim()
-            .strip_prefix("bootstrap=")
-            .expect("bootstrap line")
-            .to_string();
-        Broker { child, bootstrap }
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 struct Worker {
     child: Child,

@@ -2,8 +2,9 @@
 //! delivery, and the independent PyIceberg reader.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use floe::dlq::LocalDlq;
@@ -195,4 +196,42 @@ pub async fn event_table(
         .await
         .unwrap();
     (catalog, ident, schema)
+}
+
+/// A standalone Kafka-protocol broker (`floe-mock-kafka`, topic `events`, 4 partitions) in its
+/// own process, so it outlives the workers; killed on drop.
+pub struct Broker {
+    child: Child,
+    /// Its bootstrap servers.
+    pub bootstrap: String,
+}
+
+impl Broker {
+    /// Starts it and reads its bootstrap address.
+    pub fn start() -> Broker {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_floe-mock-kafka"))
+            .args(["--topic", "events", "--partitions", "4"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start floe-mock-kafka");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let bootstrap = line
+            .trim()
+            .strip_prefix("bootstrap=")
+            .expect("bootstrap line")
+            .to_string();
+        Broker { child, bootstrap }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
