@@ -20,15 +20,18 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::aws::AwsClients;
 use crate::catalog::{ensure_table, open_sql_catalog, TableSpec};
 use crate::commit::{CommitError, Committer};
 use crate::config::{
     CatalogConfig, ChannelConfig, Config, DestinationConfig, DlqLocation, LeaseStoreBackend,
     LeaseStoreConfig, SchemaConfig, SourceConfig, Warehouse,
 };
-use crate::dlq::LocalDlq;
+use crate::dlq::{Dlq, LocalDlq, S3Dlq};
+use crate::lease::dynamodb::{DynamoDbLeaseStore, MissingTable};
 use crate::lease::manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
 use crate::lease::sqlite::SqliteLeaseStore;
+use crate::lease::Store;
 use crate::lease::{BatchStore, ChannelState, ChannelStatus, LeaseKey, LeaseSpec, LeaseStore};
 use crate::schema::MappedSchema;
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
@@ -133,7 +136,8 @@ pub struct PreparedChannel {
 /// Errors: [`AppError::LeaseStore`] when it cannot be opened.
 pub async fn open_lease_store(
     config: &LeaseStoreConfig,
-) -> Result<Arc<SqliteLeaseStore>, AppError> {
+    aws: &AwsClients,
+) -> Result<Arc<dyn Store>, AppError> {
     match &config.backend {
         LeaseStoreBackend::Sqlite { path } => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -144,7 +148,24 @@ pub async fn open_lease_store(
             }
             SqliteLeaseStore::open(path)
                 .await
-                .map(Arc::new)
+                .map(|s| Arc::new(s) as Arc<dyn Store>)
+                .map_err(|e| AppError::LeaseStore {
+                    message: e.to_string(),
+                    retryable: e.is_retryable(),
+                })
+        }
+        LeaseStoreBackend::Dynamodb {
+            table,
+            create_lease_table,
+        } => {
+            let missing = if *create_lease_table {
+                MissingTable::Create
+            } else {
+                MissingTable::Refuse
+            };
+            DynamoDbLeaseStore::open(aws.dynamodb(), table, missing)
+                .await
+                .map(|s| Arc::new(s) as Arc<dyn Store>)
                 .map_err(|e| AppError::LeaseStore {
                     message: e.to_string(),
                     retryable: e.is_retryable(),
@@ -159,7 +180,8 @@ pub async fn open_lease_store(
 /// Errors: [`AppError::Channel`] naming the channel and the reason.
 pub async fn prepare_channel(
     config: &ChannelConfig,
-    store: &SqliteLeaseStore,
+    store: &dyn Store,
+    aws: &AwsClients,
 ) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
     let SchemaConfig::File(schema_file) = &config.schema;
@@ -174,7 +196,9 @@ pub async fn prepare_channel(
     );
     let catalog = match &dest.catalog {
         CatalogConfig::Sql(sql) => {
-            let Warehouse::Local(warehouse) = &sql.warehouse;
+            let Warehouse::Local(warehouse) = &sql.warehouse else {
+                return Err(channel_err(name, "s3:// warehouses are not wired yet"));
+            };
             open_sql_catalog(&sql.database, warehouse, &sql.name)
                 .await
                 .map_err(|e| channel_unavailable(name, e))?
@@ -244,7 +268,9 @@ pub async fn prepare_channel(
             }
         }
     }
-    let SourceConfig::Kafka(kafka) = &config.source;
+    let SourceConfig::Kafka(kafka) = &config.source else {
+        return Err(channel_err(name, "Kinesis sources are not wired yet"));
+    };
     let mut source_config = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
     for (k, v) in &kafka.properties {
         source_config = source_config.with_client_property(k, v.value());
@@ -257,7 +283,10 @@ pub async fn prepare_channel(
             InitialPosition::AtTimestamp(state.activated_at_ms.unwrap_or(0))
         }
     };
-    let DlqLocation::Local(path) = &config.dlq.location;
+    let dlq: Dlq = match &config.dlq.location {
+        DlqLocation::Local(path) => LocalDlq::new(path, name).into(),
+        DlqLocation::S3(location) => S3Dlq::new(aws.s3(), location.clone(), name).into(),
+    };
     Ok(PreparedChannel {
         config: config.clone(),
         io: ChannelIo {
@@ -265,13 +294,13 @@ pub async fn prepare_channel(
             catalog,
             ident,
             schema,
-            dlq: LocalDlq::new(path, name),
+            dlq,
         },
         initial_position,
     })
 }
 
-async fn activate(store: &SqliteLeaseStore, channel: &str) -> Result<ChannelState, AppError> {
+async fn activate(store: &dyn Store, channel: &str) -> Result<ChannelState, AppError> {
     for _ in 0..5 {
         let current = store
             .get_channel_state(channel)
@@ -318,8 +347,9 @@ pub fn compression(codec: &crate::config::Compression) -> ParquetCompression {
 ///
 /// Errors: a channel that cannot start (bad schema, unreachable catalog, table not owned).
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppError> {
+    let aws = AwsClients::load(&config.aws).await;
     let store = with_retry("opening the lease store", &shutdown, || {
-        open_lease_store(&config.lease_store)
+        open_lease_store(&config.lease_store, &aws)
     })
     .await?;
     let LeaseStoreConfig {
@@ -341,7 +371,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     for channel in &config.channels {
         let name = channel.name.clone();
         let prepared = with_retry("starting the channel", &shutdown, || async {
-            let prepared = prepare_channel(channel, &store).await?;
+            let prepared = prepare_channel(channel, store.as_ref(), &aws).await?;
             let shards = prepared.io.source.list_shards().await.map_err(|e| {
                 if e.is_retryable() {
                     channel_unavailable(&name, e)
@@ -469,7 +499,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                             // this worker.
                             if e.is_table_gone() {
                                 tracing::error!(channel = %settings.channel, error = %e, "channel suspended: the table is gone; stopping delivery");
-                                suspend(&store, &settings.channel, &e.to_string()).await;
+                                suspend(store.as_ref(), &settings.channel, &e.to_string()).await;
                             } else {
                                 tracing::error!(channel = %settings.channel, error = %e, "stopping: the table does not fit this worker's configuration");
                             }
@@ -528,13 +558,16 @@ fn worker_settings(
     p: &PreparedChannel,
 ) -> WorkerSettings {
     let DestinationConfig::Iceberg(dest) = &channel.destination;
-    let SourceConfig::Kafka(kafka) = &channel.source;
+    let source_name = match &channel.source {
+        SourceConfig::Kafka(kafka) => kafka.topic.clone(),
+        SourceConfig::Kinesis(kinesis) => kinesis.stream.as_str().to_owned(),
+    };
     let include_payload = &channel.dlq.include_payload;
     let SchemaConfig::File(schema_file) = &channel.schema;
     WorkerSettings {
         channel: channel.name.clone(),
         worker_id: config.worker.id.clone(),
-        source_name: kafka.topic.clone(),
+        source_name,
         schema_version: schema_file.display().to_string(),
         data_freshness: dest.data_freshness,
         buffer_size: dest.buffer_size,
@@ -553,8 +586,8 @@ async fn committer_loop(
     channel: String,
     ident: TableIdent,
     catalog: Arc<dyn Catalog>,
-    store: Arc<SqliteLeaseStore>,
-    dlq: LocalDlq,
+    store: Arc<dyn Store>,
+    dlq: Dlq,
     mut held: watch::Receiver<HeldLeases>,
     stop: CancellationToken,
 ) {
@@ -616,7 +649,7 @@ async fn committer_loop(
 }
 
 /// Records a channel as SUSPENDED with its reason (best effort: the log has it too).
-async fn suspend(store: &SqliteLeaseStore, channel: &str, reason: &str) {
+async fn suspend(store: &dyn Store, channel: &str, reason: &str) {
     let Ok(Some(mut state)) = store.get_channel_state(channel).await else {
         return;
     };

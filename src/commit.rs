@@ -37,7 +37,7 @@ use crate::catalog::{
     referenced_data_files, FencedCatalog, PROP_CHECKPOINTS, PROP_COMMITTER_EPOCH,
     PROP_LAST_COMMIT_ID, SUMMARY_BATCH_IDS, SUMMARY_COMMIT_ID, SUMMARY_RANGES,
 };
-use crate::dlq::LocalDlq;
+use crate::dlq::Dlq;
 use crate::lease::{BatchStore, DeliveryLog, LeaseError, LeaseKey, LeaseStore};
 use crate::model::{Checkpoints, PendingBatch, RangeVerdict, ShardId};
 use crate::telemetry;
@@ -201,7 +201,7 @@ pub struct Committer {
     catalog: FencedCatalog,
     leases: Arc<dyn LeaseStore>,
     batches: Arc<dyn BatchStore>,
-    dlq: LocalDlq,
+    dlq: Dlq,
     epoch: u64,
 }
 
@@ -213,7 +213,7 @@ impl Committer {
         catalog: Arc<dyn Catalog>,
         leases: Arc<dyn LeaseStore>,
         batches: Arc<dyn BatchStore>,
-        dlq: LocalDlq,
+        dlq: impl Into<Dlq>,
         epoch: u64,
     ) -> Self {
         Committer {
@@ -222,7 +222,7 @@ impl Committer {
             catalog: FencedCatalog::new(catalog),
             leases,
             batches,
-            dlq,
+            dlq: dlq.into(),
             epoch,
         }
     }
@@ -314,7 +314,7 @@ impl Committer {
         let mut committed_ids: Vec<Uuid> = Vec::new();
         for b in accepted.iter().chain(recovered.iter()) {
             if let Some(staged) = &b.dlq_staged {
-                let published = self.dlq.publish(b.batch_id, staged);
+                let published = self.dlq.publish(b.batch_id, staged).await;
                 telemetry::record_dlq_write(&self.channel, "publish", published.is_ok());
                 match published {
                     Ok(()) => {}
@@ -352,7 +352,7 @@ impl Committer {
                 }
             }
             if let Some(staged) = &b.dlq_staged {
-                self.dlq.discard(staged);
+                self.dlq.discard(staged).await;
             }
             telemetry::record_batch_rejected(&self.channel, reason);
         }

@@ -237,18 +237,41 @@ pub fn table_ident(config: &ChannelConfig) -> TableIdent {
 pub async fn open_catalog(config: &ChannelConfig) -> Result<Arc<dyn Catalog>, ControlError> {
     let DestinationConfig::Iceberg(dest) = &config.destination;
     let CatalogConfig::Sql(sql) = &dest.catalog;
-    let Warehouse::Local(warehouse) = &sql.warehouse;
+    let Warehouse::Local(warehouse) = &sql.warehouse else {
+        return Err(ControlError::refused(
+            "destination.catalog.warehouse",
+            "s3:// warehouses are not wired yet in this build",
+        ));
+    };
     open_sql_catalog(&sql.database, warehouse, &sql.name)
         .await
         .map_err(|e| ControlError::Unavailable(format!("catalog: {e}")))
 }
 
-/// Checks that the DLQ can be written: creates its directory and writes, syncs and removes a
-/// probe file.
+/// Checks that the DLQ can be written. A local directory is created, and a probe file written,
+/// synced and removed; an S3 bucket must exist, be owned by the expected account and accept a
+/// put.
 ///
-/// Errors: the problem, at key path `channel[index].dlq.path`.
-pub fn check_dlq_writable(index: usize, config: &ChannelConfig) -> Result<(), ConfigError> {
-    let DlqLocation::Local(dir) = &config.dlq.location;
+/// Errors: the problem, at key path `channel[index].dlq.path` (or `.bucket`).
+pub async fn check_dlq_writable(
+    index: usize,
+    config: &ChannelConfig,
+    aws: &crate::aws::AwsClients,
+) -> Result<(), ConfigError> {
+    let dir = match &config.dlq.location {
+        DlqLocation::Local(dir) => dir,
+        DlqLocation::S3(location) => {
+            let dlq: crate::dlq::Dlq =
+                crate::dlq::S3Dlq::new(aws.s3(), location.clone(), &config.name).into();
+            return dlq.check_writable().await.map_err(|e| ConfigError {
+                path: format!("channel[{index}].dlq.bucket"),
+                message: format!(
+                    "s3://{}/{} is not writable: {e}",
+                    location.bucket, location.prefix
+                ),
+            });
+        }
+    };
     let error = |message: String| ConfigError {
         path: format!("channel[{index}].dlq.path"),
         message,
@@ -264,15 +287,17 @@ pub fn check_dlq_writable(index: usize, config: &ChannelConfig) -> Result<(), Co
 /// Everything `floe channel create` checks before it records anything, as the managed services
 /// do: the configuration itself (names lowercase, ranges) was validated when it was loaded; here
 /// the schema (resolvable, nesting at most 16, one top-level `date-time` partition field of the
-/// hour transform) and the DLQ (writable).
+/// hour transform) and the DLQ (writable). The KMS key ARN's form is checked with the
+/// configuration (`channel[i].dlq.kms_key_arn`).
 ///
 /// Errors: every problem, each with its key path.
-pub fn preflight(
+pub async fn preflight(
     index: usize,
     config: &ChannelConfig,
+    aws: &crate::aws::AwsClients,
 ) -> Result<crate::schema::MappedSchema, ControlError> {
     let schema = crate::cli::validate::check_schema(index, config);
-    let dlq = check_dlq_writable(index, config);
+    let dlq = check_dlq_writable(index, config, aws).await;
     match (schema, dlq) {
         (Ok(schema), Ok(())) => Ok(schema),
         (schema, dlq) => Err(ControlError::Refused(
@@ -316,9 +341,10 @@ pub async fn create(
     config: &Config,
     name: &str,
     store: &dyn Store,
+    aws: &crate::aws::AwsClients,
 ) -> Result<ChannelState, ControlError> {
     let (index, channel) = find_channel(config, name)?;
-    let schema = preflight(index, channel)?;
+    let schema = preflight(index, channel, aws).await?;
     let current = store.get_channel_state(name).await?;
     let state = match create_decision(current.as_ref()) {
         CreateDecision::AlreadyActive => return Ok(current.expect("active state")),
@@ -687,7 +713,10 @@ async fn high_watermarks(
     channel: &ChannelConfig,
     leases: &[crate::lease::Lease],
 ) -> BTreeMap<String, i64> {
-    let crate::config::SourceConfig::Kafka(kafka) = &channel.source;
+    let crate::config::SourceConfig::Kafka(kafka) = &channel.source else {
+        // Kinesis lag (MillisBehindLatest) is only known to the readers: see the metrics.
+        return BTreeMap::new();
+    };
     let mut source_config =
         crate::source::kafka::KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
     source_config.request_timeout = Duration::from_secs(2);

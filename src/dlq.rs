@@ -3,15 +3,26 @@
 //! committed (DESIGN.md, protocol step 6), so a rejected batch leaves no DLQ entry behind.
 //!
 //! ```text
-//!  worker:    <dir>/_staging/<channel>/<batch id>.jsonl      (write, fsync)
-//!  committer: rename -> <dir>/<channel>/<batch id>.jsonl      (atomic, idempotent)
+//!  local  worker:    <dir>/_staging/<channel>/<batch id>.jsonl       (write, fsync)
+//!         committer: rename -> <dir>/<channel>/<batch id>.jsonl       (atomic, idempotent)
+//!  S3     worker:    PUT s3://<bucket>/<prefix>_staging/<channel>/<batch id>.jsonl
+//!         committer: COPY -> s3://<bucket>/<prefix><channel>/<batch id>.jsonl, DELETE staged
 //! ```
+//!
+//! On S3 every request carries `x-amz-expected-bucket-owner` when configured, and every object
+//! written is encrypted with SSE-KMS under the configured customer-managed key.
 //!
 //! An entry names the channel, topic or stream, shard, position, arrival time, schema version,
 //! error code, field (JSON pointer) and message; the payload only with `include_payload`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::ServerSideEncryption;
+
+use crate::config::S3Location;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -53,6 +64,85 @@ impl DlqEntry {
     pub fn with_payload(mut self, payload: &[u8]) -> Self {
         self.payload_base64 = Some(base64::engine::general_purpose::STANDARD.encode(payload));
         self
+    }
+}
+
+/// A channel's DLQ, local or on S3. Errors are `std::io::Error` (S3 failures as
+/// [`std::io::ErrorKind::Other`], a missing object as [`std::io::ErrorKind::NotFound`]).
+#[derive(Debug, Clone)]
+pub enum Dlq {
+    /// A local directory.
+    Local(LocalDlq),
+    /// An S3 bucket and prefix.
+    S3(S3Dlq),
+}
+
+impl Dlq {
+    /// Stages the entries of a batch durably; returns the staged location (a path or an
+    /// `s3://` URI), `None` when there are no entries.
+    ///
+    /// Errors: any write error (the worker retries the flush).
+    pub async fn stage(
+        &self,
+        batch_id: Uuid,
+        entries: &[DlqEntry],
+    ) -> std::io::Result<Option<String>> {
+        match self {
+            Dlq::Local(local) => local.stage(batch_id, entries),
+            Dlq::S3(s3) => s3.stage(batch_id, entries).await,
+        }
+    }
+
+    /// Publishes a committed batch's staged entries. Idempotent.
+    ///
+    /// Errors: [`std::io::ErrorKind::NotFound`] when the staged object is gone and was never
+    /// published; others when the store fails (retry).
+    pub async fn publish(&self, batch_id: Uuid, staged: &str) -> std::io::Result<()> {
+        match self {
+            Dlq::Local(local) => local.publish(batch_id, staged),
+            Dlq::S3(s3) => s3.publish(batch_id, staged).await,
+        }
+    }
+
+    /// Discards a rejected batch's staged entries (best effort).
+    pub async fn discard(&self, staged: &str) {
+        match self {
+            Dlq::Local(local) => local.discard(staged),
+            Dlq::S3(s3) => s3.discard(staged).await,
+        }
+    }
+
+    /// Every published entry of this channel.
+    ///
+    /// Errors: a read error or a line that is not a DLQ entry.
+    pub async fn read_published(&self) -> std::io::Result<Vec<DlqEntry>> {
+        match self {
+            Dlq::Local(local) => local.read_published(),
+            Dlq::S3(s3) => s3.read_published().await,
+        }
+    }
+
+    /// Checks that the DLQ can be written (a local directory is created; an S3 bucket must
+    /// exist, be owned by the expected account and accept a put).
+    ///
+    /// Errors: why not.
+    pub async fn check_writable(&self) -> std::io::Result<()> {
+        match self {
+            Dlq::Local(local) => std::fs::create_dir_all(&local.dir),
+            Dlq::S3(s3) => s3.check_writable().await,
+        }
+    }
+}
+
+impl From<LocalDlq> for Dlq {
+    fn from(local: LocalDlq) -> Self {
+        Dlq::Local(local)
+    }
+}
+
+impl From<S3Dlq> for Dlq {
+    fn from(s3: S3Dlq) -> Self {
+        Dlq::S3(s3)
     }
 }
 
@@ -101,11 +191,7 @@ impl LocalDlq {
         }
         let path = self.staged_path(batch_id);
         std::fs::create_dir_all(path.parent().expect("staged path has a parent"))?;
-        let mut buf = Vec::with_capacity(entries.len() * 256);
-        for e in entries {
-            serde_json::to_writer(&mut buf, e).map_err(std::io::Error::other)?;
-            buf.push(b'\n');
-        }
+        let buf = json_lines(entries)?;
         let mut f = std::fs::File::create(&path)?;
         f.write_all(&buf)?;
         f.sync_all()?;
@@ -147,6 +233,217 @@ impl LocalDlq {
         }
         Ok(out)
     }
+}
+
+/// A DLQ under an S3 prefix.
+#[derive(Debug, Clone)]
+pub struct S3Dlq {
+    client: aws_sdk_s3::Client,
+    location: S3Location,
+    channel: String,
+}
+
+fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
+    what: &str,
+    e: SdkError<E, R>,
+) -> std::io::Error {
+    let not_found = matches!(
+        &e,
+        SdkError::ServiceError(s) if matches!(s.err().code(), Some("NoSuchKey" | "NotFound"))
+    );
+    let message = format!("{what}: {}", aws_sdk_s3::error::DisplayErrorContext(&e));
+    if not_found {
+        std::io::Error::new(std::io::ErrorKind::NotFound, message)
+    } else {
+        std::io::Error::other(message)
+    }
+}
+
+impl S3Dlq {
+    /// A DLQ at `location` for `channel`, called through `client`.
+    pub fn new(
+        client: aws_sdk_s3::Client,
+        location: S3Location,
+        channel: impl Into<String>,
+    ) -> Self {
+        S3Dlq {
+            client,
+            location,
+            channel: channel.into(),
+        }
+    }
+
+    fn staged_key(&self, batch_id: Uuid) -> String {
+        format!(
+            "{}_staging/{}/{batch_id}.jsonl",
+            self.location.prefix, self.channel
+        )
+    }
+
+    /// The key a committed batch's entries are published under.
+    pub fn published_key(&self, batch_id: Uuid) -> String {
+        format!("{}{}/{batch_id}.jsonl", self.location.prefix, self.channel)
+    }
+
+    fn uri(&self, key: &str) -> String {
+        format!("s3://{}/{key}", self.location.bucket)
+    }
+
+    fn key_of<'a>(&self, uri: &'a str) -> std::io::Result<&'a str> {
+        uri.strip_prefix("s3://")
+            .and_then(|rest| rest.strip_prefix(self.location.bucket.as_str()))
+            .and_then(|rest| rest.strip_prefix('/'))
+            .ok_or_else(|| {
+                std::io::Error::other(format!(
+                    "staged DLQ object {uri:?} is not in bucket {}",
+                    self.location.bucket
+                ))
+            })
+    }
+
+    async fn put(&self, key: &str, body: Vec<u8>) -> std::io::Result<()> {
+        let mut request = self
+            .client
+            .put_object()
+            .bucket(&self.location.bucket)
+            .key(key)
+            .content_type("application/x-ndjson")
+            .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
+            .body(ByteStream::from(body));
+        if let Some(key_arn) = &self.location.kms_key_arn {
+            request = request
+                .server_side_encryption(ServerSideEncryption::AwsKms)
+                .ssekms_key_id(key_arn);
+        }
+        request
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| s3_error(&format!("put s3://{}/{key}", self.location.bucket), e))
+    }
+
+    async fn exists(&self, key: &str) -> std::io::Result<bool> {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.location.bucket)
+            .key(key)
+            .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(s)) if s.err().is_not_found() => Ok(false),
+            Err(e) => Err(s3_error(&format!("head {}", self.uri(key)), e)),
+        }
+    }
+
+    async fn stage(&self, batch_id: Uuid, entries: &[DlqEntry]) -> std::io::Result<Option<String>> {
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let key = self.staged_key(batch_id);
+        self.put(&key, json_lines(entries)?).await?;
+        Ok(Some(self.uri(&key)))
+    }
+
+    async fn publish(&self, batch_id: Uuid, staged: &str) -> std::io::Result<()> {
+        let staged_key = self.key_of(staged)?.to_owned();
+        let target = self.published_key(batch_id);
+        if self.exists(&target).await? {
+            self.discard(staged).await;
+            return Ok(());
+        }
+        let mut copy = self
+            .client
+            .copy_object()
+            .bucket(&self.location.bucket)
+            .key(&target)
+            .copy_source(format!("{}/{staged_key}", self.location.bucket))
+            .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
+            .set_expected_source_bucket_owner(self.location.expected_bucket_owner.clone());
+        if let Some(key_arn) = &self.location.kms_key_arn {
+            copy = copy
+                .server_side_encryption(ServerSideEncryption::AwsKms)
+                .ssekms_key_id(key_arn);
+        }
+        copy.send()
+            .await
+            .map_err(|e| s3_error(&format!("copy {staged} to {}", self.uri(&target)), e))?;
+        self.discard(staged).await;
+        Ok(())
+    }
+
+    async fn discard(&self, staged: &str) {
+        let Ok(key) = self.key_of(staged) else { return };
+        if let Err(e) = self
+            .client
+            .delete_object()
+            .bucket(&self.location.bucket)
+            .key(key)
+            .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
+            .send()
+            .await
+        {
+            tracing::warn!(channel = %self.channel, staged, error = %aws_sdk_s3::error::DisplayErrorContext(&e), "could not delete a staged DLQ object");
+        }
+    }
+
+    async fn read_published(&self) -> std::io::Result<Vec<DlqEntry>> {
+        let prefix = format!("{}{}/", self.location.prefix, self.channel);
+        let mut out = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.location.bucket)
+            .prefix(&prefix)
+            .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| s3_error(&format!("list {}", self.uri(&prefix)), e))?;
+            for object in page.contents() {
+                let Some(key) = object.key() else { continue };
+                let body = self
+                    .client
+                    .get_object()
+                    .bucket(&self.location.bucket)
+                    .key(key)
+                    .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
+                    .send()
+                    .await
+                    .map_err(|e| s3_error(&format!("get {}", self.uri(key)), e))?
+                    .body
+                    .collect()
+                    .await
+                    .map_err(|e| std::io::Error::other(format!("read {}: {e}", self.uri(key))))?
+                    .into_bytes();
+                for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    out.push(serde_json::from_slice(line).map_err(std::io::Error::other)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn check_writable(&self) -> std::io::Result<()> {
+        let key = format!(
+            "{}_staging/{}/.floe-write-check",
+            self.location.prefix, self.channel
+        );
+        self.put(&key, Vec::new()).await?;
+        self.discard(&self.uri(&key)).await;
+        Ok(())
+    }
+}
+
+fn json_lines(entries: &[DlqEntry]) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(entries.len() * 256);
+    for e in entries {
+        serde_json::to_writer(&mut buf, e).map_err(std::io::Error::other)?;
+        buf.push(b'\n');
+    }
+    Ok(buf)
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod aws;
 pub mod catalog;
 pub mod cli;
 pub mod commit;

@@ -30,7 +30,7 @@ use uuid::Uuid;
 
 use crate::commit::table_checkpoints;
 use crate::convert::Converter;
-use crate::dlq::{DlqEntry, LocalDlq};
+use crate::dlq::{Dlq, DlqEntry};
 use crate::lease::{BatchStore, HeldLeases};
 use crate::model::{CheckpointRange, Checkpoints, PendingBatch, Position, ShardId, ShardRange};
 use crate::schema::MappedSchema;
@@ -141,7 +141,7 @@ pub struct ChannelIo {
     /// The channel's mapped schema.
     pub schema: Arc<MappedSchema>,
     /// The channel's DLQ.
-    pub dlq: LocalDlq,
+    pub dlq: Dlq,
 }
 
 /// One channel's worker loop.
@@ -496,7 +496,7 @@ impl ChannelWorker {
         let rows = self.converter.as_mut().expect("table loaded").finish();
         let table = self.table.as_ref().expect("table loaded");
         let written = write_data_files(table, &self.settings.writer, batch_id, rows).await?;
-        let dlq_staged = self.io.dlq.stage(batch_id, &self.dlq_entries);
+        let dlq_staged = self.io.dlq.stage(batch_id, &self.dlq_entries).await;
         if !self.dlq_entries.is_empty() {
             telemetry::record_dlq_write(&self.settings.channel, "stage", dlq_staged.is_ok());
         }
@@ -513,7 +513,7 @@ impl ChannelWorker {
                 let _ = table.file_io().delete(p).await;
             }
             if let Some(s) = &dlq_staged {
-                self.io.dlq.discard(s);
+                self.io.dlq.discard(s).await;
             }
             self.drop_buffer();
             return self.sync_leases(false).await;

@@ -228,6 +228,22 @@ fn create_refuses_an_invalid_channel_naming_the_field_and_records_nothing() {
     let o = channel(dir.path(), &["delete", "it"]);
     assert_exit(&o, 78);
     assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+
+    // A KMS key given as an alias instead of a key ARN.
+    write_config(dir.path(), |c| {
+        let dlq = c.find("  [channel.dlq]").unwrap();
+        format!(
+            "{}  [channel.dlq]\n  kind = \"s3\"\n  bucket = \"dlq-bucket\"\n  kms_key_arn = \"alias/floe\"\n",
+            &c[..dlq]
+        )
+    });
+    let o = channel(dir.path(), &["create", "it"]);
+    assert_exit(&o, 78);
+    assert!(
+        stderr(&o).contains("channel[0].dlq.kms_key_arn") && stderr(&o).contains("alias"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[tokio::test]

@@ -33,10 +33,14 @@ fn load_with(name: &str, env: &ConfigEnv) -> Result<Config, floe::config::Config
 fn quickstart_config_validates_with_the_quickstart_settings() {
     let config = load_with("quickstart.toml", &env_with(&[])).unwrap();
     assert_eq!(config.worker.id, "test-host-7");
-    let LeaseStoreBackend::Sqlite { path } = &config.lease_store.backend;
+    let LeaseStoreBackend::Sqlite { path } = &config.lease_store.backend else {
+        panic!("sqlite lease store expected")
+    };
     assert_eq!(*path, config_dir().join("floe-quickstart/leases.sqlite"));
     let channel = &config.channels[0];
-    let SourceConfig::Kafka(kafka) = &channel.source;
+    let SourceConfig::Kafka(kafka) = &channel.source else {
+        panic!("kafka source expected")
+    };
     assert_eq!(kafka.bootstrap_servers, "localhost:9092");
     assert_eq!(kafka.topic, "events");
     assert_eq!(kafka.initial_position, InitialPosition::Earliest);
@@ -68,7 +72,9 @@ fn kafka_sql_config_validates_with_sasl_credentials_from_the_environment() {
         ("KAFKA_SASL_PASSWORD", "s3cret"),
     ]);
     let config = load_with("kafka-sql.toml", &env).unwrap();
-    let SourceConfig::Kafka(kafka) = &config.channels[0].source;
+    let SourceConfig::Kafka(kafka) = &config.channels[0].source else {
+        panic!("kafka source expected")
+    };
     assert_eq!(kafka.properties["sasl.password"].value(), "s3cret");
     assert!(matches!(
         kafka.properties["sasl.password"],

@@ -84,7 +84,7 @@ async fn losing_one_shard_mid_batch_rewinds_the_others_instead_of_stalling_them(
         catalog: catalog.clone(),
         ident: ident.clone(),
         schema,
-        dlq: dlq.clone(),
+        dlq: dlq.clone().into(),
     };
     let mut worker = ChannelWorker::new(settings, io, batches, held_rx);
     let stop = CancellationToken::new();

@@ -119,14 +119,15 @@ pub async fn run(command: &ChannelCommand) -> ExitCode {
             return ExitCode::from(78);
         }
     };
-    let store = match crate::app::open_lease_store(&config.lease_store).await {
+    let aws = crate::aws::AwsClients::load(&config.aws).await;
+    let store = match crate::app::open_lease_store(&config.lease_store, &aws).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(if e.is_retryable() { 1 } else { 78 });
         }
     };
-    match execute(command, &config, store.as_ref()).await {
+    match execute(command, &config, store.as_ref(), &aws).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             match &e {
@@ -162,13 +163,14 @@ async fn execute(
     command: &ChannelCommand,
     config: &Config,
     store: &dyn Store,
+    aws: &crate::aws::AwsClients,
 ) -> Result<(), ControlError> {
     let json = command.common().json;
     match command {
         ChannelCommand::Create { name, .. } => {
             let mut states = Vec::new();
             for n in names(config, name) {
-                states.push(control::create(config, &n, store).await?);
+                states.push(control::create(config, &n, store, aws).await?);
             }
             print_states(&states, json);
         }

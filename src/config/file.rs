@@ -32,6 +32,9 @@ pub struct ConfigFile {
     /// `[worker]`: this process. Optional; every key has a default.
     #[serde(default)]
     pub worker: Section<WorkerSection>,
+    /// `[aws]`: region, profile and endpoints of every AWS client. Optional.
+    #[serde(default)]
+    pub aws: Section<AwsSection>,
     /// `[lease_store]`: where workers coordinate leases, pending batches and channel state.
     pub lease_store: Section<LeaseStoreSection>,
     /// `[[channel]]`: one entry per channel (one source delivered to one destination).
@@ -60,13 +63,50 @@ pub struct WorkerSection {
     pub shutdown_timeout: Option<DurationText>,
 }
 
+/// `[aws]`: how floe reaches AWS. Credentials are never written here: they come from the AWS
+/// SDK's default chain (environment, shared config/credentials files, SSO, ECS task role, EC2
+/// instance profile).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AwsSection {
+    /// Region such as `"us-east-1"`. Default: `AWS_REGION`, then the profile's region.
+    pub region: Option<String>,
+    /// Named profile of `~/.aws/config`. Default: `AWS_PROFILE`, then `default`.
+    pub profile: Option<String>,
+    /// Endpoint URL for every AWS service, `http(s)://host[:port]` (an emulator; a VPC endpoint).
+    /// Default: AWS's own endpoints.
+    pub endpoint_url: Option<String>,
+    /// `[aws.endpoints]`: per-service endpoint URLs that win over `endpoint_url`; keys
+    /// `dynamodb`, `kinesis`, `s3`, `glue`, `s3tables`.
+    #[serde(default)]
+    pub endpoints: BTreeMap<crate::aws::AwsService, String>,
+}
+
 /// `[lease_store]`: the store where workers take and renew leases. Tagged by `kind`.
 #[derive(Debug)]
 pub enum LeaseStoreSection {
     /// `kind = "sqlite"`: an SQLite file shared by the workers of one machine (embedded mode).
     Sqlite(SqliteLeaseStoreSection),
-    /// `kind = "dynamodb"`: a DynamoDB table shared by a fleet. Not supported yet in this build.
-    Dynamodb(toml::Table),
+    /// `kind = "dynamodb"`: a DynamoDB table shared by a fleet.
+    Dynamodb(DynamodbLeaseStoreSection),
+}
+
+/// `[lease_store]` with `kind = "dynamodb"`: one DynamoDB table shared by the fleet (and by
+/// several channels: items are keyed by channel).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DynamodbLeaseStoreSection {
+    /// Name of the DynamoDB table (3 to 255 characters from `A-Z a-z 0-9 _ - .`). Required.
+    pub table: String,
+    /// Create the table (on-demand billing) when it does not exist. Default `true`; with `false`
+    /// a missing table is refused at start (create it with `floe setup`).
+    pub create_lease_table: Option<bool>,
+    /// How long a lease lasts without renewal, e.g. `"10s"`. Default 10 s, 1 s to 10 min.
+    pub lease_duration: Option<DurationText>,
+    /// How often held leases are renewed. Default `lease_duration / 3`; at most a third of it.
+    pub renew_interval: Option<DurationText>,
+    /// Most leases a worker steals from others per lease period to even out the fleet. Default 1.
+    pub max_leases_to_steal: Option<u32>,
 }
 
 /// `[lease_store]` with `kind = "sqlite"`.
@@ -113,8 +153,30 @@ pub struct ChannelSection {
 pub enum SourceSection {
     /// `kind = "kafka"`: a Kafka topic.
     Kafka(KafkaSourceSection),
-    /// `kind = "kinesis"`: a Kinesis data stream. Not supported yet in this build.
-    Kinesis(toml::Table),
+    /// `kind = "kinesis"`: a Kinesis data stream.
+    Kinesis(KinesisSourceSection),
+}
+
+/// `[channel.source]` with `kind = "kinesis"`. Exactly one of `stream_name` and `stream_arn`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KinesisSourceSection {
+    /// Name of the data stream (1 to 128 characters from `A-Z a-z 0-9 _ . -`).
+    pub stream_name: Option<String>,
+    /// ARN of the data stream (`arn:aws:kinesis:REGION:ACCOUNT:stream/NAME`); wins for
+    /// cross-account streams.
+    pub stream_arn: Option<String>,
+    /// Where a new channel starts reading: `"activation_time"` (AT_TIMESTAMP of the activation;
+    /// no backfill) or `"trim_horizon"` (everything still retained; `"earliest"` is a synonym).
+    /// Shards created later by resharding always start at their beginning. Default:
+    /// `"activation_time"`.
+    #[serde(default)]
+    pub initial_position: InitialPosition,
+    /// Most records per GetRecords call, 1 to 10000. Default 10000.
+    pub max_records_per_call: Option<u32>,
+    /// Pause between GetRecords calls on a shard that returned no records, e.g. `"1s"`; from
+    /// 200ms (Kinesis allows 5 calls per second per shard, shared by all consumers). Default 1s.
+    pub poll_interval: Option<DurationText>,
 }
 
 /// `[channel.source]` with `kind = "kafka"`.
@@ -244,7 +306,8 @@ pub struct SqlCatalogSection {
     /// created if missing. Other databases are not supported yet in this build. Required.
     pub uri: String,
     /// Directory under which table data and metadata files are written (relative to this file's
-    /// directory). `s3://` warehouses are not supported yet in this build. Required.
+    /// directory), or an S3 location `"s3://bucket/prefix"` written through the `[aws]` settings.
+    /// Required.
     pub warehouse: String,
 }
 
@@ -254,8 +317,30 @@ pub struct SqlCatalogSection {
 pub enum DlqSection {
     /// `kind = "local"`: files in a local directory.
     Local(LocalDlqSection),
-    /// `kind = "s3"`: objects under an S3 prefix. Not supported yet in this build.
-    S3(toml::Table),
+    /// `kind = "s3"`: objects under an S3 prefix.
+    S3(S3DlqSection),
+}
+
+/// `[channel.dlq]` with `kind = "s3"`: one JSON Lines object per committed batch, under
+/// `<prefix><channel>/<batch id>.jsonl` (staged first under `<prefix>_staging/`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3DlqSection {
+    /// Bucket name. Required.
+    pub bucket: String,
+    /// Key prefix, e.g. `"floe-dlq/"`. Default: empty.
+    #[serde(default)]
+    pub prefix: String,
+    /// Account id (12 digits) that must own the bucket, sent with every request
+    /// (`x-amz-expected-bucket-owner`): a request to a bucket owned by another account fails.
+    pub expected_bucket_owner: Option<String>,
+    /// Full ARN of a customer-managed KMS key for SSE-KMS
+    /// (`arn:aws:kms:REGION:ACCOUNT:key/KEY-ID`); aliases and the AWS-managed key are refused.
+    /// Default: the bucket's default encryption.
+    pub kms_key_arn: Option<String>,
+    /// Whether each entry carries the rejected record's payload (base64). Default: `false`.
+    #[serde(default)]
+    pub include_payload: bool,
 }
 
 /// `[channel.dlq]` with `kind = "local"`.
@@ -391,7 +476,13 @@ macro_rules! plain_section {
         }
     )*};
 }
-plain_section!(WorkerSection, ChannelSection, RecordSection, SchemaSection);
+plain_section!(
+    WorkerSection,
+    AwsSection,
+    ChannelSection,
+    RecordSection,
+    SchemaSection
+);
 
 /// Splits a tagged table into its `kind` (deserialized as `K`) and the remaining keys.
 fn tagged<K: DeserializeOwned>(
@@ -442,8 +533,8 @@ macro_rules! tagged_section {
     (@parse $section:ident $variant:ident struct $table:ident) => { variant($table).map($section::$variant) };
 }
 
-tagged_section!(LeaseStoreSection { "sqlite" => Sqlite(struct), "dynamodb" => Dynamodb(table) });
-tagged_section!(SourceSection { "kafka" => Kafka(struct), "kinesis" => Kinesis(table) });
+tagged_section!(LeaseStoreSection { "sqlite" => Sqlite(struct), "dynamodb" => Dynamodb(struct) });
+tagged_section!(SourceSection { "kafka" => Kafka(struct), "kinesis" => Kinesis(struct) });
 tagged_section!(DestinationSection { "iceberg" => Iceberg(struct), "s3" => S3(table) });
 tagged_section!(CatalogSection {
     "sql" => Sql(struct),
@@ -451,4 +542,4 @@ tagged_section!(CatalogSection {
     "glue" => Glue(table),
     "s3tables" => S3Tables(table),
 });
-tagged_section!(DlqSection { "local" => Local(struct), "s3" => S3(table) });
+tagged_section!(DlqSection { "local" => Local(struct), "s3" => S3(struct) });

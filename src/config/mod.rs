@@ -54,6 +54,10 @@ pub const DEFAULT_TARGET_FILE_SIZE: u64 = 128 << 20;
 pub const DEFAULT_BUFFER_SIZE: u64 = 256 << 20;
 /// Default of `channel.destination.max_open_partitions`.
 pub const DEFAULT_MAX_OPEN_PARTITIONS: u32 = 48;
+/// Default `max_records_per_call` of a Kinesis source (the GetRecords maximum).
+pub const DEFAULT_KINESIS_MAX_RECORDS_PER_CALL: u32 = 10_000;
+/// Default `poll_interval` of a Kinesis source: 1 s, as the Kinesis Client Library.
+pub const DEFAULT_KINESIS_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Validated configuration of one worker process. Durations are [`Duration`]s, sizes are bytes,
 /// paths are resolved against the configuration file's directory.
@@ -63,6 +67,8 @@ pub struct Config {
     pub worker: WorkerConfig,
     /// `[lease_store]`.
     pub lease_store: LeaseStoreConfig,
+    /// `[aws]`: region, profile and endpoints of the AWS clients.
+    pub aws: crate::aws::AwsConfig,
     /// `[[channel]]`, in file order; at least one, names and destination tables unique.
     pub channels: Vec<ChannelConfig>,
 }
@@ -99,6 +105,13 @@ pub enum LeaseStoreBackend {
         /// SQLite database file.
         path: PathBuf,
     },
+    /// `kind = "dynamodb"`: a DynamoDB table shared by the fleet.
+    Dynamodb {
+        /// Table name.
+        table: String,
+        /// Create the table when missing (otherwise refuse to start).
+        create_lease_table: bool,
+    },
 }
 
 /// `[[channel]]`, see [`file::ChannelSection`].
@@ -123,6 +136,39 @@ pub struct ChannelConfig {
 pub enum SourceConfig {
     /// `kind = "kafka"`.
     Kafka(KafkaSourceConfig),
+    /// `kind = "kinesis"`.
+    Kinesis(KinesisSourceConfig),
+}
+
+/// `[channel.source]` with `kind = "kinesis"`, see [`file::KinesisSourceSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KinesisSourceConfig {
+    /// The stream, by name or ARN.
+    pub stream: KinesisStream,
+    /// Where a new channel starts.
+    pub initial_position: InitialPosition,
+    /// GetRecords `Limit`, 1 to 10000.
+    pub max_records_per_call: u32,
+    /// Pause after an empty GetRecords, at least 200 ms.
+    pub poll_interval: Duration,
+}
+
+/// How a Kinesis stream is named in API calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KinesisStream {
+    /// `StreamName`.
+    Name(String),
+    /// `StreamARN`.
+    Arn(String),
+}
+
+impl KinesisStream {
+    /// The name or ARN, as written.
+    pub fn as_str(&self) -> &str {
+        match self {
+            KinesisStream::Name(s) | KinesisStream::Arn(s) => s,
+        }
+    }
 }
 
 /// `[channel.source]` with `kind = "kafka"`, see [`file::KafkaSourceSection`].
@@ -146,7 +192,8 @@ pub enum InitialPosition {
     /// `"activation_time"`: records produced from the channel's activation on; no backfill.
     #[default]
     ActivationTime,
-    /// `"earliest"`: everything the source still retains.
+    /// `"earliest"` (Kinesis also `"trim_horizon"`): everything the source still retains.
+    #[serde(alias = "trim_horizon")]
     Earliest,
 }
 
@@ -297,6 +344,8 @@ impl SqlCatalogConfig {
 pub enum Warehouse {
     /// A local directory, path resolved.
     Local(PathBuf),
+    /// An S3 location, `s3://bucket/prefix` (no trailing slash).
+    S3(String),
 }
 
 /// `[channel.dlq]`, see [`file::DlqSection`].
@@ -313,6 +362,21 @@ pub struct DlqConfig {
 pub enum DlqLocation {
     /// `kind = "local"`: a local directory, path resolved.
     Local(PathBuf),
+    /// `kind = "s3"`: objects under an S3 prefix.
+    S3(S3Location),
+}
+
+/// An S3 bucket and key prefix with the request options floe sends with every call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Location {
+    /// Bucket name.
+    pub bucket: String,
+    /// Key prefix, as written (empty, or typically ending in `/`).
+    pub prefix: String,
+    /// Account id that must own the bucket (`x-amz-expected-bucket-owner`).
+    pub expected_bucket_owner: Option<String>,
+    /// Customer-managed KMS key ARN for SSE-KMS.
+    pub kms_key_arn: Option<String>,
 }
 
 /// What validation may know about the process, passed in so that validation does no I/O.

@@ -84,7 +84,9 @@ fn iceberg(config: &Config) -> &IcebergDestinationConfig {
 }
 
 fn kafka(config: &Config) -> &KafkaSourceConfig {
-    let SourceConfig::Kafka(k) = &config.channels[0].source;
+    let SourceConfig::Kafka(k) = &config.channels[0].source else {
+        panic!("kafka source expected")
+    };
     k
 }
 
@@ -288,18 +290,8 @@ fn unknown_kinds_are_refused_naming_the_choices() {
 fn kinds_not_supported_yet_are_parsed_and_refused() {
     let cases = [
         (
-            "kind = \"sqlite\"\npath = \"state/leases.sqlite\"",
-            "kind = \"dynamodb\"\ntable_name = \"floe\"",
-            "lease_store.kind",
-        ),
-        (
-            "kind = \"kafka\"\nbootstrap_servers = \"localhost:9092\"\ntopic = \"events\"",
-            "kind = \"kinesis\"\nstream_arn = \"arn\"",
-            "channel[0].source.kind",
-        ),
-        (
             "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
-            "kind = \"rest\"\nuri = \"http://x\"",
+            "kind = \"rest\"\nuri = \"http://localhost:8181\"",
             "channel[0].destination.catalog.kind",
         ),
         (
@@ -312,11 +304,6 @@ fn kinds_not_supported_yet_are_parsed_and_refused() {
             "kind = \"s3tables\"",
             "channel[0].destination.catalog.kind",
         ),
-        (
-            "kind = \"local\"\npath = \"dlq\"",
-            "kind = \"s3\"\nbucket = \"b\"",
-            "channel[0].dlq.kind",
-        ),
     ];
     for (from, to, path) in cases {
         refused(&replaced(from, to), path, "not supported yet in this build");
@@ -327,6 +314,100 @@ fn kinds_not_supported_yet_are_parsed_and_refused() {
         &s3_destination,
         "channel[0].destination.kind",
         "not supported yet in this build",
+    );
+}
+
+/// `MINIMAL` on AWS: DynamoDB lease store, Kinesis source, S3 DLQ and warehouse, emulator endpoints.
+fn aws_config() -> String {
+    let text = replaced(
+        "kind = \"sqlite\"\npath = \"state/leases.sqlite\"",
+        "kind = \"dynamodb\"\ntable = \"floe-leases\"\ncreate_lease_table = false\nlease_duration = \"20s\"",
+    );
+    let text = text.replacen(
+        "kind = \"kafka\"\nbootstrap_servers = \"localhost:9092\"\ntopic = \"events\"",
+        "kind = \"kinesis\"\nstream_name = \"events\"\ninitial_position = \"trim_horizon\"\npoll_interval = \"500ms\"",
+        1,
+    );
+    let text = text.replacen(
+        "warehouse = \"warehouse\"",
+        "warehouse = \"s3://warehouse-bucket/floe/\"",
+        1,
+    );
+    let text = text.replacen(
+        "kind = \"local\"\npath = \"dlq\"",
+        "kind = \"s3\"\nbucket = \"dlq-bucket\"\nprefix = \"dlq/\"\nexpected_bucket_owner = \"123456789012\"\nkms_key_arn = \"arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab\"",
+        1,
+    );
+    format!("[aws]\nregion = \"us-east-1\"\nendpoint_url = \"http://127.0.0.1:5056\"\n[aws.endpoints]\nkinesis = \"http://127.0.0.1:4567\"\n{text}")
+}
+
+#[test]
+fn aws_components_validate_into_typed_config() {
+    let config = parse(&aws_config()).unwrap();
+    assert_eq!(config.aws.region.as_deref(), Some("us-east-1"));
+    assert_eq!(
+        config.aws.endpoint(crate::aws::AwsService::Kinesis),
+        Some("http://127.0.0.1:4567")
+    );
+    assert_eq!(
+        config.aws.endpoint(crate::aws::AwsService::Dynamodb),
+        Some("http://127.0.0.1:5056")
+    );
+    assert_eq!(
+        config.lease_store.backend,
+        LeaseStoreBackend::Dynamodb {
+            table: "floe-leases".into(),
+            create_lease_table: false
+        }
+    );
+    assert_eq!(config.lease_store.lease_duration, Duration::from_secs(20));
+    let SourceConfig::Kinesis(k) = &config.channels[0].source else {
+        panic!("kinesis source expected")
+    };
+    assert_eq!(k.stream, KinesisStream::Name("events".into()));
+    assert_eq!(k.initial_position, InitialPosition::Earliest);
+    assert_eq!(k.poll_interval, Duration::from_millis(500));
+    assert_eq!(k.max_records_per_call, 10_000);
+    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog;
+    assert_eq!(
+        sql.warehouse,
+        Warehouse::S3("s3://warehouse-bucket/floe".into())
+    );
+    let DlqLocation::S3(dlq) = &config.channels[0].dlq.location else {
+        panic!("s3 dlq expected")
+    };
+    assert_eq!(
+        (dlq.bucket.as_str(), dlq.prefix.as_str()),
+        ("dlq-bucket", "dlq/")
+    );
+    assert_eq!(dlq.expected_bucket_owner.as_deref(), Some("123456789012"));
+}
+
+#[test]
+fn aws_settings_are_refused_naming_the_field() {
+    let base = aws_config();
+    let cases = [
+        ("region = \"us-east-1\"", "region = \"US East\"", "aws.region", "not an AWS region"),
+        ("endpoint_url = \"http://127.0.0.1:5056\"", "endpoint_url = \"127.0.0.1:5056\"", "aws.endpoint_url", "not an endpoint URL"),
+        ("kinesis = \"http://127.0.0.1:4567\"", "kinesis = \"ftp://x\"", "aws.endpoints.kinesis", "not an endpoint URL"),
+        ("table = \"floe-leases\"", "table = \"f\"", "lease_store.table", "not a DynamoDB table name"),
+        ("stream_name = \"events\"", "stream_name = \"ev ents\"", "channel[0].source.stream_name", "not a Kinesis stream name"),
+        ("stream_name = \"events\"", "stream_arn = \"arn:aws:kinesis:us-east-1:1234:stream/x\"", "channel[0].source.stream_arn", "not a Kinesis stream ARN"),
+        ("stream_name = \"events\"", "stream_name = \"a\"\nstream_arn = \"arn:aws:kinesis:us-east-1:123456789012:stream/a\"", "channel[0].source", "not both"),
+        ("poll_interval = \"500ms\"", "poll_interval = \"100ms\"", "channel[0].source.poll_interval", ""),
+        ("bucket = \"dlq-bucket\"", "bucket = \"DLQ_Bucket\"", "channel[0].dlq.bucket", "not an S3 bucket name"),
+        ("expected_bucket_owner = \"123456789012\"", "expected_bucket_owner = \"me\"", "channel[0].dlq.expected_bucket_owner", "12-digit"),
+        ("kms_key_arn = \"arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab\"", "kms_key_arn = \"alias/aws/s3\"", "channel[0].dlq.kms_key_arn", "alias"),
+        ("warehouse = \"s3://warehouse-bucket/floe/\"", "warehouse = \"s3://\"", "channel[0].destination.catalog.warehouse", "not an S3 location"),
+    ];
+    for (from, to, path, needle) in cases {
+        assert!(base.contains(from), "{from}");
+        refused(&base.replacen(from, to, 1), path, needle);
+    }
+    refused(
+        &base.replacen("kinesis = ", "sqs = ", 1),
+        "aws.endpoints",
+        "unknown variant",
     );
 }
 
@@ -652,14 +733,6 @@ fn catalog_uri_must_be_a_sqlite_file() {
         &replaced("sqlite:catalog.sqlite", "sqlite:c.db?mode=ro"),
         "channel[0].destination.catalog.uri",
         "query parameters",
-    );
-    refused(
-        &replaced(
-            "warehouse = \"warehouse\"",
-            "warehouse = \"s3://bucket/wh\"",
-        ),
-        "channel[0].destination.catalog.warehouse",
-        "not supported yet in this build",
     );
     refused(
         &replaced("path = \"dlq\"", "path = \"\""),

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::file::{
-    CatalogSection, ChannelSection, CompressionCodec, ConfigFile, DestinationSection, DlqSection,
-    DurationText, FromSection, IcebergDestinationSection, KafkaSourceSection, LeaseStoreSection,
-    Section, SizeText, SourceSection, WorkerSection,
+    AwsSection, CatalogSection, ChannelSection, CompressionCodec, ConfigFile, DestinationSection,
+    DlqSection, DurationText, FromSection, IcebergDestinationSection, KafkaSourceSection,
+    KinesisSourceSection, LeaseStoreSection, S3DlqSection, Section, SizeText, SourceSection,
+    WorkerSection,
 };
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::*;
@@ -66,6 +67,7 @@ pub(super) fn validate(
         env,
     };
     let worker = cx.worker(file.worker);
+    let aws = cx.aws(file.aws);
     let lease_store = cx.lease_store(file.lease_store);
     if file.channels.is_empty() {
         cx.error("channel", "at least one [[channel]] is required");
@@ -77,9 +79,10 @@ pub(super) fn validate(
         .map(|(i, section)| cx.channel(i, section))
         .collect();
     cx.across_channels(&channels);
-    match (worker, lease_store, cx.errors.is_empty()) {
-        (Some(worker), Some(lease_store), true) => Ok(Config {
+    match (worker, aws, lease_store, cx.errors.is_empty()) {
+        (Some(worker), Some(aws), Some(lease_store), true) => Ok(Config {
             worker,
+            aws,
             lease_store,
             channels: channels.into_iter().flatten().collect(),
         }),
@@ -264,31 +267,99 @@ impl Checker<'_> {
         })
     }
 
+    fn aws(&mut self, section: Section<AwsSection>) -> Option<crate::aws::AwsConfig> {
+        let s = self.section(section, "aws")?;
+        let mut ok = true;
+        if let Some(region) = &s.region {
+            let valid = !region.is_empty()
+                && region
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            if !valid {
+                ok = false;
+                self.error(
+                    "aws.region",
+                    format!("\"{region}\" is not an AWS region name such as \"us-east-1\""),
+                );
+            }
+        }
+        let mut endpoint_ok = |path: String, url: &str| {
+            let valid = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"))
+                .is_some_and(|rest| !rest.is_empty() && !rest.contains(char::is_whitespace));
+            if !valid {
+                self.error(
+                    path,
+                    format!("\"{url}\" is not an endpoint URL such as \"http://127.0.0.1:5056\""),
+                );
+            }
+            valid
+        };
+        if let Some(url) = &s.endpoint_url {
+            ok &= endpoint_ok("aws.endpoint_url".to_owned(), url);
+        }
+        for (service, url) in &s.endpoints {
+            ok &= endpoint_ok(format!("aws.endpoints.{service}"), url);
+        }
+        ok.then(|| crate::aws::AwsConfig {
+            region: s.region,
+            profile: s.profile,
+            endpoint_url: s.endpoint_url,
+            endpoints: s.endpoints,
+        })
+    }
+
     fn lease_store(&mut self, section: Section<LeaseStoreSection>) -> Option<LeaseStoreConfig> {
-        let s = match self.section(section, "lease_store")? {
-            LeaseStoreSection::Sqlite(s) => s,
-            LeaseStoreSection::Dynamodb(_) => {
-                self.unsupported("lease_store", "dynamodb");
-                return None;
+        let (backend, lease_duration, renew_interval, max_leases_to_steal) = match self
+            .section(section, "lease_store")?
+        {
+            LeaseStoreSection::Sqlite(s) => (
+                self.local_path("lease_store.path", &s.path)
+                    .map(|path| LeaseStoreBackend::Sqlite { path }),
+                s.lease_duration,
+                s.renew_interval,
+                s.max_leases_to_steal,
+            ),
+            LeaseStoreSection::Dynamodb(s) => {
+                let valid = (3..=255).contains(&s.table.len())
+                    && s.table
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+                if !valid {
+                    self.error(
+                            "lease_store.table",
+                            format!("\"{}\" is not a DynamoDB table name: 3 to 255 characters from A-Z a-z 0-9 _ - .", s.table),
+                        );
+                }
+                (
+                    valid.then(|| LeaseStoreBackend::Dynamodb {
+                        table: s.table,
+                        create_lease_table: s.create_lease_table.unwrap_or(true),
+                    }),
+                    s.lease_duration,
+                    s.renew_interval,
+                    s.max_leases_to_steal,
+                )
             }
         };
-        let path = self.local_path("lease_store.path", &s.path);
         let lease_duration = self.duration(
             "lease_store.lease_duration",
-            s.lease_duration,
+            lease_duration,
             DEFAULT_LEASE_DURATION,
             LEASE_DURATION_RANGE,
         );
         let renew_default = lease_duration.unwrap_or(DEFAULT_LEASE_DURATION) / 3;
+        let renew_text = renew_interval;
         let renew_interval = self.duration(
             "lease_store.renew_interval",
-            s.renew_interval.clone(),
+            renew_text.clone(),
             renew_default,
             MIN_RENEW_INTERVAL..=Duration::MAX,
         );
         let mut renew_ok = true;
         if let (Some(lease), Some(renew), Some(DurationText(text))) =
-            (lease_duration, renew_interval, &s.renew_interval)
+            (lease_duration, renew_interval, &renew_text)
         {
             if renew.saturating_mul(3) > lease {
                 renew_ok = false;
@@ -303,12 +374,12 @@ impl Checker<'_> {
         }
         let max_leases_to_steal = self.number(
             "lease_store.max_leases_to_steal",
-            s.max_leases_to_steal,
+            max_leases_to_steal,
             DEFAULT_MAX_LEASES_TO_STEAL,
             1..=u32::MAX,
         );
         Some(LeaseStoreConfig {
-            backend: LeaseStoreBackend::Sqlite { path: path? },
+            backend: backend?,
             lease_duration: lease_duration?,
             renew_interval: renew_interval.filter(|_| renew_ok)?,
             max_leases_to_steal: max_leases_to_steal?,
@@ -355,11 +426,121 @@ impl Checker<'_> {
     fn source(&mut self, p: &str, section: Section<SourceSection>) -> Option<SourceConfig> {
         match self.section(section, p)? {
             SourceSection::Kafka(kafka) => self.kafka(p, kafka).map(SourceConfig::Kafka),
-            SourceSection::Kinesis(_) => {
-                self.unsupported(p, "kinesis");
+            SourceSection::Kinesis(kinesis) => self.kinesis(p, kinesis).map(SourceConfig::Kinesis),
+        }
+    }
+
+    fn kinesis(&mut self, p: &str, s: KinesisSourceSection) -> Option<KinesisSourceConfig> {
+        let stream = match (s.stream_name, s.stream_arn) {
+            (Some(name), None) => {
+                let valid = (1..=128).contains(&name.len())
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+                if valid {
+                    Some(KinesisStream::Name(name))
+                } else {
+                    self.error(
+                        format!("{p}.stream_name"),
+                        format!("\"{name}\" is not a Kinesis stream name: 1 to 128 characters from A-Z a-z 0-9 _ . -"),
+                    );
+                    None
+                }
+            }
+            (None, Some(arn)) => {
+                let parts: Vec<&str> = arn.splitn(6, ':').collect();
+                let valid = matches!(parts.as_slice(), ["arn", _, "kinesis", region, account, resource]
+                    if !region.is_empty() && account.len() == 12
+                        && resource.strip_prefix("stream/").is_some_and(|n| !n.is_empty()));
+                if valid {
+                    Some(KinesisStream::Arn(arn))
+                } else {
+                    self.error(
+                        format!("{p}.stream_arn"),
+                        format!("\"{arn}\" is not a Kinesis stream ARN such as \"arn:aws:kinesis:us-east-1:123456789012:stream/NAME\""),
+                    );
+                    None
+                }
+            }
+            (Some(_), Some(_)) => {
+                self.error(p, "give one of `stream_name` and `stream_arn`, not both");
                 None
             }
+            (None, None) => {
+                self.error(p, "missing field `stream_name` (or `stream_arn`)");
+                None
+            }
+        };
+        let max_records_per_call = self.number(
+            &format!("{p}.max_records_per_call"),
+            s.max_records_per_call,
+            DEFAULT_KINESIS_MAX_RECORDS_PER_CALL,
+            1..=10_000,
+        );
+        let poll_interval = self.duration(
+            &format!("{p}.poll_interval"),
+            s.poll_interval,
+            DEFAULT_KINESIS_POLL_INTERVAL,
+            Duration::from_millis(200)..=Duration::from_secs(60),
+        );
+        Some(KinesisSourceConfig {
+            stream: stream?,
+            initial_position: s.initial_position,
+            max_records_per_call: max_records_per_call?,
+            poll_interval: poll_interval?,
+        })
+    }
+
+    fn s3_location(
+        &mut self,
+        p: &str,
+        bucket: String,
+        prefix: String,
+        expected_bucket_owner: Option<String>,
+        kms_key_arn: Option<String>,
+    ) -> Option<S3Location> {
+        let mut ok = true;
+        let bucket_ok = (3..=63).contains(&bucket.len())
+            && bucket
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '-'))
+            && !bucket.starts_with(['.', '-'])
+            && !bucket.ends_with(['.', '-']);
+        if !bucket_ok {
+            ok = false;
+            self.error(
+                format!("{p}.bucket"),
+                format!("\"{bucket}\" is not an S3 bucket name: 3 to 63 characters from a-z 0-9 . -, starting and ending with a letter or digit"),
+            );
         }
+        if prefix.starts_with('/') {
+            ok = false;
+            self.error(
+                format!("{p}.prefix"),
+                format!("\"{prefix}\" starts with '/': S3 keys are relative to the bucket"),
+            );
+        }
+        if let Some(owner) = &expected_bucket_owner {
+            if owner.len() != 12 || !owner.bytes().all(|b| b.is_ascii_digit()) {
+                ok = false;
+                self.error(
+                    format!("{p}.expected_bucket_owner"),
+                    format!("\"{owner}\" is not a 12-digit AWS account id"),
+                );
+            }
+        }
+        if let Some(arn) = &kms_key_arn {
+            if let Err(why) = crate::aws::check_kms_key_arn(arn) {
+                ok = false;
+                self.error(format!("{p}.kms_key_arn"), why);
+            }
+        }
+        ok.then_some(S3Location {
+            bucket,
+            prefix,
+            expected_bucket_owner,
+            kms_key_arn,
+        })
     }
 
     fn kafka(&mut self, p: &str, s: KafkaSourceSection) -> Option<KafkaSourceConfig> {
@@ -640,11 +821,35 @@ impl Checker<'_> {
             }
             None => self.local_path(&uri_path, &sql.uri),
         };
-        let warehouse = self.local_path(&format!("{p}.warehouse"), &sql.warehouse);
+        let warehouse = match sql.warehouse.strip_prefix("s3://") {
+            Some(rest) => {
+                let rest = rest.trim_end_matches('/');
+                let bucket = rest.split('/').next().unwrap_or_default();
+                let bucket_ok = (3..=63).contains(&bucket.len())
+                    && bucket.chars().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '-')
+                    });
+                if bucket_ok {
+                    Some(Warehouse::S3(format!("s3://{rest}")))
+                } else {
+                    self.error(
+                        format!("{p}.warehouse"),
+                        format!(
+                            "\"{}\" is not an S3 location such as \"s3://bucket/prefix\"",
+                            sql.warehouse
+                        ),
+                    );
+                    None
+                }
+            }
+            None => self
+                .local_path(&format!("{p}.warehouse"), &sql.warehouse)
+                .map(Warehouse::Local),
+        };
         Some(CatalogConfig::Sql(SqlCatalogConfig {
             name: name?,
             database: database?,
-            warehouse: Warehouse::Local(warehouse?),
+            warehouse: warehouse?,
         }))
     }
 
@@ -657,9 +862,19 @@ impl Checker<'_> {
                     include_payload: local.include_payload,
                 })
             }
-            DlqSection::S3(_) => {
-                self.unsupported(p, "s3");
-                None
+            DlqSection::S3(S3DlqSection {
+                bucket,
+                prefix,
+                expected_bucket_owner,
+                kms_key_arn,
+                include_payload,
+            }) => {
+                let location =
+                    self.s3_location(p, bucket, prefix, expected_bucket_owner, kms_key_arn)?;
+                Some(DlqConfig {
+                    location: DlqLocation::S3(location),
+                    include_payload,
+                })
             }
         }
     }

@@ -29,8 +29,9 @@
 //!
 //! Implementations: [`sqlite::SqliteLeaseStore`] (embedded: one file, several processes on one
 //! machine), the in-memory fake `memory::MemoryLeaseStore` and the conformance suite
-//! `conformance` (both with `cfg(test)` or the `testsuite` feature); DynamoDB will implement the
-//! same two traits and pass the same suite.
+//! `conformance` (both with `cfg(test)` or the `testsuite` feature), and
+//! [`dynamodb::DynamoDbLeaseStore`] (a fleet on AWS), which passes the same suite against the
+//! local emulator (`tests/lease_conformance.rs`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -43,11 +44,13 @@ use crate::model::{PendingBatch, Position, ShardId};
 
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
+pub mod dynamodb;
 pub mod manager;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod memory;
 pub mod sqlite;
 
+pub use dynamodb::DynamoDbLeaseStore;
 pub use manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
 pub use sqlite::SqliteLeaseStore;
 
