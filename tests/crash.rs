@@ -5,61 +5,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-
-struct Worker {
-    child: Child,
-}
-
-impl Worker {
-    fn start(dir: &Path, bootstrap: &str, id: &str) -> Worker {
-        let config = dir.join(format!("{id}.toml"));
-        std::fs::write(&config, config_toml(dir, bootstrap, id, 4)).unwrap();
-        let log = std::fs::File::create(dir.join(format!("{id}.log"))).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_floe"))
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start floe run");
-        Worker { child }
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig}");
-    }
-
-    fn terminate(mut self) -> std::process::ExitStatus {
-        self.signal("TERM");
-        for _ in 0..600 {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        panic!("worker did not exit within 60 s of SIGTERM");
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn assert_exactly_once(dir: &Path, total: u64) {
     let expected_bad = (0..total).filter(|id| bad_kind(*id).is_some()).count() as u64;
@@ -81,10 +29,6 @@ fn assert_exactly_once(dir: &Path, total: u64) {
         total - expected_bad,
         "count(distinct id) == count(*)"
     );
-}
-
-fn log_of(dir: &Path, id: &str) -> String {
-    std::fs::read_to_string(dir.join(format!("{id}.log"))).unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
