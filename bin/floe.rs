@@ -14,11 +14,17 @@ use tokio_util::sync::CancellationToken;
     about = "Deliver Kafka records into Iceberg tables, exactly once"
 )]
 struct Cli {
-    /// Log format: text or json.
-    #[arg(long, global = true, default_value = "text")]
-    log_format: String,
+    /// Log format (stderr): human-readable text, or one JSON object per line.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -28,6 +34,21 @@ enum Command {
         /// The TOML config file.
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Manage channels in the lease store: create, describe, list, update, delete.
+    Channel {
+        #[command(subcommand)]
+        command: floe::cli::channel::ChannelCommand,
+    },
+    /// Ask a running worker's /healthz (or /readyz): exit 0 on 200, 1 otherwise (container
+    /// health checks).
+    Healthcheck {
+        /// The worker's metrics address.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        address: std::net::SocketAddr,
+        /// Ask /readyz (leases held, catalog reachable) instead of /healthz.
+        #[arg(long)]
+        ready: bool,
     },
     /// Create what the fleet shares before the first worker starts: the lease store (the DynamoDB
     /// lease table, or the SQLite file). Idempotent.
@@ -64,13 +85,13 @@ enum BenchCommand {
     Convert(floe::cli::bench::BenchConvertArgs),
 }
 
-fn init_tracing(format: &str, default_level: &str) {
+fn init_tracing(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    if format == "json" {
+    if format == LogFormat::Json {
         builder.json().init();
     } else {
         builder.init();
@@ -99,12 +120,30 @@ fn main() -> ExitCode {
             }
         },
         Command::Validate(args) => floe::cli::validate::run(&args),
+        Command::Healthcheck { address, ready } => {
+            let path = if ready { "/readyz" } else { "/healthz" };
+            match floe::health::probe(address, path, std::time::Duration::from_secs(4)) {
+                Ok(200) => ExitCode::SUCCESS,
+                Ok(status) => {
+                    eprintln!("{path}: HTTP {status}");
+                    ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("{path}: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Channel { command } => {
+            init_tracing(cli.log_format, "warn");
+            runtime().block_on(floe::cli::channel::run(&command))
+        }
         Command::Setup { config } => {
-            init_tracing(&cli.log_format, "warn");
+            init_tracing(cli.log_format, "warn");
             ExitCode::from(runtime().block_on(setup(config)))
         }
         Command::Run { config } => {
-            init_tracing(&cli.log_format, "info");
+            init_tracing(cli.log_format, "info");
             let code = runtime().block_on(run(config));
             // Everything delivered is committed and every DLQ object fsynced by now: exit at
             // once instead of waiting for Kafka clients to tear down (seconds with a broker
@@ -112,7 +151,7 @@ fn main() -> ExitCode {
             std::process::exit(code)
         }
         Command::Quickstart(args) => {
-            init_tracing(&cli.log_format, "error");
+            init_tracing(cli.log_format, "error");
             runtime().block_on(async move {
                 match floe::quickstart::run(&args).await {
                     Ok(rec) if rec.exactly_once() => ExitCode::SUCCESS,
@@ -144,10 +183,27 @@ async fn run(config_path: PathBuf) -> i32 {
         }
     };
     if let Some(addr) = config.worker.metrics_address {
-        if let Err(e) = floe::telemetry::install_prometheus(addr) {
-            eprintln!("cannot serve metrics on {addr}: {e}");
-            return 78;
-        }
+        // /metrics, /healthz and /readyz (floe::health); a port that cannot be bound is an
+        // operator's problem.
+        let listener = match floe::health::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("cannot serve metrics on {addr}: {e}");
+                return 78;
+            }
+        };
+        let metrics = match floe::telemetry::install_prometheus() {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("cannot install the metrics recorder: {e}");
+                return 78;
+            }
+        };
+        tokio::spawn(floe::health::serve(
+            listener,
+            metrics,
+            floe::health::Readiness::global(),
+        ));
     }
     let shutdown = CancellationToken::new();
     {

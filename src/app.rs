@@ -248,18 +248,10 @@ pub async fn prepare_channel(
     // Activation: the first worker records the activation time; every worker starts shards
     // without a checkpoint from it (DESIGN.md protocol step 9).
     let mut state = activate(store, name).await?;
-    if matches!(
-        state.state,
-        ChannelStatus::Suspended | ChannelStatus::Failed
-    ) {
-        return Err(channel_err(
-            name,
-            format!(
-                "the channel is {:?}: {}; it is not restarted automatically: floe never writes into a table that replaced the one it delivered to (records would be delivered twice). To start over into a new table, give the channel a new name",
-                state.state,
-                state.status_reason.as_deref().unwrap_or("no reason recorded")
-            ),
-        ));
+    // FAILED, SUSPENDED, DELETING and CREATING channels are refused (see `control`).
+    if let crate::control::RunDecision::Refuse(message) = crate::control::run_decision(Some(&state))
+    {
+        return Err(channel_err(name, message));
     }
     // The table recorded at the first delivery must still be the same table: a table that was
     // dropped (and maybe recreated) is not written to, or records would be delivered again.
@@ -360,6 +352,7 @@ async fn activate(store: &dyn Store, channel: &str) -> Result<ChannelState, AppE
             table_uuid: None,
             version: 0,
             updated_at_ms: now,
+            overrides: Default::default(),
         };
         if store.put_channel_state(&state, None).await.is_ok() {
             tracing::info!(channel, activated_at_ms = now, "channel activated");
@@ -443,14 +436,35 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         );
         let held = manager.subscribe();
         drain_switches.push(manager.drain_switch());
-        tracker.spawn(manager.run(stop_leases.clone()));
+        // Per-channel stops: `floe channel delete` stops this channel alone (see `control`).
+        let stops = crate::control::ChannelStops {
+            drain_switch: manager.drain_switch(),
+            reading: stop_reading.child_token(),
+            worker_done: CancellationToken::new(),
+            committing: stop_committing.child_token(),
+            leases: stop_leases.child_token(),
+        };
+        tracker.spawn(manager.run(stops.leases.clone()));
+        tracker.spawn(crate::control::watch_channel(
+            store.clone(),
+            name.clone(),
+            stops.clone(),
+            config.worker.shutdown_timeout + Duration::from_secs(2),
+            stop_reading.clone(),
+        ));
+        crate::health::Readiness::global().register(
+            &name,
+            held.clone(),
+            prepared.io.catalog.clone(),
+            prepared.io.ident.clone(),
+        );
 
         // Shard discovery: new Kafka partitions get leases.
         {
             let store = store.clone();
             let source = prepared.io.source.clone();
             let name = name.clone();
-            let stop = stop_reading.clone();
+            let stop = stops.reading.clone();
             tracker.spawn(async move {
                 loop {
                     tokio::select! {
@@ -477,7 +491,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         {
             let store = store.clone();
             let held = held.clone();
-            let stop = stop_committing.clone();
+            let stop = stops.committing.clone();
             let p = (
                 name.clone(),
                 prepared.io.ident.clone(),
@@ -491,11 +505,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         {
             let settings = worker_settings(&config, channel, &prepared);
             let store = store.clone();
-            let stop = stop_reading.clone();
+            let stop = stops.reading.clone();
+            let done = stops.worker_done.clone();
             let drain = config.worker.shutdown_timeout;
             let fatal = fatal.clone();
             let fatal_token = fatal_token.clone();
             workers.spawn(async move {
+                let _done = done.drop_guard();
                 let mut backoff = Duration::from_millis(500);
                 loop {
                     let mut worker = ChannelWorker::new(

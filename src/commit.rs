@@ -38,7 +38,7 @@ use crate::catalog::{
     PROP_LAST_COMMIT_ID, SUMMARY_BATCH_IDS, SUMMARY_COMMIT_ID, SUMMARY_RANGES,
 };
 use crate::dlq::Dlq;
-use crate::lease::{BatchStore, LeaseError, LeaseKey, LeaseStore};
+use crate::lease::{BatchStore, DeliveryLog, LeaseError, LeaseKey, LeaseStore};
 use crate::model::{Checkpoints, PendingBatch, RangeVerdict, ShardId};
 use crate::telemetry;
 use crate::writer::{data_file_paths, parse_data_files};
@@ -273,8 +273,22 @@ impl Committer {
             let result = self
                 .commit(&table, &accepted, &plan.checkpoints, commit_id)
                 .await;
-            telemetry::record_commit(&self.channel, &result, started.elapsed());
+            let took = started.elapsed();
+            telemetry::record_commit(&self.channel, &result, took);
+            if let Err(e) = &result {
+                tracing::warn!(
+                    channel = %self.channel,
+                    table = %self.ident,
+                    batches = accepted.len(),
+                    rows = accepted.iter().map(|b| b.num_rows).sum::<u64>(),
+                    commit_latency_ms = took.as_millis() as u64,
+                    error = %e,
+                    "commit failed"
+                );
+            }
             report.snapshot_id = result?;
+            self.log_committed(&accepted, took, report.snapshot_id)
+                .await;
             report.committed = accepted.len();
             report.rows = accepted.iter().map(|b| b.num_rows).sum();
             report.dead_lettered = accepted.iter().map(|b| b.num_dead_lettered).sum();
@@ -300,7 +314,9 @@ impl Committer {
         let mut committed_ids: Vec<Uuid> = Vec::new();
         for b in accepted.iter().chain(recovered.iter()) {
             if let Some(staged) = &b.dlq_staged {
-                match self.dlq.publish(b.batch_id, staged).await {
+                let published = self.dlq.publish(b.batch_id, staged).await;
+                telemetry::record_dlq_write(&self.channel, "publish", published.is_ok());
+                match published {
                     Ok(()) => {}
                     // Staged object gone and never published: its entries are lost; say so
                     // loudly, but do not stop delivering every later batch.
@@ -323,6 +339,13 @@ impl Committer {
             }
         }
         for b in &dead {
+            let stale = b.shards.iter().any(|s| {
+                lease_counters
+                    .get(&s.shard)
+                    .is_some_and(|current| s.lease_counter < *current)
+            });
+            let reason = if stale { "stale_lease" } else { "duplicate" };
+            tracing::warn!(channel = %self.channel, batch_id = %b.batch_id, worker_id = %b.worker_id, reason, rows = b.num_rows, "batch rejected: its files are deleted and its records read again");
             for path in data_file_paths(&b.data_files) {
                 if let Err(e) = table.file_io().delete(&path).await {
                     tracing::warn!(channel = %self.channel, path, error = %e, "could not delete a rejected batch's data file");
@@ -331,7 +354,7 @@ impl Committer {
             if let Some(staged) = &b.dlq_staged {
                 self.dlq.discard(staged).await;
             }
-            telemetry::record_batch_rejected(&self.channel);
+            telemetry::record_batch_rejected(&self.channel, reason);
         }
         let rejected_ids: Vec<Uuid> = dead.iter().map(|b| b.batch_id).collect();
         if !committed_ids.is_empty() || !rejected_ids.is_empty() {
@@ -355,6 +378,7 @@ impl Committer {
             .iter()
             .filter(|d| **d == BatchDecision::Keep)
             .count();
+        telemetry::set_pending_batches(&self.channel, report.kept);
         if report.committed + report.recovered + report.rejected > 0 {
             tracing::info!(
                 channel = %self.channel,
@@ -370,6 +394,58 @@ impl Committer {
             );
         }
         Ok(report)
+    }
+
+    /// The delivery log: one structured line per committed batch, unless the channel was
+    /// updated to log failures only.
+    async fn log_committed(
+        &self,
+        accepted: &[&PendingBatch],
+        took: std::time::Duration,
+        snapshot_id: Option<i64>,
+    ) {
+        if accepted.is_empty() {
+            return;
+        }
+        let delivery_log = match self.batches.get_channel_state(&self.channel).await {
+            Ok(Some(state)) => state.overrides.delivery_log.unwrap_or_default(),
+            _ => DeliveryLog::default(),
+        };
+        if delivery_log != DeliveryLog::Batches {
+            return;
+        }
+        for b in accepted {
+            let ranges: Vec<String> = b
+                .shards
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{}:({},{}]",
+                        s.shard,
+                        s.range
+                            .after_exclusive
+                            .as_ref()
+                            .map(|p| p.to_string())
+                            .unwrap_or_default(),
+                        s.range.last_inclusive
+                    )
+                })
+                .collect();
+            tracing::info!(
+                channel = %self.channel,
+                table = %self.ident,
+                batch_id = %b.batch_id,
+                worker_id = %b.worker_id,
+                shards = %ranges.join(" "),
+                rows = b.num_rows,
+                dlq_rows = b.num_dead_lettered,
+                files = b.data_files.len(),
+                bytes = b.data_bytes,
+                commit_latency_ms = took.as_millis() as u64,
+                snapshot_id = snapshot_id.unwrap_or(-1),
+                "batch committed"
+            );
+        }
     }
 
     /// One fenced transaction. Returns the new snapshot id.

@@ -3,17 +3,19 @@
 //! `channel`, `code`, `outcome`, `reason`, `kind`). Emitted once per batch or round, never
 //! per record.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
 };
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::commit::CommitError;
 
 /// Age of the oldest record read but not yet committed, seconds; 0 when idle.
 pub const DATA_FRESHNESS_SECONDS: &str = "floe_data_freshness_seconds";
+/// The channel's data freshness bound in force (configured or updated), seconds.
+pub const DATA_FRESHNESS_TARGET_SECONDS: &str = "floe_data_freshness_target_seconds";
 /// Records read from the source.
 pub const RECORDS_READ_TOTAL: &str = "floe_records_read_total";
 /// Bytes of record payloads read from the source.
@@ -38,6 +40,35 @@ pub const LEASES_HELD: &str = "floe_leases_held";
 pub const BUFFER_BYTES: &str = "floe_buffer_bytes";
 /// Kafka: high watermark minus the next offset to read, summed over held partitions.
 pub const SOURCE_LAG_RECORDS: &str = "floe_source_lag_records";
+/// Kinesis: the largest `MillisBehindLatest` over held shards, seconds.
+pub const SOURCE_LAG_SECONDS: &str = "floe_source_lag_seconds";
+/// DLQ object writes (staged by a worker, published by the committer), by stage and outcome.
+pub const DLQ_WRITES_TOTAL: &str = "floe_dlq_writes_total";
+/// Pending batches waiting for the committer (set by the committer).
+pub const PENDING_BATCHES: &str = "floe_pending_batches";
+/// Leases this worker took over from another worker (expired or stolen).
+pub const LEASE_TAKEOVERS_TOTAL: &str = "floe_lease_takeovers_total";
+/// Time reading was paused because the buffer was full, seconds.
+pub const BACKPRESSURE_SECONDS_TOTAL: &str = "floe_backpressure_seconds_total";
+
+/// Buckets of [`COMMIT_DURATION_SECONDS`], seconds.
+pub const COMMIT_DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// Buckets of [`DATA_FILE_SIZE_BYTES`], bytes (64 KiB to 2 GiB).
+pub const DATA_FILE_SIZE_BUCKETS: &[f64] = &[
+    65_536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+    67_108_864.0,
+    134_217_728.0,
+    268_435_456.0,
+    536_870_912.0,
+    1_073_741_824.0,
+    2_147_483_648.0,
+];
 
 /// Registers HELP text and units for every metric.
 pub fn describe() {
@@ -45,6 +76,11 @@ pub fn describe() {
         DATA_FRESHNESS_SECONDS,
         Unit::Seconds,
         "age of the oldest record read but not yet committed; 0 when idle"
+    );
+    describe_gauge!(
+        DATA_FRESHNESS_TARGET_SECONDS,
+        Unit::Seconds,
+        "the channel's data_freshness in force (configuration or floe channel update)"
     );
     describe_counter!(
         RECORDS_READ_TOTAL,
@@ -69,7 +105,7 @@ pub fn describe() {
     describe_counter!(
         COMMITS_TOTAL,
         Unit::Count,
-        "Iceberg commit attempts by outcome (committed, conflict, fenced, unknown, failed)"
+        "Iceberg commit attempts by outcome (committed, conflict, unknown, rejected)"
     );
     describe_counter!(
         BATCHES_REJECTED_TOTAL,
@@ -106,18 +142,54 @@ pub fn describe() {
         Unit::Count,
         "Kafka high watermark minus next offset, summed over held partitions"
     );
+    describe_gauge!(
+        SOURCE_LAG_SECONDS,
+        Unit::Seconds,
+        "Kinesis MillisBehindLatest in seconds, the largest over held shards"
+    );
+    describe_counter!(
+        DLQ_WRITES_TOTAL,
+        Unit::Count,
+        "DLQ object writes by stage (stage, publish) and outcome (ok, failed)"
+    );
+    describe_gauge!(
+        PENDING_BATCHES,
+        Unit::Count,
+        "pending batches waiting for the committer, on the worker holding the committer lease"
+    );
+    describe_counter!(
+        LEASE_TAKEOVERS_TOTAL,
+        Unit::Count,
+        "leases taken over from another worker (expired or stolen for balance)"
+    );
+    describe_counter!(
+        BACKPRESSURE_SECONDS_TOTAL,
+        Unit::Seconds,
+        "time reading was paused because the buffer was full"
+    );
 }
 
-/// Installs the Prometheus exporter serving `/metrics` on `addr`.
+/// Installs the Prometheus recorder (histograms as real Prometheus histograms with the buckets
+/// above) and returns the handle that renders the scrape text; [`crate::health`] serves it.
 ///
-/// Errors: the address cannot be bound.
-pub fn install_prometheus(addr: SocketAddr) -> Result<(), String> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
+/// Errors: a recorder is already installed in this process.
+pub fn install_prometheus() -> Result<PrometheusHandle, String> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(COMMIT_DURATION_SECONDS.to_string()),
+            COMMIT_DURATION_BUCKETS,
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(DATA_FILE_SIZE_BYTES.to_string()),
+                DATA_FILE_SIZE_BUCKETS,
+            )
+        })
+        .map_err(|e| e.to_string())?
+        .install_recorder()
         .map_err(|e| e.to_string())?;
     describe();
-    Ok(())
+    Ok(handle)
 }
 
 /// Records one commit attempt.
@@ -127,19 +199,53 @@ pub fn record_commit(channel: &str, result: &Result<Option<i64>, CommitError>, t
         Err(CommitError::Conflict(_)) => "conflict",
         Err(CommitError::Fenced { .. }) => "fenced",
         Err(CommitError::OutcomeUnknown(_)) => "unknown",
-        Err(_) => "failed",
+        Err(_) => "rejected",
     };
     counter!(COMMITS_TOTAL, "channel" => channel.to_string(), "outcome" => outcome).increment(1);
     histogram!(COMMIT_DURATION_SECONDS, "channel" => channel.to_string())
         .record(took.as_secs_f64());
 }
 
-/// Records a rejected batch.
-pub fn record_batch_rejected(channel: &str) {
-    counter!(BATCHES_REJECTED_TOTAL, "channel" => channel.to_string()).increment(1);
+/// Records a rejected batch, by reason (`duplicate` or `stale_lease`).
+pub fn record_batch_rejected(channel: &str, reason: &'static str) {
+    counter!(BATCHES_REJECTED_TOTAL, "channel" => channel.to_string(), "reason" => reason)
+        .increment(1);
 }
 
-/// Records committed rows and DLQ entries of one round.
+/// Records one DLQ object write: `stage` is `"stage"` (worker) or `"publish"` (committer).
+pub fn record_dlq_write(channel: &str, stage: &'static str, ok: bool) {
+    let outcome = if ok { "ok" } else { "failed" };
+    counter!(DLQ_WRITES_TOTAL, "channel" => channel.to_string(), "stage" => stage, "outcome" => outcome)
+        .increment(1);
+}
+
+/// Sets the number of pending batches (the committer, after a round).
+pub fn set_pending_batches(channel: &str, n: usize) {
+    gauge!(PENDING_BATCHES, "channel" => channel.to_string()).set(n as f64);
+}
+
+/// Records a lease taken over from another worker.
+pub fn record_lease_takeover(channel: &str) {
+    counter!(LEASE_TAKEOVERS_TOTAL, "channel" => channel.to_string()).increment(1);
+}
+
+/// Records time spent with reading paused on a full buffer. Counters count whole units, so
+/// the fraction of a second not yet counted is carried over in `carry`.
+pub fn record_backpressure(channel: &str, carry: &mut Duration, paused: Duration) {
+    *carry += paused;
+    let whole = carry.as_secs();
+    if whole > 0 {
+        counter!(BACKPRESSURE_SECONDS_TOTAL, "channel" => channel.to_string()).increment(whole);
+        *carry -= Duration::from_secs(whole);
+    }
+}
+
+/// Sets the Kinesis lag gauge of a channel (largest over the shards this worker reads).
+pub fn set_source_lag_seconds(channel: &str, seconds: f64) {
+    gauge!(SOURCE_LAG_SECONDS, "channel" => channel.to_string()).set(seconds);
+}
+
+/// Records the rows committed by one round.
 pub fn record_delivered(channel: &str, rows: u64) {
     counter!(ROWS_DELIVERED_TOTAL, "channel" => channel.to_string()).increment(rows);
 }
@@ -169,7 +275,13 @@ pub fn record_files(channel: &str, sizes: impl IntoIterator<Item = u64>) {
     }
 }
 
-/// Sets the freshness, buffer and lease gauges of a channel.
+/// Sets the freshness bound of a channel.
+pub fn set_freshness_target(channel: &str, target: Duration) {
+    gauge!(DATA_FRESHNESS_TARGET_SECONDS, "channel" => channel.to_string())
+        .set(target.as_secs_f64());
+}
+
+/// Sets the freshness, buffer and lease gauges of a channel (all 0 once it stopped).
 pub fn set_worker_gauges(
     channel: &str,
     freshness_s: f64,

@@ -159,6 +159,10 @@ pub struct ChannelWorker {
     oldest_read: Option<Instant>,
     oldest_read_ms: i64,
     num_buffered: usize,
+    /// `data_freshness` of the configuration, before any `floe channel update` override.
+    configured_freshness: Option<Duration>,
+    /// Fraction of a second of back-pressure not yet counted.
+    backpressure_carry: Duration,
 }
 
 impl ChannelWorker {
@@ -183,6 +187,8 @@ impl ChannelWorker {
             oldest_read: None,
             oldest_read_ms: 0,
             num_buffered: 0,
+            configured_freshness: None,
+            backpressure_carry: Duration::ZERO,
         }
     }
 
@@ -198,7 +204,12 @@ impl ChannelWorker {
     ) -> Result<(), WorkerError> {
         self.load_table().await?;
         let mut last_reconcile = Instant::now();
+        let mut last_settings: Option<Instant> = None;
         while !stop.is_cancelled() {
+            if last_settings.is_none_or(|t| t.elapsed() >= crate::control::STATE_POLL_INTERVAL) {
+                self.apply_channel_settings().await;
+                last_settings = Some(Instant::now());
+            }
             self.sync_leases(true).await?;
             if self.shards.is_empty() {
                 tokio::select! {
@@ -212,7 +223,16 @@ impl ChannelWorker {
             }
             self.poll_shards().await?;
             if self.flush_due() {
+                let paused = self.buffer_full().then(Instant::now);
                 self.flush().await?;
+                if let Some(paused) = paused {
+                    // Reading stood still from the full buffer until the flush made room.
+                    telemetry::record_backpressure(
+                        &self.settings.channel,
+                        &mut self.backpressure_carry,
+                        paused.elapsed(),
+                    );
+                }
             }
             if last_reconcile.elapsed() >= Duration::from_secs(1) {
                 self.reconcile().await?;
@@ -420,11 +440,36 @@ impl ChannelWorker {
         let Some(oldest) = self.oldest_read else {
             return false;
         };
-        oldest.elapsed() >= self.settings.data_freshness
-            || self
-                .converter
-                .as_ref()
-                .is_some_and(|c| c.buffered_bytes() as u64 >= self.settings.buffer_size)
+        oldest.elapsed() >= self.settings.data_freshness || self.buffer_full()
+    }
+
+    fn buffer_full(&self) -> bool {
+        self.converter
+            .as_ref()
+            .is_some_and(|c| c.buffered_bytes() as u64 >= self.settings.buffer_size)
+    }
+
+    /// Applies the settings changed with `floe channel update` (data freshness); the
+    /// configured value when there is no override. A lease store error keeps the current one.
+    async fn apply_channel_settings(&mut self) {
+        let configured = *self
+            .configured_freshness
+            .get_or_insert(self.settings.data_freshness);
+        let overrides = match self.batches.get_channel_state(&self.settings.channel).await {
+            Ok(state) => state.map(|s| s.overrides).unwrap_or_default(),
+            Err(e) => {
+                tracing::debug!(channel = %self.settings.channel, error = %e, "could not read the channel's settings");
+                return;
+            }
+        };
+        let freshness = overrides
+            .data_freshness_ms
+            .map(Duration::from_millis)
+            .unwrap_or(configured);
+        if freshness != self.settings.data_freshness {
+            tracing::info!(channel = %self.settings.channel, data_freshness_s = freshness.as_secs_f64(), "data freshness changed");
+            self.settings.data_freshness = freshness;
+        }
     }
 
     /// Writes the buffer as data files and hands the batch to the committer.
@@ -451,7 +496,11 @@ impl ChannelWorker {
         let rows = self.converter.as_mut().expect("table loaded").finish();
         let table = self.table.as_ref().expect("table loaded");
         let written = write_data_files(table, &self.settings.writer, batch_id, rows).await?;
-        let dlq_staged = self.io.dlq.stage(batch_id, &self.dlq_entries).await?;
+        let dlq_staged = self.io.dlq.stage(batch_id, &self.dlq_entries).await;
+        if !self.dlq_entries.is_empty() {
+            telemetry::record_dlq_write(&self.settings.channel, "stage", dlq_staged.is_ok());
+        }
+        let dlq_staged = dlq_staged?;
         // Never hand off a shard whose lease was lost while writing.
         let held = self.held.borrow().clone();
         let still_held = shards.iter().all(|s| {
@@ -572,6 +621,22 @@ impl ChannelWorker {
             })
             .sum();
         telemetry::set_source_lag_records(&self.settings.channel, lag);
+        telemetry::set_freshness_target(&self.settings.channel, self.settings.data_freshness);
+        let behind_ms = self
+            .shards
+            .values()
+            .filter_map(|st| match st.reader.lag() {
+                Some(crate::source::Lag::Millis(ms)) => Some(ms),
+                _ => None,
+            })
+            .max();
+        if let Some(ms) = behind_ms {
+            telemetry::set_source_lag_seconds(&self.settings.channel, ms as f64 / 1000.0);
+        }
+        if !committer {
+            // Only the committer knows the pending batches; others report none.
+            telemetry::set_pending_batches(&self.settings.channel, 0);
+        }
         telemetry::set_worker_gauges(
             &self.settings.channel,
             freshness,

@@ -389,6 +389,72 @@ fn metrics_problems(readme: &str, metrics: &BTreeSet<String>) -> Vec<String> {
     problems
 }
 
+/// Each metric's kind from the `describe_counter!/describe_gauge!/describe_histogram!(CONST,`
+/// calls of `src/telemetry.rs`, by metric name (constants resolved).
+fn metric_kinds(source: &str) -> BTreeMap<String, String> {
+    let consts: BTreeMap<&str, &str> = source
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub const "))
+        .filter_map(|l| l.split_once(": &str = \""))
+        .filter_map(|(k, v)| Some((k, v.strip_suffix("\";")?)))
+        .collect();
+    let mut kinds = BTreeMap::new();
+    for kind in ["counter", "gauge", "histogram"] {
+        let call = format!("describe_{kind}!(");
+        let mut rest = source;
+        while let Some(at) = rest.find(&call) {
+            rest = &rest[at + call.len()..];
+            let ident = rest
+                .trim_start()
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or_default();
+            if let Some(name) = consts.get(ident) {
+                kinds.insert(name.to_string(), kind.to_string());
+            }
+        }
+    }
+    kinds
+}
+
+/// Every problem of README's "Metrics" rows against the described kinds: the type column
+/// is the kind, the unit and meaning columns are filled in, and every metric has HELP text.
+fn metric_row_problems(readme: &str, kinds: &BTreeMap<String, String>) -> Vec<String> {
+    let Some(text) = section(readme, "Metrics") else {
+        return vec!["README.md has no \"## Metrics\" section".to_owned()];
+    };
+    let mut problems = Vec::new();
+    let mut rows = BTreeSet::new();
+    for line in text.lines().filter(|l| l.starts_with("| `floe_")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let name = cells[0].trim_matches('`');
+        rows.insert(name.to_string());
+        if cells.len() != 5 {
+            problems.push(format!(
+                "row `{name}`: expected | metric | type | unit | labels | meaning |"
+            ));
+            continue;
+        }
+        match kinds.get(name) {
+            Some(kind) if kind == cells[1] => {}
+            Some(kind) => problems.push(format!(
+                "row `{name}`: type {:?}, but src/telemetry.rs describes a {kind}",
+                cells[1]
+            )),
+            None => problems.push(format!("metric `{name}` has no describe_*! (HELP text)")),
+        }
+        if cells[2].is_empty() || cells[4].len() < 10 {
+            problems.push(format!("row `{name}`: give its unit and meaning"));
+        }
+    }
+    for name in kinds.keys().filter(|k| !rows.contains(*k)) {
+        problems.push(format!(
+            "metric `{name}` has no row in README's Metrics table"
+        ));
+    }
+    problems
+}
+
 fn assert_no_problems(problems: Vec<String>) {
     assert!(
         problems.is_empty(),
@@ -494,7 +560,41 @@ fn readme_documents_every_metric() {
     assert_no_problems(metrics_problems(&read("README.md"), &metrics));
 }
 
+#[test]
+fn readme_gives_every_metric_its_type_unit_and_meaning_and_each_has_help_text() {
+    let source = read("src/telemetry.rs");
+    let kinds = metric_kinds(&source);
+    let names = metric_names(&source);
+    let undescribed: Vec<&String> = names.iter().filter(|n| !kinds.contains_key(*n)).collect();
+    assert!(
+        undescribed.is_empty(),
+        "no HELP text (describe_*!) for {undescribed:?}"
+    );
+    assert_no_problems(metric_row_problems(&read("README.md"), &kinds));
+}
+
 // The checks themselves can fail: each is run on a README with one thing wrong.
+
+#[test]
+fn checks_fail_on_a_wrong_metric_type() {
+    let readme = read("README.md");
+    let kinds = metric_kinds(&read("src/telemetry.rs"));
+    assert_eq!(
+        kinds
+            .get("floe_commit_duration_seconds")
+            .map(String::as_str),
+        Some("histogram")
+    );
+    let wrong = readme.replacen(
+        "| `floe_commit_duration_seconds` | histogram |",
+        "| `floe_commit_duration_seconds` | summary |",
+        1,
+    );
+    assert_ne!(wrong, readme);
+    assert!(metric_row_problems(&wrong, &kinds)
+        .iter()
+        .any(|p| p.contains("floe_commit_duration_seconds")));
+}
 
 #[test]
 fn checks_fail_on_a_missing_or_stale_key() {

@@ -1,4 +1,5 @@
 //! Command-line subcommands implemented in the library (the binary stays thin).
 pub mod bench;
+pub mod channel;
 pub mod records;
 pub mod validate;

@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::config::{Config, ConfigError, ConfigErrors, SchemaConfig};
+use crate::config::{ChannelConfig, Config, ConfigError, ConfigErrors, SchemaConfig};
+use crate::schema::MappedSchema;
 
 /// Arguments of `floe validate`.
 #[derive(Debug, Clone, clap::Args)]
@@ -40,48 +41,40 @@ pub fn check(path: &Path) -> Result<Config, ConfigErrors> {
     let config = Config::load(path)?;
     let mut errors = Vec::new();
     for (i, channel) in config.channels.iter().enumerate() {
-        let SchemaConfig::File(file) = &channel.schema;
-        let key = format!("channel[{i}].schema.file");
-        let text = match std::fs::read(file) {
-            Ok(text) => text,
-            Err(e) => {
-                errors.push(ConfigError {
-                    path: key,
-                    message: format!("cannot read {}: {e}", file.display()),
-                });
-                continue;
-            }
-        };
-        match serde_json::from_slice::<serde_json::Value>(&text) {
-            Ok(schema @ serde_json::Value::Object(_)) => {
-                // The same mapping `floe run` does: a schema refused here would stop the channel.
-                let crate::config::DestinationConfig::Iceberg(dest) = &channel.destination;
-                if let Err(e) =
-                    crate::schema::MappedSchema::from_json_schema(&schema, &dest.partition_field)
-                {
-                    errors.push(ConfigError {
-                        path: key,
-                        message: format!("{}: {e}", file.display()),
-                    });
-                }
-            }
-            Ok(_) => errors.push(ConfigError {
-                path: key,
-                message: format!(
-                    "{} is not a JSON Schema: expected a JSON object",
-                    file.display()
-                ),
-            }),
-            Err(e) => errors.push(ConfigError {
-                path: key,
-                message: format!("{} is not JSON: {e}", file.display()),
-            }),
+        if let Err(e) = check_schema(i, channel) {
+            errors.push(e);
         }
     }
     if errors.is_empty() {
         Ok(config)
     } else {
         Err(ConfigErrors(errors))
+    }
+}
+
+/// Reads channel `index`'s schema file and maps it as `floe run` will (nesting, unions, the
+/// partition field), so a schema refused here would stop the channel.
+///
+/// Errors: the problem, at key path `channel[index].schema.file`.
+pub fn check_schema(index: usize, channel: &ChannelConfig) -> Result<MappedSchema, ConfigError> {
+    let SchemaConfig::File(file) = &channel.schema;
+    let error = |message: String| ConfigError {
+        path: format!("channel[{index}].schema.file"),
+        message,
+    };
+    let text =
+        std::fs::read(file).map_err(|e| error(format!("cannot read {}: {e}", file.display())))?;
+    match serde_json::from_slice::<serde_json::Value>(&text) {
+        Ok(schema @ serde_json::Value::Object(_)) => {
+            let crate::config::DestinationConfig::Iceberg(dest) = &channel.destination;
+            MappedSchema::from_json_schema(&schema, &dest.partition_field)
+                .map_err(|e| error(format!("{}: {e}", file.display())))
+        }
+        Ok(_) => Err(error(format!(
+            "{} is not a JSON Schema: expected a JSON object",
+            file.display()
+        ))),
+        Err(e) => Err(error(format!("{} is not JSON: {e}", file.display()))),
     }
 }
 

@@ -18,8 +18,8 @@
 //! schema files (see [`crate::cli::validate`]).
 
 pub mod file;
-mod units;
-mod validate;
+pub(crate) mod units;
+pub(crate) mod validate;
 
 #[cfg(test)]
 mod tests;

@@ -22,7 +22,7 @@ const LEASE_DURATION_RANGE: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(600);
 const MIN_RENEW_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_RECORD_SIZE_RANGE: RangeInclusive<u64> = (1 << 10)..=(64 << 20);
-const DATA_FRESHNESS_RANGE: RangeInclusive<Duration> =
+pub(crate) const DATA_FRESHNESS_RANGE: RangeInclusive<Duration> =
     Duration::from_secs(10)..=Duration::from_secs(900);
 const TARGET_FILE_SIZE_RANGE: RangeInclusive<u64> = (1 << 20)..=(2 << 30);
 const BUFFER_SIZE_RANGE: RangeInclusive<u64> = (1 << 10)..=(64 << 30);

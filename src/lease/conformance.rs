@@ -489,6 +489,7 @@ pub async fn channel_state_put_is_conditional_on_version<S: BatchStore>(store: &
         table_uuid: None,
         version: 99,
         updated_at_ms: 1_700_000_000_000,
+        overrides: Default::default(),
     };
     assert_conflict(store.put_channel_state(&state, Some(0)).await);
     assert_eq!(store.put_channel_state(&state, None).await.unwrap(), 1);
@@ -499,6 +500,8 @@ pub async fn channel_state_put_is_conditional_on_version<S: BatchStore>(store: &
 
     state.state = ChannelStatus::Active;
     state.activated_at_ms = Some(1_700_000_000_500);
+    state.overrides.data_freshness_ms = Some(60_000);
+    state.overrides.delivery_log = Some(super::DeliveryLog::Failures);
     state.table_uuid = Some(Uuid::new_v4().to_string());
     assert_eq!(store.put_channel_state(&state, Some(1)).await.unwrap(), 2);
     assert_conflict(store.put_channel_state(&state, Some(1)).await);

@@ -475,6 +475,9 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                                 from = from.as_deref().unwrap_or(""),
                                 "lease taken"
                             );
+                            if from.as_deref().is_some_and(|w| w != me) {
+                                crate::telemetry::record_lease_takeover(&channel);
+                            }
                             self.hold(taken, sent_at);
                         }
                         Err(LeaseError::Conflict { .. }) => tracing::debug!(

@@ -189,6 +189,33 @@ pub struct ChannelState {
     pub version: u64,
     /// When the record was last written, milliseconds since the Unix epoch (informational).
     pub updated_at_ms: i64,
+    /// Settings changed with `floe channel update`, which win over the configuration file.
+    /// Absent in rows written before it existed (decoded as no override).
+    #[serde(default)]
+    pub overrides: ChannelOverrides,
+}
+
+/// The settings `floe channel update` may change on a live channel; `None` keeps the
+/// configuration file's value. Workers pick a change up within a few seconds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelOverrides {
+    /// `data_freshness` in milliseconds (10 s to 900 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_freshness_ms: Option<u64>,
+    /// Which delivery log lines the committer writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_log: Option<DeliveryLog>,
+}
+
+/// Which structured delivery log lines a channel writes (failures are always logged).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryLog {
+    /// One line per committed batch, and one per failure (the default).
+    #[default]
+    Batches,
+    /// Failures only.
+    Failures,
 }
 
 /// An error of a lease-store call, named for what the caller does next.
@@ -364,6 +391,14 @@ mod tests {
         conformance::run_all(&memory::MemoryLeaseStore::new()).await;
         let (_dir, store) = sqlite_store().await;
         conformance::run_all(&store).await;
+    }
+
+    #[test]
+    fn channel_state_written_before_overrides_existed_still_decodes() {
+        let old = r#"{"channel":"c","state":"ACTIVE","status_reason":null,"activated_at_ms":1,"table_uuid":null,"version":3,"updated_at_ms":2}"#;
+        let state: ChannelState = serde_json::from_str(old).unwrap();
+        assert_eq!(state.overrides, ChannelOverrides::default());
+        assert_eq!(state.state, ChannelStatus::Active);
     }
 
     #[test]

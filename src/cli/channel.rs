@@ -1,0 +1,339 @@
+//! `floe channel create|describe|list|update|delete --config FILE [NAME] [--json]`: the control
+//! plane on the command line (the logic is in [`crate::control`]).
+//!
+//! Exit codes: 0 done; 78 (`EX_CONFIG`) refused — an invalid configuration, an unknown channel,
+//! a validation failure or a transition the channel's state does not allow, each printed with
+//! its key path; 1 the lease store or the catalog is unavailable.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::control::{self, ChannelDescription, ControlError, Update};
+use crate::lease::{ChannelState, DeliveryLog, Store};
+
+/// Options every `floe channel` command takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Common {
+    /// Path of the TOML configuration file (the lease store and the channels).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `floe channel …`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ChannelCommand {
+    /// Validate a channel (schema, partition field, DLQ), create its table and make it ACTIVE.
+    /// Without NAME, every channel of the file. Creating an ACTIVE channel does nothing.
+    Create {
+        /// `--config`, `--json`.
+        #[command(flatten)]
+        common: Common,
+        /// Channel name; default: every channel of the file.
+        name: Option<String>,
+    },
+    /// Show a channel's state, leases, checkpoints, lag and commits.
+    Describe {
+        /// `--config`, `--json`.
+        #[command(flatten)]
+        common: Common,
+        /// Channel name; default: every channel of the file.
+        name: Option<String>,
+    },
+    /// List the file's channels with their state.
+    List {
+        /// `--config`, `--json`.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Change a live channel's data freshness or delivery logs (nothing else can change).
+    Update {
+        /// `--config`, `--json`.
+        #[command(flatten)]
+        common: Common,
+        /// Channel name.
+        name: String,
+        /// New data freshness, 10s to 900s (e.g. "60s").
+        #[arg(long)]
+        data_freshness: Option<String>,
+        /// Delivery log lines: one per committed batch ("batches") or failures only.
+        #[arg(long, value_enum)]
+        delivery_log: Option<DeliveryLogArg>,
+    },
+    /// Stop delivering a channel (DELETING); the table and the DLQ keep what was delivered.
+    Delete {
+        /// `--config`, `--json`.
+        #[command(flatten)]
+        common: Common,
+        /// Channel name.
+        name: String,
+        /// Wait up to this long (e.g. "60s") for the workers to release the channel's leases.
+        #[arg(long)]
+        wait: Option<String>,
+    },
+}
+
+/// `--delivery-log` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum DeliveryLogArg {
+    /// One line per committed batch, and failures.
+    Batches,
+    /// Failures only.
+    Failures,
+}
+
+impl From<DeliveryLogArg> for DeliveryLog {
+    fn from(a: DeliveryLogArg) -> Self {
+        match a {
+            DeliveryLogArg::Batches => DeliveryLog::Batches,
+            DeliveryLogArg::Failures => DeliveryLog::Failures,
+        }
+    }
+}
+
+impl ChannelCommand {
+    fn common(&self) -> &Common {
+        match self {
+            ChannelCommand::Create { common, .. }
+            | ChannelCommand::Describe { common, .. }
+            | ChannelCommand::List { common }
+            | ChannelCommand::Update { common, .. }
+            | ChannelCommand::Delete { common, .. } => common,
+        }
+    }
+}
+
+/// Runs a `floe channel` command; returns the exit code.
+pub async fn run(command: &ChannelCommand) -> ExitCode {
+    let common = command.common();
+    let config = match Config::load(&common.config) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{}: invalid config:\n{errors}", common.config.display());
+            return ExitCode::from(78);
+        }
+    };
+    let aws = crate::aws::AwsClients::load(&config.aws).await;
+    let store = match crate::app::open_lease_store(&config.lease_store, &aws).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(if e.is_retryable() { 1 } else { 78 });
+        }
+    };
+    match execute(command, &config, store.as_ref(), &aws).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            match &e {
+                ControlError::Refused(problems) => {
+                    for p in problems {
+                        eprintln!("{p}");
+                    }
+                }
+                ControlError::Unavailable(_) => eprintln!("{e}"),
+            }
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn names(config: &Config, name: &Option<String>) -> Vec<String> {
+    match name {
+        Some(n) => vec![n.clone()],
+        None => config.channels.iter().map(|c| c.name.clone()).collect(),
+    }
+}
+
+fn parse_duration(flag: &str, text: &str) -> Result<Duration, ControlError> {
+    crate::config::units::parse_duration(text).map_err(|e| {
+        ControlError::Refused(vec![crate::config::ConfigError {
+            path: flag.to_string(),
+            message: e,
+        }])
+    })
+}
+
+async fn execute(
+    command: &ChannelCommand,
+    config: &Config,
+    store: &dyn Store,
+    aws: &crate::aws::AwsClients,
+) -> Result<(), ControlError> {
+    let json = command.common().json;
+    match command {
+        ChannelCommand::Create { name, .. } => {
+            let mut states = Vec::new();
+            for n in names(config, name) {
+                states.push(control::create(config, &n, store, aws).await?);
+            }
+            print_states(&states, json);
+        }
+        ChannelCommand::Describe { name, .. } => {
+            let mut out = Vec::new();
+            for n in names(config, name) {
+                out.push(control::describe(config, &n, store).await?);
+            }
+            if json {
+                print_json(&out);
+            } else {
+                for d in &out {
+                    print!("{}", describe_text(d));
+                }
+            }
+            if let Some(e) = out.iter().find_map(|d| d.catalog_error.as_ref()) {
+                return Err(ControlError::Unavailable(format!("catalog: {e}")));
+            }
+        }
+        ChannelCommand::List { .. } => {
+            let list = control::list(config, store).await?;
+            if json {
+                print_json(&list);
+            } else {
+                println!(
+                    "{:<24} {:<12} {:>6} {:>7}  {:<32} reason",
+                    "CHANNEL", "STATE", "SHARDS", "WORKERS", "TABLE"
+                );
+                for c in list {
+                    println!(
+                        "{:<24} {:<12} {:>6} {:>7}  {:<32} {}",
+                        c.channel,
+                        c.state,
+                        c.shards,
+                        c.workers,
+                        c.table,
+                        c.status_reason.unwrap_or_default()
+                    );
+                }
+            }
+        }
+        ChannelCommand::Update {
+            name,
+            data_freshness,
+            delivery_log,
+            ..
+        } => {
+            let change = Update {
+                data_freshness: data_freshness
+                    .as_deref()
+                    .map(|t| parse_duration("--data-freshness", t))
+                    .transpose()?,
+                delivery_log: delivery_log.map(DeliveryLog::from),
+            };
+            let state = control::update(config, name, store, &change).await?;
+            print_states(&[state], json);
+        }
+        ChannelCommand::Delete { name, wait, .. } => {
+            let wait = wait
+                .as_deref()
+                .map(|t| parse_duration("--wait", t))
+                .transpose()?;
+            let state = control::delete(config, name, store).await?;
+            if let Some(wait) = wait {
+                if !control::wait_released(store, name, wait).await? {
+                    return Err(ControlError::Unavailable(format!(
+                        "channel {name} is DELETING but workers still hold its leases after {wait:?} (a stopped worker's leases stay until it restarts or the channel is created again)"
+                    )));
+                }
+            }
+            print_states(&[state], json);
+        }
+    }
+    Ok(())
+}
+
+fn print_json<T: Serialize + ?Sized>(value: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("serializes")
+    );
+}
+
+fn print_states(states: &[ChannelState], json: bool) {
+    if json {
+        print_json(states);
+        return;
+    }
+    for s in states {
+        let mut line = format!("channel {}: {}", s.channel, control::status_name(s.state));
+        if let Some(ms) = s.activated_at_ms {
+            line.push_str(&format!(", activated at {}", crate::worker::rfc3339_ms(ms)));
+        }
+        if let Some(r) = &s.status_reason {
+            line.push_str(&format!(" ({r})"));
+        }
+        if let Some(ms) = s.overrides.data_freshness_ms {
+            line.push_str(&format!(", data_freshness {}s", ms as f64 / 1000.0));
+        }
+        if let Some(l) = s.overrides.delivery_log {
+            line.push_str(&format!(", delivery_log {l:?}").to_lowercase());
+        }
+        println!("{line}");
+    }
+}
+
+/// The text form of `floe channel describe`.
+pub fn describe_text(d: &ChannelDescription) -> String {
+    let dash = || "-".to_string();
+    let mut out = format!("channel {}\n", d.channel);
+    let mut row = |k: &str, v: String| out.push_str(&format!("  {k:<16} {v}\n"));
+    row("state", d.state.clone());
+    row(
+        "status_reason",
+        d.status_reason.clone().unwrap_or_else(dash),
+    );
+    row("activated_at", d.activated_at.clone().unwrap_or_else(dash));
+    row("updated_at", d.updated_at.clone().unwrap_or_else(dash));
+    row(
+        "table",
+        format!(
+            "{} (uuid {})",
+            d.table,
+            d.table_uuid.clone().unwrap_or_else(dash)
+        ),
+    );
+    row(
+        "data_freshness",
+        format!(
+            "{}s (configured {}s)",
+            d.data_freshness_seconds, d.configured_data_freshness_seconds
+        ),
+    );
+    row(
+        "delivery_log",
+        format!("{:?}", d.delivery_log).to_lowercase(),
+    );
+    row("committer", d.committer.clone().unwrap_or_else(dash));
+    row("pending_batches", d.pending_batches.to_string());
+    row(
+        "last_commit",
+        match (&d.last_commit_at, d.snapshot_id) {
+            (Some(at), Some(id)) => format!("{at} (snapshot {id})"),
+            _ => dash(),
+        },
+    );
+    if let Some(e) = &d.catalog_error {
+        row("catalog_error", e.clone());
+    }
+    out.push_str(&format!(
+        "  {:<8} {:<24} {:>13} {:>12} {:>10}  {}\n",
+        "SHARD", "OWNER", "LEASE_COUNTER", "CHECKPOINT", "LAG", "LAST_COMMIT"
+    ));
+    for s in &d.shards {
+        out.push_str(&format!(
+            "  {:<8} {:<24} {:>13} {:>12} {:>10}  {}\n",
+            s.shard,
+            s.owner.clone().unwrap_or_else(dash),
+            s.lease_counter,
+            s.checkpoint.clone().unwrap_or_else(dash),
+            s.lag_records.map_or_else(dash, |l| l.to_string()),
+            s.last_commit_at.clone().unwrap_or_else(dash)
+        ));
+    }
+    out
+}

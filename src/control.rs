@@ -1,0 +1,959 @@
+//! The control plane: a channel's life cycle in the lease store (`floe channel
+//! create|describe|list|update|delete`), what `floe run` accepts to start, and the watch that
+//! stops a running channel when it is deleted.
+//!
+//! ```text
+//!            create (validated)            table created or checked
+//!  (none) ───────────────────> CREATING ─────────────────────────────> ACTIVE <── floe run
+//!    │                            │ table refused (not floe's, incompatible)   │  (first start,
+//!    │                            v                                            │   no create)
+//!    │                         FAILED ──┐                 table dropped        v
+//!    │                                  │ delete        (workers) ────────> SUSPENDED
+//!    │                                  v                                      │
+//!    │                              DELETING <──────── delete ─────────────────┘ (and ACTIVE)
+//!    │                                  │ create: a new activation; the table's checkpoints
+//!    └──────────────────────────────────┘ still decide where every shard resumes
+//! ```
+//!
+//! Invariant: nothing here moves a checkpoint or touches a table's data. A deleted channel
+//! keeps everything it delivered; re-creating it resumes after the table's checkpoints, so no
+//! record is delivered twice. Every state write is conditional on the version read (the
+//! store's compare-and-swap), so concurrent operators and workers never lose an update.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use iceberg::table::Table;
+use iceberg::{Catalog, NamespaceIdent, TableIdent};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{ensure_table, open_sql_catalog, CatalogError, TableSpec, SUMMARY_RANGES};
+use crate::config::{
+    CatalogConfig, ChannelConfig, Config, ConfigError, DestinationConfig, DlqLocation, Warehouse,
+};
+use crate::lease::{
+    ChannelOverrides, ChannelState, ChannelStatus, DeliveryLog, LeaseError, LeaseKey, Store,
+};
+
+/// How often a running channel re-reads its state (deletion, updated settings).
+pub const STATE_POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// An error of a control-plane operation, by what the operator does next.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The request is refused: fix the configuration or the request (exit 78). Each problem
+    /// names its key path, as `floe validate` does.
+    #[error("{}", crate::config::ConfigErrors(.0.clone()))]
+    Refused(Vec<ConfigError>),
+    /// The lease store or the catalog cannot be reached: retry later (exit 1).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl ControlError {
+    fn refused(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ControlError::Refused(vec![ConfigError {
+            path: path.into(),
+            message: message.into(),
+        }])
+    }
+
+    /// The process exit code: 78 (`EX_CONFIG`) for a refusal, 1 for an unavailable dependency.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ControlError::Refused(_) => 78,
+            ControlError::Unavailable(_) => 1,
+        }
+    }
+}
+
+impl From<LeaseError> for ControlError {
+    fn from(e: LeaseError) -> Self {
+        ControlError::Unavailable(format!("lease store: {e}"))
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn state_path(channel: &str) -> String {
+    format!("channel {channel:?}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The state machine, pure
+
+/// What `floe run` does with a channel's stored state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunDecision {
+    /// No state yet: activate it now (first start without `floe channel create`).
+    Activate,
+    /// ACTIVE: deliver.
+    Deliver,
+    /// Refused, with the message for the operator.
+    Refuse(String),
+}
+
+/// Decides whether `floe run` may deliver a channel in this state.
+pub fn run_decision(state: Option<&ChannelState>) -> RunDecision {
+    let Some(state) = state else {
+        return RunDecision::Activate;
+    };
+    let reason = state
+        .status_reason
+        .as_deref()
+        .unwrap_or("no reason recorded");
+    match state.state {
+        ChannelStatus::Active => RunDecision::Deliver,
+        ChannelStatus::Suspended => RunDecision::Refuse(format!(
+            "the channel is SUSPENDED: {reason}; it is not restarted automatically: floe never writes into a table that replaced the one it delivered to (records would be delivered twice). To start over into a new table, give the channel a new name"
+        )),
+        ChannelStatus::Failed => RunDecision::Refuse(format!(
+            "the channel is FAILED: {reason}; it is not recoverable: `floe channel delete` it, fix the configuration, then `floe channel create` it"
+        )),
+        ChannelStatus::Deleting => RunDecision::Refuse(
+            "the channel is DELETING (deleted with `floe channel delete`): remove it from the configuration, or `floe channel create` it again".to_string(),
+        ),
+        ChannelStatus::Creating => RunDecision::Refuse(
+            "the channel is CREATING: `floe channel create` did not finish; run it again".to_string(),
+        ),
+    }
+}
+
+/// What `floe channel create` does with a channel's stored state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateDecision {
+    /// Record CREATING (no state, or a deleted channel created again), then create the table.
+    Start,
+    /// CREATING already (an earlier create stopped halfway): go on.
+    Resume,
+    /// ACTIVE already: nothing to do (create is idempotent).
+    AlreadyActive,
+    /// Refused, with the message.
+    Refuse(String),
+}
+
+/// Decides what `floe channel create` does.
+pub fn create_decision(state: Option<&ChannelState>) -> CreateDecision {
+    match state.map(|s| s.state) {
+        None | Some(ChannelStatus::Deleting) => CreateDecision::Start,
+        Some(ChannelStatus::Creating) => CreateDecision::Resume,
+        Some(ChannelStatus::Active) => CreateDecision::AlreadyActive,
+        Some(s @ (ChannelStatus::Failed | ChannelStatus::Suspended)) => {
+            CreateDecision::Refuse(format!(
+                "the channel exists and is {}: {}; `floe channel delete` it first",
+                status_name(s),
+                state
+                    .and_then(|s| s.status_reason.as_deref())
+                    .unwrap_or("no reason recorded")
+            ))
+        }
+    }
+}
+
+/// Whether `floe channel update` may change a channel in this state.
+pub fn update_allowed(state: Option<&ChannelState>) -> Result<(), String> {
+    match state.map(|s| s.state) {
+        Some(ChannelStatus::Active | ChannelStatus::Suspended) => Ok(()),
+        None => Err("the channel does not exist: `floe channel create` it first".into()),
+        Some(s) => Err(format!(
+            "the channel is {}: only an ACTIVE or SUSPENDED channel can be updated",
+            status_name(s)
+        )),
+    }
+}
+
+/// The state's name as operators see it (`ACTIVE`, …).
+pub fn status_name(status: ChannelStatus) -> &'static str {
+    match status {
+        ChannelStatus::Creating => "CREATING",
+        ChannelStatus::Active => "ACTIVE",
+        ChannelStatus::Failed => "FAILED",
+        ChannelStatus::Suspended => "SUSPENDED",
+        ChannelStatus::Deleting => "DELETING",
+    }
+}
+
+/// The data freshness a channel runs with: the override of `floe channel update`, else the
+/// configuration's.
+pub fn effective_freshness(config: &ChannelConfig, overrides: &ChannelOverrides) -> Duration {
+    let DestinationConfig::Iceberg(dest) = &config.destination;
+    overrides
+        .data_freshness_ms
+        .map(Duration::from_millis)
+        .unwrap_or(dest.data_freshness)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers shared by the operations
+
+/// The channel named `name` in `config`, with its index (for key paths).
+///
+/// Errors: [`ControlError::Refused`] when the file has no such channel.
+pub fn find_channel<'a>(
+    config: &'a Config,
+    name: &str,
+) -> Result<(usize, &'a ChannelConfig), ControlError> {
+    config
+        .channels
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.name == name)
+        .ok_or_else(|| {
+            ControlError::refused(
+                "channel",
+                format!(
+                    "no channel {name:?} in the configuration file (it has {})",
+                    config
+                        .channels
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })
+}
+
+/// The channel's table identifier.
+pub fn table_ident(config: &ChannelConfig) -> TableIdent {
+    let DestinationConfig::Iceberg(dest) = &config.destination;
+    TableIdent::new(
+        NamespaceIdent::new(dest.namespace.clone()),
+        dest.table.clone(),
+    )
+}
+
+/// Opens the channel's catalog.
+///
+/// Errors: [`ControlError::Unavailable`].
+pub async fn open_catalog(config: &ChannelConfig) -> Result<Arc<dyn Catalog>, ControlError> {
+    let DestinationConfig::Iceberg(dest) = &config.destination;
+    let CatalogConfig::Sql(sql) = &dest.catalog;
+    let Warehouse::Local(warehouse) = &sql.warehouse else {
+        return Err(ControlError::refused(
+            "destination.catalog.warehouse",
+            "s3:// warehouses are not wired yet in this build",
+        ));
+    };
+    open_sql_catalog(&sql.database, warehouse, &sql.name)
+        .await
+        .map_err(|e| ControlError::Unavailable(format!("catalog: {e}")))
+}
+
+/// Checks that the DLQ can be written. A local directory is created, and a probe file written,
+/// synced and removed; an S3 bucket must exist, be owned by the expected account and accept a
+/// put.
+///
+/// Errors: the problem, at key path `channel[index].dlq.path` (or `.bucket`).
+pub async fn check_dlq_writable(
+    index: usize,
+    config: &ChannelConfig,
+    aws: &crate::aws::AwsClients,
+) -> Result<(), ConfigError> {
+    let dir = match &config.dlq.location {
+        DlqLocation::Local(dir) => dir,
+        DlqLocation::S3(location) => {
+            let dlq: crate::dlq::Dlq =
+                crate::dlq::S3Dlq::new(aws.s3(), location.clone(), &config.name).into();
+            return dlq.check_writable().await.map_err(|e| ConfigError {
+                path: format!("channel[{index}].dlq.bucket"),
+                message: format!(
+                    "s3://{}/{} is not writable: {e}",
+                    location.bucket, location.prefix
+                ),
+            });
+        }
+    };
+    let error = |message: String| ConfigError {
+        path: format!("channel[{index}].dlq.path"),
+        message,
+    };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| error(format!("cannot create {}: {e}", dir.display())))?;
+    let probe = dir.join(format!(".floe-probe-{}", uuid::Uuid::new_v4()));
+    let written = std::fs::File::create(&probe).and_then(|f| f.sync_all());
+    let _ = std::fs::remove_file(&probe);
+    written.map_err(|e| error(format!("{} is not writable: {e}", dir.display())))
+}
+
+/// Everything `floe channel create` checks before it records anything, as the managed services
+/// do: the configuration itself (names lowercase, ranges) was validated when it was loaded; here
+/// the schema (resolvable, nesting at most 16, one top-level `date-time` partition field of the
+/// hour transform) and the DLQ (writable). The KMS key ARN's form is checked with the
+/// configuration (`channel[i].dlq.kms_key_arn`).
+///
+/// Errors: every problem, each with its key path.
+pub async fn preflight(
+    index: usize,
+    config: &ChannelConfig,
+    aws: &crate::aws::AwsClients,
+) -> Result<crate::schema::MappedSchema, ControlError> {
+    let schema = crate::cli::validate::check_schema(index, config);
+    let dlq = check_dlq_writable(index, config, aws).await;
+    match (schema, dlq) {
+        (Ok(schema), Ok(())) => Ok(schema),
+        (schema, dlq) => Err(ControlError::Refused(
+            schema.err().into_iter().chain(dlq.err()).collect(),
+        )),
+    }
+}
+
+/// Writes `state` at `expected` version; returns it with the new version.
+async fn put(
+    store: &dyn Store,
+    mut state: ChannelState,
+    expected: Option<u64>,
+) -> Result<ChannelState, ControlError> {
+    state.updated_at_ms = now_ms();
+    match store.put_channel_state(&state, expected).await {
+        Ok(v) => {
+            state.version = v;
+            Ok(state)
+        }
+        Err(LeaseError::Conflict { .. }) => Err(ControlError::Unavailable(format!(
+            "channel {} was changed concurrently (by a worker or another operator); run the command again",
+            state.channel
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The operations
+
+/// `floe channel create`: validates the channel, records CREATING, creates (or checks) its
+/// table, and records ACTIVE with the activation time. Idempotent: an ACTIVE channel is
+/// returned as it is; a CREATING one is finished.
+///
+/// Errors: [`ControlError::Refused`] for a validation failure (nothing recorded), a channel
+/// FAILED or SUSPENDED, or a table floe must not write (the channel is recorded FAILED);
+/// [`ControlError::Unavailable`] when the lease store or the catalog cannot be reached (the
+/// channel stays CREATING: run create again).
+pub async fn create(
+    config: &Config,
+    name: &str,
+    store: &dyn Store,
+    aws: &crate::aws::AwsClients,
+) -> Result<ChannelState, ControlError> {
+    let (index, channel) = find_channel(config, name)?;
+    let schema = preflight(index, channel, aws).await?;
+    let current = store.get_channel_state(name).await?;
+    let state = match create_decision(current.as_ref()) {
+        CreateDecision::AlreadyActive => return Ok(current.expect("active state")),
+        CreateDecision::Refuse(message) => {
+            return Err(ControlError::refused(state_path(name), message))
+        }
+        CreateDecision::Resume => current.expect("creating state"),
+        CreateDecision::Start => {
+            let expected = current.as_ref().map(|s| s.version);
+            let creating = ChannelState {
+                channel: name.to_string(),
+                state: ChannelStatus::Creating,
+                status_reason: None,
+                activated_at_ms: None,
+                table_uuid: None,
+                version: 0,
+                updated_at_ms: 0,
+                // Settings changed by update survive a delete and create.
+                overrides: current.map(|s| s.overrides).unwrap_or_default(),
+            };
+            put(store, creating, expected).await?
+        }
+    };
+    let catalog = open_catalog(channel).await.map_err(|e| match e {
+        ControlError::Unavailable(m) => {
+            ControlError::Unavailable(format!("{m}; the channel stays CREATING: run create again"))
+        }
+        e => e,
+    })?;
+    let DestinationConfig::Iceberg(dest) = &channel.destination;
+    let spec = TableSpec {
+        ident: table_ident(channel),
+        channel: name.to_string(),
+        compression_codec: crate::app::compression(&dest.compression)
+            .codec_name()
+            .to_string(),
+        target_file_size_bytes: dest.target_file_size,
+    };
+    let expected = Some(state.version);
+    match ensure_table(catalog.as_ref(), &spec, &schema).await {
+        Ok(table) => {
+            let active = ChannelState {
+                state: ChannelStatus::Active,
+                status_reason: None,
+                activated_at_ms: Some(now_ms()),
+                table_uuid: Some(table.metadata().uuid().to_string()),
+                ..state
+            };
+            let active = put(store, active, expected).await?;
+            tracing::info!(channel = name, activated_at_ms = active.activated_at_ms, table = %spec.ident, "channel created: ACTIVE");
+            Ok(active)
+        }
+        Err(e @ CatalogError::Incompatible { .. }) => {
+            let reason = e.to_string();
+            let failed = ChannelState {
+                state: ChannelStatus::Failed,
+                status_reason: Some(reason.clone()),
+                ..state
+            };
+            put(store, failed, expected).await?;
+            Err(ControlError::refused(
+                format!("channel[{index}].destination.table"),
+                format!("{reason}; the channel is FAILED: delete it, point it at another table, and create it again"),
+            ))
+        }
+        Err(e) => Err(ControlError::Unavailable(format!(
+            "catalog: {e}; the channel stays CREATING: run create again"
+        ))),
+    }
+}
+
+/// What `floe channel update` may change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Update {
+    /// New `data_freshness`.
+    pub data_freshness: Option<Duration>,
+    /// New delivery log setting.
+    pub delivery_log: Option<DeliveryLog>,
+}
+
+/// `floe channel update`: records new settings (data freshness, delivery logs) that win over
+/// the configuration file; running workers pick them up within [`STATE_POLL_INTERVAL`].
+///
+/// Errors: [`ControlError::Refused`] when nothing is to change, a value is out of range, or the
+/// channel is not ACTIVE or SUSPENDED.
+pub async fn update(
+    config: &Config,
+    name: &str,
+    store: &dyn Store,
+    change: &Update,
+) -> Result<ChannelState, ControlError> {
+    find_channel(config, name)?;
+    if change == &Update::default() {
+        return Err(ControlError::refused(
+            "update",
+            "nothing to change: give --data-freshness and/or --delivery-log",
+        ));
+    }
+    if let Some(d) = change.data_freshness {
+        let range = crate::config::validate::DATA_FRESHNESS_RANGE;
+        if !range.contains(&d) {
+            return Err(ControlError::refused(
+                "data_freshness",
+                format!(
+                    "{} is outside {} to {}",
+                    crate::config::units::format_duration(d),
+                    crate::config::units::format_duration(*range.start()),
+                    crate::config::units::format_duration(*range.end())
+                ),
+            ));
+        }
+    }
+    let current = store.get_channel_state(name).await?;
+    update_allowed(current.as_ref()).map_err(|m| ControlError::refused(state_path(name), m))?;
+    let mut state = current.expect("state present");
+    let expected = Some(state.version);
+    if let Some(d) = change.data_freshness {
+        state.overrides.data_freshness_ms = Some(d.as_millis() as u64);
+    }
+    if let Some(l) = change.delivery_log {
+        state.overrides.delivery_log = Some(l);
+    }
+    put(store, state, expected).await
+}
+
+/// `floe channel delete`: records DELETING. Workers stop delivering the channel within
+/// [`STATE_POLL_INTERVAL`] (they drain what they buffered, commit it, and release their
+/// leases); the table and the DLQ keep everything delivered. Deleting a DELETING channel is a
+/// no-op.
+///
+/// Errors: [`ControlError::Refused`] when the channel was never created.
+pub async fn delete(
+    config: &Config,
+    name: &str,
+    store: &dyn Store,
+) -> Result<ChannelState, ControlError> {
+    find_channel(config, name)?;
+    let Some(mut state) = store.get_channel_state(name).await? else {
+        return Err(ControlError::refused(
+            state_path(name),
+            "the channel does not exist: nothing to delete",
+        ));
+    };
+    if state.state == ChannelStatus::Deleting {
+        return Ok(state);
+    }
+    let expected = Some(state.version);
+    state.status_reason = Some(format!(
+        "deleted by an operator (was {})",
+        status_name(state.state)
+    ));
+    state.state = ChannelStatus::Deleting;
+    put(store, state, expected).await
+}
+
+/// Waits until no worker holds a lease of `name` (after a delete), up to `timeout`.
+/// Returns whether that happened.
+///
+/// Errors: [`ControlError::Unavailable`] when the lease store fails.
+pub async fn wait_released(
+    store: &dyn Store,
+    name: &str,
+    timeout: Duration,
+) -> Result<bool, ControlError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let held = store
+            .list_leases(name)
+            .await?
+            .iter()
+            .any(|l| l.owner.is_some());
+        if !held {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One shard of `floe channel describe`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShardDescription {
+    /// Shard id (Kafka partition).
+    pub shard: String,
+    /// Worker holding its lease, if any.
+    pub owner: Option<String>,
+    /// Its lease counter (fencing token).
+    pub lease_counter: u64,
+    /// The committed checkpoint from the table's `floe.checkpoints` (authoritative).
+    pub checkpoint: Option<String>,
+    /// Records behind the newest one (Kafka high watermark − 1 − checkpoint), when the broker
+    /// answered quickly.
+    pub lag_records: Option<u64>,
+    /// When a snapshot last added records of this shard (RFC 3339).
+    pub last_commit_at: Option<String>,
+}
+
+/// `floe channel describe`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChannelDescription {
+    /// Channel name.
+    pub channel: String,
+    /// `ACTIVE`, …, or `NOT_CREATED` when the lease store has no state for it.
+    pub state: String,
+    /// Why it is FAILED, SUSPENDED or DELETING.
+    pub status_reason: Option<String>,
+    /// When it was activated (RFC 3339).
+    pub activated_at: Option<String>,
+    /// When its state was last written (RFC 3339).
+    pub updated_at: Option<String>,
+    /// `namespace.table`.
+    pub table: String,
+    /// The table's UUID recorded at creation.
+    pub table_uuid: Option<String>,
+    /// The data freshness in force, seconds (override or configuration).
+    pub data_freshness_seconds: f64,
+    /// The configuration's data freshness, seconds.
+    pub configured_data_freshness_seconds: f64,
+    /// `batches` or `failures`.
+    pub delivery_log: DeliveryLog,
+    /// Worker holding the committer lease.
+    pub committer: Option<String>,
+    /// Pending batches waiting for the committer.
+    pub pending_batches: usize,
+    /// When the table's current snapshot was committed (RFC 3339).
+    pub last_commit_at: Option<String>,
+    /// The table's current snapshot.
+    pub snapshot_id: Option<i64>,
+    /// Per shard.
+    pub shards: Vec<ShardDescription>,
+    /// Why the table could not be read, if it could not.
+    pub catalog_error: Option<String>,
+}
+
+/// `floe channel describe`: state, leases, checkpoints and commits of one channel. A catalog
+/// that cannot be read is reported in `catalog_error` (the rest is still described).
+///
+/// Errors: [`ControlError::Unavailable`] when the lease store fails.
+pub async fn describe(
+    config: &Config,
+    name: &str,
+    store: &dyn Store,
+) -> Result<ChannelDescription, ControlError> {
+    let (_, channel) = find_channel(config, name)?;
+    let state = store.get_channel_state(name).await?;
+    let leases = store.list_leases(name).await?;
+    let pending = store.list_pending(name).await?.len();
+    let overrides = state
+        .as_ref()
+        .map(|s| s.overrides.clone())
+        .unwrap_or_default();
+    let DestinationConfig::Iceberg(dest) = &channel.destination;
+    let ident = table_ident(channel);
+    let table = match open_catalog(channel).await {
+        Ok(catalog) => match catalog.table_exists(&ident).await {
+            Ok(true) => catalog
+                .load_table(&ident)
+                .await
+                .map(Some)
+                .map_err(|e| e.to_string()),
+            Ok(false) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        },
+        Err(e) => Err(e.to_string()),
+    };
+    let (table, catalog_error) = match table {
+        Ok(t) => (t, None),
+        Err(e) => (None, Some(e)),
+    };
+    let checkpoints = table
+        .as_ref()
+        .and_then(|t| crate::commit::table_checkpoints(t).ok())
+        .unwrap_or_default();
+    let last_commits = table
+        .as_ref()
+        .map(last_commit_per_shard)
+        .unwrap_or_default();
+    let high_watermarks = high_watermarks(channel, &leases).await;
+    let shards = leases
+        .iter()
+        .filter_map(|l| {
+            let shard = l.key.shard_id()?;
+            let checkpoint = checkpoints.get(shard);
+            let lag_records = high_watermarks.get(&shard.to_string()).map(|high| {
+                let next = match checkpoint {
+                    Some(crate::model::Position::Offset(o)) => o + 1,
+                    _ => 0,
+                };
+                (high - next).max(0) as u64
+            });
+            Some(ShardDescription {
+                shard: shard.to_string(),
+                owner: l.owner.clone(),
+                lease_counter: l.lease_counter,
+                checkpoint: checkpoint.map(|p| p.to_string()),
+                lag_records: if checkpoint.is_some() {
+                    lag_records
+                } else {
+                    None
+                },
+                last_commit_at: last_commits
+                    .get(&shard.to_string())
+                    .map(|ms| crate::worker::rfc3339_ms(*ms)),
+            })
+        })
+        .collect();
+    let snapshot = table
+        .as_ref()
+        .and_then(|t| t.metadata().current_snapshot().cloned());
+    Ok(ChannelDescription {
+        channel: name.to_string(),
+        state: state
+            .as_ref()
+            .map_or("NOT_CREATED", |s| status_name(s.state))
+            .to_string(),
+        status_reason: state.as_ref().and_then(|s| s.status_reason.clone()),
+        activated_at: state
+            .as_ref()
+            .and_then(|s| s.activated_at_ms)
+            .map(crate::worker::rfc3339_ms),
+        updated_at: state
+            .as_ref()
+            .map(|s| crate::worker::rfc3339_ms(s.updated_at_ms)),
+        table: ident.to_string(),
+        table_uuid: state.as_ref().and_then(|s| s.table_uuid.clone()),
+        data_freshness_seconds: effective_freshness(channel, &overrides).as_secs_f64(),
+        configured_data_freshness_seconds: dest.data_freshness.as_secs_f64(),
+        delivery_log: overrides.delivery_log.unwrap_or_default(),
+        committer: leases
+            .iter()
+            .find(|l| l.key == LeaseKey::Committer)
+            .and_then(|l| l.owner.clone()),
+        pending_batches: pending,
+        last_commit_at: snapshot
+            .as_ref()
+            .map(|s| crate::worker::rfc3339_ms(s.timestamp_ms())),
+        snapshot_id: snapshot.map(|s| s.snapshot_id()),
+        shards,
+        catalog_error,
+    })
+}
+
+/// When a snapshot last added records of each shard (from the snapshots' `floe.ranges`).
+fn last_commit_per_shard(table: &Table) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for snapshot in table.metadata().snapshots() {
+        let Some(ranges) = snapshot.summary().additional_properties.get(SUMMARY_RANGES) else {
+            continue;
+        };
+        let Ok(ranges) = serde_json::from_str::<BTreeMap<String, serde_json::Value>>(ranges) else {
+            continue;
+        };
+        for shard in ranges.keys() {
+            let at = out.entry(shard.clone()).or_insert(i64::MIN);
+            *at = (*at).max(snapshot.timestamp_ms());
+        }
+    }
+    out
+}
+
+/// Kafka high watermarks of the channel's shards, when the broker answers within 3 s; empty
+/// otherwise (lag is then not shown).
+async fn high_watermarks(
+    channel: &ChannelConfig,
+    leases: &[crate::lease::Lease],
+) -> BTreeMap<String, i64> {
+    let crate::config::SourceConfig::Kafka(kafka) = &channel.source else {
+        // Kinesis lag (MillisBehindLatest) is only known to the readers: see the metrics.
+        return BTreeMap::new();
+    };
+    let mut source_config =
+        crate::source::kafka::KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
+    source_config.request_timeout = Duration::from_secs(2);
+    for (k, v) in &kafka.properties {
+        source_config = source_config.with_client_property(k, v.value());
+    }
+    let Ok(source) = crate::source::kafka::KafkaSource::try_new(source_config) else {
+        return BTreeMap::new();
+    };
+    let shards: Vec<_> = leases.iter().filter_map(|l| l.key.shard_id()).collect();
+    let fetch = async {
+        let mut out = BTreeMap::new();
+        for shard in shards {
+            if let Ok((_, high)) = source.watermarks(shard).await {
+                out.insert(shard.to_string(), high);
+            }
+        }
+        out
+    };
+    tokio::time::timeout(Duration::from_secs(3), fetch)
+        .await
+        .unwrap_or_default()
+}
+
+/// One line of `floe channel list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChannelSummary {
+    /// Channel name.
+    pub channel: String,
+    /// `ACTIVE`, …, or `NOT_CREATED`.
+    pub state: String,
+    /// Why it is FAILED, SUSPENDED or DELETING.
+    pub status_reason: Option<String>,
+    /// Shards (leases) of the channel.
+    pub shards: usize,
+    /// Distinct workers holding one of its leases.
+    pub workers: usize,
+    /// `namespace.table`.
+    pub table: String,
+}
+
+/// `floe channel list`: every channel of the configuration file with its stored state.
+///
+/// Errors: [`ControlError::Unavailable`] when the lease store fails.
+pub async fn list(config: &Config, store: &dyn Store) -> Result<Vec<ChannelSummary>, ControlError> {
+    let mut out = Vec::new();
+    for channel in &config.channels {
+        let state = store.get_channel_state(&channel.name).await?;
+        let leases = store.list_leases(&channel.name).await?;
+        let mut workers: Vec<&str> = leases.iter().filter_map(|l| l.owner.as_deref()).collect();
+        workers.sort();
+        workers.dedup();
+        out.push(ChannelSummary {
+            channel: channel.name.clone(),
+            state: state
+                .as_ref()
+                .map_or("NOT_CREATED", |s| status_name(s.state))
+                .to_string(),
+            status_reason: state.and_then(|s| s.status_reason),
+            shards: leases.iter().filter(|l| l.key.shard_id().is_some()).count(),
+            workers: workers.len(),
+            table: table_ident(channel).to_string(),
+        });
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The running side
+
+/// The switches that stop one channel of a running worker, in the order of a graceful
+/// shutdown: stop taking leases and reading, wait for the worker loop to drain (flush, commit),
+/// then stop the committer and release the leases.
+#[derive(Clone)]
+pub struct ChannelStops {
+    /// Stops the lease manager from taking new leases.
+    pub drain_switch: Arc<AtomicBool>,
+    /// Stops reading (worker loop and shard discovery).
+    pub reading: CancellationToken,
+    /// Cancelled by the worker loop when it has returned (drained).
+    pub worker_done: CancellationToken,
+    /// Stops the committer loop.
+    pub committing: CancellationToken,
+    /// Stops the lease manager, which then releases every lease.
+    pub leases: CancellationToken,
+}
+
+impl ChannelStops {
+    /// Stops the channel gracefully; waits at most `drain` for the worker loop.
+    pub async fn stop(&self, drain: Duration) {
+        self.drain_switch.store(true, Ordering::SeqCst);
+        self.reading.cancel();
+        let _ = tokio::time::timeout(drain, self.worker_done.cancelled()).await;
+        self.committing.cancel();
+        self.leases.cancel();
+    }
+}
+
+/// Watches a running channel's state every [`STATE_POLL_INTERVAL`] until `stop` is cancelled:
+/// when the channel is DELETING, stops it (gracefully, bounded by `drain`) and returns `true`.
+/// Lease store errors are logged and retried at the next poll. (Updated settings are applied
+/// by the worker and committer loops themselves.)
+pub async fn watch_channel(
+    store: Arc<dyn Store>,
+    channel: String,
+    stops: ChannelStops,
+    drain: Duration,
+    stop: CancellationToken,
+) -> bool {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return false,
+            _ = tokio::time::sleep(STATE_POLL_INTERVAL) => {}
+        }
+        match store.get_channel_state(&channel).await {
+            Ok(Some(state)) => {
+                if state.state == ChannelStatus::Deleting {
+                    tracing::warn!(channel = %channel, "channel deleted: stopping delivery (draining, then releasing leases)");
+                    crate::health::Readiness::global().deregister(&channel);
+                    stops.stop(drain).await;
+                    crate::telemetry::set_worker_gauges(&channel, 0.0, 0, 0, false);
+                    tracing::info!(channel = %channel, "channel deleted: delivery stopped, leases released");
+                    return true;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(channel = %channel, error = %e, "could not read the channel's state")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(s: ChannelStatus) -> ChannelState {
+        ChannelState {
+            channel: "c".into(),
+            state: s,
+            status_reason: Some("why".into()),
+            activated_at_ms: Some(1),
+            table_uuid: None,
+            version: 3,
+            updated_at_ms: 2,
+            overrides: Default::default(),
+        }
+    }
+
+    const ALL: [ChannelStatus; 5] = [
+        ChannelStatus::Creating,
+        ChannelStatus::Active,
+        ChannelStatus::Failed,
+        ChannelStatus::Suspended,
+        ChannelStatus::Deleting,
+    ];
+
+    #[test]
+    fn run_delivers_only_active_channels_and_activates_new_ones() {
+        assert_eq!(run_decision(None), RunDecision::Activate);
+        for s in ALL {
+            let d = run_decision(Some(&state(s)));
+            if s == ChannelStatus::Active {
+                assert_eq!(d, RunDecision::Deliver);
+            } else {
+                let RunDecision::Refuse(m) = d else {
+                    panic!("{s:?} must be refused")
+                };
+                assert!(m.contains(status_name(s)), "{m}");
+            }
+        }
+    }
+
+    #[test]
+    fn create_starts_resumes_is_idempotent_and_refuses_failed_and_suspended() {
+        assert_eq!(create_decision(None), CreateDecision::Start);
+        let expected = |s| match s {
+            ChannelStatus::Creating => Some(CreateDecision::Resume),
+            ChannelStatus::Active => Some(CreateDecision::AlreadyActive),
+            ChannelStatus::Deleting => Some(CreateDecision::Start),
+            ChannelStatus::Failed | ChannelStatus::Suspended => None,
+        };
+        for s in ALL {
+            match (create_decision(Some(&state(s))), expected(s)) {
+                (d, Some(e)) => assert_eq!(d, e, "{s:?}"),
+                (CreateDecision::Refuse(m), None) => {
+                    assert!(m.contains("delete") && m.contains("why"), "{m}")
+                }
+                (d, None) => panic!("{s:?}: {d:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn update_only_active_or_suspended() {
+        assert!(update_allowed(None).is_err());
+        for s in ALL {
+            assert_eq!(
+                update_allowed(Some(&state(s))).is_ok(),
+                matches!(s, ChannelStatus::Active | ChannelStatus::Suspended),
+                "{s:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn watch_stops_a_deleted_channel_gracefully() {
+        tokio::time::pause();
+        let store: Arc<dyn Store> = Arc::new(crate::lease::memory::MemoryLeaseStore::new());
+        let mut s = state(ChannelStatus::Active);
+        let v = store.put_channel_state(&s, None).await.unwrap();
+        let stops = ChannelStops {
+            drain_switch: Arc::default(),
+            reading: CancellationToken::new(),
+            worker_done: CancellationToken::new(),
+            committing: CancellationToken::new(),
+            leases: CancellationToken::new(),
+        };
+        let task = tokio::spawn(watch_channel(
+            store.clone(),
+            "c".into(),
+            stops.clone(),
+            Duration::from_secs(30),
+            CancellationToken::new(),
+        ));
+        tokio::time::sleep(STATE_POLL_INTERVAL * 2).await;
+        assert!(!stops.reading.is_cancelled(), "an ACTIVE channel goes on");
+        s.state = ChannelStatus::Deleting;
+        store.put_channel_state(&s, Some(v)).await.unwrap();
+        tokio::time::sleep(STATE_POLL_INTERVAL * 2).await;
+        assert!(stops.reading.is_cancelled());
+        assert!(stops.drain_switch.load(Ordering::SeqCst));
+        // The worker loop has not returned yet: the committer keeps committing.
+        assert!(!stops.committing.is_cancelled());
+        stops.worker_done.cancel();
+        assert!(task.await.unwrap());
+        assert!(stops.committing.is_cancelled() && stops.leases.is_cancelled());
+    }
+}
