@@ -29,6 +29,13 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Create what the fleet shares before the first worker starts: the lease store (the DynamoDB
+    /// lease table, or the SQLite file). Idempotent.
+    Setup {
+        /// The TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Check a config file; print every problem with its key path, or "ok".
     Validate(floe::cli::validate::ValidateArgs),
     /// Run the whole pipeline on this machine with an embedded Kafka broker.
@@ -92,6 +99,10 @@ fn main() -> ExitCode {
             }
         },
         Command::Validate(args) => floe::cli::validate::run(&args),
+        Command::Setup { config } => {
+            init_tracing(&cli.log_format, "warn");
+            ExitCode::from(runtime().block_on(setup(config)))
+        }
         Command::Run { config } => {
             init_tracing(&cli.log_format, "info");
             let code = runtime().block_on(run(config));
@@ -158,6 +169,30 @@ async fn run(config_path: PathBuf) -> i32 {
             // EX_CONFIG, so systemd's RestartPreventExitStatus=78 does not restart it in a loop.
             tracing::error!(error = %e, "floe run failed");
             78
+        }
+    }
+}
+
+async fn setup(config_path: PathBuf) -> u8 {
+    let config = match floe::config::Config::load(&config_path) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{}: invalid config:\n{errors}", config_path.display());
+            return 78;
+        }
+    };
+    match floe::app::setup(&config).await {
+        Ok(done) => {
+            println!("{done}");
+            0
+        }
+        Err(e) => {
+            eprintln!("floe setup: {e}");
+            if e.is_retryable() {
+                1
+            } else {
+                78
+            }
         }
     }
 }

@@ -2,6 +2,9 @@
 # floe's test command (README.md): installs what the tests need, builds, runs every test.
 #   - a Python virtualenv in .venv with PyIceberg (the independent Iceberg reader)
 #   - the Rust build (librdkafka is compiled from source by rdkafka; needs gcc and make)
+#   - the local AWS emulators (deploy/local/README.md): patched moto and kinesalite, started here,
+#     checked by deploy/local/smoke.py, their endpoints exported (FLOE_TEST_AWS_ENDPOINT,
+#     FLOE_TEST_KINESALITE_ENDPOINT, AWS_*), stopped on exit unless they were already running
 # Then: unit, conformance, shared-case, integration and crash tests (cargo test).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -13,6 +16,13 @@ if ! .venv/bin/python -c 'import pyiceberg, pyarrow, sqlalchemy' 2>/dev/null; th
   .venv/bin/pip install --quiet --disable-pip-version-check 'pyiceberg[sql-sqlite,pyarrow]==0.12.0'
 fi
 export FLOE_PYTHON="$root/.venv/bin/python"
+
+if ! deploy/local/aws-emulators.sh status >/dev/null 2>&1; then
+  trap 'deploy/local/aws-emulators.sh stop >/dev/null' EXIT
+fi
+deploy/local/aws-emulators.sh start
+eval "$(deploy/local/aws-emulators.sh env)"
+.venv/bin/python deploy/local/smoke.py
 
 cargo build --bins --features testsuite
 cargo test --features testsuite --no-fail-fast -- --test-threads 2

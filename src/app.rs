@@ -175,6 +175,31 @@ pub async fn open_lease_store(
     }
 }
 
+/// `floe setup`: creates the lease store (the DynamoDB table, on-demand billing, or the SQLite
+/// file) when missing and checks it. Returns what was done, for the operator.
+///
+/// Errors: [`AppError::LeaseStore`] when it cannot be created or is not a floe lease store.
+pub async fn setup(config: &Config) -> Result<String, AppError> {
+    let aws = AwsClients::load(&config.aws).await;
+    let mut lease_store = config.lease_store.clone();
+    if let LeaseStoreBackend::Dynamodb {
+        create_lease_table, ..
+    } = &mut lease_store.backend
+    {
+        *create_lease_table = true;
+    }
+    open_lease_store(&lease_store, &aws).await?;
+    Ok(match &lease_store.backend {
+        LeaseStoreBackend::Sqlite { path } => {
+            format!("lease store ready: SQLite file {}", path.display())
+        }
+        LeaseStoreBackend::Dynamodb { table, .. } => format!(
+            "lease store ready: DynamoDB table {table} in {}",
+            aws.region().unwrap_or("the default region")
+        ),
+    })
+}
+
 /// Loads the schema, opens the catalog and the source, activates the channel (records its
 /// activation time in the lease store on first start) and creates its table.
 ///
@@ -196,14 +221,20 @@ pub async fn prepare_channel(
             .map_err(|e| channel_err(name, e))?,
     );
     let catalog = match &dest.catalog {
-        CatalogConfig::Sql(sql) => {
-            let Warehouse::Local(warehouse) = &sql.warehouse else {
-                return Err(channel_err(name, "s3:// warehouses are not wired yet"));
-            };
-            open_sql_catalog(&sql.database, warehouse, &sql.name)
+        CatalogConfig::Sql(sql) => match &sql.warehouse {
+            Warehouse::Local(warehouse) => open_sql_catalog(&sql.database, warehouse, &sql.name)
                 .await
-                .map_err(|e| channel_unavailable(name, e))?
-        }
+                .map_err(|e| channel_unavailable(name, e))?,
+            Warehouse::S3(warehouse) => crate::catalog::open_sql_catalog_s3(
+                &sql.database,
+                warehouse,
+                &sql.name,
+                aws.config(),
+                aws.region(),
+            )
+            .await
+            .map_err(|e| channel_unavailable(name, e))?,
+        },
     };
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),

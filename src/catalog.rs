@@ -97,6 +97,53 @@ pub async fn open_sql_catalog(
     Ok(Arc::new(catalog))
 }
 
+/// Opens an SQL catalog (SQLite file `sqlite_path`, created if missing) whose warehouse is the
+/// S3 location `warehouse` (`s3://bucket/prefix`), written through iceberg-rust's OpenDAL S3
+/// file IO. Region and endpoint come from `aws` (path-style addressing when the endpoint is
+/// overridden, as emulators need); credentials from the environment chain OpenDAL reads
+/// (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE` files, web identity, instance
+/// metadata).
+///
+/// Errors: [`CatalogError::Unavailable`] when the database cannot be opened.
+pub async fn open_sql_catalog_s3(
+    sqlite_path: &Path,
+    warehouse: &str,
+    name: &str,
+    aws: &crate::aws::AwsConfig,
+    region: Option<&str>,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
+    if let Some(parent) = sqlite_path.parent() {
+        std::fs::create_dir_all(parent).map_err(io_error)?;
+    }
+    let uri = format!("sqlite:{}?mode=rwc", sqlite_path.display());
+    let mut props = HashMap::from([
+        (SQL_CATALOG_PROP_URI.to_string(), uri),
+        (
+            SQL_CATALOG_PROP_WAREHOUSE.to_string(),
+            warehouse.to_string(),
+        ),
+    ]);
+    if let Some(region) = region {
+        props.insert(iceberg::io::S3_REGION.to_string(), region.to_string());
+    }
+    if let Some(endpoint) = aws.endpoint(crate::aws::AwsService::S3) {
+        props.insert(iceberg::io::S3_ENDPOINT.to_string(), endpoint.to_string());
+        props.insert(
+            iceberg::io::S3_PATH_STYLE_ACCESS.to_string(),
+            "true".to_string(),
+        );
+    }
+    let catalog = SqlCatalogBuilder::default()
+        .with_storage_factory(Arc::new(
+            iceberg_storage_opendal::OpenDalStorageFactory::S3 {
+                customized_credential_load: None,
+            },
+        ))
+        .load(name, props)
+        .await?;
+    Ok(Arc::new(catalog))
+}
+
 fn io_error(e: std::io::Error) -> CatalogError {
     CatalogError::Unavailable(Error::new(ErrorKind::Unexpected, e.to_string()))
 }

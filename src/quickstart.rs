@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::open_sql_catalog;
 use crate::config::Config;
-use crate::dlq::LocalDlq;
+use crate::dlq::{Dlq, LocalDlq};
 use crate::events::{bad_event, event_json, BadKind};
 use crate::source::kafka::embedded::EmbeddedKafka;
 
@@ -230,7 +230,8 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
         .await
         .map_err(|e| setup(&e))?;
     let ident = TableIdent::new(NamespaceIdent::new("quickstart".into()), "events".into());
-    let dlq = LocalDlq::new(dir.join("dlq"), "quickstart");
+    let local_dlq = LocalDlq::new(dir.join("dlq"), "quickstart");
+    let dlq: Dlq = local_dlq.clone().into();
     let mut last_progress = Instant::now();
     for id in 0..total {
         let payload: Vec<u8> = if id % 100 == 37 {
@@ -295,6 +296,7 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
         .map_err(|e| QuickstartError::Pipeline(e.to_string()))?;
     let entries = dlq
         .read_published()
+        .await
         .map_err(|e| QuickstartError::Pipeline(e.to_string()))?;
     let mut by_code: BTreeMap<&str, u64> = BTreeMap::new();
     for e in &entries {
@@ -316,7 +318,7 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
     }
     println!(
         "DLQ ({}): {} entries",
-        dlq.published_dir().display(),
+        local_dlq.published_dir().display(),
         entries.len()
     );
     for (code, n) in &by_code {
@@ -344,7 +346,7 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
 
 /// Rows in the table's current snapshot (its `total-records` summary) and published DLQ
 /// entries: how far delivery has come. `(0, n)` while the table is missing or empty.
-pub async fn counts(catalog: &dyn Catalog, ident: &TableIdent, dlq: &LocalDlq) -> (u64, u64) {
+pub async fn counts(catalog: &dyn Catalog, ident: &TableIdent, dlq: &Dlq) -> (u64, u64) {
     let rows = match catalog.load_table(ident).await {
         Ok(t) => t
             .metadata()
@@ -359,11 +361,15 @@ pub async fn counts(catalog: &dyn Catalog, ident: &TableIdent, dlq: &LocalDlq) -
             .unwrap_or(0),
         Err(_) => 0,
     };
-    let dead = dlq.read_published().map(|e| e.len() as u64).unwrap_or(0);
+    let dead = dlq
+        .read_published()
+        .await
+        .map(|e| e.len() as u64)
+        .unwrap_or(0);
     (rows, dead)
 }
 
-async fn progress(catalog: &dyn Catalog, ident: &TableIdent, dlq: &LocalDlq, produced: u64) {
+async fn progress(catalog: &dyn Catalog, ident: &TableIdent, dlq: &Dlq, produced: u64) {
     let (rows, dead) = counts(catalog, ident, dlq).await;
     println!("  produced {produced:>7}  delivered {rows:>7}  dead-lettered {dead:>5}");
 }

@@ -4,97 +4,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-
-struct Broker {
-    child: Child,
-    bootstrap: String,
-}
-
-impl Broker {
-    fn start() -> Broker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_floe-mock-kafka"))
-            .args(["--topic", "events", "--partitions", "4"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start floe-mock-kafka");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let bootstrap = line
-            .trim()
-            .strip_prefix("bootstrap=")
-            .expect("bootstrap line")
-            .to_string();
-        Broker { child, bootstrap }
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Worker {
-    child: Child,
-}
-
-impl Worker {
-    fn start(dir: &Path, bootstrap: &str, id: &str) -> Worker {
-        let config = dir.join(format!("{id}.toml"));
-        std::fs::write(&config, config_toml(dir, bootstrap, id, 4)).unwrap();
-        let log = std::fs::File::create(dir.join(format!("{id}.log"))).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_floe"))
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start floe run");
-        Worker { child }
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig}");
-    }
-
-    fn terminate(mut self) -> std::process::ExitStatus {
-        self.signal("TERM");
-        for _ in 0..600 {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        panic!("worker did not exit within 60 s of SIGTERM");
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn assert_exactly_once(dir: &Path, total: u64) {
     let expected_bad = (0..total).filter(|id| bad_kind(*id).is_some()).count() as u64;
@@ -116,10 +29,6 @@ fn assert_exactly_once(dir: &Path, total: u64) {
         total - expected_bad,
         "count(distinct id) == count(*)"
     );
-}
-
-fn log_of(dir: &Path, id: &str) -> String {
-    std::fs::read_to_string(dir.join(format!("{id}.log"))).unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,8 +18,143 @@ async fn sqlite_store() -> (tempfile::TempDir, SqliteLeaseStore) {
     (dir, store)
 }
 
+#[path = "common/mod.rs"]
+mod common;
+
+use floe::lease::dynamodb::{DynamoDbLeaseStore, MissingTable};
+
+/// A DynamoDB store on a fresh table of the emulator (created by `open`).
+async fn dynamodb_store() -> ((), DynamoDbLeaseStore) {
+    let clients = common::aws_clients(&common::aws_endpoint()).await;
+    let store = DynamoDbLeaseStore::open(
+        clients.dynamodb(),
+        common::unique_name("floe-leases"),
+        MissingTable::Create,
+    )
+    .await
+    .unwrap();
+    ((), store)
+}
+
 floe::lease_store_conformance_tests!(memory, async { ((), MemoryLeaseStore::new()) });
 floe::lease_store_conformance_tests!(sqlite, sqlite_store());
+floe::lease_store_conformance_tests!(dynamodb, dynamodb_store());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_missing_table_is_refused_with_how_to_create_it() {
+    let clients = common::aws_clients(&common::aws_endpoint()).await;
+    let name = common::unique_name("floe-missing");
+    let err = DynamoDbLeaseStore::open(clients.dynamodb(), &name, MissingTable::Refuse)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LeaseError::Fatal { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains(&name) && message.contains("floe setup"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_table_with_another_key_schema_is_refused() {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    let clients = common::aws_clients(&common::aws_endpoint()).await;
+    let name = common::unique_name("not-floe");
+    clients
+        .dynamodb()
+        .create_table()
+        .table_name(&name)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+    let err = DynamoDbLeaseStore::open(clients.dynamodb(), &name, MissingTable::Create)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not a floe lease table"), "{err}");
+}
+
+/// A pending batch far beyond DynamoDB's 400 KB item limit round-trips through parts, and
+/// finishing it removes every part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_batch_beyond_the_item_limit_round_trips() {
+    use floe::lease::BatchStore;
+    use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
+    let (_, store) = dynamodb_store().await;
+    let batch = PendingBatch {
+        channel: "big".into(),
+        batch_id: uuid::Uuid::now_v7(),
+        worker_id: "w".into(),
+        shards: vec![ShardRange {
+            shard: ShardId("shardId-000000000000".into()),
+            range: CheckpointRange {
+                after_exclusive: None,
+                last_inclusive: Position::Offset(9),
+            },
+            lease_counter: 1,
+        }],
+        data_files: (0..30_000)
+            .map(|i| {
+                format!(
+                    "{{\"file_path\":\"s3://b/t/data/{}-{i}.parquet\"}}",
+                    uuid::Uuid::new_v4()
+                )
+            })
+            .collect(),
+        dlq_staged: None,
+        num_rows: 10,
+        num_dead_lettered: 0,
+        dead_lettered_by_code: BTreeMap::new(),
+        data_bytes: 1,
+        oldest_read_at_ms: 0,
+    };
+    store.put_batch(&batch).await.unwrap();
+    store.put_batch(&batch).await.unwrap(); // idempotent
+    assert_eq!(
+        store.list_pending("big").await.unwrap(),
+        vec![batch.clone()]
+    );
+    store
+        .finish_batches("big", &[batch.batch_id], &[])
+        .await
+        .unwrap();
+    assert!(store.list_pending("big").await.unwrap().is_empty());
+    let items = store_items(&store, "big").await;
+    assert_eq!(items, 0, "parts left behind");
+}
+
+async fn store_items(store: &DynamoDbLeaseStore, channel: &str) -> usize {
+    let clients = common::aws_clients(&common::aws_endpoint()).await;
+    clients
+        .dynamodb()
+        .query()
+        .table_name(store.table())
+        .key_condition_expression("channel = :c")
+        .expression_attribute_values(
+            ":c",
+            aws_sdk_dynamodb::types::AttributeValue::S(channel.into()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .count as usize
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_reopen_keeps_rows_and_schema() {

@@ -256,6 +256,8 @@ impl DynamoDbLeaseStore {
             ))
             .update_expression(update)
             .condition_expression(condition)
+            // `owner` is a DynamoDB reserved word; every lease update names it.
+            .expression_attribute_names("#owner", "owner")
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::None);
         for (name, value) in values {
@@ -514,16 +516,16 @@ impl LeaseStore for DynamoDbLeaseStore {
         let owner_condition = match &lease.owner {
             Some(owner) => {
                 values.push((":owner", AttributeValue::S(owner.clone())));
-                "owner = :owner"
+                "#owner = :owner"
             }
-            None => "attribute_not_exists(owner)",
+            None => "attribute_not_exists(#owner)",
         };
         let condition = format!(
             "attribute_exists(lease_counter) AND lease_counter = :counter AND heartbeat = :heartbeat AND {owner_condition}"
         );
         self.update_lease(
             lease,
-            "SET owner = :worker, lease_counter = lease_counter + :one",
+            "SET #owner = :worker, lease_counter = lease_counter + :one",
             &condition,
             values,
         )
@@ -538,7 +540,7 @@ impl LeaseStore for DynamoDbLeaseStore {
         self.update_lease(
             lease,
             "SET heartbeat = heartbeat + :one",
-            "owner = :owner AND lease_counter = :counter",
+            "#owner = :owner AND lease_counter = :counter",
             vec![
                 (":one", n(1)),
                 (":owner", AttributeValue::S(owner.clone())),
@@ -555,8 +557,8 @@ impl LeaseStore for DynamoDbLeaseStore {
         };
         self.update_lease(
             lease,
-            "REMOVE owner SET lease_counter = lease_counter + :one",
-            "owner = :owner AND lease_counter = :counter",
+            "REMOVE #owner SET lease_counter = lease_counter + :one",
+            "#owner = :owner AND lease_counter = :counter",
             vec![
                 (":one", n(1)),
                 (":owner", AttributeValue::S(owner.clone())),
@@ -740,7 +742,8 @@ impl BatchStore for DynamoDbLeaseStore {
                 .condition_expression("attribute_not_exists(#sk)")
                 .expression_attribute_names("#sk", SK),
             Some(expected) => request
-                .condition_expression("version = :expected")
+                .condition_expression("#version = :expected")
+                .expression_attribute_names("#version", "version")
                 .expression_attribute_values(":expected", n(expected)),
         };
         match request.send().await {

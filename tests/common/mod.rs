@@ -2,8 +2,9 @@
 //! delivery, and the independent PyIceberg reader.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use floe::dlq::LocalDlq;
@@ -28,6 +29,45 @@ pub fn python() -> PathBuf {
         "PyIceberg is needed to read the table independently: run scripts/test.sh (it creates .venv), or set FLOE_PYTHON"
     );
     venv
+}
+
+/// The AWS emulator endpoint (patched moto serving DynamoDB, Kinesis, S3, Glue, S3 Tables), from
+/// `FLOE_TEST_AWS_ENDPOINT`. Panics with instructions when unset: AWS tests never pass silently.
+pub fn aws_endpoint() -> String {
+    emulator_env("FLOE_TEST_AWS_ENDPOINT")
+}
+
+/// The kinesalite endpoint (56-digit sequence numbers), from `FLOE_TEST_KINESALITE_ENDPOINT`.
+pub fn kinesalite_endpoint() -> String {
+    emulator_env("FLOE_TEST_KINESALITE_ENDPOINT")
+}
+
+fn emulator_env(var: &str) -> String {
+    for needed in [var, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+        assert!(
+            std::env::var_os(needed).is_some(),
+            "{needed} is not set: this test needs the local AWS emulators. Run scripts/test.sh, or `deploy/local/aws-emulators.sh start` and `eval \"$(deploy/local/aws-emulators.sh env)\"`"
+        );
+    }
+    std::env::var(var).unwrap()
+}
+
+/// AWS clients pointed at `endpoint` in us-east-1.
+pub async fn aws_clients(endpoint: &str) -> floe::aws::AwsClients {
+    floe::aws::AwsClients::load(&floe::aws::AwsConfig {
+        region: Some("us-east-1".into()),
+        endpoint_url: Some(endpoint.to_owned()),
+        ..Default::default()
+    })
+    .await
+}
+
+/// A name unique to this test run: `<prefix>-<uuid v4 simple, 12 chars>`.
+pub fn unique_name(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
 }
 
 /// Reads the table with PyIceberg; returns the JSON that tests/py/read_table.py prints.
@@ -96,6 +136,110 @@ name = "it"
     )
 }
 
+/// A worker's log (`<dir>/<id>.log`).
+pub fn log_of(dir: &Path, id: &str) -> String {
+    std::fs::read_to_string(dir.join(format!("{id}.log"))).unwrap_or_default()
+}
+
+/// A standalone Kafka-protocol broker (`floe-mock-kafka`, topic `events`, 4 partitions) that
+/// outlives the workers; killed on drop.
+pub struct Broker {
+    child: Child,
+    /// `host:port` list to bootstrap from.
+    pub bootstrap: String,
+}
+
+impl Broker {
+    /// Starts the broker and waits for its bootstrap line.
+    pub fn start() -> Broker {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_floe-mock-kafka"))
+            .args(["--topic", "events", "--partitions", "4"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start floe-mock-kafka");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let bootstrap = line
+            .trim()
+            .strip_prefix("bootstrap=")
+            .expect("bootstrap line")
+            .to_string();
+        Broker { child, bootstrap }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `floe run` process logging to `<dir>/<id>.log`; killed on drop.
+pub struct Worker {
+    /// The process.
+    pub child: Child,
+}
+
+impl Worker {
+    /// Starts worker `id` with the SQLite/Kafka config of [`config_toml`] (4 s leases).
+    pub fn start(dir: &Path, bootstrap: &str, id: &str) -> Worker {
+        Worker::start_with(dir, id, &config_toml(dir, bootstrap, id, 4))
+    }
+
+    /// Starts worker `id` with config text `toml` (written to `<dir>/<id>.toml`).
+    pub fn start_with(dir: &Path, id: &str, toml: &str) -> Worker {
+        let config = dir.join(format!("{id}.toml"));
+        std::fs::write(&config, toml).unwrap();
+        let log = std::fs::File::create(dir.join(format!("{id}.log"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_floe"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "info,aws_config=warn,aws_smithy_runtime=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start floe run");
+        Worker { child }
+    }
+
+    /// Sends `sig` (`KILL`, `STOP`, `CONT`, `TERM`) to the process.
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig}");
+    }
+
+    /// SIGTERM, then waits up to 60 s for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        self.signal("TERM");
+        for _ in 0..600 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        panic!("worker did not exit within 60 s of SIGTERM");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Whether id `id` is produced as a bad record, and which kind.
 pub fn bad_kind(id: u64) -> Option<BadKind> {
     (id % 50 == 13).then(|| BadKind::ALL[(id / 50) as usize % BadKind::ALL.len()])
@@ -129,7 +273,7 @@ pub fn produce(bootstrap: &str, from: u64, to: u64) {
 
 /// Rows in the current snapshot (from its summary) and published DLQ entries.
 pub async fn delivered(dir: &Path) -> (u64, u64) {
-    let dlq = LocalDlq::new(dir.join("dlq"), "it");
+    let dlq: floe::dlq::Dlq = LocalDlq::new(dir.join("dlq"), "it").into();
     let Ok(catalog) = floe::catalog::open_sql_catalog(
         &dir.join("catalog.sqlite"),
         &dir.join("warehouse"),
@@ -137,7 +281,13 @@ pub async fn delivered(dir: &Path) -> (u64, u64) {
     )
     .await
     else {
-        return (0, dlq.read_published().map(|e| e.len() as u64).unwrap_or(0));
+        return (
+            0,
+            dlq.read_published()
+                .await
+                .map(|e| e.len() as u64)
+                .unwrap_or(0),
+        );
     };
     let ident = TableIdent::new(NamespaceIdent::new("it".into()), "events".into());
     floe::quickstart::counts(catalog.as_ref(), &ident, &dlq).await

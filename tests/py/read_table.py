@@ -2,7 +2,8 @@
 """Independent reader for floe's integration tests: opens floe's SQLite catalog with PyIceberg
 and prints, as one JSON object, what the Rust tests assert on.
 
-Usage: read_table.py CATALOG_SQLITE WAREHOUSE_DIR NAMESPACE.TABLE [--catalog-name floe] [--ids 1,2,3]
+Usage: read_table.py CATALOG_SQLITE WAREHOUSE_DIR|s3://BUCKET/PREFIX NAMESPACE.TABLE [--catalog-name floe]
+       [--ids 1,2,3] [--s3-endpoint URL]
 
 Output keys: rows, distinct_ids, schema (field name -> Iceberg type string, nested included),
 required (field names that are required), partition_spec ([{source, transform, name}]),
@@ -11,6 +12,7 @@ values rendered as text: timestamps ISO 8601 UTC, decimals as strings).
 """
 import argparse
 import json
+import os
 import sys
 
 from pyiceberg.catalog.sql import SqlCatalog
@@ -38,8 +40,22 @@ def main():
     ap.add_argument("table")
     ap.add_argument("--catalog-name", default="floe")
     ap.add_argument("--ids", default="")
+    ap.add_argument("--s3-endpoint", default="", help="S3 endpoint of an s3:// warehouse (emulator)")
     a = ap.parse_args()
-    cat = SqlCatalog(a.catalog_name, uri=f"sqlite:///{a.catalog}", warehouse=f"file://{a.warehouse}")
+    props = {}
+    if a.warehouse.startswith("s3://"):
+        warehouse = a.warehouse
+        if a.s3_endpoint:
+            props = {
+                "s3.endpoint": a.s3_endpoint,
+                "s3.region": os.environ.get("AWS_REGION", "us-east-1"),
+                "s3.access-key-id": os.environ.get("AWS_ACCESS_KEY_ID", ""),
+                "s3.secret-access-key": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+                "s3.force-virtual-addressing": "false",
+            }
+    else:
+        warehouse = f"file://{a.warehouse}"
+    cat = SqlCatalog(a.catalog_name, uri=f"sqlite:///{a.catalog}", warehouse=warehouse, **props)
     t = cat.load_table(a.table)
     arrow = t.scan().to_arrow()
     ids = arrow.column("id").to_pylist() if arrow.num_rows else []
