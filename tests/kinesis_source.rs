@@ -21,7 +21,7 @@ use common::*;
 use floe::config::{InitialPosition, KinesisSourceConfig, KinesisStream};
 use floe::model::{Position, SequenceNumber, ShardId};
 use floe::source::kinesis::KinesisSource;
-use floe::source::{ShardReader, Source, SourceRecord, StartAt};
+use floe::source::{ShardReader, Source, SourceError, SourceRecord, StartAt};
 use md5::Digest;
 
 /// A stream created for one test, with a unique name; [`TestStream::delete`] removes it.
@@ -297,6 +297,43 @@ async fn lists_shards_with_parents_after_a_split_and_a_merge(endpoint: &str) {
 }
 
 on_both_emulators!(lists_shards_with_parents_after_a_split_and_a_merge);
+
+async fn refusals_map_to_source_errors(endpoint: &str) {
+    let stream = TestStream::create(endpoint, 2).await;
+    let source = stream.source(10);
+    let Err(err) = source.open(&shard(7), StartAt::Earliest).await else {
+        panic!("opened a shard that does not exist");
+    };
+    assert!(matches!(err, SourceError::NotFound { .. }), "{err}");
+    // A checkpoint that is not this shard's: a corrupted checkpoint, not retryable.
+    let (other, other_seq) = loop {
+        let (s, n) = stream.put(&unique_name("k"), b"{}").await;
+        if s == shard(1) {
+            break (s, n);
+        }
+    };
+    assert_eq!(other, shard(1));
+    let Err(err) = source
+        .open(&shard(0), StartAt::After(seq(&other_seq)))
+        .await
+    else {
+        panic!("opened shard 0 after a sequence number of shard 1");
+    };
+    assert!(
+        matches!(err, SourceError::InvalidPosition { .. }) && !err.is_retryable(),
+        "{err}"
+    );
+    stream.delete().await;
+
+    let missing = TestStream {
+        client: aws_clients(endpoint).await.kinesis(),
+        name: unique_name("floe-missing"),
+    };
+    let err = missing.source(10).list_shards().await.unwrap_err();
+    assert!(matches!(err, SourceError::NotFound { .. }), "{err}");
+}
+
+on_both_emulators!(refusals_map_to_source_errors);
 
 // ---- start positions -------------------------------------------------------------------------
 

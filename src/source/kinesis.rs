@@ -27,11 +27,14 @@
 //! - ProvisionedThroughputExceeded, LimitExceeded, KMS throttling → [`SourceError::Throttled`];
 //!   timeouts and 5xx → [`SourceError::Unavailable`]. The reader stays usable and backs off by
 //!   itself (1 s doubling to 10 s): calls within the backoff return no records.
-//! - ResourceNotFound → [`SourceError::NotFound`]; a checkpoint the shard refuses →
-//!   [`SourceError::InvalidPosition`]. Records trimmed by retention after a checkpoint cannot be
-//!   detected through the API (Kinesis sequence numbers have gaps, and an `AFTER_SEQUENCE_NUMBER`
-//!   iterator on a trimmed number reads on from the trim horizon), so
-//!   [`SourceError::PositionLost`] is not produced: keep retention above the longest outage.
+//! - ResourceNotFound → [`SourceError::NotFound`]; a checkpoint the shard refuses
+//!   (InvalidArgumentException on an `AT/AFTER_SEQUENCE_NUMBER` iterator) →
+//!   [`SourceError::InvalidPosition`]; access denied and other client errors →
+//!   [`SourceError::Fatal`].
+//! - [`SourceError::PositionLost`] is not produced: the API gives no reliable signal that records
+//!   after a checkpoint were trimmed by retention (sequence numbers have gaps, so the first record
+//!   returned after a checkpoint cannot tell whether others came between). Keep the stream's
+//!   retention above the longest outage of the channel.
 //! - A closed shard (after a split or merge) answers GetRecords with no `NextShardIterator` once
 //!   its last record is returned: [`ShardReader::shard_ended`] becomes `true` when the reader has
 //!   handed out every record it fetched, and the worker checkpoints the shard as `SHARD_END`

@@ -335,3 +335,161 @@ fn classify<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> Class {
         _ => Class::Fatal,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The error mapping at the edge, through the real SDK against a canned HTTP server.
+
+    use std::time::Duration;
+
+    use aws_sdk_kinesis::config::retry::RetryConfig;
+    use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// An HTTP server on loopback answering every request with `status` and the JSON error
+    /// `{"__type": code, "message": "..."}`. Returns its endpoint URL.
+    async fn canned(status: u16, code: &str) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let body = format!(r#"{{"__type":"{code}","message":"canned {code}"}}"#);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let body = body.clone();
+                tokio::spawn(async move {
+                    // Read the request head and its body (Content-Length), then answer.
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let n = conn.read(&mut buf).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        request.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&request).to_string();
+                        if let Some(head_end) = text.find("\r\n\r\n") {
+                            let length = text[..head_end]
+                                .lines()
+                                .find_map(|l| {
+                                    let (k, v) = l.split_once(':')?;
+                                    k.eq_ignore_ascii_case("content-length")
+                                        .then(|| v.trim().parse::<usize>().ok())?
+                                })
+                                .unwrap_or(0);
+                            if request.len() >= head_end + 4 + length {
+                                break;
+                            }
+                        }
+                    }
+                    let response = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-type: application/x-amz-json-1.1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = conn.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        url
+    }
+
+    fn api(endpoint: &str) -> SdkKinesis {
+        let config = aws_sdk_kinesis::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+            .endpoint_url(endpoint)
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                aws_sdk_kinesis::config::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(Duration::from_secs(5))
+                    .build(),
+            )
+            .build();
+        SdkKinesis::new(
+            aws_sdk_kinesis::Client::from_conf(config),
+            StreamRef::Name("s".into()),
+        )
+    }
+
+    fn shard() -> ShardId {
+        ShardId("shardId-000000000000".into())
+    }
+
+    #[tokio::test]
+    async fn get_records_errors_map_to_what_the_reader_does_next() {
+        let cases: [(u16, &str, fn(&ApiError) -> bool); 5] = [
+            (400, "ExpiredIteratorException", |e| {
+                matches!(e, ApiError::Expired)
+            }),
+            (400, "ProvisionedThroughputExceededException", |e| {
+                matches!(e, ApiError::Source(SourceError::Throttled { .. }))
+            }),
+            (400, "KMSThrottlingException", |e| {
+                matches!(e, ApiError::Source(SourceError::Throttled { .. }))
+            }),
+            (500, "InternalFailure", |e| {
+                matches!(e, ApiError::Source(SourceError::Unavailable { .. }))
+            }),
+            (400, "AccessDeniedException", |e| {
+                matches!(e, ApiError::Source(SourceError::Fatal { .. }))
+            }),
+        ];
+        for (status, code, expected) in cases {
+            let endpoint = canned(status, code).await;
+            let err = api(&endpoint).get_records("it", 10).await.unwrap_err();
+            assert!(expected(&err), "{status} {code}: {err:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn get_shard_iterator_errors_name_missing_shards_and_refused_checkpoints() {
+        let endpoint = canned(400, "ResourceNotFoundException").await;
+        let err = api(&endpoint)
+            .get_shard_iterator(&shard(), &IteratorStart::TrimHorizon)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, SourceError::NotFound { .. }), "{err}");
+
+        let endpoint = canned(400, "InvalidArgumentException").await;
+        let after = IteratorStart::AfterSequence("4959".into());
+        let err = api(&endpoint)
+            .get_shard_iterator(&shard(), &after)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, SourceError::InvalidPosition { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn list_shards_errors_and_an_unreachable_service() {
+        let endpoint = canned(400, "LimitExceededException").await;
+        let err = api(&endpoint).list_shards(None).await.unwrap_err();
+        assert!(
+            matches!(err, ApiError::Source(SourceError::Throttled { .. })),
+            "{err:?}"
+        );
+        let endpoint = canned(400, "ExpiredNextTokenException").await;
+        let err = api(&endpoint).list_shards(Some("t")).await.unwrap_err();
+        assert!(matches!(err, ApiError::Expired), "{err:?}");
+        let endpoint = canned(400, "ResourceInUseException").await;
+        let err = api(&endpoint).list_shards(None).await.unwrap_err();
+        assert!(
+            matches!(err, ApiError::Source(SourceError::Unavailable { .. })),
+            "{err:?}"
+        );
+
+        // Nothing listens on port 1: a dispatch failure, retryable.
+        let err = api("http://127.0.0.1:1")
+            .list_shards(None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ApiError::Source(SourceError::Unavailable { .. })),
+            "{err:?}"
+        );
+    }
+}
