@@ -451,17 +451,22 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         drain_switches.push(manager.drain_switch());
         tracker.spawn(manager.run(stop_leases.clone()));
 
-        // Shard discovery: new Kafka partitions get leases.
+        // Shard discovery: new Kafka partitions and Kinesis child shards get leases. A child's
+        // keys wait for it after their parent ends, so Kinesis is listed more often.
         {
             let store = store.clone();
             let source = prepared.io.source.clone();
             let name = name.clone();
             let stop = stop_reading.clone();
+            let period = match channel.source {
+                SourceConfig::Kafka(_) => Duration::from_secs(30),
+                SourceConfig::Kinesis(_) => Duration::from_secs(10),
+            };
             tracker.spawn(async move {
                 loop {
                     tokio::select! {
                         _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                        _ = tokio::time::sleep(period) => {}
                     }
                     if let Ok(shards) = source.list_shards().await {
                         let specs: Vec<LeaseSpec> = shards
