@@ -126,7 +126,12 @@ struct ShardState {
     /// The reader returned every record of the (closed) shard: it is not polled any more, and
     /// the next batch ends its range at `SHARD_END` unless `next_after` already is `SHARD_END`.
     ended: bool,
+    /// When a retryable read error of this shard was last logged.
+    read_error_logged_at: Option<Instant>,
 }
+
+/// At most one log line per this interval for the retryable read errors of one shard.
+const READ_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
 impl ShardState {
     /// Whether the next batch must carry this shard's `SHARD_END`.
@@ -370,6 +375,7 @@ impl ChannelWorker {
                     id,
                     ShardState {
                         ended: after == Some(Position::ShardEnd),
+                        read_error_logged_at: None,
                         reader,
                         lease_counter: counter,
                         next_after: after,
@@ -432,7 +438,14 @@ impl ChannelWorker {
                 // The reader stays usable and paces its own retries: go on with the other
                 // shards instead of restarting the loop (which would drop the buffer).
                 Err(e) if e.is_retryable() => {
-                    tracing::debug!(channel = %self.settings.channel, shard = %id, error = %e, "shard read failed, retrying later");
+                    // Logged once per READ_ERROR_LOG_INTERVAL per shard (throttling can last).
+                    if st
+                        .read_error_logged_at
+                        .is_none_or(|t| t.elapsed() >= READ_ERROR_LOG_INTERVAL)
+                    {
+                        tracing::warn!(channel = %self.settings.channel, shard = %id, error = %e, "shard read failed; the reader retries with backoff");
+                        st.read_error_logged_at = Some(Instant::now());
+                    }
                     continue;
                 }
                 Err(e) => return Err(e.into()),

@@ -450,7 +450,7 @@ async fn a_closed_shard_ends_exactly_after_its_last_record(endpoint: &str) {
 
     // Children start above the parent's sequence numbers (56 digits: big-integer order).
     let last_parent = seq(&parent_seqs[4]);
-    let mut readers = vec![
+    let mut readers = [
         open(&source, &shard(1), StartAt::Earliest).await,
         open(&source, &shard(2), StartAt::Earliest).await,
     ];

@@ -422,7 +422,8 @@ mod tests {
 
     #[tokio::test]
     async fn get_records_errors_map_to_what_the_reader_does_next() {
-        let cases: [(u16, &str, fn(&ApiError) -> bool); 5] = [
+        type Expect = fn(&ApiError) -> bool;
+        let cases: [(u16, &str, Expect); 5] = [
             (400, "ExpiredIteratorException", |e| {
                 matches!(e, ApiError::Expired)
             }),
