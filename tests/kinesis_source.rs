@@ -643,7 +643,20 @@ async fn resharding_end_to_end_delivers_each_record_once_in_per_key_order() {
     produce(&stream, &mut counters, &mut next_id, 10).await;
     let total = next_id;
 
-    let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(240)).await;
+    let (mut w1, mut w2) = (w1, w2);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let (rows, dlq) = loop {
+        let (rows, dlq) = delivered(dir.path()).await;
+        if rows + dlq >= total || Instant::now() > deadline {
+            break (rows, dlq);
+        }
+        for (id, w) in [("w1", &mut w1), ("w2", &mut w2)] {
+            if let Some(status) = w.child.try_wait().unwrap() {
+                panic!("{id} exited early ({status}):\n{}", log_of(dir.path(), id));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     let s1 = w1.terminate();
     let s2 = w2.terminate();
     assert!(
