@@ -104,6 +104,8 @@ pub async fn open_sql_catalog(
 /// (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE` files, web identity, instance
 /// metadata).
 ///
+/// With `kms_key_arn`, every file is written with SSE-KMS under that key.
+///
 /// Errors: [`CatalogError::Unavailable`] when the database cannot be opened.
 pub async fn open_sql_catalog_s3(
     sqlite_path: &Path,
@@ -111,6 +113,7 @@ pub async fn open_sql_catalog_s3(
     name: &str,
     aws: &crate::aws::AwsConfig,
     region: Option<&str>,
+    kms_key_arn: Option<&str>,
 ) -> Result<Arc<dyn Catalog>, CatalogError> {
     if let Some(parent) = sqlite_path.parent() {
         std::fs::create_dir_all(parent).map_err(io_error)?;
@@ -125,6 +128,10 @@ pub async fn open_sql_catalog_s3(
     ]);
     if let Some(region) = region {
         props.insert(iceberg::io::S3_REGION.to_string(), region.to_string());
+    }
+    if let Some(key) = kms_key_arn {
+        props.insert(iceberg::io::S3_SSE_TYPE.to_string(), "kms".to_string());
+        props.insert(iceberg::io::S3_SSE_KEY.to_string(), key.to_string());
     }
     if let Some(endpoint) = aws.endpoint(crate::aws::AwsService::S3) {
         props.insert(iceberg::io::S3_ENDPOINT.to_string(), endpoint.to_string());
@@ -142,6 +149,32 @@ pub async fn open_sql_catalog_s3(
         .load(name, props)
         .await?;
     Ok(Arc::new(catalog))
+}
+
+/// Opens a channel's configured SQL catalog: local warehouse, or `s3://` warehouse through
+/// `aws`'s region and endpoint (SSE-KMS with the configured key).
+///
+/// Errors: those of [`open_sql_catalog`] and [`open_sql_catalog_s3`].
+pub async fn open_channel_catalog(
+    sql: &crate::config::SqlCatalogConfig,
+    aws: &crate::aws::AwsClients,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
+    match &sql.warehouse {
+        crate::config::Warehouse::Local(dir) => {
+            open_sql_catalog(&sql.database, dir, &sql.name).await
+        }
+        crate::config::Warehouse::S3(uri) => {
+            open_sql_catalog_s3(
+                &sql.database,
+                uri,
+                &sql.name,
+                aws.config(),
+                aws.region(),
+                sql.kms_key_arn.as_deref(),
+            )
+            .await
+        }
+    }
 }
 
 fn io_error(e: std::io::Error) -> CatalogError {

@@ -14,6 +14,9 @@ use floe::config::S3Location;
 use floe::dlq::{Dlq, S3Dlq};
 use iceberg::{NamespaceIdent, TableIdent};
 
+/// A customer-managed key ARN (the emulator records it on each object; it does not check it).
+const KMS_KEY: &str = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
+
 struct Fleet {
     endpoint: String,
     table: String,
@@ -53,7 +56,10 @@ impl Fleet {
         assert!(text.contains(&local_wh));
         let text = text.replacen(
             &local_wh,
-            &format!("warehouse = \"s3://{}/floe\"", self.warehouse_bucket),
+            &format!(
+                "warehouse = \"s3://{}/floe\"\n    kms_key_arn = \"{KMS_KEY}\"",
+                self.warehouse_bucket
+            ),
             1,
         );
         let local_dlq = format!("kind = \"local\"\n  path = \"{}/dlq\"", dir.display());
@@ -61,7 +67,7 @@ impl Fleet {
         text.replacen(
             &local_dlq,
             &format!(
-                "kind = \"s3\"\n  bucket = \"{}\"\n  prefix = \"dlq/\"\n  expected_bucket_owner = \"123456789012\"",
+                "kind = \"s3\"\n  bucket = \"{}\"\n  prefix = \"dlq/\"\n  expected_bucket_owner = \"123456789012\"\n  kms_key_arn = \"{KMS_KEY}\"",
                 self.dlq_bucket
             ),
             1,
@@ -76,7 +82,7 @@ impl Fleet {
                 bucket: self.dlq_bucket.clone(),
                 prefix: "dlq/".into(),
                 expected_bucket_owner: Some("123456789012".into()),
-                kms_key_arn: None,
+                kms_key_arn: Some(KMS_KEY.into()),
             },
             "it",
         )
@@ -96,6 +102,7 @@ impl Fleet {
             "floe",
             &config,
             Some("us-east-1"),
+            Some(KMS_KEY),
         )
         .await
         .unwrap();
@@ -184,6 +191,33 @@ async fn dynamodb_leases_s3_warehouse_and_s3_dlq_deliver_exactly_once_across_a_s
     let good = total - expected_bad.len() as u64;
     assert_eq!(t["rows"], good, "count(*) == produced - DLQ");
     assert_eq!(t["distinct_ids"], good, "count(distinct id) == count(*)");
+
+    // Every object written — data files, metadata, DLQ objects — is encrypted with the key.
+    let s3 = aws_clients(&fleet.endpoint).await.s3();
+    for bucket in [&fleet.warehouse_bucket, &fleet.dlq_bucket] {
+        let listed = s3.list_objects_v2().bucket(bucket).send().await.unwrap();
+        let keys: Vec<String> = listed
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect();
+        assert!(!keys.is_empty(), "objects in {bucket}");
+        for key in keys {
+            let head = s3
+                .head_object()
+                .bucket(bucket)
+                .key(&key)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                head.server_side_encryption().map(|e| e.as_str()),
+                Some("aws:kms"),
+                "s3://{bucket}/{key}"
+            );
+            assert_eq!(head.ssekms_key_id(), Some(KMS_KEY), "s3://{bucket}/{key}");
+        }
+    }
 
     // Leases live in DynamoDB: both workers released theirs on SIGTERM.
     let store = floe::lease::DynamoDbLeaseStore::open(

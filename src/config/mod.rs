@@ -329,6 +329,8 @@ pub struct SqlCatalogConfig {
     pub database: PathBuf,
     /// Where table files are written.
     pub warehouse: Warehouse,
+    /// KMS key ARN for SSE-KMS of an `s3://` warehouse's files.
+    pub kms_key_arn: Option<String>,
 }
 
 impl SqlCatalogConfig {

@@ -846,11 +846,26 @@ impl Checker<'_> {
                 .local_path(&format!("{p}.warehouse"), &sql.warehouse)
                 .map(Warehouse::Local),
         };
+        let mut kms_ok = true;
+        if let Some(arn) = &sql.kms_key_arn {
+            if let Err(why) = crate::aws::check_kms_key_arn(arn) {
+                kms_ok = false;
+                self.error(format!("{p}.kms_key_arn"), why);
+            } else if matches!(warehouse, Some(Warehouse::Local(_))) {
+                kms_ok = false;
+                self.error(
+                    format!("{p}.kms_key_arn"),
+                    "applies only to an s3:// warehouse; a local warehouse is not encrypted by floe",
+                );
+            }
+        }
         Some(CatalogConfig::Sql(SqlCatalogConfig {
             name: name?,
             database: database?,
             warehouse: warehouse?,
+            kms_key_arn: sql.kms_key_arn.filter(|_| kms_ok),
         }))
+        .filter(|_| kms_ok)
     }
 
     fn dlq(&mut self, p: &str, section: Section<DlqSection>) -> Option<DlqConfig> {
