@@ -223,7 +223,10 @@ pub async fn prepare_channel(
     let catalog = match &dest.catalog {
         CatalogConfig::Sql(sql) => crate::catalog::open_channel_catalog(sql, aws)
             .await
-            .map_err(|e| channel_unavailable(name, e))?,
+            .map_err(|e| match e {
+                e @ crate::catalog::CatalogError::Refused { .. } => channel_err(name, e),
+                e => channel_unavailable(name, e),
+            })?,
     };
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),

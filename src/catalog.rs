@@ -60,6 +60,13 @@ pub enum CatalogError {
         /// Why.
         reason: String,
     },
+    /// The catalog's storage must not be written (the warehouse bucket is owned by another
+    /// account): fix the configuration; no retry helps.
+    #[error("{message}")]
+    Refused {
+        /// Why.
+        message: String,
+    },
     /// The catalog failed; retry with backoff.
     #[error("catalog error: {0}")]
     Unavailable(#[from] Error),
@@ -164,6 +171,9 @@ pub async fn open_channel_catalog(
             open_sql_catalog(&sql.database, dir, &sql.name).await
         }
         crate::config::Warehouse::S3(uri) => {
+            if let Some(owner) = &sql.expected_bucket_owner {
+                check_bucket_owner(aws, uri, owner).await?;
+            }
             open_sql_catalog_s3(
                 &sql.database,
                 uri,
@@ -174,6 +184,46 @@ pub async fn open_channel_catalog(
             )
             .await
         }
+    }
+}
+
+/// Checks with `HeadBucket` that the bucket of `uri` (`s3://bucket/…`) is owned by `owner`
+/// (iceberg-rust's S3 file IO cannot send `x-amz-expected-bucket-owner` on each request, so the
+/// ownership is checked whenever the catalog is opened).
+///
+/// Errors: [`CatalogError::Refused`] when the bucket is missing or owned by another account
+/// (S3 answers 403/404); [`CatalogError::Unavailable`] when S3 cannot be reached.
+async fn check_bucket_owner(
+    aws: &crate::aws::AwsClients,
+    uri: &str,
+    owner: &str,
+) -> Result<(), CatalogError> {
+    let bucket = uri
+        .strip_prefix("s3://")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default();
+    match aws
+        .s3()
+        .head_bucket()
+        .bucket(bucket)
+        .expected_bucket_owner(owner)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(aws_sdk_s3::error::SdkError::ServiceError(e)) => Err(CatalogError::Refused {
+            message: format!(
+                "warehouse bucket {bucket:?} is missing or not owned by account {owner} (HTTP {})",
+                e.raw().status().as_u16()
+            ),
+        }),
+        Err(e) => Err(CatalogError::Unavailable(Error::new(
+            ErrorKind::Unexpected,
+            format!(
+                "warehouse bucket {bucket:?}: {}",
+                aws_sdk_s3::error::DisplayErrorContext(&e)
+            ),
+        ))),
     }
 }
 

@@ -242,7 +242,12 @@ pub async fn open_catalog(
     let CatalogConfig::Sql(sql) = &dest.catalog;
     crate::catalog::open_channel_catalog(sql, aws)
         .await
-        .map_err(|e| ControlError::Unavailable(format!("catalog: {e}")))
+        .map_err(|e| match e {
+            CatalogError::Refused { message } => {
+                ControlError::refused("destination.catalog.expected_bucket_owner", message)
+            }
+            e => ControlError::Unavailable(format!("catalog: {e}")),
+        })
 }
 
 /// Checks that the DLQ can be written. A local directory is created, and a probe file written,

@@ -57,7 +57,7 @@ impl Fleet {
         let text = text.replacen(
             &local_wh,
             &format!(
-                "warehouse = \"s3://{}/floe\"\n    kms_key_arn = \"{KMS_KEY}\"",
+                "warehouse = \"s3://{}/floe\"\n    kms_key_arn = \"{KMS_KEY}\"\n    expected_bucket_owner = \"123456789012\"",
                 self.warehouse_bucket
             ),
             1,
@@ -109,6 +109,51 @@ impl Fleet {
         let ident = TableIdent::new(NamespaceIdent::new("it".into()), "events".into());
         floe::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
     }
+}
+
+/// A warehouse bucket owned by another account (per `expected_bucket_owner`) is refused before
+/// anything is written: `floe channel create` exits 78 naming the field, `floe run` exits 78.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warehouse_bucket_of_another_account_is_refused() {
+    let fleet = Fleet::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = fleet.config(dir.path(), "127.0.0.1:9", "w1").replacen(
+        "    expected_bucket_owner = \"123456789012\"",
+        "    expected_bucket_owner = \"111111111111\"",
+        1,
+    );
+    let config = dir.path().join("w1.toml");
+    std::fs::write(&config, text).unwrap();
+    let floe = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    let create = floe(&["channel", "create", "it"]);
+    let stderr = String::from_utf8_lossy(&create.stderr);
+    assert_eq!(create.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("expected_bucket_owner") && stderr.contains("111111111111"),
+        "{stderr}"
+    );
+    let run = floe(&["run"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("not owned by account 111111111111"),
+        "{stderr}"
+    );
+    let s3 = aws_clients(&fleet.endpoint).await.s3();
+    let listed = s3
+        .list_objects_v2()
+        .bucket(&fleet.warehouse_bucket)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.key_count(), Some(0), "nothing written to the bucket");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -859,11 +859,27 @@ impl Checker<'_> {
                 );
             }
         }
+        if let Some(owner) = &sql.expected_bucket_owner {
+            if owner.len() != 12 || !owner.bytes().all(|b| b.is_ascii_digit()) {
+                kms_ok = false;
+                self.error(
+                    format!("{p}.expected_bucket_owner"),
+                    format!("\"{owner}\" is not a 12-digit AWS account id"),
+                );
+            } else if matches!(warehouse, Some(Warehouse::Local(_))) {
+                kms_ok = false;
+                self.error(
+                    format!("{p}.expected_bucket_owner"),
+                    "applies only to an s3:// warehouse",
+                );
+            }
+        }
         Some(CatalogConfig::Sql(SqlCatalogConfig {
             name: name?,
             database: database?,
             warehouse: warehouse?,
-            kms_key_arn: sql.kms_key_arn.filter(|_| kms_ok),
+            kms_key_arn: sql.kms_key_arn,
+            expected_bucket_owner: sql.expected_bucket_owner,
         }))
         .filter(|_| kms_ok)
     }
