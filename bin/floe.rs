@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 #[command(
     name = "floe",
     version,
-    about = "Deliver Kafka records into Iceberg tables, exactly once"
+    about = "Deliver Kafka and Kinesis records into Iceberg tables, exactly once"
 )]
 struct Cli {
     /// Log format (stderr): human-readable text, or one JSON object per line.
@@ -34,6 +34,10 @@ enum Command {
         /// The TOML config file.
         #[arg(long)]
         config: PathBuf,
+        /// Overrides `worker.metrics_address` (an IP socket address, or "off"): lets several
+        /// workers on one host share a config file, each on its own port.
+        #[arg(long, env = "FLOE_METRICS_ADDRESS")]
+        metrics_address: Option<String>,
     },
     /// Manage channels in the lease store: create, describe, list, update, delete.
     Channel {
@@ -90,7 +94,9 @@ fn init_tracing(format: LogFormat, default_level: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour only on a terminal: log files and journald get plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     if format == LogFormat::Json {
         builder.json().init();
     } else {
@@ -142,9 +148,12 @@ fn main() -> ExitCode {
             init_tracing(cli.log_format, "warn");
             ExitCode::from(runtime().block_on(setup(config)))
         }
-        Command::Run { config } => {
+        Command::Run {
+            config,
+            metrics_address,
+        } => {
             init_tracing(cli.log_format, "info");
-            let code = runtime().block_on(run(config));
+            let code = runtime().block_on(run(config, metrics_address));
             // Everything delivered is committed and every DLQ object fsynced by now: exit at
             // once instead of waiting for Kafka clients to tear down (seconds with a broker
             // down), so SIGTERM stays within shutdown_timeout.
@@ -173,8 +182,8 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-async fn run(config_path: PathBuf) -> i32 {
-    let config = match floe::config::Config::load(&config_path) {
+async fn run(config_path: PathBuf, metrics_address: Option<String>) -> i32 {
+    let mut config = match floe::config::Config::load(&config_path) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("{}: invalid config:\n{errors}", config_path.display());
@@ -182,6 +191,17 @@ async fn run(config_path: PathBuf) -> i32 {
             return 78;
         }
     };
+    match metrics_address.as_deref() {
+        None => {}
+        Some("off") => config.worker.metrics_address = None,
+        Some(text) => match text.parse() {
+            Ok(address) => config.worker.metrics_address = Some(address),
+            Err(_) => {
+                eprintln!("--metrics-address / FLOE_METRICS_ADDRESS: \"{text}\" is not an IP socket address such as \"127.0.0.1:9465\", or \"off\"");
+                return 78;
+            }
+        },
+    }
     if let Some(addr) = config.worker.metrics_address {
         // /metrics, /healthz and /readyz (floe::health); a port that cannot be bound is an
         // operator's problem.

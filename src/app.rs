@@ -180,7 +180,7 @@ pub async fn open_lease_store(
 ///
 /// Errors: [`AppError::LeaseStore`] when it cannot be created or is not a floe lease store.
 pub async fn setup(config: &Config) -> Result<String, AppError> {
-    let aws = AwsClients::load(&config.aws).await;
+    let aws = AwsClients::for_config(&config).await;
     let mut lease_store = config.lease_store.clone();
     if let LeaseStoreBackend::Dynamodb {
         create_lease_table, ..
@@ -266,13 +266,28 @@ pub async fn prepare_channel(
         } else {
             None
         };
-        if current.as_deref() != Some(uuid.as_str()) {
-            let reason = format!(
-                "table {ident} (uuid {uuid}) was dropped or replaced (now {})",
-                current.as_deref().unwrap_or("missing")
-            );
-            suspend(store, name, &reason).await;
-            return Err(channel_err(name, format!("suspended: {reason}")));
+        match current {
+            Some(current) if current == *uuid => {}
+            // Another table under the name: affirmative evidence that the channel's table was
+            // replaced. The channel is suspended for the whole fleet.
+            Some(current) => {
+                let reason =
+                    format!("table {ident} (uuid {uuid}) was dropped and replaced (now {current})");
+                suspend(store, name, &reason).await;
+                return Err(channel_err(name, format!("suspended: {reason}")));
+            }
+            // Missing from *this worker's* catalog: a dropped table, or a worker configured with
+            // another catalog (a typo in `uri`, another `name`, another host's SQLite file).
+            // Only this worker stops; a worker that sees the drop while delivering suspends the
+            // channel (the worker loop's table-gone path).
+            None => {
+                return Err(channel_err(
+                    name,
+                    format!(
+                        "table {ident} (uuid {uuid}, recorded when the channel was activated) is not in this worker's catalog: check channel.destination.catalog (every worker of a channel must use the same catalog); if the table was dropped, the channel is suspended by the workers that deliver to it"
+                    ),
+                ))
+            }
         }
     }
     let table = ensure_table(catalog.as_ref(), &spec, &schema)
@@ -376,7 +391,7 @@ pub fn compression(codec: &crate::config::Compression) -> ParquetCompression {
 ///
 /// Errors: a channel that cannot start (bad schema, unreachable catalog, table not owned).
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppError> {
-    let aws = AwsClients::load(&config.aws).await;
+    let aws = AwsClients::for_config(&config).await;
     let store = with_retry("opening the lease store", &shutdown, || {
         open_lease_store(&config.lease_store, &aws)
     })

@@ -129,6 +129,23 @@ impl AwsClients {
         }
     }
 
+    /// The clients for `config`: [`AwsClients::load`] when the configuration names an AWS
+    /// component (DynamoDB lease store, Kinesis source, S3 DLQ or warehouse, Glue schema, or an
+    /// `[aws]` table), otherwise an inert configuration that never looks for credentials or a
+    /// region (no instance-metadata probes, no warnings, for Kafka + SQLite setups).
+    pub async fn for_config(config: &crate::config::Config) -> Self {
+        if config.uses_aws() {
+            AwsClients::load(&config.aws).await
+        } else {
+            AwsClients {
+                sdk: SdkConfig::builder()
+                    .behavior_version(BehaviorVersion::latest())
+                    .build(),
+                config: config.aws.clone(),
+            }
+        }
+    }
+
     /// The validated `[aws]` table these clients were built from.
     pub fn config(&self) -> &AwsConfig {
         &self.config

@@ -187,7 +187,9 @@ pub async fn open_channel_catalog(
     }
 }
 
-/// Checks with `HeadBucket` that the bucket of `uri` (`s3://bucket/…`) is owned by `owner`
+/// Checks with `GetBucketLocation` + `x-amz-expected-bucket-owner` that the bucket of `uri`
+/// (`s3://bucket/…`) is owned by `owner` (IAM: `s3:GetBucketLocation` on the bucket; HeadBucket
+/// would need an unconditioned `s3:ListBucket`)
 /// (iceberg-rust's S3 file IO cannot send `x-amz-expected-bucket-owner` on each request, so the
 /// ownership is checked whenever the catalog is opened).
 ///
@@ -204,7 +206,7 @@ async fn check_bucket_owner(
         .unwrap_or_default();
     match aws
         .s3()
-        .head_bucket()
+        .get_bucket_location()
         .bucket(bucket)
         .expected_bucket_owner(owner)
         .send()

@@ -592,7 +592,7 @@ pub async fn describe(
     name: &str,
     store: &dyn Store,
 ) -> Result<ChannelDescription, ControlError> {
-    let aws = crate::aws::AwsClients::load(&config.aws).await;
+    let aws = crate::aws::AwsClients::for_config(config).await;
     let (_, channel) = find_channel(config, name)?;
     let state = store.get_channel_state(name).await?;
     let leases = store.list_leases(name).await?;
@@ -819,7 +819,9 @@ impl ChannelStops {
 }
 
 /// Watches a running channel's state every [`STATE_POLL_INTERVAL`] until `stop` is cancelled:
-/// when the channel is DELETING, stops it (gracefully, bounded by `drain`) and returns `true`.
+/// when the channel is DELETING, SUSPENDED or FAILED (recorded by `floe channel delete` or by
+/// another worker that found the table dropped or replaced), stops it (gracefully, bounded by
+/// `drain`) and returns `true`.
 /// Lease store errors are logged and retried at the next poll. (Updated settings are applied
 /// by the worker and committer loops themselves.)
 pub async fn watch_channel(
@@ -836,12 +838,17 @@ pub async fn watch_channel(
         }
         match store.get_channel_state(&channel).await {
             Ok(Some(state)) => {
-                if state.state == ChannelStatus::Deleting {
-                    tracing::warn!(channel = %channel, "channel deleted: stopping delivery (draining, then releasing leases)");
+                if matches!(
+                    state.state,
+                    ChannelStatus::Deleting | ChannelStatus::Suspended | ChannelStatus::Failed
+                ) {
+                    let status = status_name(state.state);
+                    let reason = state.status_reason.as_deref().unwrap_or("");
+                    tracing::warn!(channel = %channel, status, reason, "channel is no longer ACTIVE: stopping delivery (draining, then releasing leases)");
                     crate::health::Readiness::global().deregister(&channel);
                     stops.stop(drain).await;
                     crate::telemetry::set_worker_gauges(&channel, 0.0, 0, 0, false);
-                    tracing::info!(channel = %channel, "channel deleted: delivery stopped, leases released");
+                    tracing::info!(channel = %channel, status, "channel stopped: delivery stopped, leases released");
                     return true;
                 }
             }

@@ -119,7 +119,7 @@ pub async fn run(command: &ChannelCommand) -> ExitCode {
             return ExitCode::from(78);
         }
     };
-    let aws = crate::aws::AwsClients::load(&config.aws).await;
+    let aws = crate::aws::AwsClients::for_config(&config).await;
     let store = match crate::app::open_lease_store(&config.lease_store, &aws).await {
         Ok(s) => s,
         Err(e) => {

@@ -315,7 +315,7 @@ pub struct SqlCatalogSection {
     /// default encryption.
     pub kms_key_arn: Option<String>,
     /// Account id (12 digits) that must own the `s3://` warehouse's bucket: checked with
-    /// `HeadBucket` + `x-amz-expected-bucket-owner` whenever the catalog is opened (channel start,
+    /// `GetBucketLocation` + `x-amz-expected-bucket-owner` whenever the catalog is opened (channel start,
     /// `floe channel create`); a bucket of another account stops the channel. Only with an
     /// `s3://` warehouse.
     pub expected_bucket_owner: Option<String>,

@@ -383,6 +383,22 @@ pub struct S3Location {
     pub kms_key_arn: Option<String>,
 }
 
+impl Config {
+    /// Whether any component needs AWS: the DynamoDB lease store, a Kinesis source, an S3 DLQ or
+    /// warehouse, or settings in `[aws]`.
+    pub fn uses_aws(&self) -> bool {
+        self.aws != crate::aws::AwsConfig::default()
+            || matches!(self.lease_store.backend, LeaseStoreBackend::Dynamodb { .. })
+            || self.channels.iter().any(|c| {
+                let DestinationConfig::Iceberg(d) = &c.destination;
+                let CatalogConfig::Sql(sql) = &d.catalog;
+                matches!(c.source, SourceConfig::Kinesis(_))
+                    || matches!(c.dlq.location, DlqLocation::S3(_))
+                    || matches!(sql.warehouse, Warehouse::S3(_))
+            })
+    }
+}
+
 /// What validation may know about the process, passed in so that validation does no I/O.
 #[derive(Clone, Default)]
 pub struct ConfigEnv {
