@@ -1,0 +1,288 @@
+//! Schemas from the Glue Schema Registry (issue 5), end to end on the local emulator's Glue: a
+//! registry, a schema and its versions are created with the Rust SDK, records go through a
+//! standalone Kafka broker and a `floe run` worker into an Iceberg table that PyIceberg reads,
+//! and the DLQ is checked code by code.
+//! - `record.format = "json"` with `glue_schema_arn` (the latest version, recorded at activation);
+//! - `record.format = "gsr_json"`: the channel's version (plain and zlib) is delivered, another
+//!   version of the schema is `SCHEMA_MISMATCH`, an id Glue does not know and plain JSON are
+//!   `INVALID_SCHEMA`;
+//! - a schema Glue does not have: `floe channel create` records the channel FAILED.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use aws_sdk_glue::types::{Compatibility, DataFormat, RegistryId, SchemaId};
+use common::*;
+use floe::dlq::LocalDlq;
+use floe::events::event_json;
+use floe::lease::BatchStore;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+use uuid::Uuid;
+
+struct GlueSchema {
+    arn: String,
+    versions: Vec<Uuid>,
+}
+
+/// A registry with schema `events` whose version 1 is the Event schema and version 2 adds a field.
+async fn register_event_schema(endpoint: &str) -> GlueSchema {
+    let glue = aws_clients(endpoint).await.glue();
+    let registry = unique_name("reg");
+    glue.create_registry()
+        .registry_name(&registry)
+        .send()
+        .await
+        .unwrap();
+    let v1 = floe::quickstart::EVENT_SCHEMA.to_string();
+    let created = glue
+        .create_schema()
+        .registry_id(RegistryId::builder().registry_name(&registry).build())
+        .schema_name("events")
+        .data_format(DataFormat::Json)
+        .compatibility(Compatibility::None)
+        .schema_definition(&v1)
+        .send()
+        .await
+        .unwrap();
+    let arn = created.schema_arn().unwrap().to_string();
+    let mut v2: serde_json::Value = serde_json::from_str(&v1).unwrap();
+    v2["properties"]["note"] = serde_json::json!({"type": "string"});
+    let registered = glue
+        .register_schema_version()
+        .schema_id(SchemaId::builder().schema_arn(&arn).build())
+        .schema_definition(v2.to_string())
+        .send()
+        .await
+        .unwrap();
+    let ids = [
+        created.schema_version_id().unwrap(),
+        registered.schema_version_id().unwrap(),
+    ];
+    GlueSchema {
+        arn,
+        versions: ids.iter().map(|s| Uuid::parse_str(s).unwrap()).collect(),
+    }
+}
+
+/// The test config of `common`, with the schema from Glue and the AWS endpoint.
+fn glue_config(dir: &Path, bootstrap: &str, endpoint: &str, format: &str, schema: &str) -> String {
+    let text = config_toml(dir, bootstrap, "w1", 4);
+    let file = format!(
+        "file = \"{}/config/event.schema.json\"",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    assert!(text.contains(&file) && text.contains("format = \"json\""));
+    let text = text.replacen(&file, schema, 1).replacen(
+        "format = \"json\"",
+        &format!("format = \"{format}\""),
+        1,
+    );
+    format!("[aws]\nregion = \"us-east-1\"\nendpoint_url = \"{endpoint}\"\n\n{text}")
+}
+
+fn produce_payloads(bootstrap: &str, records: &[(u64, Vec<u8>)]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for (id, payload) in records {
+        let key = id.to_string();
+        while producer
+            .send(BaseRecord::to("events").key(&key).payload(payload))
+            .is_err()
+        {
+            producer.poll(Duration::from_millis(10));
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+fn frame(version: Uuid, zlib: bool, json: &[u8]) -> Vec<u8> {
+    let mut r = vec![3u8, if zlib { 5 } else { 0 }];
+    r.extend_from_slice(version.as_bytes());
+    if zlib {
+        let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(json).unwrap();
+        r.extend_from_slice(&e.finish().unwrap());
+    } else {
+        r.extend_from_slice(json);
+    }
+    r
+}
+
+/// A registered schema, a broker and a channel config.
+struct Run {
+    dir: tempfile::TempDir,
+    broker: Broker,
+    config: String,
+}
+
+impl Run {
+    async fn new(format: &str, schema_lines: impl Fn(&GlueSchema) -> String) -> (GlueSchema, Run) {
+        let endpoint = aws_endpoint();
+        let schema = register_event_schema(&endpoint).await;
+        let dir = tempfile::tempdir().unwrap();
+        let broker = Broker::start();
+        let config = glue_config(
+            dir.path(),
+            &broker.bootstrap,
+            &endpoint,
+            format,
+            &schema_lines(&schema),
+        );
+        (
+            schema,
+            Run {
+                dir,
+                broker,
+                config,
+            },
+        )
+    }
+
+    async fn deliver(
+        &self,
+        records: &[(u64, Vec<u8>)],
+    ) -> (BTreeSet<u64>, BTreeMap<u64, String>, Option<String>) {
+        deliver(
+            self.dir.path(),
+            &self.config,
+            &self.broker.bootstrap,
+            records,
+        )
+        .await
+    }
+}
+
+/// Runs one worker until `total` records are in the table or the DLQ; returns the ids PyIceberg
+/// reads, the DLQ codes by id and the recorded schema version id.
+async fn deliver(
+    dir: &Path,
+    config: &str,
+    bootstrap: &str,
+    records: &[(u64, Vec<u8>)],
+) -> (BTreeSet<u64>, BTreeMap<u64, String>, Option<String>) {
+    let worker = Worker::start_with(dir, "w1", config);
+    produce_payloads(bootstrap, records);
+    let total = records.len() as u64;
+    let (rows, dead) = wait_delivered(dir, total, Duration::from_secs(120)).await;
+    assert!(worker.terminate().success(), "{}", log_of(dir, "w1"));
+    assert_eq!(rows + dead, total, "log:\n{}", log_of(dir, "w1"));
+    let ids: Vec<u64> = records.iter().map(|(id, _)| *id).collect();
+    let table = read_with_pyiceberg(dir, &ids);
+    assert_eq!(table["rows"], table["distinct_ids"]);
+    let delivered: BTreeSet<u64> = table["sample"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.parse().unwrap())
+        .collect();
+    assert_eq!(table["rows"], delivered.len() as u64);
+    let codes = LocalDlq::new(dir.join("dlq"), "it")
+        .read_published()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.key.unwrap().parse().unwrap(), e.error_code))
+        .collect();
+    let store = floe::lease::SqliteLeaseStore::open(dir.join("leases.sqlite"))
+        .await
+        .unwrap();
+    let state = store.get_channel_state("it").await.unwrap().unwrap();
+    (delivered, codes, state.schema_version_id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_json_with_a_glue_schema_arn_is_delivered_with_the_version_recorded() {
+    // The latest version at activation (2) is the channel's; version 2 adds an optional field.
+    let (schema, run) = Run::new("json", |s| format!("glue_schema_arn = \"{}\"", s.arn)).await;
+    let records: Vec<(u64, Vec<u8>)> = (0..300)
+        .map(|id| (id, event_json(id, SEED, BASE_MS, 3).into_bytes()))
+        .chain([(300, frame(schema.versions[1], false, b"{}"))])
+        .collect();
+    let (delivered, codes, recorded) = run.deliver(&records).await;
+    assert_eq!(delivered, (0..300).collect());
+    assert_eq!(
+        codes,
+        [(300, "DESERIALIZATION_ERROR".to_string())].into(),
+        "GSR bytes on a json channel"
+    );
+    assert_eq!(recorded, Some(schema.versions[1].to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gsr_json_delivers_the_channels_version_and_dead_letters_the_others() {
+    let (schema, run) = Run::new("gsr_json", |s| {
+        format!("glue_schema_arn = \"{}\"\n  version = 1", s.arn)
+    })
+    .await;
+    let (v1, v2, unknown) = (schema.versions[0], schema.versions[1], Uuid::new_v4());
+    let mut expected_codes = BTreeMap::new();
+    let records: Vec<(u64, Vec<u8>)> = (0..400u64)
+        .map(|id| {
+            let json = event_json(id, SEED, BASE_MS, 3).into_bytes();
+            let (payload, code) = match id % 10 {
+                3 => (frame(v2, false, &json), Some("SCHEMA_MISMATCH")),
+                4 => (frame(v2, true, &json), Some("SCHEMA_MISMATCH")),
+                7 => (frame(unknown, false, &json), Some("INVALID_SCHEMA")),
+                9 => (json, Some("INVALID_SCHEMA")),
+                5 => (frame(v1, true, &json), None),
+                _ => (frame(v1, false, &json), None),
+            };
+            if let Some(code) = code {
+                expected_codes.insert(id, code.to_string());
+            }
+            (id, payload)
+        })
+        .collect();
+    let (delivered, codes, recorded) = run.deliver(&records).await;
+    let good: BTreeSet<u64> = (0..400)
+        .filter(|id| !expected_codes.contains_key(id))
+        .collect();
+    assert_eq!(delivered, good);
+    assert_eq!(codes, expected_codes);
+    assert_eq!(recorded, Some(v1.to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_glue_does_not_have_fails_the_channel_at_create() {
+    let endpoint = aws_endpoint();
+    let schema = register_event_schema(&endpoint).await;
+    let dir = tempfile::tempdir().unwrap();
+    for (n, schema_lines) in [
+        format!("glue_schema_arn = \"{}-missing\"", schema.arn),
+        format!("glue_schema_arn = \"{}\"\n  version = 9", schema.arn),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let sub = dir.path().join(n.to_string());
+        std::fs::create_dir_all(&sub).unwrap();
+        let text = glue_config(&sub, "127.0.0.1:9", &endpoint, "json", schema_lines);
+        let config = floe::config::Config::from_toml_str(&text, &sub).unwrap();
+        let aws = floe::aws::AwsClients::load(&config.aws).await;
+        let store = floe::lease::SqliteLeaseStore::open(sub.join("leases.sqlite"))
+            .await
+            .unwrap();
+        let e = floe::control::create(&config, "it", &store, &aws)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("FAILED"), "{e}");
+        let state = store.get_channel_state("it").await.unwrap().unwrap();
+        assert_eq!(state.state, floe::lease::ChannelStatus::Failed);
+        assert!(
+            state
+                .status_reason
+                .as_deref()
+                .unwrap()
+                .contains("not found"),
+            "{state:?}"
+        );
+    }
+}
