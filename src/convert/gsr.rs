@@ -290,20 +290,38 @@ mod tests {
     #[test]
     fn header_errors_are_invalid_schema() {
         let mut d = dec();
-        for bad in [
-            "",
-            "02003f36e6d8d20e43b790ea3ad724880d607b7d",
-            "03013f36e6d8d20e43b790ea3ad724880d607b7d",
-            "03003f36e6d8d20e43b790ea3ad724880d",
-            "7b7d",
-            "03",
+        for (bad, why) in [
+            ("", "empty record"),
+            (
+                "02003f36e6d8d20e43b790ea3ad724880d607b7d",
+                "header version 2",
+            ),
+            (
+                "00003f36e6d8d20e43b790ea3ad724880d607b7d",
+                "header version 0",
+            ),
+            (
+                "03013f36e6d8d20e43b790ea3ad724880d607b7d",
+                "compression byte 1",
+            ),
+            (
+                "03ff3f36e6d8d20e43b790ea3ad724880d607b7d",
+                "compression byte 255",
+            ),
+            (
+                "03003f36e6d8d20e43b790ea3ad724880d",
+                "truncated GSR header (17 bytes)",
+            ),
+            ("0305", "truncated GSR header (2 bytes)"),
+            ("03", "truncated GSR header (1 bytes)"),
+            ("7b7d", "plain JSON"),
+            ("0a7b7d", "plain JSON"),
+            ("5b5d", "plain JSON"),
         ] {
             let r = hex(bad);
-            assert_eq!(
-                d.decode(&r).unwrap_err().code,
-                DlqCode::InvalidSchema,
-                "{bad}"
-            );
+            let e = d.decode(&r).unwrap_err();
+            assert_eq!(e.code, DlqCode::InvalidSchema, "{bad}");
+            assert!(e.message.contains(why), "{bad}: {}", e.message);
         }
     }
 

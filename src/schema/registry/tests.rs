@@ -202,3 +202,45 @@ fn schema_arns_are_checked() {
     }
     let _ = RecordFormat::GsrJson;
 }
+
+#[tokio::test]
+async fn offline_versions_name_the_channels_version_by_its_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2) = (
+        "3f36e6d8-d20e-43b7-90ea-3ad724880d60",
+        "1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+    );
+    std::fs::write(dir.path().join("v1.json"), SCHEMA).unwrap();
+    std::fs::write(dir.path().join("v2.json"), r#"{"type":"object"}"#).unwrap();
+    let text = |file: &str| {
+        include_str!("../../../config/quickstart.toml")
+            .replace("format = \"json\"", "format = \"gsr_json\"")
+            .replace(
+                "file = \"event.schema.json\"",
+                &format!("file = \"{file}\"\n[channel.schema.versions]\n\"{v1}\" = \"v1.json\"\n\"{v2}\" = \"v2.json\""),
+            )
+    };
+    let channel = |file: &str| {
+        Config::from_toml_str(&text(file), dir.path())
+            .unwrap()
+            .channels
+            .remove(0)
+    };
+    let s = load_channel_schema(&channel("v1.json"), None, None)
+        .await
+        .unwrap();
+    assert_eq!(s.version_id, Some(Uuid::parse_str(v1).unwrap()));
+    assert_eq!(s.other_versions, vec![Uuid::parse_str(v2).unwrap()]);
+    std::fs::write(
+        dir.path().join("v3.json"),
+        r#"{"type":"object","properties":{"event_time":{"type":"string","format":"date-time"}}}"#,
+    )
+    .unwrap();
+    let e = load_channel_schema(&channel("v3.json"), None, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, SchemaLoadError::Refused(m) if m.contains("none of channel.schema.versions")),
+        "{e}"
+    );
+}
