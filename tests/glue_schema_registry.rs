@@ -6,7 +6,7 @@
 //! - `record.format = "gsr_json"`: the channel's version (plain and zlib) is delivered, another
 //!   version of the schema is `SCHEMA_MISMATCH`, an id Glue does not know and plain JSON are
 //!   `INVALID_SCHEMA`;
-//! - a schema Glue does not have: `floe channel create` records the channel FAILED.
+//! - a schema Glue does not have, or one in Avro: `floe channel create` records the channel FAILED.
 
 mod common;
 
@@ -27,22 +27,41 @@ use uuid::Uuid;
 struct GlueSchema {
     arn: String,
     versions: Vec<Uuid>,
+    endpoint: String,
 }
 
-/// A registry with schema `events` whose version 1 is the Event schema and version 2 adds a field.
+impl GlueSchema {
+    /// Deletes the schema (the emulator outlives the test; moto allows 1000 schemas).
+    async fn delete(self) {
+        let glue = aws_clients(&self.endpoint).await.glue();
+        glue.delete_schema()
+            .schema_id(SchemaId::builder().schema_arn(&self.arn).build())
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// Registry of these tests. One for all runs: moto (like Glue's default quota) allows 10
+/// registries per account and region, and the emulator outlives test runs.
+const REGISTRY: &str = "floe-it";
+
+/// A schema (unique name) in [`REGISTRY`] whose version 1 is the Event schema and version 2 adds
+/// an optional field.
 async fn register_event_schema(endpoint: &str) -> GlueSchema {
     let glue = aws_clients(endpoint).await.glue();
-    let registry = unique_name("reg");
-    glue.create_registry()
-        .registry_name(&registry)
-        .send()
-        .await
-        .unwrap();
+    let registry = REGISTRY;
+    if let Err(e) = glue.create_registry().registry_name(registry).send().await {
+        let exists = e
+            .as_service_error()
+            .is_some_and(|s| s.is_already_exists_exception());
+        assert!(exists, "create_registry: {e:?}");
+    }
     let v1 = floe::quickstart::EVENT_SCHEMA.to_string();
     let created = glue
         .create_schema()
-        .registry_id(RegistryId::builder().registry_name(&registry).build())
-        .schema_name("events")
+        .registry_id(RegistryId::builder().registry_name(registry).build())
+        .schema_name(unique_name("events"))
         .data_format(DataFormat::Json)
         .compatibility(Compatibility::None)
         .schema_definition(&v1)
@@ -66,6 +85,7 @@ async fn register_event_schema(endpoint: &str) -> GlueSchema {
     GlueSchema {
         arn,
         versions: ids.iter().map(|s| Uuid::parse_str(s).unwrap()).collect(),
+        endpoint: endpoint.to_string(),
     }
 }
 
@@ -117,11 +137,12 @@ fn frame(version: Uuid, zlib: bool, json: &[u8]) -> Vec<u8> {
     r
 }
 
-/// A registered schema, a broker and a channel config.
+/// A registered schema, a broker and a channel config (metrics served on `metrics`).
 struct Run {
     dir: tempfile::TempDir,
     broker: Broker,
     config: String,
+    metrics: String,
 }
 
 impl Run {
@@ -130,49 +151,80 @@ impl Run {
         let schema = register_event_schema(&endpoint).await;
         let dir = tempfile::tempdir().unwrap();
         let broker = Broker::start();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let metrics = format!("127.0.0.1:{port}");
         let config = glue_config(
             dir.path(),
             &broker.bootstrap,
             &endpoint,
             format,
             &schema_lines(&schema),
-        );
-        (
-            schema,
-            Run {
-                dir,
-                broker,
-                config,
-            },
         )
+        .replacen(
+            "metrics_address = \"off\"",
+            &format!("metrics_address = \"{metrics}\""),
+            1,
+        );
+        let run = Run {
+            dir,
+            broker,
+            config,
+            metrics,
+        };
+        (schema, run)
     }
 
-    async fn deliver(
-        &self,
-        records: &[(u64, Vec<u8>)],
-    ) -> (BTreeSet<u64>, BTreeMap<u64, String>, Option<String>) {
+    /// Runs one worker until every record is in the table or the DLQ.
+    async fn deliver(&self, records: &[(u64, Vec<u8>)]) -> Delivered {
         deliver(
             self.dir.path(),
             &self.config,
             &self.broker.bootstrap,
+            &self.metrics,
             records,
         )
         .await
     }
 }
 
-/// Runs one worker until `total` records are in the table or the DLQ; returns the ids PyIceberg
-/// reads, the DLQ codes by id and the recorded schema version id.
+/// What a run delivered: the ids PyIceberg reads, the DLQ codes by id, the schema version id
+/// recorded with the channel, and the worker's `/metrics` once everything was committed.
+struct Delivered {
+    ids: BTreeSet<u64>,
+    codes: BTreeMap<u64, String>,
+    recorded: Option<String>,
+    metrics: String,
+}
+
+fn scrape(addr: &str) -> String {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(addr).expect("metrics endpoint");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
 async fn deliver(
     dir: &Path,
     config: &str,
     bootstrap: &str,
+    metrics_address: &str,
     records: &[(u64, Vec<u8>)],
-) -> (BTreeSet<u64>, BTreeMap<u64, String>, Option<String>) {
+) -> Delivered {
     let worker = Worker::start_with(dir, "w1", config);
     produce_payloads(bootstrap, records);
     let total = records.len() as u64;
     let (rows, dead) = wait_delivered(dir, total, Duration::from_secs(120)).await;
+    let metrics = scrape(metrics_address);
     assert!(worker.terminate().success(), "{}", log_of(dir, "w1"));
     assert_eq!(rows + dead, total, "log:\n{}", log_of(dir, "w1"));
     let ids: Vec<u64> = records.iter().map(|(id, _)| *id).collect();
@@ -195,7 +247,12 @@ async fn deliver(
         .await
         .unwrap();
     let state = store.get_channel_state("it").await.unwrap().unwrap();
-    (delivered, codes, state.schema_version_id)
+    Delivered {
+        ids: delivered,
+        codes,
+        recorded: state.schema_version_id,
+        metrics,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,14 +263,15 @@ async fn plain_json_with_a_glue_schema_arn_is_delivered_with_the_version_recorde
         .map(|id| (id, event_json(id, SEED, BASE_MS, 3).into_bytes()))
         .chain([(300, frame(schema.versions[1], false, b"{}"))])
         .collect();
-    let (delivered, codes, recorded) = run.deliver(&records).await;
-    assert_eq!(delivered, (0..300).collect());
+    let d = run.deliver(&records).await;
+    assert_eq!(d.ids, (0..300).collect());
     assert_eq!(
-        codes,
+        d.codes,
         [(300, "DESERIALIZATION_ERROR".to_string())].into(),
         "GSR bytes on a json channel"
     );
-    assert_eq!(recorded, Some(schema.versions[1].to_string()));
+    assert_eq!(d.recorded, Some(schema.versions[1].to_string()));
+    schema.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,23 +299,59 @@ async fn gsr_json_delivers_the_channels_version_and_dead_letters_the_others() {
             (id, payload)
         })
         .collect();
-    let (delivered, codes, recorded) = run.deliver(&records).await;
+    let d = run.deliver(&records).await;
     let good: BTreeSet<u64> = (0..400)
         .filter(|id| !expected_codes.contains_key(id))
         .collect();
-    assert_eq!(delivered, good);
-    assert_eq!(codes, expected_codes);
-    assert_eq!(recorded, Some(v1.to_string()));
+    assert_eq!(d.ids, good);
+    assert_eq!(d.codes, expected_codes);
+    assert_eq!(d.recorded, Some(v1.to_string()));
+    // Versions 2 of ids ending in 3 and 4: 80 records, counted once committed.
+    assert!(
+        d.metrics
+            .lines()
+            .any(|l| l == "floe_schema_mismatch_total{channel=\"it\"} 80"),
+        "{}",
+        d.metrics
+    );
+    schema.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_glue_does_not_have_fails_the_channel_at_create() {
     let endpoint = aws_endpoint();
     let schema = register_event_schema(&endpoint).await;
+    let avro = aws_clients(&endpoint)
+        .await
+        .glue()
+        .create_schema()
+        .registry_id(RegistryId::builder().registry_name(REGISTRY).build())
+        .schema_name(unique_name("avro"))
+        .data_format(DataFormat::Avro)
+        .compatibility(Compatibility::None)
+        .schema_definition(r#"{"type":"record","name":"e","fields":[{"name":"id","type":"long"}]}"#)
+        .send()
+        .await
+        .unwrap();
+    let avro = GlueSchema {
+        arn: avro.schema_arn().unwrap().to_string(),
+        versions: Vec::new(),
+        endpoint: endpoint.clone(),
+    };
     let dir = tempfile::tempdir().unwrap();
-    for (n, schema_lines) in [
-        format!("glue_schema_arn = \"{}-missing\"", schema.arn),
-        format!("glue_schema_arn = \"{}\"\n  version = 9", schema.arn),
+    for (n, (schema_lines, reason)) in [
+        (
+            format!("glue_schema_arn = \"{}-missing\"", schema.arn),
+            "not found",
+        ),
+        (
+            format!("glue_schema_arn = \"{}\"\n  version = 9", schema.arn),
+            "not found",
+        ),
+        (
+            format!("glue_schema_arn = \"{}\"", avro.arn),
+            "data format AVRO",
+        ),
     ]
     .iter()
     .enumerate()
@@ -277,12 +371,10 @@ async fn a_schema_glue_does_not_have_fails_the_channel_at_create() {
         let state = store.get_channel_state("it").await.unwrap().unwrap();
         assert_eq!(state.state, floe::lease::ChannelStatus::Failed);
         assert!(
-            state
-                .status_reason
-                .as_deref()
-                .unwrap()
-                .contains("not found"),
+            state.status_reason.as_deref().unwrap().contains(reason),
             "{state:?}"
         );
     }
+    schema.delete().await;
+    avro.delete().await;
 }

@@ -46,6 +46,9 @@ pub const NEGATIVE_CAPACITY: usize = 1024;
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(300);
 /// Attempts of one lookup while the registry is unavailable (throttled, 5xx, timeouts).
 pub const LOOKUP_ATTEMPTS: u32 = 4;
+/// After a lookup by id failed every attempt, lookups by id fail at once for this long (a registry
+/// outage costs the worker one retry sequence per cooldown, not one per record).
+pub const UNAVAILABLE_COOLDOWN: Duration = Duration::from_secs(10);
 
 /// One schema version as the registry describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,6 +214,8 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
 struct Caches {
     known: Bounded<Uuid, Arc<SchemaVersionInfo>>,
     unknown: Bounded<Uuid, Instant>,
+    /// Lookups by id fail fast until then (see [`UNAVAILABLE_COOLDOWN`]).
+    unavailable_until: Option<Instant>,
 }
 
 /// The registry as the pipeline uses it: lookups by version id are cached (bounded), unknown ids
@@ -220,6 +225,7 @@ pub struct RegistryClient {
     registry: Arc<dyn SchemaRegistry>,
     caches: Mutex<Caches>,
     negative_ttl: Duration,
+    cooldown: Duration,
     first_backoff: Duration,
     lookups: AtomicU64,
 }
@@ -240,8 +246,10 @@ impl RegistryClient {
             caches: Mutex::new(Caches {
                 known: Bounded::new(CACHE_CAPACITY),
                 unknown: Bounded::new(NEGATIVE_CAPACITY),
+                unavailable_until: None,
             }),
             negative_ttl: NEGATIVE_TTL,
+            cooldown: UNAVAILABLE_COOLDOWN,
             first_backoff: Duration::from_millis(200),
             lookups: AtomicU64::new(0),
         }
@@ -258,16 +266,18 @@ impl RegistryClient {
             caches: Mutex::new(Caches {
                 known: Bounded::new(known),
                 unknown: Bounded::new(unknown),
+                unavailable_until: None,
             }),
             negative_ttl,
             ..self
         }
     }
 
-    /// Sets the first retry delay (doubling at each attempt).
-    pub fn with_first_backoff(self, first_backoff: Duration) -> Self {
+    /// Sets the first retry delay (doubling at each attempt) and the cooldown after an outage.
+    pub fn with_backoff(self, first_backoff: Duration, cooldown: Duration) -> Self {
         RegistryClient {
             first_backoff,
+            cooldown,
             ..self
         }
     }
@@ -303,9 +313,11 @@ impl RegistryClient {
     }
 
     /// The version `id`. An id the registry does not know is answered from the negative cache
-    /// (no call) until [`NEGATIVE_TTL`] passes.
+    /// (no call) until [`NEGATIVE_TTL`] passes; after the retries failed, lookups fail at once
+    /// for [`UNAVAILABLE_COOLDOWN`].
     ///
-    /// Errors: [`RegistryError::NotFound`] (possibly cached), or the last error after the retries.
+    /// Errors: [`RegistryError::NotFound`] (possibly cached), or the last error after the retries
+    /// ([`RegistryError::Unavailable`] during the cooldown).
     pub async fn by_id(&self, id: Uuid) -> Result<Arc<SchemaVersionInfo>, RegistryError> {
         {
             let c = self.caches.lock().expect("cache lock");
@@ -320,8 +332,20 @@ impl RegistryClient {
                     )));
                 }
             }
+            if c.unavailable_until.is_some_and(|t| Instant::now() < t) {
+                return Err(RegistryError::Unavailable(format!(
+                    "schema version {id} not looked up: the registry failed recently"
+                )));
+            }
         }
-        match self.fetch(&VersionSelector::Id(id)).await {
+        let found = self.fetch(&VersionSelector::Id(id)).await;
+        let mut c = self.caches.lock().expect("cache lock");
+        c.unavailable_until = match &found {
+            Err(RegistryError::Unavailable(_)) => Some(Instant::now() + self.cooldown),
+            _ => None,
+        };
+        drop(c);
+        match found {
             Ok(v) => Ok(self.remember(v)),
             Err(e @ RegistryError::NotFound(_)) => {
                 let mut c = self.caches.lock().expect("cache lock");

@@ -23,7 +23,8 @@ fn registry(versions: &[SchemaVersionInfo]) -> (Arc<MemoryRegistry>, RegistryCli
     for v in versions {
         fake.add(v.clone());
     }
-    let client = RegistryClient::new(fake.clone()).with_first_backoff(Duration::from_millis(1));
+    let client =
+        RegistryClient::new(fake.clone()).with_backoff(Duration::from_millis(1), Duration::ZERO);
     (fake, client)
 }
 
@@ -104,6 +105,24 @@ async fn an_unavailable_registry_is_retried_with_backoff_then_reported() {
     assert!(e.is_retryable());
     assert_eq!(fake.calls.load(Ordering::SeqCst), LOOKUP_ATTEMPTS as u64);
     assert_eq!(client.cached(), (0, 0), "an outage is not negative-cached");
+    // With a cooldown, the next lookups fail at once; after it, the registry is asked again.
+    let client = RegistryClient::new(fake.clone())
+        .with_backoff(Duration::from_millis(1), Duration::from_millis(300));
+    for _ in 0..5 {
+        assert!(client
+            .by_id(Uuid::from_u128(1))
+            .await
+            .unwrap_err()
+            .is_retryable());
+    }
+    assert_eq!(
+        fake.calls.load(Ordering::SeqCst),
+        2 * LOOKUP_ATTEMPTS as u64,
+        "one retry sequence per cooldown"
+    );
+    fake.unavailable.store(0, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(number(&client, 1).await, 1);
 }
 
 #[tokio::test]
