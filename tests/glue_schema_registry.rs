@@ -375,6 +375,32 @@ async fn a_schema_glue_does_not_have_fails_the_channel_at_create() {
             "{state:?}"
         );
     }
+    // `floe run` on a channel never created: activation finds no schema, the channel is FAILED
+    // and the worker exits with the reason.
+    let sub = dir.path().join("run");
+    std::fs::create_dir_all(&sub).unwrap();
+    let text = glue_config(
+        &sub,
+        "127.0.0.1:9",
+        &endpoint,
+        "gsr_json",
+        &format!("glue_schema_arn = \"{}-missing\"", schema.arn),
+    );
+    let mut worker = Worker::start_with(&sub, "w1", &text);
+    let status = (0..600)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            worker.child.try_wait().unwrap()
+        })
+        .expect("floe run exits");
+    assert!(!status.success());
+    let log = log_of(&sub, "w1");
+    assert!(log.contains("FAILED") && log.contains("not found"), "{log}");
+    let store = floe::lease::SqliteLeaseStore::open(sub.join("leases.sqlite"))
+        .await
+        .unwrap();
+    let state = store.get_channel_state("it").await.unwrap().unwrap();
+    assert_eq!(state.state, floe::lease::ChannelStatus::Failed, "{state:?}");
     schema.delete().await;
     avro.delete().await;
 }
