@@ -14,154 +14,14 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{Shard, StreamStatus};
-use aws_sdk_kinesis::Client;
+use common::kinesis::TestStream;
 use common::*;
-use floe::config::{InitialPosition, KinesisSourceConfig, KinesisStream};
 use floe::model::{Position, SequenceNumber, ShardId};
 use floe::source::kinesis::KinesisSource;
 use floe::source::{ShardReader, Source, SourceError, SourceRecord, StartAt};
 use md5::Digest;
 
 /// A stream created for one test, with a unique name; [`TestStream::delete`] removes it.
-struct TestStream {
-    client: Client,
-    name: String,
-}
-
-impl TestStream {
-    async fn create(endpoint: &str, shards: i32) -> TestStream {
-        let client = aws_clients(endpoint).await.kinesis();
-        let name = unique_name("floe-kin");
-        client
-            .create_stream()
-            .stream_name(&name)
-            .shard_count(shards)
-            .send()
-            .await
-            .unwrap();
-        let stream = TestStream { client, name };
-        stream.wait_active().await;
-        stream
-    }
-
-    /// kinesalite is CREATING/UPDATING for a moment after create, split and merge, as AWS is.
-    async fn wait_active(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = self
-                .client
-                .describe_stream_summary()
-                .stream_name(&self.name)
-                .send()
-                .await
-                .unwrap();
-            let status = out.stream_description_summary().map(|d| d.stream_status());
-            if status == Some(&StreamStatus::Active) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "stream {} not ACTIVE", self.name);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Puts one record; returns its shard and sequence number.
-    async fn put(&self, key: &str, data: &[u8]) -> (ShardId, String) {
-        let out = self
-            .client
-            .put_record()
-            .stream_name(&self.name)
-            .partition_key(key)
-            .data(Blob::new(data))
-            .send()
-            .await
-            .unwrap();
-        (
-            ShardId(out.shard_id().to_string()),
-            out.sequence_number().to_string(),
-        )
-    }
-
-    async fn shards(&self) -> Vec<Shard> {
-        self.client
-            .list_shards()
-            .stream_name(&self.name)
-            .send()
-            .await
-            .unwrap()
-            .shards()
-            .to_vec()
-    }
-
-    async fn open_shards(&self) -> Vec<Shard> {
-        let mut open: Vec<Shard> = self
-            .shards()
-            .await
-            .into_iter()
-            .filter(|s| {
-                s.sequence_number_range()
-                    .is_some_and(|r| r.ending_sequence_number().is_none())
-            })
-            .collect();
-        open.sort_by_key(|s| hash_range(s).0);
-        open
-    }
-
-    /// Splits `shard` at the middle of its hash key range.
-    async fn split_in_half(&self, shard: &str) {
-        let s = self
-            .shards()
-            .await
-            .into_iter()
-            .find(|s| s.shard_id() == shard)
-            .unwrap();
-        let (start, end) = hash_range(&s);
-        self.client
-            .split_shard()
-            .stream_name(&self.name)
-            .shard_to_split(shard)
-            .new_starting_hash_key((start + (end - start) / 2 + 1).to_string())
-            .send()
-            .await
-            .unwrap();
-        self.wait_active().await;
-    }
-
-    async fn merge(&self, shard: &str, adjacent: &str) {
-        self.client
-            .merge_shards()
-            .stream_name(&self.name)
-            .shard_to_merge(shard)
-            .adjacent_shard_to_merge(adjacent)
-            .send()
-            .await
-            .unwrap();
-        self.wait_active().await;
-    }
-
-    fn source(&self, max_records_per_call: u32) -> KinesisSource {
-        KinesisSource::new(
-            self.client.clone(),
-            &KinesisSourceConfig {
-                stream: KinesisStream::Name(self.name.clone()),
-                initial_position: InitialPosition::Earliest,
-                max_records_per_call,
-                poll_interval: Duration::from_millis(200),
-            },
-        )
-    }
-
-    async fn delete(self) {
-        let _ = self
-            .client
-            .delete_stream()
-            .stream_name(&self.name)
-            .enforce_consumer_deletion(true)
-            .send()
-            .await;
-    }
-}
 
 /// Runs the check `$check(endpoint)` as two tests, `$check::moto` and `$check::kinesalite`.
 macro_rules! on_both_emulators {
@@ -178,14 +38,6 @@ macro_rules! on_both_emulators {
             }
         }
     };
-}
-
-fn hash_range(s: &Shard) -> (u128, u128) {
-    let r = s.hash_key_range().unwrap();
-    (
-        r.starting_hash_key().parse().unwrap(),
-        r.ending_hash_key().parse().unwrap(),
-    )
 }
 
 fn shard(id: u32) -> ShardId {

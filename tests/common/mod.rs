@@ -2,6 +2,8 @@
 //! delivery, and the independent PyIceberg reader.
 #![allow(dead_code)]
 
+pub mod kinesis;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
