@@ -200,17 +200,17 @@ struct Delivered {
     metrics: String,
 }
 
-fn scrape(addr: &str) -> String {
+fn scrape(addr: &str) -> Option<String> {
     use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(addr).expect("metrics endpoint");
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
     write!(
         stream,
         "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )
-    .unwrap();
+    .ok()?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
+    stream.read_to_string(&mut response).ok()?;
+    Some(response)
 }
 
 async fn deliver(
@@ -224,7 +224,8 @@ async fn deliver(
     produce_payloads(bootstrap, records);
     let total = records.len() as u64;
     let (rows, dead) = wait_delivered(dir, total, Duration::from_secs(120)).await;
-    let metrics = scrape(metrics_address);
+    let metrics = scrape(metrics_address)
+        .unwrap_or_else(|| panic!("no /metrics; worker log:\n{}", log_of(dir, "w1")));
     assert!(worker.terminate().success(), "{}", log_of(dir, "w1"));
     assert_eq!(rows + dead, total, "log:\n{}", log_of(dir, "w1"));
     let ids: Vec<u64> = records.iter().map(|(id, _)| *id).collect();
