@@ -21,11 +21,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::aws::AwsClients;
-use crate::catalog::{ensure_table, open_sql_catalog, TableSpec};
+use crate::catalog::{ensure_table, TableSpec};
 use crate::commit::{CommitError, Committer};
 use crate::config::{
     CatalogConfig, ChannelConfig, Config, DestinationConfig, DlqLocation, LeaseStoreBackend,
-    LeaseStoreConfig, RecordFormat, SchemaConfig, SourceConfig, Warehouse,
+    LeaseStoreConfig, RecordFormat, SchemaConfig, SourceConfig,
 };
 use crate::convert::gsr::{GsrDecoder, RecordDecoder};
 use crate::dlq::{Dlq, LocalDlq, S3Dlq};
@@ -230,20 +230,12 @@ pub async fn prepare_channel(
     };
     let DestinationConfig::Iceberg(dest) = &config.destination;
     let catalog = match &dest.catalog {
-        CatalogConfig::Sql(sql) => match &sql.warehouse {
-            Warehouse::Local(warehouse) => open_sql_catalog(&sql.database, warehouse, &sql.name)
-                .await
-                .map_err(|e| channel_unavailable(name, e))?,
-            Warehouse::S3(warehouse) => crate::catalog::open_sql_catalog_s3(
-                &sql.database,
-                warehouse,
-                &sql.name,
-                aws.config(),
-                aws.region(),
-            )
+        CatalogConfig::Sql(sql) => crate::catalog::open_channel_catalog(sql, aws)
             .await
-            .map_err(|e| channel_unavailable(name, e))?,
-        },
+            .map_err(|e| match e {
+                e @ crate::catalog::CatalogError::Refused { .. } => channel_err(name, e),
+                e => channel_unavailable(name, e),
+            })?,
     };
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),

@@ -60,6 +60,13 @@ pub enum CatalogError {
         /// Why.
         reason: String,
     },
+    /// The catalog's storage must not be written (the warehouse bucket is owned by another
+    /// account): fix the configuration; no retry helps.
+    #[error("{message}")]
+    Refused {
+        /// Why.
+        message: String,
+    },
     /// The catalog failed; retry with backoff.
     #[error("catalog error: {0}")]
     Unavailable(#[from] Error),
@@ -104,6 +111,8 @@ pub async fn open_sql_catalog(
 /// (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE` files, web identity, instance
 /// metadata).
 ///
+/// With `kms_key_arn`, every file is written with SSE-KMS under that key.
+///
 /// Errors: [`CatalogError::Unavailable`] when the database cannot be opened.
 pub async fn open_sql_catalog_s3(
     sqlite_path: &Path,
@@ -111,6 +120,7 @@ pub async fn open_sql_catalog_s3(
     name: &str,
     aws: &crate::aws::AwsConfig,
     region: Option<&str>,
+    kms_key_arn: Option<&str>,
 ) -> Result<Arc<dyn Catalog>, CatalogError> {
     if let Some(parent) = sqlite_path.parent() {
         std::fs::create_dir_all(parent).map_err(io_error)?;
@@ -125,6 +135,10 @@ pub async fn open_sql_catalog_s3(
     ]);
     if let Some(region) = region {
         props.insert(iceberg::io::S3_REGION.to_string(), region.to_string());
+    }
+    if let Some(key) = kms_key_arn {
+        props.insert(iceberg::io::S3_SSE_TYPE.to_string(), "kms".to_string());
+        props.insert(iceberg::io::S3_SSE_KEY.to_string(), key.to_string());
     }
     if let Some(endpoint) = aws.endpoint(crate::aws::AwsService::S3) {
         props.insert(iceberg::io::S3_ENDPOINT.to_string(), endpoint.to_string());
@@ -142,6 +156,75 @@ pub async fn open_sql_catalog_s3(
         .load(name, props)
         .await?;
     Ok(Arc::new(catalog))
+}
+
+/// Opens a channel's configured SQL catalog: local warehouse, or `s3://` warehouse through
+/// `aws`'s region and endpoint (SSE-KMS with the configured key).
+///
+/// Errors: those of [`open_sql_catalog`] and [`open_sql_catalog_s3`].
+pub async fn open_channel_catalog(
+    sql: &crate::config::SqlCatalogConfig,
+    aws: &crate::aws::AwsClients,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
+    match &sql.warehouse {
+        crate::config::Warehouse::Local(dir) => {
+            open_sql_catalog(&sql.database, dir, &sql.name).await
+        }
+        crate::config::Warehouse::S3(uri) => {
+            if let Some(owner) = &sql.expected_bucket_owner {
+                check_bucket_owner(aws, uri, owner).await?;
+            }
+            open_sql_catalog_s3(
+                &sql.database,
+                uri,
+                &sql.name,
+                aws.config(),
+                aws.region(),
+                sql.kms_key_arn.as_deref(),
+            )
+            .await
+        }
+    }
+}
+
+/// Checks with `HeadBucket` that the bucket of `uri` (`s3://bucket/…`) is owned by `owner`
+/// (iceberg-rust's S3 file IO cannot send `x-amz-expected-bucket-owner` on each request, so the
+/// ownership is checked whenever the catalog is opened).
+///
+/// Errors: [`CatalogError::Refused`] when the bucket is missing or owned by another account
+/// (S3 answers 403/404); [`CatalogError::Unavailable`] when S3 cannot be reached.
+async fn check_bucket_owner(
+    aws: &crate::aws::AwsClients,
+    uri: &str,
+    owner: &str,
+) -> Result<(), CatalogError> {
+    let bucket = uri
+        .strip_prefix("s3://")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default();
+    match aws
+        .s3()
+        .head_bucket()
+        .bucket(bucket)
+        .expected_bucket_owner(owner)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(aws_sdk_s3::error::SdkError::ServiceError(e)) => Err(CatalogError::Refused {
+            message: format!(
+                "warehouse bucket {bucket:?} is missing or not owned by account {owner} (HTTP {})",
+                e.raw().status().as_u16()
+            ),
+        }),
+        Err(e) => Err(CatalogError::Unavailable(Error::new(
+            ErrorKind::Unexpected,
+            format!(
+                "warehouse bucket {bucket:?}: {}",
+                aws_sdk_s3::error::DisplayErrorContext(&e)
+            ),
+        ))),
+    }
 }
 
 fn io_error(e: std::io::Error) -> CatalogError {

@@ -30,9 +30,9 @@ use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::{ensure_table, open_sql_catalog, CatalogError, TableSpec, SUMMARY_RANGES};
+use crate::catalog::{ensure_table, CatalogError, TableSpec, SUMMARY_RANGES};
 use crate::config::{
-    CatalogConfig, ChannelConfig, Config, ConfigError, DestinationConfig, DlqLocation, Warehouse,
+    CatalogConfig, ChannelConfig, Config, ConfigError, DestinationConfig, DlqLocation,
 };
 use crate::lease::{
     ChannelOverrides, ChannelState, ChannelStatus, DeliveryLog, LeaseError, LeaseKey, Store,
@@ -234,18 +234,20 @@ pub fn table_ident(config: &ChannelConfig) -> TableIdent {
 /// Opens the channel's catalog.
 ///
 /// Errors: [`ControlError::Unavailable`].
-pub async fn open_catalog(config: &ChannelConfig) -> Result<Arc<dyn Catalog>, ControlError> {
+pub async fn open_catalog(
+    config: &ChannelConfig,
+    aws: &crate::aws::AwsClients,
+) -> Result<Arc<dyn Catalog>, ControlError> {
     let DestinationConfig::Iceberg(dest) = &config.destination;
     let CatalogConfig::Sql(sql) = &dest.catalog;
-    let Warehouse::Local(warehouse) = &sql.warehouse else {
-        return Err(ControlError::refused(
-            "destination.catalog.warehouse",
-            "s3:// warehouses are not wired yet in this build",
-        ));
-    };
-    open_sql_catalog(&sql.database, warehouse, &sql.name)
+    crate::catalog::open_channel_catalog(sql, aws)
         .await
-        .map_err(|e| ControlError::Unavailable(format!("catalog: {e}")))
+        .map_err(|e| match e {
+            CatalogError::Refused { message } => {
+                ControlError::refused("destination.catalog.expected_bucket_owner", message)
+            }
+            e => ControlError::Unavailable(format!("catalog: {e}")),
+        })
 }
 
 /// Checks that the DLQ can be written. A local directory is created, and a probe file written,
@@ -370,7 +372,7 @@ pub async fn create(
             put(store, creating, expected).await?
         }
     };
-    let catalog = open_catalog(channel).await.map_err(|e| match e {
+    let catalog = open_catalog(channel, aws).await.map_err(|e| match e {
         ControlError::Unavailable(m) => {
             ControlError::Unavailable(format!("{m}; the channel stays CREATING: run create again"))
         }
@@ -661,6 +663,7 @@ pub async fn describe(
     name: &str,
     store: &dyn Store,
 ) -> Result<ChannelDescription, ControlError> {
+    let aws = crate::aws::AwsClients::load(&config.aws).await;
     let (_, channel) = find_channel(config, name)?;
     let state = store.get_channel_state(name).await?;
     let leases = store.list_leases(name).await?;
@@ -671,7 +674,7 @@ pub async fn describe(
         .unwrap_or_default();
     let DestinationConfig::Iceberg(dest) = &channel.destination;
     let ident = table_ident(channel);
-    let table = match open_catalog(channel).await {
+    let table = match open_catalog(channel, &aws).await {
         Ok(catalog) => match catalog.table_exists(&ident).await {
             Ok(true) => catalog
                 .load_table(&ident)

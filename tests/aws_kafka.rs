@@ -14,6 +14,9 @@ use floe::config::S3Location;
 use floe::dlq::{Dlq, S3Dlq};
 use iceberg::{NamespaceIdent, TableIdent};
 
+/// A customer-managed key ARN (the emulator records it on each object; it does not check it).
+const KMS_KEY: &str = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
+
 struct Fleet {
     endpoint: String,
     table: String,
@@ -53,7 +56,10 @@ impl Fleet {
         assert!(text.contains(&local_wh));
         let text = text.replacen(
             &local_wh,
-            &format!("warehouse = \"s3://{}/floe\"", self.warehouse_bucket),
+            &format!(
+                "warehouse = \"s3://{}/floe\"\n    kms_key_arn = \"{KMS_KEY}\"\n    expected_bucket_owner = \"123456789012\"",
+                self.warehouse_bucket
+            ),
             1,
         );
         let local_dlq = format!("kind = \"local\"\n  path = \"{}/dlq\"", dir.display());
@@ -61,7 +67,7 @@ impl Fleet {
         text.replacen(
             &local_dlq,
             &format!(
-                "kind = \"s3\"\n  bucket = \"{}\"\n  prefix = \"dlq/\"\n  expected_bucket_owner = \"123456789012\"",
+                "kind = \"s3\"\n  bucket = \"{}\"\n  prefix = \"dlq/\"\n  expected_bucket_owner = \"123456789012\"\n  kms_key_arn = \"{KMS_KEY}\"",
                 self.dlq_bucket
             ),
             1,
@@ -76,7 +82,7 @@ impl Fleet {
                 bucket: self.dlq_bucket.clone(),
                 prefix: "dlq/".into(),
                 expected_bucket_owner: Some("123456789012".into()),
-                kms_key_arn: None,
+                kms_key_arn: Some(KMS_KEY.into()),
             },
             "it",
         )
@@ -96,12 +102,58 @@ impl Fleet {
             "floe",
             &config,
             Some("us-east-1"),
+            Some(KMS_KEY),
         )
         .await
         .unwrap();
         let ident = TableIdent::new(NamespaceIdent::new("it".into()), "events".into());
         floe::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
     }
+}
+
+/// A warehouse bucket owned by another account (per `expected_bucket_owner`) is refused before
+/// anything is written: `floe channel create` exits 78 naming the field, `floe run` exits 78.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warehouse_bucket_of_another_account_is_refused() {
+    let fleet = Fleet::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = fleet.config(dir.path(), "127.0.0.1:9", "w1").replacen(
+        "    expected_bucket_owner = \"123456789012\"",
+        "    expected_bucket_owner = \"111111111111\"",
+        1,
+    );
+    let config = dir.path().join("w1.toml");
+    std::fs::write(&config, text).unwrap();
+    let floe = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    let create = floe(&["channel", "create", "it"]);
+    let stderr = String::from_utf8_lossy(&create.stderr);
+    assert_eq!(create.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("expected_bucket_owner") && stderr.contains("111111111111"),
+        "{stderr}"
+    );
+    let run = floe(&["run"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("not owned by account 111111111111"),
+        "{stderr}"
+    );
+    let s3 = aws_clients(&fleet.endpoint).await.s3();
+    let listed = s3
+        .list_objects_v2()
+        .bucket(&fleet.warehouse_bucket)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.key_count(), Some(0), "nothing written to the bucket");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,6 +236,33 @@ async fn dynamodb_leases_s3_warehouse_and_s3_dlq_deliver_exactly_once_across_a_s
     let good = total - expected_bad.len() as u64;
     assert_eq!(t["rows"], good, "count(*) == produced - DLQ");
     assert_eq!(t["distinct_ids"], good, "count(distinct id) == count(*)");
+
+    // Every object written — data files, metadata, DLQ objects — is encrypted with the key.
+    let s3 = aws_clients(&fleet.endpoint).await.s3();
+    for bucket in [&fleet.warehouse_bucket, &fleet.dlq_bucket] {
+        let listed = s3.list_objects_v2().bucket(bucket).send().await.unwrap();
+        let keys: Vec<String> = listed
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect();
+        assert!(!keys.is_empty(), "objects in {bucket}");
+        for key in keys {
+            let head = s3
+                .head_object()
+                .bucket(bucket)
+                .key(&key)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                head.server_side_encryption().map(|e| e.as_str()),
+                Some("aws:kms"),
+                "s3://{bucket}/{key}"
+            );
+            assert_eq!(head.ssekms_key_id(), Some(KMS_KEY), "s3://{bucket}/{key}");
+        }
+    }
 
     // Leases live in DynamoDB: both workers released theirs on SIGTERM.
     let store = floe::lease::DynamoDbLeaseStore::open(

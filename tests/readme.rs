@@ -135,7 +135,14 @@ const CONFIG_TABLES: &[ConfigTable] = &[
         heading: "`[channel.destination.catalog]`",
         file_struct: "SqlCatalogSection",
         kind_enum: Some("CatalogSection"),
-        keys: &["kind", "name", "uri", "warehouse"],
+        keys: &[
+            "kind",
+            "name",
+            "uri",
+            "warehouse",
+            "kms_key_arn",
+            "expected_bucket_owner",
+        ],
     },
     ConfigTable {
         heading: "`[channel.dlq]`",

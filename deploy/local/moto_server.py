@@ -473,6 +473,32 @@ s3tr.S3TablesResponse.get_table = _get_table
 s3tr.S3TablesResponse.update_table_metadata_location = _update_table_metadata_location
 
 
+# --- S3: expected bucket owner ------------------------------------------------------------------
+# Stock moto ignores x-amz-expected-bucket-owner (and x-amz-source-expected-bucket-owner), so a
+# request naming another account succeeds. AWS answers 403 AccessDenied; so do we. Every bucket of
+# this emulator belongs to moto's one account.
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+_stock_dispatch = DomainDispatcherApplication.__call__
+
+
+def _dispatch(self, environ, start_response):
+    for header in ("HTTP_X_AMZ_EXPECTED_BUCKET_OWNER", "HTTP_X_AMZ_SOURCE_EXPECTED_BUCKET_OWNER"):
+        owner = environ.get(header)
+        if owner is not None and owner != DEFAULT_ACCOUNT_ID:
+            body = (
+                '<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+                "<Message>Access Denied</Message></Error>"
+            ).encode()
+            start_response("403 Forbidden", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+            return [body]
+    return _stock_dispatch(self, environ, start_response)
+
+
+DomainDispatcherApplication.__call__ = _dispatch
+
+
 def main(argv=None) -> None:
     global ITERATOR_TTL_SECONDS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -410,6 +410,24 @@ def s3tables_shapes(endpoint):
             pass
 
 
+def s3_expected_bucket_owner(endpoint):
+    s3 = client("s3", endpoint)
+    bucket = f"smoke-owner-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="mine", Body=b"x", ExpectedBucketOwner="123456789012")
+    for call in (
+        lambda: s3.put_object(Bucket=bucket, Key="theirs", Body=b"x", ExpectedBucketOwner="111111111111"),
+        lambda: s3.head_bucket(Bucket=bucket, ExpectedBucketOwner="111111111111"),
+    ):
+        try:
+            call()
+        except ClientError as e:
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            check(status == 403, f"expected HTTP 403 for another account's bucket, got {status}: {e}")
+            continue
+        raise CheckFailed("a request naming another account as bucket owner succeeded")
+
+
 def kinesalite_checks(endpoint):
     kin = client("kinesis", endpoint)
     name = f"smoke-{RUN}"
@@ -489,6 +507,7 @@ def main():
                 break  # the later checks use its records
         run("moto kinesis: delete stream", m.cleanup)
     run("moto s3tables: GetTable / UpdateTableMetadataLocation shapes", s3tables_shapes, args.moto)
+    run("moto s3: x-amz-expected-bucket-owner of another account is refused (403)", s3_expected_bucket_owner, args.moto)
     run("kinesalite: 56-digit sequence numbers, SplitShard, MergeShards", kinesalite_checks, args.kinesalite)
 
     print(f"smoke: {passed} passed, {failed} failed", flush=True)

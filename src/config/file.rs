@@ -334,6 +334,16 @@ pub struct SqlCatalogSection {
     /// directory), or an S3 location `"s3://bucket/prefix"` written through the `[aws]` settings.
     /// Required.
     pub warehouse: String,
+    /// Full ARN of a customer-managed KMS key: data and metadata files of an `s3://` warehouse
+    /// are written with SSE-KMS under it (`arn:aws:kms:REGION:ACCOUNT:key/KEY-ID`; aliases and
+    /// the AWS-managed key are refused). Only with an `s3://` warehouse. Default: the bucket's
+    /// default encryption.
+    pub kms_key_arn: Option<String>,
+    /// Account id (12 digits) that must own the `s3://` warehouse's bucket: checked with
+    /// `HeadBucket` + `x-amz-expected-bucket-owner` whenever the catalog is opened (channel start,
+    /// `floe channel create`); a bucket of another account stops the channel. Only with an
+    /// `s3://` warehouse.
+    pub expected_bucket_owner: Option<String>,
 }
 
 /// `[channel.dlq]`: the dead-letter queue, JSON Lines entries for rejected records. Tagged by

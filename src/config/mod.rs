@@ -364,6 +364,10 @@ pub struct SqlCatalogConfig {
     pub database: PathBuf,
     /// Where table files are written.
     pub warehouse: Warehouse,
+    /// KMS key ARN for SSE-KMS of an `s3://` warehouse's files.
+    pub kms_key_arn: Option<String>,
+    /// Account that must own an `s3://` warehouse's bucket.
+    pub expected_bucket_owner: Option<String>,
 }
 
 impl SqlCatalogConfig {

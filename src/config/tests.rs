@@ -135,6 +135,8 @@ fn minimal_config_takes_every_default() {
                 name: "floe".to_owned(),
                 database: "/etc/floe/catalog.sqlite".into(),
                 warehouse: Warehouse::Local("/etc/floe/warehouse".into()),
+                kms_key_arn: None,
+                expected_bucket_owner: None,
             }),
             namespace: "quickstart".to_owned(),
             table: "events".to_owned(),

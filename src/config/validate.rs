@@ -955,11 +955,42 @@ impl Checker<'_> {
                 .local_path(&format!("{p}.warehouse"), &sql.warehouse)
                 .map(Warehouse::Local),
         };
+        let mut kms_ok = true;
+        if let Some(arn) = &sql.kms_key_arn {
+            if let Err(why) = crate::aws::check_kms_key_arn(arn) {
+                kms_ok = false;
+                self.error(format!("{p}.kms_key_arn"), why);
+            } else if matches!(warehouse, Some(Warehouse::Local(_))) {
+                kms_ok = false;
+                self.error(
+                    format!("{p}.kms_key_arn"),
+                    "applies only to an s3:// warehouse; a local warehouse is not encrypted by floe",
+                );
+            }
+        }
+        if let Some(owner) = &sql.expected_bucket_owner {
+            if owner.len() != 12 || !owner.bytes().all(|b| b.is_ascii_digit()) {
+                kms_ok = false;
+                self.error(
+                    format!("{p}.expected_bucket_owner"),
+                    format!("\"{owner}\" is not a 12-digit AWS account id"),
+                );
+            } else if matches!(warehouse, Some(Warehouse::Local(_))) {
+                kms_ok = false;
+                self.error(
+                    format!("{p}.expected_bucket_owner"),
+                    "applies only to an s3:// warehouse",
+                );
+            }
+        }
         Some(CatalogConfig::Sql(SqlCatalogConfig {
             name: name?,
             database: database?,
             warehouse: warehouse?,
+            kms_key_arn: sql.kms_key_arn,
+            expected_bucket_owner: sql.expected_bucket_owner,
         }))
+        .filter(|_| kms_ok)
     }
 
     fn dlq(&mut self, p: &str, section: Section<DlqSection>) -> Option<DlqConfig> {
