@@ -25,15 +25,18 @@ use crate::catalog::{ensure_table, TableSpec};
 use crate::commit::{CommitError, Committer};
 use crate::config::{
     CatalogConfig, ChannelConfig, Config, DestinationConfig, DlqLocation, LeaseStoreBackend,
-    LeaseStoreConfig, SchemaConfig, SourceConfig,
+    LeaseStoreConfig, RecordFormat, SchemaConfig, SourceConfig,
 };
+use crate::convert::gsr::{GsrDecoder, RecordDecoder};
 use crate::dlq::{Dlq, LocalDlq, S3Dlq};
 use crate::lease::dynamodb::{DynamoDbLeaseStore, MissingTable};
 use crate::lease::manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
 use crate::lease::sqlite::SqliteLeaseStore;
 use crate::lease::Store;
 use crate::lease::{BatchStore, ChannelState, ChannelStatus, LeaseKey, LeaseSpec, LeaseStore};
-use crate::schema::MappedSchema;
+use crate::schema::registry::{
+    load_channel_schema, ChannelSchema, RegistryClient, SchemaLoadError,
+};
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
 use crate::source::kinesis::KinesisSource;
 use crate::source::{InitialPosition, Source};
@@ -130,6 +133,10 @@ pub struct PreparedChannel {
     pub io: ChannelIo,
     /// Where shards without a checkpoint start.
     pub initial_position: InitialPosition,
+    /// How records are framed (plain JSON, or GSR with the channel's schema version).
+    pub record_decoder: RecordDecoder,
+    /// The schema's origin recorded in DLQ entries (a file path, or the schema version id).
+    pub schema_label: String,
 }
 
 /// Opens the configured lease store.
@@ -210,16 +217,18 @@ pub async fn prepare_channel(
     aws: &AwsClients,
 ) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
-    let SchemaConfig::File(schema_file) = &config.schema;
-    let schema_text = std::fs::read_to_string(schema_file)
-        .map_err(|e| channel_err(name, format!("schema file {}: {e}", schema_file.display())))?;
-    let schema_json: serde_json::Value = serde_json::from_str(&schema_text)
-        .map_err(|e| channel_err(name, format!("schema file {}: {e}", schema_file.display())))?;
+    // A schema file is checked before activation; a Glue schema is resolved at activation.
+    let registry = matches!(config.schema, SchemaConfig::Glue { .. })
+        .then(|| Arc::new(RegistryClient::glue(aws.glue())));
+    let file_schema = match registry {
+        Some(_) => None,
+        None => Some(
+            load_channel_schema(config, None, None)
+                .await
+                .map_err(|e| channel_err(name, e))?,
+        ),
+    };
     let DestinationConfig::Iceberg(dest) = &config.destination;
-    let schema = Arc::new(
-        MappedSchema::from_json_schema(&schema_json, &dest.partition_field)
-            .map_err(|e| channel_err(name, e))?,
-    );
     let catalog = match &dest.catalog {
         CatalogConfig::Sql(sql) => crate::catalog::open_channel_catalog(sql, aws)
             .await
@@ -246,6 +255,11 @@ pub async fn prepare_channel(
     {
         return Err(channel_err(name, message));
     }
+    let channel_schema = match file_schema {
+        Some(s) => s,
+        None => glue_schema(config, store, &mut state, registry.as_deref()).await?,
+    };
+    let schema = Arc::new(channel_schema.mapped);
     // The table recorded at the first delivery must still be the same table: a table that was
     // dropped (and maybe recreated) is not written to, or records would be delivered again.
     if let Some(uuid) = &state.table_uuid {
@@ -331,6 +345,17 @@ pub async fn prepare_channel(
         DlqLocation::Local(path) => LocalDlq::new(path, name).into(),
         DlqLocation::S3(location) => S3Dlq::new(aws.s3(), location.clone(), name).into(),
     };
+    let record_decoder = match config.record.format {
+        RecordFormat::Json => RecordDecoder::Json,
+        RecordFormat::GsrJson => RecordDecoder::Gsr {
+            decoder: GsrDecoder::new(
+                channel_schema.version_id,
+                channel_schema.other_versions,
+                config.record.max_record_size as usize,
+            ),
+            registry,
+        },
+    };
     Ok(PreparedChannel {
         config: config.clone(),
         io: ChannelIo {
@@ -341,7 +366,55 @@ pub async fn prepare_channel(
             dlq,
         },
         initial_position,
+        record_decoder,
+        schema_label: channel_schema.label,
     })
+}
+
+/// Resolves a Glue schema at activation: the version recorded with the channel, or (first
+/// activation) the configured one, which is then recorded. A schema that is missing, not JSON or
+/// not mappable puts the channel in FAILED with the reason.
+async fn glue_schema(
+    config: &ChannelConfig,
+    store: &dyn Store,
+    state: &mut ChannelState,
+    registry: Option<&RegistryClient>,
+) -> Result<ChannelSchema, AppError> {
+    let name = config.name.as_str();
+    let recorded =
+        match &state.schema_version_id {
+            None => None,
+            Some(id) => Some(uuid::Uuid::parse_str(id).map_err(|e| {
+                channel_err(name, format!("recorded schema version id {id:?}: {e}"))
+            })?),
+        };
+    let resolved = match load_channel_schema(config, recorded, registry).await {
+        Ok(s) => s,
+        Err(SchemaLoadError::Unavailable(m)) => return Err(channel_unavailable(name, m)),
+        Err(SchemaLoadError::Refused(reason)) => {
+            tracing::error!(channel = name, reason = %reason, "channel FAILED: its schema cannot be used");
+            set_status(store, name, ChannelStatus::Failed, &reason).await;
+            return Err(channel_err(name, format!("FAILED: {reason}")));
+        }
+    };
+    if recorded.is_none() {
+        let id = resolved.version_id.map(|id| id.to_string());
+        state.schema_version_id = id.clone();
+        match store.put_channel_state(state, Some(state.version)).await {
+            Ok(v) => {
+                state.version = v;
+                tracing::info!(channel = name, schema_version_id = ?id, "schema version recorded at activation");
+            }
+            // Another worker recorded one first: start again with the recorded version.
+            Err(e) => {
+                return Err(channel_unavailable(
+                    name,
+                    format!("recording the schema version: {e}"),
+                ))
+            }
+        }
+    }
+    Ok(resolved)
 }
 
 async fn activate(store: &dyn Store, channel: &str) -> Result<ChannelState, AppError> {
@@ -363,6 +436,7 @@ async fn activate(store: &dyn Store, channel: &str) -> Result<ChannelState, AppE
             status_reason: None,
             activated_at_ms: Some(now),
             table_uuid: None,
+            schema_version_id: None,
             version: 0,
             updated_at_ms: now,
             overrides: Default::default(),
@@ -537,7 +611,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                         prepared.io.clone(),
                         store.clone(),
                         held.clone(),
-                    );
+                    )
+                    .with_record_decoder(prepared.record_decoder.clone());
                     match worker.run(stop.clone(), drain).await {
                         Ok(()) => return,
                         Err(e) if !e.is_retryable() => {
@@ -612,12 +687,11 @@ fn worker_settings(
         SourceConfig::Kinesis(kinesis) => kinesis.stream.as_str().to_owned(),
     };
     let include_payload = &channel.dlq.include_payload;
-    let SchemaConfig::File(schema_file) = &channel.schema;
     WorkerSettings {
         channel: channel.name.clone(),
         worker_id: config.worker.id.clone(),
         source_name,
-        schema_version: schema_file.display().to_string(),
+        schema_version: p.schema_label.clone(),
         data_freshness: dest.data_freshness,
         buffer_size: dest.buffer_size,
         max_record_size: channel.record.max_record_size,
@@ -699,11 +773,16 @@ async fn committer_loop(
 
 /// Records a channel as SUSPENDED with its reason (best effort: the log has it too).
 async fn suspend(store: &dyn Store, channel: &str, reason: &str) {
+    set_status(store, channel, ChannelStatus::Suspended, reason).await
+}
+
+/// Records a channel's status with its reason (best effort: the log has it too).
+async fn set_status(store: &dyn Store, channel: &str, status: ChannelStatus, reason: &str) {
     let Ok(Some(mut state)) = store.get_channel_state(channel).await else {
         return;
     };
     let expected = state.version;
-    state.state = ChannelStatus::Suspended;
+    state.state = status;
     state.status_reason = Some(reason.to_string());
     state.updated_at_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -10,6 +10,7 @@
 //!      └─ AwsClients::load ─► SdkConfig (provider chain, timeouts, standard retries)
 //!            ├─ dynamodb()  lease store
 //!            ├─ kinesis()   source
+//!            ├─ glue()      schema registry
 //!            └─ s3()        DLQ, warehouse (path-style addressing when the endpoint is overridden)
 //! ```
 //!
@@ -177,6 +178,15 @@ impl AwsClients {
             builder = builder.endpoint_url(url);
         }
         aws_sdk_kinesis::Client::from_conf(builder.build())
+    }
+
+    /// A Glue client (the schema registry).
+    pub fn glue(&self) -> aws_sdk_glue::Client {
+        let mut builder = aws_sdk_glue::config::Builder::from(&self.sdk);
+        if let Some(url) = self.config.endpoint(AwsService::Glue) {
+            builder = builder.endpoint_url(url);
+        }
+        aws_sdk_glue::Client::from_conf(builder.build())
     }
 
     /// An S3 client; path-style addressing when the endpoint is overridden (emulators do not

@@ -290,14 +290,15 @@ pub async fn check_dlq_writable(
 /// do: the configuration itself (names lowercase, ranges) was validated when it was loaded; here
 /// the schema (resolvable, nesting at most 16, one top-level `date-time` partition field of the
 /// hour transform) and the DLQ (writable). The KMS key ARN's form is checked with the
-/// configuration (`channel[i].dlq.kms_key_arn`).
+/// configuration (`channel[i].dlq.kms_key_arn`). Returns the mapped schema of a schema file;
+/// `None` for a Glue schema, which [`create`] resolves (and records FAILED when it is missing).
 ///
 /// Errors: every problem, each with its key path.
 pub async fn preflight(
     index: usize,
     config: &ChannelConfig,
     aws: &crate::aws::AwsClients,
-) -> Result<crate::schema::MappedSchema, ControlError> {
+) -> Result<Option<crate::schema::MappedSchema>, ControlError> {
     let schema = crate::cli::validate::check_schema(index, config);
     let dlq = check_dlq_writable(index, config, aws).await;
     match (schema, dlq) {
@@ -346,7 +347,7 @@ pub async fn create(
     aws: &crate::aws::AwsClients,
 ) -> Result<ChannelState, ControlError> {
     let (index, channel) = find_channel(config, name)?;
-    let schema = preflight(index, channel, aws).await?;
+    let file_schema = preflight(index, channel, aws).await?;
     let current = store.get_channel_state(name).await?;
     let state = match create_decision(current.as_ref()) {
         CreateDecision::AlreadyActive => return Ok(current.expect("active state")),
@@ -362,6 +363,7 @@ pub async fn create(
                 status_reason: None,
                 activated_at_ms: None,
                 table_uuid: None,
+                schema_version_id: None,
                 version: 0,
                 updated_at_ms: 0,
                 // Settings changed by update survive a delete and create.
@@ -385,6 +387,10 @@ pub async fn create(
             .to_string(),
         target_file_size_bytes: dest.target_file_size,
     };
+    let (schema, state) = match file_schema {
+        Some(schema) => (schema, state),
+        None => glue_schema(index, channel, store, state, aws).await?,
+    };
     let expected = Some(state.version);
     match ensure_table(catalog.as_ref(), &spec, &schema).await {
         Ok(table) => {
@@ -400,22 +406,84 @@ pub async fn create(
             Ok(active)
         }
         Err(e @ CatalogError::Incompatible { .. }) => {
-            let reason = e.to_string();
-            let failed = ChannelState {
-                state: ChannelStatus::Failed,
-                status_reason: Some(reason.clone()),
-                ..state
-            };
-            put(store, failed, expected).await?;
-            Err(ControlError::refused(
+            fail(
+                store,
+                state,
+                expected,
                 format!("channel[{index}].destination.table"),
-                format!("{reason}; the channel is FAILED: delete it, point it at another table, and create it again"),
-            ))
+                e.to_string(),
+                "point it at another table",
+            )
+            .await
         }
         Err(e) => Err(ControlError::Unavailable(format!(
             "catalog: {e}; the channel stays CREATING: run create again"
         ))),
     }
+}
+
+/// Resolves a Glue schema for `create` (the version recorded by an earlier, unfinished create, or
+/// the configured one, then recorded with the CREATING state). Missing, not JSON or not mappable:
+/// the channel is recorded FAILED with the reason.
+async fn glue_schema(
+    index: usize,
+    channel: &ChannelConfig,
+    store: &dyn Store,
+    state: ChannelState,
+    aws: &crate::aws::AwsClients,
+) -> Result<(crate::schema::MappedSchema, ChannelState), ControlError> {
+    use crate::schema::registry::{load_channel_schema, RegistryClient, SchemaLoadError};
+    let registry = RegistryClient::glue(aws.glue());
+    let recorded = state
+        .schema_version_id
+        .as_deref()
+        .and_then(|id| uuid::Uuid::parse_str(id).ok());
+    let expected = Some(state.version);
+    match load_channel_schema(channel, recorded, Some(&registry)).await {
+        Ok(resolved) => {
+            let state = ChannelState {
+                schema_version_id: resolved.version_id.map(|id| id.to_string()),
+                ..state
+            };
+            let state = put(store, state, expected).await?;
+            Ok((resolved.mapped, state))
+        }
+        Err(SchemaLoadError::Unavailable(m)) => Err(ControlError::Unavailable(format!(
+            "{m}; the channel stays CREATING: run create again"
+        ))),
+        Err(SchemaLoadError::Refused(reason)) => {
+            fail(
+                store,
+                state,
+                expected,
+                format!("channel[{index}].schema.glue_schema_arn"),
+                reason,
+                "fix the schema",
+            )
+            .await
+        }
+    }
+}
+
+/// Records the channel FAILED with `reason` and refuses at `path`, telling the operator the way out.
+async fn fail<T>(
+    store: &dyn Store,
+    state: ChannelState,
+    expected: Option<u64>,
+    path: String,
+    reason: String,
+    fix: &str,
+) -> Result<T, ControlError> {
+    let failed = ChannelState {
+        state: ChannelStatus::Failed,
+        status_reason: Some(reason.clone()),
+        ..state
+    };
+    put(store, failed, expected).await?;
+    Err(ControlError::refused(
+        path,
+        format!("{reason}; the channel is FAILED: delete it, {fix}, and create it again"),
+    ))
 }
 
 /// What `floe channel update` may change.
@@ -563,6 +631,9 @@ pub struct ChannelDescription {
     pub table: String,
     /// The table's UUID recorded at creation.
     pub table_uuid: Option<String>,
+    /// The Glue schema version id recorded at activation (Glue schemas only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_version_id: Option<String>,
     /// The data freshness in force, seconds (override or configuration).
     pub data_freshness_seconds: f64,
     /// The configuration's data freshness, seconds.
@@ -675,6 +746,7 @@ pub async fn describe(
             .map(|s| crate::worker::rfc3339_ms(s.updated_at_ms)),
         table: ident.to_string(),
         table_uuid: state.as_ref().and_then(|s| s.table_uuid.clone()),
+        schema_version_id: state.as_ref().and_then(|s| s.schema_version_id.clone()),
         data_freshness_seconds: effective_freshness(channel, &overrides).as_secs_f64(),
         configured_data_freshness_seconds: dest.data_freshness.as_secs_f64(),
         delivery_log: overrides.delivery_log.unwrap_or_default(),
@@ -871,6 +943,7 @@ mod tests {
             status_reason: Some("why".into()),
             activated_at_ms: Some(1),
             table_uuid: None,
+            schema_version_id: None,
             version: 3,
             updated_at_ms: 2,
             overrides: Default::default(),

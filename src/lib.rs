@@ -12,6 +12,10 @@
 //!                   fast append + floe.checkpoints + floe.last-commit-id + floe.committer-epoch
 //! ```
 //!
+//! The schema comes from a file or from the AWS Glue Schema Registry ([`schema::registry`]: the
+//! version recorded at activation); `gsr_json` records are unframed ([`convert::gsr`]) before they
+//! are converted.
+//!
 //! Invariants (tests in `commit`, `model`, `tests/commit_race.rs`, `tests/crash.rs`):
 //! - the table is the source of truth: checkpoints live in its metadata, written in the same
 //!   commit as the data files, and never move backwards;

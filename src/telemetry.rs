@@ -24,6 +24,8 @@ pub const BYTES_READ_TOTAL: &str = "floe_bytes_read_total";
 pub const ROWS_DELIVERED_TOTAL: &str = "floe_rows_delivered_total";
 /// Records committed to the DLQ, by error code.
 pub const ROWS_DEAD_LETTERED_TOTAL: &str = "floe_rows_dead_lettered_total";
+/// Records of another schema version than the channel's (`SCHEMA_MISMATCH`) committed to the DLQ.
+pub const SCHEMA_MISMATCH_TOTAL: &str = "floe_schema_mismatch_total";
 /// Commit rounds that wrote a snapshot, by outcome.
 pub const COMMITS_TOTAL: &str = "floe_commits_total";
 /// Pending batches rejected by the committer.
@@ -101,6 +103,11 @@ pub fn describe() {
         ROWS_DEAD_LETTERED_TOTAL,
         Unit::Count,
         "records committed to the DLQ, by error code"
+    );
+    describe_counter!(
+        SCHEMA_MISMATCH_TOTAL,
+        Unit::Count,
+        "records of a schema version other than the channel's committed to the DLQ (SCHEMA_MISMATCH; no schema evolution)"
     );
     describe_counter!(
         COMMITS_TOTAL,
@@ -250,10 +257,14 @@ pub fn record_delivered(channel: &str, rows: u64) {
     counter!(ROWS_DELIVERED_TOTAL, "channel" => channel.to_string()).increment(rows);
 }
 
-/// Records committed DLQ entries by code (once per committed batch).
+/// Records committed DLQ entries by code (once per committed batch); `SCHEMA_MISMATCH` entries
+/// also count in [`SCHEMA_MISMATCH_TOTAL`].
 pub fn record_dead_lettered(channel: &str, code: &str, n: u64) {
     counter!(ROWS_DEAD_LETTERED_TOTAL, "channel" => channel.to_string(), "code" => code.to_string())
         .increment(n);
+    if code == crate::convert::DlqCode::SchemaMismatch.as_str() {
+        counter!(SCHEMA_MISMATCH_TOTAL, "channel" => channel.to_string()).increment(n);
+    }
 }
 
 /// Sets the Kafka lag gauge of a channel (sum over the partitions this worker reads).

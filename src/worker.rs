@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::commit::table_checkpoints;
+use crate::convert::gsr::RecordDecoder;
 use crate::convert::Converter;
 use crate::dlq::{Dlq, DlqEntry};
 use crate::lease::{BatchStore, HeldLeases};
@@ -207,6 +208,8 @@ pub struct ChannelWorker {
     held: watch::Receiver<HeldLeases>,
     table: Option<Table>,
     converter: Option<Converter>,
+    /// Record framing (`record.format`): the JSON payload of each record.
+    record_decoder: RecordDecoder,
     dlq_entries: Vec<DlqEntry>,
     dlq_codes: BTreeMap<&'static str, u64>,
     shards: BTreeMap<ShardId, ShardState>,
@@ -235,6 +238,7 @@ impl ChannelWorker {
             held,
             table: None,
             converter: None,
+            record_decoder: RecordDecoder::Json,
             dlq_entries: Vec::new(),
             dlq_codes: BTreeMap::new(),
             shards: BTreeMap::new(),
@@ -245,6 +249,12 @@ impl ChannelWorker {
             configured_freshness: None,
             backpressure_carry: Duration::ZERO,
         }
+    }
+
+    /// Sets how records are framed (default: plain JSON).
+    pub fn with_record_decoder(mut self, record_decoder: RecordDecoder) -> Self {
+        self.record_decoder = record_decoder;
+        self
     }
 
     /// Runs until `stop` is cancelled, then flushes what it buffered and waits up to `drain`
@@ -477,7 +487,11 @@ impl ChannelWorker {
                     self.oldest_read = Some(Instant::now());
                     self.oldest_read_ms = now_ms();
                 }
-                match converter.push(&rec.payload) {
+                let pushed = match self.record_decoder.payload(&rec.payload).await {
+                    Ok(payload) => converter.push(payload),
+                    Err(reason) => Err(reason),
+                };
+                match pushed {
                     Ok(_hour) => self.num_buffered += 1,
                     Err(reason) => {
                         *self.dlq_codes.entry(reason.code.as_str()).or_default() += 1;

@@ -111,7 +111,7 @@ const CONFIG_TABLES: &[ConfigTable] = &[
         heading: "`[channel.schema]`",
         file_struct: "SchemaSection",
         kind_enum: None,
-        keys: &["file"],
+        keys: &["file", "glue_schema_arn", "version", "versions"],
     },
     ConfigTable {
         heading: "`[channel.destination]`",

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::convert::gsr::GsrDecoder;
+use crate::convert::gsr::{split_versions, GsrDecoder};
 use crate::convert::render::row_to_json;
 use crate::convert::{Converter, DlqCode, DlqReason};
 use crate::schema::{date_time_fields, MappedSchema};
@@ -148,21 +148,16 @@ pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
             None
         }
         RecordFormat::GsrJson => {
-            let mut channel = None;
-            let mut known = Vec::new();
+            let mut listed = Vec::new();
             for sv in &args.schema_versions {
                 let Some((id, file)) = sv.split_once('=') else {
                     return Err(Refusal(format!("--schema-version {sv:?} is not UUID=FILE")));
                 };
                 let id = Uuid::parse_str(id)
                     .map_err(|e| Refusal(format!("--schema-version {sv:?}: bad uuid: {e}")))?;
-                let v = read_json(Path::new(file))?;
-                if v == doc && channel.is_none() {
-                    channel = Some(id);
-                } else {
-                    known.push(id);
-                }
+                listed.push((id, read_json(Path::new(file))?));
             }
+            let (channel, known) = split_versions(&doc, listed);
             Some(GsrDecoder::new(
                 channel,
                 known,

@@ -217,13 +217,38 @@ pub struct RecordSection {
     pub max_record_size: Option<SizeText>,
 }
 
-/// `[channel.schema]`: the channel's JSON Schema (draft-04 or draft-07).
+/// `[channel.schema]`: the channel's JSON Schema (draft-04 or draft-07), from a file or from the
+/// AWS Glue Schema Registry. Exactly one of `file` and `glue_schema_arn`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchemaSection {
     /// Path of the JSON Schema file (relative to this file's directory). It is read when the
-    /// channel starts and by `floe validate`. Required.
-    pub file: String,
+    /// channel starts and by `floe validate`.
+    pub file: Option<String>,
+    /// The schema in the Glue Schema Registry,
+    /// `"arn:aws:glue:REGION:ACCOUNT:schema/REGISTRY/SCHEMA"`; its data format must be `JSON`. The
+    /// version chosen at activation is recorded with the channel and used from then on (no schema
+    /// evolution).
+    pub glue_schema_arn: Option<String>,
+    /// With `glue_schema_arn`: the schema version number (at least 1) or `"latest"`. Default:
+    /// `"latest"` (the latest version at the channel's activation).
+    pub version: Option<SchemaVersionText>,
+    /// With `file` and `record.format = "gsr_json"`: the registry's schema versions, offline, as
+    /// `"VERSION-UUID" = "FILE"`. The channel's version is the one whose document equals `file`;
+    /// records of another listed version go to the DLQ as `SCHEMA_MISMATCH`, unlisted versions as
+    /// `INVALID_SCHEMA`.
+    #[serde(default)]
+    pub versions: BTreeMap<String, String>,
+}
+
+/// `channel.schema.version` as written: a number or a string (`"latest"`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum SchemaVersionText {
+    /// A version number.
+    Number(i64),
+    /// `"latest"` (anything else is refused by validation).
+    Text(String),
 }
 
 /// `[channel.destination]`: where a channel delivers. Tagged by `kind`.

@@ -255,6 +255,41 @@ pub enum RecordFormat {
 pub enum SchemaConfig {
     /// `file = "..."`: a JSON Schema file, path resolved.
     File(PathBuf),
+    /// `file` with `[channel.schema.versions]` (`record.format = "gsr_json"` only): the registry's
+    /// versions given offline; the channel's version is the one whose document equals `file`.
+    FileVersions {
+        /// The channel's schema file, path resolved.
+        file: PathBuf,
+        /// Version id → schema file, paths resolved.
+        versions: BTreeMap<uuid::Uuid, PathBuf>,
+    },
+    /// `glue_schema_arn` (+ `version`): a schema of the AWS Glue Schema Registry.
+    Glue {
+        /// `arn:PARTITION:glue:REGION:ACCOUNT:schema/REGISTRY/SCHEMA`.
+        schema_arn: String,
+        /// Which version the channel takes at activation.
+        version: GlueSchemaVersion,
+    },
+}
+
+impl SchemaConfig {
+    /// The key path (below `channel[i].schema`) that names the schema's origin in errors.
+    pub fn key(&self) -> &'static str {
+        match self {
+            SchemaConfig::File(_) | SchemaConfig::FileVersions { .. } => "file",
+            SchemaConfig::Glue { .. } => "glue_schema_arn",
+        }
+    }
+}
+
+/// `channel.schema.version`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GlueSchemaVersion {
+    /// The latest version at activation.
+    #[default]
+    Latest,
+    /// A version number (≥ 1).
+    Number(i64),
 }
 
 /// `[channel.destination]` (`kind`), see [`file::DestinationSection`].

@@ -743,15 +743,109 @@ fn catalog_uri_must_be_a_sqlite_file() {
     );
 }
 
+const SCHEMA_ARN: &str = "arn:aws:glue:us-east-1:123456789012:schema/reg/events";
+const V1: &str = "3f36e6d8-d20e-43b7-90ea-3ad724880d60";
+
+fn schema(lines: &str) -> String {
+    replaced("file = \"event.schema.json\"", lines)
+}
+
+fn gsr(lines: &str) -> String {
+    schema(lines).replacen(
+        "[channel.schema]",
+        "[channel.record]\nformat = \"gsr_json\"\n[channel.schema]",
+        1,
+    )
+}
+
 #[test]
-fn gsr_json_is_refused_by_run_until_the_registry_is_reachable() {
-    let text = include_str!("../../config/quickstart.toml")
-        .replace("format = \"json\"", "format = \"gsr_json\"");
-    let errors = Config::from_toml_str(&text, std::path::Path::new("/tmp")).unwrap_err();
-    assert!(
-        errors.0.iter().any(
-            |e| e.path == "channel[0].record.format" && e.message.contains("not supported yet")
-        ),
-        "{errors}"
+fn schema_from_glue_by_arn_and_version() {
+    let latest = parse(&schema(&format!("glue_schema_arn = \"{SCHEMA_ARN}\""))).unwrap();
+    assert_eq!(
+        latest.channels[0].schema,
+        SchemaConfig::Glue {
+            schema_arn: SCHEMA_ARN.into(),
+            version: GlueSchemaVersion::Latest
+        }
+    );
+    for (v, want) in [
+        ("3", GlueSchemaVersion::Number(3)),
+        ("\"latest\"", GlueSchemaVersion::Latest),
+    ] {
+        let c = parse(&gsr(&format!(
+            "glue_schema_arn = \"{SCHEMA_ARN}\"\nversion = {v}"
+        )))
+        .unwrap();
+        assert_eq!(c.channels[0].record.format, RecordFormat::GsrJson);
+        assert!(
+            matches!(c.channels[0].schema, SchemaConfig::Glue { version, .. } if version == want)
+        );
+    }
+}
+
+#[test]
+fn schema_sources_are_checked_naming_the_key() {
+    let arn = format!("glue_schema_arn = \"{SCHEMA_ARN}\"");
+    refused(&schema(""), "channel[0].schema", "`file`");
+    refused(
+        &schema(&format!("file = \"a.json\"\n{arn}")),
+        "channel[0].schema.glue_schema_arn",
+        "not both",
+    );
+    refused(
+        &schema("glue_schema_arn = \"arn:aws:glue:us-east-1:123456789012:registry/reg\""),
+        "channel[0].schema.glue_schema_arn",
+        "not a Glue schema ARN",
+    );
+    for bad in ["0", "\"newest\"", "-2"] {
+        refused(
+            &schema(&format!("{arn}\nversion = {bad}")),
+            "channel[0].schema.version",
+            "not a schema version",
+        );
+    }
+    refused(
+        &schema("file = \"a.json\"\nversion = 2"),
+        "channel[0].schema.version",
+        "glue_schema_arn",
+    );
+    refused(
+        &schema(&format!("{arn}\nversions = {{ \"{V1}\" = \"a.json\" }}")),
+        "channel[0].schema.versions",
+        "schema `file`",
+    );
+    refused(
+        &schema(&format!(
+            "file = \"a.json\"\nversions = {{ \"{V1}\" = \"a.json\" }}"
+        )),
+        "channel[0].schema.versions",
+        "gsr_json",
+    );
+    refused(
+        &gsr("file = \"a.json\""),
+        "channel[0].schema.versions",
+        "[channel.schema.versions]",
+    );
+    refused(
+        &gsr("file = \"a.json\"\nversions = { \"not-a-uuid\" = \"a.json\" }"),
+        "channel[0].schema.versions.not-a-uuid",
+        "not a schema version id",
+    );
+}
+
+#[test]
+fn gsr_json_runs_offline_with_listed_versions() {
+    let c = parse(&gsr(&format!(
+        "file = \"v1.json\"\n[channel.schema.versions]\n\"{V1}\" = \"v1.json\"\n\"1b4e28ba-2fa1-11d2-883f-0016d3cca427\" = \"v2.json\""
+    )))
+    .unwrap();
+    let SchemaConfig::FileVersions { file, versions } = &c.channels[0].schema else {
+        panic!("{:?}", c.channels[0].schema)
+    };
+    assert_eq!(file, &PathBuf::from("/etc/floe/v1.json"));
+    assert_eq!(versions.len(), 2);
+    assert_eq!(
+        versions[&uuid::Uuid::parse_str(V1).unwrap()],
+        PathBuf::from("/etc/floe/v1.json")
     );
 }

@@ -394,10 +394,10 @@ impl Checker<'_> {
         });
         let source = self.source(&format!("{p}.source"), c.source);
         let record = self.record(&format!("{p}.record"), c.record);
+        let format = record.as_ref().map(|r| r.format);
         let schema = self
             .section(c.schema, &format!("{p}.schema"))
-            .and_then(|s| self.local_path(&format!("{p}.schema.file"), &s.file))
-            .map(SchemaConfig::File);
+            .and_then(|s| self.schema(&format!("{p}.schema"), s, format));
         let destination = self.destination(&format!("{p}.destination"), c.destination);
         let dlq = self.dlq(&format!("{p}.dlq"), c.dlq);
         if let (Some(record), Some(DestinationConfig::Iceberg(d))) = (&record, &destination) {
@@ -652,19 +652,128 @@ impl Checker<'_> {
             MAX_RECORD_SIZE_RANGE,
         )?;
         let format = r.format.unwrap_or_default();
-        if format == RecordFormat::GsrJson {
-            // The channel's schema version comes from the Glue Schema Registry, which this
-            // build does not reach yet; `floe records check --format gsr_json` works offline.
-            self.error(
-                format!("{p}.format"),
-                "\"gsr_json\" is not supported yet in this build by `floe run` (it needs the Glue Schema Registry); use `floe records check --format gsr_json` to inspect such records offline",
-            );
-            return None;
-        }
         Some(RecordConfig {
             format,
             max_record_size,
         })
+    }
+
+    /// `[channel.schema]`: exactly one of `file` and `glue_schema_arn`; `version` only with the
+    /// ARN; `versions` only with `file` on a `gsr_json` channel, which needs it (`format` is `None`
+    /// when `[channel.record]` itself is invalid).
+    fn schema(
+        &mut self,
+        p: &str,
+        s: super::file::SchemaSection,
+        format: Option<RecordFormat>,
+    ) -> Option<SchemaConfig> {
+        use super::file::SchemaVersionText;
+        match (s.file, s.glue_schema_arn) {
+            (Some(_), Some(_)) => {
+                self.error(
+                    format!("{p}.glue_schema_arn"),
+                    "give either `file` or `glue_schema_arn`, not both",
+                );
+                None
+            }
+            (None, None) => {
+                self.error(
+                    p,
+                    "missing the schema: set `file` (a JSON Schema file) or `glue_schema_arn` (a schema of the Glue Schema Registry)",
+                );
+                None
+            }
+            (Some(file), None) => {
+                let mut ok = true;
+                if s.version.is_some() {
+                    self.error(
+                        format!("{p}.version"),
+                        "`version` applies to `glue_schema_arn` only",
+                    );
+                    ok = false;
+                }
+                let file = self.local_path(&format!("{p}.file"), &file);
+                let gsr = format == Some(RecordFormat::GsrJson);
+                if s.versions.is_empty() {
+                    if gsr {
+                        self.error(
+                            format!("{p}.versions"),
+                            "record.format = \"gsr_json\" with a schema file needs the registry's versions: `[channel.schema.versions]` \"VERSION-UUID\" = \"FILE\" (or use `glue_schema_arn`)",
+                        );
+                        return None;
+                    }
+                    return file.filter(|_| ok).map(SchemaConfig::File);
+                }
+                if format == Some(RecordFormat::Json) {
+                    self.error(
+                        format!("{p}.versions"),
+                        "schema versions apply to record.format = \"gsr_json\" only",
+                    );
+                    return None;
+                }
+                let mut versions = BTreeMap::new();
+                for (id, path) in s.versions {
+                    let key = format!("{p}.versions.{}", quote_key(&id));
+                    let id = match uuid::Uuid::parse_str(&id) {
+                        Ok(id) => Some(id),
+                        Err(_) => {
+                            self.error(&key, format!("\"{id}\" is not a schema version id (a UUID such as \"3f36e6d8-d20e-43b7-90ea-3ad724880d60\")"));
+                            None
+                        }
+                    };
+                    match (id, self.local_path(&key, &path)) {
+                        (Some(id), Some(path)) => {
+                            versions.insert(id, path);
+                        }
+                        _ => ok = false,
+                    }
+                }
+                ok.then_some(SchemaConfig::FileVersions {
+                    file: file?,
+                    versions,
+                })
+            }
+            (None, Some(arn)) => {
+                let mut ok = true;
+                if let Err(why) = crate::schema::registry::check_schema_arn(&arn) {
+                    self.error(format!("{p}.glue_schema_arn"), why);
+                    ok = false;
+                }
+                if !s.versions.is_empty() {
+                    self.error(
+                        format!("{p}.versions"),
+                        "`versions` applies to a schema `file`; with `glue_schema_arn` the registry is asked",
+                    );
+                    ok = false;
+                }
+                let version = match s.version {
+                    None => Some(GlueSchemaVersion::Latest),
+                    Some(SchemaVersionText::Text(t)) if t == "latest" => {
+                        Some(GlueSchemaVersion::Latest)
+                    }
+                    Some(SchemaVersionText::Number(n)) if n >= 1 => {
+                        Some(GlueSchemaVersion::Number(n))
+                    }
+                    Some(other) => {
+                        let shown = match other {
+                            SchemaVersionText::Number(n) => n.to_string(),
+                            SchemaVersionText::Text(t) => format!("\"{t}\""),
+                        };
+                        self.error(
+                            format!("{p}.version"),
+                            format!(
+                                "{shown} is not a schema version: a number from 1, or \"latest\""
+                            ),
+                        );
+                        None
+                    }
+                };
+                ok.then_some(SchemaConfig::Glue {
+                    schema_arn: arn,
+                    version: version?,
+                })
+            }
+        }
     }
 
     fn destination(

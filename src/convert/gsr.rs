@@ -18,10 +18,13 @@
 
 use std::collections::HashSet;
 use std::io::Read;
+use std::sync::Arc;
 
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::{DlqCode, DlqReason};
+use crate::schema::registry::{RegistryClient, RegistryError};
 
 /// Header version byte written by the GSR serializer.
 pub const HEADER_VERSION: u8 = 3;
@@ -119,9 +122,27 @@ pub fn inflate(payload: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), Dl
     }
 }
 
+/// Splits a registry's versions listed offline into the channel's version (the first whose
+/// document equals `channel_doc`) and the others.
+pub fn split_versions(
+    channel_doc: &Value,
+    versions: impl IntoIterator<Item = (Uuid, Value)>,
+) -> (Option<Uuid>, Vec<Uuid>) {
+    let mut channel = None;
+    let mut others = Vec::new();
+    for (id, doc) in versions {
+        if channel.is_none() && doc == *channel_doc {
+            channel = Some(id);
+        } else {
+            others.push(id);
+        }
+    }
+    (channel, others)
+}
+
 /// Decodes GSR framing for one channel: knows the channel's schema version and the other versions of
 /// the registry, and inflates payloads into a reused buffer.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct GsrDecoder {
     channel_version: Option<Uuid>,
     known_versions: HashSet<Uuid>,
@@ -148,6 +169,20 @@ impl GsrDecoder {
         }
     }
 
+    /// The schema version id of `record` when its header parses and the id is neither the
+    /// channel's nor known: the id to look up before [`GsrDecoder::decode`].
+    pub fn unresolved(&self, record: &[u8]) -> Option<Uuid> {
+        let (h, _) = parse_header(record).ok()?;
+        (Some(h.schema_version) != self.channel_version
+            && !self.known_versions.contains(&h.schema_version))
+        .then_some(h.schema_version)
+    }
+
+    /// Records `id` as a known version of the registry (not the channel's).
+    pub fn add_known(&mut self, id: Uuid) {
+        self.known_versions.insert(id);
+    }
+
     /// The JSON payload of a GSR record (borrowed when uncompressed).
     pub fn decode<'a>(&'a mut self, record: &'a [u8]) -> Result<&'a [u8], DlqReason> {
         let (h, payload) = parse_header(record)?;
@@ -172,6 +207,50 @@ impl GsrDecoder {
                 Ok(&self.buf)
             }
             _ => Ok(payload),
+        }
+    }
+}
+
+/// How a channel's worker turns a record into its JSON payload (`record.format`).
+#[derive(Debug, Clone, Default)]
+pub enum RecordDecoder {
+    /// `json`: the record is the payload (the converter says when it carries a GSR header).
+    #[default]
+    Json,
+    /// `gsr_json`: the header is checked against the channel's version; another version id is
+    /// looked up in the registry (when there is one) to tell `SCHEMA_MISMATCH` from
+    /// `INVALID_SCHEMA`.
+    Gsr {
+        /// The decoder (channel version, versions known so far).
+        decoder: GsrDecoder,
+        /// The registry, absent when the versions are listed offline.
+        registry: Option<Arc<RegistryClient>>,
+    },
+}
+
+impl RecordDecoder {
+    /// The JSON payload of `record`.
+    ///
+    /// Errors: the record's [`DlqReason`]; a version id the registry could not be asked about
+    /// (unavailable after retries) is `INVALID_SCHEMA` and is looked up again next time.
+    pub async fn payload<'a>(&'a mut self, record: &'a [u8]) -> Result<&'a [u8], DlqReason> {
+        match self {
+            RecordDecoder::Json => Ok(record),
+            RecordDecoder::Gsr { decoder, registry } => {
+                if let (Some(registry), Some(id)) = (registry, decoder.unresolved(record)) {
+                    match registry.by_id(id).await {
+                        Ok(_) => decoder.add_known(id),
+                        Err(RegistryError::NotFound(_)) => {}
+                        Err(e) => {
+                            return Err(DlqReason::record(
+                                DlqCode::InvalidSchema,
+                                format!("schema version {id} could not be looked up: {e}"),
+                            ))
+                        }
+                    }
+                }
+                decoder.decode(record)
+            }
         }
     }
 }
@@ -211,20 +290,38 @@ mod tests {
     #[test]
     fn header_errors_are_invalid_schema() {
         let mut d = dec();
-        for bad in [
-            "",
-            "02003f36e6d8d20e43b790ea3ad724880d607b7d",
-            "03013f36e6d8d20e43b790ea3ad724880d607b7d",
-            "03003f36e6d8d20e43b790ea3ad724880d",
-            "7b7d",
-            "03",
+        for (bad, why) in [
+            ("", "empty record"),
+            (
+                "02003f36e6d8d20e43b790ea3ad724880d607b7d",
+                "header version 2",
+            ),
+            (
+                "00003f36e6d8d20e43b790ea3ad724880d607b7d",
+                "header version 0",
+            ),
+            (
+                "03013f36e6d8d20e43b790ea3ad724880d607b7d",
+                "compression byte 1",
+            ),
+            (
+                "03ff3f36e6d8d20e43b790ea3ad724880d607b7d",
+                "compression byte 255",
+            ),
+            (
+                "03003f36e6d8d20e43b790ea3ad724880d",
+                "truncated GSR header (17 bytes)",
+            ),
+            ("0305", "truncated GSR header (2 bytes)"),
+            ("03", "truncated GSR header (1 bytes)"),
+            ("7b7d", "plain JSON"),
+            ("0a7b7d", "plain JSON"),
+            ("5b5d", "plain JSON"),
         ] {
             let r = hex(bad);
-            assert_eq!(
-                d.decode(&r).unwrap_err().code,
-                DlqCode::InvalidSchema,
-                "{bad}"
-            );
+            let e = d.decode(&r).unwrap_err();
+            assert_eq!(e.code, DlqCode::InvalidSchema, "{bad}");
+            assert!(e.message.contains(why), "{bad}: {}", e.message);
         }
     }
 

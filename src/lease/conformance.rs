@@ -487,6 +487,7 @@ pub async fn channel_state_put_is_conditional_on_version<S: BatchStore>(store: &
         status_reason: None,
         activated_at_ms: None,
         table_uuid: None,
+        schema_version_id: None,
         version: 99,
         updated_at_ms: 1_700_000_000_000,
         overrides: Default::default(),
@@ -503,6 +504,7 @@ pub async fn channel_state_put_is_conditional_on_version<S: BatchStore>(store: &
     state.overrides.data_freshness_ms = Some(60_000);
     state.overrides.delivery_log = Some(super::DeliveryLog::Failures);
     state.table_uuid = Some(Uuid::new_v4().to_string());
+    state.schema_version_id = Some(Uuid::new_v4().to_string());
     assert_eq!(store.put_channel_state(&state, Some(1)).await.unwrap(), 2);
     assert_conflict(store.put_channel_state(&state, Some(1)).await);
     let got = store.get_channel_state(&ch).await.unwrap().unwrap();

@@ -185,6 +185,11 @@ pub struct ChannelState {
     pub activated_at_ms: Option<i64>,
     /// UUID of the Iceberg table recorded at activation.
     pub table_uuid: Option<String>,
+    /// Glue Schema Registry version id of the channel's schema, recorded at activation: the
+    /// channel keeps it even when a later version becomes the latest. Absent for file schemas and
+    /// in rows written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_version_id: Option<String>,
     /// Version of the record: 1 when created, +1 at every update. Set by the store.
     pub version: u64,
     /// When the record was last written, milliseconds since the Unix epoch (informational).

@@ -59,6 +59,7 @@
 //!   the double `serde_json` read (so `0.01` is the decimal 0.01).
 
 mod number;
+pub mod registry;
 
 pub(crate) use number::{cmp_parts, normalize_number};
 pub use number::{Dec, MultipleOf};

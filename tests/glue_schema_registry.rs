@@ -1,0 +1,407 @@
+//! Schemas from the Glue Schema Registry (issue 5), end to end on the local emulator's Glue: a
+//! registry, a schema and its versions are created with the Rust SDK, records go through a
+//! standalone Kafka broker and a `floe run` worker into an Iceberg table that PyIceberg reads,
+//! and the DLQ is checked code by code.
+//! - `record.format = "json"` with `glue_schema_arn` (the latest version, recorded at activation);
+//! - `record.format = "gsr_json"`: the channel's version (plain and zlib) is delivered, another
+//!   version of the schema is `SCHEMA_MISMATCH`, an id Glue does not know and plain JSON are
+//!   `INVALID_SCHEMA`;
+//! - a schema Glue does not have, or one in Avro: `floe channel create` records the channel FAILED.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use aws_sdk_glue::types::{Compatibility, DataFormat, RegistryId, SchemaId};
+use common::*;
+use floe::dlq::LocalDlq;
+use floe::events::event_json;
+use floe::lease::BatchStore;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+use uuid::Uuid;
+
+struct GlueSchema {
+    arn: String,
+    versions: Vec<Uuid>,
+    endpoint: String,
+}
+
+impl GlueSchema {
+    /// Deletes the schema (the emulator outlives the test; moto allows 1000 schemas).
+    async fn delete(self) {
+        let glue = aws_clients(&self.endpoint).await.glue();
+        glue.delete_schema()
+            .schema_id(SchemaId::builder().schema_arn(&self.arn).build())
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// Registry of these tests. One for all runs: moto (like Glue's default quota) allows 10
+/// registries per account and region, and the emulator outlives test runs.
+const REGISTRY: &str = "floe-it";
+
+/// A schema (unique name) in [`REGISTRY`] whose version 1 is the Event schema and version 2 adds
+/// an optional field.
+async fn register_event_schema(endpoint: &str) -> GlueSchema {
+    let glue = aws_clients(endpoint).await.glue();
+    let registry = REGISTRY;
+    if let Err(e) = glue.create_registry().registry_name(registry).send().await {
+        let exists = e
+            .as_service_error()
+            .is_some_and(|s| s.is_already_exists_exception());
+        assert!(exists, "create_registry: {e:?}");
+    }
+    let v1 = floe::quickstart::EVENT_SCHEMA.to_string();
+    let created = glue
+        .create_schema()
+        .registry_id(RegistryId::builder().registry_name(registry).build())
+        .schema_name(unique_name("events"))
+        .data_format(DataFormat::Json)
+        .compatibility(Compatibility::None)
+        .schema_definition(&v1)
+        .send()
+        .await
+        .unwrap();
+    let arn = created.schema_arn().unwrap().to_string();
+    let mut v2: serde_json::Value = serde_json::from_str(&v1).unwrap();
+    v2["properties"]["note"] = serde_json::json!({"type": "string"});
+    let registered = glue
+        .register_schema_version()
+        .schema_id(SchemaId::builder().schema_arn(&arn).build())
+        .schema_definition(v2.to_string())
+        .send()
+        .await
+        .unwrap();
+    let ids = [
+        created.schema_version_id().unwrap(),
+        registered.schema_version_id().unwrap(),
+    ];
+    GlueSchema {
+        arn,
+        versions: ids.iter().map(|s| Uuid::parse_str(s).unwrap()).collect(),
+        endpoint: endpoint.to_string(),
+    }
+}
+
+/// The test config of `common`, with the schema from Glue and the AWS endpoint.
+fn glue_config(dir: &Path, bootstrap: &str, endpoint: &str, format: &str, schema: &str) -> String {
+    let text = config_toml(dir, bootstrap, "w1", 4);
+    let file = format!(
+        "file = \"{}/config/event.schema.json\"",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    assert!(text.contains(&file) && text.contains("format = \"json\""));
+    let text = text.replacen(&file, schema, 1).replacen(
+        "format = \"json\"",
+        &format!("format = \"{format}\""),
+        1,
+    );
+    format!("[aws]\nregion = \"us-east-1\"\nendpoint_url = \"{endpoint}\"\n\n{text}")
+}
+
+fn produce_payloads(bootstrap: &str, records: &[(u64, Vec<u8>)]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for (id, payload) in records {
+        let key = id.to_string();
+        while producer
+            .send(BaseRecord::to("events").key(&key).payload(payload))
+            .is_err()
+        {
+            producer.poll(Duration::from_millis(10));
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+fn frame(version: Uuid, zlib: bool, json: &[u8]) -> Vec<u8> {
+    let mut r = vec![3u8, if zlib { 5 } else { 0 }];
+    r.extend_from_slice(version.as_bytes());
+    if zlib {
+        let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(json).unwrap();
+        r.extend_from_slice(&e.finish().unwrap());
+    } else {
+        r.extend_from_slice(json);
+    }
+    r
+}
+
+/// A registered schema, a broker and a channel config (metrics served on `metrics`).
+struct Run {
+    dir: tempfile::TempDir,
+    broker: Broker,
+    config: String,
+    metrics: String,
+}
+
+impl Run {
+    async fn new(format: &str, schema_lines: impl Fn(&GlueSchema) -> String) -> (GlueSchema, Run) {
+        let endpoint = aws_endpoint();
+        let schema = register_event_schema(&endpoint).await;
+        let dir = tempfile::tempdir().unwrap();
+        let broker = Broker::start();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let metrics = format!("127.0.0.1:{port}");
+        let config = glue_config(
+            dir.path(),
+            &broker.bootstrap,
+            &endpoint,
+            format,
+            &schema_lines(&schema),
+        )
+        .replacen(
+            "metrics_address = \"off\"",
+            &format!("metrics_address = \"{metrics}\""),
+            1,
+        );
+        let run = Run {
+            dir,
+            broker,
+            config,
+            metrics,
+        };
+        (schema, run)
+    }
+
+    /// Runs one worker until every record is in the table or the DLQ.
+    async fn deliver(&self, records: &[(u64, Vec<u8>)]) -> Delivered {
+        deliver(
+            self.dir.path(),
+            &self.config,
+            &self.broker.bootstrap,
+            &self.metrics,
+            records,
+        )
+        .await
+    }
+}
+
+/// What a run delivered: the ids PyIceberg reads, the DLQ codes by id, the schema version id
+/// recorded with the channel, and the worker's `/metrics` once everything was committed.
+struct Delivered {
+    ids: BTreeSet<u64>,
+    codes: BTreeMap<u64, String>,
+    recorded: Option<String>,
+    metrics: String,
+}
+
+fn scrape(addr: &str) -> Option<String> {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response)
+}
+
+async fn deliver(
+    dir: &Path,
+    config: &str,
+    bootstrap: &str,
+    metrics_address: &str,
+    records: &[(u64, Vec<u8>)],
+) -> Delivered {
+    let worker = Worker::start_with(dir, "w1", config);
+    produce_payloads(bootstrap, records);
+    let total = records.len() as u64;
+    let (rows, dead) = wait_delivered(dir, total, Duration::from_secs(120)).await;
+    let metrics = scrape(metrics_address)
+        .unwrap_or_else(|| panic!("no /metrics; worker log:\n{}", log_of(dir, "w1")));
+    assert!(worker.terminate().success(), "{}", log_of(dir, "w1"));
+    assert_eq!(rows + dead, total, "log:\n{}", log_of(dir, "w1"));
+    let ids: Vec<u64> = records.iter().map(|(id, _)| *id).collect();
+    let table = read_with_pyiceberg(dir, &ids);
+    assert_eq!(table["rows"], table["distinct_ids"]);
+    let delivered: BTreeSet<u64> = table["sample"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.parse().unwrap())
+        .collect();
+    assert_eq!(table["rows"], delivered.len() as u64);
+    let codes = LocalDlq::new(dir.join("dlq"), "it")
+        .read_published()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.key.unwrap().parse().unwrap(), e.error_code))
+        .collect();
+    let store = floe::lease::SqliteLeaseStore::open(dir.join("leases.sqlite"))
+        .await
+        .unwrap();
+    let state = store.get_channel_state("it").await.unwrap().unwrap();
+    Delivered {
+        ids: delivered,
+        codes,
+        recorded: state.schema_version_id,
+        metrics,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_json_with_a_glue_schema_arn_is_delivered_with_the_version_recorded() {
+    // The latest version at activation (2) is the channel's; version 2 adds an optional field.
+    let (schema, run) = Run::new("json", |s| format!("glue_schema_arn = \"{}\"", s.arn)).await;
+    let records: Vec<(u64, Vec<u8>)> = (0..300)
+        .map(|id| (id, event_json(id, SEED, BASE_MS, 3).into_bytes()))
+        .chain([(300, frame(schema.versions[1], false, b"{}"))])
+        .collect();
+    let d = run.deliver(&records).await;
+    assert_eq!(d.ids, (0..300).collect());
+    assert_eq!(
+        d.codes,
+        [(300, "DESERIALIZATION_ERROR".to_string())].into(),
+        "GSR bytes on a json channel"
+    );
+    assert_eq!(d.recorded, Some(schema.versions[1].to_string()));
+    schema.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gsr_json_delivers_the_channels_version_and_dead_letters_the_others() {
+    let (schema, run) = Run::new("gsr_json", |s| {
+        format!("glue_schema_arn = \"{}\"\n  version = 1", s.arn)
+    })
+    .await;
+    let (v1, v2, unknown) = (schema.versions[0], schema.versions[1], Uuid::new_v4());
+    let mut expected_codes = BTreeMap::new();
+    let records: Vec<(u64, Vec<u8>)> = (0..400u64)
+        .map(|id| {
+            let json = event_json(id, SEED, BASE_MS, 3).into_bytes();
+            let (payload, code) = match id % 10 {
+                3 => (frame(v2, false, &json), Some("SCHEMA_MISMATCH")),
+                4 => (frame(v2, true, &json), Some("SCHEMA_MISMATCH")),
+                7 => (frame(unknown, false, &json), Some("INVALID_SCHEMA")),
+                9 => (json, Some("INVALID_SCHEMA")),
+                5 => (frame(v1, true, &json), None),
+                _ => (frame(v1, false, &json), None),
+            };
+            if let Some(code) = code {
+                expected_codes.insert(id, code.to_string());
+            }
+            (id, payload)
+        })
+        .collect();
+    let d = run.deliver(&records).await;
+    let good: BTreeSet<u64> = (0..400)
+        .filter(|id| !expected_codes.contains_key(id))
+        .collect();
+    assert_eq!(d.ids, good);
+    assert_eq!(d.codes, expected_codes);
+    assert_eq!(d.recorded, Some(v1.to_string()));
+    // Versions 2 of ids ending in 3 and 4: 80 records, counted once committed.
+    assert!(
+        d.metrics
+            .lines()
+            .any(|l| l == "floe_schema_mismatch_total{channel=\"it\"} 80"),
+        "{}",
+        d.metrics
+    );
+    schema.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_glue_does_not_have_fails_the_channel_at_create() {
+    let endpoint = aws_endpoint();
+    let schema = register_event_schema(&endpoint).await;
+    let avro = aws_clients(&endpoint)
+        .await
+        .glue()
+        .create_schema()
+        .registry_id(RegistryId::builder().registry_name(REGISTRY).build())
+        .schema_name(unique_name("avro"))
+        .data_format(DataFormat::Avro)
+        .compatibility(Compatibility::None)
+        .schema_definition(r#"{"type":"record","name":"e","fields":[{"name":"id","type":"long"}]}"#)
+        .send()
+        .await
+        .unwrap();
+    let avro = GlueSchema {
+        arn: avro.schema_arn().unwrap().to_string(),
+        versions: Vec::new(),
+        endpoint: endpoint.clone(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (n, (schema_lines, reason)) in [
+        (
+            format!("glue_schema_arn = \"{}-missing\"", schema.arn),
+            "not found",
+        ),
+        (
+            format!("glue_schema_arn = \"{}\"\n  version = 9", schema.arn),
+            "not found",
+        ),
+        (
+            format!("glue_schema_arn = \"{}\"", avro.arn),
+            "data format AVRO",
+        ),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let sub = dir.path().join(n.to_string());
+        std::fs::create_dir_all(&sub).unwrap();
+        let text = glue_config(&sub, "127.0.0.1:9", &endpoint, "json", schema_lines);
+        let config = floe::config::Config::from_toml_str(&text, &sub).unwrap();
+        let aws = floe::aws::AwsClients::load(&config.aws).await;
+        let store = floe::lease::SqliteLeaseStore::open(sub.join("leases.sqlite"))
+            .await
+            .unwrap();
+        let e = floe::control::create(&config, "it", &store, &aws)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("FAILED"), "{e}");
+        let state = store.get_channel_state("it").await.unwrap().unwrap();
+        assert_eq!(state.state, floe::lease::ChannelStatus::Failed);
+        assert!(
+            state.status_reason.as_deref().unwrap().contains(reason),
+            "{state:?}"
+        );
+    }
+    // `floe run` on a channel never created: activation finds no schema, the channel is FAILED
+    // and the worker exits with the reason.
+    let sub = dir.path().join("run");
+    std::fs::create_dir_all(&sub).unwrap();
+    let text = glue_config(
+        &sub,
+        "127.0.0.1:9",
+        &endpoint,
+        "gsr_json",
+        &format!("glue_schema_arn = \"{}-missing\"", schema.arn),
+    );
+    let mut worker = Worker::start_with(&sub, "w1", &text);
+    let status = (0..600)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            worker.child.try_wait().unwrap()
+        })
+        .expect("floe run exits");
+    assert!(!status.success());
+    let log = log_of(&sub, "w1");
+    assert!(log.contains("FAILED") && log.contains("not found"), "{log}");
+    let store = floe::lease::SqliteLeaseStore::open(sub.join("leases.sqlite"))
+        .await
+        .unwrap();
+    let state = store.get_channel_state("it").await.unwrap().unwrap();
+    assert_eq!(state.state, floe::lease::ChannelStatus::Failed, "{state:?}");
+    schema.delete().await;
+    avro.delete().await;
+}
