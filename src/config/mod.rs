@@ -419,8 +419,8 @@ pub struct S3Location {
 }
 
 impl Config {
-    /// Whether any component needs AWS: the DynamoDB lease store, a Kinesis source, an S3 DLQ or
-    /// warehouse, or settings in `[aws]`.
+    /// Whether any component needs AWS: the DynamoDB lease store, a Kinesis source, a Glue
+    /// schema, an S3 DLQ or warehouse, or settings in `[aws]`.
     pub fn uses_aws(&self) -> bool {
         self.aws != crate::aws::AwsConfig::default()
             || matches!(self.lease_store.backend, LeaseStoreBackend::Dynamodb { .. })
@@ -428,6 +428,7 @@ impl Config {
                 let DestinationConfig::Iceberg(d) = &c.destination;
                 let CatalogConfig::Sql(sql) = &d.catalog;
                 matches!(c.source, SourceConfig::Kinesis(_))
+                    || matches!(c.schema, SchemaConfig::Glue { .. })
                     || matches!(c.dlq.location, DlqLocation::S3(_))
                     || matches!(sql.warehouse, Warehouse::S3(_))
             })
