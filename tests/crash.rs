@@ -179,7 +179,8 @@ async fn table_dropped_while_running_suspends_the_channel_and_exits_78() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_with_an_edited_schema_stops_alone_and_does_not_suspend_the_channel() {
+async fn a_worker_with_an_edited_schema_or_another_catalog_stops_alone_and_does_not_suspend_the_channel(
+) {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start();
     produce(&broker.bootstrap, 0, 300);
@@ -196,18 +197,30 @@ async fn a_worker_with_an_edited_schema_stops_alone_and_does_not_suspend_the_cha
         &format!("{}/config/event.schema.json", env!("CARGO_MANIFEST_DIR")),
         edited.to_str().unwrap(),
     );
-    std::fs::write(dir.path().join("w2.toml"), config).unwrap();
-    let mut w2 = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args(["run", "--config"])
-        .arg(dir.path().join("w2.toml"))
-        .stderr(std::fs::File::create(dir.path().join("w2.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let status = tokio::task::spawn_blocking(move || w2.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(78), "{}", log_of(dir.path(), "w2"));
+    let run_to_exit = |id: &str, config: String| {
+        let toml = dir.path().join(format!("{id}.toml"));
+        std::fs::write(&toml, config).unwrap();
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args(["run", "--config"])
+            .arg(&toml)
+            .stderr(std::fs::File::create(dir.path().join(format!("{id}.log"))).unwrap())
+            .status()
+            .unwrap();
+        (status, log_of(dir.path(), id))
+    };
+    let (status, log) = tokio::task::block_in_place(|| run_to_exit("w2", config));
+    assert_eq!(status.code(), Some(78), "{log}");
+    // w3 points at another catalog (a typo in `uri`, another host's file): the table recorded at
+    // activation is not there. It stops alone too; the channel is not suspended (review finding).
+    let d = dir.path().display();
+    let other_catalog = config_toml(dir.path(), &broker.bootstrap, "w3", 4).replace(
+        &format!("uri = \"{d}/catalog.sqlite\""),
+        &format!("uri = \"{d}/other-catalog.sqlite\""),
+    );
+    assert!(other_catalog.contains("other-catalog.sqlite"));
+    let (status, log) = tokio::task::block_in_place(|| run_to_exit("w3", other_catalog));
+    assert_eq!(status.code(), Some(78), "{log}");
+    assert!(log.contains("is not in this worker's catalog"), "{log}");
     // ...while the channel stays active: w1 keeps delivering, and restarts fine.
     produce(&broker.bootstrap, 300, 400);
     let (rows, dlq) = wait_delivered(dir.path(), 400, Duration::from_secs(90)).await;
