@@ -35,6 +35,7 @@ use crate::lease::Store;
 use crate::lease::{BatchStore, ChannelState, ChannelStatus, LeaseKey, LeaseSpec, LeaseStore};
 use crate::schema::MappedSchema;
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
+use crate::source::kinesis::KinesisSource;
 use crate::source::{InitialPosition, Source};
 use crate::worker::{ChannelIo, ChannelWorker, WorkerSettings};
 use crate::writer::{ParquetCompression, WriterSettings};
@@ -299,16 +300,21 @@ pub async fn prepare_channel(
             }
         }
     }
-    let SourceConfig::Kafka(kafka) = &config.source else {
-        return Err(channel_err(name, "Kinesis sources are not wired yet"));
+    let (source, initial): (Arc<dyn Source>, _) = match &config.source {
+        SourceConfig::Kafka(kafka) => {
+            let mut source_config = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
+            for (k, v) in &kafka.properties {
+                source_config = source_config.with_client_property(k, v.value());
+            }
+            let source = KafkaSource::try_new(source_config).map_err(|e| channel_err(name, e))?;
+            (Arc::new(source), kafka.initial_position)
+        }
+        SourceConfig::Kinesis(kinesis) => (
+            Arc::new(KinesisSource::new(aws.kinesis(), kinesis)),
+            kinesis.initial_position,
+        ),
     };
-    let mut source_config = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
-    for (k, v) in &kafka.properties {
-        source_config = source_config.with_client_property(k, v.value());
-    }
-    let source: Arc<dyn Source> =
-        Arc::new(KafkaSource::try_new(source_config).map_err(|e| channel_err(name, e))?);
-    let initial_position = match kafka.initial_position {
+    let initial_position = match initial {
         crate::config::InitialPosition::Earliest => InitialPosition::Earliest,
         crate::config::InitialPosition::ActivationTime => {
             InitialPosition::AtTimestamp(state.activated_at_ms.unwrap_or(0))
@@ -459,17 +465,22 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             prepared.io.ident.clone(),
         );
 
-        // Shard discovery: new Kafka partitions get leases.
+        // Shard discovery: new Kafka partitions and Kinesis child shards get leases. A child's
+        // keys wait for it after their parent ends, so Kinesis is listed more often.
         {
             let store = store.clone();
             let source = prepared.io.source.clone();
             let name = name.clone();
             let stop = stops.reading.clone();
+            let period = match channel.source {
+                SourceConfig::Kafka(_) => Duration::from_secs(30),
+                SourceConfig::Kinesis(_) => Duration::from_secs(10),
+            };
             tracker.spawn(async move {
                 loop {
                     tokio::select! {
                         _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                        _ = tokio::time::sleep(period) => {}
                     }
                     if let Ok(shards) = source.list_shards().await {
                         let specs: Vec<LeaseSpec> = shards

@@ -642,6 +642,93 @@ mod tests {
         );
     }
 
+    fn kinesis_batch(
+        id: u128,
+        shard: &str,
+        after: Option<Position>,
+        last: Position,
+        num_rows: u64,
+    ) -> PendingBatch {
+        let mut b = batch(id, 0, None, 0, 1);
+        b.shards[0].shard = ShardId(shard.into());
+        b.shards[0].range = CheckpointRange {
+            after_exclusive: after,
+            last_inclusive: last,
+        };
+        b.num_rows = num_rows;
+        b
+    }
+
+    fn seq(text: &str) -> Position {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn plan_accepts_shard_end_after_the_checkpoint_even_without_rows() {
+        let s = ShardId("shardId-000000000000".into());
+        let last = "49590338271490256608559692538361571095921575989136588898";
+        let mut cp = Checkpoints::default();
+        cp.0.insert(s.clone(), seq(last));
+        // The shard's last records and its end in one batch, then a batch with only the end.
+        let pending = vec![kinesis_batch(
+            1,
+            s.as_str(),
+            Some(seq(last)),
+            Position::ShardEnd,
+            0,
+        )];
+        let plan = plan_round(&cp, &HashSet::new(), &HashMap::new(), &pending);
+        assert_eq!(plan.decisions, vec![BatchDecision::Accept]);
+        assert_eq!(plan.checkpoints.get(&s), Some(&Position::ShardEnd));
+    }
+
+    #[test]
+    fn plan_accepts_records_and_shard_end_of_a_shard_never_checkpointed() {
+        let s = "shardId-000000000003";
+        let pending = vec![
+            kinesis_batch(1, s, None, Position::ShardEnd, 7),
+            // The same shard read again by a second worker: a duplicate of SHARD_END.
+            kinesis_batch(2, s, None, seq("4959.2"), 3),
+        ];
+        let plan = plan_round(
+            &Checkpoints::default(),
+            &HashSet::new(),
+            &HashMap::new(),
+            &pending,
+        );
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::Accept, BatchDecision::Dead]
+        );
+        assert_eq!(
+            plan.checkpoints.get(&ShardId(s.into())),
+            Some(&Position::ShardEnd)
+        );
+    }
+
+    #[test]
+    fn plan_rejects_anything_after_shard_end() {
+        let s = ShardId("shardId-000000000001".into());
+        let mut cp = Checkpoints::default();
+        cp.0.insert(s.clone(), Position::ShardEnd);
+        let pending = vec![
+            kinesis_batch(1, s.as_str(), Some(seq("4959")), Position::ShardEnd, 0),
+            kinesis_batch(
+                2,
+                s.as_str(),
+                Some(Position::ShardEnd),
+                Position::ShardEnd,
+                0,
+            ),
+        ];
+        let plan = plan_round(&cp, &HashSet::new(), &HashMap::new(), &pending);
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::Dead, BatchDecision::Dead],
+            "a shard at SHARD_END takes nothing more"
+        );
+    }
+
     #[test]
     fn plan_keeps_a_batch_after_a_gap_and_recovers_committed_ones() {
         let mut cp = Checkpoints::default();

@@ -295,6 +295,10 @@ impl Checkpoints {
     /// Classifies `range` of `shard` against the committed checkpoint.
     pub fn verdict(&self, shard: &ShardId, range: &CheckpointRange) -> RangeVerdict {
         let committed = self.0.get(shard);
+        if range.after_exclusive == Some(Position::ShardEnd) {
+            // Nothing follows the end of a closed shard.
+            return RangeVerdict::Duplicate;
+        }
         if range.after_exclusive.as_ref() == committed {
             return RangeVerdict::Contiguous;
         }
@@ -470,6 +474,34 @@ mod tests {
         assert!(RangeVerdict::Overlapping.is_permanent_rejection());
         assert!(!RangeVerdict::Gap.is_permanent_rejection());
         assert_eq!(cp.verdict(&s, &next), RangeVerdict::Contiguous);
+    }
+
+    #[test]
+    fn shard_end_closes_a_shard_for_good() {
+        let s = ShardId("shardId-000000000000".into());
+        let mut cp = Checkpoints::default();
+        cp.0.insert(s.clone(), seq("4959"));
+        let end = CheckpointRange {
+            after_exclusive: Some(seq("4959")),
+            last_inclusive: Position::ShardEnd,
+        };
+        assert_eq!(cp.verdict(&s, &end), RangeVerdict::Contiguous);
+        cp.advance(&s, &end);
+        assert_eq!(cp.verdict(&s, &end), RangeVerdict::Duplicate);
+        let after_end = CheckpointRange {
+            after_exclusive: Some(Position::ShardEnd),
+            last_inclusive: Position::ShardEnd,
+        };
+        assert_eq!(cp.verdict(&s, &after_end), RangeVerdict::Duplicate);
+        let empty_shard = CheckpointRange {
+            after_exclusive: None,
+            last_inclusive: Position::ShardEnd,
+        };
+        assert_eq!(
+            Checkpoints::default().verdict(&s, &empty_shard),
+            RangeVerdict::Contiguous,
+            "a shard never checkpointed may end with no record"
+        );
     }
 
     proptest! {

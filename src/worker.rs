@@ -13,6 +13,9 @@
 //!             from the table's checkpoints
 //!  lease lost ──> drop the buffer at once (it holds the lost shard's rows), restart the others
 //!                 from their last handed-off position
+//!  shard ended (closed Kinesis shard, every record read) ──> hand off at once a batch whose range
+//!                 for it is (after, SHARD_END] (no rows needed); stop reading it, keep its lease
+//!                 (the lease manager never counts a finished shard)
 //! ```
 //!
 //! Invariant: a worker never hands off a range that does not continue its own previous batch
@@ -120,6 +123,58 @@ struct ShardState {
     next_after: Option<Position>,
     /// Last position in the buffer, if any record of this shard is buffered.
     buffered_last: Option<Position>,
+    /// The reader returned every record of the (closed) shard: it is not polled any more, and
+    /// the next batch ends its range at `SHARD_END` unless `next_after` already is `SHARD_END`.
+    ended: bool,
+    /// When a retryable read error of this shard was last logged.
+    read_error_logged_at: Option<Instant>,
+}
+
+/// At most one log line per this interval for the retryable read errors of one shard.
+const READ_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+impl ShardState {
+    /// Whether the next batch must carry this shard's `SHARD_END`.
+    fn end_due(&self) -> bool {
+        self.ended && self.next_after != Some(Position::ShardEnd)
+    }
+}
+
+/// A reader of `id` after `after` (the table's checkpoint or the last handed-off position), or
+/// from the channel's initial position; nothing to read after `SHARD_END`.
+async fn open_reader(
+    source: &dyn Source,
+    initial: &InitialPosition,
+    id: &ShardId,
+    after: Option<&Position>,
+) -> Result<Box<dyn ShardReader>, WorkerError> {
+    if after == Some(&Position::ShardEnd) {
+        return Ok(Box::new(FinishedShard));
+    }
+    let start = resolve_start(source, id, after, initial).await?;
+    Ok(source.open(id, start).await?)
+}
+
+/// The reader of a shard whose checkpoint is already `SHARD_END`: nothing left to read.
+struct FinishedShard;
+
+#[async_trait::async_trait]
+impl ShardReader for FinishedShard {
+    async fn next_batch(
+        &mut self,
+        _max_records: usize,
+        _wait: Duration,
+    ) -> Result<Vec<crate::source::SourceRecord>, crate::source::SourceError> {
+        Ok(Vec::new())
+    }
+
+    fn lag(&self) -> Option<crate::source::Lag> {
+        None
+    }
+
+    fn shard_ended(&self) -> bool {
+        true
+    }
 }
 
 struct InFlight {
@@ -211,7 +266,8 @@ impl ChannelWorker {
                 last_settings = Some(Instant::now());
             }
             self.sync_leases(true).await?;
-            if self.shards.is_empty() {
+            // Nothing to read (no shard, or only finished ones): wait for a lease change.
+            if self.shards.values().all(|st| st.ended) && !self.flush_due() {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = self.held.changed() => {},
@@ -243,7 +299,10 @@ impl ChannelWorker {
         // Drain: hand off what is buffered (shards still held only; no new ones), then wait
         // for the committer.
         self.sync_leases(false).await?;
-        if self.num_buffered > 0 || !self.dlq_entries.is_empty() {
+        if self.num_buffered > 0
+            || !self.dlq_entries.is_empty()
+            || self.shards.values().any(ShardState::end_due)
+        {
             self.flush().await?;
         }
         let deadline = Instant::now() + drain;
@@ -324,21 +383,19 @@ impl ChannelWorker {
             let cp = self.table_checkpoints().await?;
             for (id, counter) in new {
                 let after = cp.get(&id).cloned();
-                if after == Some(Position::ShardEnd) {
-                    continue;
-                }
-                let start = resolve_start(
+                let reader = open_reader(
                     self.io.source.as_ref(),
+                    &self.settings.initial_position,
                     &id,
                     after.as_ref(),
-                    &self.settings.initial_position,
                 )
                 .await?;
-                let reader = self.io.source.open(&id, start).await?;
                 tracing::info!(channel = %self.settings.channel, shard = %id, lease_counter = counter, checkpoint = ?after, "shard lease taken: reading after the table checkpoint");
                 self.shards.insert(
                     id,
                     ShardState {
+                        ended: after == Some(Position::ShardEnd),
+                        read_error_logged_at: None,
                         reader,
                         lease_counter: counter,
                         next_after: after,
@@ -356,17 +413,17 @@ impl ChannelWorker {
         let ids: Vec<ShardId> = self.shards.keys().cloned().collect();
         for id in ids {
             let after = self.shards[&id].next_after.clone();
-            let start = resolve_start(
+            let reader = open_reader(
                 self.io.source.as_ref(),
+                &self.settings.initial_position,
                 &id,
                 after.as_ref(),
-                &self.settings.initial_position,
             )
             .await?;
-            let reader = self.io.source.open(&id, start).await?;
             let st = self.shards.get_mut(&id).expect("shard present");
             st.reader = reader;
             st.buffered_last = None;
+            st.ended = after == Some(Position::ShardEnd);
         }
         Ok(())
     }
@@ -393,7 +450,26 @@ impl ChannelWorker {
             if converter.buffered_bytes() as u64 >= self.settings.buffer_size {
                 break; // back-pressure: flush before reading more
             }
-            let batch = st.reader.next_batch(1000, per_shard_wait).await?;
+            if st.ended {
+                continue;
+            }
+            let batch = match st.reader.next_batch(1000, per_shard_wait).await {
+                Ok(batch) => batch,
+                // The reader stays usable and paces its own retries: go on with the other
+                // shards instead of restarting the loop (which would drop the buffer).
+                Err(e) if e.is_retryable() => {
+                    // Logged once per READ_ERROR_LOG_INTERVAL per shard (throttling can last).
+                    if st
+                        .read_error_logged_at
+                        .is_none_or(|t| t.elapsed() >= READ_ERROR_LOG_INTERVAL)
+                    {
+                        tracing::warn!(channel = %self.settings.channel, shard = %id, error = %e, "shard read failed; the reader retries with backoff");
+                        st.read_error_logged_at = Some(Instant::now());
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             for rec in batch {
                 records += 1;
                 bytes += rec.payload.len() as u64;
@@ -429,6 +505,10 @@ impl ChannelWorker {
                 }
                 st.buffered_last = Some(rec.position);
             }
+            if st.reader.shard_ended() {
+                tracing::info!(channel = %self.settings.channel, shard = %id, "shard ended: every record read; handing off SHARD_END");
+                st.ended = true;
+            }
         }
         if records > 0 {
             telemetry::record_read(&self.settings.channel, records, bytes);
@@ -437,6 +517,10 @@ impl ChannelWorker {
     }
 
     fn flush_due(&self) -> bool {
+        // A closed shard is handed off at once: its children wait for its SHARD_END.
+        if self.shards.values().any(ShardState::end_due) {
+            return true;
+        }
         let Some(oldest) = self.oldest_read else {
             return false;
         };
@@ -478,11 +562,17 @@ impl ChannelWorker {
             .shards
             .iter()
             .filter_map(|(id, st)| {
-                st.buffered_last.as_ref().map(|last| ShardRange {
+                let last = if st.end_due() {
+                    // Every record of the closed shard is in this batch or already handed off.
+                    Some(Position::ShardEnd)
+                } else {
+                    st.buffered_last.clone()
+                };
+                last.map(|last| ShardRange {
                     shard: id.clone(),
                     range: CheckpointRange {
                         after_exclusive: st.next_after.clone(),
-                        last_inclusive: last.clone(),
+                        last_inclusive: last,
                     },
                     lease_counter: st.lease_counter,
                 })

@@ -13,9 +13,8 @@ use floe::events::event_json;
 use floe::lease::{BatchStore, HeldLeases, LeaseKey, LeaseSpec, LeaseStore, SqliteLeaseStore};
 use floe::model::{Position, ShardId};
 use floe::source::memory::MemorySource;
-use floe::source::{InitialPosition, Source};
-use floe::worker::{ChannelIo, ChannelWorker, WorkerSettings};
-use floe::writer::{ParquetCompression, WriterSettings};
+use floe::source::Source;
+use floe::worker::{ChannelIo, ChannelWorker};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -60,22 +59,7 @@ async fn losing_one_shard_mid_batch_rewinds_the_others_instead_of_stalling_them(
         shards: leases.clone(),
         committer: None,
     });
-    let settings = WorkerSettings {
-        channel: "wl".into(),
-        worker_id: "w1".into(),
-        source_name: "events".into(),
-        schema_version: "event.schema.json".into(),
-        data_freshness: Duration::from_millis(200),
-        buffer_size: 64 << 20,
-        max_record_size: 10 << 20,
-        include_payload: false,
-        initial_position: InitialPosition::Earliest,
-        writer: WriterSettings {
-            channel: "wl".into(),
-            compression: ParquetCompression::Zstd(1),
-            target_file_size: 128 << 20,
-        },
-    };
+    let settings = common::worker_settings("wl", Duration::from_millis(200));
     let dlq = LocalDlq::new(dir.path().join("dlq"), "wl");
     let src: Arc<dyn Source> = source.clone();
     let batches: Arc<dyn BatchStore> = store.clone();

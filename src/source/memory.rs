@@ -1,6 +1,7 @@
 //! In-memory fake of the [`Source`] seam for component tests (worker, discovery, takeover): shards
 //! are vectors of records with Kafka-like offsets; tests append records, add shards (partition
-//! growth, Kinesis children with parents), trim (retention) and make the source unavailable.
+//! growth, Kinesis children with parents), close shards (a Kinesis split or merge: the reader
+//! reports `shard_ended` after the last record), trim (retention) and make the source unavailable.
 //! Waits use `tokio::time`, so it also works under paused time.
 //!
 //! It follows the same contract as [`super::kafka`]: records in increasing offset order, resume
@@ -30,6 +31,8 @@ struct ShardLog {
     high: i64,
     /// Oldest offset held (low watermark).
     low: i64,
+    /// Closed (Kinesis resharding): no more appends; readers end after the last record.
+    closed: bool,
 }
 
 #[derive(Default)]
@@ -92,12 +95,25 @@ impl MemorySource {
             .shards
             .get_mut(shard)
             .expect("append to an unknown shard");
+        assert!(!log.closed, "append to a closed shard");
         let offset = log.high;
         log.records.push((offset, key, payload, timestamp_ms));
         log.high += 1;
         drop(state);
         self.appended.notify_waiters();
         Position::Offset(offset)
+    }
+
+    /// Closes a shard, as a Kinesis split or merge closes its parents: a reader reports
+    /// [`ShardReader::shard_ended`] once it returned the last record. Panics if the shard does
+    /// not exist.
+    pub fn close(&self, shard: &ShardId) {
+        self.lock()
+            .shards
+            .get_mut(shard)
+            .expect("close an unknown shard")
+            .closed = true;
+        self.appended.notify_waiters();
     }
 
     /// Removes records below `offset` (retention).
@@ -280,6 +296,14 @@ impl ShardReader for MemoryShardReader {
     fn lag(&self) -> Option<Lag> {
         self.lag.map(Lag::Records)
     }
+
+    fn shard_ended(&self) -> bool {
+        let state = self.source.lock();
+        state
+            .shards
+            .get(&self.shard)
+            .is_some_and(|log| log.closed && self.next >= log.high)
+    }
 }
 
 #[cfg(test)]
@@ -319,6 +343,27 @@ mod tests {
         let start = resolve_start(&src, &p0, None, &initial).await.unwrap();
         assert_eq!(start, StartAt::At(Position::Offset(5)));
         assert_eq!(start.after_exclusive(), None);
+    }
+
+    #[tokio::test]
+    async fn a_closed_shard_ends_after_its_last_record() {
+        let src = MemorySource::with_partitions(1);
+        let p0 = ShardId::kafka_partition(0);
+        for i in 0..3 {
+            src.append(&p0, None, vec![i as u8], 1_000);
+        }
+        src.close(&p0);
+        let mut r = src.open(&p0, StartAt::Earliest).await.unwrap();
+        assert_eq!(
+            offsets(&r.next_batch(2, Duration::ZERO).await.unwrap()),
+            vec![0, 1]
+        );
+        assert!(!r.shard_ended());
+        assert_eq!(
+            offsets(&r.next_batch(2, Duration::ZERO).await.unwrap()),
+            vec![2]
+        );
+        assert!(r.shard_ended());
     }
 
     #[tokio::test]

@@ -2,7 +2,8 @@
 //!
 //! A [`Source`] lists the shards of one stream (Kafka partitions of a topic, Kinesis shards of a
 //! stream), resolves where a shard without a committed checkpoint starts, and opens one
-//! [`ShardReader`] per leased shard. Implementations: [`kafka`] (rdkafka, manual `assign()`) and,
+//! [`ShardReader`] per leased shard. Implementations: [`kafka`] (rdkafka, manual `assign()`), [`kinesis`] (aws-sdk-kinesis,
+//! GetRecords polling, KPL de-aggregation) and,
 //! for tests, `memory` (with the `testsuite` feature).
 //!
 //! ```text
@@ -27,6 +28,7 @@ use async_trait::async_trait;
 use crate::model::{Position, ShardId};
 
 pub mod kafka;
+pub mod kinesis;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod memory;
 

@@ -346,3 +346,24 @@ pub async fn event_table(
         .unwrap();
     (catalog, ident, schema)
 }
+
+/// Settings of a worker loop in component tests: channel `channel`, worker "w1", shards without
+/// a checkpoint read from the earliest record, batches handed off after `data_freshness`.
+pub fn worker_settings(channel: &str, data_freshness: Duration) -> floe::worker::WorkerSettings {
+    floe::worker::WorkerSettings {
+        channel: channel.into(),
+        worker_id: "w1".into(),
+        source_name: "events".into(),
+        schema_version: "event.schema.json".into(),
+        data_freshness,
+        buffer_size: 64 << 20,
+        max_record_size: 10 << 20,
+        include_payload: false,
+        initial_position: floe::source::InitialPosition::Earliest,
+        writer: floe::writer::WriterSettings {
+            channel: channel.into(),
+            compression: floe::writer::ParquetCompression::Zstd(1),
+            target_file_size: 128 << 20,
+        },
+    }
+}

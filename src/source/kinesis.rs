@@ -1,0 +1,512 @@
+//! Kinesis Data Streams implementation of the [`Source`] seam (aws-sdk-kinesis, polling with
+//! GetRecords).
+//!
+//! ```text
+//!   KinesisSource ── list_shards: ListShards (paginated), parents = ParentShardId, AdjacentParentShardId
+//!        │           start_position: AT_TIMESTAMP(activation) | TRIM_HORIZON, no I/O
+//!        └── open(shard, start) ──► KinesisShardReader
+//!               cursor ──GetShardIterator──► iterator ──GetRecords──► records ──KPL de-aggregation──► pending
+//!                 ▲                                        │ NextShardIterator = null: closed shard,
+//!                 └── after the last record fetched ◄──────┘ ended once `pending` is returned
+//! ```
+//!
+//! Positions and resuming (DESIGN.md, protocol step 1):
+//! - A plain record is at `Position::Sequence(n)`; the user records of a KPL aggregate at
+//!   sequence number `n` are at `n.0`, `n.1`, … ([`kpl`]), which order after `n` and before `n + 1`.
+//! - [`StartAt::After`]`(n)` reads with `AFTER_SEQUENCE_NUMBER n`. `After(n.i)` reads with
+//!   `AT_SEQUENCE_NUMBER n` and drops the aggregate's user records `≤ i`, so resuming inside an
+//!   aggregate delivers `n.(i+1)`, … exactly once.
+//! - Generally the reader keeps a **cursor**, the last position it fetched, and drops any record at
+//!   or before it: after an `ExpiredIteratorException` it takes a new iterator at the cursor and
+//!   goes on, never skipping or repeating a record.
+//!
+//! Pacing and errors:
+//! - GetRecords is called at most every [`MIN_CALL_INTERVAL`] per shard (4 calls/s, under the
+//!   service's 5), and `poll_interval` after a response with no records while the reader is caught
+//!   up (`MillisBehindLatest = 0`).
+//! - ProvisionedThroughputExceeded, LimitExceeded, KMS throttling → [`SourceError::Throttled`];
+//!   timeouts and 5xx → [`SourceError::Unavailable`]. The reader stays usable and backs off by
+//!   itself (1 s doubling to 10 s): calls within the backoff return no records.
+//! - ResourceNotFound → [`SourceError::NotFound`]; a checkpoint the shard refuses
+//!   (InvalidArgumentException on an `AT/AFTER_SEQUENCE_NUMBER` iterator) →
+//!   [`SourceError::InvalidPosition`]; access denied and other client errors →
+//!   [`SourceError::Fatal`].
+//! - [`SourceError::PositionLost`] is not produced: the API gives no reliable signal that records
+//!   after a checkpoint were trimmed by retention (sequence numbers have gaps, so the first record
+//!   returned after a checkpoint cannot tell whether others came between). Keep the stream's
+//!   retention above the longest outage of the channel.
+//! - A closed shard (after a split or merge) answers GetRecords with no `NextShardIterator` once
+//!   its last record is returned: [`ShardReader::shard_ended`] becomes `true` when the reader has
+//!   handed out every record it fetched, and the worker checkpoints the shard as `SHARD_END`
+//!   (DESIGN.md step 8).
+//! - Lag is `MillisBehindLatest` of the last response ([`Lag::Millis`]); arrival time is
+//!   `ApproximateArrivalTimestamp`.
+//!
+//! # Enhanced fan-out (designed, not built)
+//!
+//! SubscribeToShard gives each registered consumer its own 2 MiB/s per shard, pushed over HTTP/2,
+//! so floe would not share read throughput with other consumers. How it fits this seam:
+//! - Configuration: `consumer_name` on the Kinesis source; at start the channel registers the
+//!   consumer (RegisterStreamConsumer, idempotent: DescribeStreamConsumer first) and waits for
+//!   it to become ACTIVE. Discovery (ListShards) and the lease store are unchanged.
+//! - `open(shard, start)` returns an `EfoShardReader` that owns a task: SubscribeToShard(consumer
+//!   ARN, shard, StartingPosition from the same cursor rules as here: AFTER_SEQUENCE_NUMBER,
+//!   AT_SEQUENCE_NUMBER + drop ≤ sub-sequence, AT_TIMESTAMP, TRIM_HORIZON). The task forwards each
+//!   SubscribeToShardEvent, de-aggregated exactly as [`KinesisShardReader`] does, into a **bounded**
+//!   channel (back-pressure: when the worker stops pulling, the task stops reading the event
+//!   stream and HTTP/2 flow control stops the service). `next_batch(max, wait)` pulls from the
+//!   channel with a `wait` timeout, so the worker loop needs no change.
+//! - A subscription lasts 5 minutes: the task re-subscribes with AFTER_SEQUENCE_NUMBER of the
+//!   event's `ContinuationSequenceNumber` (or of the last record handed to the channel, whichever
+//!   is later) — the cursor plays the part of the iterator. `ResourceInUseException` (a previous
+//!   subscription of this consumer to the shard still open, e.g. after a lease moved) is retried
+//!   with backoff; `LimitExceededException` (more than one subscribe per second per shard and
+//!   consumer) too.
+//! - An event with `ChildShards` and no `ContinuationSequenceNumber` ends a closed shard:
+//!   `shard_ended()` becomes true once the channel is drained. `MillisBehindLatest` is in every
+//!   event, so lag works the same.
+//! - Not built: the local emulators do not serve it (moto 5.2.1 has RegisterStreamConsumer but no
+//!   SubscribeToShard; kinesalite has neither), and untested code on the exactly-once path is not
+//!   shipped.
+
+pub mod api;
+pub mod kpl;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use self::api::{ApiError, IteratorStart, KinesisApi, RawRecord, SdkKinesis, StreamRef};
+use super::{
+    now_ms, InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord,
+    StartAt,
+};
+use crate::config::{KinesisSourceConfig, KinesisStream};
+use crate::model::{Position, SequenceNumber, ShardId};
+
+/// Least time between two GetRecords calls on one shard: 4 calls per second, under the service's
+/// limit of 5 per shard (shared by every consumer of the stream).
+pub const MIN_CALL_INTERVAL: Duration = Duration::from_millis(250);
+/// First backoff after a throttled or failed call; doubled at each failure in a row.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// Largest backoff after throttled or failed calls.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Iterators that expire in a row before the reader reports the shard unavailable.
+const MAX_EXPIRED_IN_A_ROW: u32 = 3;
+/// ListShards restarts after an expired NextToken before it gives up.
+const MAX_LIST_RESTARTS: u32 = 3;
+
+/// How a [`KinesisSource`] reads: GetRecords batch size and idle polling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReaderSettings {
+    /// GetRecords `Limit`, 1 to 10 000.
+    pub max_records_per_call: i32,
+    /// Wait after a GetRecords response without records, when caught up.
+    pub poll_interval: Duration,
+}
+
+/// A Kinesis data stream as a [`Source`]: shards are its shards (`shardId-000000000000`, …),
+/// positions are sequence numbers ([`Position::Sequence`], with a sub-sequence number for the
+/// user records of KPL aggregates).
+pub struct KinesisSource {
+    api: Arc<dyn KinesisApi>,
+    stream: String,
+    settings: ReaderSettings,
+}
+
+impl fmt::Debug for KinesisSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KinesisSource")
+            .field("stream", &self.stream)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl KinesisSource {
+    /// The source for the stream `config` names, called through `client` (see
+    /// [`crate::aws::AwsClients::kinesis`]). No network call.
+    pub fn new(client: aws_sdk_kinesis::Client, config: &KinesisSourceConfig) -> Self {
+        let stream = match &config.stream {
+            KinesisStream::Name(name) => StreamRef::Name(name.clone()),
+            KinesisStream::Arn(arn) => StreamRef::Arn(arn.clone()),
+        };
+        let settings = ReaderSettings {
+            max_records_per_call: config.max_records_per_call.clamp(1, 10_000) as i32,
+            poll_interval: config.poll_interval,
+        };
+        let name = stream.to_string();
+        Self::with_api(Arc::new(SdkKinesis::new(client, stream)), name, settings)
+    }
+
+    /// The source over any [`KinesisApi`] (tests use a fake).
+    pub fn with_api(
+        api: Arc<dyn KinesisApi>,
+        stream: impl Into<String>,
+        settings: ReaderSettings,
+    ) -> Self {
+        KinesisSource {
+            api,
+            stream: stream.into(),
+            settings,
+        }
+    }
+
+    /// The stream's name or ARN, as configured.
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+}
+
+#[async_trait]
+impl Source for KinesisSource {
+    /// Every shard ListShards returns (open and closed ones still within retention), following
+    /// NextToken; an expired token restarts the listing.
+    async fn list_shards(&self) -> Result<Vec<ShardInfo>, SourceError> {
+        let mut restarts = 0;
+        'listing: loop {
+            let mut shards = Vec::new();
+            let mut token: Option<String> = None;
+            loop {
+                match self.api.list_shards(token.as_deref()).await {
+                    Ok(page) => {
+                        shards.extend(page.shards);
+                        match page.next_token {
+                            Some(next) => token = Some(next),
+                            None => return Ok(shards),
+                        }
+                    }
+                    Err(ApiError::Expired) if restarts < MAX_LIST_RESTARTS => {
+                        restarts += 1;
+                        continue 'listing;
+                    }
+                    Err(ApiError::Expired) => {
+                        return Err(SourceError::Unavailable {
+                            message: format!(
+                                "list shards of stream {}: the NextToken kept expiring",
+                                self.stream
+                            ),
+                        })
+                    }
+                    Err(ApiError::Source(e)) => return Err(e),
+                }
+            }
+        }
+    }
+
+    /// `AT_TIMESTAMP` for the channel's activation time, `TRIM_HORIZON` for earliest; no I/O.
+    /// Both are deterministic: every worker opening the shard starts at the same record.
+    async fn start_position(
+        &self,
+        _shard: &ShardId,
+        initial: &InitialPosition,
+    ) -> Result<StartAt, SourceError> {
+        Ok(match initial {
+            InitialPosition::Earliest => StartAt::Earliest,
+            InitialPosition::Latest => StartAt::Latest,
+            InitialPosition::AtTimestamp(ms) => StartAt::AtTimestamp(*ms),
+        })
+    }
+
+    /// Takes the first shard iterator at once, so a missing shard ([`SourceError::NotFound`])
+    /// or a refused checkpoint ([`SourceError::InvalidPosition`]) fails here; a throttled or
+    /// unavailable service does not: the reader retries it.
+    async fn open(
+        &self,
+        shard: &ShardId,
+        start: StartAt,
+    ) -> Result<Box<dyn ShardReader>, SourceError> {
+        let cursor = Cursor::from_start(shard, &start)?;
+        let mut reader = KinesisShardReader {
+            api: self.api.clone(),
+            shard: shard.clone(),
+            settings: self.settings,
+            cursor,
+            iterator: None,
+            pending: VecDeque::new(),
+            ended: false,
+            child_shards: Vec::new(),
+            next_call_at: Instant::now(),
+            backoff: FIRST_BACKOFF,
+            expired_in_a_row: 0,
+            lag_ms: None,
+        };
+        match reader.acquire_iterator().await {
+            Ok(()) => {}
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(stream = %self.stream, shard = %shard, error = %e, "no shard iterator yet; the reader retries");
+                reader.back_off();
+            }
+            Err(e) => return Err(e),
+        }
+        tracing::info!(stream = %self.stream, shard = %shard, start = ?start, "kinesis reader opened");
+        Ok(Box::new(reader))
+    }
+}
+
+/// Where the reader (re)starts: the start it was opened with until it fetched a record, then
+/// after the last record it fetched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cursor {
+    TrimHorizon,
+    Latest,
+    AtTimestamp(i64),
+    /// At this sequence number, inclusive (sub-sequence numbers below it dropped).
+    At(SequenceNumber),
+    /// After this position (a record, or a user record of an aggregate).
+    After(SequenceNumber),
+}
+
+impl Cursor {
+    fn from_start(shard: &ShardId, start: &StartAt) -> Result<Self, SourceError> {
+        let invalid = |p: &Position| SourceError::InvalidPosition {
+            shard: shard.clone(),
+            message: format!("cannot read a kinesis shard from {p}"),
+        };
+        Ok(match start {
+            StartAt::After(Position::Sequence(s)) => Cursor::After(s.clone()),
+            StartAt::At(Position::Sequence(s)) => Cursor::At(s.clone()),
+            StartAt::After(p) | StartAt::At(p) => return Err(invalid(p)),
+            StartAt::AtTimestamp(ms) => Cursor::AtTimestamp(*ms),
+            StartAt::Earliest => Cursor::TrimHorizon,
+            StartAt::Latest => Cursor::Latest,
+        })
+    }
+
+    fn iterator_start(&self) -> IteratorStart {
+        match self {
+            Cursor::TrimHorizon => IteratorStart::TrimHorizon,
+            Cursor::Latest => IteratorStart::Latest,
+            Cursor::AtTimestamp(ms) => IteratorStart::AtTimestamp(*ms),
+            Cursor::At(s) => IteratorStart::AtSequence(s.digits().to_string()),
+            // Inside an aggregate: read it again and drop what was already returned.
+            Cursor::After(s) if s.sub_sequence().is_some() => {
+                IteratorStart::AtSequence(s.digits().to_string())
+            }
+            Cursor::After(s) => IteratorStart::AfterSequence(s.digits().to_string()),
+        }
+    }
+
+    /// Whether a record at `position` is still to be returned.
+    fn admits(&self, position: &SequenceNumber) -> bool {
+        match self {
+            Cursor::At(s) => position >= s,
+            Cursor::After(s) => position > s,
+            _ => true,
+        }
+    }
+}
+
+/// Reads one shard with GetShardIterator + GetRecords (see the module docs).
+pub struct KinesisShardReader {
+    api: Arc<dyn KinesisApi>,
+    shard: ShardId,
+    settings: ReaderSettings,
+    cursor: Cursor,
+    /// The iterator to call GetRecords with; `None` until taken, after expiry, or at the end.
+    iterator: Option<String>,
+    /// Records fetched and not yet returned, in position order.
+    pending: VecDeque<SourceRecord>,
+    /// GetRecords answered without a next iterator: the shard is closed and fully fetched.
+    ended: bool,
+    child_shards: Vec<ShardId>,
+    /// No remote call before this instant (pacing, backoff).
+    next_call_at: Instant,
+    backoff: Duration,
+    expired_in_a_row: u32,
+    lag_ms: Option<u64>,
+}
+
+impl fmt::Debug for KinesisShardReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KinesisShardReader")
+            .field("shard", &self.shard)
+            .field("cursor", &self.cursor)
+            .field("pending", &self.pending.len())
+            .field("ended", &self.ended)
+            .finish()
+    }
+}
+
+impl KinesisShardReader {
+    /// The child shards GetRecords named when the shard ended (empty before).
+    pub fn child_shards(&self) -> &[ShardId] {
+        &self.child_shards
+    }
+
+    async fn acquire_iterator(&mut self) -> Result<(), SourceError> {
+        let start = self.cursor.iterator_start();
+        let iterator = self.api.get_shard_iterator(&self.shard, &start).await?;
+        self.iterator = Some(iterator);
+        Ok(())
+    }
+
+    fn back_off(&mut self) {
+        self.next_call_at = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    /// Records a failed call: retryable errors delay the next call.
+    fn failed(&mut self, e: SourceError) -> SourceError {
+        if e.is_retryable() {
+            self.back_off();
+        }
+        e
+    }
+
+    /// One GetRecords call (taking an iterator first if needed); fetched records go to `pending`.
+    async fn fetch(&mut self) -> Result<(), SourceError> {
+        if self.iterator.is_none() {
+            if let Err(e) = self.acquire_iterator().await {
+                return Err(self.failed(e));
+            }
+        }
+        let iterator = self.iterator.clone().expect("iterator acquired");
+        let result = self
+            .api
+            .get_records(&iterator, self.settings.max_records_per_call)
+            .await;
+        let now = Instant::now();
+        match result {
+            Ok(page) => {
+                self.backoff = FIRST_BACKOFF;
+                self.expired_in_a_row = 0;
+                let fetched = !page.records.is_empty();
+                let behind = page.millis_behind_latest.unwrap_or(0) > 0;
+                self.lag_ms = page.millis_behind_latest.map(|m| m.max(0) as u64);
+                for raw in page.records {
+                    self.accept(raw)?;
+                }
+                match page.next_iterator {
+                    Some(next) => self.iterator = Some(next),
+                    None => {
+                        self.iterator = None;
+                        self.ended = true;
+                        self.child_shards = page.child_shards;
+                        tracing::info!(shard = %self.shard, children = ?self.child_shards, "kinesis shard closed: every record fetched");
+                    }
+                }
+                self.next_call_at = now
+                    + if fetched || behind {
+                        MIN_CALL_INTERVAL
+                    } else {
+                        self.settings.poll_interval.max(MIN_CALL_INTERVAL)
+                    };
+                Ok(())
+            }
+            Err(ApiError::Expired) => {
+                // Take a new iterator at the cursor: after the last record fetched.
+                self.iterator = None;
+                self.expired_in_a_row += 1;
+                tracing::debug!(shard = %self.shard, cursor = ?self.cursor, "shard iterator expired; taking a new one");
+                if self.expired_in_a_row >= MAX_EXPIRED_IN_A_ROW {
+                    self.expired_in_a_row = 0;
+                    return Err(self.failed(SourceError::Unavailable {
+                        message: format!(
+                            "shard {}: {MAX_EXPIRED_IN_A_ROW} shard iterators expired in a row",
+                            self.shard
+                        ),
+                    }));
+                }
+                Ok(())
+            }
+            Err(ApiError::Source(e)) => Err(self.failed(e)),
+        }
+    }
+
+    /// De-aggregates one Kinesis record into `pending`, dropping what the cursor already passed.
+    fn accept(&mut self, raw: RawRecord) -> Result<(), SourceError> {
+        let seq =
+            SequenceNumber::try_new(&raw.sequence_number).map_err(|e| SourceError::Fatal {
+                message: format!("shard {}: the service returned {e}", self.shard),
+            })?;
+        let read_at = std::time::Instant::now();
+        let arrival_ms = raw.arrival_ms.unwrap_or_else(now_ms);
+        let record = |position: SequenceNumber, key: String, payload: Vec<u8>| SourceRecord {
+            shard: self.shard.clone(),
+            position: Position::Sequence(position),
+            key: Some(key.into_bytes()),
+            payload,
+            arrival_ms,
+            read_at,
+        };
+        let mut out: Vec<SourceRecord> = Vec::new();
+        let last = match kpl::deaggregate(&raw.data) {
+            None => {
+                if self.cursor.admits(&seq) {
+                    out.push(record(seq.clone(), raw.partition_key, raw.data));
+                }
+                seq
+            }
+            Some(users) => {
+                let num = users.len() as u64;
+                for (i, user) in users.into_iter().enumerate() {
+                    let position = seq.clone().with_sub_sequence(i as u64);
+                    if self.cursor.admits(&position) {
+                        out.push(record(position, user.partition_key, user.data));
+                    }
+                }
+                match num {
+                    // An aggregate without user records: continue after the Kinesis record.
+                    0 => seq,
+                    n => seq.with_sub_sequence(n - 1),
+                }
+            }
+        };
+        if self.cursor.admits(&last) {
+            self.cursor = Cursor::After(last);
+        }
+        self.pending.extend(out);
+        Ok(())
+    }
+
+    fn take(&mut self, max_records: usize) -> Vec<SourceRecord> {
+        let n = max_records.max(1).min(self.pending.len());
+        self.pending.drain(..n).collect()
+    }
+}
+
+#[async_trait]
+impl ShardReader for KinesisShardReader {
+    async fn next_batch(
+        &mut self,
+        max_records: usize,
+        wait: Duration,
+    ) -> Result<Vec<SourceRecord>, SourceError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if !self.pending.is_empty() {
+                return Ok(self.take(max_records));
+            }
+            if self.ended {
+                return Ok(Vec::new());
+            }
+            if self.next_call_at > Instant::now() {
+                if self.next_call_at > deadline {
+                    tokio::time::sleep_until(deadline).await;
+                    return Ok(Vec::new());
+                }
+                tokio::time::sleep_until(self.next_call_at).await;
+            }
+            self.fetch().await?;
+            if self.pending.is_empty() && !self.ended && Instant::now() >= deadline {
+                return Ok(Vec::new());
+            }
+        }
+    }
+
+    fn lag(&self) -> Option<Lag> {
+        self.lag_ms.map(Lag::Millis)
+    }
+
+    fn shard_ended(&self) -> bool {
+        self.ended && self.pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;

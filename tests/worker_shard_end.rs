@@ -1,0 +1,181 @@
+//! Component test of Kinesis resharding through the worker, the committer and the lease manager
+//! with the in-memory source (DESIGN.md protocol step 8): a closed shard is handed off with a
+//! range ending at SHARD_END (with rows, or with none when nothing was read since its checkpoint),
+//! the commit stores SHARD_END in `floe.checkpoints` and in the lease's checkpoint hint, and only
+//! then does the lease manager take the child shard.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floe::commit::{table_checkpoints, Committer};
+use floe::dlq::LocalDlq;
+use floe::events::event_json;
+use floe::lease::{
+    BatchStore, LeaseKey, LeaseManager, LeaseManagerConfig, LeaseSpec, LeaseStore, SqliteLeaseStore,
+};
+use floe::model::{Position, ShardId};
+use floe::source::memory::MemorySource;
+use floe::source::Source;
+use floe::worker::{ChannelIo, ChannelWorker};
+use tokio_util::sync::CancellationToken;
+
+const BASE: i64 = 1_783_627_200_000;
+
+fn append(source: &MemorySource, shard: &ShardId, ids: std::ops::Range<u64>) {
+    for id in ids {
+        source.append(
+            shard,
+            Some(id.to_string().into_bytes()),
+            event_json(id, 3, BASE, 1).into_bytes(),
+            BASE,
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let (catalog, ident, schema) = common::event_table(dir.path(), "rs").await;
+    let store = Arc::new(
+        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+            .await
+            .unwrap(),
+    );
+    let (p, q, c) = (
+        ShardId("shardId-p".into()),
+        ShardId("shardId-q".into()),
+        ShardId("shardId-c".into()),
+    );
+    let source = Arc::new(MemorySource::new());
+    source.add_shard(p.clone(), Vec::new());
+    source.add_shard(q.clone(), Vec::new());
+    source.add_shard(c.clone(), vec![p.clone(), q.clone()]);
+    // p is closed from the start; q is closed only after its records are committed, so its end
+    // comes in a batch of its own with no rows.
+    append(&source, &p, 0..5);
+    source.close(&p);
+    append(&source, &q, 100..103);
+    let specs: Vec<LeaseSpec> = source
+        .list_shards()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| LeaseSpec::new(LeaseKey::Shard(s.id)).with_parents(s.parents))
+        .collect();
+    store.ensure_leases("rs", &specs).await.unwrap();
+
+    let mut manager = LeaseManager::new(
+        store.clone(),
+        LeaseManagerConfig::new("rs", "w1", Duration::from_secs(30)),
+    );
+    manager.tick().await.unwrap();
+    let held = manager.held();
+    assert!(held.shards.contains_key(&p) && held.shards.contains_key(&q));
+    assert!(
+        !held.shards.contains_key(&c),
+        "a child waits for its parents' SHARD_END"
+    );
+    let epoch = held.committer.as_ref().unwrap().lease_counter;
+
+    let settings = common::worker_settings("rs", Duration::from_millis(300));
+    let dlq = LocalDlq::new(dir.path().join("dlq"), "rs");
+    let src: Arc<dyn Source> = source.clone();
+    let batches: Arc<dyn BatchStore> = store.clone();
+    let io = ChannelIo {
+        source: src,
+        catalog: catalog.clone(),
+        ident: ident.clone(),
+        schema,
+        dlq: dlq.clone().into(),
+    };
+    let mut worker = ChannelWorker::new(settings, io, batches, manager.subscribe());
+    let stop = CancellationToken::new();
+    let worker_task = {
+        let stop = stop.clone();
+        tokio::spawn(async move { worker.run(stop, Duration::from_secs(2)).await })
+    };
+    let committer = Committer::new(
+        "rs",
+        ident.clone(),
+        catalog.clone(),
+        store.clone(),
+        store.clone(),
+        dlq,
+        epoch,
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut q_closed, mut child_fed) = (false, false);
+    loop {
+        committer.run_round().await.unwrap();
+        manager.tick().await.unwrap();
+        let cp = table_checkpoints(&catalog.load_table(&ident).await.unwrap()).unwrap();
+        if !q_closed && cp.get(&q) == Some(&Position::Offset(2)) {
+            source.close(&q);
+            q_closed = true;
+        }
+        let parents_ended =
+            cp.get(&p) == Some(&Position::ShardEnd) && cp.get(&q) == Some(&Position::ShardEnd);
+        if manager.held().shards.contains_key(&c) {
+            assert!(
+                parents_ended,
+                "child leased before its parents ended: {cp:?}"
+            );
+            if !child_fed {
+                append(&source, &c, 200..204);
+                child_fed = true;
+            }
+        }
+        if cp.get(&c) == Some(&Position::Offset(3)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "resharding stalled: checkpoints {cp:?}, q closed {q_closed}, child fed {child_fed}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    worker_task.await.unwrap().unwrap();
+
+    let table = catalog.load_table(&ident).await.unwrap();
+    let mut ids = floe::quickstart::table_ids(&table).await.unwrap();
+    ids.sort();
+    let expected: Vec<i64> = (0..5).chain(100..103).chain(200..204).collect();
+    assert_eq!(ids, expected, "every record exactly once");
+    // q's end was committed on its own: a range (2, SHARD_END] with no rows.
+    let ranges: Vec<String> = table
+        .metadata()
+        .snapshots()
+        .filter_map(|s| {
+            s.summary()
+                .additional_properties
+                .get("floe.ranges")
+                .cloned()
+        })
+        .collect();
+    assert!(
+        ranges
+            .iter()
+            .any(|r| r.contains(r#""shardId-q":["(2,SHARD_END]"]"#)),
+        "{ranges:?}"
+    );
+    assert!(
+        ranges
+            .iter()
+            .any(|r| r.contains(r#""shardId-p":["(,SHARD_END]"]"#)),
+        "{ranges:?}"
+    );
+    // The committer told the lease store: the parents are finished.
+    for lease in store.list_leases("rs").await.unwrap() {
+        match lease.key.shard_id() {
+            Some(s) if *s == p || *s == q => {
+                assert_eq!(lease.checkpoint_hint, Some(Position::ShardEnd), "{s}")
+            }
+            _ => {}
+        }
+    }
+    assert!(store.list_pending("rs").await.unwrap().is_empty());
+}
