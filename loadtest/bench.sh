@@ -60,8 +60,11 @@ in_bytes=$(stat -c %s "$input")
 echo "input: $input ($n Event records, $in_bytes bytes, $((in_bytes / n)) B/record, floe-loadgen seed 42)"
 
 figures() { # JSON line, rss KiB -> "records/s R, input MB/s M, peak RSS K MiB"
-  "$py" -c 'import json,sys; d=json.loads(sys.argv[1]); b=int(sys.argv[2]); r=int(sys.argv[3])
-print(f"records/s {d[\"records_per_s\"]:,.0f}, input MB/s {b/d[\"work_s\"]/1e6:.1f}, peak RSS {r/1024:.0f} MiB, work {d[\"work_s\"]:.2f} s")' "$1" "$in_bytes" "$2"
+  "$py" - "$1" "$in_bytes" "$2" <<'PY'
+import json, sys
+d, b, r = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3] or 0)
+print(f"records/s {d['records_per_s']:,.0f}, input MB/s {b / d['work_s'] / 1e6:.1f}, peak RSS {r / 1024:.0f} MiB, work {d['work_s']:.2f} s")
+PY
 }
 
 # ---- 1. conversion, one core ------------------------------------------------------------------------
@@ -123,8 +126,8 @@ name = "bench"
 EOF
   local start_ns pid rc=0
   start_ns=$(date +%s%N)
-  RUST_LOG=warn taskset -c "$cpus" /usr/bin/time -f 'peak_rss_kib %M' -o "$d/rss" \
-    "$floe" run --config "$d/floe.toml" 2>"$d/worker.log" &
+  # taskset execs floe: $! is the worker itself (its VmHWM is read before it is stopped)
+  RUST_LOG=warn taskset -c "$cpus" "$floe" run --config "$d/floe.toml" >/dev/null 2>"$d/worker.log" &
   pid=$!; pids+=("$pid")
   # Poll the catalog's metadata pointer (no PyIceberg: cheap) until every record is committed.
   "$py" - "$d" "$n" "$start_ns" 600 >"$d/result.json" <<'PY' || rc=$?
@@ -156,18 +159,22 @@ steady = None
 if len(snaps) >= 2:  # records committed before the last snapshot, over the time they took
     before_last = int(snaps[-2]["summary"].get("total-records", 0))
     steady_s = (snaps[-2]["timestamp-ms"] * 1e6 - start_ns) / 1e9
-    steady = before_last / steady_s if steady_s > 0 else None
+    steady = before_last / steady_s if steady_s > 0 and before_last > 0 else None
 print(json.dumps({"records": total, "seconds": done_s, "records_per_s": total / done_s,
                   "steady_records_per_s": steady, "snapshots": len(snaps), "first_commit_s": first_s}))
 PY
+  local rss; rss=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status" 2>/dev/null || echo 0)
   kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" || true
-  local rss; rss=$(sed -n 's/^peak_rss_kib //p' "$d/rss" 2>/dev/null || echo 0)
   if [ "$rc" != 0 ]; then echo "e2e buffer_size $buf cpus $cpus: FAILED $(cat "$d/result.json") (log $d/worker.log)"; return 1; fi
-  "$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); rss=int(sys.argv[2] or 0); b=sys.argv[3]; c=sys.argv[4]
-st = f"{r[\"steady_records_per_s\"]:,.0f}" if r["steady_records_per_s"] else "n/a"
-print(f"e2e mock Kafka -> Iceberg, 1 worker, cpus {c}, buffer_size {b}: {r[\"records\"]} records in {r[\"seconds\"]:.1f} s = {r[\"records_per_s\"]:,.0f} records/s (steady before the last flush {st} records/s, {r[\"snapshots\"]} snapshots); peak RSS {rss/1024:.0f} MiB")' \
-    "$d/result.json" "$rss" "$buf" "$cpus"
+  "$py" - "$d/result.json" "$rss" "$buf" "$cpus" <<'PY'
+import json, sys
+r, rss, b, c = json.load(open(sys.argv[1])), int(sys.argv[2] or 0), sys.argv[3], sys.argv[4]
+st = f"{r['steady_records_per_s']:,.0f}" if r["steady_records_per_s"] else "n/a"
+print(f"e2e mock Kafka -> Iceberg, 1 worker, cpus {c}, buffer_size {b}: {r['records']} records in {r['seconds']:.1f} s"
+      f" = {r['records_per_s']:,.0f} records/s (steady before the last flush {st} records/s, {r['snapshots']} snapshots);"
+      f" peak RSS {rss / 1024:.0f} MiB")
+PY
 }
 e2e_ok=0
 IFS=, read -ra bufs <<<"$buffers"

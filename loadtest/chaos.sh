@@ -49,7 +49,7 @@ else
   duration="${duration:-240}" records="${records:-200000}" drain_timeout="${drain_timeout:-240}"
 fi
 lease_s=4                          # lease_duration; a SIGSTOP lasts lease_s + 2 s
-fault_every=$(( duration / 26 )); [ "$fault_every" -ge 3 ] || fault_every=3
+fault_every=$(( duration / 26 )); [ "$fault_every" -ge 3 ] || fault_every=3   # plus each fault's own time
 rate=$(( records * 10 / (duration * 9) + 1 ))   # production ends at ~90% of the fault window
 RANDOM=$seed
 
@@ -90,6 +90,17 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- source and configuration ---------------------------------------------------------------------
+# The emulators' endpoint: FLOE_TEST_AWS_ENDPOINT when set (scripts/test.sh exports it), else
+# deploy/local/aws-emulators.sh starts them (if needed) and gives it.
+aws_env() {
+  if [ -z "${FLOE_TEST_AWS_ENDPOINT:-}" ]; then
+    "$root/deploy/local/aws-emulators.sh" status >/dev/null 2>&1 || "$root/deploy/local/aws-emulators.sh" start >&2
+    eval "$("$root/deploy/local/aws-emulators.sh" env)"
+  fi
+  export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
+  export AWS_REGION="${AWS_REGION:-us-east-1}" AWS_EC2_METADATA_DISABLED=true
+  endpoint="$FLOE_TEST_AWS_ENDPOINT"
+}
 channel=chaos
 uniq="$(date +%s)-$$"
 aws_block="" lease_block="" source_block="" wh="$dir/warehouse" dlq_block=""
@@ -106,11 +117,7 @@ path = \"$dir/leases.sqlite\""
   topic = \"events\"
   initial_position = \"earliest\""
 else
-  if ! "$root/deploy/local/aws-emulators.sh" status >/dev/null 2>&1; then
-    "$root/deploy/local/aws-emulators.sh" start
-  fi
-  eval "$("$root/deploy/local/aws-emulators.sh" env)"
-  endpoint="$FLOE_TEST_AWS_ENDPOINT"
+  aws_env
   stream="chaos-$uniq"
   lease_table="floe-chaos-$uniq"
   "$py" - "$endpoint" "$stream" <<'PY'
@@ -138,7 +145,7 @@ dlq_location="$dir/dlq"
 dlq_block="kind = \"local\"
   path = \"$dir/dlq\""
 if [ "$warehouse" = s3 ]; then
-  [ "$source_kind" = kinesis ] || { eval "$("$root/deploy/local/aws-emulators.sh" env)"; endpoint="$FLOE_TEST_AWS_ENDPOINT"; aws_block="[aws]
+  [ "$source_kind" = kinesis ] || { aws_env; aws_block="[aws]
 region = \"us-east-1\"
 endpoint_url = \"$endpoint\"
 "; }
@@ -261,10 +268,12 @@ PY
 split_at=$(( duration / 3 )) merge_at=$(( 2 * duration / 3 )) split_done=0 merge_done=0
 end=$(( SECONDS + duration ))
 while [ "$SECONDS" -lt "$end" ]; do
-  sleep $(( fault_every / 2 + RANDOM % fault_every ))
+  sleep $(( 1 + RANDOM % (fault_every / 2 + 1) ))
   [ "$SECONDS" -lt "$end" ] || break
-  # dead workers come back first (a restart after a kill)
-  while w=$(pick dead); do start_worker "$w"; say "restarted $w"; done
+  # dead workers come back first (a restart after a kill), and get 2 s to start up
+  restarted=0
+  while w=$(pick dead); do start_worker "$w"; say "restarted $w"; restarted=1; done
+  [ "$restarted" = 0 ] || sleep 2
   elapsed=$(( SECONDS - t0 ))
   if [ "$source_kind" = kinesis ] && [ "$split_done" = 0 ] && [ "$elapsed" -ge "$split_at" ]; then
     fault reshard "$(reshard split)"; split_done=1; continue
@@ -313,8 +322,9 @@ for w in "${workers[@]}"; do
 done
 say "workers stopped; verifying"
 vrc=0
-"${verify[@]}" --json "$dir/verify.json" || vrc=$?
-summary=$("$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(f"records {d[\"records\"]}, delivered {d[\"delivered\"]}, dead-lettered {d[\"dead_lettered\"]}, missing {d[\"missing\"]}, duplicated {d[\"duplicated\"]}, wrong-hour {d[\"wrong_hour\"]}")' "$dir/verify.json" 2>/dev/null || echo "verify produced no figures")
+"${verify[@]}" >"$dir/verify.out" 2>&1 || vrc=$?
+cat "$dir/verify.out"
+summary=$(grep '^records ' "$dir/verify.out" || echo "verify produced no figures")
 kinds=""; for k in "${!fault_counts[@]}"; do kinds+="$k=${fault_counts[$k]} "; done
 echo "chaos: $source_kind ($warehouse warehouse) $summary, faults $faults (${kinds% }), $((SECONDS - t0)) s"
 if [ "$vrc" = 0 ] && [ "$stop_rc" = 0 ] && [ "$lg_rc" = 0 ]; then chaos_ok=1; echo "chaos: PASS"; exit 0; fi
