@@ -238,9 +238,20 @@ declare -A fault_counts=()
 fault() { faults=$((faults + 1)); fault_counts[$1]=$(( ${fault_counts[$1]:-0} + 1 )); say "fault $faults: $1 $2"; }
 sigkill() { kill -KILL "${wpid[$1]}" 2>/dev/null || true; wait "${wpid[$1]}" 2>/dev/null || true; wstate[$1]=dead; }
 pause_past_expiry() {
-  kill -STOP "${wpid[$1]}"; wstate[$1]=stopped
+  kill -STOP "${wpid[$1]}" 2>/dev/null || return 0; wstate[$1]=stopped
   sleep $((lease_s + 2))
-  kill -CONT "${wpid[$1]}"; wstate[$1]=running
+  kill -CONT "${wpid[$1]}" 2>/dev/null || true; wstate[$1]=running
+}
+unexpected_exits=0
+reap() { # a running worker that exited by itself is reported and restarted like a killed one
+  local w rc
+  for w in "${workers[@]}"; do
+    if [ "${wstate[$w]}" = running ] && ! kill -0 "${wpid[$w]}" 2>/dev/null; then
+      rc=0; wait "${wpid[$w]}" || rc=$?
+      say "warning: $w exited by itself with status $rc (log $dir/$w.log)"
+      unexpected_exits=$((unexpected_exits + 1)); wstate[$w]=dead
+    fi
+  done
 }
 reshard() { # split | merge, with boto3 (no aws CLI needed)
   "$py" - "$endpoint" "$stream" "$1" <<'PY'
@@ -270,6 +281,7 @@ end=$(( SECONDS + duration ))
 while [ "$SECONDS" -lt "$end" ]; do
   sleep $(( 1 + RANDOM % (fault_every / 2 + 1) ))
   [ "$SECONDS" -lt "$end" ] || break
+  reap
   # dead workers come back first (a restart after a kill), and get 2 s to start up
   restarted=0
   while w=$(pick dead); do start_worker "$w"; say "restarted $w"; restarted=1; done
@@ -291,11 +303,12 @@ while [ "$SECONDS" -lt "$end" ]; do
        if [ -n "$c" ] && [ "${wstate[$c]:-}" = running ]; then fault sigstop-committer "$c for $((lease_s + 2))s"; pause_past_expiry "$c"
        else w=$(pick running) || continue; fault sigstop "$w for $((lease_s + 2))s"; pause_past_expiry "$w"; fi ;;
     5) w=$(pick running) || continue; fault restart "$w (SIGTERM, drain, start)"
-       kill -TERM "${wpid[$w]}"; rc=0; wait "${wpid[$w]}" || rc=$?
+       kill -TERM "${wpid[$w]}" 2>/dev/null || true; rc=0; wait "${wpid[$w]}" || rc=$?
        [ "$rc" = 0 ] || say "warning: $w exited $rc on SIGTERM"
        start_worker "$w" ;;
   esac
 done
+reap
 for w in "${workers[@]}"; do [ "${wstate[$w]}" = dead ] && { start_worker "$w"; say "restarted $w"; }; done
 if [ "$source_kind" = kinesis ]; then
   [ "$split_done" = 1 ] || { fault reshard "$(reshard split)"; }
@@ -315,9 +328,16 @@ say "draining (at most ${drain_timeout}s)"
 tail -1 "$dir/drain.log" | sed 's/^/chaos: /'
 stop_rc=0
 for w in "${workers[@]}"; do kill -TERM "${wpid[$w]}" 2>/dev/null || true; done
+stop_t=$SECONDS
 for w in "${workers[@]}"; do
+  # bounded: shutdown_timeout (30 s) + 15 s, then SIGKILL and a failure
+  while kill -0 "${wpid[$w]}" 2>/dev/null && [ $((SECONDS - stop_t)) -lt 45 ]; do sleep 0.2; done
+  if kill -0 "${wpid[$w]}" 2>/dev/null; then
+    say "$w still running 45 s after SIGTERM: SIGKILL (log $dir/$w.log)"; kill -KILL "${wpid[$w]}"; stop_rc=1
+  fi
   rc=0; wait "${wpid[$w]}" || rc=$?
   wstate[$w]=dead
+  say "$w exited $rc, $((SECONDS - stop_t)) s after SIGTERM"
   [ "$rc" = 0 ] || { say "warning: $w exited $rc on SIGTERM (log $dir/$w.log)"; stop_rc=1; }
 done
 say "workers stopped; verifying"
@@ -326,7 +346,7 @@ vrc=0
 cat "$dir/verify.out"
 summary=$(grep '^records ' "$dir/verify.out" || echo "verify produced no figures")
 kinds=""; for k in "${!fault_counts[@]}"; do kinds+="$k=${fault_counts[$k]} "; done
-echo "chaos: $source_kind ($warehouse warehouse) $summary, faults $faults (${kinds% }), $((SECONDS - t0)) s"
+echo "chaos: $source_kind ($warehouse warehouse) $summary, faults $faults (${kinds% }), workers that exited by themselves $unexpected_exits, $((SECONDS - t0)) s"
 if [ "$vrc" = 0 ] && [ "$stop_rc" = 0 ] && [ "$lg_rc" = 0 ]; then chaos_ok=1; echo "chaos: PASS"; exit 0; fi
 echo "chaos: FAIL (verify $vrc, worker stop $stop_rc, loadgen $lg_rc); logs in $dir"
 exit 1
