@@ -14,18 +14,22 @@
 #
 #   loadtest/bench.sh [--records N] [--work DIR] [--buffers 16MiB,64MiB,256MiB] [--quick] [N [DIR]]
 #   --quick: 50,000 records, one e2e run (16MiB), pyarrow once: proves it works in about a minute.
+#   --e2e-only: skip the conversion benchmark. --bad-share F: that share of the records are bad
+#   (DLQ entries; implies --e2e-only): the memory bound when the DLQ, not the table, takes the load.
 # Binaries: $FLOE_BIN, $FLOE_LOADGEN_BIN, $FLOE_MOCK_KAFKA_BIN, else $CARGO_TARGET_DIR/release
 # (cargo build --release --bins), or /debug with --quick when no release build exists.
 # Needs pyarrow (the .venv of scripts/test.sh), taskset and GNU time (/usr/bin/time).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-n=1000000 work=/tmp/floe-bench buffers="16MiB,64MiB,256MiB" quick=0 pos=0
+n=1000000 work=/tmp/floe-bench buffers="16MiB,64MiB,256MiB" quick=0 pos=0 e2e_only=0 bad_share=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --records) n="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --buffers) buffers="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
+    --e2e-only) e2e_only=1; shift ;;
+    --bad-share) bad_share="$2"; e2e_only=1; shift 2 ;;
     -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) if [ "$pos" = 0 ]; then n="$1"; else work="$1"; fi; pos=$((pos + 1)); shift ;;
   esac
@@ -53,8 +57,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- dataset --------------------------------------------------------------------------------------
-gen=(--records "$n" --seed 42 --spread-hours 3 --bad-share 0)
-input="$work/events-$n.ndjson"
+gen=(--records "$n" --seed 42 --spread-hours 3 --bad-share "$bad_share")
+input="$work/events-$n-bad$bad_share.ndjson"
 [ -f "$input" ] || "$loadgen" file --output "$input" "${gen[@]}" --progress-s 0 >/dev/null
 in_bytes=$(stat -c %s "$input")
 echo "input: $input ($n Event records, $in_bytes bytes, $((in_bytes / n)) B/record, floe-loadgen seed 42)"
@@ -68,6 +72,7 @@ PY
 }
 
 # ---- 1. conversion, one core ------------------------------------------------------------------------
+if [ "$e2e_only" = 0 ]; then
 rm -rf "$work/floe-out"
 floe_line=$(taskset -c 0 /usr/bin/time -f 'peak_rss_kib %M' "$floe" bench convert \
   --schema "$root/config/event.schema.json" --partition-field event_time \
@@ -80,6 +85,7 @@ py_line=$(taskset -c 0 /usr/bin/time -f 'peak_rss_kib %M' "$py" "$root/loadtest/
 py_rss=$(sed -n 's/^peak_rss_kib //p' "$work/py.rss")
 echo "pyarrow read_json+write_table (1 thread): $(figures "$py_line" "$py_rss")"
 echo "  $py_line"
+fi
 
 # ---- 2. end to end through Kafka ------------------------------------------------------------------
 coproc BROKER { exec "$mock_kafka" --topic events --partitions 4 --exit-on-stdin-eof 2>"$work/broker.log"; }
@@ -144,10 +150,16 @@ def meta():
         return None
     with open(row[0].removeprefix("file://")) as f:
         return json.load(f)
+def dlq_entries():
+    p = os.path.join(d, "dlq", "bench")
+    if not os.path.isdir(p):
+        return 0
+    return sum(sum(1 for _ in open(os.path.join(p, f))) for f in os.listdir(p) if f.endswith(".jsonl"))
 while True:
     m = meta()
     snaps = sorted((m or {}).get("snapshots", []), key=lambda s: s["sequence-number"])
     total = int(snaps[-1]["summary"].get("total-records", 0)) if snaps else 0
+    total += dlq_entries()
     if total >= n:
         break
     if time.time_ns() - start_ns > bound * 1e9:
@@ -181,7 +193,7 @@ IFS=, read -ra bufs <<<"$buffers"
 for b in "${bufs[@]}"; do e2e "$b" 0 || e2e_ok=1; done
 if [ "$two_cores" = 1 ]; then e2e "${bufs[-1]}" 0,1 || e2e_ok=1; fi
 
-"$py" - "$floe_line" "$py_line" <<'PY'
+[ "$e2e_only" = 1 ] || "$py" - "$floe_line" "$py_line" <<'PY'
 import json, sys
 f, p = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 print(f"ratio floe/pyarrow records_per_s = {f['records_per_s'] / p['records_per_s']:.2f}")
