@@ -63,6 +63,8 @@ struct EventFields {
     tier: String,
     tags: String,
     attrs: String,
+    /// Further `,"key":value` members appended before the closing brace (the wide shape).
+    extra: String,
 }
 
 impl EventFields {
@@ -98,6 +100,7 @@ impl EventFields {
             tier: (next() % 11).to_string(),
             tags: format!("[{}]", tags.join(",")),
             attrs: format!("{{{}}}", attrs.join(",")),
+            extra: String::new(),
         }
     }
 
@@ -111,8 +114,8 @@ impl EventFields {
             out.push_str(&format!(",\"value\":{v}"));
         }
         out.push_str(&format!(
-            ",\"amount\":{},\"user\":{{\"country\":{},\"tier\":{}}},\"tags\":{},\"attrs\":{}}}",
-            self.amount, self.country, self.tier, self.tags, self.attrs
+            ",\"amount\":{},\"user\":{{\"country\":{},\"tier\":{}}},\"tags\":{},\"attrs\":{}{}}}",
+            self.amount, self.country, self.tier, self.tags, self.attrs, self.extra
         ));
         out
     }
@@ -130,6 +133,157 @@ impl EventFields {
 /// `event_time` is RFC 3339 UTC with microseconds.
 pub fn event_json(id: u64, seed: u64, base_time_ms: i64, spread_hours: u32) -> String {
     EventFields::generate(id, seed, base_time_ms, spread_hours).render()
+}
+
+/// The shape of generated records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Shape {
+    /// The 8-field `Event` of `config/event.schema.json` (about 150–200 bytes).
+    Event,
+    /// `Event` plus 32 more top-level fields — 40 columns, nested structs, lists of structs and
+    /// maps, uuid, date, time, decimals — `config/wide.schema.json` (about 1.1–1.4 KB).
+    Wide,
+}
+
+const CURRENCIES: &[&str] = &["EUR", "USD", "JPY", "GBP"];
+const OSES: &[&str] = &["android", "ios", "linux", "windows", "macos"];
+const CITIES: &[&str] = &["Berlin", "Paris", "Tokyo", "Lagos", "Lima", "Pune", "Oslo"];
+
+/// The 32 fields the wide shape adds to an `Event`, as `,"key":value` members.
+fn wide_extra(id: u64, seed: u64, micros: u64) -> String {
+    let mut s = stream(id, seed ^ 0x0001_1DE0);
+    let mut n = || splitmix64(&mut s);
+    let uuid = {
+        let (a, b) = (n(), n());
+        format!(
+            "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+            a >> 32,
+            (a >> 16) & 0xffff,
+            a & 0xfff,
+            0x8000 | (b >> 48) & 0x3fff,
+            b & 0xffff_ffff_ffff
+        )
+    };
+    let days = (micros / 86_400_000_000) as i64;
+    let (y, m, d) = crate::convert::time::civil_from_days(days);
+    let sod = (micros / 1_000_000) % 86_400;
+    let num_items = 1 + n() % 3;
+    let items: Vec<String> = (0..num_items)
+        .map(|i| {
+            let c = n() % 100_000;
+            format!(
+                "{{\"sku\":\"sku-{i}-{}\",\"qty\":{},\"price\":{}.{:02}}}",
+                n() % 10_000,
+                1 + n() % 9,
+                c / 100,
+                c % 100
+            )
+        })
+        .collect();
+    let referrer = if n() % 4 == 0 {
+        "null".to_string()
+    } else {
+        format!("\"https://ref.example/{}\"", n() % 1000)
+    };
+    let campaign = if n() % 3 == 0 {
+        "null".to_string()
+    } else {
+        format!("\"cmp-{}\"", n() % 50)
+    };
+    let p = n() % 100_000_000;
+    format!(
+        concat!(
+            ",\"session_id\":\"{uuid}\",\"event_date\":\"{y:04}-{m:02}-{d:02}\",\"is_test\":{is_test}",
+            ",\"count\":{count},\"duration_ms\":{duration},\"score\":{score:?},\"price\":{pi}.{pf:04}",
+            ",\"currency\":\"{currency}\",\"url\":\"https://shop.example/p/{page}\",\"referrer\":{referrer}",
+            ",\"ip\":\"10.{i1}.{i2}.{i3}\",\"user_agent\":\"Mozilla/5.0 (X11; Linux x86_64) floe-loadgen/{ua}\"",
+            ",\"device\":{{\"type\":\"{dtype}\",\"os\":\"{os}\",\"version\":\"{v1}.{v2}\",\"screen\":{{\"w\":{w},\"h\":{h}}}}}",
+            ",\"geo\":{{\"lat\":{lat:?},\"lon\":{lon:?},\"city\":\"{city}\",\"country\":\"{gc}\"}}",
+            ",\"items\":[{items}],\"metrics\":{{\"m0\":{m0:?},\"m1\":{m1:?}}},\"flags\":[{f0},{f1}]",
+            ",\"ratio\":{ratio:?},\"level\":{level},\"category\":\"cat-{cat}\",\"subcategory\":\"sub-{sub}\"",
+            ",\"campaign\":{campaign},\"experiment\":{{\"name\":\"exp-{exp}\",\"variant\":\"{variant}\"}}",
+            ",\"latency_us\":{latency},\"bytes_in\":{bin},\"bytes_out\":{bout},\"retries\":{retries}",
+            ",\"status_code\":{status},\"local_time\":\"{hh:02}:{mm:02}:{ss:02}Z\"",
+            ",\"payload_hash\":\"{hash:016x}\",\"notes\":\"note {notes}\",\"labels\":{{\"team\":\"t{team}\",\"env\":\"prod\"}}"
+        ),
+        uuid = uuid,
+        y = y,
+        m = m,
+        d = d,
+        is_test = n() % 10 == 0,
+        count = n() % 1_000_000,
+        duration = n() % 10_000_000_000,
+        score = (n() % 1_000_000) as f64 / 1000.0,
+        pi = p / 10_000,
+        pf = p % 10_000,
+        currency = CURRENCIES[(n() % CURRENCIES.len() as u64) as usize],
+        page = n() % 100_000,
+        referrer = referrer,
+        i1 = n() % 256,
+        i2 = n() % 256,
+        i3 = n() % 256,
+        ua = n() % 100,
+        dtype = if n() % 2 == 0 { "mobile" } else { "desktop" },
+        os = OSES[(n() % OSES.len() as u64) as usize],
+        v1 = n() % 20,
+        v2 = n() % 10,
+        w = 320 + n() % 3000,
+        h = 480 + n() % 2000,
+        lat = (n() % 180_000) as f64 / 1000.0 - 90.0,
+        lon = (n() % 360_000) as f64 / 1000.0 - 180.0,
+        city = CITIES[(n() % CITIES.len() as u64) as usize],
+        gc = COUNTRIES[(n() % COUNTRIES.len() as u64) as usize],
+        items = items.join(","),
+        m0 = (n() % 10_000) as f64 / 10.0,
+        m1 = (n() % 10_000) as f64 / 100.0,
+        f0 = n() % 2 == 0,
+        f1 = n() % 2 == 0,
+        ratio = (n() % 1000) as f64 / 1000.0,
+        level = n() % 6,
+        cat = n() % 20,
+        sub = n() % 200,
+        campaign = campaign,
+        exp = n() % 5,
+        variant = if n() % 2 == 0 { "a" } else { "b" },
+        latency = n() % 5_000_000,
+        bin = n() % 1_000_000_000,
+        bout = n() % 1_000_000_000,
+        retries = n() % 11,
+        status = 100 + n() % 500,
+        hh = sod / 3600,
+        mm = (sod % 3600) / 60,
+        ss = sod % 60,
+        hash = n(),
+        notes = n() % 1_000_000,
+        team = n() % 30,
+    )
+}
+
+/// A valid record of `shape` as JSON text, deterministic in its arguments (see [`event_json`]).
+pub fn shaped_json(
+    shape: Shape,
+    id: u64,
+    seed: u64,
+    base_time_ms: i64,
+    spread_hours: u32,
+) -> String {
+    let mut f = EventFields::generate(id, seed, base_time_ms, spread_hours);
+    if shape == Shape::Wide {
+        f.extra = wide_extra(id, seed, (base_time_ms.max(0) as u64) * 1000);
+    }
+    f.render()
+}
+
+/// A bad record of `kind` and `shape` for `id`, and the DLQ code floe must give it (see
+/// [`bad_event`]; the wide shape breaks the same `Event` field and carries the wide fields).
+pub fn shaped_bad(shape: Shape, id: u64, kind: BadKind) -> (Vec<u8>, &'static str) {
+    if shape == Shape::Event || kind == BadKind::NotJson {
+        return bad_event(id, kind);
+    }
+    let mut f = EventFields::generate(id, 0xBAD, BAD_BASE_TIME_MS, 1);
+    f.extra = wide_extra(id, 0xBAD, (BAD_BASE_TIME_MS as u64) * 1000);
+    mutate(&mut f, kind);
+    (f.render().into_bytes(), kind.expected_code())
 }
 
 /// A kind of bad record, each landing in the DLQ with a known code.
@@ -163,6 +317,24 @@ impl BadKind {
         BadKind::AmountTooPrecise,
     ];
 
+    /// The kind's name on the command line and in manifests (`not_json`, `missing_value`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            BadKind::NotJson => "not_json",
+            BadKind::MissingValue => "missing_value",
+            BadKind::MissingEventTime => "missing_event_time",
+            BadKind::ValueAsString => "value_as_string",
+            BadKind::TierOutOfRange => "tier_out_of_range",
+            BadKind::EventTimeWithoutOffset => "event_time_without_offset",
+            BadKind::AmountTooPrecise => "amount_too_precise",
+        }
+    }
+
+    /// The kind named `name` ([`BadKind::name`]).
+    pub fn from_name(name: &str) -> Option<BadKind> {
+        BadKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// The DLQ error code floe must give a record of this kind (DESIGN.md, "DLQ error codes").
     pub fn expected_code(self) -> &'static str {
         match self {
@@ -182,35 +354,30 @@ const BAD_BASE_TIME_MS: i64 = 1_783_627_200_000;
 /// carry `"id": id`; a [`BadKind::NotJson`] record names the id in its text (and, like every
 /// record, in its key).
 pub fn bad_event(id: u64, kind: BadKind) -> (Vec<u8>, &'static str) {
-    let mut f = EventFields::generate(id, 0xBAD, BAD_BASE_TIME_MS, 1);
     let text = match kind {
         BadKind::NotJson => format!("not json: id={id} {{\"id\":{id},"),
-        BadKind::MissingValue => {
-            f.value = None;
-            f.render()
-        }
-        BadKind::MissingEventTime => {
-            f.event_time = None;
-            f.render()
-        }
-        BadKind::ValueAsString => {
-            f.value = Some("\"12\"".to_string());
-            f.render()
-        }
-        BadKind::TierOutOfRange => {
-            f.tier = "99".to_string();
-            f.render()
-        }
-        BadKind::EventTimeWithoutOffset => {
-            f.event_time = Some("\"2026-07-09T20:00:00.123456\"".to_string());
-            f.render()
-        }
-        BadKind::AmountTooPrecise => {
-            f.amount = "1.234".to_string();
+        _ => {
+            let mut f = EventFields::generate(id, 0xBAD, BAD_BASE_TIME_MS, 1);
+            mutate(&mut f, kind);
             f.render()
         }
     };
     (text.into_bytes(), kind.expected_code())
+}
+
+/// Breaks the one rule of `kind` in `f` ([`BadKind::NotJson`] is not a mutation: no change).
+fn mutate(f: &mut EventFields, kind: BadKind) {
+    match kind {
+        BadKind::NotJson => {}
+        BadKind::MissingValue => f.value = None,
+        BadKind::MissingEventTime => f.event_time = None,
+        BadKind::ValueAsString => f.value = Some("\"12\"".to_string()),
+        BadKind::TierOutOfRange => f.tier = "99".to_string(),
+        BadKind::EventTimeWithoutOffset => {
+            f.event_time = Some("\"2026-07-09T20:00:00.123456\"".to_string())
+        }
+        BadKind::AmountTooPrecise => f.amount = "1.234".to_string(),
+    }
 }
 
 /// Whether record `id` of a generated stream is bad, and of which kind: about
@@ -222,6 +389,24 @@ pub fn pick_bad_kind(id: u64, seed: u64, bad_per_million: u32) -> Option<BadKind
     } else {
         None
     }
+}
+
+/// Whether record `id` is bad under per-kind shares (`(kind, parts per million)`, summing to at
+/// most 1,000,000), and of which kind; deterministic in `(id, seed)`.
+pub fn pick_bad_kind_by_share(
+    id: u64,
+    seed: u64,
+    shares_ppm: &[(BadKind, u32)],
+) -> Option<BadKind> {
+    let r = stream(id, seed ^ 0x5EED_BAD0) % 1_000_000;
+    let mut upto = 0u64;
+    for &(kind, ppm) in shares_ppm {
+        upto += u64::from(ppm);
+        if r < upto {
+            return Some(kind);
+        }
+    }
+    None
 }
 
 /// Record `id` of a generated stream with `bad_per_million` bad records: the payload and, for a

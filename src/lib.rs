@@ -38,6 +38,7 @@ pub mod dlq;
 pub mod events;
 pub mod health;
 pub mod lease;
+pub mod loadgen;
 pub mod model;
 pub mod quickstart;
 pub mod schema;

@@ -33,6 +33,23 @@ def render(v):
     return str(v)
 
 
+def open_catalog(catalog, warehouse, name="floe", s3_endpoint=""):
+    """floe's SQLite catalog with a local directory or s3:// warehouse (an emulator's endpoint)."""
+    props = {}
+    if warehouse.startswith("s3://"):
+        if s3_endpoint:
+            props = {
+                "s3.endpoint": s3_endpoint,
+                "s3.region": os.environ.get("AWS_REGION", "us-east-1"),
+                "s3.access-key-id": os.environ.get("AWS_ACCESS_KEY_ID", ""),
+                "s3.secret-access-key": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+                "s3.force-virtual-addressing": "false",
+            }
+    else:
+        warehouse = f"file://{os.path.abspath(warehouse)}"
+    return SqlCatalog(name, uri=f"sqlite:///{catalog}", warehouse=warehouse, **props)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("catalog")
@@ -42,20 +59,7 @@ def main():
     ap.add_argument("--ids", default="")
     ap.add_argument("--s3-endpoint", default="", help="S3 endpoint of an s3:// warehouse (emulator)")
     a = ap.parse_args()
-    props = {}
-    if a.warehouse.startswith("s3://"):
-        warehouse = a.warehouse
-        if a.s3_endpoint:
-            props = {
-                "s3.endpoint": a.s3_endpoint,
-                "s3.region": os.environ.get("AWS_REGION", "us-east-1"),
-                "s3.access-key-id": os.environ.get("AWS_ACCESS_KEY_ID", ""),
-                "s3.secret-access-key": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
-                "s3.force-virtual-addressing": "false",
-            }
-    else:
-        warehouse = f"file://{a.warehouse}"
-    cat = SqlCatalog(a.catalog_name, uri=f"sqlite:///{a.catalog}", warehouse=warehouse, **props)
+    cat = open_catalog(a.catalog, a.warehouse, a.catalog_name, a.s3_endpoint)
     t = cat.load_table(a.table)
     arrow = t.scan().to_arrow()
     ids = arrow.column("id").to_pylist() if arrow.num_rows else []
