@@ -276,6 +276,28 @@ impl DynamoDbLeaseStore {
         }
     }
 
+    /// Applies `update` to a lease its holder still holds (conditional on `owner` and
+    /// `lease_counter` as listed): renew and release. `:one` is bound to 1.
+    ///
+    /// Errors: [`LeaseError::Lost`] when the lease changed hands, was released, or has no owner.
+    async fn update_held(&self, lease: &Lease, update: &str) -> Result<Lease, LeaseError> {
+        let Some(owner) = &lease.owner else {
+            return Err(LeaseError::lost(lease));
+        };
+        self.update_lease(
+            lease,
+            update,
+            "#owner = :owner AND lease_counter = :counter",
+            vec![
+                (":one", n(1)),
+                (":owner", AttributeValue::S(owner.clone())),
+                (":counter", n(lease.lease_counter)),
+            ],
+        )
+        .await?
+        .ok_or_else(|| LeaseError::lost(lease))
+    }
+
     async fn read_batch_parts(
         &self,
         channel: &str,
@@ -534,40 +556,17 @@ impl LeaseStore for DynamoDbLeaseStore {
     }
 
     async fn renew_lease(&self, lease: &Lease) -> Result<Lease, LeaseError> {
-        let Some(owner) = &lease.owner else {
-            return Err(LeaseError::lost(lease));
-        };
-        self.update_lease(
-            lease,
-            "SET heartbeat = heartbeat + :one",
-            "#owner = :owner AND lease_counter = :counter",
-            vec![
-                (":one", n(1)),
-                (":owner", AttributeValue::S(owner.clone())),
-                (":counter", n(lease.lease_counter)),
-            ],
-        )
-        .await?
-        .ok_or_else(|| LeaseError::lost(lease))
+        self.update_held(lease, "SET heartbeat = heartbeat + :one")
+            .await
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<(), LeaseError> {
-        let Some(owner) = &lease.owner else {
-            return Err(LeaseError::lost(lease));
-        };
-        self.update_lease(
+        self.update_held(
             lease,
             "REMOVE #owner SET lease_counter = lease_counter + :one",
-            "#owner = :owner AND lease_counter = :counter",
-            vec![
-                (":one", n(1)),
-                (":owner", AttributeValue::S(owner.clone())),
-                (":counter", n(lease.lease_counter)),
-            ],
         )
-        .await?
+        .await
         .map(|_| ())
-        .ok_or_else(|| LeaseError::lost(lease))
     }
 
     async fn set_checkpoint_hint(
