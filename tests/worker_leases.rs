@@ -7,42 +7,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floe::commit::{table_checkpoints, Committer};
-use floe::dlq::LocalDlq;
 use floe::events::event_json;
-use floe::lease::{BatchStore, HeldLeases, LeaseKey, LeaseSpec, LeaseStore, SqliteLeaseStore};
+use floe::lease::{BatchStore, HeldLeases, LeaseStore};
 use floe::model::{Position, ShardId};
 use floe::source::memory::MemorySource;
-use floe::source::Source;
-use floe::worker::{ChannelIo, ChannelWorker};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_one_shard_mid_batch_rewinds_the_others_instead_of_stalling_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let (catalog, ident, schema) = common::event_table(dir.path(), "wl").await;
-    let store = Arc::new(
-        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
-            .await
-            .unwrap(),
-    );
+    let rig = common::WorkerRig::new("wl").await;
     let (s0, s1) = (ShardId::kafka_partition(0), ShardId::kafka_partition(1));
-    store
-        .ensure_leases(
-            "wl",
-            &[
-                LeaseSpec::new(LeaseKey::Shard(s0.clone())),
-                LeaseSpec::new(LeaseKey::Shard(s1.clone())),
-            ],
-        )
-        .await
-        .unwrap();
-    let mut leases = BTreeMap::new();
-    for l in store.list_leases("wl").await.unwrap() {
-        let taken = store.take_lease(&l, "w1").await.unwrap();
-        leases.insert(taken.key.shard_id().unwrap().clone(), taken);
-    }
+    let mut leases = rig.take_shard_leases(&[s0.clone(), s1.clone()]).await;
+    let store = rig.store.clone();
 
     let source = Arc::new(MemorySource::with_partitions(2));
     let base = 1_783_627_200_000;
@@ -59,23 +36,12 @@ async fn losing_one_shard_mid_batch_rewinds_the_others_instead_of_stalling_them(
         shards: leases.clone(),
         committer: None,
     });
-    let settings = common::worker_settings("wl", Duration::from_millis(200));
-    let dlq = LocalDlq::new(dir.path().join("dlq"), "wl");
-    let src: Arc<dyn Source> = source.clone();
-    let batches: Arc<dyn BatchStore> = store.clone();
-    let io = ChannelIo {
-        source: src,
-        catalog: catalog.clone(),
-        ident: ident.clone(),
-        schema,
-        dlq: dlq.clone().into(),
-    };
-    let mut worker = ChannelWorker::new(settings, io, batches, held_rx);
-    let stop = CancellationToken::new();
-    let worker_task = {
-        let stop = stop.clone();
-        tokio::spawn(async move { worker.run(stop, Duration::from_secs(1)).await })
-    };
+    let (stop, worker_task) = rig.spawn_worker(
+        source.clone(),
+        Duration::from_millis(200),
+        Duration::from_secs(1),
+        held_rx,
+    );
 
     // The first batch (both shards) is handed off but not committed yet.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -97,38 +63,127 @@ async fn losing_one_shard_mid_batch_rewinds_the_others_instead_of_stalling_them(
     }
 
     // A committer commits what it can; shard 0 must reach offset 19.
-    let committer = Committer::new(
-        "wl",
-        ident.clone(),
-        catalog.clone(),
-        store.clone(),
-        store.clone(),
-        dlq,
-        1,
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        committer.run_round().await.unwrap();
-        let table = catalog.load_table(&ident).await.unwrap();
-        let cp = table_checkpoints(&table).unwrap();
-        if cp.get(&s0) == Some(&Position::Offset(19)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "shard 0 stalled at {:?}",
-            cp.get(&s0)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let committer = rig.committer(1);
+    rig.wait_for_checkpoint(
+        &s0,
+        Position::Offset(19),
+        Duration::from_secs(20),
+        Some(&committer),
+    )
+    .await;
     stop.cancel();
     worker_task.await.unwrap().unwrap();
-    let table = catalog.load_table(&ident).await.unwrap();
-    let mut ids = floe::quickstart::table_ids(&table).await.unwrap();
-    ids.sort();
+    let ids = rig.sorted_table_ids().await;
     assert_eq!(
         ids,
         (0..20).collect::<Vec<i64>>(),
         "shard 0 exactly once; shard 1 is the new owner's"
     );
+}
+
+/// Regression (issue 8, found by loadtest/bench.sh): the lease manager drops a lease from its
+/// held set when renewals stall past lease_duration and adds it back, under the same counter,
+/// once a renewal succeeds. A flush that sees the lease missing drops its buffer; if the lease
+/// is back by the time the worker syncs its leases, the readers must still rewind to their last
+/// hand-off, or the next batch's range covers the dropped records (checkpointed, never written).
+/// The flapping is random, so the test repeats it over many flushes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_flaps_during_flushes_loses_no_record() {
+    let rig = common::WorkerRig::new("wf").await;
+    let s0 = ShardId::kafka_partition(0);
+    let leases = rig.take_shard_leases(std::slice::from_ref(&s0)).await;
+    let held = HeldLeases {
+        shards: leases,
+        committer: None,
+    };
+    let (held_tx, held_rx) = watch::channel(held.clone());
+
+    let source = Arc::new(MemorySource::with_partitions(1));
+    let (stop, worker_task) = rig.spawn_worker(
+        source.clone(),
+        Duration::from_millis(5),
+        Duration::from_secs(1),
+        held_rx,
+    );
+    let committer = rig.committer(1);
+    let committing = CancellationToken::new();
+    let committer_task = {
+        let committing = committing.clone();
+        tokio::spawn(async move {
+            while !committing.is_cancelled() {
+                committer.run_round().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+
+    // Records arrive while another thread drops the lease from the held set and puts it back
+    // after 0–300 µs: some flushes see it missing and their lease sync (microseconds later)
+    // sees it back. Tokio's timer is too coarse for such gaps, so the thread spins.
+    let held_tx = Arc::new(held_tx);
+    let flapping = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flapper = {
+        let (held_tx, flapping, held) = (held_tx.clone(), flapping.clone(), held.clone());
+        std::thread::spawn(move || {
+            let spin = |us: u64| {
+                let until = Instant::now() + Duration::from_micros(us);
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            };
+            let mut gap_us = 1u64;
+            let mut flaps = 0u64;
+            while flapping.load(std::sync::atomic::Ordering::Relaxed) {
+                held_tx.send_replace(HeldLeases {
+                    shards: BTreeMap::new(),
+                    committer: None,
+                });
+                gap_us = (gap_us * 7 + 13) % 300;
+                spin(gap_us);
+                held_tx.send_replace(held.clone());
+                spin(700);
+                flaps += 1;
+            }
+            flaps
+        })
+    };
+    let base = 1_783_627_200_000;
+    let total = 3000i64;
+    for id in 0..total {
+        source.append(
+            &s0,
+            None,
+            event_json(id as u64, 3, base, 1).into_bytes(),
+            base,
+        );
+        if id % 2 == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    flapping.store(false, std::sync::atomic::Ordering::Relaxed);
+    let flaps = flapper.join().unwrap();
+    assert!(flaps > 100, "the lease flapped only {flaps} times");
+
+    rig.wait_for_checkpoint(
+        &s0,
+        Position::Offset(total - 1),
+        Duration::from_secs(30),
+        None,
+    )
+    .await;
+    stop.cancel();
+    worker_task.await.unwrap().unwrap();
+    committing.cancel();
+    committer_task.await.unwrap();
+    let ids = rig.sorted_table_ids().await;
+    let missing: Vec<i64> = (0..total)
+        .filter(|i| ids.binary_search(i).is_err())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} records missing, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    assert_eq!(ids.len() as i64, total, "duplicates in the table");
 }

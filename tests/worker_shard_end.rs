@@ -9,17 +9,12 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floe::commit::{table_checkpoints, Committer};
-use floe::dlq::LocalDlq;
+use floe::commit::table_checkpoints;
 use floe::events::event_json;
-use floe::lease::{
-    BatchStore, LeaseKey, LeaseManager, LeaseManagerConfig, LeaseSpec, LeaseStore, SqliteLeaseStore,
-};
+use floe::lease::{BatchStore, LeaseKey, LeaseManager, LeaseManagerConfig, LeaseSpec, LeaseStore};
 use floe::model::{Position, ShardId};
 use floe::source::memory::MemorySource;
 use floe::source::Source;
-use floe::worker::{ChannelIo, ChannelWorker};
-use tokio_util::sync::CancellationToken;
 
 const BASE: i64 = 1_783_627_200_000;
 
@@ -36,13 +31,8 @@ fn append(source: &MemorySource, shard: &ShardId, ids: std::ops::Range<u64>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards() {
-    let dir = tempfile::tempdir().unwrap();
-    let (catalog, ident, schema) = common::event_table(dir.path(), "rs").await;
-    let store = Arc::new(
-        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
-            .await
-            .unwrap(),
-    );
+    let rig = common::WorkerRig::new("rs").await;
+    let (catalog, ident, store) = (rig.catalog.clone(), rig.ident.clone(), rig.store.clone());
     let (p, q, c) = (
         ShardId("shardId-p".into()),
         ShardId("shardId-q".into()),
@@ -79,32 +69,13 @@ async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards(
     );
     let epoch = held.committer.as_ref().unwrap().lease_counter;
 
-    let settings = common::worker_settings("rs", Duration::from_millis(300));
-    let dlq = LocalDlq::new(dir.path().join("dlq"), "rs");
-    let src: Arc<dyn Source> = source.clone();
-    let batches: Arc<dyn BatchStore> = store.clone();
-    let io = ChannelIo {
-        source: src,
-        catalog: catalog.clone(),
-        ident: ident.clone(),
-        schema,
-        dlq: dlq.clone().into(),
-    };
-    let mut worker = ChannelWorker::new(settings, io, batches, manager.subscribe());
-    let stop = CancellationToken::new();
-    let worker_task = {
-        let stop = stop.clone();
-        tokio::spawn(async move { worker.run(stop, Duration::from_secs(2)).await })
-    };
-    let committer = Committer::new(
-        "rs",
-        ident.clone(),
-        catalog.clone(),
-        store.clone(),
-        store.clone(),
-        dlq,
-        epoch,
+    let (stop, worker_task) = rig.spawn_worker(
+        source.clone(),
+        Duration::from_millis(300),
+        Duration::from_secs(2),
+        manager.subscribe(),
     );
+    let committer = rig.committer(epoch);
 
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut q_closed, mut child_fed) = (false, false);

@@ -369,3 +369,152 @@ pub fn worker_settings(channel: &str, data_freshness: Duration) -> floe::worker:
         },
     }
 }
+
+/// A worker loop under test with the in-memory source (component tests of the worker, the
+/// committer and the lease manager): an `Event` table in an SQL catalog, an SQLite lease store
+/// and a local DLQ, all under one temporary directory.
+pub struct WorkerRig {
+    /// Holds every file; removed on drop.
+    pub dir: tempfile::TempDir,
+    /// Channel name.
+    pub channel: String,
+    /// The catalog holding `<channel>.events`.
+    pub catalog: std::sync::Arc<dyn iceberg::Catalog>,
+    /// The channel's table.
+    pub ident: TableIdent,
+    /// The mapped `Event` schema.
+    pub schema: std::sync::Arc<floe::schema::MappedSchema>,
+    /// The lease and batch store.
+    pub store: std::sync::Arc<floe::lease::SqliteLeaseStore>,
+    /// The channel's DLQ.
+    pub dlq: LocalDlq,
+}
+
+impl WorkerRig {
+    /// Creates the table, the lease store and the DLQ for `channel`.
+    pub async fn new(channel: &str) -> WorkerRig {
+        let dir = tempfile::tempdir().unwrap();
+        let (catalog, ident, schema) = event_table(dir.path(), channel).await;
+        let store = std::sync::Arc::new(
+            floe::lease::SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+                .await
+                .unwrap(),
+        );
+        let dlq = LocalDlq::new(dir.path().join("dlq"), channel);
+        WorkerRig {
+            dir,
+            channel: channel.into(),
+            catalog,
+            ident,
+            schema,
+            store,
+            dlq,
+        }
+    }
+
+    /// Creates a lease per shard and takes each for worker "w1"; returns them by shard.
+    pub async fn take_shard_leases(
+        &self,
+        shards: &[floe::model::ShardId],
+    ) -> std::collections::BTreeMap<floe::model::ShardId, floe::lease::Lease> {
+        use floe::lease::{LeaseKey, LeaseSpec, LeaseStore};
+        let specs: Vec<LeaseSpec> = shards
+            .iter()
+            .map(|s| LeaseSpec::new(LeaseKey::Shard(s.clone())))
+            .collect();
+        self.store
+            .ensure_leases(&self.channel, &specs)
+            .await
+            .unwrap();
+        let mut leases = std::collections::BTreeMap::new();
+        for l in self.store.list_leases(&self.channel).await.unwrap() {
+            let taken = self.store.take_lease(&l, "w1").await.unwrap();
+            leases.insert(taken.key.shard_id().unwrap().clone(), taken);
+        }
+        leases
+    }
+
+    /// Starts the worker loop ([`worker_settings`] with `data_freshness`) reading `source`
+    /// while it holds the leases `held` announces; cancel the token to stop it (it drains for
+    /// up to `drain`).
+    pub fn spawn_worker(
+        &self,
+        source: std::sync::Arc<dyn floe::source::Source>,
+        data_freshness: Duration,
+        drain: Duration,
+        held: tokio::sync::watch::Receiver<floe::lease::HeldLeases>,
+    ) -> (
+        tokio_util::sync::CancellationToken,
+        tokio::task::JoinHandle<Result<(), floe::worker::WorkerError>>,
+    ) {
+        let io = floe::worker::ChannelIo {
+            source,
+            catalog: self.catalog.clone(),
+            ident: self.ident.clone(),
+            schema: self.schema.clone(),
+            dlq: self.dlq.clone().into(),
+        };
+        let batches: std::sync::Arc<dyn floe::lease::BatchStore> = self.store.clone();
+        let mut worker = floe::worker::ChannelWorker::new(
+            worker_settings(&self.channel, data_freshness),
+            io,
+            batches,
+            held,
+        );
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = {
+            let stop = stop.clone();
+            tokio::spawn(async move { worker.run(stop, drain).await })
+        };
+        (stop, task)
+    }
+
+    /// The channel's committer with committer lease counter `epoch`.
+    pub fn committer(&self, epoch: u64) -> floe::commit::Committer {
+        floe::commit::Committer::new(
+            &self.channel,
+            self.ident.clone(),
+            self.catalog.clone(),
+            self.store.clone(),
+            self.store.clone(),
+            self.dlq.clone(),
+            epoch,
+        )
+    }
+
+    /// Waits up to `timeout` until the table's checkpoint of `shard` is `position`, running a
+    /// commit round with `committer` (when given) before each look. Panics on timeout.
+    pub async fn wait_for_checkpoint(
+        &self,
+        shard: &floe::model::ShardId,
+        position: floe::model::Position,
+        timeout: Duration,
+        committer: Option<&floe::commit::Committer>,
+    ) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(c) = committer {
+                c.run_round().await.unwrap();
+            }
+            let table = self.catalog.load_table(&self.ident).await.unwrap();
+            let cp = floe::commit::table_checkpoints(&table).unwrap();
+            if cp.get(shard) == Some(&position) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "shard {shard} stalled at {:?}, waiting for {position:?}",
+                cp.get(shard)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The `id` of every row of the table, sorted (duplicates kept).
+    pub async fn sorted_table_ids(&self) -> Vec<i64> {
+        let table = self.catalog.load_table(&self.ident).await.unwrap();
+        let mut ids = floe::quickstart::table_ids(&table).await.unwrap();
+        ids.sort();
+        ids
+    }
+}
