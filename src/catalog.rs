@@ -296,6 +296,12 @@ pub async fn ensure_table(
             // The committer fences its commits itself; a blind retry would rebase a commit
             // onto a snapshot it never validated (DESIGN.md step 4).
             ("commit.retry.num-retries".to_string(), "0".to_string()),
+            // Table metadata files are JSON that grows with every snapshot: gzip them
+            // (`*.gz.metadata.json`, Iceberg spec "Table Metadata"; every reader supports it).
+            (
+                "write.metadata.compression-codec".to_string(),
+                "gzip".to_string(),
+            ),
             (PROP_CHECKPOINTS.to_string(), "{}".to_string()),
         ];
         let creation = TableCreation::builder()
@@ -316,7 +322,8 @@ pub async fn ensure_table(
     Ok(table)
 }
 
-/// Refuses a table floe did not create for this channel, or whose partition spec differs.
+/// Refuses a table floe did not create for this channel, or whose schema or partition spec
+/// differs from the channel's (DESIGN.md "Iceberg table"; schema evolution is not supported).
 fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result<(), CatalogError> {
     let incompatible = |reason: String| CatalogError::Incompatible {
         table: spec.ident.to_string(),
@@ -351,7 +358,79 @@ fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result
             schema.partition_field()
         )));
     }
+    if let Some(difference) =
+        struct_difference(schema.iceberg_schema().as_struct(), current.as_struct(), "")
+    {
+        return Err(incompatible(format!(
+            "its schema differs from the channel's: {difference}"
+        )));
+    }
     Ok(())
+}
+
+/// The first difference between the channel's struct `expected` and the table's `actual`, by
+/// field name, type and required-ness (field ids are not compared: catalogs reassign them at
+/// creation), as `"<path>: <what>"`; `None` when they match.
+fn struct_difference(
+    expected: &iceberg::spec::StructType,
+    actual: &iceberg::spec::StructType,
+    path: &str,
+) -> Option<String> {
+    let names = |s: &iceberg::spec::StructType| -> Vec<String> {
+        s.fields().iter().map(|f| f.name.clone()).collect()
+    };
+    if names(expected) != names(actual) {
+        return Some(format!(
+            "{}: fields {:?}, the table has {:?}",
+            if path.is_empty() { "<root>" } else { path },
+            names(expected),
+            names(actual)
+        ));
+    }
+    expected
+        .fields()
+        .iter()
+        .zip(actual.fields())
+        .find_map(|(e, a)| field_difference(e, a, &join_path(path, &e.name)))
+}
+
+fn field_difference(
+    expected: &iceberg::spec::NestedField,
+    actual: &iceberg::spec::NestedField,
+    path: &str,
+) -> Option<String> {
+    use iceberg::spec::Type;
+    if expected.required != actual.required {
+        let word = |r: bool| if r { "required" } else { "optional" };
+        return Some(format!(
+            "{path}: {} in the channel, {} in the table",
+            word(expected.required),
+            word(actual.required)
+        ));
+    }
+    match (expected.field_type.as_ref(), actual.field_type.as_ref()) {
+        (Type::Struct(e), Type::Struct(a)) => struct_difference(e, a, path),
+        (Type::List(e), Type::List(a)) => field_difference(
+            &e.element_field,
+            &a.element_field,
+            &join_path(path, "element"),
+        ),
+        (Type::Map(e), Type::Map(a)) => {
+            field_difference(&e.key_field, &a.key_field, &join_path(path, "key")).or_else(|| {
+                field_difference(&e.value_field, &a.value_field, &join_path(path, "value"))
+            })
+        }
+        (Type::Primitive(e), Type::Primitive(a)) if e == a => None,
+        (e, a) => Some(format!("{path}: {e} in the channel, {a} in the table")),
+    }
+}
+
+fn join_path(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}.{name}")
+    }
 }
 
 /// Paths of every data file the table's current snapshot references (reads its manifests).
@@ -495,5 +574,175 @@ impl Catalog for FencedCatalog {
     }
     async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
         self.inner.update_table(commit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapped(properties: serde_json::Value, required: &[&str]) -> MappedSchema {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": properties,
+            "required": required,
+        });
+        MappedSchema::from_json_schema(&schema, "t").unwrap()
+    }
+
+    fn base_properties() -> serde_json::Value {
+        serde_json::json!({
+            "t": {"type": "string", "format": "date-time"},
+            "id": {"type": "integer"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "geo": {"type": "object", "properties": {"lat": {"type": "number"}}},
+        })
+    }
+
+    fn spec(channel: &str) -> TableSpec {
+        TableSpec {
+            ident: TableIdent::new(NamespaceIdent::new("ns".into()), "events".into()),
+            channel: channel.into(),
+            compression_codec: "zstd".into(),
+            target_file_size_bytes: 1 << 20,
+        }
+    }
+
+    async fn catalog(dir: &Path) -> Arc<dyn Catalog> {
+        open_sql_catalog(&dir.join("c.sqlite"), &dir.join("wh"), "floe")
+            .await
+            .unwrap()
+    }
+
+    fn refusal(result: Result<Table, CatalogError>) -> String {
+        match result {
+            Err(e @ CatalogError::Incompatible { .. }) => e.to_string(),
+            Err(e) => panic!("expected a refusal, got {e}"),
+            Ok(_) => panic!("expected a refusal, the table was accepted"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_created_table_has_floes_properties_and_gzip_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(dir.path()).await;
+        let schema = mapped(base_properties(), &["t"]);
+        let table = ensure_table(catalog.as_ref(), &spec("a"), &schema)
+            .await
+            .unwrap();
+        let md = table.metadata();
+        assert_eq!(md.format_version(), iceberg::spec::FormatVersion::V2);
+        let props = md.properties();
+        assert_eq!(props.get(PROP_CHANNEL).map(String::as_str), Some("a"));
+        assert_eq!(
+            props
+                .get("write.parquet.compression-codec")
+                .map(String::as_str),
+            Some("zstd")
+        );
+        assert_eq!(
+            props
+                .get("write.target-file-size-bytes")
+                .map(String::as_str),
+            Some("1048576")
+        );
+        let location = table.metadata_location().unwrap();
+        assert!(location.ends_with(".gz.metadata.json"), "{location}");
+        // Loading it again (as every worker start does) accepts it.
+        ensure_table(catalog.as_ref(), &spec("a"), &schema)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_table_of_another_channel_or_not_created_by_floe_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(dir.path()).await;
+        let schema = mapped(base_properties(), &["t"]);
+        ensure_table(catalog.as_ref(), &spec("a"), &schema)
+            .await
+            .unwrap();
+        let message = refusal(ensure_table(catalog.as_ref(), &spec("b"), &schema).await);
+        assert!(message.contains("belongs to channel a"), "{message}");
+
+        let foreign = TableIdent::new(NamespaceIdent::new("ns".into()), "foreign".into());
+        catalog
+            .create_table(
+                foreign.namespace(),
+                TableCreation::builder()
+                    .name("foreign".into())
+                    .schema(schema.iceberg_schema().clone())
+                    .build(),
+            )
+            .await
+            .unwrap();
+        let spec = TableSpec {
+            ident: foreign,
+            ..spec("a")
+        };
+        let message = refusal(ensure_table(catalog.as_ref(), &spec, &schema).await);
+        assert!(message.contains("floe did not create it"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_table_whose_schema_differs_from_the_channels_is_refused_with_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(dir.path()).await;
+        ensure_table(
+            catalog.as_ref(),
+            &spec("a"),
+            &mapped(base_properties(), &["t"]),
+        )
+        .await
+        .unwrap();
+        let cases = [
+            // A nested type change.
+            (
+                serde_json::json!({
+                    "t": {"type": "string", "format": "date-time"},
+                    "id": {"type": "integer"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "geo": {"type": "object", "properties": {"lat": {"type": "string"}}},
+                }),
+                vec!["t"],
+                "geo.lat: string in the channel, double in the table",
+            ),
+            // A list element type change.
+            (
+                serde_json::json!({
+                    "t": {"type": "string", "format": "date-time"},
+                    "id": {"type": "integer"},
+                    "tags": {"type": "array", "items": {"type": "integer"}},
+                    "geo": {"type": "object", "properties": {"lat": {"type": "number"}}},
+                }),
+                vec!["t"],
+                "tags.element: long in the channel, string in the table",
+            ),
+            // A field added.
+            (
+                {
+                    let mut p = base_properties();
+                    p["extra"] = serde_json::json!({"type": "boolean"});
+                    p
+                },
+                vec!["t"],
+                "<root>: fields",
+            ),
+            // Required-ness changed.
+            (
+                base_properties(),
+                vec!["t", "id"],
+                "id: required in the channel, optional in the table",
+            ),
+        ];
+        for (properties, required, expected) in cases {
+            let message = refusal(
+                ensure_table(catalog.as_ref(), &spec("a"), &mapped(properties, &required)).await,
+            );
+            assert!(
+                message.contains("schema differs") && message.contains(expected),
+                "{message} should name {expected:?}"
+            );
+        }
     }
 }

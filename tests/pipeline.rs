@@ -107,6 +107,42 @@ async fn kafka_topic_lands_in_iceberg_exactly_once_and_pyiceberg_reads_it() {
         })
         .sum();
     assert_eq!(added, rows);
+    // The other standard summary totals match the data files the current snapshot references
+    // (Iceberg spec, "Snapshot summary": engines and maintenance read them).
+    let summed = |key: &str| -> u64 {
+        snaps
+            .iter()
+            .map(|s| {
+                s[key]
+                    .as_str()
+                    .map(|v| v.parse::<u64>().unwrap())
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    assert_eq!(
+        summed("added-data-files"),
+        t["data_files"].as_u64().unwrap()
+    );
+    assert_eq!(
+        summed("added-files-size"),
+        t["data_files_bytes"].as_u64().unwrap()
+    );
+    assert_eq!(t["data_file_records"].as_u64().unwrap(), rows);
+    for s in snaps.iter().filter(|s| s["floe.batch-ids"].is_string()) {
+        for key in ["total-records", "total-data-files", "total-files-size"] {
+            assert!(s[key].is_string(), "snapshot summary lacks {key}: {s}");
+        }
+    }
+    // Metadata files are gzip-compressed (write.metadata.compression-codec).
+    assert!(
+        t["metadata_location"]
+            .as_str()
+            .unwrap()
+            .ends_with(".gz.metadata.json"),
+        "{}",
+        t["metadata_location"]
+    );
     let mut batch_ids: Vec<&str> = snaps
         .iter()
         .filter_map(|s| s["floe.batch-ids"].as_str())

@@ -88,6 +88,8 @@ def main():
         if s.summary:
             d.update(s.summary.additional_properties)
         summaries.append(d)
+    # The data files of the current snapshot, from its manifests (what a query engine plans).
+    files = [task.file for task in t.scan().plan_files()]
     sample = {}
     wanted = {int(x) for x in a.ids.split(",") if x}
     if wanted:
@@ -102,6 +104,10 @@ def main():
         "partition_spec": spec,
         "properties": dict(t.properties),
         "snapshots": summaries,
+        "data_files": len(files),
+        "data_files_bytes": sum(f.file_size_in_bytes for f in files),
+        "data_file_records": sum(f.record_count for f in files),
+        "metadata_location": t.metadata_location,
         "sample": sample,
     }
     json.dump(out, sys.stdout)
