@@ -5,6 +5,12 @@
 //! by `--topic NAME --partitions N` (pairs in order; one `--partitions` applies to every topic;
 //! default 4), then holds until SIGTERM or SIGINT — or until stdin closes, with
 //! `--exit-on-stdin-eof` (so a test harness that dies takes the broker with it).
+//!
+//! Retention: librdkafka's mock cluster keeps at most 5 MiB or 100,000 messages per partition
+//! (`rdkafka_mock.c`, `mpart->max_size`/`max_cnt`) and deletes the oldest beyond that, raising
+//! the partition's low watermark — as a real broker's retention would. Preloading more than that
+//! per partition loses records before anyone reads them: use more partitions (loadtest/bench.sh
+//! sizes them from the dataset).
 
 use std::io::Write;
 
@@ -21,6 +27,7 @@ struct Args {
     #[arg(long = "topic")]
     topics: Vec<String>,
     /// Partitions of the topic at the same position (repeatable; one value applies to all).
+    /// Each keeps at most 5 MiB / 100,000 messages (the mock cluster's retention).
     #[arg(long = "partitions")]
     partitions: Vec<i32>,
     /// Number of brokers in the mock cluster.

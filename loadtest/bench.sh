@@ -5,7 +5,8 @@
 #    hour-partitioned ZSTD-3 Parquet on local disk) side by side with pyarrow's read_json +
 #    write_table(compression="zstd") single-threaded (loadtest/bench_pyarrow.py, best of 3):
 #    records/s, input MB/s and peak RSS of each.
-# 2. End to end: the records preloaded into floe-mock-kafka (4 partitions), then one `floe run`
+# 2. End to end: the records preloaded into floe-mock-kafka (4 partitions, more when a partition
+#    would exceed 4 MiB: the mock broker keeps 5 MiB per partition), then one `floe run`
 #    worker pinned to one core delivers them into an Iceberg table (SQLite catalog, local
 #    warehouse, freshness 10 s): records/s from its start until every record is committed, the
 #    steady rate before the last freshness-bound flush, and the worker's peak RSS — once per
@@ -18,6 +19,7 @@
 #   (DLQ entries; implies --e2e-only): the memory bound when the DLQ, not the table, takes the load.
 # Binaries: $FLOE_BIN, $FLOE_LOADGEN_BIN, $FLOE_MOCK_KAFKA_BIN, else $CARGO_TARGET_DIR/release
 # (cargo build --release --bins), or /debug with --quick when no release build exists.
+# FLOE_BENCH_LOG=info shows the worker's log (default warn) in <work>/e2e-*/worker.log.
 # Needs pyarrow (the .venv of scripts/test.sh), taskset and GNU time (/usr/bin/time).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,7 +32,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=1; shift ;;
     --e2e-only) e2e_only=1; shift ;;
     --bad-share) bad_share="$2"; e2e_only=1; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) if [ "$pos" = 0 ]; then n="$1"; else work="$1"; fi; pos=$((pos + 1)); shift ;;
   esac
 done
@@ -88,12 +90,17 @@ echo "  $py_line"
 fi
 
 # ---- 2. end to end through Kafka ------------------------------------------------------------------
-coproc BROKER { exec "$mock_kafka" --topic events --partitions 4 --exit-on-stdin-eof 2>"$work/broker.log"; }
+# librdkafka's mock cluster keeps at most 5 MiB / 100,000 messages per partition and deletes the
+# oldest beyond that (bin/floe-mock-kafka.rs): size the partitions so the whole dataset stays.
+partitions=$(( (in_bytes + 4 * 1048576 - 1) / (4 * 1048576) ))
+[ $(( (n + 79999) / 80000 )) -gt "$partitions" ] && partitions=$(( (n + 79999) / 80000 ))
+[ "$partitions" -ge 4 ] || partitions=4
+coproc BROKER { exec "$mock_kafka" --topic events --partitions "$partitions" --exit-on-stdin-eof 2>"$work/broker.log"; }
 pids+=("$BROKER_PID")
 read -r line <&"${BROKER[0]}"
 bootstrap="${line#bootstrap=}"
 lg=$("$loadgen" kafka --bootstrap "$bootstrap" --topic events "${gen[@]}" --progress-s 0)
-echo "e2e: preloaded $n records into floe-mock-kafka (4 partitions): $lg"
+echo "e2e: preloaded $n records into floe-mock-kafka ($partitions partitions): $lg"
 
 e2e() { # buffer_size cpus
   local buf="$1" cpus="$2" d="$work/e2e-$1-$2"
@@ -133,11 +140,11 @@ EOF
   local start_ns pid rc=0
   start_ns=$(date +%s%N)
   # taskset execs floe: $! is the worker itself (its VmHWM is read before it is stopped)
-  RUST_LOG=warn taskset -c "$cpus" "$floe" run --config "$d/floe.toml" >/dev/null 2>"$d/worker.log" &
+  RUST_LOG="${FLOE_BENCH_LOG:-warn}" taskset -c "$cpus" "$floe" run --config "$d/floe.toml" >/dev/null 2>"$d/worker.log" &
   pid=$!; pids+=("$pid")
   # Poll the catalog's metadata pointer (no PyIceberg: cheap) until every record is committed.
   "$py" - "$d" "$n" "$start_ns" 600 >"$d/result.json" <<'PY' || rc=$?
-import json, os, sqlite3, sys, time
+import gzip, json, os, sqlite3, sys, time
 d, n, start_ns, bound = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 def meta():
     try:
@@ -148,7 +155,8 @@ def meta():
         return None
     if not row or not row[0]:
         return None
-    with open(row[0].removeprefix("file://")) as f:
+    path = row[0].removeprefix("file://")
+    with (gzip.open(path) if path.endswith(".gz.metadata.json") else open(path)) as f:
         return json.load(f)
 def dlq_entries():
     p = os.path.join(d, "dlq", "bench")

@@ -9,7 +9,7 @@
 #   loadtest/chaos.sh [--source kafka|kinesis] [--quick] [--duration S] [--records N]
 #                     [--warehouse local|s3] [--seed N] [--dir DIR] [--release] [--keep]
 #
-#   kafka:   floe-mock-kafka (8 partitions) + SQLite lease store + local warehouse and DLQ
+#   kafka:   floe-mock-kafka (8 partitions, more above ~160,000 records) + SQLite lease store + local warehouse and DLQ
 #   kinesis: the local emulators' moto (Kinesis 4 shards, DynamoDB leases; warehouse and DLQ local
 #            or, with --warehouse s3, in S3 buckets); needs `deploy/local/aws-emulators.sh start`
 #            (started here if not running) and the .venv (boto3, PyIceberg)
@@ -105,11 +105,15 @@ channel=chaos
 uniq="$(date +%s)-$$"
 aws_block="" lease_block="" source_block="" wh="$dir/warehouse" dlq_block=""
 if [ "$source_kind" = kafka ]; then
-  coproc BROKER { exec "$mock_kafka" --topic events --partitions 8 --exit-on-stdin-eof 2>"$dir/broker.log"; }
+  # The mock broker keeps 5 MiB per partition (bin/floe-mock-kafka.rs): at most ~4 MiB each
+  # (records are ~190 B), so no record is deleted before the workers read it.
+  partitions=$(( (records * 200 + 4194303) / 4194304 ))
+  [ "$partitions" -ge 8 ] || partitions=8
+  coproc BROKER { exec "$mock_kafka" --topic events --partitions "$partitions" --exit-on-stdin-eof 2>"$dir/broker.log"; }
   broker_pid=$BROKER_PID
   read -r line <&"${BROKER[0]}"
   bootstrap="${line#bootstrap=}"
-  say "floe-mock-kafka at $bootstrap (topic events, 8 partitions)"
+  say "floe-mock-kafka at $bootstrap (topic events, $partitions partitions)"
   lease_block="kind = \"sqlite\"
 path = \"$dir/leases.sqlite\""
   source_block="kind = \"kafka\"

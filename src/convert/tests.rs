@@ -991,3 +991,32 @@ proptest! {
         prop_assert!(b.column(0).null_count() <= b.num_rows());
     }
 }
+
+#[test]
+fn a_large_buffer_keeps_every_row_and_counts_its_bytes() {
+    let schema: Value = serde_json::from_str(crate::quickstart::EVENT_SCHEMA).unwrap();
+    let mut c = conv(&schema);
+    let n = 150_000u64;
+    let mut input = 0usize;
+    for id in 0..n {
+        let rec = crate::events::event_json(id, 42, 1_783_627_200_000, 3);
+        input += rec.len();
+        c.push(rec.as_bytes()).unwrap();
+    }
+    eprintln!("input {input} buffered {}", c.buffered_bytes());
+    assert!(
+        c.buffered_bytes() >= input / 4,
+        "buffered {} of input {input}",
+        c.buffered_bytes()
+    );
+    let b = c.finish();
+    assert_eq!(b.num_rows() as u64, n);
+    let ids = b
+        .column_by_name("id")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<arrow_array::Int64Array>()
+        .unwrap();
+    assert_eq!(ids.value(0), 0);
+    assert_eq!(ids.value(n as usize - 1), n as i64 - 1);
+}
