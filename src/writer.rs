@@ -229,9 +229,8 @@ mod tests {
     use super::*;
     use iceberg::{NamespaceIdent, TableIdent};
 
-    /// Regression (issue 8, found by loadtest/bench.sh): a batch larger than the Parquet
-    /// writer's row-group size must keep every row (the end-to-end run committed 105,038 of
-    /// 300,000 rows, the last of each partition).
+    /// A batch spanning several hours and larger than a Parquet row group keeps every row
+    /// (the worker hands off up to `buffer_size` of rows in one batch).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_large_multi_hour_batch_writes_every_row() {
         let dir = tempfile::tempdir().unwrap();
