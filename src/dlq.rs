@@ -65,6 +65,24 @@ impl DlqEntry {
         self.payload_base64 = Some(base64::engine::general_purpose::STANDARD.encode(payload));
         self
     }
+
+    /// Approximate bytes this entry holds in memory (its strings plus a fixed overhead), counted
+    /// against the worker's `buffer_size` so that a stream of bad records is back-pressured
+    /// like good ones.
+    pub fn approx_bytes(&self) -> usize {
+        const OVERHEAD: usize = 160;
+        OVERHEAD
+            + self.channel.len()
+            + self.source.len()
+            + self.shard.0.len()
+            + self.arrival_time.len()
+            + self.key.as_ref().map_or(0, String::len)
+            + self.schema_version.len()
+            + self.error_code.len()
+            + self.field.len()
+            + self.message.len()
+            + self.payload_base64.as_ref().map_or(0, String::len)
+    }
 }
 
 /// A channel's DLQ, local or on S3. Errors are `std::io::Error` (S3 failures as

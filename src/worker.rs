@@ -211,6 +211,8 @@ pub struct ChannelWorker {
     /// Record framing (`record.format`): the JSON payload of each record.
     record_decoder: RecordDecoder,
     dlq_entries: Vec<DlqEntry>,
+    /// [`DlqEntry::approx_bytes`] of `dlq_entries`: part of the buffer (back-pressure).
+    dlq_bytes: usize,
     dlq_codes: BTreeMap<&'static str, u64>,
     shards: BTreeMap<ShardId, ShardState>,
     in_flight: Vec<InFlight>,
@@ -240,6 +242,7 @@ impl ChannelWorker {
             converter: None,
             record_decoder: RecordDecoder::Json,
             dlq_entries: Vec::new(),
+            dlq_bytes: 0,
             dlq_codes: BTreeMap::new(),
             shards: BTreeMap::new(),
             in_flight: Vec::new(),
@@ -443,6 +446,7 @@ impl ChannelWorker {
             let _ = c.finish();
         }
         self.dlq_entries.clear();
+        self.dlq_bytes = 0;
         self.dlq_codes.clear();
         self.oldest_read = None;
         self.num_buffered = 0;
@@ -457,7 +461,7 @@ impl ChannelWorker {
         let mut records = 0u64;
         let mut bytes = 0u64;
         for (id, st) in self.shards.iter_mut() {
-            if converter.buffered_bytes() as u64 >= self.settings.buffer_size {
+            if (converter.buffered_bytes() + self.dlq_bytes) as u64 >= self.settings.buffer_size {
                 break; // back-pressure: flush before reading more
             }
             if st.ended {
@@ -514,6 +518,7 @@ impl ChannelWorker {
                         if self.settings.include_payload {
                             entry = entry.with_payload(&rec.payload);
                         }
+                        self.dlq_bytes += entry.approx_bytes();
                         self.dlq_entries.push(entry);
                     }
                 }
@@ -541,10 +546,11 @@ impl ChannelWorker {
         oldest.elapsed() >= self.settings.data_freshness || self.buffer_full()
     }
 
+    /// Rows and DLQ entries buffered reach `buffer_size`: flush before reading more.
     fn buffer_full(&self) -> bool {
-        self.converter
-            .as_ref()
-            .is_some_and(|c| c.buffered_bytes() as u64 >= self.settings.buffer_size)
+        self.converter.as_ref().is_some_and(|c| {
+            (c.buffered_bytes() + self.dlq_bytes) as u64 >= self.settings.buffer_size
+        })
     }
 
     /// Applies the settings changed with `floe channel update` (data freshness); the
@@ -662,6 +668,7 @@ impl ChannelWorker {
                 .collect(),
         });
         self.dlq_entries.clear();
+        self.dlq_bytes = 0;
         self.dlq_codes.clear();
         self.oldest_read = None;
         self.num_buffered = 0;

@@ -187,3 +187,50 @@ async fn a_lease_that_flaps_during_flushes_loses_no_record() {
     );
     assert_eq!(ids.len() as i64, total, "duplicates in the table");
 }
+
+/// Back-pressure counts DLQ entries too (issue 8, memory bound): a stream of bad records is
+/// handed off when the entries reach `buffer_size`, not held until `data_freshness`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_lettered_records_fill_the_buffer_like_rows() {
+    let rig = common::WorkerRig::new("wd").await;
+    let s0 = ShardId::kafka_partition(0);
+    let leases = rig.take_shard_leases(std::slice::from_ref(&s0)).await;
+    let (_held_tx, held_rx) = watch::channel(HeldLeases {
+        shards: leases,
+        committer: None,
+    });
+    let source = Arc::new(MemorySource::with_partitions(1));
+    let base = 1_783_627_200_000;
+    let total = 3000u64;
+    for id in 0..total {
+        // Not JSON: each becomes a DLQ entry of a few hundred bytes.
+        source.append(&s0, None, format!("not json {id}").into_bytes(), base);
+    }
+    let mut settings = common::worker_settings("wd", Duration::from_secs(600));
+    settings.buffer_size = 64 << 10;
+    let (stop, worker_task) =
+        rig.spawn_worker_with(settings, source.clone(), Duration::from_secs(1), held_rx);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let batches = loop {
+        let pending = rig.store.list_pending("wd").await.unwrap();
+        if pending.len() >= 2 {
+            break pending;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "DLQ entries were not handed off by size ({} batches)",
+            pending.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    stop.cancel();
+    worker_task.await.unwrap().unwrap();
+    for b in &batches {
+        assert!(
+            b.num_dead_lettered < total,
+            "a batch held every entry: {}",
+            b.num_dead_lettered
+        );
+        assert_eq!(b.num_rows, 0);
+    }
+}

@@ -447,6 +447,25 @@ impl WorkerRig {
         tokio_util::sync::CancellationToken,
         tokio::task::JoinHandle<Result<(), floe::worker::WorkerError>>,
     ) {
+        self.spawn_worker_with(
+            worker_settings(&self.channel, data_freshness),
+            source,
+            drain,
+            held,
+        )
+    }
+
+    /// [`WorkerRig::spawn_worker`] with explicit settings.
+    pub fn spawn_worker_with(
+        &self,
+        settings: floe::worker::WorkerSettings,
+        source: std::sync::Arc<dyn floe::source::Source>,
+        drain: Duration,
+        held: tokio::sync::watch::Receiver<floe::lease::HeldLeases>,
+    ) -> (
+        tokio_util::sync::CancellationToken,
+        tokio::task::JoinHandle<Result<(), floe::worker::WorkerError>>,
+    ) {
         let io = floe::worker::ChannelIo {
             source,
             catalog: self.catalog.clone(),
@@ -455,12 +474,7 @@ impl WorkerRig {
             dlq: self.dlq.clone().into(),
         };
         let batches: std::sync::Arc<dyn floe::lease::BatchStore> = self.store.clone();
-        let mut worker = floe::worker::ChannelWorker::new(
-            worker_settings(&self.channel, data_freshness),
-            io,
-            batches,
-            held,
-        );
+        let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);
         let stop = tokio_util::sync::CancellationToken::new();
         let task = {
             let stop = stop.clone();
