@@ -40,7 +40,7 @@ use crate::schema::registry::{
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
 use crate::source::kinesis::KinesisSource;
 use crate::source::{InitialPosition, Source};
-use crate::worker::{ChannelIo, ChannelWorker, WorkerSettings};
+use crate::worker::{ChannelIo, ChannelWorker, WorkerError, WorkerSettings};
 use crate::writer::{ParquetCompression, WriterSettings};
 
 /// Errors that stop `floe run` at start.
@@ -621,13 +621,18 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                             // the whole fleet; a table that does not fit this worker's
                             // configuration (say, a schema edited on one machine) stops only
                             // this worker.
-                            if e.is_table_gone() {
+                            let what = if e.is_table_gone() {
                                 tracing::error!(channel = %settings.channel, error = %e, "channel suspended: the table is gone; stopping delivery");
                                 suspend(store.as_ref(), &settings.channel, &e.to_string()).await;
-                            } else {
+                                "suspended"
+                            } else if matches!(e, WorkerError::Incompatible(_)) {
                                 tracing::error!(channel = %settings.channel, error = %e, "stopping: the table does not fit this worker's configuration");
-                            }
-                            *fatal.lock().expect("fatal lock") = Some(channel_err(&settings.channel, format!("suspended: {e}")));
+                                "stopped (the table does not fit this worker's configuration)"
+                            } else {
+                                tracing::error!(channel = %settings.channel, error = %e, "stopping: an error retrying cannot fix");
+                                "stopped"
+                            };
+                            *fatal.lock().expect("fatal lock") = Some(channel_err(&settings.channel, format!("{what}: {e}")));
                             fatal_token.cancel();
                             return;
                         }
