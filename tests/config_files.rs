@@ -51,7 +51,9 @@ fn quickstart_config_validates_with_the_quickstart_settings() {
     );
     assert_eq!(d.data_freshness, Duration::from_secs(10));
     assert_eq!(d.compression, Compression::Zstd { level: 3 });
-    let CatalogConfig::Sql(catalog) = &d.catalog;
+    let CatalogConfig::Sql(catalog) = &d.catalog else {
+        panic!("an sql catalog")
+    };
     assert_eq!(catalog.name, "floe");
     assert_eq!(
         catalog.database,
@@ -171,7 +173,9 @@ fn kinesis_dynamodb_config_validates_and_passes_floe_validate() {
     assert_eq!(kinesis.stream.as_str(), "clickstream");
     assert_eq!(kinesis.initial_position, InitialPosition::ActivationTime);
     let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
-    let CatalogConfig::Sql(catalog) = &d.catalog;
+    let CatalogConfig::Sql(catalog) = &d.catalog else {
+        panic!("an sql catalog")
+    };
     assert_eq!(
         catalog.warehouse,
         floe::config::Warehouse::S3("s3://example-analytics-lake/warehouse".into())

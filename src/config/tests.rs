@@ -170,7 +170,9 @@ fn absolute_paths_are_kept_and_plain_catalog_paths_accepted() {
         "uri = \"/data/catalog.db\"",
     );
     let config = parse(&text).unwrap();
-    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog;
+    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog else {
+        panic!("an sql catalog")
+    };
     assert_eq!(sql.database, PathBuf::from("/data/catalog.db"));
     assert_eq!(sql.sqlite_url(), "sqlite:/data/catalog.db?mode=rwc");
 }
@@ -370,7 +372,9 @@ fn aws_components_validate_into_typed_config() {
     assert_eq!(k.initial_position, InitialPosition::Earliest);
     assert_eq!(k.poll_interval, Duration::from_millis(500));
     assert_eq!(k.max_records_per_call, 10_000);
-    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog;
+    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog else {
+        panic!("an sql catalog")
+    };
     assert_eq!(
         sql.warehouse,
         Warehouse::S3("s3://warehouse-bucket/floe".into())

@@ -1,0 +1,476 @@
+//! Delivery to an Iceberg REST catalog (`destination.catalog.kind = "rest"`), against the REST
+//! catalog fixture of `tests/rest_fixture` (the OpenAPI endpoints floe and PyIceberg use, backed
+//! by the SQL catalog, commit requirements enforced):
+//! - the server rejects a commit built on a stale snapshot with 409 `CommitFailedException`,
+//!   which iceberg-rust reports as `CatalogCommitConflicts`;
+//! - floe's commit fence holds over REST: a stale commit is refused before it is sent, and one
+//!   that passed the fence but lost the race is refused by the server; racing committers deliver
+//!   each batch exactly once;
+//! - end to end: Kafka → `floe run` (a separate process, OAuth2 client credentials from the
+//!   environment) → the REST catalog, read back with PyIceberg's `RestCatalog`.
+
+mod common;
+mod rest_fixture;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floe::catalog::FencedCatalog;
+use floe::commit::{committed_batch_ids, CommitError, Committer};
+use floe::config::{PropertyValue, RestAuth, RestCatalogConfig};
+use floe::dlq::LocalDlq;
+use floe::events::event_json;
+use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
+use floe::model::PendingBatch;
+use floe::schema::MappedSchema;
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
+use rest_fixture::{FixtureAuth, RestCatalogServer};
+
+use common::*;
+
+/// A REST catalog config pointing at `server` (no authentication).
+fn rest_config(server: &RestCatalogServer) -> RestCatalogConfig {
+    RestCatalogConfig {
+        uri: server.uri.clone(),
+        warehouse: None,
+        auth: RestAuth::None,
+        oauth2_server_uri: None,
+        scope: None,
+        kms_key_arn: None,
+    }
+}
+
+/// floe's REST catalog client for `config` (AWS clients of a configuration that names no AWS
+/// component: nothing is probed).
+async fn open(config: &RestCatalogConfig) -> Arc<dyn Catalog> {
+    let text = config_toml(Path::new("/tmp"), "127.0.0.1:9092", "w", 10);
+    let kafka_only = floe::config::Config::from_toml_str(&text, Path::new("/tmp")).unwrap();
+    let aws = floe::aws::AwsClients::for_config(&kafka_only).await;
+    floe::catalog_rest::open_rest_catalog(config, &aws)
+        .await
+        .unwrap()
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    server: RestCatalogServer,
+    catalog: Arc<dyn Catalog>,
+    ident: TableIdent,
+    store: Arc<SqliteLeaseStore>,
+    dlq: LocalDlq,
+    schema: Arc<MappedSchema>,
+}
+
+/// A fixture server holding table `race.events` created as a channel would, through floe's REST
+/// catalog client.
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let server = RestCatalogServer::start(&dir.path().join("rest"));
+    let catalog = open(&rest_config(&server)).await;
+    let schema_json: serde_json::Value =
+        serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
+    let schema = Arc::new(MappedSchema::from_json_schema(&schema_json, "event_time").unwrap());
+    let ident = TableIdent::new(NamespaceIdent::new("race".into()), "events".into());
+    let spec = floe::catalog::TableSpec {
+        ident: ident.clone(),
+        channel: "race".into(),
+        compression_codec: "zstd".into(),
+        target_file_size_bytes: 128 << 20,
+    };
+    floe::catalog::ensure_table(catalog.as_ref(), &spec, &schema)
+        .await
+        .unwrap();
+    let store = Arc::new(
+        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+            .await
+            .unwrap(),
+    );
+    let dlq = LocalDlq::new(dir.path().join("dlq"), "race");
+    Fixture {
+        dir,
+        server,
+        catalog,
+        ident,
+        store,
+        dlq,
+        schema,
+    }
+}
+
+impl Fixture {
+    async fn batch(&self, table: &Table, after: Option<i64>, from: u64, to: u64) -> PendingBatch {
+        pending_batch(&self.schema, table, "race", after, from, to).await
+    }
+
+    fn committer(&self, catalog: Arc<dyn Catalog>) -> Committer {
+        let leases: Arc<dyn LeaseStore> = self.store.clone();
+        let batches: Arc<dyn BatchStore> = self.store.clone();
+        Committer::new(
+            "race",
+            self.ident.clone(),
+            catalog,
+            leases,
+            batches,
+            self.dlq.clone(),
+            1,
+        )
+    }
+
+    async fn table(&self) -> Table {
+        self.catalog.load_table(&self.ident).await.unwrap()
+    }
+}
+
+fn append(table: &Table, b: &PendingBatch) -> Transaction {
+    let files = floe::writer::parse_data_files(table, &b.data_files).unwrap();
+    let tx = Transaction::new(table);
+    tx.fast_append().add_data_files(files).apply(tx).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_answers_a_commit_on_a_stale_snapshot_with_409_commit_failed() {
+    let f = fixture().await;
+    let stale = f.table().await;
+    let b1 = f.batch(&stale, None, 0, 10).await;
+    append(&stale, &b1)
+        .commit(f.catalog.as_ref())
+        .await
+        .unwrap();
+    let current = f.table().await.metadata().current_snapshot_id().unwrap();
+
+    // The request iceberg-rust's fast append sends, built on the stale (empty) table: the
+    // specification's answer is 409 with a CommitFailedException error model.
+    let url = format!("{}/v1/namespaces/race/tables/events", f.server.uri);
+    let commit = serde_json::json!({
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": null}],
+        "updates": [{"action": "set-properties", "updates": {"stale": "true"}}],
+    });
+    let response = reqwest::Client::new()
+        .post(&url)
+        .json(&commit)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 409);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "CommitFailedException");
+    assert_eq!(body["error"]["code"], 409);
+    // Against the current snapshot the same request is accepted.
+    let fresh = serde_json::json!({
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": current}],
+        "updates": [{"action": "set-properties", "updates": {"fresh": "true"}}],
+    });
+    let response = reqwest::Client::new()
+        .post(&url)
+        .json(&fresh)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let table = f.table().await;
+    assert_eq!(
+        table
+            .metadata()
+            .properties()
+            .get("fresh")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert!(!table.metadata().properties().contains_key("stale"));
+    assert_eq!(f.server.conflicts(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_refuses_a_stale_commit_over_rest_that_iceberg_would_rebase() {
+    let f = fixture().await;
+    let stale = f.table().await;
+    let b1 = f.batch(&stale, None, 0, 10).await;
+    let b2 = f.batch(&stale, None, 10, 20).await;
+    append(&stale, &b1)
+        .commit(f.catalog.as_ref())
+        .await
+        .unwrap();
+
+    let fenced = FencedCatalog::new(f.catalog.clone());
+    fenced.set_fence(f.ident.clone(), stale.metadata().current_snapshot_id());
+    let err = append(&stale, &b2).commit(&fenced).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts);
+    assert_eq!(floe::quickstart::total_records(&f.table().await), 10);
+
+    // The trap the fence exists for holds over REST too: unfenced, the stale commit is rebased.
+    append(&stale, &b2)
+        .commit(f.catalog.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(floe::quickstart::total_records(&f.table().await), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_that_passed_the_fence_but_lost_the_race_is_refused_by_the_server() {
+    // Committer B validates the empty table, passes its fence and sends its commit; the server
+    // holds it while committer A commits the same offsets; released, B's request still asserts
+    // the empty table's snapshot: 409, a conflict, and the rows are in the table once.
+    let f = fixture().await;
+    let table = f.table().await;
+    let x = f.batch(&table, None, 0, 10).await;
+    f.store.put_batch(&x).await.unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let store_a = Arc::new(
+        SqliteLeaseStore::open(other.path().join("a.sqlite"))
+            .await
+            .unwrap(),
+    );
+    store_a.put_batch(&x).await.unwrap();
+    let a = Committer::new(
+        "race",
+        f.ident.clone(),
+        f.catalog.clone(),
+        store_a.clone(),
+        store_a.clone(),
+        f.dlq.clone(),
+        1,
+    );
+    let b = f.committer(f.catalog.clone());
+
+    let hold = f.server.hold_next_commit();
+    let b_round = tokio::spawn(async move { b.run_round().await });
+    hold.arrived().await;
+    let ra = a.run_round().await;
+    assert_eq!(ra.as_ref().map(|r| r.committed).ok(), Some(1), "{ra:?}");
+    hold.release();
+    let rb = b_round.await.unwrap();
+    assert!(
+        matches!(rb, Err(CommitError::Conflict(_))),
+        "B must see a conflict: {rb:?}"
+    );
+    assert_eq!(f.server.conflicts(), 1, "the server refused B's commit");
+
+    let table = f.table().await;
+    assert_eq!(floe::quickstart::total_records(&table), 10);
+    let ids = floe::quickstart::table_ids(&table).await.unwrap();
+    assert_eq!(ids.len(), 10, "no row twice");
+    // B's next round finds its batch committed and settles it without a second commit.
+    let report = f.committer(f.catalog.clone()).run_round().await.unwrap();
+    assert_eq!(report.committed, 0, "{report:?}");
+    assert_eq!(floe::quickstart::total_records(&f.table().await), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_committers_racing_over_rest_commit_each_batch_exactly_once() {
+    let f = fixture().await;
+    let a = f.committer(f.catalog.clone());
+    let b = f.committer(open(&rest_config(&f.server)).await);
+    let mut after = None;
+    let mut expected_rows = 0;
+    for round in 0..6u64 {
+        let table = f.table().await;
+        let pb = f.batch(&table, after, round * 10, round * 10 + 10).await;
+        after = Some(round as i64 * 10 + 9);
+        expected_rows += pb.num_rows;
+        f.store.put_batch(&pb).await.unwrap();
+        let (ra, rb) = tokio::join!(a.run_round(), b.run_round());
+        let committed = ra.as_ref().map(|r| r.committed).unwrap_or(0)
+            + rb.as_ref().map(|r| r.committed).unwrap_or(0);
+        assert!(committed <= 1, "round {round}: {ra:?} {rb:?}");
+        a.run_round().await.unwrap();
+        let table = f.table().await;
+        assert!(
+            committed_batch_ids(&table).contains(&pb.batch_id),
+            "round {round}"
+        );
+        assert_eq!(
+            floe::quickstart::total_records(&table),
+            expected_rows,
+            "round {round}"
+        );
+        assert!(f.store.list_pending("race").await.unwrap().is_empty());
+    }
+    let ids = floe::quickstart::table_ids(&f.table().await).await.unwrap();
+    let mut distinct = ids.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!((distinct.len(), ids.len()), (60, 60), "no row twice");
+    drop(f.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth2_client_credentials_are_exchanged_and_a_wrong_secret_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = RestCatalogServer::start_with_auth(
+        dir.path(),
+        Some(FixtureAuth {
+            token: "granted-token".into(),
+            client: Some(("floe".into(), "s3cret".into())),
+        }),
+    );
+    let secret = |value: &str| PropertyValue::FromEnv {
+        var: "SECRET".into(),
+        value: value.into(),
+    };
+    let mut config = rest_config(&server);
+    config.auth = RestAuth::OAuth2 {
+        client_id: Some("floe".into()),
+        client_secret: secret("s3cret"),
+    };
+    let ns = NamespaceIdent::new("auth".into());
+    let catalog = open(&config).await;
+    catalog
+        .create_namespace(&ns, Default::default())
+        .await
+        .unwrap();
+    assert!(catalog.namespace_exists(&ns).await.unwrap());
+
+    config.auth = RestAuth::Token(secret("granted-token"));
+    assert!(open(&config).await.namespace_exists(&ns).await.unwrap());
+
+    config.auth = RestAuth::OAuth2 {
+        client_id: Some("floe".into()),
+        client_secret: secret("wrong"),
+    };
+    let err = open(&config).await.namespace_exists(&ns).await.unwrap_err();
+    assert!(
+        !err.to_string().contains("wrong"),
+        "secret in the error: {err}"
+    );
+    config.auth = RestAuth::None;
+    assert!(open(&config).await.namespace_exists(&ns).await.is_err());
+}
+
+/// Rows in the table and DLQ entries, through the REST catalog (0 rows before the table exists).
+async fn delivered_rest(catalog: &dyn Catalog, dir: &Path) -> (u64, u64) {
+    let dlq: floe::dlq::Dlq = LocalDlq::new(dir.join("dlq"), "it").into();
+    let ident = TableIdent::new(NamespaceIdent::new("it".into()), "events".into());
+    floe::quickstart::counts(catalog, &ident, &dlq).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_to_rest_catalog_end_to_end_and_pyiceberg_reads_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "e2e-token";
+    let server = RestCatalogServer::start_with_auth(
+        &dir.path().join("rest"),
+        Some(FixtureAuth {
+            token: token.into(),
+            client: Some(("floe-e2e".into(), "e2e-secret".into())),
+        }),
+    );
+    let broker = Broker::start();
+    let total = 2_000u64;
+    produce(&broker.bootstrap, 0, total);
+
+    let sql_catalog = format!(
+        "    [channel.destination.catalog]\n    kind = \"sql\"\n    name = \"floe\"\n    uri = \"{d}/catalog.sqlite\"\n    warehouse = \"{d}/warehouse\"\n",
+        d = dir.path().display()
+    );
+    let rest_catalog = format!(
+        "    [channel.destination.catalog]\n    kind = \"rest\"\n    uri = \"{}\"\n    credential = \"env:FLOE_TEST_REST_CREDENTIAL\"\n    scope = \"catalog\"\n",
+        server.uri
+    );
+    let text = config_toml(dir.path(), &broker.bootstrap, "w1", 4);
+    assert!(
+        text.contains(&sql_catalog),
+        "config_toml's catalog table changed"
+    );
+    let text = text.replace(&sql_catalog, &rest_catalog);
+    let worker = Worker::start_with_env(
+        dir.path(),
+        "w1",
+        &text,
+        &[("FLOE_TEST_REST_CREDENTIAL", "floe-e2e:e2e-secret")],
+    );
+
+    let mut config = rest_config(&server);
+    config.auth = RestAuth::Token(PropertyValue::FromEnv {
+        var: "T".into(),
+        value: token.into(),
+    });
+    let catalog = open(&config).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (rows, dlq) = loop {
+        let (rows, dlq) = delivered_rest(catalog.as_ref(), dir.path()).await;
+        if rows + dlq >= total || Instant::now() > deadline {
+            break (rows, dlq);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let status = worker.terminate();
+    assert!(
+        status.success(),
+        "worker exit: {status:?}\n{}",
+        log_of(dir.path(), "w1")
+    );
+    let expected_bad = (0..total).filter(|id| bad_kind(*id).is_some()).count() as u64;
+    assert_eq!(
+        (rows, dlq),
+        (total - expected_bad, expected_bad),
+        "{}",
+        log_of(dir.path(), "w1")
+    );
+    assert!(server.commits() >= 1);
+    let log = log_of(dir.path(), "w1");
+    assert!(
+        !log.contains("e2e-secret") && !log.contains(token),
+        "a secret is in the log"
+    );
+
+    // The independent reader: PyIceberg's RestCatalog against the same server.
+    let sample_ids = [0u64, 1, 2, 999, 1_998];
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_table.py");
+    let uri = server.uri.clone();
+    let ids: Vec<String> = sample_ids.iter().map(u64::to_string).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python())
+            .arg(script)
+            .args([
+                "-",
+                "-",
+                "it.events",
+                "--rest-uri",
+                &uri,
+                "--rest-token",
+                token,
+            ])
+            .arg("--ids")
+            .arg(ids.join(","))
+            .output()
+            .expect("run python")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "PyIceberg RestCatalog reader failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t["rows"], rows);
+    assert_eq!(t["distinct_ids"], rows, "no duplicate ids");
+    assert_eq!(
+        t["partition_spec"],
+        serde_json::json!([{"source": "event_time", "transform": "hour", "name": "event_time_hour"}])
+    );
+    let props = &t["properties"];
+    assert_eq!(props["floe.channel"], "it");
+    let offsets = checkpointed_offsets(props);
+    assert_eq!(offsets, total, "checkpoints cover every produced offset");
+    let added: u64 = t["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["added-records"].as_str())
+        .map(|v| v.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(added, rows, "snapshot summaries add up to the rows");
+    for id in sample_ids.into_iter().filter(|id| bad_kind(*id).is_none()) {
+        let produced: serde_json::Value =
+            serde_json::from_str(&event_json(id, SEED, BASE_MS, 3)).unwrap();
+        let row = &t["sample"][id.to_string()];
+        assert_eq!(row["id"], produced["id"]);
+        assert_eq!(row["source"], produced["source"]);
+        assert_eq!(row["value"].as_f64(), produced["value"].as_f64());
+        assert_eq!(row["tags"], produced["tags"]);
+    }
+}
