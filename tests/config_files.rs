@@ -101,7 +101,7 @@ fn kafka_sql_config_without_credentials_names_the_missing_variables() {
 
 #[test]
 fn every_key_in_the_shipped_files_carries_a_comment() {
-    for name in ["quickstart.toml", "kafka-sql.toml"] {
+    for name in ["quickstart.toml", "kafka-sql.toml", "rest-catalog.toml"] {
         let text = std::fs::read_to_string(config_dir().join(name)).unwrap();
         let mut previous = "";
         for line in text.lines().map(str::trim) {
@@ -186,4 +186,30 @@ fn kinesis_dynamodb_config_validates_and_passes_floe_validate() {
     ));
     let checked = validate::check(&config_dir().join("kinesis-dynamodb.toml")).unwrap();
     assert_eq!(checked.channels.len(), 1);
+}
+
+#[test]
+fn rest_catalog_config_validates_with_the_credential_from_the_environment() {
+    let env = env_with(&[("POLARIS_CREDENTIAL", "floe:s3cret")]);
+    let config = load_with("rest-catalog.toml", &env).unwrap();
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    let CatalogConfig::Rest(rest) = &d.catalog else {
+        panic!("a rest catalog expected")
+    };
+    assert_eq!(rest.uri, "https://polaris.example.com/api/catalog");
+    assert_eq!(rest.warehouse.as_deref(), Some("analytics"));
+    assert!(matches!(
+        &rest.auth,
+        floe::config::RestAuth::OAuth2 { client_id: None, client_secret }
+            if client_secret.value() == "floe:s3cret"
+    ));
+    assert!(!format!("{config:?}").contains("s3cret"), "secret in Debug");
+    let errors = load_with("rest-catalog.toml", &env_with(&[]))
+        .unwrap_err()
+        .0;
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        ["channel[0].destination.catalog.credential: environment variable POLARIS_CREDENTIAL is not set"]
+    );
 }
