@@ -22,12 +22,21 @@
 //! with the `[aws]` region and S3 endpoint (path-style addressing when the endpoint is
 //! overridden, as emulators need) and the configured SSE-KMS key; credentials the server vends in
 //! `LoadTableResult.config` (or its `/v1/config` defaults and overrides) are used as given.
-//! `file://` locations are written to the local file system.
+//! `file://` locations and plain absolute paths are written to the local file system
+//! ([`RestStorageFactory`]).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use hyper::body::Bytes;
+use iceberg::io::{
+    FileMetadata, FileRead, FileWrite, InputFile, LocalFsStorage, OutputFile, Storage,
+    StorageConfig, StorageFactory,
+};
 use iceberg::{Catalog, CatalogBuilder};
 use iceberg_catalog_rest::{
     RestCatalogBuilder, REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE,
@@ -70,7 +79,7 @@ pub async fn open_rest_catalog(
         })?;
     let catalog = RestCatalogBuilder::default()
         .with_client(client)
-        .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
+        .with_storage_factory(Arc::new(RestStorageFactory))
         .load(
             CATALOG_LABEL,
             rest_props(config, aws.config(), aws.region()),
@@ -128,6 +137,103 @@ pub fn rest_props(
         props.insert(iceberg::io::S3_SSE_KEY.to_string(), key.clone());
     }
     props
+}
+
+/// The file IO of REST catalog tables, whose locations the server chooses: URLs (`s3://`,
+/// `file://`, …) through OpenDAL's resolving storage, plain absolute paths (`/warehouse/…`, as
+/// servers with a local warehouse may answer) through iceberg's local file system storage.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub struct RestStorageFactory;
+
+#[typetag::serde]
+impl StorageFactory for RestStorageFactory {
+    fn build(&self, config: &StorageConfig) -> iceberg::Result<Arc<dyn Storage>> {
+        Ok(Arc::new(RestStorage {
+            props: config.props().clone(),
+            urls: OnceLock::new(),
+            local: LocalFsStorage::new(),
+        }))
+    }
+}
+
+/// See [`RestStorageFactory`]. Serialized as its properties; the OpenDAL storage is built on
+/// first use of a URL.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct RestStorage {
+    props: HashMap<String, String>,
+    #[serde(skip)]
+    urls: OnceLock<Arc<dyn Storage>>,
+    #[serde(skip)]
+    local: LocalFsStorage,
+}
+
+impl RestStorage {
+    /// The storage serving `path`: a path without a scheme is local.
+    fn resolve(&self, path: &str) -> iceberg::Result<&dyn Storage> {
+        if path.starts_with('/') {
+            Ok(&self.local)
+        } else {
+            self.urls()
+        }
+    }
+
+    /// The OpenDAL resolving storage serving URLs.
+    fn urls(&self) -> iceberg::Result<&dyn Storage> {
+        if let Some(storage) = self.urls.get() {
+            return Ok(storage.as_ref());
+        }
+        let storage = OpenDalResolvingStorageFactory::new()
+            .build(&StorageConfig::from_props(self.props.clone()))?;
+        Ok(self.urls.get_or_init(|| storage).as_ref())
+    }
+}
+
+#[async_trait]
+#[typetag::serde]
+impl Storage for RestStorage {
+    async fn exists(&self, path: &str) -> iceberg::Result<bool> {
+        self.resolve(path)?.exists(path).await
+    }
+    async fn metadata(&self, path: &str) -> iceberg::Result<FileMetadata> {
+        self.resolve(path)?.metadata(path).await
+    }
+    async fn read(&self, path: &str) -> iceberg::Result<Bytes> {
+        self.resolve(path)?.read(path).await
+    }
+    async fn reader(&self, path: &str) -> iceberg::Result<Box<dyn FileRead>> {
+        self.resolve(path)?.reader(path).await
+    }
+    async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
+        self.resolve(path)?.write(path, bs).await
+    }
+    async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
+        self.resolve(path)?.writer(path).await
+    }
+    async fn delete(&self, path: &str) -> iceberg::Result<()> {
+        self.resolve(path)?.delete(path).await
+    }
+    async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
+        self.resolve(path)?.delete_prefix(path).await
+    }
+    async fn delete_stream(&self, paths: BoxStream<'static, String>) -> iceberg::Result<()> {
+        let paths: Vec<String> = paths.collect().await;
+        let (local, urls): (Vec<String>, Vec<String>) =
+            paths.into_iter().partition(|p| p.starts_with('/'));
+        for (group, storage) in [(local, &self.local as &dyn Storage), (urls, self.urls()?)] {
+            if !group.is_empty() {
+                storage
+                    .delete_stream(futures::stream::iter(group).boxed())
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+    fn new_input(&self, path: &str) -> iceberg::Result<InputFile> {
+        self.resolve(path)?.new_input(path)
+    }
+    fn new_output(&self, path: &str) -> iceberg::Result<OutputFile> {
+        self.resolve(path)?.new_output(path)
+    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use floe::schema::MappedSchema;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
-use rest_fixture::{FixtureAuth, RestCatalogServer};
+use rest_fixture::{FixtureAuth, RestCatalogServer, WarehouseLocation};
 
 use common::*;
 
@@ -64,25 +64,39 @@ struct Fixture {
     schema: Arc<MappedSchema>,
 }
 
+/// The mapped `Event` schema of the quickstart, partitioned on `event_time`.
+fn event_schema() -> Arc<MappedSchema> {
+    let schema_json: serde_json::Value =
+        serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
+    Arc::new(MappedSchema::from_json_schema(&schema_json, "event_time").unwrap())
+}
+
+/// Creates table `ident` as the channel named like its namespace would.
+async fn ensure_event_table(
+    catalog: &dyn Catalog,
+    ident: &TableIdent,
+    schema: &MappedSchema,
+) -> Table {
+    let spec = floe::catalog::TableSpec {
+        ident: ident.clone(),
+        channel: ident.namespace().to_url_string(),
+        compression_codec: "zstd".into(),
+        target_file_size_bytes: 128 << 20,
+    };
+    floe::catalog::ensure_table(catalog, &spec, schema)
+        .await
+        .unwrap()
+}
+
 /// A fixture server holding table `race.events` created as a channel would, through floe's REST
 /// catalog client.
 async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let server = RestCatalogServer::start(&dir.path().join("rest"));
     let catalog = open(&rest_config(&server)).await;
-    let schema_json: serde_json::Value =
-        serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
-    let schema = Arc::new(MappedSchema::from_json_schema(&schema_json, "event_time").unwrap());
+    let schema = event_schema();
     let ident = TableIdent::new(NamespaceIdent::new("race".into()), "events".into());
-    let spec = floe::catalog::TableSpec {
-        ident: ident.clone(),
-        channel: "race".into(),
-        compression_codec: "zstd".into(),
-        target_file_size_bytes: 128 << 20,
-    };
-    floe::catalog::ensure_table(catalog.as_ref(), &spec, &schema)
-        .await
-        .unwrap();
+    ensure_event_table(catalog.as_ref(), &ident, &schema).await;
     let store = Arc::new(
         SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
             .await
@@ -297,6 +311,40 @@ async fn two_committers_racing_over_rest_commit_each_batch_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_locations_without_a_scheme_are_local_paths() {
+    // A server with a plain-path warehouse answers locations like `/tmp/…/lake/events`.
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let location = std::fs::canonicalize(&plain).unwrap().display().to_string();
+    let server = RestCatalogServer::start_with(
+        &dir.path().join("rest"),
+        None,
+        Some(WarehouseLocation {
+            location: location.clone(),
+            props: Default::default(),
+        }),
+    );
+    let catalog = open(&rest_config(&server)).await;
+    let schema = event_schema();
+    let ident = TableIdent::new(NamespaceIdent::new("p".into()), "events".into());
+    let table = ensure_event_table(catalog.as_ref(), &ident, &schema).await;
+    assert!(
+        table.metadata().location().starts_with(&location),
+        "{}",
+        table.metadata().location()
+    );
+    let batch = pending_batch(&schema, &table, "p", None, 0, 5).await;
+    let files = floe::writer::parse_data_files(&table, &batch.data_files).unwrap();
+    let tx = Transaction::new(&table);
+    let tx = tx.fast_append().add_data_files(files).apply(tx).unwrap();
+    let table = tx.commit(catalog.as_ref()).await.unwrap();
+    assert_eq!(floe::quickstart::table_ids(&table).await.unwrap().len(), 5);
+    let files = floe::catalog::referenced_data_files(&table).await.unwrap();
+    assert!(files.iter().all(|f| f.starts_with(&location)), "{files:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oauth2_client_credentials_are_exchanged_and_a_wrong_secret_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let server = RestCatalogServer::start_with_auth(
@@ -339,6 +387,115 @@ async fn oauth2_client_credentials_are_exchanged_and_a_wrong_secret_is_refused()
     assert!(open(&config).await.namespace_exists(&ns).await.is_err());
 }
 
+/// Runs tests/py/read_table.py against the REST catalog at `uri` (PyIceberg's `RestCatalog`,
+/// storage settings as the server vends them) for table `table`, sampling `ids`.
+async fn read_with_pyiceberg_rest(
+    uri: &str,
+    token: &str,
+    table: &str,
+    ids: &[u64],
+) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_table.py");
+    let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+    let mut command = std::process::Command::new(python());
+    command
+        .arg(script)
+        .args(["-", "-", table, "--rest-uri", uri, "--rest-token", token])
+        .arg("--ids")
+        .arg(ids.join(","));
+    let out = tokio::task::spawn_blocking(move || command.output().expect("run python"))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "PyIceberg RestCatalog reader failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_table_locations_are_written_with_the_storage_settings_the_server_vends() {
+    // The server's tables live in an S3 bucket (the emulator); floe is given no [aws] endpoint:
+    // it writes data files where the server says, with the endpoint and credentials the server
+    // vends with the table, and PyIceberg reads them back the same way.
+    let endpoint = aws_endpoint();
+    let bucket = unique_name("floe-rest");
+    aws_clients(&endpoint)
+        .await
+        .s3()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let vended = std::collections::HashMap::from([
+        (iceberg::io::S3_ENDPOINT.to_string(), endpoint.clone()),
+        (iceberg::io::S3_REGION.to_string(), "us-east-1".to_string()),
+        (
+            iceberg::io::S3_PATH_STYLE_ACCESS.to_string(),
+            "true".to_string(),
+        ),
+        (
+            iceberg::io::S3_ACCESS_KEY_ID.to_string(),
+            std::env::var("AWS_ACCESS_KEY_ID").unwrap(),
+        ),
+        (
+            iceberg::io::S3_SECRET_ACCESS_KEY.to_string(),
+            std::env::var("AWS_SECRET_ACCESS_KEY").unwrap(),
+        ),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let server = RestCatalogServer::start_with(
+        dir.path(),
+        None,
+        Some(WarehouseLocation {
+            location: format!("s3://{bucket}/warehouse"),
+            props: vended,
+        }),
+    );
+    let catalog = open(&rest_config(&server)).await;
+    let schema = event_schema();
+    let ident = TableIdent::new(NamespaceIdent::new("lake".into()), "events".into());
+    let table = ensure_event_table(catalog.as_ref(), &ident, &schema).await;
+    assert!(table
+        .metadata()
+        .location()
+        .starts_with(&format!("s3://{bucket}/")));
+    let batch = pending_batch(&schema, &table, "lake", None, 0, 25).await;
+    let store = Arc::new(
+        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+            .await
+            .unwrap(),
+    );
+    store.put_batch(&batch).await.unwrap();
+    let committer = Committer::new(
+        "lake",
+        ident.clone(),
+        catalog.clone(),
+        store.clone(),
+        store.clone(),
+        LocalDlq::new(dir.path().join("dlq"), "lake"),
+        1,
+    );
+    assert_eq!(committer.run_round().await.unwrap().committed, 1);
+    let files = floe::catalog::referenced_data_files(&catalog.load_table(&ident).await.unwrap())
+        .await
+        .unwrap();
+    assert!(
+        !files.is_empty()
+            && files
+                .iter()
+                .all(|f| f.starts_with(&format!("s3://{bucket}/warehouse/lake/events/"))),
+        "{files:?}"
+    );
+
+    let t = read_with_pyiceberg_rest(&server.uri, "", "lake.events", &[0, 24]).await;
+    assert_eq!(t["rows"], 25);
+    assert_eq!(t["distinct_ids"], 25);
+    assert_eq!(t["sample"]["24"]["id"], 24);
+}
+
 /// Rows in the table and DLQ entries, through the REST catalog (0 rows before the table exists).
 async fn delivered_rest(catalog: &dyn Catalog, dir: &Path) -> (u64, u64) {
     let dlq: floe::dlq::Dlq = LocalDlq::new(dir.join("dlq"), "it").into();
@@ -375,7 +532,7 @@ async fn kafka_to_rest_catalog_end_to_end_and_pyiceberg_reads_it_back() {
         "config_toml's catalog table changed"
     );
     let text = text.replace(&sql_catalog, &rest_catalog);
-    let worker = Worker::start_with_env(
+    let mut worker = Worker::start_with_env(
         dir.path(),
         "w1",
         &text,
@@ -391,6 +548,12 @@ async fn kafka_to_rest_catalog_end_to_end_and_pyiceberg_reads_it_back() {
     let deadline = Instant::now() + Duration::from_secs(120);
     let (rows, dlq) = loop {
         let (rows, dlq) = delivered_rest(catalog.as_ref(), dir.path()).await;
+        if let Some(status) = worker.child.try_wait().unwrap() {
+            panic!(
+                "worker exited early: {status:?}\n{}",
+                log_of(dir.path(), "w1")
+            );
+        }
         if rows + dlq >= total || Instant::now() > deadline {
             break (rows, dlq);
         }
@@ -418,34 +581,7 @@ async fn kafka_to_rest_catalog_end_to_end_and_pyiceberg_reads_it_back() {
 
     // The independent reader: PyIceberg's RestCatalog against the same server.
     let sample_ids = [0u64, 1, 2, 999, 1_998];
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_table.py");
-    let uri = server.uri.clone();
-    let ids: Vec<String> = sample_ids.iter().map(u64::to_string).collect();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python())
-            .arg(script)
-            .args([
-                "-",
-                "-",
-                "it.events",
-                "--rest-uri",
-                &uri,
-                "--rest-token",
-                token,
-            ])
-            .arg("--ids")
-            .arg(ids.join(","))
-            .output()
-            .expect("run python")
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "PyIceberg RestCatalog reader failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = read_with_pyiceberg_rest(&server.uri, token, "it.events", &sample_ids).await;
     assert_eq!(t["rows"], rows);
     assert_eq!(t["distinct_ids"], rows, "no duplicate ids");
     assert_eq!(

@@ -72,6 +72,18 @@ pub struct FixtureAuth {
     pub client: Option<(String, String)>,
 }
 
+/// Another warehouse than the default local `file://` one: an `s3://` location, where the
+/// fixture writes metadata through OpenDAL with `props` and vends `props` to clients in every
+/// `LoadTableResult.config` (as a catalog vending storage settings and credentials does); or a
+/// plain local path (table locations without a scheme).
+#[derive(Debug, Clone)]
+pub struct WarehouseLocation {
+    /// `s3://bucket/prefix`, or an absolute local path.
+    pub location: String,
+    /// `s3.endpoint`, `s3.region`, `s3.access-key-id`, … (iceberg's FileIO property names).
+    pub props: HashMap<String, String>,
+}
+
 /// A running fixture server; it stops when dropped.
 pub struct RestCatalogServer {
     /// `http://127.0.0.1:<port>` (the catalog `uri`).
@@ -101,6 +113,7 @@ struct State {
     pool: sqlx::SqlitePool,
     commit_lock: tokio::sync::Mutex<()>,
     auth: Option<FixtureAuth>,
+    vended: HashMap<String, String>,
     commits: AtomicUsize,
     conflicts: AtomicUsize,
     hold: CommitHold,
@@ -143,14 +156,28 @@ impl RestCatalogServer {
     /// Starts a server requiring `auth` (when given) on every catalog request. The server runs
     /// on its own thread and runtime, so that tests may block (waiting on processes) meanwhile.
     pub fn start_with_auth(dir: &Path, auth: Option<FixtureAuth>) -> RestCatalogServer {
+        Self::start_with(dir, auth, None)
+    }
+
+    /// Starts a server requiring `auth` (when given) whose tables live in `warehouse` (when
+    /// given; otherwise in a local `file://` warehouse under `dir`).
+    pub fn start_with(
+        dir: &Path,
+        auth: Option<FixtureAuth>,
+        warehouse: Option<WarehouseLocation>,
+    ) -> RestCatalogServer {
         std::fs::create_dir_all(dir.join("warehouse")).unwrap();
         let database = dir.join("catalog.sqlite");
-        let warehouse = format!(
-            "file://{}",
-            std::fs::canonicalize(dir.join("warehouse"))
-                .unwrap()
-                .display()
-        );
+        let s3 = warehouse;
+        let warehouse = match &s3 {
+            Some(s3) => s3.location.clone(),
+            None => format!(
+                "file://{}",
+                std::fs::canonicalize(dir.join("warehouse"))
+                    .unwrap()
+                    .display()
+            ),
+        };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (db, wh) = (database.clone(), warehouse.clone());
@@ -161,7 +188,7 @@ impl RestCatalogServer {
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                let state = Arc::new(State::open(&db, &wh, auth).await);
+                let state = Arc::new(State::open(&db, &wh, auth, s3).await);
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 let addr = listener.local_addr().unwrap();
                 ready_tx.send((addr, state.clone())).unwrap();
@@ -200,20 +227,32 @@ impl RestCatalogServer {
 }
 
 impl State {
-    async fn open(database: &Path, warehouse: &str, auth: Option<FixtureAuth>) -> State {
+    async fn open(
+        database: &Path,
+        warehouse: &str,
+        auth: Option<FixtureAuth>,
+        s3: Option<WarehouseLocation>,
+    ) -> State {
         let url = format!("sqlite:{}?mode=rwc", database.display());
-        let catalog = SqlCatalogBuilder::default()
-            .with_storage_factory(Arc::new(LocalFsStorageFactory))
-            .load(
-                CATALOG_NAME,
-                HashMap::from([
-                    (SQL_CATALOG_PROP_URI.to_string(), url.clone()),
-                    (
-                        SQL_CATALOG_PROP_WAREHOUSE.to_string(),
-                        warehouse.to_string(),
-                    ),
-                ]),
-            )
+        let vended = s3.map(|s3| s3.props).unwrap_or_default();
+        let mut props = vended.clone();
+        props.insert(SQL_CATALOG_PROP_URI.to_string(), url.clone());
+        props.insert(
+            SQL_CATALOG_PROP_WAREHOUSE.to_string(),
+            warehouse.to_string(),
+        );
+        let builder = SqlCatalogBuilder::default();
+        let builder = if warehouse.starts_with("s3://") {
+            builder.with_storage_factory(Arc::new(
+                iceberg_storage_opendal::OpenDalStorageFactory::S3 {
+                    customized_credential_load: None,
+                },
+            ))
+        } else {
+            builder.with_storage_factory(Arc::new(LocalFsStorageFactory))
+        };
+        let catalog = builder
+            .load(CATALOG_NAME, props)
             .await
             .expect("open the fixture's SQL catalog");
         let pool = sqlx::SqlitePool::connect(&url).await.expect("open SQLite");
@@ -222,6 +261,7 @@ impl State {
             pool,
             commit_lock: tokio::sync::Mutex::new(()),
             auth,
+            vended,
             commits: AtomicUsize::new(0),
             conflicts: AtomicUsize::new(0),
             hold: CommitHold::default(),
@@ -474,12 +514,12 @@ async fn route(state: &State, req: Request<Incoming>) -> Answer {
                         .properties(r.properties)
                         .build();
                     let table = state.catalog.create_table(&ns, creation).await?;
-                    json_response(&load_result(&table))
+                    json_response(&load_result(state, &table))
                 }
                 (Method::GET, ["v1", "namespaces", ns, "tables", t]) => {
                     let ident = TableIdent::new(namespace(ns)?, decode(t));
                     let table = state.catalog.load_table(&ident).await?;
-                    json_response(&load_result(&table))
+                    json_response(&load_result(state, &table))
                 }
                 (Method::HEAD, ["v1", "namespaces", ns, "tables", t]) => {
                     let ident = TableIdent::new(namespace(ns)?, decode(t));
@@ -522,11 +562,11 @@ async fn route(state: &State, req: Request<Incoming>) -> Answer {
     }
 }
 
-fn load_result(table: &iceberg::table::Table) -> LoadTableResult {
+fn load_result(state: &State, table: &iceberg::table::Table) -> LoadTableResult {
     LoadTableResult {
         metadata_location: table.metadata_location().map(str::to_owned),
         metadata: table.metadata().clone(),
-        config: HashMap::new(),
+        config: state.vended.clone(),
         storage_credentials: None,
     }
 }
