@@ -15,8 +15,10 @@
 //! ```
 //!
 //! Authentication: none, a bearer token, or OAuth2 client credentials exchanged at the token
-//! endpoint (the client caches the token; it does not refresh it before expiry). AWS SigV4
-//! signing is not offered by the client and is refused by configuration validation.
+//! endpoint. The client caches the token and does not refresh it before it expires;
+//! [`RestCatalogClient`] fetches a new one when the server answers 401 or 419 and repeats the
+//! call once (a commit is not repeated: the committer reconciles it). AWS SigV4 signing is not
+//! offered by the client and is refused by configuration validation.
 //!
 //! File IO: the server decides table locations. `s3://` locations are written through OpenDAL
 //! with the `[aws]` region and S3 endpoint (path-style addressing when the endpoint is
@@ -37,9 +39,12 @@ use iceberg::io::{
     FileMetadata, FileRead, FileWrite, InputFile, LocalFsStorage, OutputFile, Storage,
     StorageConfig, StorageFactory,
 };
-use iceberg::{Catalog, CatalogBuilder};
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, CatalogBuilder, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent,
+};
 use iceberg_catalog_rest::{
-    RestCatalogBuilder, REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE,
+    RestCatalog, RestCatalogBuilder, REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE,
 };
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
@@ -85,7 +90,140 @@ pub async fn open_rest_catalog(
             rest_props(config, aws.config(), aws.region()),
         )
         .await?;
-    Ok(Arc::new(catalog))
+    Ok(Arc::new(RestCatalogClient {
+        inner: catalog,
+        refreshes_token: matches!(config.auth, RestAuth::OAuth2 { .. }),
+    }))
+}
+
+/// iceberg-rust's REST catalog, fetching a new OAuth2 token when the server no longer accepts
+/// the cached one (HTTP 401, or 419 "authentication timeout" of the REST specification) and
+/// repeating the call once. A refused `update_table` is not repeated (the commit cannot be
+/// rebuilt here): its error reaches the committer, which reconciles it against the table, and
+/// the next commit uses the new token.
+#[derive(Debug)]
+pub struct RestCatalogClient {
+    inner: RestCatalog,
+    refreshes_token: bool,
+}
+
+/// Whether `e` is the REST server refusing the request's credentials.
+fn is_auth_refused(e: &iceberg::Error) -> bool {
+    let shown = e.to_string();
+    shown.contains("status: 401 ") || shown.contains("status: 419 ")
+}
+
+impl RestCatalogClient {
+    /// Runs `call`; when the token is refused and can be renewed, renews it and runs `call`
+    /// again.
+    async fn with_token<T, F, Fut>(&self, call: F) -> iceberg::Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = iceberg::Result<T>>,
+    {
+        match call().await {
+            Err(e) if self.refreshes_token && is_auth_refused(&e) => {
+                tracing::info!("rest catalog refused the oauth2 token, fetching a new one");
+                self.inner.regenerate_token().await?;
+                call().await
+            }
+            other => other,
+        }
+    }
+}
+
+#[async_trait]
+impl Catalog for RestCatalogClient {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> iceberg::Result<Vec<NamespaceIdent>> {
+        self.with_token(|| self.inner.list_namespaces(parent)).await
+    }
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<Namespace> {
+        self.with_token(|| self.inner.create_namespace(namespace, properties.clone()))
+            .await
+    }
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<Namespace> {
+        self.with_token(|| self.inner.get_namespace(namespace))
+            .await
+    }
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> iceberg::Result<bool> {
+        self.with_token(|| self.inner.namespace_exists(namespace))
+            .await
+    }
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<()> {
+        self.with_token(|| self.inner.update_namespace(namespace, properties.clone()))
+            .await
+    }
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<()> {
+        self.with_token(|| self.inner.drop_namespace(namespace))
+            .await
+    }
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
+        self.with_token(|| self.inner.list_tables(namespace)).await
+    }
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> iceberg::Result<Table> {
+        // `TableCreation` is not `Clone`: each attempt gets a copy of its fields.
+        let copy = || TableCreation {
+            name: creation.name.clone(),
+            location: creation.location.clone(),
+            schema: creation.schema.clone(),
+            partition_spec: creation.partition_spec.clone(),
+            sort_order: creation.sort_order.clone(),
+            properties: creation.properties.clone(),
+            format_version: creation.format_version,
+        };
+        self.with_token(|| self.inner.create_table(namespace, copy()))
+            .await
+    }
+    async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
+        self.with_token(|| self.inner.load_table(table)).await
+    }
+    async fn drop_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.with_token(|| self.inner.drop_table(table)).await
+    }
+    async fn purge_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.with_token(|| self.inner.purge_table(table)).await
+    }
+    async fn table_exists(&self, table: &TableIdent) -> iceberg::Result<bool> {
+        self.with_token(|| self.inner.table_exists(table)).await
+    }
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
+        self.with_token(|| self.inner.rename_table(src, dest)).await
+    }
+    async fn register_table(
+        &self,
+        table: &TableIdent,
+        metadata_location: String,
+    ) -> iceberg::Result<Table> {
+        self.with_token(|| self.inner.register_table(table, metadata_location.clone()))
+            .await
+    }
+    async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
+        let result = self.inner.update_table(commit).await;
+        if let Err(e) = &result {
+            if self.refreshes_token && is_auth_refused(e) {
+                tracing::info!(
+                    "rest catalog refused the oauth2 token on a commit, fetching a new one"
+                );
+                self.inner.regenerate_token().await?;
+            }
+        }
+        result
+    }
 }
 
 /// The iceberg-catalog-rest properties of `config`: connection and authentication, then the

@@ -345,7 +345,7 @@ async fn table_locations_without_a_scheme_are_local_paths() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn oauth2_client_credentials_are_exchanged_and_a_wrong_secret_is_refused() {
+async fn oauth2_tokens_are_fetched_renewed_when_refused_and_a_wrong_secret_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let server = RestCatalogServer::start_with_auth(
         dir.path(),
@@ -371,7 +371,48 @@ async fn oauth2_client_credentials_are_exchanged_and_a_wrong_secret_is_refused()
         .unwrap();
     assert!(catalog.namespace_exists(&ns).await.unwrap());
 
-    config.auth = RestAuth::Token(secret("granted-token"));
+    // The token expires: the server answers 401, the client fetches a new one and goes on.
+    server.rotate_token("second-token");
+    assert!(catalog.namespace_exists(&ns).await.unwrap());
+    assert_eq!(
+        catalog.list_namespaces(None).await.unwrap(),
+        vec![ns.clone()]
+    );
+
+    // A committer whose token expired between two commits goes on.
+    let schema = event_schema();
+    let ident = TableIdent::new(NamespaceIdent::new("auth".into()), "events".into());
+    let table = ensure_event_table(catalog.as_ref(), &ident, &schema).await;
+    let store = Arc::new(
+        SqliteLeaseStore::open(dir.path().join("l.sqlite"))
+            .await
+            .unwrap(),
+    );
+    let committer = Committer::new(
+        "auth",
+        ident.clone(),
+        catalog.clone(),
+        store.clone(),
+        store.clone(),
+        LocalDlq::new(dir.path().join("dlq"), "auth"),
+        1,
+    );
+    for (round, token) in ["third-token", "fourth-token"].into_iter().enumerate() {
+        let from = round as u64 * 5;
+        let after = (round > 0).then(|| from as i64 - 1);
+        let batch = pending_batch(&schema, &table, "auth", after, from, from + 5).await;
+        store.put_batch(&batch).await.unwrap();
+        server.rotate_token(token);
+        assert_eq!(
+            committer.run_round().await.unwrap().committed,
+            1,
+            "round {round}"
+        );
+    }
+    let table = catalog.load_table(&ident).await.unwrap();
+    assert_eq!(floe::quickstart::total_records(&table), 10);
+
+    config.auth = RestAuth::Token(secret("fourth-token"));
     assert!(open(&config).await.namespace_exists(&ns).await.unwrap());
 
     config.auth = RestAuth::OAuth2 {

@@ -112,7 +112,7 @@ struct State {
     catalog: SqlCatalog,
     pool: sqlx::SqlitePool,
     commit_lock: tokio::sync::Mutex<()>,
-    auth: Option<FixtureAuth>,
+    auth: std::sync::Mutex<Option<FixtureAuth>>,
     vended: HashMap<String, String>,
     commits: AtomicUsize,
     conflicts: AtomicUsize,
@@ -215,6 +215,14 @@ impl RestCatalogServer {
         self.state.hold.clone()
     }
 
+    /// Replaces the accepted token (as when tokens expire): requests with the old one get 401,
+    /// the OAuth2 endpoint hands out the new one.
+    pub fn rotate_token(&self, token: &str) {
+        if let Some(auth) = self.state.auth.lock().unwrap().as_mut() {
+            auth.token = token.to_owned();
+        }
+    }
+
     /// Commits the server accepted.
     pub fn commits(&self) -> usize {
         self.state.commits.load(Ordering::SeqCst)
@@ -260,7 +268,7 @@ impl State {
             catalog,
             pool,
             commit_lock: tokio::sync::Mutex::new(()),
-            auth,
+            auth: std::sync::Mutex::new(auth),
             vended,
             commits: AtomicUsize::new(0),
             conflicts: AtomicUsize::new(0),
@@ -416,10 +424,15 @@ async fn body<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<
 }
 
 fn authorized(state: &State, req: &Request<Incoming>) -> Result<(), ApiError> {
-    let Some(auth) = &state.auth else {
+    let Some(expected) = state
+        .auth
+        .lock()
+        .unwrap()
+        .as_ref()
+        .map(|a| format!("Bearer {}", a.token))
+    else {
         return Ok(());
     };
-    let expected = format!("Bearer {}", auth.token);
     match req
         .headers()
         .get("authorization")
@@ -579,7 +592,7 @@ async fn oauth_token(state: &State, req: Request<Incoming>) -> Answer {
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (decode_with(k, true), decode_with(v, true)))
         .collect();
-    let granted = state.auth.as_ref().and_then(|auth| {
+    let granted = state.auth.lock().unwrap().as_ref().and_then(|auth| {
         let (id, secret) = auth.client.as_ref()?;
         (form.get("grant_type").map(String::as_str) == Some("client_credentials")
             && form.get("client_id") == Some(id)
