@@ -57,6 +57,9 @@ pub const REST_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on one REST catalog request (a commit writes a metadata file on the server).
 pub const REST_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Header of the REST specification asking the server to vend storage credentials.
+pub const ACCESS_DELEGATION_HEADER: &str = "X-Iceberg-Access-Delegation";
+
 /// Name the REST catalog is given in iceberg-rust (a label; the server does not see it).
 const CATALOG_LABEL: &str = "floe";
 
@@ -260,6 +263,12 @@ pub fn rest_props(
     if let Some(scope) = &config.scope {
         props.insert("scope".to_string(), scope.clone());
     }
+    if config.vended_credentials {
+        props.insert(
+            format!("header.{ACCESS_DELEGATION_HEADER}"),
+            "vended-credentials".to_string(),
+        );
+    }
     if let Some(region) = region {
         props.insert(iceberg::io::S3_REGION.to_string(), region.to_string());
     }
@@ -387,6 +396,7 @@ mod tests {
             oauth2_server_uri: None,
             scope: Some("PRINCIPAL_ROLE:ALL".into()),
             kms_key_arn: None,
+            vended_credentials: false,
         }
     }
 
@@ -409,6 +419,7 @@ mod tests {
         assert_eq!(props["warehouse"], "lake");
         assert!(!props.contains_key("token"));
         assert!(!props.contains_key(iceberg::io::S3_ENDPOINT));
+        assert!(!props.contains_key("header.X-Iceberg-Access-Delegation"));
     }
 
     #[test]
@@ -419,11 +430,16 @@ mod tests {
         };
         let mut c = config(RestAuth::None);
         c.kms_key_arn = Some("arn:aws:kms:us-east-1:123456789012:key/k".into());
+        c.vended_credentials = true;
         let props = rest_props(&c, &aws, Some("us-east-1"));
         assert_eq!(props[iceberg::io::S3_ENDPOINT], "http://127.0.0.1:5056");
         assert_eq!(props[iceberg::io::S3_PATH_STYLE_ACCESS], "true");
         assert_eq!(props[iceberg::io::S3_REGION], "us-east-1");
         assert_eq!(props[iceberg::io::S3_SSE_TYPE], "kms");
         assert!(!props.contains_key("credential") && !props.contains_key("token"));
+        assert_eq!(
+            props["header.X-Iceberg-Access-Delegation"],
+            "vended-credentials"
+        );
     }
 }

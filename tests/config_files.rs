@@ -198,6 +198,7 @@ fn rest_catalog_config_validates_with_the_credential_from_the_environment() {
     };
     assert_eq!(rest.uri, "https://polaris.example.com/api/catalog");
     assert_eq!(rest.warehouse.as_deref(), Some("analytics"));
+    assert!(rest.vended_credentials);
     assert!(matches!(
         &rest.auth,
         floe::config::RestAuth::OAuth2 { client_id: None, client_secret }

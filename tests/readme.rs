@@ -157,6 +157,7 @@ const CONFIG_TABLES: &[ConfigTable] = &[
             "client_secret",
             "oauth2_server_uri",
             "scope",
+            "vended_credentials",
             "sigv4",
             "signing_name",
             "kms_key_arn",

@@ -40,6 +40,7 @@ fn rest_config(server: &RestCatalogServer) -> RestCatalogConfig {
         oauth2_server_uri: None,
         scope: None,
         kms_key_arn: None,
+        vended_credentials: false,
     }
 }
 
@@ -458,8 +459,9 @@ async fn read_with_pyiceberg_rest(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_table_locations_are_written_with_the_storage_settings_the_server_vends() {
     // The server's tables live in an S3 bucket (the emulator); floe is given no [aws] endpoint:
-    // it writes data files where the server says, with the endpoint and credentials the server
-    // vends with the table, and PyIceberg reads them back the same way.
+    // it asks for vended credentials and writes data files where the server says, with the
+    // endpoint and credentials the server vends with the table (only to clients that ask), and
+    // PyIceberg (which asks by default) reads them back the same way.
     let endpoint = aws_endpoint();
     let bucket = unique_name("floe-rest");
     aws_clients(&endpoint)
@@ -495,7 +497,9 @@ async fn s3_table_locations_are_written_with_the_storage_settings_the_server_ven
             props: vended,
         }),
     );
-    let catalog = open(&rest_config(&server)).await;
+    let mut config = rest_config(&server);
+    config.vended_credentials = true;
+    let catalog = open(&config).await;
     let schema = event_schema();
     let ident = TableIdent::new(NamespaceIdent::new("lake".into()), "events".into());
     let table = ensure_event_table(catalog.as_ref(), &ident, &schema).await;

@@ -376,6 +376,10 @@ pub struct RestCatalogSection {
     /// OAuth2 scope requested with the client credentials (e.g. `"PRINCIPAL_ROLE:ALL"` for
     /// Polaris). Default: `"catalog"`.
     pub scope: Option<String>,
+    /// Ask the server for storage credentials with each table (`X-Iceberg-Access-Delegation:
+    /// vended-credentials`), as Polaris and Lakekeeper hand out when so configured. Default:
+    /// `false` (floe's own credentials from the environment chain).
+    pub vended_credentials: Option<bool>,
     /// AWS SigV4 request signing (the Glue and S3 Tables Iceberg REST endpoints). Not supported
     /// yet in this build: `true` is refused (use `kind = "glue"` or `kind = "s3tables"`).
     /// Default: `false`.

@@ -397,6 +397,8 @@ pub struct RestCatalogConfig {
     pub scope: Option<String>,
     /// KMS key ARN for SSE-KMS of files written to `s3://` table locations.
     pub kms_key_arn: Option<String>,
+    /// Whether requests ask for vended storage credentials.
+    pub vended_credentials: bool,
 }
 
 /// Authentication of REST catalog requests.

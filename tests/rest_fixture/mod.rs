@@ -73,8 +73,9 @@ pub struct FixtureAuth {
 }
 
 /// Another warehouse than the default local `file://` one: an `s3://` location, where the
-/// fixture writes metadata through OpenDAL with `props` and vends `props` to clients in every
-/// `LoadTableResult.config` (as a catalog vending storage settings and credentials does); or a
+/// fixture writes metadata through OpenDAL with `props` and vends `props` in the
+/// `LoadTableResult.config` of clients sending `X-Iceberg-Access-Delegation: vended-credentials`
+/// (as a catalog vending storage settings and credentials does); or a
 /// plain local path (table locations without a scheme).
 #[derive(Debug, Clone)]
 pub struct WarehouseLocation {
@@ -451,6 +452,12 @@ async fn route(state: &State, req: Request<Incoming>) -> Answer {
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let method = req.method().clone();
+    // Storage settings are vended only to clients that ask (X-Iceberg-Access-Delegation).
+    let vend = req
+        .headers()
+        .get("x-iceberg-access-delegation")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("vended-credentials"));
     match (method.clone(), segments.as_slice()) {
         (Method::GET, ["v1", "config"]) => json_response(&json!({"defaults": {}, "overrides": {}})),
         (Method::POST, ["v1", "oauth", "tokens"]) => oauth_token(state, req).await,
@@ -527,12 +534,12 @@ async fn route(state: &State, req: Request<Incoming>) -> Answer {
                         .properties(r.properties)
                         .build();
                     let table = state.catalog.create_table(&ns, creation).await?;
-                    json_response(&load_result(state, &table))
+                    json_response(&load_result(state, &table, vend))
                 }
                 (Method::GET, ["v1", "namespaces", ns, "tables", t]) => {
                     let ident = TableIdent::new(namespace(ns)?, decode(t));
                     let table = state.catalog.load_table(&ident).await?;
-                    json_response(&load_result(state, &table))
+                    json_response(&load_result(state, &table, vend))
                 }
                 (Method::HEAD, ["v1", "namespaces", ns, "tables", t]) => {
                     let ident = TableIdent::new(namespace(ns)?, decode(t));
@@ -575,11 +582,15 @@ async fn route(state: &State, req: Request<Incoming>) -> Answer {
     }
 }
 
-fn load_result(state: &State, table: &iceberg::table::Table) -> LoadTableResult {
+fn load_result(state: &State, table: &iceberg::table::Table, vend: bool) -> LoadTableResult {
     LoadTableResult {
         metadata_location: table.metadata_location().map(str::to_owned),
         metadata: table.metadata().clone(),
-        config: state.vended.clone(),
+        config: if vend {
+            state.vended.clone()
+        } else {
+            HashMap::new()
+        },
         storage_credentials: None,
     }
 }

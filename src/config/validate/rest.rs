@@ -152,6 +152,7 @@ impl Checker<'_> {
             oauth2_server_uri: s.oauth2_server_uri,
             scope: s.scope,
             kms_key_arn: s.kms_key_arn,
+            vended_credentials: s.vended_credentials.unwrap_or(false),
         };
         ok.then_some(config)
     }
