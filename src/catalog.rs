@@ -158,14 +158,22 @@ pub async fn open_sql_catalog_s3(
     Ok(Arc::new(catalog))
 }
 
-/// Opens a channel's configured SQL catalog: local warehouse, or `s3://` warehouse through
-/// `aws`'s region and endpoint (SSE-KMS with the configured key).
+/// Opens a channel's configured catalog: an SQL catalog with a local warehouse, or an `s3://`
+/// warehouse through `aws`'s region and endpoint (SSE-KMS with the configured key); or a REST
+/// catalog ([`crate::catalog_rest`]).
 ///
-/// Errors: those of [`open_sql_catalog`] and [`open_sql_catalog_s3`].
+/// Errors: those of [`open_sql_catalog`], [`open_sql_catalog_s3`] and
+/// [`crate::catalog_rest::open_rest_catalog`].
 pub async fn open_channel_catalog(
-    sql: &crate::config::SqlCatalogConfig,
+    catalog: &crate::config::CatalogConfig,
     aws: &crate::aws::AwsClients,
 ) -> Result<Arc<dyn Catalog>, CatalogError> {
+    let sql = match catalog {
+        crate::config::CatalogConfig::Sql(sql) => sql,
+        crate::config::CatalogConfig::Rest(rest) => {
+            return crate::catalog_rest::open_rest_catalog(rest, aws).await
+        }
+    };
     match &sql.warehouse {
         crate::config::Warehouse::Local(dir) => {
             open_sql_catalog(&sql.database, dir, &sql.name).await

@@ -29,6 +29,7 @@
 pub mod app;
 pub mod aws;
 pub mod catalog;
+pub mod catalog_rest;
 pub mod cli;
 pub mod commit;
 pub mod config;

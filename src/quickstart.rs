@@ -344,21 +344,27 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
     Ok(rec)
 }
 
+/// Rows in the table's current snapshot, from its `total-records` summary (0 without a
+/// snapshot or summary).
+pub fn total_records(table: &Table) -> u64 {
+    table
+        .metadata()
+        .current_snapshot()
+        .and_then(|s| {
+            s.summary()
+                .additional_properties
+                .get("total-records")
+                .cloned()
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Rows in the table's current snapshot (its `total-records` summary) and published DLQ
 /// entries: how far delivery has come. `(0, n)` while the table is missing or empty.
 pub async fn counts(catalog: &dyn Catalog, ident: &TableIdent, dlq: &Dlq) -> (u64, u64) {
     let rows = match catalog.load_table(ident).await {
-        Ok(t) => t
-            .metadata()
-            .current_snapshot()
-            .and_then(|s| {
-                s.summary()
-                    .additional_properties
-                    .get("total-records")
-                    .cloned()
-            })
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
+        Ok(t) => total_records(&t),
         Err(_) => 0,
     };
     let dead = dlq

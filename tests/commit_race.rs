@@ -10,13 +10,10 @@ use std::sync::Arc;
 
 use floe::catalog::FencedCatalog;
 use floe::commit::{committed_batch_ids, table_checkpoints, Committer};
-use floe::convert::Converter;
 use floe::dlq::LocalDlq;
-use floe::events::event_json;
 use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
-use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
+use floe::model::{PendingBatch, Position, ShardId};
 use floe::schema::MappedSchema;
-use floe::writer::{write_data_files, ParquetCompression, WriterSettings};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
@@ -139,43 +136,7 @@ async fn fixture() -> Fixture {
 /// Writes data files for ids `from..to` and returns the pending batch covering offsets
 /// `(after, to - 1]` of partition 0.
 async fn batch(f: &Fixture, table: &Table, after: Option<i64>, from: u64, to: u64) -> PendingBatch {
-    let arrow = Arc::new(
-        iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
-    );
-    let mut conv = Converter::try_new(f.schema.clone(), arrow).unwrap();
-    for id in from..to {
-        conv.push(event_json(id, 1, 1_783_627_200_000, 2).as_bytes())
-            .unwrap();
-    }
-    let batch_id = Uuid::now_v7();
-    let settings = WriterSettings {
-        channel: "race".into(),
-        compression: ParquetCompression::Zstd(3),
-        target_file_size: 128 << 20,
-    };
-    let written = write_data_files(table, &settings, batch_id, conv.finish())
-        .await
-        .unwrap();
-    PendingBatch {
-        channel: "race".into(),
-        batch_id,
-        worker_id: "w".into(),
-        shards: vec![ShardRange {
-            shard: ShardId::kafka_partition(0),
-            range: CheckpointRange {
-                after_exclusive: after.map(Position::Offset),
-                last_inclusive: Position::Offset(to as i64 - 1),
-            },
-            lease_counter: 0,
-        }],
-        data_files: written.data_files_json,
-        dlq_staged: None,
-        num_rows: written.num_rows,
-        num_dead_lettered: 0,
-        dead_lettered_by_code: Default::default(),
-        data_bytes: written.num_bytes,
-        oldest_read_at_ms: 0,
-    }
+    common::pending_batch(&f.schema, table, "race", after, from, to).await
 }
 
 fn committer(f: &Fixture, epoch: u64) -> Committer {
@@ -190,20 +151,6 @@ fn committer(f: &Fixture, epoch: u64) -> Committer {
         f.dlq.clone(),
         epoch,
     )
-}
-
-fn total_records(table: &Table) -> u64 {
-    table
-        .metadata()
-        .current_snapshot()
-        .and_then(|s| {
-            s.summary()
-                .additional_properties
-                .get("total-records")
-                .cloned()
-        })
-        .map(|v| v.parse().unwrap())
-        .unwrap_or(0)
 }
 
 #[tokio::test]
@@ -236,7 +183,7 @@ async fn fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_reb
     let err = tx.commit(&fenced).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts);
     assert_eq!(
-        total_records(&f.catalog.load_table(&f.ident).await.unwrap()),
+        floe::quickstart::total_records(&f.catalog.load_table(&f.ident).await.unwrap()),
         10
     );
 
@@ -249,7 +196,7 @@ async fn fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_reb
         .unwrap();
     tx.commit(f.catalog.as_ref()).await.unwrap();
     assert_eq!(
-        total_records(&f.catalog.load_table(&f.ident).await.unwrap()),
+        floe::quickstart::total_records(&f.catalog.load_table(&f.ident).await.unwrap()),
         20
     );
 }
@@ -279,7 +226,11 @@ async fn two_committers_racing_on_the_same_batches_commit_each_exactly_once() {
             committed_batch_ids(&table).contains(&pb.batch_id),
             "round {round}"
         );
-        assert_eq!(total_records(&table), expected_rows, "round {round}");
+        assert_eq!(
+            floe::quickstart::total_records(&table),
+            expected_rows,
+            "round {round}"
+        );
         assert!(f.store.list_pending("race").await.unwrap().is_empty());
     }
     let table = f.catalog.load_table(&f.ident).await.unwrap();
@@ -324,7 +275,7 @@ async fn stale_committer_is_fenced_by_a_newer_epoch_and_a_duplicate_batch_is_rej
         "rejected batch's file deleted"
     );
     let table = f.catalog.load_table(&f.ident).await.unwrap();
-    assert_eq!(total_records(&table), 10);
+    assert_eq!(floe::quickstart::total_records(&table), 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,7 +51,9 @@ fn quickstart_config_validates_with_the_quickstart_settings() {
     );
     assert_eq!(d.data_freshness, Duration::from_secs(10));
     assert_eq!(d.compression, Compression::Zstd { level: 3 });
-    let CatalogConfig::Sql(catalog) = &d.catalog;
+    let CatalogConfig::Sql(catalog) = &d.catalog else {
+        panic!("an sql catalog")
+    };
     assert_eq!(catalog.name, "floe");
     assert_eq!(
         catalog.database,
@@ -99,7 +101,7 @@ fn kafka_sql_config_without_credentials_names_the_missing_variables() {
 
 #[test]
 fn every_key_in_the_shipped_files_carries_a_comment() {
-    for name in ["quickstart.toml", "kafka-sql.toml"] {
+    for name in ["quickstart.toml", "kafka-sql.toml", "rest-catalog.toml"] {
         let text = std::fs::read_to_string(config_dir().join(name)).unwrap();
         let mut previous = "";
         for line in text.lines().map(str::trim) {
@@ -171,7 +173,9 @@ fn kinesis_dynamodb_config_validates_and_passes_floe_validate() {
     assert_eq!(kinesis.stream.as_str(), "clickstream");
     assert_eq!(kinesis.initial_position, InitialPosition::ActivationTime);
     let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
-    let CatalogConfig::Sql(catalog) = &d.catalog;
+    let CatalogConfig::Sql(catalog) = &d.catalog else {
+        panic!("an sql catalog")
+    };
     assert_eq!(
         catalog.warehouse,
         floe::config::Warehouse::S3("s3://example-analytics-lake/warehouse".into())
@@ -182,4 +186,31 @@ fn kinesis_dynamodb_config_validates_and_passes_floe_validate() {
     ));
     let checked = validate::check(&config_dir().join("kinesis-dynamodb.toml")).unwrap();
     assert_eq!(checked.channels.len(), 1);
+}
+
+#[test]
+fn rest_catalog_config_validates_with_the_credential_from_the_environment() {
+    let env = env_with(&[("POLARIS_CREDENTIAL", "floe:s3cret")]);
+    let config = load_with("rest-catalog.toml", &env).unwrap();
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    let CatalogConfig::Rest(rest) = &d.catalog else {
+        panic!("a rest catalog expected")
+    };
+    assert_eq!(rest.uri, "https://polaris.example.com/api/catalog");
+    assert_eq!(rest.warehouse.as_deref(), Some("analytics"));
+    assert!(rest.vended_credentials);
+    assert!(matches!(
+        &rest.auth,
+        floe::config::RestAuth::OAuth2 { client_id: None, client_secret }
+            if client_secret.value() == "floe:s3cret"
+    ));
+    assert!(!format!("{config:?}").contains("s3cret"), "secret in Debug");
+    let errors = load_with("rest-catalog.toml", &env_with(&[]))
+        .unwrap_err()
+        .0;
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        ["channel[0].destination.catalog.credential: environment variable POLARIS_CREDENTIAL is not set"]
+    );
 }

@@ -82,18 +82,8 @@ async fn kafka_topic_lands_in_iceberg_exactly_once_and_pyiceberg_reads_it() {
     let props = &t["properties"];
     assert_eq!(props["floe.channel"], "it");
     assert_eq!(props["write.parquet.compression-codec"], "zstd");
-    let checkpoints: serde_json::Value =
-        serde_json::from_str(props["floe.checkpoints"].as_str().unwrap()).unwrap();
-    let offsets: i64 = checkpoints
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_i64().unwrap() + 1)
-        .sum();
-    assert_eq!(
-        offsets as u64, total,
-        "checkpoints cover every produced offset"
-    );
+    let offsets = checkpointed_offsets(props);
+    assert_eq!(offsets, total, "checkpoints cover every produced offset");
 
     // Snapshot summaries: added-records adds up; each floe snapshot names its batches.
     let snaps = t["snapshots"].as_array().unwrap();

@@ -312,8 +312,8 @@ pub enum CompressionCodec {
 pub enum CatalogSection {
     /// `kind = "sql"`: an SQL catalog in an SQLite database (the embedded default).
     Sql(SqlCatalogSection),
-    /// `kind = "rest"`: an Iceberg REST catalog. Not supported yet in this build.
-    Rest(toml::Table),
+    /// `kind = "rest"`: an Iceberg REST catalog (Polaris, Lakekeeper, Nessie, Gravitino, …).
+    Rest(RestCatalogSection),
     /// `kind = "glue"`: the AWS Glue Data Catalog. Not supported yet in this build.
     Glue(toml::Table),
     /// `kind = "s3tables"`: an Amazon S3 Tables table bucket. Not supported yet in this build.
@@ -344,6 +344,52 @@ pub struct SqlCatalogSection {
     /// `floe channel create`); a bucket of another account stops the channel. Only with an
     /// `s3://` warehouse.
     pub expected_bucket_owner: Option<String>,
+}
+
+/// `[channel.destination.catalog]` with `kind = "rest"`: a catalog speaking the Iceberg REST
+/// protocol (the Apache Iceberg REST OpenAPI specification). Table locations, and possibly storage
+/// credentials, come from the server; floe writes `s3://` locations through the `[aws]` region and
+/// endpoint, and local (`file://`) locations directly. Secrets are read from the environment:
+/// `token`, `credential` and `client_secret` must be written `"env:VARNAME"`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestCatalogSection {
+    /// Base URI of the catalog, `http(s)://host[:port][/path]`, without the `/v1` suffix (e.g.
+    /// `"https://polaris.example.com/api/catalog"`). Required.
+    pub uri: String,
+    /// Warehouse to ask the server for (`GET /v1/config?warehouse=…`): a warehouse or catalog name
+    /// for Polaris, Lakekeeper or Gravitino, a location for others. Default: none (the server's
+    /// default).
+    pub warehouse: Option<String>,
+    /// Bearer token sent as `Authorization: Bearer …`, as `"env:VARNAME"`. At most one of
+    /// `token`, `credential` and `client_id` + `client_secret`. Default: none.
+    pub token: Option<String>,
+    /// OAuth2 client credentials `"CLIENT_ID:CLIENT_SECRET"` (or a bare secret), as `"env:VARNAME"`,
+    /// exchanged for a token at `oauth2_server_uri`. Default: none.
+    pub credential: Option<String>,
+    /// OAuth2 client id, with `client_secret` (the credential in two parts). Default: none.
+    pub client_id: Option<String>,
+    /// OAuth2 client secret, with `client_id`, as `"env:VARNAME"`. Default: none.
+    pub client_secret: Option<String>,
+    /// Token endpoint of the OAuth2 client-credentials exchange. Default: `<uri>/v1/oauth/tokens`.
+    pub oauth2_server_uri: Option<String>,
+    /// OAuth2 scope requested with the client credentials (e.g. `"PRINCIPAL_ROLE:ALL"` for
+    /// Polaris). Default: `"catalog"`.
+    pub scope: Option<String>,
+    /// Ask the server for storage credentials with each table (`X-Iceberg-Access-Delegation:
+    /// vended-credentials`), as Polaris and Lakekeeper hand out when so configured. Default:
+    /// `false` (floe's own credentials from the environment chain).
+    pub vended_credentials: Option<bool>,
+    /// AWS SigV4 request signing (the Glue and S3 Tables Iceberg REST endpoints). Not supported
+    /// yet in this build: `true` is refused (use `kind = "glue"` or `kind = "s3tables"`).
+    /// Default: `false`.
+    pub sigv4: Option<bool>,
+    /// SigV4 signing name (`"glue"`, `"s3tables"`, `"execute-api"`); only with `sigv4 = true`.
+    pub signing_name: Option<String>,
+    /// Full ARN of a customer-managed KMS key: files floe writes to `s3://` table locations are
+    /// written with SSE-KMS under it (`arn:aws:kms:REGION:ACCOUNT:key/KEY-ID`). Default: the
+    /// bucket's default encryption.
+    pub kms_key_arn: Option<String>,
 }
 
 /// `[channel.dlq]`: the dead-letter queue, JSON Lines entries for rejected records. Tagged by
@@ -573,7 +619,7 @@ tagged_section!(SourceSection { "kafka" => Kafka(struct), "kinesis" => Kinesis(s
 tagged_section!(DestinationSection { "iceberg" => Iceberg(struct), "s3" => S3(table) });
 tagged_section!(CatalogSection {
     "sql" => Sql(struct),
-    "rest" => Rest(table),
+    "rest" => Rest(struct),
     "glue" => Glue(table),
     "s3tables" => S3Tables(table),
 });

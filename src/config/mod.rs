@@ -353,6 +353,68 @@ impl Compression {
 pub enum CatalogConfig {
     /// `kind = "sql"` on SQLite.
     Sql(SqlCatalogConfig),
+    /// `kind = "rest"`: an Iceberg REST catalog.
+    Rest(RestCatalogConfig),
+}
+
+impl CatalogConfig {
+    /// What names the catalog for the rule "one channel per table": the SQL catalog's name and
+    /// database file, or the REST catalog's URI and warehouse.
+    pub fn identity(&self) -> String {
+        match self {
+            CatalogConfig::Sql(sql) => format!("sql:{}:{}", sql.name, sql.database.display()),
+            CatalogConfig::Rest(rest) => format!(
+                "rest:{}:{}",
+                rest.uri,
+                rest.warehouse.as_deref().unwrap_or_default()
+            ),
+        }
+    }
+
+    /// Whether the catalog itself needs the AWS configuration (an `s3://` warehouse of an SQL
+    /// catalog).
+    pub fn uses_aws(&self) -> bool {
+        match self {
+            CatalogConfig::Sql(sql) => matches!(sql.warehouse, Warehouse::S3(_)),
+            CatalogConfig::Rest(_) => false,
+        }
+    }
+}
+
+/// `[channel.destination.catalog]` with `kind = "rest"`, see [`file::RestCatalogSection`].
+/// Its `Debug` shows where secrets come from, never their values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestCatalogConfig {
+    /// Base URI, `http(s)://…`, without a trailing `/` (requests go to `<uri>/v1/…`).
+    pub uri: String,
+    /// Warehouse asked for in `GET /v1/config`.
+    pub warehouse: Option<String>,
+    /// How requests are authenticated.
+    pub auth: RestAuth,
+    /// Token endpoint of the OAuth2 exchange (default `<uri>/v1/oauth/tokens`).
+    pub oauth2_server_uri: Option<String>,
+    /// OAuth2 scope (default `catalog`).
+    pub scope: Option<String>,
+    /// KMS key ARN for SSE-KMS of files written to `s3://` table locations.
+    pub kms_key_arn: Option<String>,
+    /// Whether requests ask for vended storage credentials.
+    pub vended_credentials: bool,
+}
+
+/// Authentication of REST catalog requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestAuth {
+    /// No `Authorization` header.
+    None,
+    /// A bearer token, from the environment.
+    Token(PropertyValue),
+    /// OAuth2 client credentials exchanged for a token.
+    OAuth2 {
+        /// Client id (`None`: the server takes the secret alone).
+        client_id: Option<String>,
+        /// Client secret, from the environment.
+        client_secret: PropertyValue,
+    },
 }
 
 /// `[channel.destination.catalog]` with `kind = "sql"`.
@@ -426,11 +488,10 @@ impl Config {
             || matches!(self.lease_store.backend, LeaseStoreBackend::Dynamodb { .. })
             || self.channels.iter().any(|c| {
                 let DestinationConfig::Iceberg(d) = &c.destination;
-                let CatalogConfig::Sql(sql) = &d.catalog;
                 matches!(c.source, SourceConfig::Kinesis(_))
                     || matches!(c.schema, SchemaConfig::Glue { .. })
                     || matches!(c.dlq.location, DlqLocation::S3(_))
-                    || matches!(sql.warehouse, Warehouse::S3(_))
+                    || d.catalog.uses_aws()
             })
     }
 }

@@ -170,7 +170,9 @@ fn absolute_paths_are_kept_and_plain_catalog_paths_accepted() {
         "uri = \"/data/catalog.db\"",
     );
     let config = parse(&text).unwrap();
-    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog;
+    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog else {
+        panic!("an sql catalog")
+    };
     assert_eq!(sql.database, PathBuf::from("/data/catalog.db"));
     assert_eq!(sql.sqlite_url(), "sqlite:/data/catalog.db?mode=rwc");
 }
@@ -293,11 +295,6 @@ fn kinds_not_supported_yet_are_parsed_and_refused() {
     let cases = [
         (
             "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
-            "kind = \"rest\"\nuri = \"http://localhost:8181\"",
-            "channel[0].destination.catalog.kind",
-        ),
-        (
-            "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
             "kind = \"glue\"",
             "channel[0].destination.catalog.kind",
         ),
@@ -370,7 +367,9 @@ fn aws_components_validate_into_typed_config() {
     assert_eq!(k.initial_position, InitialPosition::Earliest);
     assert_eq!(k.poll_interval, Duration::from_millis(500));
     assert_eq!(k.max_records_per_call, 10_000);
-    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog;
+    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog else {
+        panic!("an sql catalog")
+    };
     assert_eq!(
         sql.warehouse,
         Warehouse::S3("s3://warehouse-bucket/floe".into())
@@ -848,4 +847,195 @@ fn gsr_json_runs_offline_with_listed_versions() {
         versions[&uuid::Uuid::parse_str(V1).unwrap()],
         PathBuf::from("/etc/floe/v1.json")
     );
+}
+
+/// `MINIMAL` with a REST catalog holding `lines`.
+fn rest(lines: &str) -> String {
+    replaced(
+        "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
+        &format!("kind = \"rest\"\n{lines}"),
+    )
+}
+
+fn rest_env() -> ConfigEnv {
+    let mut env = env();
+    env.vars.insert("REST_TOKEN".into(), "t0ken".into());
+    env.vars
+        .insert("REST_CREDENTIAL".into(), "floe:s3cret".into());
+    env.vars.insert("REST_SECRET".into(), "s3cret".into());
+    env
+}
+
+fn rest_catalog(lines: &str) -> Result<RestCatalogConfig, ConfigErrors> {
+    let config = Config::from_toml_str_with_env(&rest(lines), Path::new("/etc/floe"), &rest_env())?;
+    match &iceberg(&config).catalog {
+        CatalogConfig::Rest(rest) => Ok(rest.clone()),
+        other => panic!("a rest catalog expected, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn rest_refused(lines: &str, key: &str, needle: &str) {
+    let errors = rest_catalog(lines).expect_err("refused").0;
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    let path = if key.is_empty() {
+        "channel[0].destination.catalog".to_owned()
+    } else {
+        format!("channel[0].destination.catalog.{key}")
+    };
+    assert_eq!(errors[0].path, path, "{errors:#?}");
+    assert!(errors[0].message.contains(needle), "{errors:#?}");
+}
+
+#[test]
+fn rest_catalog_validates_into_typed_config_with_secrets_from_the_environment() {
+    let c = rest_catalog("uri = \"https://polaris.example.com/api/catalog/\"").unwrap();
+    assert_eq!(c.uri, "https://polaris.example.com/api/catalog");
+    assert_eq!(c.auth, RestAuth::None);
+    assert_eq!(c.warehouse, None);
+
+    let c = rest_catalog(
+        "uri = \"http://localhost:8181\"\nwarehouse = \"lake\"\ntoken = \"env:REST_TOKEN\"",
+    )
+    .unwrap();
+    assert_eq!(c.warehouse.as_deref(), Some("lake"));
+    let RestAuth::Token(token) = &c.auth else {
+        panic!("token auth expected: {:?}", c.auth)
+    };
+    assert_eq!(token.value(), "t0ken");
+    let shown = format!("{c:?}");
+    assert!(
+        !shown.contains("t0ken") && shown.contains("REST_TOKEN"),
+        "{shown}"
+    );
+
+    let c = rest_catalog(
+        "uri = \"http://localhost:8181\"\ncredential = \"env:REST_CREDENTIAL\"\noauth2_server_uri = \"https://idp.example.com/oauth/token\"\nscope = \"PRINCIPAL_ROLE:ALL\"",
+    )
+    .unwrap();
+    assert!(
+        matches!(&c.auth, RestAuth::OAuth2 { client_id: None, client_secret } if client_secret.value() == "floe:s3cret")
+    );
+    assert_eq!(
+        c.oauth2_server_uri.as_deref(),
+        Some("https://idp.example.com/oauth/token")
+    );
+    assert_eq!(c.scope.as_deref(), Some("PRINCIPAL_ROLE:ALL"));
+    assert!(!format!("{c:?}").contains("s3cret"));
+
+    let c = rest_catalog(
+        "uri = \"http://localhost:8181\"\nclient_id = \"floe\"\nclient_secret = \"env:REST_SECRET\"",
+    )
+    .unwrap();
+    assert!(
+        matches!(&c.auth, RestAuth::OAuth2 { client_id: Some(id), client_secret } if id == "floe" && client_secret.value() == "s3cret")
+    );
+}
+
+#[test]
+fn rest_catalog_settings_are_refused_naming_the_key() {
+    let uri = "uri = \"http://localhost:8181\"";
+    rest_refused("uri = \"localhost:8181\"", "uri", "not an http(s) URI");
+    rest_refused("uri = \"ftp://catalog\"", "uri", "not an http(s) URI");
+    rest_refused("uri = \"http://\"", "uri", "not an http(s) URI");
+    rest_refused("uri = \"http://h/api?x=1\"", "uri", "no query");
+    rest_refused("uri = \"http://user:pw@h\"", "uri", "no user info");
+    rest_refused("warehouse = \"w\"", "", "missing field `uri`");
+    rest_refused(
+        &format!("{uri}\nwarehouse = \" \""),
+        "warehouse",
+        "must not be empty",
+    );
+    rest_refused(
+        &format!("{uri}\ntoken = \"t0ken\""),
+        "token",
+        "secrets must not be written in the file",
+    );
+    rest_refused(
+        &format!("{uri}\ncredential = \"floe:s3cret\""),
+        "credential",
+        "secrets must not be written in the file",
+    );
+    rest_refused(
+        &format!("{uri}\nclient_id = \"floe\"\nclient_secret = \"s3cret\""),
+        "client_secret",
+        "secrets must not be written in the file",
+    );
+    rest_refused(
+        &format!("{uri}\ntoken = \"env:UNSET_VAR\""),
+        "token",
+        "environment variable UNSET_VAR is not set",
+    );
+    rest_refused(
+        &format!("{uri}\ntoken = \"env:REST_TOKEN\"\ncredential = \"env:REST_CREDENTIAL\""),
+        "",
+        "not token and credential",
+    );
+    rest_refused(
+        &format!("{uri}\ntoken = \"env:REST_TOKEN\"\nclient_id = \"floe\"\nclient_secret = \"env:REST_SECRET\""),
+        "",
+        "give one way to authenticate",
+    );
+    rest_refused(
+        &format!("{uri}\nclient_id = \"floe\""),
+        "client_secret",
+        "`client_id` needs `client_secret`",
+    );
+    rest_refused(
+        &format!("{uri}\nclient_secret = \"env:REST_SECRET\""),
+        "client_id",
+        "`client_secret` needs `client_id`",
+    );
+    rest_refused(
+        &format!("{uri}\nclient_id = \"a:b\"\nclient_secret = \"env:REST_SECRET\""),
+        "client_id",
+        "without `:`",
+    );
+    rest_refused(
+        &format!("{uri}\ntoken = \"env:REST_TOKEN\"\nscope = \"catalog\""),
+        "scope",
+        "applies only to OAuth2",
+    );
+    rest_refused(
+        &format!("{uri}\ncredential = \"env:REST_CREDENTIAL\"\noauth2_server_uri = \"idp/token\""),
+        "oauth2_server_uri",
+        "not an http(s) URI",
+    );
+    rest_refused(
+        &format!("{uri}\nsigv4 = true\nsigning_name = \"glue\""),
+        "sigv4",
+        "SigV4 request signing is not supported yet in this build",
+    );
+    rest_refused(
+        &format!("{uri}\nsigning_name = \"glue\""),
+        "signing_name",
+        "only with sigv4 = true",
+    );
+    rest_refused(
+        &format!("{uri}\nkms_key_arn = \"alias/mine\""),
+        "kms_key_arn",
+        "",
+    );
+    rest_refused(&format!("{uri}\nname = \"x\""), "", "unknown field `name`");
+    assert!(rest_catalog(&format!("{uri}\nsigv4 = false")).is_ok());
+}
+
+#[test]
+fn two_channels_writing_one_table_of_one_rest_catalog_are_refused() {
+    let one = rest("uri = \"http://localhost:8181\"\nwarehouse = \"lake\"");
+    let channel = &one[one.find("[[channel]]").unwrap()..];
+    let two = format!(
+        "{one}{}",
+        channel.replacen("name = \"events\"", "name = \"events2\"", 1)
+    );
+    let errors = Config::from_toml_str_with_env(&two, Path::new("/etc/floe"), &rest_env())
+        .expect_err("refused")
+        .0;
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(errors[0].path, "channel[1].destination.table");
+    // Another warehouse of the same server is another catalog.
+    let other = two
+        .replacen("warehouse = \"lake\"", "warehouse = \"other\"", 2)
+        .replacen("warehouse = \"other\"", "warehouse = \"lake\"", 1);
+    assert!(Config::from_toml_str_with_env(&other, Path::new("/etc/floe"), &rest_env()).is_ok());
 }

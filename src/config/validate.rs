@@ -16,6 +16,8 @@ use super::file::{
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::*;
 
+mod rest;
+
 const SHUTDOWN_TIMEOUT_RANGE: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(3600);
 const LEASE_DURATION_RANGE: RangeInclusive<Duration> =
@@ -208,6 +210,43 @@ impl Checker<'_> {
             return None;
         }
         Some(self.base_dir.join(text))
+    }
+
+    /// A string value written literally or as `"env:VARNAME"` (read from the environment);
+    /// a `secret` must come from the environment.
+    fn property_value(&mut self, path: &str, value: String, secret: bool) -> Option<PropertyValue> {
+        match value.strip_prefix("env:") {
+            Some(var) => {
+                let valid_name = !var.is_empty()
+                    && !var.starts_with(|c: char| c.is_ascii_digit())
+                    && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !valid_name {
+                    self.error(
+                        path,
+                        format!("\"env:{var}\": not a valid environment variable name"),
+                    );
+                    return None;
+                }
+                match self.env.vars.get(var) {
+                    Some(v) => Some(PropertyValue::FromEnv {
+                        var: var.to_owned(),
+                        value: v.clone(),
+                    }),
+                    None => {
+                        self.error(path, format!("environment variable {var} is not set"));
+                        None
+                    }
+                }
+            }
+            None if secret => {
+                self.error(
+                    path,
+                    "secrets must not be written in the file: write \"env:VARNAME\" and set VARNAME in the worker's environment",
+                );
+                None
+            }
+            None => Some(PropertyValue::Literal(value)),
+        }
     }
 
     fn name(
@@ -594,40 +633,9 @@ impl Checker<'_> {
                 );
                 continue;
             };
-            let value = match value.strip_prefix("env:") {
-                Some(var) => {
-                    let valid_name = !var.is_empty()
-                        && !var.starts_with(|c: char| c.is_ascii_digit())
-                        && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-                    if !valid_name {
-                        ok = false;
-                        self.error(
-                            path,
-                            format!("\"env:{var}\": not a valid environment variable name"),
-                        );
-                        continue;
-                    }
-                    match self.env.vars.get(var) {
-                        Some(v) => PropertyValue::FromEnv {
-                            var: var.to_owned(),
-                            value: v.clone(),
-                        },
-                        None => {
-                            ok = false;
-                            self.error(path, format!("environment variable {var} is not set"));
-                            continue;
-                        }
-                    }
-                }
-                None if is_secret_property(&key) => {
-                    ok = false;
-                    self.error(
-                        path,
-                        "secrets must not be written in the file: write \"env:VARNAME\" and set VARNAME in the worker's environment",
-                    );
-                    continue;
-                }
-                None => PropertyValue::Literal(value),
+            let Some(value) = self.property_value(&path, value, is_secret_property(&key)) else {
+                ok = false;
+                continue;
             };
             properties.insert(key, value);
         }
@@ -880,9 +888,8 @@ impl Checker<'_> {
     fn catalog(&mut self, p: &str, section: Section<CatalogSection>) -> Option<CatalogConfig> {
         let sql = match self.section(section, p)? {
             CatalogSection::Sql(sql) => sql,
-            CatalogSection::Rest(_) => {
-                self.unsupported(p, "rest");
-                return None;
+            CatalogSection::Rest(rest) => {
+                return self.rest_catalog(p, rest).map(CatalogConfig::Rest);
             }
             CatalogSection::Glue(_) => {
                 self.unsupported(p, "glue");
@@ -1022,7 +1029,7 @@ impl Checker<'_> {
     /// Rules across channels: unique names; no two channels writing the same table.
     fn across_channels(&mut self, channels: &[Option<ChannelConfig>]) {
         let mut names: HashMap<&str, usize> = HashMap::new();
-        let mut tables: HashMap<(String, &Path, &str, &str), usize> = HashMap::new();
+        let mut tables: HashMap<(String, &str, &str), usize> = HashMap::new();
         for (i, channel) in channels.iter().enumerate() {
             let Some(channel) = channel else { continue };
             if let Some(first) = names.insert(&channel.name, i) {
@@ -1036,13 +1043,7 @@ impl Checker<'_> {
                 );
             }
             let DestinationConfig::Iceberg(d) = &channel.destination;
-            let CatalogConfig::Sql(catalog) = &d.catalog;
-            let key = (
-                catalog.name.clone(),
-                catalog.database.as_path(),
-                d.namespace.as_str(),
-                d.table.as_str(),
-            );
+            let key = (d.catalog.identity(), d.namespace.as_str(), d.table.as_str());
             if let Some(first) = tables.get(&key) {
                 self.error(
                     format!("channel[{i}].destination.table"),

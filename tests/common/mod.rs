@@ -195,6 +195,11 @@ impl Worker {
 
     /// Starts worker `id` with config text `toml` (written to `<dir>/<id>.toml`).
     pub fn start_with(dir: &Path, id: &str, toml: &str) -> Worker {
+        Worker::start_with_env(dir, id, toml, &[])
+    }
+
+    /// [`Worker::start_with`] with extra environment variables (secrets given as `env:VAR`).
+    pub fn start_with_env(dir: &Path, id: &str, toml: &str, env: &[(&str, &str)]) -> Worker {
         let config = dir.join(format!("{id}.toml"));
         std::fs::write(&config, toml).unwrap();
         let log = std::fs::File::create(dir.join(format!("{id}.log"))).unwrap();
@@ -203,6 +208,7 @@ impl Worker {
             .arg("--config")
             .arg(&config)
             .env("RUST_LOG", "info,aws_config=warn,aws_smithy_runtime=warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -531,4 +537,70 @@ impl WorkerRig {
         ids.sort();
         ids
     }
+}
+
+/// Writes data files of `Event` records with ids `from..to` (the mapped `schema`) into `table`
+/// for channel `channel`, and returns the pending batch covering offsets `(after, to - 1]` of
+/// Kafka partition 0 (lease counter 0, written by worker "w").
+pub async fn pending_batch(
+    schema: &std::sync::Arc<floe::schema::MappedSchema>,
+    table: &iceberg::table::Table,
+    channel: &str,
+    after: Option<i64>,
+    from: u64,
+    to: u64,
+) -> floe::model::PendingBatch {
+    use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
+    use floe::writer::{write_data_files, ParquetCompression, WriterSettings};
+    use std::sync::Arc;
+
+    let arrow = Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
+    );
+    let mut conv = floe::convert::Converter::try_new(schema.clone(), arrow).unwrap();
+    for id in from..to {
+        conv.push(event_json(id, 1, BASE_MS, 2).as_bytes()).unwrap();
+    }
+    let batch_id = uuid::Uuid::now_v7();
+    let settings = WriterSettings {
+        channel: channel.into(),
+        compression: ParquetCompression::Zstd(3),
+        target_file_size: 128 << 20,
+    };
+    let written = write_data_files(table, &settings, batch_id, conv.finish())
+        .await
+        .unwrap();
+    PendingBatch {
+        channel: channel.into(),
+        batch_id,
+        worker_id: "w".into(),
+        shards: vec![ShardRange {
+            shard: ShardId::kafka_partition(0),
+            range: CheckpointRange {
+                after_exclusive: after.map(Position::Offset),
+                last_inclusive: Position::Offset(to as i64 - 1),
+            },
+            lease_counter: 0,
+        }],
+        data_files: written.data_files_json,
+        dlq_staged: None,
+        num_rows: written.num_rows,
+        num_dead_lettered: 0,
+        dead_lettered_by_code: Default::default(),
+        data_bytes: written.num_bytes,
+        oldest_read_at_ms: 0,
+    }
+}
+
+/// The offsets the `floe.checkpoints` table property covers (last offset + 1, summed over the
+/// partitions), from the properties that tests/py/read_table.py prints.
+pub fn checkpointed_offsets(properties: &serde_json::Value) -> u64 {
+    let checkpoints: serde_json::Value =
+        serde_json::from_str(properties["floe.checkpoints"].as_str().unwrap()).unwrap();
+    checkpoints
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_i64().unwrap() as u64 + 1)
+        .sum()
 }

@@ -4,6 +4,8 @@ and prints, as one JSON object, what the Rust tests assert on.
 
 Usage: read_table.py CATALOG_SQLITE WAREHOUSE_DIR|s3://BUCKET/PREFIX NAMESPACE.TABLE [--catalog-name floe]
        [--ids 1,2,3] [--s3-endpoint URL]
+       read_table.py - - NAMESPACE.TABLE --rest-uri URI [--rest-token TOKEN] [--ids 1,2,3]
+       (an Iceberg REST catalog, read with PyIceberg's RestCatalog)
 
 Output keys: rows, distinct_ids, schema (field name -> Iceberg type string, nested included),
 required (field names that are required), partition_spec ([{source, transform, name}]),
@@ -58,8 +60,18 @@ def main():
     ap.add_argument("--catalog-name", default="floe")
     ap.add_argument("--ids", default="")
     ap.add_argument("--s3-endpoint", default="", help="S3 endpoint of an s3:// warehouse (emulator)")
+    ap.add_argument("--rest-uri", default="", help="read through this Iceberg REST catalog instead")
+    ap.add_argument("--rest-token", default="", help="bearer token of the REST catalog")
     a = ap.parse_args()
-    cat = open_catalog(a.catalog, a.warehouse, a.catalog_name, a.s3_endpoint)
+    if a.rest_uri:
+        from pyiceberg.catalog.rest import RestCatalog
+
+        props = {"uri": a.rest_uri}
+        if a.rest_token:
+            props["token"] = a.rest_token
+        cat = RestCatalog("rest", **props)
+    else:
+        cat = open_catalog(a.catalog, a.warehouse, a.catalog_name, a.s3_endpoint)
     t = cat.load_table(a.table)
     arrow = t.scan().to_arrow()
     ids = arrow.column("id").to_pylist() if arrow.num_rows else []

@@ -1,0 +1,179 @@
+//! Validation of `[channel.destination.catalog]` with `kind = "rest"` (an Iceberg REST catalog).
+
+use super::super::file::RestCatalogSection;
+use super::super::{PropertyValue, RestAuth, RestCatalogConfig};
+use super::Checker;
+
+impl Checker<'_> {
+    /// Validates a REST catalog section at key path `p`: an `http(s)://` URI, at most one way to
+    /// authenticate, secrets from the environment, no SigV4 (not supported by the REST client).
+    pub(super) fn rest_catalog(
+        &mut self,
+        p: &str,
+        s: RestCatalogSection,
+    ) -> Option<RestCatalogConfig> {
+        let mut ok = true;
+        let uri = self.http_uri(&format!("{p}.uri"), &s.uri);
+        if let Some(endpoint) = &s.oauth2_server_uri {
+            ok &= self
+                .http_uri(&format!("{p}.oauth2_server_uri"), endpoint)
+                .is_some();
+        }
+        if let Some(warehouse) = &s.warehouse {
+            if warehouse.trim().is_empty() {
+                ok = false;
+                self.error(
+                    format!("{p}.warehouse"),
+                    "must not be empty (leave it out to use the server's default)",
+                );
+            }
+        }
+        if let Some(scope) = &s.scope {
+            if scope.trim().is_empty() {
+                ok = false;
+                self.error(format!("{p}.scope"), "must not be empty");
+            }
+        }
+        let given: Vec<&str> = [
+            ("token", s.token.is_some()),
+            ("credential", s.credential.is_some()),
+            (
+                "client_id",
+                s.client_id.is_some() || s.client_secret.is_some(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, set)| set.then_some(key))
+        .collect();
+        let auth = match (s.token, s.credential, s.client_id, s.client_secret) {
+            _ if given.len() > 1 => {
+                self.error(
+                    p,
+                    format!(
+                        "give one way to authenticate: `token`, `credential`, or `client_id` + `client_secret`, not {}",
+                        given.join(" and ")
+                    ),
+                );
+                None
+            }
+            (None, None, None, None) => Some(RestAuth::None),
+            (Some(token), ..) => self
+                .property_value(&format!("{p}.token"), token, true)
+                .map(RestAuth::Token),
+            (_, Some(credential), ..) => self
+                .property_value(&format!("{p}.credential"), credential, true)
+                .map(|client_secret| RestAuth::OAuth2 {
+                    client_id: None,
+                    client_secret,
+                }),
+            (_, _, Some(id), Some(secret)) => {
+                let id = if id.is_empty() || id.contains(':') {
+                    self.error(
+                        format!("{p}.client_id"),
+                        format!("\"{id}\" is not a client id: non-empty, without `:`"),
+                    );
+                    None
+                } else {
+                    Some(id)
+                };
+                let secret = self.property_value(&format!("{p}.client_secret"), secret, true);
+                Some(RestAuth::OAuth2 {
+                    client_id: Some(id?),
+                    client_secret: secret?,
+                })
+            }
+            (_, _, Some(_), None) => {
+                self.error(
+                    format!("{p}.client_secret"),
+                    "missing: `client_id` needs `client_secret`",
+                );
+                None
+            }
+            (_, _, None, Some(_)) => {
+                self.error(
+                    format!("{p}.client_id"),
+                    "missing: `client_secret` needs `client_id`",
+                );
+                None
+            }
+        };
+        if let Some(RestAuth::Token(PropertyValue::FromEnv { var, value })) = &auth {
+            if value.trim().is_empty() || value.contains(['\r', '\n']) {
+                ok = false;
+                self.error(
+                    format!("{p}.token"),
+                    format!("environment variable {var} does not hold a bearer token (empty, or a line break)"),
+                );
+            }
+        }
+        if (s.oauth2_server_uri.is_some() || s.scope.is_some())
+            && !matches!(auth, Some(RestAuth::OAuth2 { .. }))
+            && auth.is_some()
+        {
+            ok = false;
+            let key = if s.oauth2_server_uri.is_some() {
+                "oauth2_server_uri"
+            } else {
+                "scope"
+            };
+            self.error(
+                format!("{p}.{key}"),
+                "applies only to OAuth2 client credentials (`credential`, or `client_id` + `client_secret`)",
+            );
+        }
+        match s.sigv4 {
+            Some(true) => {
+                ok = false;
+                self.error(
+                    format!("{p}.sigv4"),
+                    "SigV4 request signing is not supported yet in this build (the Iceberg REST client sends bearer tokens only and has no request-signing hook): for the Glue or S3 Tables Iceberg endpoints use kind = \"glue\" or kind = \"s3tables\"",
+                );
+            }
+            Some(false) | None => {
+                if s.signing_name.is_some() {
+                    ok = false;
+                    self.error(
+                        format!("{p}.signing_name"),
+                        "applies only with sigv4 = true",
+                    );
+                }
+            }
+        }
+        if let Some(arn) = &s.kms_key_arn {
+            if let Err(why) = crate::aws::check_kms_key_arn(arn) {
+                ok = false;
+                self.error(format!("{p}.kms_key_arn"), why);
+            }
+        }
+        let config = RestCatalogConfig {
+            uri: uri?,
+            warehouse: s.warehouse,
+            auth: auth?,
+            oauth2_server_uri: s.oauth2_server_uri,
+            scope: s.scope,
+            kms_key_arn: s.kms_key_arn,
+            vended_credentials: s.vended_credentials.unwrap_or(false),
+        };
+        ok.then_some(config)
+    }
+
+    /// An `http://` or `https://` URI with a host, no query, fragment or whitespace; returned
+    /// without a trailing `/`.
+    fn http_uri(&mut self, path: &str, text: &str) -> Option<String> {
+        let rest = text
+            .strip_prefix("http://")
+            .or_else(|| text.strip_prefix("https://"));
+        let host = rest.map(|r| r.split('/').next().unwrap_or_default());
+        let valid = rest
+            .is_some_and(|r| !r.contains(['?', '#']) && !r.contains(char::is_whitespace))
+            && host.is_some_and(|h| !h.is_empty() && !h.contains('@'));
+        if !valid {
+            self.error(
+                path,
+                format!("\"{text}\" is not an http(s) URI such as \"https://catalog.example.com/api/catalog\" (no query, no user info)"),
+            );
+            return None;
+        }
+        Some(text.trim_end_matches('/').to_owned())
+    }
+}

@@ -1,0 +1,657 @@
+//! Delivery to an Iceberg REST catalog (`destination.catalog.kind = "rest"`), against the REST
+//! catalog fixture of `tests/rest_fixture` (the OpenAPI endpoints floe and PyIceberg use, backed
+//! by the SQL catalog, commit requirements enforced):
+//! - the server rejects a commit built on a stale snapshot with 409 `CommitFailedException`,
+//!   which iceberg-rust reports as `CatalogCommitConflicts`;
+//! - floe's commit fence holds over REST: a stale commit is refused before it is sent, and one
+//!   that passed the fence but lost the race is refused by the server; racing committers deliver
+//!   each batch exactly once;
+//! - end to end: Kafka → `floe run` (a separate process, OAuth2 client credentials from the
+//!   environment) → the REST catalog, read back with PyIceberg's `RestCatalog`.
+
+mod common;
+mod rest_fixture;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floe::catalog::FencedCatalog;
+use floe::commit::{committed_batch_ids, CommitError, Committer};
+use floe::config::{PropertyValue, RestAuth, RestCatalogConfig};
+use floe::dlq::LocalDlq;
+use floe::events::event_json;
+use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
+use floe::model::PendingBatch;
+use floe::schema::MappedSchema;
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
+use rest_fixture::{FixtureAuth, RestCatalogServer, WarehouseLocation};
+
+use common::*;
+
+/// A REST catalog config pointing at `server` (no authentication).
+fn rest_config(server: &RestCatalogServer) -> RestCatalogConfig {
+    RestCatalogConfig {
+        uri: server.uri.clone(),
+        warehouse: None,
+        auth: RestAuth::None,
+        oauth2_server_uri: None,
+        scope: None,
+        kms_key_arn: None,
+        vended_credentials: false,
+    }
+}
+
+/// floe's REST catalog client for `config` (AWS clients of a configuration that names no AWS
+/// component: nothing is probed).
+async fn open(config: &RestCatalogConfig) -> Arc<dyn Catalog> {
+    let text = config_toml(Path::new("/tmp"), "127.0.0.1:9092", "w", 10);
+    let kafka_only = floe::config::Config::from_toml_str(&text, Path::new("/tmp")).unwrap();
+    let aws = floe::aws::AwsClients::for_config(&kafka_only).await;
+    floe::catalog_rest::open_rest_catalog(config, &aws)
+        .await
+        .unwrap()
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    server: RestCatalogServer,
+    catalog: Arc<dyn Catalog>,
+    ident: TableIdent,
+    store: Arc<SqliteLeaseStore>,
+    dlq: LocalDlq,
+    schema: Arc<MappedSchema>,
+}
+
+/// The mapped `Event` schema of the quickstart, partitioned on `event_time`.
+fn event_schema() -> Arc<MappedSchema> {
+    let schema_json: serde_json::Value =
+        serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
+    Arc::new(MappedSchema::from_json_schema(&schema_json, "event_time").unwrap())
+}
+
+/// Creates table `ident` as the channel named like its namespace would.
+async fn ensure_event_table(
+    catalog: &dyn Catalog,
+    ident: &TableIdent,
+    schema: &MappedSchema,
+) -> Table {
+    let spec = floe::catalog::TableSpec {
+        ident: ident.clone(),
+        channel: ident.namespace().to_url_string(),
+        compression_codec: "zstd".into(),
+        target_file_size_bytes: 128 << 20,
+    };
+    floe::catalog::ensure_table(catalog, &spec, schema)
+        .await
+        .unwrap()
+}
+
+/// A fixture server holding table `race.events` created as a channel would, through floe's REST
+/// catalog client.
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let server = RestCatalogServer::start(&dir.path().join("rest"));
+    let catalog = open(&rest_config(&server)).await;
+    let schema = event_schema();
+    let ident = TableIdent::new(NamespaceIdent::new("race".into()), "events".into());
+    ensure_event_table(catalog.as_ref(), &ident, &schema).await;
+    let store = Arc::new(
+        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+            .await
+            .unwrap(),
+    );
+    let dlq = LocalDlq::new(dir.path().join("dlq"), "race");
+    Fixture {
+        dir,
+        server,
+        catalog,
+        ident,
+        store,
+        dlq,
+        schema,
+    }
+}
+
+impl Fixture {
+    async fn batch(&self, table: &Table, after: Option<i64>, from: u64, to: u64) -> PendingBatch {
+        pending_batch(&self.schema, table, "race", after, from, to).await
+    }
+
+    fn committer(&self, catalog: Arc<dyn Catalog>) -> Committer {
+        let leases: Arc<dyn LeaseStore> = self.store.clone();
+        let batches: Arc<dyn BatchStore> = self.store.clone();
+        Committer::new(
+            "race",
+            self.ident.clone(),
+            catalog,
+            leases,
+            batches,
+            self.dlq.clone(),
+            1,
+        )
+    }
+
+    async fn table(&self) -> Table {
+        self.catalog.load_table(&self.ident).await.unwrap()
+    }
+}
+
+fn append(table: &Table, b: &PendingBatch) -> Transaction {
+    let files = floe::writer::parse_data_files(table, &b.data_files).unwrap();
+    let tx = Transaction::new(table);
+    tx.fast_append().add_data_files(files).apply(tx).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_answers_a_commit_on_a_stale_snapshot_with_409_commit_failed() {
+    let f = fixture().await;
+    let stale = f.table().await;
+    let b1 = f.batch(&stale, None, 0, 10).await;
+    append(&stale, &b1)
+        .commit(f.catalog.as_ref())
+        .await
+        .unwrap();
+    let current = f.table().await.metadata().current_snapshot_id().unwrap();
+
+    // The request iceberg-rust's fast append sends, built on the stale (empty) table: the
+    // specification's answer is 409 with a CommitFailedException error model.
+    let url = format!("{}/v1/namespaces/race/tables/events", f.server.uri);
+    let commit = serde_json::json!({
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": null}],
+        "updates": [{"action": "set-properties", "updates": {"stale": "true"}}],
+    });
+    let response = reqwest::Client::new()
+        .post(&url)
+        .json(&commit)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 409);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "CommitFailedException");
+    assert_eq!(body["error"]["code"], 409);
+    // Against the current snapshot the same request is accepted.
+    let fresh = serde_json::json!({
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": current}],
+        "updates": [{"action": "set-properties", "updates": {"fresh": "true"}}],
+    });
+    let response = reqwest::Client::new()
+        .post(&url)
+        .json(&fresh)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let table = f.table().await;
+    assert_eq!(
+        table
+            .metadata()
+            .properties()
+            .get("fresh")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert!(!table.metadata().properties().contains_key("stale"));
+    assert_eq!(f.server.conflicts(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_refuses_a_stale_commit_over_rest_that_iceberg_would_rebase() {
+    let f = fixture().await;
+    let stale = f.table().await;
+    let b1 = f.batch(&stale, None, 0, 10).await;
+    let b2 = f.batch(&stale, None, 10, 20).await;
+    append(&stale, &b1)
+        .commit(f.catalog.as_ref())
+        .await
+        .unwrap();
+
+    let fenced = FencedCatalog::new(f.catalog.clone());
+    fenced.set_fence(f.ident.clone(), stale.metadata().current_snapshot_id());
+    let err = append(&stale, &b2).commit(&fenced).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts);
+    assert_eq!(floe::quickstart::total_records(&f.table().await), 10);
+
+    // The trap the fence exists for holds over REST too: unfenced, the stale commit is rebased.
+    append(&stale, &b2)
+        .commit(f.catalog.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(floe::quickstart::total_records(&f.table().await), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_that_passed_the_fence_but_lost_the_race_is_refused_by_the_server() {
+    // Committer B validates the empty table, passes its fence and sends its commit; the server
+    // holds it while committer A commits the same offsets; released, B's request still asserts
+    // the empty table's snapshot: 409, a conflict, and the rows are in the table once.
+    let f = fixture().await;
+    let table = f.table().await;
+    let x = f.batch(&table, None, 0, 10).await;
+    f.store.put_batch(&x).await.unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let store_a = Arc::new(
+        SqliteLeaseStore::open(other.path().join("a.sqlite"))
+            .await
+            .unwrap(),
+    );
+    store_a.put_batch(&x).await.unwrap();
+    let a = Committer::new(
+        "race",
+        f.ident.clone(),
+        f.catalog.clone(),
+        store_a.clone(),
+        store_a.clone(),
+        f.dlq.clone(),
+        1,
+    );
+    let b = f.committer(f.catalog.clone());
+
+    let hold = f.server.hold_next_commit();
+    let b_round = tokio::spawn(async move { b.run_round().await });
+    hold.arrived().await;
+    let ra = a.run_round().await;
+    assert_eq!(ra.as_ref().map(|r| r.committed).ok(), Some(1), "{ra:?}");
+    hold.release();
+    let rb = b_round.await.unwrap();
+    assert!(
+        matches!(rb, Err(CommitError::Conflict(_))),
+        "B must see a conflict: {rb:?}"
+    );
+    assert_eq!(f.server.conflicts(), 1, "the server refused B's commit");
+
+    let table = f.table().await;
+    assert_eq!(floe::quickstart::total_records(&table), 10);
+    let ids = floe::quickstart::table_ids(&table).await.unwrap();
+    assert_eq!(ids.len(), 10, "no row twice");
+    // B's next round finds its batch committed and settles it without a second commit.
+    let report = f.committer(f.catalog.clone()).run_round().await.unwrap();
+    assert_eq!(report.committed, 0, "{report:?}");
+    assert_eq!(floe::quickstart::total_records(&f.table().await), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_committers_racing_over_rest_commit_each_batch_exactly_once() {
+    let f = fixture().await;
+    let a = f.committer(f.catalog.clone());
+    let b = f.committer(open(&rest_config(&f.server)).await);
+    let mut after = None;
+    let mut expected_rows = 0;
+    for round in 0..6u64 {
+        let table = f.table().await;
+        let pb = f.batch(&table, after, round * 10, round * 10 + 10).await;
+        after = Some(round as i64 * 10 + 9);
+        expected_rows += pb.num_rows;
+        f.store.put_batch(&pb).await.unwrap();
+        let (ra, rb) = tokio::join!(a.run_round(), b.run_round());
+        let committed = ra.as_ref().map(|r| r.committed).unwrap_or(0)
+            + rb.as_ref().map(|r| r.committed).unwrap_or(0);
+        assert!(committed <= 1, "round {round}: {ra:?} {rb:?}");
+        a.run_round().await.unwrap();
+        let table = f.table().await;
+        assert!(
+            committed_batch_ids(&table).contains(&pb.batch_id),
+            "round {round}"
+        );
+        assert_eq!(
+            floe::quickstart::total_records(&table),
+            expected_rows,
+            "round {round}"
+        );
+        assert!(f.store.list_pending("race").await.unwrap().is_empty());
+    }
+    let ids = floe::quickstart::table_ids(&f.table().await).await.unwrap();
+    let mut distinct = ids.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!((distinct.len(), ids.len()), (60, 60), "no row twice");
+    drop(f.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_locations_without_a_scheme_are_local_paths() {
+    // A server with a plain-path warehouse answers locations like `/tmp/…/lake/events`.
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let location = std::fs::canonicalize(&plain).unwrap().display().to_string();
+    let server = RestCatalogServer::start_with(
+        &dir.path().join("rest"),
+        None,
+        Some(WarehouseLocation {
+            location: location.clone(),
+            props: Default::default(),
+        }),
+    );
+    let catalog = open(&rest_config(&server)).await;
+    let schema = event_schema();
+    let ident = TableIdent::new(NamespaceIdent::new("p".into()), "events".into());
+    let table = ensure_event_table(catalog.as_ref(), &ident, &schema).await;
+    assert!(
+        table.metadata().location().starts_with(&location),
+        "{}",
+        table.metadata().location()
+    );
+    let batch = pending_batch(&schema, &table, "p", None, 0, 5).await;
+    let files = floe::writer::parse_data_files(&table, &batch.data_files).unwrap();
+    let tx = Transaction::new(&table);
+    let tx = tx.fast_append().add_data_files(files).apply(tx).unwrap();
+    let table = tx.commit(catalog.as_ref()).await.unwrap();
+    assert_eq!(floe::quickstart::table_ids(&table).await.unwrap().len(), 5);
+    let files = floe::catalog::referenced_data_files(&table).await.unwrap();
+    assert!(files.iter().all(|f| f.starts_with(&location)), "{files:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth2_tokens_are_fetched_renewed_when_refused_and_a_wrong_secret_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = RestCatalogServer::start_with_auth(
+        dir.path(),
+        Some(FixtureAuth {
+            token: "granted-token".into(),
+            client: Some(("floe".into(), "s3cret".into())),
+        }),
+    );
+    let secret = |value: &str| PropertyValue::FromEnv {
+        var: "SECRET".into(),
+        value: value.into(),
+    };
+    let mut config = rest_config(&server);
+    config.auth = RestAuth::OAuth2 {
+        client_id: Some("floe".into()),
+        client_secret: secret("s3cret"),
+    };
+    let ns = NamespaceIdent::new("auth".into());
+    let catalog = open(&config).await;
+    catalog
+        .create_namespace(&ns, Default::default())
+        .await
+        .unwrap();
+    assert!(catalog.namespace_exists(&ns).await.unwrap());
+
+    // The token expires: the server answers 401, the client fetches a new one and goes on.
+    server.rotate_token("second-token");
+    assert!(catalog.namespace_exists(&ns).await.unwrap());
+    assert_eq!(
+        catalog.list_namespaces(None).await.unwrap(),
+        vec![ns.clone()]
+    );
+
+    // A committer whose token expired between two commits goes on.
+    let schema = event_schema();
+    let ident = TableIdent::new(NamespaceIdent::new("auth".into()), "events".into());
+    let table = ensure_event_table(catalog.as_ref(), &ident, &schema).await;
+    let store = Arc::new(
+        SqliteLeaseStore::open(dir.path().join("l.sqlite"))
+            .await
+            .unwrap(),
+    );
+    let committer = Committer::new(
+        "auth",
+        ident.clone(),
+        catalog.clone(),
+        store.clone(),
+        store.clone(),
+        LocalDlq::new(dir.path().join("dlq"), "auth"),
+        1,
+    );
+    for (round, token) in ["third-token", "fourth-token"].into_iter().enumerate() {
+        let from = round as u64 * 5;
+        let after = (round > 0).then(|| from as i64 - 1);
+        let batch = pending_batch(&schema, &table, "auth", after, from, from + 5).await;
+        store.put_batch(&batch).await.unwrap();
+        server.rotate_token(token);
+        assert_eq!(
+            committer.run_round().await.unwrap().committed,
+            1,
+            "round {round}"
+        );
+    }
+    let table = catalog.load_table(&ident).await.unwrap();
+    assert_eq!(floe::quickstart::total_records(&table), 10);
+
+    config.auth = RestAuth::Token(secret("fourth-token"));
+    assert!(open(&config).await.namespace_exists(&ns).await.unwrap());
+
+    config.auth = RestAuth::OAuth2 {
+        client_id: Some("floe".into()),
+        client_secret: secret("wrong"),
+    };
+    let err = open(&config).await.namespace_exists(&ns).await.unwrap_err();
+    assert!(
+        !err.to_string().contains("wrong"),
+        "secret in the error: {err}"
+    );
+    config.auth = RestAuth::None;
+    assert!(open(&config).await.namespace_exists(&ns).await.is_err());
+}
+
+/// Runs tests/py/read_table.py against the REST catalog at `uri` (PyIceberg's `RestCatalog`,
+/// storage settings as the server vends them) for table `table`, sampling `ids`.
+async fn read_with_pyiceberg_rest(
+    uri: &str,
+    token: &str,
+    table: &str,
+    ids: &[u64],
+) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_table.py");
+    let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+    let mut command = std::process::Command::new(python());
+    command
+        .arg(script)
+        .args(["-", "-", table, "--rest-uri", uri, "--rest-token", token])
+        .arg("--ids")
+        .arg(ids.join(","));
+    let out = tokio::task::spawn_blocking(move || command.output().expect("run python"))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "PyIceberg RestCatalog reader failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_table_locations_are_written_with_the_storage_settings_the_server_vends() {
+    // The server's tables live in an S3 bucket (the emulator); floe is given no [aws] endpoint:
+    // it asks for vended credentials and writes data files where the server says, with the
+    // endpoint and credentials the server vends with the table (only to clients that ask), and
+    // PyIceberg (which asks by default) reads them back the same way.
+    let endpoint = aws_endpoint();
+    let bucket = unique_name("floe-rest");
+    aws_clients(&endpoint)
+        .await
+        .s3()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let vended = std::collections::HashMap::from([
+        (iceberg::io::S3_ENDPOINT.to_string(), endpoint.clone()),
+        (iceberg::io::S3_REGION.to_string(), "us-east-1".to_string()),
+        (
+            iceberg::io::S3_PATH_STYLE_ACCESS.to_string(),
+            "true".to_string(),
+        ),
+        (
+            iceberg::io::S3_ACCESS_KEY_ID.to_string(),
+            std::env::var("AWS_ACCESS_KEY_ID").unwrap(),
+        ),
+        (
+            iceberg::io::S3_SECRET_ACCESS_KEY.to_string(),
+            std::env::var("AWS_SECRET_ACCESS_KEY").unwrap(),
+        ),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let server = RestCatalogServer::start_with(
+        dir.path(),
+        None,
+        Some(WarehouseLocation {
+            location: format!("s3://{bucket}/warehouse"),
+            props: vended,
+        }),
+    );
+    let mut config = rest_config(&server);
+    config.vended_credentials = true;
+    let catalog = open(&config).await;
+    let schema = event_schema();
+    let ident = TableIdent::new(NamespaceIdent::new("lake".into()), "events".into());
+    let table = ensure_event_table(catalog.as_ref(), &ident, &schema).await;
+    assert!(table
+        .metadata()
+        .location()
+        .starts_with(&format!("s3://{bucket}/")));
+    let batch = pending_batch(&schema, &table, "lake", None, 0, 25).await;
+    let store = Arc::new(
+        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+            .await
+            .unwrap(),
+    );
+    store.put_batch(&batch).await.unwrap();
+    let committer = Committer::new(
+        "lake",
+        ident.clone(),
+        catalog.clone(),
+        store.clone(),
+        store.clone(),
+        LocalDlq::new(dir.path().join("dlq"), "lake"),
+        1,
+    );
+    assert_eq!(committer.run_round().await.unwrap().committed, 1);
+    let files = floe::catalog::referenced_data_files(&catalog.load_table(&ident).await.unwrap())
+        .await
+        .unwrap();
+    assert!(
+        !files.is_empty()
+            && files
+                .iter()
+                .all(|f| f.starts_with(&format!("s3://{bucket}/warehouse/lake/events/"))),
+        "{files:?}"
+    );
+
+    let t = read_with_pyiceberg_rest(&server.uri, "", "lake.events", &[0, 24]).await;
+    assert_eq!(t["rows"], 25);
+    assert_eq!(t["distinct_ids"], 25);
+    assert_eq!(t["sample"]["24"]["id"], 24);
+}
+
+/// Rows in the table and DLQ entries, through the REST catalog (0 rows before the table exists).
+async fn delivered_rest(catalog: &dyn Catalog, dir: &Path) -> (u64, u64) {
+    let dlq: floe::dlq::Dlq = LocalDlq::new(dir.join("dlq"), "it").into();
+    let ident = TableIdent::new(NamespaceIdent::new("it".into()), "events".into());
+    floe::quickstart::counts(catalog, &ident, &dlq).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_to_rest_catalog_end_to_end_and_pyiceberg_reads_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "e2e-token";
+    let server = RestCatalogServer::start_with_auth(
+        &dir.path().join("rest"),
+        Some(FixtureAuth {
+            token: token.into(),
+            client: Some(("floe-e2e".into(), "e2e-secret".into())),
+        }),
+    );
+    let broker = Broker::start();
+    let total = 2_000u64;
+    produce(&broker.bootstrap, 0, total);
+
+    let sql_catalog = format!(
+        "    [channel.destination.catalog]\n    kind = \"sql\"\n    name = \"floe\"\n    uri = \"{d}/catalog.sqlite\"\n    warehouse = \"{d}/warehouse\"\n",
+        d = dir.path().display()
+    );
+    let rest_catalog = format!(
+        "    [channel.destination.catalog]\n    kind = \"rest\"\n    uri = \"{}\"\n    credential = \"env:FLOE_TEST_REST_CREDENTIAL\"\n    scope = \"catalog\"\n",
+        server.uri
+    );
+    let text = config_toml(dir.path(), &broker.bootstrap, "w1", 4);
+    assert!(
+        text.contains(&sql_catalog),
+        "config_toml's catalog table changed"
+    );
+    let text = text.replace(&sql_catalog, &rest_catalog);
+    let mut worker = Worker::start_with_env(
+        dir.path(),
+        "w1",
+        &text,
+        &[("FLOE_TEST_REST_CREDENTIAL", "floe-e2e:e2e-secret")],
+    );
+
+    let mut config = rest_config(&server);
+    config.auth = RestAuth::Token(PropertyValue::FromEnv {
+        var: "T".into(),
+        value: token.into(),
+    });
+    let catalog = open(&config).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (rows, dlq) = loop {
+        let (rows, dlq) = delivered_rest(catalog.as_ref(), dir.path()).await;
+        if let Some(status) = worker.child.try_wait().unwrap() {
+            panic!(
+                "worker exited early: {status:?}\n{}",
+                log_of(dir.path(), "w1")
+            );
+        }
+        if rows + dlq >= total || Instant::now() > deadline {
+            break (rows, dlq);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let status = worker.terminate();
+    assert!(
+        status.success(),
+        "worker exit: {status:?}\n{}",
+        log_of(dir.path(), "w1")
+    );
+    let expected_bad = (0..total).filter(|id| bad_kind(*id).is_some()).count() as u64;
+    assert_eq!(
+        (rows, dlq),
+        (total - expected_bad, expected_bad),
+        "{}",
+        log_of(dir.path(), "w1")
+    );
+    assert!(server.commits() >= 1);
+    let log = log_of(dir.path(), "w1");
+    assert!(
+        !log.contains("e2e-secret") && !log.contains(token),
+        "a secret is in the log"
+    );
+
+    // The independent reader: PyIceberg's RestCatalog against the same server.
+    let sample_ids = [0u64, 1, 2, 999, 1_998];
+    let t = read_with_pyiceberg_rest(&server.uri, token, "it.events", &sample_ids).await;
+    assert_eq!(t["rows"], rows);
+    assert_eq!(t["distinct_ids"], rows, "no duplicate ids");
+    assert_eq!(
+        t["partition_spec"],
+        serde_json::json!([{"source": "event_time", "transform": "hour", "name": "event_time_hour"}])
+    );
+    let props = &t["properties"];
+    assert_eq!(props["floe.channel"], "it");
+    let offsets = checkpointed_offsets(props);
+    assert_eq!(offsets, total, "checkpoints cover every produced offset");
+    let added: u64 = t["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["added-records"].as_str())
+        .map(|v| v.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(added, rows, "snapshot summaries add up to the rows");
+    for id in sample_ids.into_iter().filter(|id| bad_kind(*id).is_none()) {
+        let produced: serde_json::Value =
+            serde_json::from_str(&event_json(id, SEED, BASE_MS, 3)).unwrap();
+        let row = &t["sample"][id.to_string()];
+        assert_eq!(row["id"], produced["id"]);
+        assert_eq!(row["source"], produced["source"]);
+        assert_eq!(row["value"].as_f64(), produced["value"].as_f64());
+        assert_eq!(row["tags"], produced["tags"]);
+    }
+}
