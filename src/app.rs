@@ -24,8 +24,8 @@ use crate::aws::AwsClients;
 use crate::catalog::{ensure_table, TableSpec};
 use crate::commit::{CommitError, Committer};
 use crate::config::{
-    CatalogConfig, ChannelConfig, Config, DestinationConfig, DlqLocation, LeaseStoreBackend,
-    LeaseStoreConfig, RecordFormat, SchemaConfig, SourceConfig,
+    ChannelConfig, Config, DestinationConfig, DlqLocation, LeaseStoreBackend, LeaseStoreConfig,
+    RecordFormat, SchemaConfig, SourceConfig,
 };
 use crate::convert::gsr::{GsrDecoder, RecordDecoder};
 use crate::dlq::{Dlq, LocalDlq, S3Dlq};
@@ -229,14 +229,12 @@ pub async fn prepare_channel(
         ),
     };
     let DestinationConfig::Iceberg(dest) = &config.destination;
-    let catalog = match &dest.catalog {
-        CatalogConfig::Sql(sql) => crate::catalog::open_channel_catalog(sql, aws)
-            .await
-            .map_err(|e| match e {
-                e @ crate::catalog::CatalogError::Refused { .. } => channel_err(name, e),
-                e => channel_unavailable(name, e),
-            })?,
-    };
+    let catalog = crate::catalog::open_channel_catalog(&dest.catalog, aws)
+        .await
+        .map_err(|e| match e {
+            e @ crate::catalog::CatalogError::Refused { .. } => channel_err(name, e),
+            e => channel_unavailable(name, e),
+        })?;
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),
         dest.table.clone(),

@@ -31,9 +31,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{ensure_table, CatalogError, TableSpec, SUMMARY_RANGES};
-use crate::config::{
-    CatalogConfig, ChannelConfig, Config, ConfigError, DestinationConfig, DlqLocation,
-};
+use crate::config::{ChannelConfig, Config, ConfigError, DestinationConfig, DlqLocation};
 use crate::lease::{
     ChannelOverrides, ChannelState, ChannelStatus, DeliveryLog, LeaseError, LeaseKey, Store,
 };
@@ -239,8 +237,7 @@ pub async fn open_catalog(
     aws: &crate::aws::AwsClients,
 ) -> Result<Arc<dyn Catalog>, ControlError> {
     let DestinationConfig::Iceberg(dest) = &config.destination;
-    let CatalogConfig::Sql(sql) = &dest.catalog;
-    crate::catalog::open_channel_catalog(sql, aws)
+    crate::catalog::open_channel_catalog(&dest.catalog, aws)
         .await
         .map_err(|e| match e {
             CatalogError::Refused { message } => {

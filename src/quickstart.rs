@@ -345,20 +345,25 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
 }
 
 /// Rows in the table's current snapshot (its `total-records` summary) and published DLQ
+/// Rows in the table's current snapshot: its summary's `total-records` (0 without a snapshot).
+pub fn total_records(table: &iceberg::table::Table) -> u64 {
+    table
+        .metadata()
+        .current_snapshot()
+        .and_then(|s| {
+            s.summary()
+                .additional_properties
+                .get("total-records")
+                .cloned()
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// entries: how far delivery has come. `(0, n)` while the table is missing or empty.
 pub async fn counts(catalog: &dyn Catalog, ident: &TableIdent, dlq: &Dlq) -> (u64, u64) {
     let rows = match catalog.load_table(ident).await {
-        Ok(t) => t
-            .metadata()
-            .current_snapshot()
-            .and_then(|s| {
-                s.summary()
-                    .additional_properties
-                    .get("total-records")
-                    .cloned()
-            })
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
+        Ok(t) => total_records(&t),
         Err(_) => 0,
     };
     let dead = dlq

@@ -5,108 +5,19 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use common::race::{event_batch, total_records, GateCatalog};
 use floe::catalog::FencedCatalog;
 use floe::commit::{committed_batch_ids, table_checkpoints, Committer};
-use floe::convert::Converter;
 use floe::dlq::LocalDlq;
-use floe::events::event_json;
 use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
-use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
+use floe::model::{PendingBatch, Position, ShardId};
 use floe::schema::MappedSchema;
-use floe::writer::{write_data_files, ParquetCompression, WriterSettings};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
+use iceberg::{Catalog, ErrorKind, TableIdent};
 use uuid::Uuid;
-
-/// A catalog whose first `load_table` call, once loaded, waits until released: the committer
-/// making it validates against a snapshot that another committer then moves past (a
-/// deterministic interleaving of the race).
-#[derive(Debug, Default)]
-struct GateCatalog {
-    inner: Option<Arc<dyn Catalog>>,
-    first_loaded: tokio::sync::Notify,
-    release: tokio::sync::Notify,
-    calls: std::sync::atomic::AtomicUsize,
-}
-
-impl GateCatalog {
-    fn inner(&self) -> &Arc<dyn Catalog> {
-        self.inner.as_ref().expect("inner catalog")
-    }
-}
-
-#[async_trait::async_trait]
-impl Catalog for GateCatalog {
-    async fn list_namespaces(
-        &self,
-        p: Option<&NamespaceIdent>,
-    ) -> iceberg::Result<Vec<NamespaceIdent>> {
-        self.inner().list_namespaces(p).await
-    }
-    async fn create_namespace(
-        &self,
-        n: &NamespaceIdent,
-        p: HashMap<String, String>,
-    ) -> iceberg::Result<iceberg::Namespace> {
-        self.inner().create_namespace(n, p).await
-    }
-    async fn get_namespace(&self, n: &NamespaceIdent) -> iceberg::Result<iceberg::Namespace> {
-        self.inner().get_namespace(n).await
-    }
-    async fn namespace_exists(&self, n: &NamespaceIdent) -> iceberg::Result<bool> {
-        self.inner().namespace_exists(n).await
-    }
-    async fn update_namespace(
-        &self,
-        n: &NamespaceIdent,
-        p: HashMap<String, String>,
-    ) -> iceberg::Result<()> {
-        self.inner().update_namespace(n, p).await
-    }
-    async fn drop_namespace(&self, n: &NamespaceIdent) -> iceberg::Result<()> {
-        self.inner().drop_namespace(n).await
-    }
-    async fn list_tables(&self, n: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
-        self.inner().list_tables(n).await
-    }
-    async fn create_table(
-        &self,
-        n: &NamespaceIdent,
-        c: iceberg::TableCreation,
-    ) -> iceberg::Result<Table> {
-        self.inner().create_table(n, c).await
-    }
-    async fn load_table(&self, t: &TableIdent) -> iceberg::Result<Table> {
-        let loaded = self.inner().load_table(t).await;
-        if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
-            self.first_loaded.notify_one();
-            self.release.notified().await;
-        }
-        loaded
-    }
-    async fn drop_table(&self, t: &TableIdent) -> iceberg::Result<()> {
-        self.inner().drop_table(t).await
-    }
-    async fn purge_table(&self, t: &TableIdent) -> iceberg::Result<()> {
-        self.inner().purge_table(t).await
-    }
-    async fn table_exists(&self, t: &TableIdent) -> iceberg::Result<bool> {
-        self.inner().table_exists(t).await
-    }
-    async fn rename_table(&self, a: &TableIdent, b: &TableIdent) -> iceberg::Result<()> {
-        self.inner().rename_table(a, b).await
-    }
-    async fn register_table(&self, t: &TableIdent, m: String) -> iceberg::Result<Table> {
-        self.inner().register_table(t, m).await
-    }
-    async fn update_table(&self, c: iceberg::TableCommit) -> iceberg::Result<Table> {
-        self.inner().update_table(c).await
-    }
-}
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -139,43 +50,7 @@ async fn fixture() -> Fixture {
 /// Writes data files for ids `from..to` and returns the pending batch covering offsets
 /// `(after, to - 1]` of partition 0.
 async fn batch(f: &Fixture, table: &Table, after: Option<i64>, from: u64, to: u64) -> PendingBatch {
-    let arrow = Arc::new(
-        iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
-    );
-    let mut conv = Converter::try_new(f.schema.clone(), arrow).unwrap();
-    for id in from..to {
-        conv.push(event_json(id, 1, 1_783_627_200_000, 2).as_bytes())
-            .unwrap();
-    }
-    let batch_id = Uuid::now_v7();
-    let settings = WriterSettings {
-        channel: "race".into(),
-        compression: ParquetCompression::Zstd(3),
-        target_file_size: 128 << 20,
-    };
-    let written = write_data_files(table, &settings, batch_id, conv.finish())
-        .await
-        .unwrap();
-    PendingBatch {
-        channel: "race".into(),
-        batch_id,
-        worker_id: "w".into(),
-        shards: vec![ShardRange {
-            shard: ShardId::kafka_partition(0),
-            range: CheckpointRange {
-                after_exclusive: after.map(Position::Offset),
-                last_inclusive: Position::Offset(to as i64 - 1),
-            },
-            lease_counter: 0,
-        }],
-        data_files: written.data_files_json,
-        dlq_staged: None,
-        num_rows: written.num_rows,
-        num_dead_lettered: 0,
-        dead_lettered_by_code: Default::default(),
-        data_bytes: written.num_bytes,
-        oldest_read_at_ms: 0,
-    }
+    event_batch(&f.schema, "race", table, after, from, to).await
 }
 
 fn committer(f: &Fixture, epoch: u64) -> Committer {
@@ -190,20 +65,6 @@ fn committer(f: &Fixture, epoch: u64) -> Committer {
         f.dlq.clone(),
         epoch,
     )
-}
-
-fn total_records(table: &Table) -> u64 {
-    table
-        .metadata()
-        .current_snapshot()
-        .and_then(|s| {
-            s.summary()
-                .additional_properties
-                .get("total-records")
-                .cloned()
-        })
-        .map(|v| v.parse().unwrap())
-        .unwrap_or(0)
 }
 
 #[tokio::test]
@@ -376,10 +237,7 @@ async fn committers_with_different_lease_views_validating_the_same_snapshot_comm
     let l = f.store.take_lease(&l, "w1").await.unwrap();
     f.store.take_lease(&l, "w2").await.unwrap();
 
-    let gate = Arc::new(GateCatalog {
-        inner: Some(f.catalog.clone()),
-        ..Default::default()
-    });
+    let gate = Arc::new(GateCatalog::gate(f.catalog.clone()));
     let a = Committer::new(
         "race",
         f.ident.clone(),

@@ -353,6 +353,48 @@ impl Compression {
 pub enum CatalogConfig {
     /// `kind = "sql"` on SQLite.
     Sql(SqlCatalogConfig),
+    /// `kind = "s3tables"`: an Amazon S3 Tables table bucket.
+    S3Tables(S3TablesCatalogConfig),
+    /// `kind = "glue"`: the AWS Glue Data Catalog.
+    Glue(GlueCatalogConfig),
+}
+
+impl CatalogConfig {
+    /// What identifies the catalog's tables across channels: two channels with the same key and
+    /// the same namespace and table write the same table (`sql:<name>:<database>`,
+    /// `s3tables:<table bucket ARN>`, `glue:<catalog id or "default">`).
+    pub fn identity(&self) -> String {
+        match self {
+            CatalogConfig::Sql(sql) => format!("sql:{}:{}", sql.name, sql.database.display()),
+            CatalogConfig::S3Tables(s3t) => format!("s3tables:{}", s3t.table_bucket_arn),
+            CatalogConfig::Glue(glue) => {
+                format!("glue:{}", glue.catalog_id.as_deref().unwrap_or("default"))
+            }
+        }
+    }
+}
+
+/// `[channel.destination.catalog]` with `kind = "s3tables"`, see
+/// [`file::S3TablesCatalogSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3TablesCatalogConfig {
+    /// Table bucket ARN, `arn:<partition>:s3tables:<region>:<account>:bucket/<name>`.
+    pub table_bucket_arn: String,
+    /// KMS key ARN of the table's SSE-KMS encryption configuration.
+    pub kms_key_arn: Option<String>,
+}
+
+/// `[channel.destination.catalog]` with `kind = "glue"`, see [`file::GlueCatalogSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlueCatalogConfig {
+    /// Warehouse location, `s3://bucket/prefix` (no trailing slash).
+    pub warehouse: String,
+    /// Glue Data Catalog account id (12 digits); `None`: the caller's.
+    pub catalog_id: Option<String>,
+    /// KMS key ARN for SSE-KMS of the table's files.
+    pub kms_key_arn: Option<String>,
+    /// Account that must own the warehouse bucket.
+    pub expected_bucket_owner: Option<String>,
 }
 
 /// `[channel.destination.catalog]` with `kind = "sql"`.
@@ -426,11 +468,14 @@ impl Config {
             || matches!(self.lease_store.backend, LeaseStoreBackend::Dynamodb { .. })
             || self.channels.iter().any(|c| {
                 let DestinationConfig::Iceberg(d) = &c.destination;
-                let CatalogConfig::Sql(sql) = &d.catalog;
+                let aws_catalog = match &d.catalog {
+                    CatalogConfig::Sql(sql) => matches!(sql.warehouse, Warehouse::S3(_)),
+                    CatalogConfig::S3Tables(_) | CatalogConfig::Glue(_) => true,
+                };
                 matches!(c.source, SourceConfig::Kinesis(_))
                     || matches!(c.schema, SchemaConfig::Glue { .. })
                     || matches!(c.dlq.location, DlqLocation::S3(_))
-                    || matches!(sql.warehouse, Warehouse::S3(_))
+                    || aws_catalog
             })
     }
 }

@@ -170,7 +170,9 @@ fn absolute_paths_are_kept_and_plain_catalog_paths_accepted() {
         "uri = \"/data/catalog.db\"",
     );
     let config = parse(&text).unwrap();
-    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog;
+    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog else {
+        panic!("sql catalog expected")
+    };
     assert_eq!(sql.database, PathBuf::from("/data/catalog.db"));
     assert_eq!(sql.sqlite_url(), "sqlite:/data/catalog.db?mode=rwc");
 }
@@ -290,23 +292,11 @@ fn unknown_kinds_are_refused_naming_the_choices() {
 
 #[test]
 fn kinds_not_supported_yet_are_parsed_and_refused() {
-    let cases = [
-        (
-            "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
-            "kind = \"rest\"\nuri = \"http://localhost:8181\"",
-            "channel[0].destination.catalog.kind",
-        ),
-        (
-            "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
-            "kind = \"glue\"",
-            "channel[0].destination.catalog.kind",
-        ),
-        (
-            "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
-            "kind = \"s3tables\"",
-            "channel[0].destination.catalog.kind",
-        ),
-    ];
+    let cases = [(
+        "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
+        "kind = \"rest\"\nuri = \"http://localhost:8181\"",
+        "channel[0].destination.catalog.kind",
+    )];
     for (from, to, path) in cases {
         refused(&replaced(from, to), path, "not supported yet in this build");
     }
@@ -370,7 +360,9 @@ fn aws_components_validate_into_typed_config() {
     assert_eq!(k.initial_position, InitialPosition::Earliest);
     assert_eq!(k.poll_interval, Duration::from_millis(500));
     assert_eq!(k.max_records_per_call, 10_000);
-    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog;
+    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog else {
+        panic!("sql catalog expected")
+    };
     assert_eq!(
         sql.warehouse,
         Warehouse::S3("s3://warehouse-bucket/floe".into())
@@ -848,4 +840,158 @@ fn gsr_json_runs_offline_with_listed_versions() {
         versions[&uuid::Uuid::parse_str(V1).unwrap()],
         PathBuf::from("/etc/floe/v1.json")
     );
+}
+
+const SQL_CATALOG: &str =
+    "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"";
+const KEY_ARN: &str = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
+const BUCKET_ARN: &str = "arn:aws:s3tables:us-east-1:123456789012:bucket/floe-tables";
+
+#[test]
+fn s3tables_and_glue_catalogs_validate_into_typed_config() {
+    let text = replaced(
+        SQL_CATALOG,
+        &format!(
+            "kind = \"s3tables\"\ntable_bucket_arn = \"{BUCKET_ARN}\"\nkms_key_arn = \"{KEY_ARN}\""
+        ),
+    );
+    let config = parse(&text).unwrap();
+    assert_eq!(
+        iceberg(&config).catalog,
+        CatalogConfig::S3Tables(S3TablesCatalogConfig {
+            table_bucket_arn: BUCKET_ARN.into(),
+            kms_key_arn: Some(KEY_ARN.into()),
+        })
+    );
+    assert!(
+        config.uses_aws(),
+        "an S3 Tables catalog needs the AWS clients"
+    );
+    let text = replaced(
+        SQL_CATALOG,
+        &format!("kind = \"glue\"\nwarehouse = \"s3://wh-bucket/floe/\"\ncatalog_id = \"123456789012\"\nkms_key_arn = \"{KEY_ARN}\"\nexpected_bucket_owner = \"123456789012\""),
+    );
+    let config = parse(&text).unwrap();
+    assert_eq!(
+        iceberg(&config).catalog,
+        CatalogConfig::Glue(GlueCatalogConfig {
+            warehouse: "s3://wh-bucket/floe".into(),
+            catalog_id: Some("123456789012".into()),
+            kms_key_arn: Some(KEY_ARN.into()),
+            expected_bucket_owner: Some("123456789012".into()),
+        })
+    );
+    assert!(config.uses_aws());
+    let minimal_glue = replaced(
+        SQL_CATALOG,
+        "kind = \"glue\"\nwarehouse = \"s3://wh-bucket\"",
+    );
+    assert_eq!(
+        iceberg(&parse(&minimal_glue).unwrap()).catalog,
+        CatalogConfig::Glue(GlueCatalogConfig {
+            warehouse: "s3://wh-bucket".into(),
+            catalog_id: None,
+            kms_key_arn: None,
+            expected_bucket_owner: None,
+        })
+    );
+}
+
+#[test]
+fn s3tables_and_glue_settings_are_refused_naming_the_field() {
+    let p = "channel[0].destination.catalog";
+    let s3t = |extra: &str| replaced(SQL_CATALOG, &format!("kind = \"s3tables\"\n{extra}"));
+    for bad in [
+        "arn:aws:s3:::floe-tables",
+        "arn:aws:s3tables:us-east-1:1234:bucket/floe-tables",
+        "arn:aws:s3tables:us-east-1:123456789012:bucket/Floe_Tables",
+        "arn:aws:s3tables:us-east-1:123456789012:bucket/-floe",
+        "arn:aws:s3tables:us-east-1:123456789012:bucket/ab",
+        "arn:aws:s3tables::123456789012:bucket/floe-tables",
+        "floe-tables",
+    ] {
+        refused(
+            &s3t(&format!("table_bucket_arn = \"{bad}\"")),
+            &format!("{p}.table_bucket_arn"),
+            "not an S3 Tables table bucket ARN",
+        );
+    }
+    for (key, needle) in [
+        ("alias/aws/s3", "alias"),
+        ("arn:aws:kms:us-east-1:123456789012:alias/floe", "alias"),
+        ("1234abcd-12ab-34cd-56ef-1234567890ab", "not a KMS key ARN"),
+    ] {
+        refused(
+            &s3t(&format!(
+                "table_bucket_arn = \"{BUCKET_ARN}\"\nkms_key_arn = \"{key}\""
+            )),
+            &format!("{p}.kms_key_arn"),
+            needle,
+        );
+    }
+    refused(&s3t(""), p, "missing field `table_bucket_arn`");
+    refused(
+        &s3t(&format!(
+            "table_bucket_arn = \"{BUCKET_ARN}\"\nwarehouse = \"s3://x\""
+        )),
+        p,
+        "unknown field `warehouse`",
+    );
+    // S3 Tables names begin and end with a letter or digit.
+    let text = s3t(&format!("table_bucket_arn = \"{BUCKET_ARN}\""));
+    refused(
+        &text.replacen("namespace = \"quickstart\"", "namespace = \"_staging\"", 1),
+        "channel[0].destination.namespace",
+        "begin and end with a letter or digit",
+    );
+    refused(
+        &text.replacen("table = \"events\"", "table = \"events_\"", 1),
+        "channel[0].destination.table",
+        "begin and end with a letter or digit",
+    );
+
+    let glue = |extra: &str| replaced(SQL_CATALOG, &format!("kind = \"glue\"\n{extra}"));
+    let cases = [
+        (
+            "warehouse = \"/var/lib/floe\"",
+            "warehouse",
+            "not an S3 location",
+        ),
+        ("warehouse = \"s3://B\"", "warehouse", "not an S3 location"),
+        (
+            "warehouse = \"s3://wh-bucket\"\ncatalog_id = \"glue\"",
+            "catalog_id",
+            "12-digit",
+        ),
+        (
+            "warehouse = \"s3://wh-bucket\"\nexpected_bucket_owner = \"1\"",
+            "expected_bucket_owner",
+            "12-digit",
+        ),
+        (
+            "warehouse = \"s3://wh-bucket\"\nkms_key_arn = \"alias/aws/s3\"",
+            "kms_key_arn",
+            "alias",
+        ),
+    ];
+    for (extra, key, needle) in cases {
+        refused(&glue(extra), &format!("{p}.{key}"), needle);
+    }
+    refused(&glue(""), p, "missing field `warehouse`");
+}
+
+#[test]
+fn two_channels_writing_one_s3tables_table_are_refused() {
+    let catalog = format!("kind = \"s3tables\"\ntable_bucket_arn = \"{BUCKET_ARN}\"");
+    let first = replaced(SQL_CATALOG, &catalog);
+    let channel = &first[first.find("[[channel]]").unwrap()..];
+    let second = channel.replace("name = \"events\"", "name = \"events_b\"");
+    refused(
+        &format!("{first}{second}"),
+        "channel[1].destination.table",
+        "already written by channel[0]",
+    );
+    // Another table bucket holds another table.
+    let other = second.replace("bucket/floe-tables", "bucket/other-tables");
+    assert!(parse(&format!("{first}{other}")).is_ok());
 }
