@@ -464,3 +464,32 @@ async fn kafka_to_glue_delivers_exactly_once_with_sse_kms_files() {
         "{keys:?}"
     );
 }
+
+#[tokio::test]
+async fn a_glue_warehouse_bucket_of_another_account_is_refused_when_the_catalog_opens() {
+    let endpoint = aws_endpoint();
+    let aws = aws_clients(&endpoint).await;
+    let bucket = unique_name("wh");
+    aws.s3()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let config = CatalogConfig::Glue(GlueCatalogConfig {
+        warehouse: format!("s3://{bucket}/floe"),
+        catalog_id: None,
+        kms_key_arn: None,
+        expected_bucket_owner: Some("111111111111".into()),
+    });
+    match floe::catalog::open_channel_catalog(&config, &aws).await {
+        Err(floe::catalog::CatalogError::Refused { message }) => {
+            assert!(
+                message.contains("not owned by account 111111111111"),
+                "{message}"
+            )
+        }
+        Err(e) => panic!("expected Refused, got {e}"),
+        Ok(_) => panic!("a bucket of another account was accepted"),
+    }
+}
