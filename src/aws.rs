@@ -10,7 +10,8 @@
 //!      └─ AwsClients::load ─► SdkConfig (provider chain, timeouts, standard retries)
 //!            ├─ dynamodb()  lease store
 //!            ├─ kinesis()   source
-//!            ├─ glue()      schema registry
+//!            ├─ glue()      schema registry, Glue catalog
+//!            ├─ s3tables()  S3 Tables catalog
 //!            └─ s3()        DLQ, warehouse (path-style addressing when the endpoint is overridden)
 //! ```
 //!
@@ -187,6 +188,15 @@ impl AwsClients {
             builder = builder.endpoint_url(url);
         }
         aws_sdk_glue::Client::from_conf(builder.build())
+    }
+
+    /// An S3 Tables client (the `s3tables` catalog).
+    pub fn s3tables(&self) -> aws_sdk_s3tables::Client {
+        let mut builder = aws_sdk_s3tables::config::Builder::from(&self.sdk);
+        if let Some(url) = self.config.endpoint(AwsService::S3tables) {
+            builder = builder.endpoint_url(url);
+        }
+        aws_sdk_s3tables::Client::from_conf(builder.build())
     }
 
     /// An S3 client; path-style addressing when the endpoint is overridden (emulators do not

@@ -133,20 +133,11 @@ pub async fn open_sql_catalog_s3(
             warehouse.to_string(),
         ),
     ]);
-    if let Some(region) = region {
-        props.insert(iceberg::io::S3_REGION.to_string(), region.to_string());
-    }
-    if let Some(key) = kms_key_arn {
-        props.insert(iceberg::io::S3_SSE_TYPE.to_string(), "kms".to_string());
-        props.insert(iceberg::io::S3_SSE_KEY.to_string(), key.to_string());
-    }
-    if let Some(endpoint) = aws.endpoint(crate::aws::AwsService::S3) {
-        props.insert(iceberg::io::S3_ENDPOINT.to_string(), endpoint.to_string());
-        props.insert(
-            iceberg::io::S3_PATH_STYLE_ACCESS.to_string(),
-            "true".to_string(),
-        );
-    }
+    props.extend(crate::catalog_aws::s3_file_io_props(
+        aws,
+        region,
+        kms_key_arn,
+    ));
     let catalog = SqlCatalogBuilder::default()
         .with_storage_factory(Arc::new(
             iceberg_storage_opendal::OpenDalStorageFactory::S3 {
@@ -158,12 +149,13 @@ pub async fn open_sql_catalog_s3(
     Ok(Arc::new(catalog))
 }
 
-/// Opens a channel's configured catalog: an SQL catalog with a local warehouse, or an `s3://`
-/// warehouse through `aws`'s region and endpoint (SSE-KMS with the configured key); or a REST
-/// catalog ([`crate::catalog_rest`]).
+/// Opens a channel's configured catalog: SQL with a local warehouse, or an `s3://` warehouse
+/// through `aws`'s region and endpoint (SSE-KMS with the configured key); REST
+/// ([`crate::catalog_rest`]); S3 Tables; Glue.
 ///
-/// Errors: those of [`open_sql_catalog`], [`open_sql_catalog_s3`] and
-/// [`crate::catalog_rest::open_rest_catalog`].
+/// Errors: those of [`open_sql_catalog`], [`open_sql_catalog_s3`],
+/// [`crate::catalog_rest::open_rest_catalog`], [`crate::catalog_aws::open_s3tables_catalog`]
+/// and [`crate::catalog_aws::open_glue_catalog`].
 pub async fn open_channel_catalog(
     catalog: &crate::config::CatalogConfig,
     aws: &crate::aws::AwsClients,
@@ -172,6 +164,12 @@ pub async fn open_channel_catalog(
         crate::config::CatalogConfig::Sql(sql) => sql,
         crate::config::CatalogConfig::Rest(rest) => {
             return crate::catalog_rest::open_rest_catalog(rest, aws).await
+        }
+        crate::config::CatalogConfig::S3Tables(s3t) => {
+            return crate::catalog_aws::open_s3tables_catalog(s3t, aws).await
+        }
+        crate::config::CatalogConfig::Glue(glue) => {
+            return crate::catalog_aws::open_glue_catalog(glue, aws).await
         }
     };
     match &sql.warehouse {
@@ -203,7 +201,7 @@ pub async fn open_channel_catalog(
 ///
 /// Errors: [`CatalogError::Refused`] when the bucket is missing or owned by another account
 /// (S3 answers 403/404); [`CatalogError::Unavailable`] when S3 cannot be reached.
-async fn check_bucket_owner(
+pub(crate) async fn check_bucket_owner(
     aws: &crate::aws::AwsClients,
     uri: &str,
     owner: &str,

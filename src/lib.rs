@@ -29,6 +29,8 @@
 pub mod app;
 pub mod aws;
 pub mod catalog;
+pub mod catalog_aws;
+pub mod catalog_glue;
 pub mod catalog_rest;
 pub mod cli;
 pub mod commit;

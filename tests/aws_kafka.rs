@@ -7,7 +7,7 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use floe::config::S3Location;
@@ -178,14 +178,10 @@ async fn dynamodb_leases_s3_warehouse_and_s3_dlq_deliver_exactly_once_across_a_s
     drop(w1);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let w1 = start("w1");
-    let deadline = Instant::now() + Duration::from_secs(150);
-    let (rows, dead) = loop {
-        let (rows, dead) = fleet.delivered(dir.path()).await;
-        if rows + dead >= total || Instant::now() > deadline {
-            break (rows, dead);
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+    let (rows, dead) = poll_delivered(total, Duration::from_secs(150), || {
+        fleet.delivered(dir.path())
+    })
+    .await;
     assert!(
         w1.terminate().success(),
         "w1:\n{}",
@@ -240,28 +236,7 @@ async fn dynamodb_leases_s3_warehouse_and_s3_dlq_deliver_exactly_once_across_a_s
     // Every object written — data files, metadata, DLQ objects — is encrypted with the key.
     let s3 = aws_clients(&fleet.endpoint).await.s3();
     for bucket in [&fleet.warehouse_bucket, &fleet.dlq_bucket] {
-        let listed = s3.list_objects_v2().bucket(bucket).send().await.unwrap();
-        let keys: Vec<String> = listed
-            .contents()
-            .iter()
-            .filter_map(|o| o.key().map(str::to_owned))
-            .collect();
-        assert!(!keys.is_empty(), "objects in {bucket}");
-        for key in keys {
-            let head = s3
-                .head_object()
-                .bucket(bucket)
-                .key(&key)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(
-                head.server_side_encryption().map(|e| e.as_str()),
-                Some("aws:kms"),
-                "s3://{bucket}/{key}"
-            );
-            assert_eq!(head.ssekms_key_id(), Some(KMS_KEY), "s3://{bucket}/{key}");
-        }
+        assert_objects_sse_kms(&s3, bucket, KMS_KEY).await;
     }
 
     // Leases live in DynamoDB: both workers released theirs on SIGTERM.

@@ -5,9 +5,9 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use common::race::{event_batch, total_records, GateCatalog};
 use floe::catalog::FencedCatalog;
 use floe::commit::{committed_batch_ids, table_checkpoints, Committer};
 use floe::dlq::LocalDlq;
@@ -16,94 +16,8 @@ use floe::model::{PendingBatch, Position, ShardId};
 use floe::schema::MappedSchema;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
+use iceberg::{Catalog, ErrorKind, TableIdent};
 use uuid::Uuid;
-
-/// A catalog whose first `load_table` call, once loaded, waits until released: the committer
-/// making it validates against a snapshot that another committer then moves past (a
-/// deterministic interleaving of the race).
-#[derive(Debug, Default)]
-struct GateCatalog {
-    inner: Option<Arc<dyn Catalog>>,
-    first_loaded: tokio::sync::Notify,
-    release: tokio::sync::Notify,
-    calls: std::sync::atomic::AtomicUsize,
-}
-
-impl GateCatalog {
-    fn inner(&self) -> &Arc<dyn Catalog> {
-        self.inner.as_ref().expect("inner catalog")
-    }
-}
-
-#[async_trait::async_trait]
-impl Catalog for GateCatalog {
-    async fn list_namespaces(
-        &self,
-        p: Option<&NamespaceIdent>,
-    ) -> iceberg::Result<Vec<NamespaceIdent>> {
-        self.inner().list_namespaces(p).await
-    }
-    async fn create_namespace(
-        &self,
-        n: &NamespaceIdent,
-        p: HashMap<String, String>,
-    ) -> iceberg::Result<iceberg::Namespace> {
-        self.inner().create_namespace(n, p).await
-    }
-    async fn get_namespace(&self, n: &NamespaceIdent) -> iceberg::Result<iceberg::Namespace> {
-        self.inner().get_namespace(n).await
-    }
-    async fn namespace_exists(&self, n: &NamespaceIdent) -> iceberg::Result<bool> {
-        self.inner().namespace_exists(n).await
-    }
-    async fn update_namespace(
-        &self,
-        n: &NamespaceIdent,
-        p: HashMap<String, String>,
-    ) -> iceberg::Result<()> {
-        self.inner().update_namespace(n, p).await
-    }
-    async fn drop_namespace(&self, n: &NamespaceIdent) -> iceberg::Result<()> {
-        self.inner().drop_namespace(n).await
-    }
-    async fn list_tables(&self, n: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
-        self.inner().list_tables(n).await
-    }
-    async fn create_table(
-        &self,
-        n: &NamespaceIdent,
-        c: iceberg::TableCreation,
-    ) -> iceberg::Result<Table> {
-        self.inner().create_table(n, c).await
-    }
-    async fn load_table(&self, t: &TableIdent) -> iceberg::Result<Table> {
-        let loaded = self.inner().load_table(t).await;
-        if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
-            self.first_loaded.notify_one();
-            self.release.notified().await;
-        }
-        loaded
-    }
-    async fn drop_table(&self, t: &TableIdent) -> iceberg::Result<()> {
-        self.inner().drop_table(t).await
-    }
-    async fn purge_table(&self, t: &TableIdent) -> iceberg::Result<()> {
-        self.inner().purge_table(t).await
-    }
-    async fn table_exists(&self, t: &TableIdent) -> iceberg::Result<bool> {
-        self.inner().table_exists(t).await
-    }
-    async fn rename_table(&self, a: &TableIdent, b: &TableIdent) -> iceberg::Result<()> {
-        self.inner().rename_table(a, b).await
-    }
-    async fn register_table(&self, t: &TableIdent, m: String) -> iceberg::Result<Table> {
-        self.inner().register_table(t, m).await
-    }
-    async fn update_table(&self, c: iceberg::TableCommit) -> iceberg::Result<Table> {
-        self.inner().update_table(c).await
-    }
-}
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -136,7 +50,7 @@ async fn fixture() -> Fixture {
 /// Writes data files for ids `from..to` and returns the pending batch covering offsets
 /// `(after, to - 1]` of partition 0.
 async fn batch(f: &Fixture, table: &Table, after: Option<i64>, from: u64, to: u64) -> PendingBatch {
-    common::pending_batch(&f.schema, table, "race", after, from, to).await
+    event_batch(&f.schema, "race", table, after, from, to).await
 }
 
 fn committer(f: &Fixture, epoch: u64) -> Committer {
@@ -183,7 +97,7 @@ async fn fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_reb
     let err = tx.commit(&fenced).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts);
     assert_eq!(
-        floe::quickstart::total_records(&f.catalog.load_table(&f.ident).await.unwrap()),
+        total_records(&f.catalog.load_table(&f.ident).await.unwrap()),
         10
     );
 
@@ -196,7 +110,7 @@ async fn fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_reb
         .unwrap();
     tx.commit(f.catalog.as_ref()).await.unwrap();
     assert_eq!(
-        floe::quickstart::total_records(&f.catalog.load_table(&f.ident).await.unwrap()),
+        total_records(&f.catalog.load_table(&f.ident).await.unwrap()),
         20
     );
 }
@@ -226,11 +140,7 @@ async fn two_committers_racing_on_the_same_batches_commit_each_exactly_once() {
             committed_batch_ids(&table).contains(&pb.batch_id),
             "round {round}"
         );
-        assert_eq!(
-            floe::quickstart::total_records(&table),
-            expected_rows,
-            "round {round}"
-        );
+        assert_eq!(total_records(&table), expected_rows, "round {round}");
         assert!(f.store.list_pending("race").await.unwrap().is_empty());
     }
     let table = f.catalog.load_table(&f.ident).await.unwrap();
@@ -275,7 +185,7 @@ async fn stale_committer_is_fenced_by_a_newer_epoch_and_a_duplicate_batch_is_rej
         "rejected batch's file deleted"
     );
     let table = f.catalog.load_table(&f.ident).await.unwrap();
-    assert_eq!(floe::quickstart::total_records(&table), 10);
+    assert_eq!(total_records(&table), 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,10 +237,7 @@ async fn committers_with_different_lease_views_validating_the_same_snapshot_comm
     let l = f.store.take_lease(&l, "w1").await.unwrap();
     f.store.take_lease(&l, "w2").await.unwrap();
 
-    let gate = Arc::new(GateCatalog {
-        inner: Some(f.catalog.clone()),
-        ..Default::default()
-    });
+    let gate = Arc::new(GateCatalog::gate(f.catalog.clone()));
     let a = Committer::new(
         "race",
         f.ident.clone(),

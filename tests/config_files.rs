@@ -214,3 +214,43 @@ fn rest_catalog_config_validates_with_the_credential_from_the_environment() {
         ["channel[0].destination.catalog.credential: environment variable POLARIS_CREDENTIAL is not set"]
     );
 }
+
+#[test]
+fn kinesis_s3tables_config_validates_and_passes_floe_validate() {
+    let config = load_with("kinesis-s3tables.toml", &env_with(&[])).unwrap();
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    assert_eq!(
+        d.catalog,
+        CatalogConfig::S3Tables(floe::config::S3TablesCatalogConfig {
+            table_bucket_arn: "arn:aws:s3tables:us-east-1:123456789012:bucket/example-analytics"
+                .into(),
+            kms_key_arn: Some(
+                "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+                    .into()
+            ),
+        })
+    );
+    assert!(config.uses_aws());
+    // The commented Glue alternative validates too.
+    let text = std::fs::read_to_string(config_dir().join("kinesis-s3tables.toml")).unwrap();
+    let start = text.find("    kind = \"s3tables\"").unwrap();
+    let end = text
+        .find("    # The AWS Glue Data Catalog instead:\n")
+        .unwrap();
+    let glue_lines: String = text[end..]
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("    #   "))
+        .map(|l| format!("    {}\n", &l["    #   ".len()..]))
+        .collect();
+    let glue = format!("{}{glue_lines}{}", &text[..start], &text[end..]);
+    let config = Config::from_toml_str_with_env(&glue, &config_dir(), &env_with(&[])).unwrap();
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    assert!(
+        matches!(d.catalog, CatalogConfig::Glue(_)),
+        "{:?}",
+        d.catalog
+    );
+    let checked = validate::check(&config_dir().join("kinesis-s3tables.toml")).unwrap();
+    assert_eq!(checked.channels.len(), 1);
+}

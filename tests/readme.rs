@@ -164,6 +164,23 @@ const CONFIG_TABLES: &[ConfigTable] = &[
         ],
     },
     ConfigTable {
+        heading: "`[channel.destination.catalog]` with `kind = \"s3tables\"`",
+        file_struct: "S3TablesCatalogSection",
+        kind_enum: None,
+        keys: &["table_bucket_arn", "kms_key_arn"],
+    },
+    ConfigTable {
+        heading: "`[channel.destination.catalog]` with `kind = \"glue\"`",
+        file_struct: "GlueCatalogSection",
+        kind_enum: None,
+        keys: &[
+            "warehouse",
+            "catalog_id",
+            "kms_key_arn",
+            "expected_bucket_owner",
+        ],
+    },
+    ConfigTable {
         heading: "`[channel.dlq]`",
         file_struct: "LocalDlqSection",
         kind_enum: Some("DlqSection"),

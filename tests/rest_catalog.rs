@@ -29,6 +29,7 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
 use rest_fixture::{FixtureAuth, RestCatalogServer, WarehouseLocation};
 
+use common::race::event_batch;
 use common::*;
 
 /// A REST catalog config pointing at `server` (no authentication).
@@ -117,7 +118,7 @@ async fn fixture() -> Fixture {
 
 impl Fixture {
     async fn batch(&self, table: &Table, after: Option<i64>, from: u64, to: u64) -> PendingBatch {
-        pending_batch(&self.schema, table, "race", after, from, to).await
+        event_batch(&self.schema, "race", table, after, from, to).await
     }
 
     fn committer(&self, catalog: Arc<dyn Catalog>) -> Committer {
@@ -335,7 +336,7 @@ async fn table_locations_without_a_scheme_are_local_paths() {
         "{}",
         table.metadata().location()
     );
-    let batch = pending_batch(&schema, &table, "p", None, 0, 5).await;
+    let batch = event_batch(&schema, "p", &table, None, 0, 5).await;
     let files = floe::writer::parse_data_files(&table, &batch.data_files).unwrap();
     let tx = Transaction::new(&table);
     let tx = tx.fast_append().add_data_files(files).apply(tx).unwrap();
@@ -401,7 +402,7 @@ async fn oauth2_tokens_are_fetched_renewed_when_refused_and_a_wrong_secret_is_re
     for (round, token) in ["third-token", "fourth-token"].into_iter().enumerate() {
         let from = round as u64 * 5;
         let after = (round > 0).then(|| from as i64 - 1);
-        let batch = pending_batch(&schema, &table, "auth", after, from, from + 5).await;
+        let batch = event_batch(&schema, "auth", &table, after, from, from + 5).await;
         store.put_batch(&batch).await.unwrap();
         server.rotate_token(token);
         assert_eq!(
@@ -507,7 +508,7 @@ async fn s3_table_locations_are_written_with_the_storage_settings_the_server_ven
         .metadata()
         .location()
         .starts_with(&format!("s3://{bucket}/")));
-    let batch = pending_batch(&schema, &table, "lake", None, 0, 25).await;
+    let batch = event_batch(&schema, "lake", &table, None, 0, 25).await;
     let store = Arc::new(
         SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
             .await

@@ -472,6 +472,85 @@ def _update_table_metadata_location(self):
 s3tr.S3TablesResponse.get_table = _get_table
 s3tr.S3TablesResponse.update_table_metadata_location = _update_table_metadata_location
 
+# S3 Tables CreateTable of a name that exists: stock moto builds TableAlreadyExists but does not
+# raise it, and silently replaces the table (a second creator wipes the first one's metadata
+# location). AWS answers 409 ConflictException; so do we.
+# Stock CreateTable ignores encryptionConfiguration and GetTableEncryption is not implemented: we
+# keep the configuration on the table (AES256 when none was given, as a bucket's default) and
+# serve GET /tables/{arn}/{namespace}/{name}/encryption. (Objects of the table's storage bucket are
+# not marked encrypted: moto's S3 does not apply it.)
+import moto.s3tables.exceptions as s3te  # noqa: E402
+import moto.s3tables.urls as s3turls  # noqa: E402
+from urllib.parse import unquote  # noqa: E402
+
+_stock_create_table = s3tr.S3TablesResponse.create_table
+
+
+def _create_table(self):
+    _, arn, namespace = self.raw_path.lstrip("/").split("/")
+    arn = unquote(arn)
+    body = json.loads(self.body)
+    bucket = self.s3tables_backend.table_buckets.get(arn)
+    if bucket and namespace in bucket.namespaces and body.get("name") in bucket.namespaces[namespace].tables:
+        raise s3te.TableAlreadyExists()
+    response = _stock_create_table(self)
+    table = self.s3tables_backend.get_table(arn, namespace, body["name"])
+    table.encryption_configuration = body.get("encryptionConfiguration") or {"sseAlgorithm": "AES256"}
+    return response
+
+
+def _get_table_encryption(self):
+    table = self.s3tables_backend.get_table(
+        unquote(self._get_param("tableBucketARN")), self._get_param("namespace"), self._get_param("name")
+    )
+    config = getattr(table, "encryption_configuration", None) or {"sseAlgorithm": "AES256"}
+    return 200, self.default_response_headers, json.dumps({"encryptionConfiguration": config})
+
+
+s3tr.S3TablesResponse.create_table = _create_table
+s3tr.S3TablesResponse.get_table_encryption = _get_table_encryption
+# Two routes, as moto's own: the server decodes the ARN's %2F, so it may span two path segments.
+s3turls.url_paths[
+    "{0}/tables/(?P<tableBucketARN>[^/]+)/(?P<namespace>[^/]+)/(?P<name>[^/]+)/encryption$"
+] = s3tr.S3TablesResponse.dispatch
+s3turls.url_paths[
+    "{0}/tables/(?P<tableBucketARN_pt_1>[^/]+)/(?P<tableBucketARN_pt_2>[^/]+)/(?P<namespace>[^/]+)/(?P<name>[^/]+)/encryption$"
+] = s3tr.S3TablesResponse.dispatch
+
+
+# --- Glue: UpdateTable VersionId -----------------------------------------------------------------
+# Stock moto ignores UpdateTable's VersionId, so a commit based on a stale table version succeeds.
+# AWS refuses it (ConcurrentModificationException, HTTP 400) when VersionId is not the table's
+# current version; so do we. Iceberg's Glue catalogs (floe's, PyIceberg's, Java's) send it to
+# make a commit a compare-and-swap.
+import moto.glue.responses as gr  # noqa: E402
+
+
+class _GlueConcurrentModification(JsonRESTError):
+    code = 400
+
+    def __init__(self, message):
+        super().__init__("ConcurrentModificationException", message)
+
+
+_stock_glue_update_table = gr.GlueResponse.update_table
+
+
+def _glue_update_table(self):
+    version_id = self.parameters.get("VersionId")
+    if version_id is not None:
+        table_input = self.parameters.get("TableInput") or {}
+        table = self.glue_backend.get_table(self.parameters.get("DatabaseName"), table_input.get("Name"))
+        if str(version_id) != str(table._current_version):
+            raise _GlueConcurrentModification(
+                f"Update table failed due to concurrent modifications: VersionId {version_id} "
+                f"is not the current version {table._current_version}"
+            )
+    return _stock_glue_update_table(self)
+
+
+gr.GlueResponse.update_table = _glue_update_table
+
 
 # --- S3: expected bucket owner ------------------------------------------------------------------
 # Stock moto ignores x-amz-expected-bucket-owner (and x-amz-source-expected-bucket-owner), so a

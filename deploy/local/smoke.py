@@ -10,6 +10,7 @@ Every run uses fresh stream/bucket names, so it can run again against the same s
 """
 import argparse
 import base64
+import contextlib
 import json
 import os
 import sys
@@ -50,15 +51,15 @@ def client(service, endpoint):
     )
 
 
-def expect_error(code, fn, *args, **kwargs):
+def expect_error(code, fn, *args, http_status=400, **kwargs):
     try:
         fn(*args, **kwargs)
     except ClientError as e:
         got = e.response.get("Error", {}).get("Code")
         status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        check(got == code and status == 400, f"expected HTTP 400 {code}, got HTTP {status} {got}: {e}")
+        check(got == code and status == http_status, f"expected HTTP {http_status} {code}, got HTTP {status} {got}: {e}")
         return e
-    raise CheckFailed(f"expected HTTP 400 {code}, the call succeeded")
+    raise CheckFailed(f"expected HTTP {http_status} {code}, the call succeeded")
 
 
 def seq_key(s):
@@ -374,6 +375,19 @@ class MotoKinesis:
         self.kin.delete_stream(StreamName=self.name, EnforceConsumerDeletion=True)
 
 
+@contextlib.contextmanager
+def table_bucket(st, name):
+    """An S3 Tables table bucket for one check, deleted afterwards (whatever the check left)."""
+    arn = st.create_table_bucket(name=name)["arn"]
+    try:
+        yield arn
+    finally:
+        try:
+            st.delete_table_bucket(tableBucketARN=arn)
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def s3tables_shapes(endpoint):
     st = client("s3tables", endpoint)
     raw = {}
@@ -382,8 +396,7 @@ def s3tables_shapes(endpoint):
         raw[model.name] = json.loads(http_response.content or b"{}")
 
     st.meta.events.register("after-call.s3tables", keep_body)
-    bucket = st.create_table_bucket(name=f"smoke-{RUN}")["arn"]
-    try:
+    with table_bucket(st, f"smoke-{RUN}") as bucket:
         st.create_namespace(tableBucketARN=bucket, namespace=["smoke"])
         st.create_table(tableBucketARN=bucket, namespace="smoke", name="events", format="ICEBERG")
         t = st.get_table(tableBucketARN=bucket, namespace="smoke", name="events")
@@ -403,11 +416,58 @@ def s3tables_shapes(endpoint):
               "metadata location not updated")
         st.delete_table(tableBucketARN=bucket, namespace="smoke", name="events")
         st.delete_namespace(tableBucketARN=bucket, namespace="smoke")
+
+
+def s3tables_conflicts_and_encryption(endpoint):
+    st = client("s3tables", endpoint)
+    key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    with table_bucket(st, f"smoke-enc-{RUN}") as bucket:
+        st.create_namespace(tableBucketARN=bucket, namespace=["smoke"])
+        st.create_table(tableBucketARN=bucket, namespace="smoke", name="enc", format="ICEBERG",
+                        encryptionConfiguration={"sseAlgorithm": "aws:kms", "kmsKeyArn": key})
+        st.create_table(tableBucketARN=bucket, namespace="smoke", name="plain", format="ICEBERG")
+        got = st.get_table_encryption(tableBucketARN=bucket, namespace="smoke", name="enc")["encryptionConfiguration"]
+        check(got == {"sseAlgorithm": "aws:kms", "kmsKeyArn": key}, f"GetTableEncryption gave {got}")
+        got = st.get_table_encryption(tableBucketARN=bucket, namespace="smoke", name="plain")["encryptionConfiguration"]
+        check(got == {"sseAlgorithm": "AES256"}, f"GetTableEncryption of a table without one gave {got}")
+        first = st.get_table(tableBucketARN=bucket, namespace="smoke", name="enc")
+        # Stock moto: the call succeeds and replaces the table.
+        expect_error("ConflictException", st.create_table, http_status=409,
+                     tableBucketARN=bucket, namespace="smoke", name="enc", format="ICEBERG")
+        again = st.get_table(tableBucketARN=bucket, namespace="smoke", name="enc")
+        check(again["versionToken"] == first["versionToken"], "the existing table was replaced")
+        # A stale version token is refused (stock moto already does this; floe's stale-commit tests rely on it).
+        st.update_table_metadata_location(
+            tableBucketARN=bucket, namespace="smoke", name="enc", versionToken=first["versionToken"],
+            metadataLocation=f"{first['warehouseLocation']}/metadata/00001.metadata.json")
+        expect_error("ConflictException", st.update_table_metadata_location, http_status=409,
+                     tableBucketARN=bucket, namespace="smoke", name="enc", versionToken=first["versionToken"],
+                     metadataLocation=f"{first['warehouseLocation']}/metadata/00002.metadata.json")
+        for name in ("enc", "plain"):
+            st.delete_table(tableBucketARN=bucket, namespace="smoke", name=name)
+        st.delete_namespace(tableBucketARN=bucket, namespace="smoke")
+
+
+def glue_update_table_version_id(endpoint):
+    glue = client("glue", endpoint)
+    db = f"smoke_{RUN}"
+    glue.create_database(DatabaseInput={"Name": db})
+    try:
+        def table_input(location):
+            return {"Name": "t", "Parameters": {"table_type": "ICEBERG", "metadata_location": location}}
+
+        glue.create_table(DatabaseName=db, TableInput=table_input("s3://b/1.json"))
+        v1 = glue.get_table(DatabaseName=db, Name="t")["Table"]["VersionId"]
+        glue.update_table(DatabaseName=db, TableInput=table_input("s3://b/2.json"), VersionId=v1, SkipArchive=True)
+        expect_error("ConcurrentModificationException", glue.update_table, DatabaseName=db,
+                     TableInput=table_input("s3://b/3.json"), VersionId=v1, SkipArchive=True)
+        got = glue.get_table(DatabaseName=db, Name="t")["Table"]
+        check(got["Parameters"]["metadata_location"] == "s3://b/2.json", f"stale update applied: {got['Parameters']}")
+        check(got["VersionId"] != v1, "VersionId did not change on update")
+        glue.update_table(DatabaseName=db, TableInput=table_input("s3://b/4.json"))  # no VersionId: unconditional
+        glue.delete_table(DatabaseName=db, Name="t")
     finally:
-        try:
-            st.delete_table_bucket(tableBucketARN=bucket)
-        except Exception:  # noqa: BLE001
-            pass
+        glue.delete_database(Name=db)
 
 
 def s3_expected_bucket_owner(endpoint):
@@ -507,6 +567,9 @@ def main():
                 break  # the later checks use its records
         run("moto kinesis: delete stream", m.cleanup)
     run("moto s3tables: GetTable / UpdateTableMetadataLocation shapes", s3tables_shapes, args.moto)
+    run("moto s3tables: CreateTable conflict (409), encryptionConfiguration, GetTableEncryption, stale versionToken",
+        s3tables_conflicts_and_encryption, args.moto)
+    run("moto glue: UpdateTable with a stale VersionId is ConcurrentModificationException", glue_update_table_version_id, args.moto)
     run("moto s3: x-amz-expected-bucket-owner of another account is refused (403)", s3_expected_bucket_owner, args.moto)
     run("kinesalite: 56-digit sequence numbers, SplitShard, MergeShards", kinesalite_checks, args.kinesalite)
 

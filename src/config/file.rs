@@ -314,10 +314,44 @@ pub enum CatalogSection {
     Sql(SqlCatalogSection),
     /// `kind = "rest"`: an Iceberg REST catalog (Polaris, Lakekeeper, Nessie, Gravitino, …).
     Rest(RestCatalogSection),
-    /// `kind = "glue"`: the AWS Glue Data Catalog. Not supported yet in this build.
-    Glue(toml::Table),
-    /// `kind = "s3tables"`: an Amazon S3 Tables table bucket. Not supported yet in this build.
-    S3Tables(toml::Table),
+    /// `kind = "glue"`: the AWS Glue Data Catalog.
+    Glue(GlueCatalogSection),
+    /// `kind = "s3tables"`: an Amazon S3 Tables table bucket.
+    S3Tables(S3TablesCatalogSection),
+}
+
+/// `[channel.destination.catalog]` with `kind = "s3tables"`: an Amazon S3 Tables table bucket
+/// (through the `[aws]` region, endpoint and credentials).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3TablesCatalogSection {
+    /// ARN of the table bucket, `"arn:aws:s3tables:REGION:ACCOUNT:bucket/NAME"`. The namespace is
+    /// created in it if missing, and the table by the channel on first delivery. Required.
+    pub table_bucket_arn: String,
+    /// Full ARN of a customer-managed KMS key: the table is created with this SSE-KMS encryption
+    /// configuration (S3 Tables `CreateTable` `encryptionConfiguration`), so its data and metadata
+    /// files are encrypted under it (`arn:aws:kms:REGION:ACCOUNT:key/KEY-ID`; aliases and the
+    /// AWS-managed key are refused). Default: the table bucket's default encryption.
+    pub kms_key_arn: Option<String>,
+}
+
+/// `[channel.destination.catalog]` with `kind = "glue"`: the AWS Glue Data Catalog, tables on
+/// S3 (through the `[aws]` region, endpoint and credentials).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlueCatalogSection {
+    /// S3 location under which new tables are written, `"s3://bucket/prefix"`; a table goes to
+    /// `<warehouse>/<namespace>.db/<table>` unless its Glue database has a location. Required.
+    pub warehouse: String,
+    /// Account id (12 digits) of the Glue Data Catalog. Default: the caller's account.
+    pub catalog_id: Option<String>,
+    /// Full ARN of a customer-managed KMS key: data and metadata files are written with SSE-KMS
+    /// under it (`arn:aws:kms:REGION:ACCOUNT:key/KEY-ID`; aliases and the AWS-managed key are
+    /// refused). Default: the bucket's default encryption.
+    pub kms_key_arn: Option<String>,
+    /// Account id (12 digits) that must own the warehouse bucket: checked with
+    /// `GetBucketLocation` + `x-amz-expected-bucket-owner` whenever the catalog is opened.
+    pub expected_bucket_owner: Option<String>,
 }
 
 /// `[channel.destination.catalog]` with `kind = "sql"`.
@@ -620,7 +654,7 @@ tagged_section!(DestinationSection { "iceberg" => Iceberg(struct), "s3" => S3(ta
 tagged_section!(CatalogSection {
     "sql" => Sql(struct),
     "rest" => Rest(struct),
-    "glue" => Glue(table),
-    "s3tables" => S3Tables(table),
+    "glue" => Glue(struct),
+    "s3tables" => S3Tables(struct),
 });
 tagged_section!(DlqSection { "local" => Local(struct), "s3" => S3(struct) });

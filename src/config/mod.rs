@@ -355,11 +355,17 @@ pub enum CatalogConfig {
     Sql(SqlCatalogConfig),
     /// `kind = "rest"`: an Iceberg REST catalog.
     Rest(RestCatalogConfig),
+    /// `kind = "s3tables"`: an Amazon S3 Tables table bucket.
+    S3Tables(S3TablesCatalogConfig),
+    /// `kind = "glue"`: the AWS Glue Data Catalog.
+    Glue(GlueCatalogConfig),
 }
 
 impl CatalogConfig {
-    /// What names the catalog for the rule "one channel per table": the SQL catalog's name and
-    /// database file, or the REST catalog's URI and warehouse.
+    /// What identifies the catalog's tables across channels: two channels with the same key and
+    /// the same namespace and table write the same table (`sql:<name>:<database>`,
+    /// `rest:<uri>:<warehouse>`, `s3tables:<table bucket ARN>`, `glue:<catalog id or
+    /// "default">`).
     pub fn identity(&self) -> String {
         match self {
             CatalogConfig::Sql(sql) => format!("sql:{}:{}", sql.name, sql.database.display()),
@@ -368,15 +374,20 @@ impl CatalogConfig {
                 rest.uri,
                 rest.warehouse.as_deref().unwrap_or_default()
             ),
+            CatalogConfig::S3Tables(s3t) => format!("s3tables:{}", s3t.table_bucket_arn),
+            CatalogConfig::Glue(glue) => {
+                format!("glue:{}", glue.catalog_id.as_deref().unwrap_or("default"))
+            }
         }
     }
 
     /// Whether the catalog itself needs the AWS configuration (an `s3://` warehouse of an SQL
-    /// catalog).
+    /// catalog, S3 Tables, Glue).
     pub fn uses_aws(&self) -> bool {
         match self {
             CatalogConfig::Sql(sql) => matches!(sql.warehouse, Warehouse::S3(_)),
             CatalogConfig::Rest(_) => false,
+            CatalogConfig::S3Tables(_) | CatalogConfig::Glue(_) => true,
         }
     }
 }
@@ -415,6 +426,29 @@ pub enum RestAuth {
         /// Client secret, from the environment.
         client_secret: PropertyValue,
     },
+}
+
+/// `[channel.destination.catalog]` with `kind = "s3tables"`, see
+/// [`file::S3TablesCatalogSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3TablesCatalogConfig {
+    /// Table bucket ARN, `arn:<partition>:s3tables:<region>:<account>:bucket/<name>`.
+    pub table_bucket_arn: String,
+    /// KMS key ARN of the table's SSE-KMS encryption configuration.
+    pub kms_key_arn: Option<String>,
+}
+
+/// `[channel.destination.catalog]` with `kind = "glue"`, see [`file::GlueCatalogSection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlueCatalogConfig {
+    /// Warehouse location, `s3://bucket/prefix` (no trailing slash).
+    pub warehouse: String,
+    /// Glue Data Catalog account id (12 digits); `None`: the caller's.
+    pub catalog_id: Option<String>,
+    /// KMS key ARN for SSE-KMS of the table's files.
+    pub kms_key_arn: Option<String>,
+    /// Account that must own the warehouse bucket.
+    pub expected_bucket_owner: Option<String>,
 }
 
 /// `[channel.destination.catalog]` with `kind = "sql"`.

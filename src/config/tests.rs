@@ -290,32 +290,6 @@ fn unknown_kinds_are_refused_naming_the_choices() {
     );
 }
 
-#[test]
-fn kinds_not_supported_yet_are_parsed_and_refused() {
-    let cases = [
-        (
-            "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
-            "kind = \"glue\"",
-            "channel[0].destination.catalog.kind",
-        ),
-        (
-            "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"",
-            "kind = \"s3tables\"",
-            "channel[0].destination.catalog.kind",
-        ),
-    ];
-    for (from, to, path) in cases {
-        refused(&replaced(from, to), path, "not supported yet in this build");
-    }
-    let s3_destination = MINIMAL[..MINIMAL.find("[channel.destination]").unwrap()].to_owned()
-        + "[channel.destination]\nkind = \"s3\"\nbucket = \"b\"\n[channel.dlq]\nkind = \"local\"\npath = \"dlq\"\n";
-    refused(
-        &s3_destination,
-        "channel[0].destination.kind",
-        "not supported yet in this build",
-    );
-}
-
 /// `MINIMAL` on AWS: DynamoDB lease store, Kinesis source, S3 DLQ and warehouse, emulator endpoints.
 fn aws_config() -> String {
     let text = replaced(
@@ -1038,4 +1012,158 @@ fn two_channels_writing_one_table_of_one_rest_catalog_are_refused() {
         .replacen("warehouse = \"lake\"", "warehouse = \"other\"", 2)
         .replacen("warehouse = \"other\"", "warehouse = \"lake\"", 1);
     assert!(Config::from_toml_str_with_env(&other, Path::new("/etc/floe"), &rest_env()).is_ok());
+}
+
+const SQL_CATALOG: &str =
+    "kind = \"sql\"\nuri = \"sqlite:catalog.sqlite\"\nwarehouse = \"warehouse\"";
+const KEY_ARN: &str = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
+const BUCKET_ARN: &str = "arn:aws:s3tables:us-east-1:123456789012:bucket/floe-tables";
+
+#[test]
+fn s3tables_and_glue_catalogs_validate_into_typed_config() {
+    let text = replaced(
+        SQL_CATALOG,
+        &format!(
+            "kind = \"s3tables\"\ntable_bucket_arn = \"{BUCKET_ARN}\"\nkms_key_arn = \"{KEY_ARN}\""
+        ),
+    );
+    let config = parse(&text).unwrap();
+    assert_eq!(
+        iceberg(&config).catalog,
+        CatalogConfig::S3Tables(S3TablesCatalogConfig {
+            table_bucket_arn: BUCKET_ARN.into(),
+            kms_key_arn: Some(KEY_ARN.into()),
+        })
+    );
+    assert!(
+        config.uses_aws(),
+        "an S3 Tables catalog needs the AWS clients"
+    );
+    let text = replaced(
+        SQL_CATALOG,
+        &format!("kind = \"glue\"\nwarehouse = \"s3://wh-bucket/floe/\"\ncatalog_id = \"123456789012\"\nkms_key_arn = \"{KEY_ARN}\"\nexpected_bucket_owner = \"123456789012\""),
+    );
+    let config = parse(&text).unwrap();
+    assert_eq!(
+        iceberg(&config).catalog,
+        CatalogConfig::Glue(GlueCatalogConfig {
+            warehouse: "s3://wh-bucket/floe".into(),
+            catalog_id: Some("123456789012".into()),
+            kms_key_arn: Some(KEY_ARN.into()),
+            expected_bucket_owner: Some("123456789012".into()),
+        })
+    );
+    assert!(config.uses_aws());
+    let minimal_glue = replaced(
+        SQL_CATALOG,
+        "kind = \"glue\"\nwarehouse = \"s3://wh-bucket\"",
+    );
+    assert_eq!(
+        iceberg(&parse(&minimal_glue).unwrap()).catalog,
+        CatalogConfig::Glue(GlueCatalogConfig {
+            warehouse: "s3://wh-bucket".into(),
+            catalog_id: None,
+            kms_key_arn: None,
+            expected_bucket_owner: None,
+        })
+    );
+}
+
+#[test]
+fn s3tables_and_glue_settings_are_refused_naming_the_field() {
+    let p = "channel[0].destination.catalog";
+    let s3t = |extra: &str| replaced(SQL_CATALOG, &format!("kind = \"s3tables\"\n{extra}"));
+    for bad in [
+        "arn:aws:s3:::floe-tables",
+        "arn:aws:s3tables:us-east-1:1234:bucket/floe-tables",
+        "arn:aws:s3tables:us-east-1:123456789012:bucket/Floe_Tables",
+        "arn:aws:s3tables:us-east-1:123456789012:bucket/-floe",
+        "arn:aws:s3tables:us-east-1:123456789012:bucket/ab",
+        "arn:aws:s3tables::123456789012:bucket/floe-tables",
+        "floe-tables",
+    ] {
+        refused(
+            &s3t(&format!("table_bucket_arn = \"{bad}\"")),
+            &format!("{p}.table_bucket_arn"),
+            "not an S3 Tables table bucket ARN",
+        );
+    }
+    for (key, needle) in [
+        ("alias/aws/s3", "alias"),
+        ("arn:aws:kms:us-east-1:123456789012:alias/floe", "alias"),
+        ("1234abcd-12ab-34cd-56ef-1234567890ab", "not a KMS key ARN"),
+    ] {
+        refused(
+            &s3t(&format!(
+                "table_bucket_arn = \"{BUCKET_ARN}\"\nkms_key_arn = \"{key}\""
+            )),
+            &format!("{p}.kms_key_arn"),
+            needle,
+        );
+    }
+    refused(&s3t(""), p, "missing field `table_bucket_arn`");
+    refused(
+        &s3t(&format!(
+            "table_bucket_arn = \"{BUCKET_ARN}\"\nwarehouse = \"s3://x\""
+        )),
+        p,
+        "unknown field `warehouse`",
+    );
+    // S3 Tables names begin and end with a letter or digit.
+    let text = s3t(&format!("table_bucket_arn = \"{BUCKET_ARN}\""));
+    refused(
+        &text.replacen("namespace = \"quickstart\"", "namespace = \"_staging\"", 1),
+        "channel[0].destination.namespace",
+        "begin and end with a letter or digit",
+    );
+    refused(
+        &text.replacen("table = \"events\"", "table = \"events_\"", 1),
+        "channel[0].destination.table",
+        "begin and end with a letter or digit",
+    );
+
+    let glue = |extra: &str| replaced(SQL_CATALOG, &format!("kind = \"glue\"\n{extra}"));
+    let cases = [
+        (
+            "warehouse = \"/var/lib/floe\"",
+            "warehouse",
+            "not an S3 location",
+        ),
+        ("warehouse = \"s3://B\"", "warehouse", "not an S3 location"),
+        (
+            "warehouse = \"s3://wh-bucket\"\ncatalog_id = \"glue\"",
+            "catalog_id",
+            "12-digit",
+        ),
+        (
+            "warehouse = \"s3://wh-bucket\"\nexpected_bucket_owner = \"1\"",
+            "expected_bucket_owner",
+            "12-digit",
+        ),
+        (
+            "warehouse = \"s3://wh-bucket\"\nkms_key_arn = \"alias/aws/s3\"",
+            "kms_key_arn",
+            "alias",
+        ),
+    ];
+    for (extra, key, needle) in cases {
+        refused(&glue(extra), &format!("{p}.{key}"), needle);
+    }
+    refused(&glue(""), p, "missing field `warehouse`");
+}
+
+#[test]
+fn two_channels_writing_one_s3tables_table_are_refused() {
+    let catalog = format!("kind = \"s3tables\"\ntable_bucket_arn = \"{BUCKET_ARN}\"");
+    let first = replaced(SQL_CATALOG, &catalog);
+    let channel = &first[first.find("[[channel]]").unwrap()..];
+    let second = channel.replace("name = \"events\"", "name = \"events_b\"");
+    refused(
+        &format!("{first}{second}"),
+        "channel[1].destination.table",
+        "already written by channel[0]",
+    );
+    // Another table bucket holds another table.
+    let other = second.replace("bucket/floe-tables", "bucket/other-tables");
+    assert!(parse(&format!("{first}{other}")).is_ok());
 }

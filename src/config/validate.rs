@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use super::file::{
     AwsSection, CatalogSection, ChannelSection, CompressionCodec, ConfigFile, DestinationSection,
-    DlqSection, DurationText, FromSection, IcebergDestinationSection, KafkaSourceSection,
-    KinesisSourceSection, LeaseStoreSection, S3DlqSection, Section, SizeText, SourceSection,
-    WorkerSection,
+    DlqSection, DurationText, FromSection, GlueCatalogSection, IcebergDestinationSection,
+    KafkaSourceSection, KinesisSourceSection, LeaseStoreSection, S3DlqSection,
+    S3TablesCatalogSection, Section, SizeText, SourceSection, WorkerSection,
 };
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::*;
@@ -560,19 +560,10 @@ impl Checker<'_> {
             );
         }
         if let Some(owner) = &expected_bucket_owner {
-            if owner.len() != 12 || !owner.bytes().all(|b| b.is_ascii_digit()) {
-                ok = false;
-                self.error(
-                    format!("{p}.expected_bucket_owner"),
-                    format!("\"{owner}\" is not a 12-digit AWS account id"),
-                );
-            }
+            ok &= self.account_id(&format!("{p}.expected_bucket_owner"), owner);
         }
         if let Some(arn) = &kms_key_arn {
-            if let Err(why) = crate::aws::check_kms_key_arn(arn) {
-                ok = false;
-                self.error(format!("{p}.kms_key_arn"), why);
-            }
+            ok &= self.kms_key(&format!("{p}.kms_key_arn"), arn);
         }
         ok.then_some(S3Location {
             bucket,
@@ -813,6 +804,13 @@ impl Checker<'_> {
             lower,
         );
         let table = self.name(&format!("{p}.table"), d.table, 255, "a-z 0-9 _", lower);
+        let (namespace, table) = match &catalog {
+            Some(CatalogConfig::S3Tables(_)) => (
+                namespace.and_then(|n| self.s3tables_name(&format!("{p}.namespace"), n)),
+                table.and_then(|t| self.s3tables_name(&format!("{p}.table"), t)),
+            ),
+            _ => (namespace, table),
+        };
         let partition_field = if d.partition_field.trim().is_empty() {
             self.error(format!("{p}.partition_field"), "must not be empty");
             None
@@ -891,14 +889,8 @@ impl Checker<'_> {
             CatalogSection::Rest(rest) => {
                 return self.rest_catalog(p, rest).map(CatalogConfig::Rest);
             }
-            CatalogSection::Glue(_) => {
-                self.unsupported(p, "glue");
-                return None;
-            }
-            CatalogSection::S3Tables(_) => {
-                self.unsupported(p, "s3tables");
-                return None;
-            }
+            CatalogSection::Glue(glue) => return self.glue_catalog(p, glue),
+            CatalogSection::S3Tables(s3t) => return self.s3tables_catalog(p, s3t),
         };
         let name = self.name(
             &format!("{p}.name"),
@@ -937,36 +929,18 @@ impl Checker<'_> {
             }
             None => self.local_path(&uri_path, &sql.uri),
         };
-        let warehouse = match sql.warehouse.strip_prefix("s3://") {
-            Some(rest) => {
-                let rest = rest.trim_end_matches('/');
-                let bucket = rest.split('/').next().unwrap_or_default();
-                let bucket_ok = (3..=63).contains(&bucket.len())
-                    && bucket.chars().all(|c| {
-                        c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '-')
-                    });
-                if bucket_ok {
-                    Some(Warehouse::S3(format!("s3://{rest}")))
-                } else {
-                    self.error(
-                        format!("{p}.warehouse"),
-                        format!(
-                            "\"{}\" is not an S3 location such as \"s3://bucket/prefix\"",
-                            sql.warehouse
-                        ),
-                    );
-                    None
-                }
-            }
-            None => self
+        let warehouse = match sql.warehouse.starts_with("s3://") {
+            true => self
+                .s3_warehouse(&format!("{p}.warehouse"), &sql.warehouse)
+                .map(Warehouse::S3),
+            false => self
                 .local_path(&format!("{p}.warehouse"), &sql.warehouse)
                 .map(Warehouse::Local),
         };
         let mut kms_ok = true;
         if let Some(arn) = &sql.kms_key_arn {
-            if let Err(why) = crate::aws::check_kms_key_arn(arn) {
+            if !self.kms_key(&format!("{p}.kms_key_arn"), arn) {
                 kms_ok = false;
-                self.error(format!("{p}.kms_key_arn"), why);
             } else if matches!(warehouse, Some(Warehouse::Local(_))) {
                 kms_ok = false;
                 self.error(
@@ -976,12 +950,8 @@ impl Checker<'_> {
             }
         }
         if let Some(owner) = &sql.expected_bucket_owner {
-            if owner.len() != 12 || !owner.bytes().all(|b| b.is_ascii_digit()) {
+            if !self.account_id(&format!("{p}.expected_bucket_owner"), owner) {
                 kms_ok = false;
-                self.error(
-                    format!("{p}.expected_bucket_owner"),
-                    format!("\"{owner}\" is not a 12-digit AWS account id"),
-                );
             } else if matches!(warehouse, Some(Warehouse::Local(_))) {
                 kms_ok = false;
                 self.error(
@@ -1058,6 +1028,134 @@ impl Checker<'_> {
                 tables.insert(key, i);
             }
         }
+    }
+}
+
+/// The AWS catalogs (`kind = "s3tables"`, `kind = "glue"`) and the checks they share with the
+/// SQL catalog's `s3://` warehouse.
+impl Checker<'_> {
+    /// `kind = "s3tables"`: a table bucket ARN and an optional KMS key.
+    fn s3tables_catalog(&mut self, p: &str, s: S3TablesCatalogSection) -> Option<CatalogConfig> {
+        let mut ok = true;
+        if let Err(why) = check_table_bucket_arn(&s.table_bucket_arn) {
+            ok = false;
+            self.error(format!("{p}.table_bucket_arn"), why);
+        }
+        if let Some(arn) = &s.kms_key_arn {
+            ok &= self.kms_key(&format!("{p}.kms_key_arn"), arn);
+        }
+        ok.then_some(CatalogConfig::S3Tables(S3TablesCatalogConfig {
+            table_bucket_arn: s.table_bucket_arn,
+            kms_key_arn: s.kms_key_arn,
+        }))
+    }
+
+    /// `kind = "glue"`: an `s3://` warehouse, optional catalog id, KMS key and bucket owner.
+    fn glue_catalog(&mut self, p: &str, s: GlueCatalogSection) -> Option<CatalogConfig> {
+        let warehouse = self.s3_warehouse(&format!("{p}.warehouse"), &s.warehouse);
+        let mut ok = true;
+        if let Some(id) = &s.catalog_id {
+            ok &= self.account_id(&format!("{p}.catalog_id"), id);
+        }
+        if let Some(arn) = &s.kms_key_arn {
+            ok &= self.kms_key(&format!("{p}.kms_key_arn"), arn);
+        }
+        if let Some(owner) = &s.expected_bucket_owner {
+            ok &= self.account_id(&format!("{p}.expected_bucket_owner"), owner);
+        }
+        let warehouse = warehouse?;
+        ok.then_some(CatalogConfig::Glue(GlueCatalogConfig {
+            warehouse,
+            catalog_id: s.catalog_id,
+            kms_key_arn: s.kms_key_arn,
+            expected_bucket_owner: s.expected_bucket_owner,
+        }))
+    }
+
+    /// An `s3://bucket[/prefix]` location (trailing slashes removed); `None` after an error.
+    fn s3_warehouse(&mut self, path: &str, text: &str) -> Option<String> {
+        let rest = text.strip_prefix("s3://").map(|r| r.trim_end_matches('/'));
+        let bucket = rest.and_then(|r| r.split('/').next()).unwrap_or_default();
+        let bucket_ok = (3..=63).contains(&bucket.len())
+            && bucket
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '-'));
+        match rest {
+            Some(rest) if bucket_ok => Some(format!("s3://{rest}")),
+            _ => {
+                self.error(
+                    path,
+                    format!("\"{text}\" is not an S3 location such as \"s3://bucket/prefix\""),
+                );
+                None
+            }
+        }
+    }
+
+    /// Whether `id` is a 12-digit AWS account id (error at `path` when not).
+    fn account_id(&mut self, path: &str, id: &str) -> bool {
+        let ok = id.len() == 12 && id.bytes().all(|b| b.is_ascii_digit());
+        if !ok {
+            self.error(path, format!("\"{id}\" is not a 12-digit AWS account id"));
+        }
+        ok
+    }
+
+    /// Whether `arn` is a customer-managed KMS key ARN ([`crate::aws::check_kms_key_arn`]).
+    fn kms_key(&mut self, path: &str, arn: &str) -> bool {
+        match crate::aws::check_kms_key_arn(arn) {
+            Ok(()) => true,
+            Err(why) => {
+                self.error(path, why);
+                false
+            }
+        }
+    }
+
+    /// S3 Tables names (namespaces and tables) also begin and end with a letter or digit
+    /// (S3 Tables user guide, "Naming rules"); floe's own rule already limits them to
+    /// `[a-z0-9_]{1,255}`.
+    fn s3tables_name(&mut self, path: &str, name: String) -> Option<String> {
+        if name.starts_with('_') || name.ends_with('_') {
+            self.error(
+                path,
+                format!("\"{name}\": S3 Tables names begin and end with a letter or digit"),
+            );
+            return None;
+        }
+        Some(name)
+    }
+}
+
+/// Checks the shape of an S3 Tables table bucket ARN,
+/// `arn:<partition>:s3tables:<region>:<12-digit account>:bucket/<name>` with a bucket name of 3 to
+/// 63 characters from `a-z 0-9 -`, beginning and ending with a letter or digit (the pattern of the
+/// S3 Tables API's `tableBucketARN`). Returns the reason when it is not one.
+pub(crate) fn check_table_bucket_arn(arn: &str) -> Result<(), String> {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    let ok = match parts.as_slice() {
+        ["arn", partition, "s3tables", region, account, resource] => {
+            partition.starts_with("aws")
+                && !region.is_empty()
+                && account.len() == 12
+                && account.bytes().all(|b| b.is_ascii_digit())
+                && resource.strip_prefix("bucket/").is_some_and(|name| {
+                    (3..=63).contains(&name.len())
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                        && !name.starts_with('-')
+                        && !name.ends_with('-')
+                })
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "\"{arn}\" is not an S3 Tables table bucket ARN; expected arn:aws:s3tables:REGION:ACCOUNT:bucket/NAME"
+        ))
     }
 }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod kinesis;
+pub mod race;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -301,6 +302,55 @@ pub async fn delivered(dir: &Path) -> (u64, u64) {
     floe::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
 }
 
+/// Polls `counts` (rows, DLQ entries) every 500 ms until their sum reaches `total`, or `timeout`
+/// passes. Returns the last counts.
+pub async fn poll_delivered<F, Fut>(total: u64, timeout: Duration, mut counts: F) -> (u64, u64)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (u64, u64)>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (rows, dlq) = counts().await;
+        if rows + dlq >= total || Instant::now() > deadline {
+            return (rows, dlq);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Asserts that every object of `bucket` is encrypted with SSE-KMS under `key_arn`; returns
+/// their keys (at least one).
+pub async fn assert_objects_sse_kms(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key_arn: &str,
+) -> Vec<String> {
+    let listed = s3.list_objects_v2().bucket(bucket).send().await.unwrap();
+    let keys: Vec<String> = listed
+        .contents()
+        .iter()
+        .filter_map(|o| o.key().map(str::to_owned))
+        .collect();
+    assert!(!keys.is_empty(), "objects in {bucket}");
+    for key in &keys {
+        let head = s3
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            head.server_side_encryption().map(|e| e.as_str()),
+            Some("aws:kms"),
+            "s3://{bucket}/{key}"
+        );
+        assert_eq!(head.ssekms_key_id(), Some(key_arn), "s3://{bucket}/{key}");
+    }
+    keys
+}
+
 /// Waits until rows + DLQ entries reach `total`, or `timeout` passes. Returns the last counts.
 pub async fn wait_delivered(dir: &Path, total: u64, timeout: Duration) -> (u64, u64) {
     let deadline = Instant::now() + timeout;
@@ -337,22 +387,33 @@ pub async fn event_table(
         floe::catalog::open_sql_catalog(&dir.join("catalog.sqlite"), &dir.join("wh"), "floe")
             .await
             .unwrap();
+    let (ident, schema) = event_table_in(catalog.as_ref(), channel, channel).await;
+    (catalog, ident, schema)
+}
+
+/// The `Event` table `<namespace>.events` of channel `channel`, created in `catalog` as a channel
+/// would; returns the table and the mapped schema.
+pub async fn event_table_in(
+    catalog: &dyn iceberg::Catalog,
+    namespace: &str,
+    channel: &str,
+) -> (TableIdent, std::sync::Arc<floe::schema::MappedSchema>) {
     let schema_json: serde_json::Value =
         serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
     let schema = std::sync::Arc::new(
         floe::schema::MappedSchema::from_json_schema(&schema_json, "event_time").unwrap(),
     );
-    let ident = TableIdent::new(NamespaceIdent::new(channel.into()), "events".into());
+    let ident = TableIdent::new(NamespaceIdent::new(namespace.into()), "events".into());
     let spec = floe::catalog::TableSpec {
         ident: ident.clone(),
         channel: channel.into(),
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
     };
-    floe::catalog::ensure_table(catalog.as_ref(), &spec, &schema)
+    floe::catalog::ensure_table(catalog, &spec, &schema)
         .await
         .unwrap();
-    (catalog, ident, schema)
+    (ident, schema)
 }
 
 /// Settings of a worker loop in component tests: channel `channel`, worker "w1", shards without
@@ -536,59 +597,6 @@ impl WorkerRig {
         let mut ids = floe::quickstart::table_ids(&table).await.unwrap();
         ids.sort();
         ids
-    }
-}
-
-/// Writes data files of `Event` records with ids `from..to` (the mapped `schema`) into `table`
-/// for channel `channel`, and returns the pending batch covering offsets `(after, to - 1]` of
-/// Kafka partition 0 (lease counter 0, written by worker "w").
-pub async fn pending_batch(
-    schema: &std::sync::Arc<floe::schema::MappedSchema>,
-    table: &iceberg::table::Table,
-    channel: &str,
-    after: Option<i64>,
-    from: u64,
-    to: u64,
-) -> floe::model::PendingBatch {
-    use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
-    use floe::writer::{write_data_files, ParquetCompression, WriterSettings};
-    use std::sync::Arc;
-
-    let arrow = Arc::new(
-        iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
-    );
-    let mut conv = floe::convert::Converter::try_new(schema.clone(), arrow).unwrap();
-    for id in from..to {
-        conv.push(event_json(id, 1, BASE_MS, 2).as_bytes()).unwrap();
-    }
-    let batch_id = uuid::Uuid::now_v7();
-    let settings = WriterSettings {
-        channel: channel.into(),
-        compression: ParquetCompression::Zstd(3),
-        target_file_size: 128 << 20,
-    };
-    let written = write_data_files(table, &settings, batch_id, conv.finish())
-        .await
-        .unwrap();
-    PendingBatch {
-        channel: channel.into(),
-        batch_id,
-        worker_id: "w".into(),
-        shards: vec![ShardRange {
-            shard: ShardId::kafka_partition(0),
-            range: CheckpointRange {
-                after_exclusive: after.map(Position::Offset),
-                last_inclusive: Position::Offset(to as i64 - 1),
-            },
-            lease_counter: 0,
-        }],
-        data_files: written.data_files_json,
-        dlq_staged: None,
-        num_rows: written.num_rows,
-        num_dead_lettered: 0,
-        dead_lettered_by_code: Default::default(),
-        data_bytes: written.num_bytes,
-        oldest_read_at_ms: 0,
     }
 }
 

@@ -1,0 +1,310 @@
+//! The AWS catalogs: Amazon S3 Tables (`kind = "s3tables"`, through `iceberg-catalog-s3tables`)
+//! and the AWS Glue Data Catalog (`kind = "glue"`, [`crate::catalog_glue`]), opened with the
+//! `[aws]` region, endpoints and credential chain.
+//!
+//! Both keep the committer's compare-and-swap (DESIGN.md protocol step 4): floe's
+//! [`crate::catalog::FencedCatalog`] refuses a commit whose table moved past the validated
+//! snapshot, and the catalog itself swaps the metadata location only if nobody else did since it
+//! loaded the table:
+//!
+//! ```text
+//!  Transaction::commit -> FencedCatalog.load_table (current == validated ? go : Conflict)
+//!    -> update_table: GetTable (metadata location + version token / VersionId)
+//!         -> requirements (main == validated snapshot) checked on that metadata
+//!         -> write new metadata file
+//!         -> S3 Tables UpdateTableMetadataLocation(versionToken)  | Glue UpdateTable(VersionId)
+//!            409 ConflictException                                 | ConcurrentModificationException
+//!            -> ErrorKind::CatalogCommitConflicts (a clean conflict: back to validation)
+//! ```
+//!
+//! S3 Tables tables are created by floe (not by the crate's `create_table`) so that the
+//! channel's KMS key becomes the table's SSE-KMS encryption configuration (`CreateTable`
+//! `encryptionConfiguration`): S3 Tables then encrypts every object of the table under it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_sdk_s3tables::types::{EncryptionConfiguration, OpenTableFormat, SseAlgorithm};
+use iceberg::io::{FileIO, FileIOBuilder};
+use iceberg::spec::TableMetadataBuilder;
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, CatalogBuilder, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent,
+    TableCommit, TableCreation, TableIdent,
+};
+use iceberg_catalog_s3tables::{S3TablesCatalogBuilder, S3TABLES_CATALOG_PROP_TABLE_BUCKET_ARN};
+use iceberg_storage_opendal::OpenDalStorageFactory;
+
+use crate::aws::{AwsClients, AwsConfig, AwsService};
+use crate::catalog::CatalogError;
+use crate::config::{GlueCatalogConfig, S3TablesCatalogConfig};
+
+/// The iceberg-rust FileIO properties for S3 through `aws`: `region`, the S3 endpoint with
+/// path-style addressing when it is overridden (emulators), and SSE-KMS under `kms_key_arn`
+/// on every file written. Credentials come from the environment chain OpenDAL reads
+/// (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE` files, web identity, instance
+/// metadata).
+pub fn s3_file_io_props(
+    aws: &AwsConfig,
+    region: Option<&str>,
+    kms_key_arn: Option<&str>,
+) -> HashMap<String, String> {
+    let mut props = HashMap::new();
+    if let Some(region) = region {
+        props.insert(iceberg::io::S3_REGION.to_string(), region.to_string());
+    }
+    if let Some(key) = kms_key_arn {
+        props.insert(iceberg::io::S3_SSE_TYPE.to_string(), "kms".to_string());
+        props.insert(iceberg::io::S3_SSE_KEY.to_string(), key.to_string());
+    }
+    if let Some(endpoint) = aws.endpoint(AwsService::S3) {
+        props.insert(iceberg::io::S3_ENDPOINT.to_string(), endpoint.to_string());
+        props.insert(
+            iceberg::io::S3_PATH_STYLE_ACCESS.to_string(),
+            "true".to_string(),
+        );
+    }
+    props
+}
+
+/// Opens the S3 Tables table bucket `config.table_bucket_arn` as an Iceberg catalog (S3 Tables
+/// API through `aws`'s `s3tables` endpoint; table files through its `s3` endpoint). No call is
+/// made here.
+///
+/// IAM: `s3tables:GetNamespace`, `CreateNamespace`, `GetTable`, `CreateTable`,
+/// `GetTableMetadataLocation`, `UpdateTableMetadataLocation`, `PutTableData`, `GetTableData`
+/// on the bucket and its tables (README, "Catalogs").
+///
+/// Errors: [`CatalogError::Unavailable`] when the catalog cannot be built.
+pub async fn open_s3tables_catalog(
+    config: &S3TablesCatalogConfig,
+    aws: &AwsClients,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
+    let client = aws.s3tables();
+    // Data files are encrypted by the table's configuration (set at creation), not per request.
+    let props = s3_file_io_props(aws.config(), aws.region(), None);
+    let file_io = FileIOBuilder::new(Arc::new(OpenDalStorageFactory::S3 {
+        customized_credential_load: None,
+    }))
+    .with_props(props.clone())
+    .build();
+    let mut load_props = props;
+    load_props.insert(
+        S3TABLES_CATALOG_PROP_TABLE_BUCKET_ARN.to_string(),
+        config.table_bucket_arn.clone(),
+    );
+    let inner = S3TablesCatalogBuilder::default()
+        .with_client(client.clone())
+        .load("s3tables", load_props)
+        .await?;
+    Ok(Arc::new(S3TablesCatalog {
+        inner,
+        client,
+        table_bucket_arn: config.table_bucket_arn.clone(),
+        kms_key_arn: config.kms_key_arn.clone(),
+        file_io,
+    }))
+}
+
+/// Opens the AWS Glue Data Catalog (account `config.catalog_id`, or the caller's) with new
+/// tables under `config.warehouse`, through `aws`'s `glue` and `s3` endpoints; table files are
+/// written with SSE-KMS under `config.kms_key_arn`. With `config.expected_bucket_owner`, the
+/// warehouse bucket's owner is checked first.
+///
+/// IAM: `glue:GetDatabase`, `glue:CreateDatabase`, `glue:GetTable`, `glue:CreateTable`,
+/// `glue:UpdateTable`; `s3:GetObject`, `s3:PutObject`, `s3:DeleteObject` under the warehouse;
+/// `kms:GenerateDataKey`, `kms:Decrypt` on the key (README, "Catalogs").
+///
+/// Errors: [`CatalogError::Refused`] when the bucket belongs to another account;
+/// [`CatalogError::Unavailable`] when S3 cannot be reached for that check.
+pub async fn open_glue_catalog(
+    config: &GlueCatalogConfig,
+    aws: &AwsClients,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
+    if let Some(owner) = &config.expected_bucket_owner {
+        crate::catalog::check_bucket_owner(aws, &config.warehouse, owner).await?;
+    }
+    let props = s3_file_io_props(aws.config(), aws.region(), config.kms_key_arn.as_deref());
+    let file_io = FileIOBuilder::new(Arc::new(OpenDalStorageFactory::S3 {
+        customized_credential_load: None,
+    }))
+    .with_props(props)
+    .build();
+    let catalog = crate::catalog_glue::GlueCatalog::try_new(
+        aws.glue(),
+        config.catalog_id.clone(),
+        config.warehouse.clone(),
+        file_io,
+    )?;
+    Ok(Arc::new(catalog))
+}
+
+/// `iceberg-catalog-s3tables`' catalog with floe's table creation (SSE-KMS encryption
+/// configuration); every other call is the crate's.
+pub struct S3TablesCatalog {
+    inner: iceberg_catalog_s3tables::S3TablesCatalog,
+    client: aws_sdk_s3tables::Client,
+    table_bucket_arn: String,
+    kms_key_arn: Option<String>,
+    file_io: FileIO,
+}
+
+impl fmt::Debug for S3TablesCatalog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3TablesCatalog")
+            .field("table_bucket_arn", &self.table_bucket_arn)
+            .field("kms_key_arn", &self.kms_key_arn)
+            .finish_non_exhaustive()
+    }
+}
+
+fn s3tables_error<E>(op: &str, e: aws_sdk_s3tables::error::SdkError<E>) -> Error
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    Error::new(
+        ErrorKind::Unexpected,
+        format!(
+            "S3 Tables {op}: {}",
+            aws_sdk_s3tables::error::DisplayErrorContext(&e)
+        ),
+    )
+}
+
+#[async_trait]
+impl Catalog for S3TablesCatalog {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> iceberg::Result<Vec<NamespaceIdent>> {
+        self.inner.list_namespaces(parent).await
+    }
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<Namespace> {
+        self.inner.create_namespace(namespace, properties).await
+    }
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<Namespace> {
+        self.inner.get_namespace(namespace).await
+    }
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> iceberg::Result<bool> {
+        self.inner.namespace_exists(namespace).await
+    }
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<()> {
+        self.inner.update_namespace(namespace, properties).await
+    }
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<()> {
+        self.inner.drop_namespace(namespace).await
+    }
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
+        self.inner.list_tables(namespace).await
+    }
+
+    /// As the crate's `create_table` (CreateTable, GetTable for the warehouse location S3
+    /// Tables chose, write the first metadata file there, UpdateTableMetadataLocation with the
+    /// version token CreateTable returned), plus the table's encryption configuration.
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        mut creation: TableCreation,
+    ) -> iceberg::Result<Table> {
+        let ns = namespace.to_url_string();
+        let ident = TableIdent::new(namespace.clone(), creation.name.clone());
+        if creation.location.is_some() {
+            return Err(Error::new(
+                ErrorKind::DataInvalid,
+                "S3 Tables chooses a table's location",
+            ));
+        }
+        let mut request = self
+            .client
+            .create_table()
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(&ns)
+            .name(ident.name())
+            .format(OpenTableFormat::Iceberg);
+        if let Some(key) = &self.kms_key_arn {
+            request = request.encryption_configuration(
+                EncryptionConfiguration::builder()
+                    .sse_algorithm(SseAlgorithm::AwsKms)
+                    .kms_key_arn(key)
+                    .build()
+                    .map_err(|e| Error::new(ErrorKind::DataInvalid, e.to_string()))?,
+            );
+        }
+        let created = match request.send().await {
+            Ok(created) => created,
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conflict_exception()) =>
+            {
+                return Err(Error::new(
+                    ErrorKind::TableAlreadyExists,
+                    format!("table {ident} exists"),
+                ))
+            }
+            Err(e) => return Err(s3tables_error("CreateTable", e)),
+        };
+        let got = self
+            .client
+            .get_table()
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(&ns)
+            .name(ident.name())
+            .send()
+            .await
+            .map_err(|e| s3tables_error("GetTable", e))?;
+        let location = got.warehouse_location().to_string();
+        creation.location = Some(location.clone());
+        let metadata = TableMetadataBuilder::from_table_creation(creation)?
+            .build()?
+            .metadata;
+        let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
+        metadata.write_to(&self.file_io, &metadata_location).await?;
+        self.client
+            .update_table_metadata_location()
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(&ns)
+            .name(ident.name())
+            .metadata_location(metadata_location.to_string())
+            .version_token(created.version_token())
+            .send()
+            .await
+            .map_err(|e| s3tables_error("UpdateTableMetadataLocation", e))?;
+        self.inner.load_table(&ident).await
+    }
+
+    async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
+        self.inner.load_table(table).await
+    }
+    async fn drop_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.inner.drop_table(table).await
+    }
+    async fn purge_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.inner.purge_table(table).await
+    }
+    async fn table_exists(&self, table: &TableIdent) -> iceberg::Result<bool> {
+        self.inner.table_exists(table).await
+    }
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
+        self.inner.rename_table(src, dest).await
+    }
+    async fn register_table(
+        &self,
+        table: &TableIdent,
+        metadata_location: String,
+    ) -> iceberg::Result<Table> {
+        self.inner.register_table(table, metadata_location).await
+    }
+    async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
+        self.inner.update_table(commit).await
+    }
+}
