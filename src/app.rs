@@ -391,12 +391,40 @@ async fn glue_schema(
     let resolved = match load_channel_schema(config, recorded, registry).await {
         Ok(s) => s,
         Err(SchemaLoadError::Unavailable(m)) => return Err(channel_unavailable(name, m)),
-        Err(SchemaLoadError::Refused(reason)) => {
+        // Activation (no version recorded yet): the channel cannot run with this schema.
+        Err(SchemaLoadError::Refused(reason)) if recorded.is_none() => {
             tracing::error!(channel = name, reason = %reason, "channel FAILED: its schema cannot be used");
             set_status(store, name, ChannelStatus::Failed, &reason).await;
             return Err(channel_err(name, format!("FAILED: {reason}")));
         }
+        // An active channel: the problem is this worker's own (another ARN, another region, no
+        // permission). Only this worker stops; the channel and the other workers go on.
+        Err(SchemaLoadError::Refused(reason)) => {
+            tracing::error!(channel = name, reason = %reason, "stopping this worker: its channel.schema or AWS access does not fit the active channel (the channel stays ACTIVE)");
+            return Err(channel_err(
+                name,
+                format!("this worker cannot use the channel's schema (the channel stays as it is; check channel.schema.glue_schema_arn, [aws] region and the Glue permissions of this worker): {reason}"),
+            ));
+        }
     };
+    if let (
+        Some(_),
+        SchemaConfig::Glue {
+            version: crate::config::GlueSchemaVersion::Number(n),
+            ..
+        },
+    ) = (recorded, &config.schema)
+    {
+        if resolved.version_number != Some(*n) {
+            tracing::warn!(
+                channel = name,
+                configured = n,
+                recorded = ?resolved.version_number,
+                schema_version_id = %resolved.label,
+                "channel.schema.version differs from the version recorded at activation: the recorded version is used (the schema of a channel does not change; delete and create the channel to use another version)"
+            );
+        }
+    }
     if recorded.is_none() {
         let id = resolved.version_id.map(|id| id.to_string());
         state.schema_version_id = id.clone();

@@ -350,7 +350,11 @@ pub async fn create(
     let file_schema = preflight(index, channel, aws).await?;
     let current = store.get_channel_state(name).await?;
     let state = match create_decision(current.as_ref()) {
-        CreateDecision::AlreadyActive => return Ok(current.expect("active state")),
+        CreateDecision::AlreadyActive => {
+            let active = current.expect("active state");
+            check_active_glue_schema(index, channel, &active, aws).await?;
+            return Ok(active);
+        }
         CreateDecision::Refuse(message) => {
             return Err(ControlError::refused(state_path(name), message))
         }
@@ -462,6 +466,57 @@ async fn glue_schema(
             )
             .await
         }
+    }
+}
+
+/// For `create` on an ACTIVE channel with a Glue schema: checks that the configuration still
+/// names the schema of the version recorded at activation (warns when `version` differs, the
+/// recorded version wins). Nothing is recorded: the channel stays ACTIVE.
+///
+/// Errors: [`ControlError::Refused`] at `channel[N].schema.glue_schema_arn` when the recorded
+/// version is of another schema, or Glue (as this configuration reaches it) does not have it or
+/// refuses; an unavailable registry is only a warning.
+async fn check_active_glue_schema(
+    index: usize,
+    channel: &ChannelConfig,
+    active: &ChannelState,
+    aws: &crate::aws::AwsClients,
+) -> Result<(), ControlError> {
+    use crate::schema::registry::{load_channel_schema, RegistryClient, SchemaLoadError};
+    let crate::config::SchemaConfig::Glue { version, .. } = &channel.schema else {
+        return Ok(());
+    };
+    let Some(recorded) = active
+        .schema_version_id
+        .as_deref()
+        .and_then(|id| uuid::Uuid::parse_str(id).ok())
+    else {
+        return Ok(());
+    };
+    let registry = RegistryClient::glue(aws.glue());
+    match load_channel_schema(channel, Some(recorded), Some(&registry)).await {
+        Ok(resolved) => {
+            if let crate::config::GlueSchemaVersion::Number(n) = version {
+                if resolved.version_number != Some(*n) {
+                    tracing::warn!(
+                        channel = %channel.name,
+                        configured = n,
+                        recorded = ?resolved.version_number,
+                        schema_version_id = %recorded,
+                        "channel[{index}].schema.version differs from the version recorded at activation: the recorded version is used"
+                    );
+                }
+            }
+            Ok(())
+        }
+        Err(SchemaLoadError::Unavailable(m)) => {
+            tracing::warn!(channel = %channel.name, error = %m, "the channel is ACTIVE; its recorded schema version could not be checked against this configuration");
+            Ok(())
+        }
+        Err(SchemaLoadError::Refused(reason)) => Err(ControlError::refused(
+            format!("channel[{index}].schema.glue_schema_arn"),
+            format!("{reason}; the channel is ACTIVE and stays as it is: fix this configuration"),
+        )),
     }
 }
 

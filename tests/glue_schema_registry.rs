@@ -405,3 +405,117 @@ async fn a_schema_glue_does_not_have_fails_the_channel_at_create() {
     schema.delete().await;
     avro.delete().await;
 }
+
+/// Plain JSON Event records with ids `ids`.
+fn events(ids: std::ops::Range<u64>) -> Vec<(u64, Vec<u8>)> {
+    ids.map(|id| (id, event_json(id, SEED, BASE_MS, 3).into_bytes()))
+        .collect()
+}
+
+/// Runs the `floe` binary with `args`; returns (exit code, stdout, stderr).
+fn floe_cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(args)
+        .output()
+        .expect("run floe");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The channel's state as `floe channel describe --json` prints it.
+fn described(config: &Path) -> serde_json::Value {
+    let (code, out, err) = floe_cli(&[
+        "channel",
+        "describe",
+        "it",
+        "--json",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    if v.is_array() {
+        v[0].clone()
+    } else {
+        v
+    }
+}
+
+/// Waits up to 60 s for `worker` to exit; returns its exit code.
+fn exit_code_of(mut worker: Worker) -> i32 {
+    let status = (0..600)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            worker.child.try_wait().unwrap()
+        })
+        .expect("floe run exits");
+    status.code().unwrap_or(-1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_glue_config_does_not_fit_exits_78_and_the_channel_stays_active() {
+    let (schema, run) = Run::new("json", |s| format!("glue_schema_arn = \"{}\"", s.arn)).await;
+    let other = register_event_schema(&aws_endpoint()).await;
+    let dir = run.dir.path();
+    let w1 = Worker::start_with(dir, "w1", &run.config);
+    produce_payloads(&run.broker.bootstrap, &events(0..100));
+    let (rows, _) = wait_delivered(dir, 100, Duration::from_secs(120)).await;
+    assert_eq!(rows, 100, "{}", log_of(dir, "w1"));
+    let second = run
+        .config
+        .replacen("id = \"w1\"", "id = \"w2\"", 1)
+        .replacen(
+            &format!("metrics_address = \"{}\"", run.metrics),
+            "metrics_address = \"off\"",
+            1,
+        );
+    assert_ne!(second, run.config);
+    // (A) another schema ARN than the one recorded at activation; (B) another region, where
+    // Glue does not have the recorded version.
+    let bad = [
+        ("other-arn", second.replacen(&schema.arn, &other.arn, 1)),
+        (
+            "other-region",
+            second.replacen("region = \"us-east-1\"", "region = \"eu-west-1\"", 1),
+        ),
+    ];
+    for (what, text) in &bad {
+        assert_ne!(text, &second, "{what}");
+        let worker = Worker::start_with(dir, "w2", text);
+        assert_eq!(exit_code_of(worker), 78, "{what}: {}", log_of(dir, "w2"));
+        let log = log_of(dir, "w2");
+        assert!(log.contains("the channel stays"), "{what}: {log}");
+        let state = described(&dir.join("w2.toml"));
+        assert_eq!(state["state"], "ACTIVE", "{what}: {state}");
+    }
+    // `floe channel create` with another ARN refuses (78) naming the key; the channel stays ACTIVE.
+    let (code, _, err) = floe_cli(&[
+        "channel",
+        "create",
+        "it",
+        "--config",
+        dir.join("w2.toml").to_str().unwrap(),
+    ]);
+    assert!(code == 0 || code == 78, "{err}");
+    std::fs::write(dir.join("other.toml"), &bad[0].1).unwrap();
+    let (code, _, err) = floe_cli(&[
+        "channel",
+        "create",
+        "it",
+        "--config",
+        dir.join("other.toml").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 78, "{err}");
+    assert!(err.contains("channel[0].schema.glue_schema_arn"), "{err}");
+    assert_eq!(described(&dir.join("other.toml"))["state"], "ACTIVE");
+    // The healthy worker went on delivering.
+    produce_payloads(&run.broker.bootstrap, &events(100..200));
+    let (rows, _) = wait_delivered(dir, 200, Duration::from_secs(120)).await;
+    assert_eq!(rows, 200, "{}", log_of(dir, "w1"));
+    assert!(w1.terminate().success(), "{}", log_of(dir, "w1"));
+    schema.delete().await;
+    other.delete().await;
+}

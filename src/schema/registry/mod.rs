@@ -420,6 +420,8 @@ pub struct ChannelSchema {
     pub mapped: MappedSchema,
     /// The schema version id (Glue, or the matching `[channel.schema.versions]` entry).
     pub version_id: Option<Uuid>,
+    /// The Glue `VersionNumber` of the version (Glue schemas only).
+    pub version_number: Option<i64>,
     /// The registry's other versions listed offline (`[channel.schema.versions]`).
     pub other_versions: Vec<Uuid>,
     /// Where the schema came from, for DLQ entries and logs (a path or `ARN@version-id`).
@@ -483,6 +485,7 @@ pub async fn load_channel_schema(
         SchemaConfig::File(file) => Ok(ChannelSchema {
             mapped: map(&read_json(file)?, &file.display().to_string())?,
             version_id: None,
+            version_number: None,
             other_versions: Vec::new(),
             label: file.display().to_string(),
         }),
@@ -502,6 +505,7 @@ pub async fn load_channel_schema(
             Ok(ChannelSchema {
                 mapped: map(&doc, &file.display().to_string())?,
                 version_id: Some(id),
+                version_number: None,
                 other_versions: others,
                 label: id.to_string(),
             })
@@ -533,6 +537,7 @@ pub async fn load_channel_schema(
             Ok(ChannelSchema {
                 mapped: map(&doc, &format!("{schema_arn} version {}", v.version_number))?,
                 version_id: Some(v.version_id),
+                version_number: Some(v.version_number),
                 other_versions: Vec::new(),
                 label: v.version_id.to_string(),
             })
