@@ -218,8 +218,12 @@ pub async fn prepare_channel(
 ) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
     // A schema file is checked before activation; a Glue schema is resolved at activation.
-    let registry = matches!(config.schema, SchemaConfig::Glue { .. })
-        .then(|| Arc::new(RegistryClient::glue(aws.glue())));
+    let registry = match &config.schema {
+        SchemaConfig::Glue { schema_arn, .. } => {
+            Some(Arc::new(RegistryClient::glue(aws.glue(), schema_arn)))
+        }
+        _ => None,
+    };
     let file_schema = match registry {
         Some(_) => None,
         None => Some(

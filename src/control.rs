@@ -437,7 +437,12 @@ async fn glue_schema(
     aws: &crate::aws::AwsClients,
 ) -> Result<(crate::schema::MappedSchema, ChannelState), ControlError> {
     use crate::schema::registry::{load_channel_schema, RegistryClient, SchemaLoadError};
-    let registry = RegistryClient::glue(aws.glue());
+    let registry = match &channel.schema {
+        crate::config::SchemaConfig::Glue { schema_arn, .. } => {
+            RegistryClient::glue(aws.glue(), schema_arn)
+        }
+        _ => RegistryClient::glue(aws.glue(), ""),
+    };
     let recorded = state
         .schema_version_id
         .as_deref()
@@ -483,7 +488,11 @@ async fn check_active_glue_schema(
     aws: &crate::aws::AwsClients,
 ) -> Result<(), ControlError> {
     use crate::schema::registry::{load_channel_schema, RegistryClient, SchemaLoadError};
-    let crate::config::SchemaConfig::Glue { version, .. } = &channel.schema else {
+    let crate::config::SchemaConfig::Glue {
+        version,
+        schema_arn,
+    } = &channel.schema
+    else {
         return Ok(());
     };
     let Some(recorded) = active
@@ -493,7 +502,7 @@ async fn check_active_glue_schema(
     else {
         return Ok(());
     };
-    let registry = RegistryClient::glue(aws.glue());
+    let registry = RegistryClient::glue(aws.glue(), schema_arn);
     match load_channel_schema(channel, Some(recorded), Some(&registry)).await {
         Ok(resolved) => {
             if let crate::config::GlueSchemaVersion::Number(n) = version {
@@ -689,6 +698,9 @@ pub struct ChannelDescription {
     /// The Glue schema version id recorded at activation (Glue schemas only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema_version_id: Option<String>,
+    /// The configured Glue schema ARN (Glue schemas only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub glue_schema_arn: Option<String>,
     /// The data freshness in force, seconds (override or configuration).
     pub data_freshness_seconds: f64,
     /// The configuration's data freshness, seconds.
@@ -802,6 +814,10 @@ pub async fn describe(
         table: ident.to_string(),
         table_uuid: state.as_ref().and_then(|s| s.table_uuid.clone()),
         schema_version_id: state.as_ref().and_then(|s| s.schema_version_id.clone()),
+        glue_schema_arn: match &channel.schema {
+            crate::config::SchemaConfig::Glue { schema_arn, .. } => Some(schema_arn.clone()),
+            _ => None,
+        },
         data_freshness_seconds: effective_freshness(channel, &overrides).as_secs_f64(),
         configured_data_freshness_seconds: dest.data_freshness.as_secs_f64(),
         delivery_log: overrides.delivery_log.unwrap_or_default(),

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::commit::table_checkpoints;
-use crate::convert::gsr::RecordDecoder;
+use crate::convert::gsr::{PayloadError, RecordDecoder};
 use crate::convert::Converter;
 use crate::dlq::{Dlq, DlqEntry};
 use crate::lease::{BatchStore, HeldLeases};
@@ -85,6 +85,11 @@ pub enum WorkerError {
     /// The table does not fit the channel.
     #[error("{0}")]
     Incompatible(String),
+    /// A record's schema version id could not be looked up in the Glue Schema Registry
+    /// (unavailable after the bounded retries, or refused): restart from the table's
+    /// checkpoints with backoff; the record is not dead-lettered (cases GSR-39).
+    #[error("{0}")]
+    SchemaRegistry(crate::convert::gsr::PayloadError),
 }
 
 impl WorkerError {
@@ -98,7 +103,7 @@ impl WorkerError {
                 iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
             ),
             WorkerError::Source(e) => e.is_retryable(),
-            WorkerError::Lease(_) | WorkerError::Dlq(_) => true,
+            WorkerError::Lease(_) | WorkerError::Dlq(_) | WorkerError::SchemaRegistry(_) => true,
             WorkerError::Incompatible(_) => false,
         }
     }
@@ -489,7 +494,11 @@ impl ChannelWorker {
                 }
                 let pushed = match self.record_decoder.payload(&rec.payload).await {
                     Ok(payload) => converter.push(payload),
-                    Err(reason) => Err(reason),
+                    Err(PayloadError::Record(reason)) => Err(reason),
+                    Err(e) => {
+                        telemetry::record_schema_lookup_error(&self.settings.channel);
+                        return Err(WorkerError::SchemaRegistry(e));
+                    }
                 };
                 match pushed {
                     Ok(_hour) => self.num_buffered += 1,
