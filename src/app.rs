@@ -125,6 +125,10 @@ where
     }
 }
 
+/// A worker loop that ran at least this long before failing restarts after the first backoff
+/// (0.5 s) again, not after the longest one reached by earlier failures.
+const WORKER_BACKOFF_RESET: Duration = Duration::from_secs(60);
+
 /// Everything a channel needs, prepared before its tasks start.
 pub struct PreparedChannel {
     /// The channel's configuration.
@@ -207,11 +211,12 @@ pub async fn setup(config: &Config) -> Result<String, AppError> {
     })
 }
 
-/// Loads the schema, opens the catalog and the source, activates the channel (records its
+/// Loads the schema of channel `index` of the file (`config`), opens the catalog and the source, activates the channel (records its
 /// activation time in the lease store on first start) and creates its table.
 ///
 /// Errors: [`AppError::Channel`] naming the channel and the reason.
 pub async fn prepare_channel(
+    index: usize,
     config: &ChannelConfig,
     store: &dyn Store,
     aws: &AwsClients,
@@ -261,7 +266,7 @@ pub async fn prepare_channel(
     }
     let channel_schema = match file_schema {
         Some(s) => s,
-        None => glue_schema(config, store, &mut state, registry.as_deref()).await?,
+        None => glue_schema(index, config, store, &mut state, registry.as_deref()).await?,
     };
     let schema = Arc::new(channel_schema.mapped);
     // The table recorded at the first delivery must still be the same table: a table that was
@@ -379,6 +384,7 @@ pub async fn prepare_channel(
 /// activation) the configured one, which is then recorded. A schema that is missing, not JSON or
 /// not mappable puts the channel in FAILED with the reason.
 async fn glue_schema(
+    index: usize,
     config: &ChannelConfig,
     store: &dyn Store,
     state: &mut ChannelState,
@@ -407,7 +413,7 @@ async fn glue_schema(
             tracing::error!(channel = name, reason = %reason, "stopping this worker: its channel.schema or AWS access does not fit the active channel (the channel stays ACTIVE)");
             return Err(channel_err(
                 name,
-                format!("this worker cannot use the channel's schema (the channel stays as it is; check channel.schema.glue_schema_arn, [aws] region and the Glue permissions of this worker): {reason}"),
+                format!("this worker cannot use the channel's schema (the channel stays as it is; check channel[{index}].schema.glue_schema_arn, [aws] and the Glue permissions of this worker): {reason}"),
             ));
         }
     };
@@ -425,7 +431,7 @@ async fn glue_schema(
                 configured = n,
                 recorded = ?resolved.version_number,
                 schema_version_id = %resolved.label,
-                "channel.schema.version differs from the version recorded at activation: the recorded version is used (the schema of a channel does not change; delete and create the channel to use another version)"
+                "channel[{index}].schema.version differs from the version recorded at activation: the recorded version is used (the schema of a channel does not change; delete and create the channel to use another version)"
             );
         }
     }
@@ -518,10 +524,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     let fatal_token = CancellationToken::new();
     let fatal: Arc<std::sync::Mutex<Option<AppError>>> = Arc::default();
     let mut drain_switches = Vec::new();
-    for channel in &config.channels {
+    for (index, channel) in config.channels.iter().enumerate() {
         let name = channel.name.clone();
         let prepared = with_retry("starting the channel", &shutdown, || async {
-            let prepared = prepare_channel(channel, store.as_ref(), &aws).await?;
+            let prepared = prepare_channel(index, channel, store.as_ref(), &aws).await?;
             let shards = prepared.io.source.list_shards().await.map_err(|e| {
                 if e.is_retryable() {
                     channel_unavailable(&name, e)
@@ -637,6 +643,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             workers.spawn(async move {
                 let _done = done.drop_guard();
                 let mut backoff = Duration::from_millis(500);
+                let mut oldest_pending = None;
                 loop {
                     let mut worker = ChannelWorker::new(
                         settings.clone(),
@@ -644,8 +651,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                         store.clone(),
                         held.clone(),
                     )
-                    .with_record_decoder(prepared.record_decoder.clone());
-                    match worker.run(stop.clone(), drain).await {
+                    .with_record_decoder(prepared.record_decoder.clone())
+                    .with_oldest_pending(oldest_pending);
+                    let started = std::time::Instant::now();
+                    let result = worker.run(stop.clone(), drain).await;
+                    oldest_pending = worker.oldest_pending();
+                    match result {
                         Ok(()) => return,
                         Err(e) if !e.is_retryable() => {
                             // Stop delivering (nothing is checkpointed past the last commit) and
@@ -664,6 +675,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                             return;
                         }
                         Err(e) => {
+                            // A loop that ran a while failed afresh: back off from the start.
+                            if started.elapsed() >= WORKER_BACKOFF_RESET {
+                                backoff = Duration::from_millis(500);
+                            }
                             tracing::error!(channel = %settings.channel, error = %e, "worker loop failed; restarting from the table's checkpoints");
                             tokio::select! {
                                 _ = stop.cancelled() => return,
