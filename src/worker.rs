@@ -295,6 +295,19 @@ impl ChannelWorker {
         stop: CancellationToken,
         drain: Duration,
     ) -> Result<(), WorkerError> {
+        let result = self.run_loop(stop, drain).await;
+        if result.is_err() {
+            // The freshness of what this loop read stays visible while it restarts.
+            self.publish_gauges();
+        }
+        result
+    }
+
+    async fn run_loop(
+        &mut self,
+        stop: CancellationToken,
+        drain: Duration,
+    ) -> Result<(), WorkerError> {
         self.load_table().await?;
         let mut last_reconcile = Instant::now();
         let mut last_settings: Option<Instant> = None;

@@ -706,6 +706,10 @@ async fn an_unavailable_registry_holds_records_back_instead_of_dead_lettering_th
     assert_eq!(dead, 0, "no DLQ entry while Glue is unavailable: {log}");
     assert!(rows < 60, "record 50 held back: {log}");
     assert!(log.contains("could not be looked up"), "{log}");
+    assert!(
+        !log.contains("DispatchFailure {"),
+        "no SDK Debug dump: {log}"
+    );
     let metrics = scrape(&run.metrics).unwrap();
     assert!(
         metrics
@@ -713,6 +717,14 @@ async fn an_unavailable_registry_holds_records_back_instead_of_dead_lettering_th
             .any(|l| l.starts_with("floe_schema_lookup_errors_total{channel=\"it\"}")),
         "{metrics}"
     );
+    // The stall shows: record 50 was read 25 s ago and is not committed.
+    let freshness: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("floe_data_freshness_seconds{channel=\"it\"} "))
+        .unwrap_or_else(|| panic!("{metrics}"))
+        .parse()
+        .unwrap();
+    assert!(freshness >= 10.0, "freshness {freshness}: {metrics}");
     // Glue is back: version 2 is a known version of the schema (SCHEMA_MISMATCH), the rest is
     // delivered.
     proxy.set_up(true);

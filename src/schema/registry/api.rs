@@ -53,22 +53,30 @@ impl GlueRegistry {
 }
 
 /// An SDK error as one line for operators: the Glue error code and message for a service error,
-/// the cause chain otherwise (never the raw response).
+/// the chain of causes (their `Display`, never the raw response or a `Debug` dump) otherwise.
 fn describe<R>(e: &SdkError<GetSchemaVersionError, R>) -> String
 where
     R: std::fmt::Debug,
 {
-    match e {
-        SdkError::ServiceError(s) => {
-            let err = s.err();
-            match (err.code(), err.message()) {
-                (Some(code), Some(message)) => format!("{code}: {message}"),
-                (Some(code), None) => code.to_string(),
-                _ => aws_sdk_glue::error::DisplayErrorContext(err).to_string(),
-            }
+    if let SdkError::ServiceError(s) = e {
+        let err = s.err();
+        if let Some(code) = err.code() {
+            return match err.message() {
+                Some(message) => format!("{code}: {message}"),
+                None => code.to_string(),
+            };
         }
-        other => aws_sdk_glue::error::DisplayErrorContext(other).to_string(),
     }
+    let mut shown = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !shown.contains(&text) {
+            shown = format!("{shown}: {text}");
+        }
+        cause = c.source();
+    }
+    shown
 }
 
 fn map_error<R: std::fmt::Debug>(e: SdkError<GetSchemaVersionError, R>) -> RegistryError {
