@@ -10,8 +10,9 @@
 //! ```
 //!
 //! Errors (DESIGN.md "DLQ error codes", issue 5): plain JSON, an empty record, a header version other
-//! than 3, a compression byte other than 0 or 5, a header shorter than 18 bytes, an unknown schema
-//! version → `INVALID_SCHEMA`; a known version that is not the channel's → `SCHEMA_MISMATCH`; a zlib
+//! than 3, a compression byte other than 0 or 5, a header shorter than 18 bytes, a schema version
+//! the registry answers "not found" for → `INVALID_SCHEMA` (a registry that cannot be asked is no
+//! DLQ reason: [`PayloadError::Registry`], the worker retries); a known version that is not the channel's → `SCHEMA_MISMATCH`; a zlib
 //! payload that does not inflate (truncated, raw deflate without the RFC 1950 header, Adler-32
 //! mismatch, trailing bytes) → `DESERIALIZATION_ERROR`; an inflated payload beyond the maximum record
 //! size (a decompression bomb) → `RECORD_TOO_LARGE`, found after inflating at most that many bytes.

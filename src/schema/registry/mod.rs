@@ -13,7 +13,14 @@
 //!                                          └─miss─> negative cache ─hit─> INVALID_SCHEMA
 //!                                                   └─miss─> GetSchemaVersion(id), bounded retries
 //!                                                            found -> cache; not found -> negative cache
+//!                                                            unavailable/refused -> worker restarts
+//!                                                              from the table's checkpoints (no DLQ)
 //! ```
+//!
+//! A lookup is bounded: [`GLUE_ATTEMPT_TIMEOUT`] per HTTP attempt, [`GLUE_OPERATION_TIMEOUT`] per
+//! call, [`LOOKUP_ATTEMPTS`] calls within [`LOOKUP_BUDGET`]. On an ACTIVE channel a schema that
+//! this worker cannot use (another ARN, not found from its region, refused) stops this worker only;
+//! the channel is FAILED only at activation ([`crate::app`], [`crate::control`]).
 //!
 //! Invariant: a channel's table schema is the one of the version recorded at activation; no other
 //! version's records reach the table (no schema evolution), and an unknown version id costs at most
