@@ -125,6 +125,10 @@ where
     }
 }
 
+/// A worker loop that ran at least this long before failing restarts after the first backoff
+/// (0.5 s) again, not after the longest one reached by earlier failures.
+const WORKER_BACKOFF_RESET: Duration = Duration::from_secs(60);
+
 /// Everything a channel needs, prepared before its tasks start.
 pub struct PreparedChannel {
     /// The channel's configuration.
@@ -207,19 +211,24 @@ pub async fn setup(config: &Config) -> Result<String, AppError> {
     })
 }
 
-/// Loads the schema, opens the catalog and the source, activates the channel (records its
+/// Loads the schema of channel `index` of the file (`config`), opens the catalog and the source, activates the channel (records its
 /// activation time in the lease store on first start) and creates its table.
 ///
 /// Errors: [`AppError::Channel`] naming the channel and the reason.
 pub async fn prepare_channel(
+    index: usize,
     config: &ChannelConfig,
     store: &dyn Store,
     aws: &AwsClients,
 ) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
     // A schema file is checked before activation; a Glue schema is resolved at activation.
-    let registry = matches!(config.schema, SchemaConfig::Glue { .. })
-        .then(|| Arc::new(RegistryClient::glue(aws.glue())));
+    let registry = match &config.schema {
+        SchemaConfig::Glue { schema_arn, .. } => {
+            Some(Arc::new(RegistryClient::glue(aws.glue(), schema_arn)))
+        }
+        _ => None,
+    };
     let file_schema = match registry {
         Some(_) => None,
         None => Some(
@@ -255,7 +264,7 @@ pub async fn prepare_channel(
     }
     let channel_schema = match file_schema {
         Some(s) => s,
-        None => glue_schema(config, store, &mut state, registry.as_deref()).await?,
+        None => glue_schema(index, config, store, &mut state, registry.as_deref()).await?,
     };
     let schema = Arc::new(channel_schema.mapped);
     // The table recorded at the first delivery must still be the same table: a table that was
@@ -373,6 +382,7 @@ pub async fn prepare_channel(
 /// activation) the configured one, which is then recorded. A schema that is missing, not JSON or
 /// not mappable puts the channel in FAILED with the reason.
 async fn glue_schema(
+    index: usize,
     config: &ChannelConfig,
     store: &dyn Store,
     state: &mut ChannelState,
@@ -389,12 +399,40 @@ async fn glue_schema(
     let resolved = match load_channel_schema(config, recorded, registry).await {
         Ok(s) => s,
         Err(SchemaLoadError::Unavailable(m)) => return Err(channel_unavailable(name, m)),
-        Err(SchemaLoadError::Refused(reason)) => {
+        // Activation (no version recorded yet): the channel cannot run with this schema.
+        Err(SchemaLoadError::Refused(reason)) if recorded.is_none() => {
             tracing::error!(channel = name, reason = %reason, "channel FAILED: its schema cannot be used");
             set_status(store, name, ChannelStatus::Failed, &reason).await;
             return Err(channel_err(name, format!("FAILED: {reason}")));
         }
+        // An active channel: the problem is this worker's own (another ARN, another region, no
+        // permission). Only this worker stops; the channel and the other workers go on.
+        Err(SchemaLoadError::Refused(reason)) => {
+            tracing::error!(channel = name, reason = %reason, "stopping this worker: its channel.schema or AWS access does not fit the active channel (the channel stays ACTIVE)");
+            return Err(channel_err(
+                name,
+                format!("this worker cannot use the channel's schema (the channel stays as it is; check channel[{index}].schema.glue_schema_arn, [aws] and the Glue permissions of this worker): {reason}"),
+            ));
+        }
     };
+    if let (
+        Some(_),
+        SchemaConfig::Glue {
+            version: crate::config::GlueSchemaVersion::Number(n),
+            ..
+        },
+    ) = (recorded, &config.schema)
+    {
+        if resolved.version_number != Some(*n) {
+            tracing::warn!(
+                channel = name,
+                configured = n,
+                recorded = ?resolved.version_number,
+                schema_version_id = %resolved.label,
+                "channel[{index}].schema.version differs from the version recorded at activation: the recorded version is used (the schema of a channel does not change; delete and create the channel to use another version)"
+            );
+        }
+    }
     if recorded.is_none() {
         let id = resolved.version_id.map(|id| id.to_string());
         state.schema_version_id = id.clone();
@@ -484,10 +522,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     let fatal_token = CancellationToken::new();
     let fatal: Arc<std::sync::Mutex<Option<AppError>>> = Arc::default();
     let mut drain_switches = Vec::new();
-    for channel in &config.channels {
+    for (index, channel) in config.channels.iter().enumerate() {
         let name = channel.name.clone();
         let prepared = with_retry("starting the channel", &shutdown, || async {
-            let prepared = prepare_channel(channel, store.as_ref(), &aws).await?;
+            let prepared = prepare_channel(index, channel, store.as_ref(), &aws).await?;
             let shards = prepared.io.source.list_shards().await.map_err(|e| {
                 if e.is_retryable() {
                     channel_unavailable(&name, e)
@@ -603,6 +641,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             workers.spawn(async move {
                 let _done = done.drop_guard();
                 let mut backoff = Duration::from_millis(500);
+                let mut oldest_pending = None;
                 loop {
                     let mut worker = ChannelWorker::new(
                         settings.clone(),
@@ -610,8 +649,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                         store.clone(),
                         held.clone(),
                     )
-                    .with_record_decoder(prepared.record_decoder.clone());
-                    match worker.run(stop.clone(), drain).await {
+                    .with_record_decoder(prepared.record_decoder.clone())
+                    .with_oldest_pending(oldest_pending);
+                    let started = std::time::Instant::now();
+                    let result = worker.run(stop.clone(), drain).await;
+                    oldest_pending = worker.oldest_pending();
+                    match result {
                         Ok(()) => return,
                         Err(e) if !e.is_retryable() => {
                             // Stop delivering (nothing is checkpointed past the last commit) and
@@ -635,6 +678,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                             return;
                         }
                         Err(e) => {
+                            // A loop that ran a while failed afresh: back off from the start.
+                            if started.elapsed() >= WORKER_BACKOFF_RESET {
+                                backoff = Duration::from_millis(500);
+                            }
                             tracing::error!(channel = %settings.channel, error = %e, "worker loop failed; restarting from the table's checkpoints");
                             tokio::select! {
                                 _ = stop.cancelled() => return,

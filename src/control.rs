@@ -347,7 +347,11 @@ pub async fn create(
     let file_schema = preflight(index, channel, aws).await?;
     let current = store.get_channel_state(name).await?;
     let state = match create_decision(current.as_ref()) {
-        CreateDecision::AlreadyActive => return Ok(current.expect("active state")),
+        CreateDecision::AlreadyActive => {
+            let active = current.expect("active state");
+            check_active_glue_schema(index, channel, &active, aws).await?;
+            return Ok(active);
+        }
         CreateDecision::Refuse(message) => {
             return Err(ControlError::refused(state_path(name), message))
         }
@@ -430,7 +434,12 @@ async fn glue_schema(
     aws: &crate::aws::AwsClients,
 ) -> Result<(crate::schema::MappedSchema, ChannelState), ControlError> {
     use crate::schema::registry::{load_channel_schema, RegistryClient, SchemaLoadError};
-    let registry = RegistryClient::glue(aws.glue());
+    let registry = match &channel.schema {
+        crate::config::SchemaConfig::Glue { schema_arn, .. } => {
+            RegistryClient::glue(aws.glue(), schema_arn)
+        }
+        _ => RegistryClient::glue(aws.glue(), ""),
+    };
     let recorded = state
         .schema_version_id
         .as_deref()
@@ -459,6 +468,61 @@ async fn glue_schema(
             )
             .await
         }
+    }
+}
+
+/// For `create` on an ACTIVE channel with a Glue schema: checks that the configuration still
+/// names the schema of the version recorded at activation (warns when `version` differs, the
+/// recorded version wins). Nothing is recorded: the channel stays ACTIVE.
+///
+/// Errors: [`ControlError::Refused`] at `channel[N].schema.glue_schema_arn` when the recorded
+/// version is of another schema, or Glue (as this configuration reaches it) does not have it or
+/// refuses; an unavailable registry is only a warning.
+async fn check_active_glue_schema(
+    index: usize,
+    channel: &ChannelConfig,
+    active: &ChannelState,
+    aws: &crate::aws::AwsClients,
+) -> Result<(), ControlError> {
+    use crate::schema::registry::{load_channel_schema, RegistryClient, SchemaLoadError};
+    let crate::config::SchemaConfig::Glue {
+        version,
+        schema_arn,
+    } = &channel.schema
+    else {
+        return Ok(());
+    };
+    let Some(recorded) = active
+        .schema_version_id
+        .as_deref()
+        .and_then(|id| uuid::Uuid::parse_str(id).ok())
+    else {
+        return Ok(());
+    };
+    let registry = RegistryClient::glue(aws.glue(), schema_arn);
+    match load_channel_schema(channel, Some(recorded), Some(&registry)).await {
+        Ok(resolved) => {
+            if let crate::config::GlueSchemaVersion::Number(n) = version {
+                if resolved.version_number != Some(*n) {
+                    tracing::warn!(
+                        channel = %channel.name,
+                        configured = n,
+                        recorded = ?resolved.version_number,
+                        schema_version_id = %recorded,
+                        "channel[{index}].schema.version differs from the version recorded at activation: the recorded version is used"
+                    );
+                }
+            }
+            Ok(())
+        }
+        Err(SchemaLoadError::Unavailable(m)) => {
+            tracing::warn!(channel = %channel.name, error = %m, "the channel is ACTIVE; its recorded schema version could not be checked against this configuration");
+            Ok(())
+        }
+        Err(SchemaLoadError::Refused(reason)) => Err(ControlError::refused(
+            format!("channel[{index}].schema.glue_schema_arn"),
+            format!("{reason}; the channel is ACTIVE and stays as it is: fix this configuration"),
+        )),
     }
 }
 
@@ -631,6 +695,9 @@ pub struct ChannelDescription {
     /// The Glue schema version id recorded at activation (Glue schemas only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema_version_id: Option<String>,
+    /// The configured Glue schema ARN (Glue schemas only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub glue_schema_arn: Option<String>,
     /// The data freshness in force, seconds (override or configuration).
     pub data_freshness_seconds: f64,
     /// The configuration's data freshness, seconds.
@@ -744,6 +811,10 @@ pub async fn describe(
         table: ident.to_string(),
         table_uuid: state.as_ref().and_then(|s| s.table_uuid.clone()),
         schema_version_id: state.as_ref().and_then(|s| s.schema_version_id.clone()),
+        glue_schema_arn: match &channel.schema {
+            crate::config::SchemaConfig::Glue { schema_arn, .. } => Some(schema_arn.clone()),
+            _ => None,
+        },
         data_freshness_seconds: effective_freshness(channel, &overrides).as_secs_f64(),
         configured_data_freshness_seconds: dest.data_freshness.as_secs_f64(),
         delivery_log: overrides.delivery_log.unwrap_or_default(),

@@ -26,6 +26,9 @@ pub const ROWS_DELIVERED_TOTAL: &str = "floe_rows_delivered_total";
 pub const ROWS_DEAD_LETTERED_TOTAL: &str = "floe_rows_dead_lettered_total";
 /// Records of another schema version than the channel's (`SCHEMA_MISMATCH`) committed to the DLQ.
 pub const SCHEMA_MISMATCH_TOTAL: &str = "floe_schema_mismatch_total";
+/// Glue Schema Registry lookups of a record's schema version id that failed after their bounded
+/// retries (unavailable or refused): each restarts the worker loop from the table's checkpoints.
+pub const SCHEMA_LOOKUP_ERRORS_TOTAL: &str = "floe_schema_lookup_errors_total";
 /// Commit rounds that wrote a snapshot, by outcome.
 pub const COMMITS_TOTAL: &str = "floe_commits_total";
 /// Pending batches rejected by the committer.
@@ -103,6 +106,11 @@ pub fn describe() {
         ROWS_DEAD_LETTERED_TOTAL,
         Unit::Count,
         "records committed to the DLQ, by error code"
+    );
+    describe_counter!(
+        SCHEMA_LOOKUP_ERRORS_TOTAL,
+        Unit::Count,
+        "Glue Schema Registry lookups of a record's schema version that failed after their retries (unavailable or refused); the worker restarts from the table's checkpoints"
     );
     describe_counter!(
         SCHEMA_MISMATCH_TOTAL,
@@ -265,6 +273,11 @@ pub fn record_dead_lettered(channel: &str, code: &str, n: u64) {
     if code == crate::convert::DlqCode::SchemaMismatch.as_str() {
         counter!(SCHEMA_MISMATCH_TOTAL, "channel" => channel.to_string()).increment(n);
     }
+}
+
+/// Counts a failed lookup of a record's schema version ([`SCHEMA_LOOKUP_ERRORS_TOTAL`]).
+pub fn record_schema_lookup_error(channel: &str) {
+    counter!(SCHEMA_LOOKUP_ERRORS_TOTAL, "channel" => channel.to_string()).increment(1);
 }
 
 /// Sets the Kafka lag gauge of a channel (sum over the partitions this worker reads).

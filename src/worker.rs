@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::commit::table_checkpoints;
-use crate::convert::gsr::RecordDecoder;
+use crate::convert::gsr::{PayloadError, RecordDecoder};
 use crate::convert::Converter;
 use crate::dlq::{Dlq, DlqEntry};
 use crate::lease::{BatchStore, HeldLeases};
@@ -85,6 +85,11 @@ pub enum WorkerError {
     /// The table does not fit the channel.
     #[error("{0}")]
     Incompatible(String),
+    /// A record's schema version id could not be looked up in the Glue Schema Registry
+    /// (unavailable after the bounded retries, or refused): restart from the table's
+    /// checkpoints with backoff; the record is not dead-lettered (cases GSR-39).
+    #[error("{0}")]
+    SchemaRegistry(crate::convert::gsr::PayloadError),
 }
 
 impl WorkerError {
@@ -98,7 +103,7 @@ impl WorkerError {
                 iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
             ),
             WorkerError::Source(e) => e.is_retryable(),
-            WorkerError::Lease(_) | WorkerError::Dlq(_) => true,
+            WorkerError::Lease(_) | WorkerError::Dlq(_) | WorkerError::SchemaRegistry(_) => true,
             WorkerError::Incompatible(_) => false,
         }
     }
@@ -223,6 +228,10 @@ pub struct ChannelWorker {
     configured_freshness: Option<Duration>,
     /// Fraction of a second of back-pressure not yet counted.
     backpressure_carry: Duration,
+    /// When the oldest record not yet committed was first read by an earlier loop of this
+    /// worker that failed (say, the schema registry was unavailable): counted in the freshness
+    /// until a batch of this loop is committed.
+    carried_oldest: Option<Instant>,
 }
 
 impl ChannelWorker {
@@ -251,7 +260,26 @@ impl ChannelWorker {
             num_buffered: 0,
             configured_freshness: None,
             backpressure_carry: Duration::ZERO,
+            carried_oldest: None,
         }
+    }
+
+    /// Carries the oldest uncommitted read of a failed loop ([`ChannelWorker::oldest_pending`])
+    /// into this one, so `floe_data_freshness_seconds` keeps growing while the loop restarts.
+    pub fn with_oldest_pending(mut self, oldest: Option<Instant>) -> Self {
+        self.carried_oldest = oldest;
+        self
+    }
+
+    /// When the oldest record read but not yet committed was read (in flight, buffered, or
+    /// carried from a failed loop); `None` when there is none.
+    pub fn oldest_pending(&self) -> Option<Instant> {
+        self.in_flight
+            .iter()
+            .map(|f| f.oldest_read)
+            .chain(self.oldest_read)
+            .chain(self.carried_oldest)
+            .min()
     }
 
     /// Sets how records are framed (default: plain JSON).
@@ -270,6 +298,19 @@ impl ChannelWorker {
         stop: CancellationToken,
         drain: Duration,
     ) -> Result<(), WorkerError> {
+        let result = self.run_loop(stop, drain).await;
+        if result.is_err() {
+            // The freshness of what this loop read stays visible while it restarts.
+            self.publish_gauges();
+        }
+        result
+    }
+
+    async fn run_loop(
+        &mut self,
+        stop: CancellationToken,
+        drain: Duration,
+    ) -> Result<(), WorkerError> {
         self.load_table().await?;
         let mut last_reconcile = Instant::now();
         let mut last_settings: Option<Instant> = None;
@@ -279,6 +320,10 @@ impl ChannelWorker {
                 last_settings = Some(Instant::now());
             }
             self.sync_leases(true).await?;
+            if self.shards.is_empty() {
+                // The shards went to other workers: what was read is theirs to deliver.
+                self.carried_oldest = None;
+            }
             // Nothing to read (no shard, or only finished ones): wait for a lease change.
             if self.shards.values().all(|st| st.ended) && !self.flush_due() {
                 tokio::select! {
@@ -493,7 +538,11 @@ impl ChannelWorker {
                 }
                 let pushed = match self.record_decoder.payload(&rec.payload).await {
                     Ok(payload) => converter.push(payload),
-                    Err(reason) => Err(reason),
+                    Err(PayloadError::Record(reason)) => Err(reason),
+                    Err(e) => {
+                        telemetry::record_schema_lookup_error(&self.settings.channel);
+                        return Err(WorkerError::SchemaRegistry(e));
+                    }
                 };
                 match pushed {
                     Ok(_hour) => self.num_buffered += 1,
@@ -689,12 +738,14 @@ impl ChannelWorker {
             .map(|b| b.batch_id)
             .collect();
         let mut rejected = false;
+        let mut any_committed = false;
         self.in_flight.retain(|f| {
             let committed = f
                 .ranges
                 .iter()
                 .all(|(s, last)| cp.get(s).is_some_and(|c| c >= last));
             if committed {
+                any_committed = true;
                 return false;
             }
             if !pending.contains(&f.batch_id) {
@@ -703,6 +754,9 @@ impl ChannelWorker {
             }
             true
         });
+        if any_committed {
+            self.carried_oldest = None;
+        }
         if rejected {
             tracing::warn!(channel = %self.settings.channel, "a batch was rejected: re-reading from the table's checkpoints");
             self.in_flight.clear();
@@ -715,13 +769,9 @@ impl ChannelWorker {
     }
 
     fn publish_gauges(&self) {
-        // Age of the oldest record read but not yet committed: in flight, or still buffered.
-        let oldest = self
-            .in_flight
-            .iter()
-            .map(|f| f.oldest_read)
-            .chain(self.oldest_read)
-            .min();
+        // Age of the oldest record read but not yet committed: in flight, still buffered, or
+        // read by a failed loop.
+        let oldest = self.oldest_pending();
         let freshness = oldest.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
         let buffered = self
             .converter

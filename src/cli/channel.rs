@@ -297,6 +297,13 @@ pub fn describe_text(d: &ChannelDescription) -> String {
             d.table_uuid.clone().unwrap_or_else(dash)
         ),
     );
+    if let Some(arn) = &d.glue_schema_arn {
+        row("glue_schema_arn", arn.clone());
+        row(
+            "schema_version_id",
+            d.schema_version_id.clone().unwrap_or_else(dash),
+        );
+    }
     row(
         "data_freshness",
         format!(

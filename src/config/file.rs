@@ -242,13 +242,15 @@ pub struct SchemaSection {
 }
 
 /// `channel.schema.version` as written: a number or a string (`"latest"`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 pub enum SchemaVersionText {
     /// A version number.
     Number(i64),
     /// `"latest"` (anything else is refused by validation).
     Text(String),
+    /// Any other value (a float, a boolean, a table): refused by validation naming the key.
+    Other(toml::Value),
 }
 
 /// `[channel.destination]`: where a channel delivers. Tagged by `kind`.

@@ -292,6 +292,16 @@ pub enum GlueSchemaVersion {
     Number(i64),
 }
 
+impl std::fmt::Display for GlueSchemaVersion {
+    /// `version N`, or `the latest version`, for messages.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GlueSchemaVersion::Latest => f.write_str("the latest version"),
+            GlueSchemaVersion::Number(n) => write!(f, "version {n}"),
+        }
+    }
+}
+
 /// `[channel.destination]` (`kind`), see [`file::DestinationSection`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DestinationConfig {

@@ -770,7 +770,7 @@ fn schema_sources_are_checked_naming_the_key() {
         "channel[0].schema.glue_schema_arn",
         "not a Glue schema ARN",
     );
-    for bad in ["0", "\"newest\"", "-2"] {
+    for bad in ["0", "\"newest\"", "-2", "1.0", "true"] {
         refused(
             &schema(&format!("{arn}\nversion = {bad}")),
             "channel[0].schema.version",

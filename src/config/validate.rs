@@ -757,6 +757,7 @@ impl Checker<'_> {
                         let shown = match other {
                             SchemaVersionText::Number(n) => n.to_string(),
                             SchemaVersionText::Text(t) => format!("\"{t}\""),
+                            SchemaVersionText::Other(v) => v.to_string(),
                         };
                         self.error(
                             format!("{p}.version"),

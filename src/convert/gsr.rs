@@ -10,8 +10,9 @@
 //! ```
 //!
 //! Errors (DESIGN.md "DLQ error codes", issue 5): plain JSON, an empty record, a header version other
-//! than 3, a compression byte other than 0 or 5, a header shorter than 18 bytes, an unknown schema
-//! version → `INVALID_SCHEMA`; a known version that is not the channel's → `SCHEMA_MISMATCH`; a zlib
+//! than 3, a compression byte other than 0 or 5, a header shorter than 18 bytes, a schema version
+//! the registry answers "not found" for → `INVALID_SCHEMA` (a registry that cannot be asked is no
+//! DLQ reason: [`PayloadError::Registry`], the worker retries); a known version that is not the channel's → `SCHEMA_MISMATCH`; a zlib
 //! payload that does not inflate (truncated, raw deflate without the RFC 1950 header, Adler-32
 //! mismatch, trailing bytes) → `DESERIALIZATION_ERROR`; an inflated payload beyond the maximum record
 //! size (a decompression bomb) → `RECORD_TOO_LARGE`, found after inflating at most that many bytes.
@@ -228,12 +229,37 @@ pub enum RecordDecoder {
     },
 }
 
+/// Why [`RecordDecoder::payload`] has no payload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    /// The record goes to the DLQ with this reason.
+    #[error("{}", .0.message)]
+    Record(DlqReason),
+    /// The record's schema version id could not be looked up (the registry is unavailable or
+    /// refuses): not a property of the record. The worker restarts from the table's checkpoints
+    /// with backoff; nothing goes to the DLQ.
+    #[error("schema version {id} could not be looked up: {error}")]
+    Registry {
+        /// The version id.
+        id: Uuid,
+        /// The registry's answer after its retries.
+        error: RegistryError,
+    },
+}
+
+impl From<DlqReason> for PayloadError {
+    fn from(reason: DlqReason) -> Self {
+        PayloadError::Record(reason)
+    }
+}
+
 impl RecordDecoder {
     /// The JSON payload of `record`.
     ///
-    /// Errors: the record's [`DlqReason`]; a version id the registry could not be asked about
-    /// (unavailable after retries) is `INVALID_SCHEMA` and is looked up again next time.
-    pub async fn payload<'a>(&'a mut self, record: &'a [u8]) -> Result<&'a [u8], DlqReason> {
+    /// Errors: [`PayloadError::Record`] with the record's [`DlqReason`] (a version id Glue answers
+    /// "not found" for is `INVALID_SCHEMA`, a version it knows `SCHEMA_MISMATCH`);
+    /// [`PayloadError::Registry`] when the id could not be looked up (unavailable, refused).
+    pub async fn payload<'a>(&'a mut self, record: &'a [u8]) -> Result<&'a [u8], PayloadError> {
         match self {
             RecordDecoder::Json => Ok(record),
             RecordDecoder::Gsr { decoder, registry } => {
@@ -241,15 +267,10 @@ impl RecordDecoder {
                     match registry.by_id(id).await {
                         Ok(_) => decoder.add_known(id),
                         Err(RegistryError::NotFound(_)) => {}
-                        Err(e) => {
-                            return Err(DlqReason::record(
-                                DlqCode::InvalidSchema,
-                                format!("schema version {id} could not be looked up: {e}"),
-                            ))
-                        }
+                        Err(error) => return Err(PayloadError::Registry { id, error }),
                     }
                 }
-                decoder.decode(record)
+                Ok(decoder.decode(record)?)
             }
         }
     }

@@ -2,12 +2,17 @@
 //! [`RegistryError`].
 
 use async_trait::async_trait;
+use aws_config::timeout::TimeoutConfig;
+use aws_sdk_glue::config::Region;
 use aws_sdk_glue::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_glue::operation::get_schema_version::GetSchemaVersionError;
 use aws_sdk_glue::types::{SchemaId, SchemaVersionNumber};
 use uuid::Uuid;
 
-use super::{RegistryError, SchemaRegistry, SchemaVersionInfo, VersionSelector};
+use super::{
+    RegistryError, SchemaRegistry, SchemaVersionInfo, VersionSelector, GLUE_ATTEMPT_TIMEOUT,
+    GLUE_OPERATION_TIMEOUT,
+};
 use crate::config::GlueSchemaVersion;
 
 /// The Glue Schema Registry through the AWS SDK.
@@ -17,14 +22,65 @@ pub struct GlueRegistry {
 }
 
 impl GlueRegistry {
-    /// A registry calling Glue with `client`.
-    pub fn new(client: aws_sdk_glue::Client) -> Self {
-        GlueRegistry { client }
+    /// A registry calling Glue with `client`'s configuration (credentials, endpoint overrides),
+    /// with the lookup timeouts [`GLUE_OPERATION_TIMEOUT`] and [`GLUE_ATTEMPT_TIMEOUT`], and in
+    /// `region` when given (the region of the schema ARN: a schema is served by the Glue of its
+    /// region only).
+    pub fn new(client: aws_sdk_glue::Client, region: Option<&str>) -> Self {
+        let config = client.config();
+        let timeouts = TimeoutConfig::builder()
+            .operation_timeout(GLUE_OPERATION_TIMEOUT)
+            .operation_attempt_timeout(GLUE_ATTEMPT_TIMEOUT)
+            .build();
+        let timeouts = match config.timeout_config() {
+            Some(base) => {
+                let mut t = timeouts;
+                t.take_defaults_from(base);
+                t
+            }
+            None => timeouts,
+        };
+        let mut builder = config.to_builder().timeout_config(timeouts);
+        if let Some(region) = region {
+            if config.region().map(|r| r.as_ref()) != Some(region) {
+                builder = builder.region(Region::new(region.to_string()));
+            }
+        }
+        GlueRegistry {
+            client: aws_sdk_glue::Client::from_conf(builder.build()),
+        }
     }
 }
 
+/// An SDK error as one line for operators: the Glue error code and message for a service error,
+/// the chain of causes (their `Display`, never the raw response or a `Debug` dump) otherwise.
+fn describe<R>(e: &SdkError<GetSchemaVersionError, R>) -> String
+where
+    R: std::fmt::Debug,
+{
+    if let SdkError::ServiceError(s) = e {
+        let err = s.err();
+        if let Some(code) = err.code() {
+            return match err.message() {
+                Some(message) => format!("{code}: {message}"),
+                None => code.to_string(),
+            };
+        }
+    }
+    let mut shown = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !shown.contains(&text) {
+            shown = format!("{shown}: {text}");
+        }
+        cause = c.source();
+    }
+    shown
+}
+
 fn map_error<R: std::fmt::Debug>(e: SdkError<GetSchemaVersionError, R>) -> RegistryError {
-    let shown = aws_sdk_glue::error::DisplayErrorContext(&e).to_string();
+    let shown = describe(&e);
     match &e {
         SdkError::ServiceError(s) => match s.err() {
             GetSchemaVersionError::EntityNotFoundException(_) => RegistryError::NotFound(shown),

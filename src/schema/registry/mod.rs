@@ -13,7 +13,14 @@
 //!                                          └─miss─> negative cache ─hit─> INVALID_SCHEMA
 //!                                                   └─miss─> GetSchemaVersion(id), bounded retries
 //!                                                            found -> cache; not found -> negative cache
+//!                                                            unavailable/refused -> worker restarts
+//!                                                              from the table's checkpoints (no DLQ)
 //! ```
+//!
+//! A lookup is bounded: [`GLUE_ATTEMPT_TIMEOUT`] per HTTP attempt, [`GLUE_OPERATION_TIMEOUT`] per
+//! call, [`LOOKUP_ATTEMPTS`] calls within [`LOOKUP_BUDGET`]. On an ACTIVE channel a schema that
+//! this worker cannot use (another ARN, not found from its region, refused) stops this worker only;
+//! the channel is FAILED only at activation ([`crate::app`], [`crate::control`]).
 //!
 //! Invariant: a channel's table schema is the one of the version recorded at activation; no other
 //! version's records reach the table (no schema evolution), and an unknown version id costs at most
@@ -46,6 +53,15 @@ pub const NEGATIVE_CAPACITY: usize = 1024;
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(300);
 /// Attempts of one lookup while the registry is unavailable (throttled, 5xx, timeouts).
 pub const LOOKUP_ATTEMPTS: u32 = 4;
+/// Timeout of one Glue `GetSchemaVersion` call, the SDK's retries included: a registry that
+/// accepts connections and never answers costs at most this per attempt of a lookup.
+pub const GLUE_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Timeout of one HTTP attempt of a Glue call (the SDK retries within [`GLUE_OPERATION_TIMEOUT`]).
+pub const GLUE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Time budget of one lookup, its [`LOOKUP_ATTEMPTS`] attempts and backoff included: a hung
+/// registry stalls a worker at most this long per lookup (then the lookup is
+/// [`RegistryError::Unavailable`]).
+pub const LOOKUP_BUDGET: Duration = Duration::from_secs(15);
 /// After a lookup by id failed every attempt, lookups by id fail at once for this long (a registry
 /// outage costs the worker one retry sequence per cooldown, not one per record).
 pub const UNAVAILABLE_COOLDOWN: Duration = Duration::from_secs(10);
@@ -77,6 +93,19 @@ pub enum VersionSelector {
         /// Number or latest.
         version: GlueSchemaVersion,
     },
+}
+
+impl std::fmt::Display for VersionSelector {
+    /// `schema version ID`, or `schema ARN, version N` / `…, the latest version`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VersionSelector::Id(id) => write!(f, "schema version {id}"),
+            VersionSelector::Arn {
+                schema_arn,
+                version,
+            } => write!(f, "schema {schema_arn}, {version}"),
+        }
+    }
 }
 
 /// Why a lookup failed, shaped by what the caller does next.
@@ -163,7 +192,7 @@ impl SchemaRegistry for MemoryRegistry {
         };
         found
             .cloned()
-            .ok_or_else(|| RegistryError::NotFound(format!("{selector:?}")))
+            .ok_or_else(|| RegistryError::NotFound(selector.to_string()))
     }
 }
 
@@ -255,9 +284,10 @@ impl RegistryClient {
         }
     }
 
-    /// A client calling Glue with `client`.
-    pub fn glue(client: aws_sdk_glue::Client) -> Self {
-        Self::new(Arc::new(api::GlueRegistry::new(client)))
+    /// A client calling Glue with `client`, in the region of `schema_arn` (when it names one).
+    pub fn glue(client: aws_sdk_glue::Client, schema_arn: &str) -> Self {
+        let region = schema_arn.split(':').nth(3).filter(|r| !r.is_empty());
+        Self::new(Arc::new(api::GlueRegistry::new(client, region)))
     }
 
     /// Sets the cache capacities and the negative cache's time to live.
@@ -288,6 +318,19 @@ impl RegistryClient {
     }
 
     async fn fetch(&self, selector: &VersionSelector) -> Result<SchemaVersionInfo, RegistryError> {
+        match tokio::time::timeout(LOOKUP_BUDGET, self.fetch_with_retries(selector)).await {
+            Ok(found) => found,
+            Err(_) => Err(RegistryError::Unavailable(format!(
+                "no answer within {}s",
+                LOOKUP_BUDGET.as_secs()
+            ))),
+        }
+    }
+
+    async fn fetch_with_retries(
+        &self,
+        selector: &VersionSelector,
+    ) -> Result<SchemaVersionInfo, RegistryError> {
         let mut backoff = self.first_backoff;
         let mut attempt = 1;
         loop {
@@ -420,6 +463,8 @@ pub struct ChannelSchema {
     pub mapped: MappedSchema,
     /// The schema version id (Glue, or the matching `[channel.schema.versions]` entry).
     pub version_id: Option<Uuid>,
+    /// The Glue `VersionNumber` of the version (Glue schemas only).
+    pub version_number: Option<i64>,
     /// The registry's other versions listed offline (`[channel.schema.versions]`).
     pub other_versions: Vec<Uuid>,
     /// Where the schema came from, for DLQ entries and logs (a path or `ARN@version-id`).
@@ -483,6 +528,7 @@ pub async fn load_channel_schema(
         SchemaConfig::File(file) => Ok(ChannelSchema {
             mapped: map(&read_json(file)?, &file.display().to_string())?,
             version_id: None,
+            version_number: None,
             other_versions: Vec::new(),
             label: file.display().to_string(),
         }),
@@ -502,6 +548,7 @@ pub async fn load_channel_schema(
             Ok(ChannelSchema {
                 mapped: map(&doc, &file.display().to_string())?,
                 version_id: Some(id),
+                version_number: None,
                 other_versions: others,
                 label: id.to_string(),
             })
@@ -520,7 +567,7 @@ pub async fn load_channel_schema(
                 RegistryError::Unavailable(_) => SchemaLoadError::Unavailable(e.to_string()),
                 e => SchemaLoadError::Refused(match recorded {
                     Some(id) => format!("schema version {id} recorded at activation: {e}"),
-                    None => format!("schema {schema_arn} ({version:?}): {e}"),
+                    None => format!("schema {schema_arn}, {version}: {e}"),
                 }),
             })?;
             if v.schema_arn != *schema_arn {
@@ -533,6 +580,7 @@ pub async fn load_channel_schema(
             Ok(ChannelSchema {
                 mapped: map(&doc, &format!("{schema_arn} version {}", v.version_number))?,
                 version_id: Some(v.version_id),
+                version_number: Some(v.version_number),
                 other_versions: Vec::new(),
                 label: v.version_id.to_string(),
             })

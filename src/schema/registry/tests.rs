@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::config::{Config, RecordFormat};
-use crate::convert::gsr::{GsrDecoder, RecordDecoder};
+use crate::convert::gsr::{GsrDecoder, PayloadError, RecordDecoder};
 use crate::convert::DlqCode;
 
 const ARN: &str = "arn:aws:glue:us-east-1:123456789012:schema/reg/events";
@@ -185,7 +185,10 @@ async fn gsr_records_are_resolved_through_the_registry() {
     };
     assert!(decoder.payload(&frame(1)).await.is_ok());
     for _ in 0..3 {
-        let code = |r: Result<&[u8], crate::convert::DlqReason>| r.unwrap_err().code;
+        let code = |r: Result<&[u8], PayloadError>| match r.unwrap_err() {
+            PayloadError::Record(reason) => reason.code,
+            e => panic!("{e}"),
+        };
         assert_eq!(
             code(decoder.payload(&frame(2)).await),
             DlqCode::SchemaMismatch
@@ -205,6 +208,31 @@ async fn gsr_records_are_resolved_through_the_registry() {
     }
     // One lookup for the foreign version, one for the unknown one: both remembered.
     assert_eq!(fake.calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn an_unavailable_registry_is_an_error_not_a_dlq_entry() {
+    let (fake, client) = registry(&[version(1, "JSON"), version(2, "JSON")]);
+    let client = client.with_backoff(Duration::from_millis(1), Duration::ZERO);
+    fake.unavailable.store(100, Ordering::SeqCst);
+    let mut decoder = RecordDecoder::Gsr {
+        decoder: GsrDecoder::new(Some(Uuid::from_u128(1)), [], 1 << 20),
+        registry: Some(Arc::new(client)),
+    };
+    let mut record = vec![3u8, 0];
+    record.extend_from_slice(Uuid::from_u128(2).as_bytes());
+    record.extend_from_slice(br#"{"event_time":"2026-07-09T20:00:00Z"}"#);
+    let e = decoder.payload(&record).await.unwrap_err();
+    assert!(
+        matches!(&e, PayloadError::Registry { error, .. } if error.is_retryable()),
+        "{e:?}"
+    );
+    // The registry is back: the known version of the schema is SCHEMA_MISMATCH.
+    fake.unavailable.store(0, Ordering::SeqCst);
+    match decoder.payload(&record).await.unwrap_err() {
+        PayloadError::Record(reason) => assert_eq!(reason.code, DlqCode::SchemaMismatch),
+        e => panic!("{e:?}"),
+    }
 }
 
 #[test]
