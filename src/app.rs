@@ -311,12 +311,23 @@ pub async fn prepare_channel(
             }
         }
     }
-    let table = ensure_table(catalog.as_ref(), &spec, &schema)
-        .await
-        .map_err(|e| match e {
-            e @ crate::catalog::CatalogError::Incompatible { .. } => channel_err(name, e),
-            e => channel_unavailable(name, e),
-        })?;
+    let table = match ensure_table(catalog.as_ref(), &spec, &schema).await {
+        Ok(table) => table,
+        // Activation (no table recorded yet) finds a table floe must not write: the channel
+        // is FAILED for every worker, as `floe channel create` records it. Later, the table
+        // recorded at activation no longer fitting is this worker's configuration (a schema
+        // edited on one machine): only this worker stops.
+        Err(e @ crate::catalog::CatalogError::Incompatible { .. }) => {
+            if state.table_uuid.is_none() {
+                let reason = e.to_string();
+                tracing::error!(channel = name, reason = %reason, "channel FAILED: its table cannot be written");
+                set_status(store, name, ChannelStatus::Failed, &reason).await;
+                return Err(channel_err(name, format!("FAILED: {reason}")));
+            }
+            return Err(channel_err(name, e));
+        }
+        Err(e) => return Err(channel_unavailable(name, e)),
+    };
     if state.table_uuid.is_none() {
         state.table_uuid = Some(table.metadata().uuid().to_string());
         let expected = state.version;

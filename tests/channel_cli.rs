@@ -246,46 +246,66 @@ fn create_refuses_an_invalid_channel_naming_the_field_and_records_nothing() {
     );
 }
 
+/// Creates someone else's table `it.events` (not created by floe) in the test's SQL catalog.
+async fn foreign_table(dir: &Path) {
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    use iceberg::{NamespaceIdent, TableCreation};
+    let catalog = floe::catalog::open_sql_catalog(
+        &dir.join("catalog.sqlite"),
+        &dir.join("warehouse"),
+        "floe",
+    )
+    .await
+    .unwrap();
+    let ns = NamespaceIdent::new("it".into());
+    catalog
+        .create_namespace(&ns, Default::default())
+        .await
+        .unwrap();
+    let schema = Schema::builder()
+        .with_fields(vec![NestedField::required(
+            1,
+            "id",
+            Type::Primitive(PrimitiveType::Long),
+        )
+        .into()])
+        .build()
+        .unwrap();
+    catalog
+        .create_table(
+            &ns,
+            TableCreation::builder()
+                .name("events".into())
+                .schema(schema)
+                .build(),
+        )
+        .await
+        .unwrap();
+}
+
+/// `floe run` activating a channel (no state yet) that finds a table floe must not write records
+/// the channel FAILED for every worker, like `floe channel create`.
+#[tokio::test]
+async fn run_activating_a_channel_onto_a_foreign_table_fails_the_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), |c| c);
+    foreign_table(dir.path()).await;
+    let config = dir.path().join("floe.toml");
+    let o = floe(&["run", "--config", config.to_str().unwrap()]);
+    assert_exit(&o, 78);
+    assert!(
+        stderr(&o).contains("floe did not create it"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(state_of(dir.path()), "FAILED");
+}
+
 #[tokio::test]
 async fn a_table_floe_did_not_create_fails_the_channel_until_it_is_deleted() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), |c| c);
-    // Someone else's table under the channel's name.
-    {
-        use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
-        use iceberg::{NamespaceIdent, TableCreation};
-        let catalog = floe::catalog::open_sql_catalog(
-            &dir.path().join("catalog.sqlite"),
-            &dir.path().join("warehouse"),
-            "floe",
-        )
-        .await
-        .unwrap();
-        let ns = NamespaceIdent::new("it".into());
-        catalog
-            .create_namespace(&ns, Default::default())
-            .await
-            .unwrap();
-        let schema = Schema::builder()
-            .with_fields(vec![NestedField::required(
-                1,
-                "id",
-                Type::Primitive(PrimitiveType::Long),
-            )
-            .into()])
-            .build()
-            .unwrap();
-        catalog
-            .create_table(
-                &ns,
-                TableCreation::builder()
-                    .name("events".into())
-                    .schema(schema)
-                    .build(),
-            )
-            .await
-            .unwrap();
-    }
+    foreign_table(dir.path()).await;
     let o = channel(dir.path(), &["create", "it"]);
     assert_exit(&o, 78);
     assert!(
