@@ -243,7 +243,11 @@ pub struct S3Dlq {
     channel: String,
 }
 
-fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
+/// An S3 SDK error as an I/O error: `NotFound` for a missing key, `Other` otherwise.
+pub(crate) fn s3_error<
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+>(
     what: &str,
     e: SdkError<E, R>,
 ) -> std::io::Error {

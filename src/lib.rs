@@ -41,6 +41,7 @@ pub mod lease;
 pub mod loadgen;
 pub mod model;
 pub mod quickstart;
+pub mod raw;
 pub mod schema;
 pub mod source;
 pub mod telemetry;

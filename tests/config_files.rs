@@ -44,7 +44,9 @@ fn quickstart_config_validates_with_the_quickstart_settings() {
     assert_eq!(kafka.bootstrap_servers, "localhost:9092");
     assert_eq!(kafka.topic, "events");
     assert_eq!(kafka.initial_position, InitialPosition::Earliest);
-    let DestinationConfig::Iceberg(d) = &channel.destination;
+    let DestinationConfig::Iceberg(d) = &channel.destination else {
+        panic!("iceberg destination expected")
+    };
     assert_eq!(
         (d.namespace.as_str(), d.table.as_str()),
         ("quickstart", "events")
@@ -80,7 +82,9 @@ fn kafka_sql_config_validates_with_sasl_credentials_from_the_environment() {
         kafka.properties["sasl.password"],
         PropertyValue::FromEnv { .. }
     ));
-    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination else {
+        panic!("iceberg destination expected")
+    };
     assert_eq!(d.data_freshness, Duration::from_secs(300));
 }
 
@@ -99,7 +103,7 @@ fn kafka_sql_config_without_credentials_names_the_missing_variables() {
 
 #[test]
 fn every_key_in_the_shipped_files_carries_a_comment() {
-    for name in ["quickstart.toml", "kafka-sql.toml"] {
+    for name in ["quickstart.toml", "kafka-sql.toml", "raw-s3.toml"] {
         let text = std::fs::read_to_string(config_dir().join(name)).unwrap();
         let mut previous = "";
         for line in text.lines().map(str::trim) {
@@ -170,16 +174,37 @@ fn kinesis_dynamodb_config_validates_and_passes_floe_validate() {
     };
     assert_eq!(kinesis.stream.as_str(), "clickstream");
     assert_eq!(kinesis.initial_position, InitialPosition::ActivationTime);
-    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination else {
+        panic!("iceberg destination expected")
+    };
     let CatalogConfig::Sql(catalog) = &d.catalog;
     assert_eq!(
         catalog.warehouse,
         floe::config::Warehouse::S3("s3://example-analytics-lake/warehouse".into())
     );
     assert!(matches!(
-        config.channels[0].dlq.location,
+        config.channels[0].dlq.as_ref().unwrap().location,
         floe::config::DlqLocation::S3(_)
     ));
     let checked = validate::check(&config_dir().join("kinesis-dynamodb.toml")).unwrap();
+    assert_eq!(checked.channels.len(), 1);
+}
+
+#[test]
+fn raw_s3_config_validates_and_passes_floe_validate() {
+    let config = load_with("raw-s3.toml", &env_with(&[])).unwrap();
+    let channel = &config.channels[0];
+    let DestinationConfig::S3(d) = &channel.destination else {
+        panic!("raw s3 destination expected")
+    };
+    assert_eq!(d.location.bucket, "example-orders-archive");
+    assert_eq!(
+        d.key_template.as_str(),
+        "raw/{channel}/{yyyy}/{MM}/{dd}/{HH}/"
+    );
+    assert_eq!(d.compression, floe::raw::RawCompression::Gzip);
+    assert_eq!(d.data_freshness, Duration::from_secs(300));
+    assert!(channel.schema.is_none() && channel.dlq.is_none());
+    let checked = validate::check(&config_dir().join("raw-s3.toml")).unwrap();
     assert_eq!(checked.channels.len(), 1);
 }

@@ -14,7 +14,7 @@ use floe::lease::{BatchStore, HeldLeases, LeaseKey, LeaseSpec, LeaseStore, Sqlit
 use floe::model::{Position, ShardId};
 use floe::source::memory::MemorySource;
 use floe::source::Source;
-use floe::worker::{ChannelIo, ChannelWorker};
+use floe::worker::{ChannelIo, ChannelWorker, IcebergIo};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -63,13 +63,15 @@ async fn losing_one_shard_mid_batch_rewinds_the_others_instead_of_stalling_them(
     let dlq = LocalDlq::new(dir.path().join("dlq"), "wl");
     let src: Arc<dyn Source> = source.clone();
     let batches: Arc<dyn BatchStore> = store.clone();
-    let io = ChannelIo {
-        source: src,
-        catalog: catalog.clone(),
-        ident: ident.clone(),
-        schema,
-        dlq: dlq.clone().into(),
-    };
+    let io = ChannelIo::iceberg(
+        src,
+        IcebergIo {
+            catalog: catalog.clone(),
+            ident: ident.clone(),
+            schema,
+            dlq: dlq.clone().into(),
+        },
+    );
     let mut worker = ChannelWorker::new(settings, io, batches, held_rx);
     let stop = CancellationToken::new();
     let worker_task = {

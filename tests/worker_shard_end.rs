@@ -18,7 +18,7 @@ use floe::lease::{
 use floe::model::{Position, ShardId};
 use floe::source::memory::MemorySource;
 use floe::source::Source;
-use floe::worker::{ChannelIo, ChannelWorker};
+use floe::worker::{ChannelIo, ChannelWorker, IcebergIo};
 use tokio_util::sync::CancellationToken;
 
 const BASE: i64 = 1_783_627_200_000;
@@ -83,13 +83,15 @@ async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards(
     let dlq = LocalDlq::new(dir.path().join("dlq"), "rs");
     let src: Arc<dyn Source> = source.clone();
     let batches: Arc<dyn BatchStore> = store.clone();
-    let io = ChannelIo {
-        source: src,
-        catalog: catalog.clone(),
-        ident: ident.clone(),
-        schema,
-        dlq: dlq.clone().into(),
-    };
+    let io = ChannelIo::iceberg(
+        src,
+        IcebergIo {
+            catalog: catalog.clone(),
+            ident: ident.clone(),
+            schema,
+            dlq: dlq.clone().into(),
+        },
+    );
     let mut worker = ChannelWorker::new(settings, io, batches, manager.subscribe());
     let stop = CancellationToken::new();
     let worker_task = {

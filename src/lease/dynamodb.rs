@@ -42,7 +42,9 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 use uuid::Uuid;
 
-use super::{BatchStore, ChannelState, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore};
+use super::{
+    BatchStore, ChannelState, Delivered, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore,
+};
 use crate::model::{PendingBatch, Position, ShardId};
 
 /// Bytes of compressed batch body per item (DynamoDB items are at most 400 KB, names included).
@@ -57,6 +59,7 @@ const SK: &str = "item";
 const LEASE_PREFIX: &str = "lease#";
 const BATCH_PREFIX: &str = "batch#";
 const STATE_ITEM: &str = "state";
+const DELIVERED_ITEM: &str = "checkpoints";
 
 /// A [`LeaseStore`] and [`BatchStore`] on one DynamoDB table.
 #[derive(Debug, Clone)]
@@ -749,6 +752,64 @@ impl BatchStore for DynamoDbLeaseStore {
             Ok(_) => Ok(version),
             Err(e) if code(&e) == Some("ConditionalCheckFailedException") => {
                 Err(LeaseError::conflict(&state.channel, "channel-state"))
+            }
+            Err(e) => Err(map_err(e, &self.table)),
+        }
+    }
+
+    async fn get_delivered(&self, channel: &str) -> Result<Option<Delivered>, LeaseError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .set_key(Some(self.key(channel, DELIVERED_ITEM.to_owned())))
+            .send()
+            .await
+            .map_err(|e| map_err(e, &self.table))?;
+        let Some(item) = out.item else {
+            return Ok(None);
+        };
+        let body = get_s(&item, "body").ok_or_else(|| corrupt("checkpoints", "no body"))?;
+        let mut delivered: Delivered =
+            serde_json::from_str(body).map_err(|e| corrupt("checkpoints", e))?;
+        delivered.version = get_n(&item, "version")?;
+        Ok(Some(delivered))
+    }
+
+    async fn put_delivered(
+        &self,
+        delivered: &Delivered,
+        expected_version: Option<u64>,
+    ) -> Result<u64, LeaseError> {
+        let version = expected_version.map_or(1, |v| v + 1);
+        let mut stored = delivered.clone();
+        stored.version = version;
+        let body = serde_json::to_string(&stored).expect("checkpoints serialize");
+        let mut item = self.key(&delivered.channel, DELIVERED_ITEM.to_owned());
+        item.insert("version".into(), n(version));
+        item.insert("epoch".into(), n(delivered.committer_epoch));
+        item.insert("body".into(), AttributeValue::S(body));
+        let request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item));
+        let request = match expected_version {
+            None => request
+                .condition_expression("attribute_not_exists(#sk)")
+                .expression_attribute_names("#sk", SK),
+            Some(expected) => request
+                .condition_expression("#version = :expected AND #epoch <= :epoch")
+                .expression_attribute_names("#version", "version")
+                .expression_attribute_names("#epoch", "epoch")
+                .expression_attribute_values(":expected", n(expected))
+                .expression_attribute_values(":epoch", n(delivered.committer_epoch)),
+        };
+        match request.send().await {
+            Ok(_) => Ok(version),
+            Err(e) if code(&e) == Some("ConditionalCheckFailedException") => {
+                Err(LeaseError::conflict(&delivered.channel, "checkpoints"))
             }
             Err(e) => Err(map_err(e, &self.table)),
         }

@@ -10,6 +10,7 @@
 //!   process A --\                       floe_leases           (channel, lease_key) -> owner, counter, heartbeat, hint, parents
 //!   process B ----> leases.sqlite (WAL) floe_pending_batches  (channel, batch_id)  -> batch JSON
 //!   process C --/                       floe_channel_state    channel              -> state JSON, version
+//!                                       floe_delivered        channel              -> checkpoints JSON, version, epoch (raw S3)
 //! ```
 
 use std::path::Path;
@@ -24,7 +25,9 @@ use sqlx::sqlite::{
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{BatchStore, ChannelState, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore};
+use super::{
+    BatchStore, ChannelState, Delivered, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore,
+};
 use crate::model::{PendingBatch, Position, ShardId};
 
 /// How long a statement waits for another process's write lock before failing with
@@ -51,6 +54,12 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS floe_channel_state (
         channel TEXT    NOT NULL PRIMARY KEY,
         version INTEGER NOT NULL,
+        body    TEXT    NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS floe_delivered (
+        channel TEXT    NOT NULL PRIMARY KEY,
+        version INTEGER NOT NULL,
+        epoch   INTEGER NOT NULL,
         body    TEXT    NOT NULL
     )",
 ];
@@ -424,6 +433,67 @@ impl BatchStore for SqliteLeaseStore {
             Ok(version)
         } else {
             Err(LeaseError::conflict(&state.channel, "channel-state"))
+        }
+    }
+
+    async fn get_delivered(&self, channel: &str) -> Result<Option<Delivered>, LeaseError> {
+        let row: Option<(i64, String)> =
+            sqlx::query_as("SELECT version, body FROM floe_delivered WHERE channel = ?")
+                .bind(channel)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(map_err)?;
+        row.map(|(version, body)| {
+            let mut delivered: Delivered =
+                serde_json::from_str(&body).map_err(|e| corrupt("checkpoints", e))?;
+            delivered.version = u64::try_from(version).map_err(|e| corrupt("version", e))?;
+            Ok(delivered)
+        })
+        .transpose()
+    }
+
+    async fn put_delivered(
+        &self,
+        delivered: &Delivered,
+        expected_version: Option<u64>,
+    ) -> Result<u64, LeaseError> {
+        let version = expected_version.map_or(1, |v| v + 1);
+        let mut stored = delivered.clone();
+        stored.version = version;
+        let body = serde_json::to_string(&stored).expect("checkpoints serialize");
+        let epoch = to_i64(delivered.committer_epoch)?;
+        let done =
+            match expected_version {
+                None => sqlx::query(
+                    "INSERT INTO floe_delivered (channel, version, epoch, body) VALUES (?, ?, ?, ?)
+                     ON CONFLICT (channel) DO NOTHING",
+                )
+                .bind(&delivered.channel)
+                .bind(to_i64(version)?)
+                .bind(epoch)
+                .bind(body)
+                .execute(&self.pool)
+                .await,
+                Some(expected) => {
+                    sqlx::query(
+                        "UPDATE floe_delivered SET version = ?, epoch = ?, body = ?
+                     WHERE channel = ? AND version = ? AND epoch <= ?",
+                    )
+                    .bind(to_i64(version)?)
+                    .bind(epoch)
+                    .bind(body)
+                    .bind(&delivered.channel)
+                    .bind(to_i64(expected)?)
+                    .bind(epoch)
+                    .execute(&self.pool)
+                    .await
+                }
+            }
+            .map_err(map_err)?;
+        if done.rows_affected() == 1 {
+            Ok(version)
+        } else {
+            Err(LeaseError::conflict(&delivered.channel, "checkpoints"))
         }
     }
 }
