@@ -490,10 +490,7 @@ impl Committer {
                 let objects = RawObject::parse_all(&b.data_files)
                     .map_err(|e| CommitError::Incompatible(format!("batch {}: {e}", b.batch_id)))?;
                 match store.publish(&objects).await {
-                    Ok(()) => {
-                        telemetry::record_files(&self.channel, objects.iter().map(|o| o.bytes));
-                        Ok(())
-                    }
+                    Ok(()) => Ok(()),
                     // Neither staged nor published: lost; say so loudly, go on.
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         tracing::error!(channel = %self.channel, batch_id = %b.batch_id, error = %e, "staged object is missing: a committed batch cannot be published");
