@@ -763,7 +763,7 @@ async fn load_described_table(
     match open_catalog(channel, aws).await {
         Ok(catalog) => match catalog.table_exists(ident).await {
             Ok(true) => catalog
-                .load_table(&ident)
+                .load_table(ident)
                 .await
                 .map(Some)
                 .map_err(|e| e.to_string()),

@@ -36,10 +36,13 @@ use crate::lease::HeldLeases;
 pub const CATALOG_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What `/readyz` checks for one channel.
+/// The catalog and table a channel's readiness probe asks.
+type TableProbe = (Arc<dyn Catalog>, TableIdent);
+
 struct ChannelProbe {
     held: watch::Receiver<HeldLeases>,
     /// The catalog and table of an Iceberg channel; `None` for a raw channel (leases only).
-    table: Option<(Arc<dyn Catalog>, TableIdent)>,
+    table: Option<TableProbe>,
 }
 
 /// The channels of this process whose readiness `/readyz` reports.
@@ -95,12 +98,7 @@ impl Readiness {
         self.insert(channel, held, None);
     }
 
-    fn insert(
-        &self,
-        channel: &str,
-        held: watch::Receiver<HeldLeases>,
-        table: Option<(Arc<dyn Catalog>, TableIdent)>,
-    ) {
+    fn insert(&self, channel: &str, held: watch::Receiver<HeldLeases>, table: Option<TableProbe>) {
         self.channels
             .lock()
             .expect("readiness lock")
@@ -118,7 +116,7 @@ impl Readiness {
     /// Checks every registered channel: leases held (no I/O) and the catalog answering a
     /// `table_exists` within [`CATALOG_PROBE_TIMEOUT`].
     pub async fn check(&self) -> ReadyReport {
-        let probes: Vec<(String, HeldLeases, Option<(Arc<dyn Catalog>, TableIdent)>)> = self
+        let probes: Vec<(String, HeldLeases, Option<TableProbe>)> = self
             .channels
             .lock()
             .expect("readiness lock")

@@ -21,14 +21,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Write;
 
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, ServerSideEncryption};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::config::S3Location;
 use crate::model::{Position, ShardId};
+use crate::s3::S3Bucket;
 
 /// Default of `channel.destination.key_template` for `kind = "s3"`.
 pub const DEFAULT_KEY_TEMPLATE: &str = "{channel}/{yyyy}/{MM}/{dd}/{HH}/";
@@ -535,22 +533,17 @@ impl RawBuffer {
 }
 
 /// The raw destination's S3 side: stage, publish, discard, with the request options of every
-/// call (`x-amz-expected-bucket-owner`, SSE-KMS under the configured key), as the S3 DLQ.
+/// call (`x-amz-expected-bucket-owner`, SSE-KMS under the configured key) of [`S3Bucket`], as
+/// the S3 DLQ.
 #[derive(Debug, Clone)]
 pub struct RawStore {
-    client: aws_sdk_s3::Client,
-    location: S3Location,
+    bucket: S3Bucket,
     channel: String,
     part_size: usize,
     multipart_threshold: usize,
 }
 
-fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
-    what: &str,
-    e: SdkError<E, R>,
-) -> std::io::Error {
-    crate::dlq::s3_error(what, e)
-}
+const CONTENT_TYPE: &str = "application/octet-stream";
 
 impl RawStore {
     /// The store of `channel` in `location.bucket`, called through `client`.
@@ -560,8 +553,7 @@ impl RawStore {
         channel: impl Into<String>,
     ) -> Self {
         RawStore {
-            client,
-            location,
+            bucket: S3Bucket::new(client, location),
             channel: channel.into(),
             part_size: MULTIPART_PART_SIZE,
             multipart_threshold: MULTIPART_THRESHOLD,
@@ -578,7 +570,7 @@ impl RawStore {
 
     /// The bucket.
     pub fn bucket(&self) -> &str {
-        &self.location.bucket
+        &self.bucket.location().bucket
     }
 
     /// The key object `n` of batch `batch_id` is staged under.
@@ -586,109 +578,17 @@ impl RawStore {
         format!("{STAGING_PREFIX}{}/{batch_id}/{n}", self.channel)
     }
 
-    fn sse<T>(&self, request: T, set: impl FnOnce(T, &str) -> T) -> T {
-        match &self.location.kms_key_arn {
-            Some(arn) => set(request, arn),
-            None => request,
-        }
-    }
-
     /// Uploads `body` under `key` (one PUT, or a multipart upload above the threshold).
     ///
-    /// Errors: the S3 failure (a failed multipart upload is aborted, best effort).
+    /// Errors: the S3 failure.
     pub async fn put(&self, key: &str, body: Vec<u8>) -> std::io::Result<()> {
-        let bucket = &self.location.bucket;
-        let owner = self.location.expected_bucket_owner.clone();
         if body.len() <= self.multipart_threshold {
-            let request = self
-                .client
-                .put_object()
-                .bucket(bucket)
-                .key(key)
-                .content_type("application/octet-stream")
-                .set_expected_bucket_owner(owner)
-                .body(ByteStream::from(body));
-            let request = self.sse(request, |r, arn| {
-                r.server_side_encryption(ServerSideEncryption::AwsKms)
-                    .ssekms_key_id(arn)
-            });
-            return request
-                .send()
+            self.bucket.put(key, body, CONTENT_TYPE).await
+        } else {
+            self.bucket
+                .put_multipart(key, &body, CONTENT_TYPE, self.part_size)
                 .await
-                .map(|_| ())
-                .map_err(|e| s3_error(&format!("put s3://{bucket}/{key}"), e));
         }
-        let create = self
-            .client
-            .create_multipart_upload()
-            .bucket(bucket)
-            .key(key)
-            .content_type("application/octet-stream")
-            .set_expected_bucket_owner(owner.clone());
-        let create = self.sse(create, |r, arn| {
-            r.server_side_encryption(ServerSideEncryption::AwsKms)
-                .ssekms_key_id(arn)
-        });
-        let upload_id = create
-            .send()
-            .await
-            .map_err(|e| s3_error(&format!("create multipart upload s3://{bucket}/{key}"), e))?
-            .upload_id
-            .ok_or_else(|| std::io::Error::other("create multipart upload: no upload id"))?;
-        let result = async {
-            let mut parts = Vec::new();
-            for (i, chunk) in body.chunks(self.part_size).enumerate() {
-                let number = i as i32 + 1;
-                let out = self
-                    .client
-                    .upload_part()
-                    .bucket(bucket)
-                    .key(key)
-                    .upload_id(&upload_id)
-                    .part_number(number)
-                    .set_expected_bucket_owner(owner.clone())
-                    .body(ByteStream::from(chunk.to_vec()))
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        s3_error(&format!("upload part {number} of s3://{bucket}/{key}"), e)
-                    })?;
-                parts.push(
-                    CompletedPart::builder()
-                        .part_number(number)
-                        .set_e_tag(out.e_tag)
-                        .build(),
-                );
-            }
-            self.client
-                .complete_multipart_upload()
-                .bucket(bucket)
-                .key(key)
-                .upload_id(&upload_id)
-                .set_expected_bucket_owner(owner.clone())
-                .multipart_upload(
-                    CompletedMultipartUpload::builder()
-                        .set_parts(Some(parts))
-                        .build(),
-                )
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| s3_error(&format!("complete multipart upload s3://{bucket}/{key}"), e))
-        }
-        .await;
-        if result.is_err() {
-            let _ = self
-                .client
-                .abort_multipart_upload()
-                .bucket(bucket)
-                .key(key)
-                .upload_id(&upload_id)
-                .set_expected_bucket_owner(owner)
-                .send()
-                .await;
-        }
-        result
     }
 
     /// Stages the objects of batch `batch_id`; returns them as handed off. On an error, the
@@ -720,79 +620,33 @@ impl RawStore {
     }
 
     /// Publishes a committed batch's objects: copies each staged object to its key, then
-    /// deletes the staged one. Idempotent: a staged object already gone whose key exists was
+    /// deletes the staged ones. Idempotent: a staged object already gone whose key exists was
     /// published before.
     ///
     /// Errors: [`std::io::ErrorKind::NotFound`] when an object is neither staged nor published;
     /// others when S3 fails (retry).
     pub async fn publish(&self, objects: &[RawObject]) -> std::io::Result<()> {
-        let bucket = &self.location.bucket;
-        let owner = self.location.expected_bucket_owner.clone();
         for o in objects {
-            let copy = self
-                .client
-                .copy_object()
-                .bucket(bucket)
-                .key(&o.key)
-                .copy_source(format!("{bucket}/{}", o.staged_key))
-                .content_type("application/octet-stream")
-                .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
-                .set_expected_bucket_owner(owner.clone())
-                .set_expected_source_bucket_owner(owner.clone());
-            let copy = self.sse(copy, |r, arn| {
-                r.server_side_encryption(ServerSideEncryption::AwsKms)
-                    .ssekms_key_id(arn)
-            });
-            match copy.send().await {
-                Ok(_) => {}
-                Err(e) => {
-                    let e = s3_error(
-                        &format!("copy s3://{bucket}/{} to {}", o.staged_key, o.key),
-                        e,
-                    );
-                    if e.kind() != std::io::ErrorKind::NotFound || !self.exists(&o.key).await? {
+            match self.bucket.copy(&o.staged_key, &o.key, CONTENT_TYPE).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    if !self.bucket.exists(&o.key).await? {
                         return Err(e);
                     }
                 }
+                Err(e) => return Err(e),
             }
         }
         self.discard(objects).await;
         Ok(())
     }
 
-    async fn exists(&self, key: &str) -> std::io::Result<bool> {
-        match self
-            .client
-            .head_object()
-            .bucket(&self.location.bucket)
-            .key(key)
-            .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(s)) if s.err().is_not_found() => Ok(false),
-            Err(e) => Err(s3_error(
-                &format!("head s3://{}/{key}", self.location.bucket),
-                e,
-            )),
-        }
-    }
-
     /// Deletes the staged objects of a batch (rejected, or published). Best effort: a failure
     /// is logged and leaves an orphan under the staging prefix (never published).
     pub async fn discard(&self, objects: &[RawObject]) {
         for o in objects {
-            if let Err(e) = self
-                .client
-                .delete_object()
-                .bucket(&self.location.bucket)
-                .key(&o.staged_key)
-                .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
-                .send()
-                .await
-            {
-                tracing::warn!(channel = %self.channel, staged = %o.staged_key, error = %aws_sdk_s3::error::DisplayErrorContext(&e), "could not delete a staged object");
+            if let Err(e) = self.bucket.delete(&o.staged_key).await {
+                tracing::warn!(channel = %self.channel, staged = %o.staged_key, error = %e, "could not delete a staged object");
             }
         }
     }
@@ -803,15 +657,10 @@ impl RawStore {
     /// Errors: why not.
     pub async fn check_writable(&self) -> std::io::Result<()> {
         let key = format!("{STAGING_PREFIX}{}/.floe-write-check", self.channel);
-        self.put(&key, Vec::new()).await?;
-        self.discard(&[RawObject {
-            staged_key: key,
-            key: String::new(),
-            shard: ShardId(String::new()),
-            records: 0,
-            bytes: 0,
-        }])
-        .await;
+        self.bucket.put(&key, Vec::new(), CONTENT_TYPE).await?;
+        if let Err(e) = self.bucket.delete(&key).await {
+            tracing::warn!(channel = %self.channel, error = %e, "could not delete the write check object");
+        }
         Ok(())
     }
 }

@@ -25,8 +25,6 @@ use floe::lease::memory::MemoryLeaseStore;
 use floe::lease::{BatchStore, Delivered, LeaseKey, LeaseSpec, LeaseStore};
 use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
 use floe::raw::{EncodedObject, RawCompression, RawObject, RawStore};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::ClientConfig;
 
 /// A customer-managed key ARN (the emulator records it on each object; it does not check it).
 const KMS_KEY: &str = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
@@ -212,31 +210,6 @@ fn assert_exactly_once(objects: &[Object], produced: &[Vec<u8>]) {
     assert!(got == want, "the objects hold exactly the produced records");
 }
 
-fn kafka_produce(bootstrap: &str, ids: std::ops::Range<u64>) -> Vec<Vec<u8>> {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer");
-    let mut produced = Vec::new();
-    for id in ids {
-        let p = payload(id);
-        let key = id.to_string();
-        loop {
-            match producer.send(BaseRecord::to("events").key(&key).payload(&p)) {
-                Ok(()) => break,
-                Err(_) => {
-                    producer.poll(Duration::from_millis(10));
-                }
-            }
-        }
-        producer.poll(Duration::ZERO);
-        produced.push(p);
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
-    produced
-}
-
 /// Kafka → raw gzip objects; a worker is SIGKILLed mid-flight and restarted: the concatenated
 /// objects are exactly the produced records; every object is one partition's contiguous offsets
 /// `first..=last` as its key says; `floe channel describe` shows the delivered checkpoints.
@@ -247,7 +220,7 @@ async fn kafka_to_raw_objects_exactly_once_across_a_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start();
     let total = 3_000u64;
-    let mut produced = kafka_produce(&broker.bootstrap, 0..total / 2);
+    let mut produced = produce_payloads(&broker.bootstrap, 0..total / 2, payload);
     let aws = format!("[aws]\nregion = \"us-east-1\"\nendpoint_url = \"{endpoint}\"");
     let source = format!(
         "  kind = \"kafka\"\n  bootstrap_servers = \"{}\"\n  topic = \"events\"\n  initial_position = \"earliest\"",
@@ -256,15 +229,24 @@ async fn kafka_to_raw_objects_exactly_once_across_a_sigkill() {
     let config = |id: &str| raw_config(dir.path(), id, &aws, &source, &bucket, "gzip");
     let start = |id: &str| Worker::start_with(dir.path(), id, &config(id));
     let w1 = start("w1");
-    let mut w2 = start("w2");
+    let w2 = start("w2");
     tokio::time::sleep(Duration::from_secs(12)).await;
-    produced.extend(kafka_produce(&broker.bootstrap, total / 2..total));
+    produced.extend(produce_payloads(
+        &broker.bootstrap,
+        total / 2..total,
+        payload,
+    ));
     // Mid-flight: w1 holds buffered records and maybe batches not committed yet.
     tokio::time::sleep(Duration::from_secs(3)).await;
     w1.signal("KILL");
     drop(w1);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut w1 = start("w1");
+    // And the other worker (one of them is the committer) a little later.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    w2.signal("KILL");
+    drop(w2);
+    let mut w2 = start("w2");
     let objects = wait_objects(
         &endpoint,
         &bucket,
@@ -369,6 +351,23 @@ async fn kinesis_to_raw_objects_exactly_once() {
         stream.name
     );
     let config = raw_config(dir.path(), "w1", &aws, &source, &bucket, "zstd");
+    // `floe channel create` checks the bucket takes a staged object and records ACTIVE.
+    std::fs::write(dir.path().join("w1.toml"), &config).unwrap();
+    let created = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["channel", "create", "it", "--config"])
+        .arg(dir.path().join("w1.toml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&created.stdout);
+    assert!(
+        created.status.success() && text.contains("ACTIVE"),
+        "{text}{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    assert!(
+        read_staged(&endpoint, &bucket).await.is_empty(),
+        "the check object is removed"
+    );
     let mut w1 = Worker::start_with(dir.path(), "w1", &config);
     tokio::time::sleep(Duration::from_secs(4)).await;
     stream.put_all(&records[300..]).await;

@@ -137,7 +137,8 @@ pub struct ChannelSection {
     pub name: String,
     /// `[channel.source]`: where records are read. Required.
     pub source: Section<SourceSection>,
-    /// `[channel.record]`: how records are encoded. Optional.
+    /// `[channel.record]`: how records are encoded. Optional; not allowed for `kind = "s3"`
+    /// destinations (records are delivered as read).
     #[serde(default)]
     pub record: Section<RecordSection>,
     /// `[channel.schema]`: the JSON Schema records are validated against. Required for an

@@ -977,6 +977,12 @@ fn raw_destination_has_no_schema_and_no_dlq() {
     refused(&schema, "channel[0].schema", "not validated");
     let dlq = raw("") + "[channel.dlq]\nkind = \"local\"\npath = \"dlq\"\n";
     refused(&dlq, "channel[0].dlq", "never dropped");
+    let record = raw("") + "[channel.record]\nmax_record_size = \"1MiB\"\n";
+    refused(
+        &record,
+        "channel[0].record",
+        "whatever their framing or size",
+    );
     // An Iceberg channel still needs both.
     refused(
         &replaced("[channel.schema]\nfile = \"event.schema.json\"\n", ""),

@@ -393,6 +393,7 @@ impl Checker<'_> {
             c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-')
         });
         let source = self.source(&format!("{p}.source"), c.source);
+        let record_present = c.record.is_present();
         let record = self.record(&format!("{p}.record"), c.record);
         let format = record.as_ref().map(|r| r.format);
         let raw = c.destination.is_present() && self.is_raw(&c.destination);
@@ -400,6 +401,7 @@ impl Checker<'_> {
         // A raw destination delivers every record unvalidated: no schema, nothing to reject.
         let (schema, dlq) = if raw {
             for (present, key, why) in [
+                (record_present, "record", "records are delivered as read, whatever their framing or size"),
                 (c.schema.is_present(), "schema", "records are delivered as read, not validated"),
                 (c.dlq.is_present(), "dlq", "every record is delivered (raw means raw); a failed delivery is retried, never dropped"),
             ] {
@@ -850,33 +852,52 @@ impl Checker<'_> {
                 None
             }
         };
-        let data_freshness = self.duration(
-            &format!("{p}.data_freshness"),
+        let bounds = self.delivery_bounds(
+            p,
             d.data_freshness,
-            DEFAULT_DATA_FRESHNESS,
-            DATA_FRESHNESS_RANGE,
-        );
-        let target_object_size = self.size(
-            &format!("{p}.target_object_size"),
-            d.target_object_size,
-            DEFAULT_TARGET_FILE_SIZE,
-            TARGET_FILE_SIZE_RANGE,
-        );
-        let buffer_size = self.size(
-            &format!("{p}.buffer_size"),
+            ("target_object_size", d.target_object_size),
             d.buffer_size,
-            DEFAULT_BUFFER_SIZE,
-            BUFFER_SIZE_RANGE,
         );
+        let (data_freshness, target_object_size, buffer_size) = bounds?;
         Some(crate::raw::RawDestinationConfig {
             location: location?,
             key_template: key_template?,
             compression: d.compression.unwrap_or_default(),
             record_delimiter: d.record_delimiter.unwrap_or_default(),
-            data_freshness: data_freshness?,
-            target_object_size: target_object_size?,
-            buffer_size: buffer_size?,
+            data_freshness,
+            target_object_size,
+            buffer_size,
         })
+    }
+
+    /// `data_freshness`, the target size of a file or object (`(key, value)`) and `buffer_size`
+    /// of a destination, each with its default and range.
+    fn delivery_bounds(
+        &mut self,
+        p: &str,
+        data_freshness: Option<DurationText>,
+        (target_key, target): (&str, Option<SizeText>),
+        buffer_size: Option<SizeText>,
+    ) -> Option<(Duration, u64, u64)> {
+        let data_freshness = self.duration(
+            &format!("{p}.data_freshness"),
+            data_freshness,
+            DEFAULT_DATA_FRESHNESS,
+            DATA_FRESHNESS_RANGE,
+        );
+        let target = self.size(
+            &format!("{p}.{target_key}"),
+            target,
+            DEFAULT_TARGET_FILE_SIZE,
+            TARGET_FILE_SIZE_RANGE,
+        );
+        let buffer_size = self.size(
+            &format!("{p}.buffer_size"),
+            buffer_size,
+            DEFAULT_BUFFER_SIZE,
+            BUFFER_SIZE_RANGE,
+        );
+        Some((data_freshness?, target?, buffer_size?))
     }
 
     fn iceberg(
@@ -929,23 +950,11 @@ impl Checker<'_> {
             (CompressionCodec::Snappy, None) => Some(Compression::Snappy),
             (CompressionCodec::None, None) => Some(Compression::Uncompressed),
         };
-        let data_freshness = self.duration(
-            &format!("{p}.data_freshness"),
+        let bounds = self.delivery_bounds(
+            p,
             d.data_freshness,
-            DEFAULT_DATA_FRESHNESS,
-            DATA_FRESHNESS_RANGE,
-        );
-        let target_file_size = self.size(
-            &format!("{p}.target_file_size"),
-            d.target_file_size,
-            DEFAULT_TARGET_FILE_SIZE,
-            TARGET_FILE_SIZE_RANGE,
-        );
-        let buffer_size = self.size(
-            &format!("{p}.buffer_size"),
+            ("target_file_size", d.target_file_size),
             d.buffer_size,
-            DEFAULT_BUFFER_SIZE,
-            BUFFER_SIZE_RANGE,
         );
         let max_open_partitions = self.number(
             &format!("{p}.max_open_partitions"),
@@ -959,9 +968,9 @@ impl Checker<'_> {
             table: table?,
             partition_field: partition_field?,
             compression: compression?,
-            data_freshness: data_freshness?,
-            target_file_size: target_file_size?,
-            buffer_size: buffer_size?,
+            data_freshness: bounds?.0,
+            target_file_size: bounds?.1,
+            buffer_size: bounds?.2,
             max_open_partitions: max_open_partitions?,
         })
     }

@@ -245,6 +245,22 @@ pub struct Delivered {
     pub version: u64,
 }
 
+/// The version a conditional write of a versioned item stores (`expected + 1`, 1 when created)
+/// and the item's JSON body with that version set in it.
+pub(crate) fn next_version<T: Serialize + Clone>(
+    value: &T,
+    expected: Option<u64>,
+    set_version: impl FnOnce(&mut T, u64),
+) -> (u64, String) {
+    let version = expected.map_or(1, |v| v + 1);
+    let mut stored = value.clone();
+    set_version(&mut stored, version);
+    (
+        version,
+        serde_json::to_string(&stored).expect("a lease store item serializes"),
+    )
+}
+
 /// An error of a lease-store call, named for what the caller does next.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseError {

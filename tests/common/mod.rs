@@ -249,16 +249,27 @@ pub fn bad_kind(id: u64) -> Option<BadKind> {
 
 /// Produces ids `from..to` (keys = id), 2% of them bad.
 pub fn produce(bootstrap: &str, from: u64, to: u64) {
+    produce_payloads(bootstrap, from..to, |id| match bad_kind(id) {
+        Some(kind) => bad_event(id, kind).0,
+        None => event_json(id, SEED, BASE_MS, 3).into_bytes(),
+    });
+}
+
+/// Produces `payload(id)` for each id of `ids` (keys = id) to topic `events`; returns the
+/// payloads in production order.
+pub fn produce_payloads(
+    bootstrap: &str,
+    ids: std::ops::Range<u64>,
+    payload: impl Fn(u64) -> Vec<u8>,
+) -> Vec<Vec<u8>> {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "5")
         .create()
         .expect("producer");
-    for id in from..to {
-        let payload = match bad_kind(id) {
-            Some(kind) => bad_event(id, kind).0,
-            None => event_json(id, SEED, BASE_MS, 3).into_bytes(),
-        };
+    let mut produced = Vec::with_capacity(ids.clone().count());
+    for id in ids {
+        let payload = payload(id);
         let key = id.to_string();
         loop {
             match producer.send(BaseRecord::to("events").key(&key).payload(&payload)) {
@@ -269,8 +280,10 @@ pub fn produce(bootstrap: &str, from: u64, to: u64) {
             }
         }
         producer.poll(Duration::ZERO);
+        produced.push(payload);
     }
     producer.flush(Duration::from_secs(30)).expect("flush");
+    produced
 }
 
 /// Rows in the current snapshot (from its summary) and published DLQ entries.
