@@ -368,6 +368,11 @@ async fn kinesis_to_raw_objects_exactly_once() {
         read_staged(&endpoint, &bucket).await.is_empty(),
         "the check object is removed"
     );
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let config = config.replace(
+        "metrics_address = \"off\"",
+        &format!("metrics_address = \"{metrics}\""),
+    );
     let mut w1 = Worker::start_with(dir.path(), "w1", &config);
     tokio::time::sleep(Duration::from_secs(4)).await;
     stream.put_all(&records[300..]).await;
@@ -380,6 +385,35 @@ async fn kinesis_to_raw_objects_exactly_once() {
         &mut [("w1", &mut w1)],
     )
     .await;
+    // The metrics of a raw channel are an Iceberg channel's: records read, rows delivered,
+    // commits, objects written, freshness target.
+    let (status, scrape) = get(&metrics, "/metrics").expect("scrape /metrics");
+    assert_eq!(status, 200);
+    let m = samples(&scrape);
+    let ch = "channel=\"it\"";
+    assert_eq!(
+        sum(&m, "floe_records_read_total", &[ch]),
+        total as f64,
+        "{scrape}"
+    );
+    assert_eq!(
+        sum(&m, "floe_rows_delivered_total", &[ch]),
+        total as f64,
+        "{scrape}"
+    );
+    assert!(
+        sum(&m, "floe_commits_total", &[ch, "outcome=\"committed\""]) >= 1.0,
+        "{scrape}"
+    );
+    assert!(
+        sum(&m, "floe_data_files_written_total", &[ch]) >= 2.0,
+        "{scrape}"
+    );
+    assert_eq!(
+        sum(&m, "floe_data_freshness_target_seconds", &[ch]),
+        10.0,
+        "{scrape}"
+    );
     assert!(
         w1.terminate().success(),
         "w1:\n{}",
@@ -464,7 +498,7 @@ fn raw_batch(objects: &[RawObject], after: Option<i64>, last: i64, counter: u64)
     }
 }
 
-async fn get(endpoint: &str, bucket: &str, key: &str) -> Option<Vec<u8>> {
+async fn object_bytes(endpoint: &str, bucket: &str, key: &str) -> Option<Vec<u8>> {
     aws_clients(endpoint)
         .await
         .s3()
@@ -528,7 +562,7 @@ async fn a_committed_batch_is_published_by_the_next_committer_and_a_duplicate_ne
         )
         .await
         .unwrap();
-    assert_eq!(get(&endpoint, &bucket, "raw/c-0-0-9").await, None);
+    assert_eq!(object_bytes(&endpoint, &bucket, "raw/c-0-0-9").await, None);
 
     let l: Arc<dyn LeaseStore> = leases.clone();
     let b: Arc<dyn BatchStore> = leases.clone();
@@ -536,11 +570,13 @@ async fn a_committed_batch_is_published_by_the_next_committer_and_a_duplicate_ne
     let report = committer.run_round().await.unwrap();
     assert_eq!((report.recovered, report.rejected), (1, 1), "{report:?}");
     assert_eq!(
-        get(&endpoint, &bucket, "raw/c-0-0-9").await.as_deref(),
+        object_bytes(&endpoint, &bucket, "raw/c-0-0-9")
+            .await
+            .as_deref(),
         Some(&b"a\n"[..])
     );
     assert_eq!(
-        get(&endpoint, &bucket, "raw/c-0-0-11").await,
+        object_bytes(&endpoint, &bucket, "raw/c-0-0-11").await,
         None,
         "duplicate never published"
     );
@@ -566,11 +602,16 @@ async fn a_committed_batch_is_published_by_the_next_committer_and_a_duplicate_ne
         stale.run_round().await,
         Err(floe::commit::CommitError::Fenced { .. })
     ));
-    assert_eq!(get(&endpoint, &bucket, "raw/c-0-10-12").await, None);
+    assert_eq!(
+        object_bytes(&endpoint, &bucket, "raw/c-0-10-12").await,
+        None
+    );
     let report = committer.run_round().await.unwrap();
     assert_eq!(report.committed, 1);
     assert_eq!(
-        get(&endpoint, &bucket, "raw/c-0-10-12").await.as_deref(),
+        object_bytes(&endpoint, &bucket, "raw/c-0-10-12")
+            .await
+            .as_deref(),
         Some(&b"n\n"[..])
     );
     let delivered = leases.get_delivered("c").await.unwrap().unwrap();
@@ -612,7 +653,10 @@ async fn large_objects_use_multipart_uploads_and_the_owner_is_checked() {
     store.publish(&staged).await.unwrap();
     // Idempotent: publishing again (a committer that crashed before finishing) is a no-op.
     store.publish(&staged).await.unwrap();
-    assert_eq!(get(&endpoint, &bucket, "big/c-0-0-1").await, Some(body));
+    assert_eq!(
+        object_bytes(&endpoint, &bucket, "big/c-0-0-1").await,
+        Some(body)
+    );
     assert!(read_staged(&endpoint, &bucket).await.is_empty());
 
     let mut other = location(&bucket);

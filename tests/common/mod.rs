@@ -4,7 +4,9 @@
 
 pub mod kinesis;
 
-use std::io::{BufRead, BufReader};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -381,4 +383,54 @@ pub fn worker_settings(channel: &str, data_freshness: Duration) -> floe::worker:
             target_file_size: 128 << 20,
         },
     }
+}
+
+/// `GET path` over HTTP/1.1; returns (status, body).
+pub fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+/// The samples of a scrape: `name{labels}` → value.
+pub fn samples(scrape: &str) -> BTreeMap<String, f64> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Sum of the samples of metric `name` whose labels contain every `filter` (`k="v"`).
+pub fn sum(s: &BTreeMap<String, f64>, name: &str, filters: &[&str]) -> f64 {
+    s.iter()
+        .filter(|(k, _)| {
+            k.split_once('{').map_or(k.as_str(), |(n, _)| n) == name
+                && filters.iter().all(|f| k.contains(f))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// A TCP port free on 127.0.0.1 right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
