@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use iceberg::{Catalog, NamespaceIdent, TableIdent};
+use iceberg::{NamespaceIdent, TableIdent};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -34,13 +34,16 @@ use crate::lease::manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
 use crate::lease::sqlite::SqliteLeaseStore;
 use crate::lease::Store;
 use crate::lease::{BatchStore, ChannelState, ChannelStatus, LeaseKey, LeaseSpec, LeaseStore};
+use crate::raw::RawStore;
 use crate::schema::registry::{
     load_channel_schema, ChannelSchema, RegistryClient, SchemaLoadError,
 };
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
 use crate::source::kinesis::KinesisSource;
 use crate::source::{InitialPosition, Source};
-use crate::worker::{ChannelIo, ChannelWorker, WorkerError, WorkerSettings};
+use crate::worker::{
+    ChannelIo, ChannelWorker, DestinationIo, IcebergIo, RawIo, WorkerError, WorkerSettings,
+};
 use crate::writer::{ParquetCompression, WriterSettings};
 
 /// Errors that stop `floe run` at start.
@@ -211,8 +214,9 @@ pub async fn setup(config: &Config) -> Result<String, AppError> {
     })
 }
 
-/// Loads the schema of channel `index` of the file (`config`), opens the catalog and the source, activates the channel (records its
-/// activation time in the lease store on first start) and creates its table.
+/// Loads the schema, opens the catalog and the source, activates the channel (records its
+/// activation time in the lease store on first start) and creates its table; for a raw S3
+/// destination, activates it, opens the source and checks the bucket accepts a staged put.
 ///
 /// Errors: [`AppError::Channel`] naming the channel and the reason.
 pub async fn prepare_channel(
@@ -221,9 +225,96 @@ pub async fn prepare_channel(
     store: &dyn Store,
     aws: &AwsClients,
 ) -> Result<PreparedChannel, AppError> {
+    match &config.destination {
+        DestinationConfig::Iceberg(dest) => prepare_iceberg(index, config, dest, store, aws).await,
+        DestinationConfig::S3(dest) => prepare_raw(config, dest, store, aws).await,
+    }
+}
+
+async fn prepare_raw(
+    config: &ChannelConfig,
+    dest: &crate::raw::RawDestinationConfig,
+    store: &dyn Store,
+    aws: &AwsClients,
+) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
+    let state = activate(store, name).await?;
+    if let crate::control::RunDecision::Refuse(message) = crate::control::run_decision(Some(&state))
+    {
+        return Err(channel_err(name, message));
+    }
+    let raw = RawStore::new(aws.s3(), dest.location.clone(), name);
+    raw.check_writable().await.map_err(|e| {
+        channel_unavailable(
+            name,
+            format!(
+                "bucket {} does not accept a staged object: {e}",
+                dest.location.bucket
+            ),
+        )
+    })?;
+    let (source, initial_position) = open_source(config, &state, aws)?;
+    Ok(PreparedChannel {
+        config: config.clone(),
+        io: ChannelIo {
+            source,
+            destination: DestinationIo::Raw(RawIo {
+                store: raw,
+                config: Arc::new(dest.clone()),
+            }),
+        },
+        initial_position,
+        record_decoder: RecordDecoder::Json,
+        schema_label: String::new(),
+    })
+}
+
+/// The channel's source and where its shards without a checkpoint start.
+fn open_source(
+    config: &ChannelConfig,
+    state: &ChannelState,
+    aws: &AwsClients,
+) -> Result<(Arc<dyn Source>, InitialPosition), AppError> {
+    let name = config.name.as_str();
+    let (source, initial): (Arc<dyn Source>, _) = match &config.source {
+        SourceConfig::Kafka(kafka) => {
+            let mut source_config = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
+            for (k, v) in &kafka.properties {
+                source_config = source_config.with_client_property(k, v.value());
+            }
+            let source = KafkaSource::try_new(source_config).map_err(|e| channel_err(name, e))?;
+            (Arc::new(source), kafka.initial_position)
+        }
+        SourceConfig::Kinesis(kinesis) => (
+            Arc::new(KinesisSource::new(aws.kinesis(), kinesis)),
+            kinesis.initial_position,
+        ),
+    };
+    let initial_position = match initial {
+        crate::config::InitialPosition::Earliest => InitialPosition::Earliest,
+        crate::config::InitialPosition::ActivationTime => {
+            InitialPosition::AtTimestamp(state.activated_at_ms.unwrap_or(0))
+        }
+    };
+    Ok((source, initial_position))
+}
+
+async fn prepare_iceberg(
+    index: usize,
+    config: &ChannelConfig,
+    dest: &crate::config::IcebergDestinationConfig,
+    store: &dyn Store,
+    aws: &AwsClients,
+) -> Result<PreparedChannel, AppError> {
+    let name = config.name.as_str();
+    let (Some(schema_config), Some(dlq_config)) = (&config.schema, &config.dlq) else {
+        return Err(channel_err(
+            name,
+            "an Iceberg channel needs a schema and a DLQ",
+        ));
+    };
     // A schema file is checked before activation; a Glue schema is resolved at activation.
-    let registry = match &config.schema {
+    let registry = match schema_config {
         SchemaConfig::Glue { schema_arn, .. } => {
             Some(Arc::new(RegistryClient::glue(aws.glue(), schema_arn)))
         }
@@ -237,7 +328,6 @@ pub async fn prepare_channel(
                 .map_err(|e| channel_err(name, e))?,
         ),
     };
-    let DestinationConfig::Iceberg(dest) = &config.destination;
     let catalog = crate::catalog::open_channel_catalog(&dest.catalog, aws)
         .await
         .map_err(|e| match e {
@@ -339,27 +429,8 @@ pub async fn prepare_channel(
             }
         }
     }
-    let (source, initial): (Arc<dyn Source>, _) = match &config.source {
-        SourceConfig::Kafka(kafka) => {
-            let mut source_config = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
-            for (k, v) in &kafka.properties {
-                source_config = source_config.with_client_property(k, v.value());
-            }
-            let source = KafkaSource::try_new(source_config).map_err(|e| channel_err(name, e))?;
-            (Arc::new(source), kafka.initial_position)
-        }
-        SourceConfig::Kinesis(kinesis) => (
-            Arc::new(KinesisSource::new(aws.kinesis(), kinesis)),
-            kinesis.initial_position,
-        ),
-    };
-    let initial_position = match initial {
-        crate::config::InitialPosition::Earliest => InitialPosition::Earliest,
-        crate::config::InitialPosition::ActivationTime => {
-            InitialPosition::AtTimestamp(state.activated_at_ms.unwrap_or(0))
-        }
-    };
-    let dlq: Dlq = match &config.dlq.location {
+    let (source, initial_position) = open_source(config, &state, aws)?;
+    let dlq: Dlq = match &dlq_config.location {
         DlqLocation::Local(path) => LocalDlq::new(path, name).into(),
         DlqLocation::S3(location) => S3Dlq::new(aws.s3(), location.clone(), name).into(),
     };
@@ -376,13 +447,15 @@ pub async fn prepare_channel(
     };
     Ok(PreparedChannel {
         config: config.clone(),
-        io: ChannelIo {
+        io: ChannelIo::iceberg(
             source,
-            catalog,
-            ident,
-            schema,
-            dlq,
-        },
+            IcebergIo {
+                catalog,
+                ident,
+                schema,
+                dlq,
+            },
+        ),
         initial_position,
         record_decoder,
         schema_label: channel_schema.label,
@@ -428,10 +501,10 @@ async fn glue_schema(
     };
     if let (
         Some(_),
-        SchemaConfig::Glue {
+        Some(SchemaConfig::Glue {
             version: crate::config::GlueSchemaVersion::Number(n),
             ..
-        },
+        }),
     ) = (recorded, &config.schema)
     {
         if resolved.version_number != Some(*n) {
@@ -586,12 +659,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             config.worker.shutdown_timeout + Duration::from_secs(2),
             stop_reading.clone(),
         ));
-        crate::health::Readiness::global().register(
-            &name,
-            held.clone(),
-            prepared.io.catalog.clone(),
-            prepared.io.ident.clone(),
-        );
+        match &prepared.io.destination {
+            DestinationIo::Iceberg(io) => crate::health::Readiness::global().register(
+                &name,
+                held.clone(),
+                io.catalog.clone(),
+                io.ident.clone(),
+            ),
+            DestinationIo::Raw(_) => {
+                crate::health::Readiness::global().register_raw(&name, held.clone())
+            }
+        }
 
         // Shard discovery: new Kafka partitions and Kinesis child shards get leases. A child's
         // keys wait for it after their parent ends, so Kinesis is listed more often.
@@ -631,13 +709,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             let store = store.clone();
             let held = held.clone();
             let stop = stops.committing.clone();
-            let p = (
-                name.clone(),
-                prepared.io.ident.clone(),
-                prepared.io.catalog.clone(),
-                prepared.io.dlq.clone(),
-            );
-            tracker.spawn(committer_loop(p.0, p.1, p.2, store, p.3, held, stop));
+            let destination = prepared.io.destination.clone();
+            tracker.spawn(committer_loop(name.clone(), destination, store, held, stop));
         }
 
         // Worker loop, restarted with backoff on failure.
@@ -742,36 +815,38 @@ fn worker_settings(
     channel: &ChannelConfig,
     p: &PreparedChannel,
 ) -> WorkerSettings {
-    let DestinationConfig::Iceberg(dest) = &channel.destination;
     let source_name = match &channel.source {
         SourceConfig::Kafka(kafka) => kafka.topic.clone(),
         SourceConfig::Kinesis(kinesis) => kinesis.stream.as_str().to_owned(),
     };
-    let include_payload = &channel.dlq.include_payload;
+    let include_payload = channel.dlq.as_ref().is_some_and(|d| d.include_payload);
+    // A raw channel writes no data files: its writer settings are unused.
+    let (compression_codec, target_file_size) = match &channel.destination {
+        DestinationConfig::Iceberg(dest) => (compression(&dest.compression), dest.target_file_size),
+        DestinationConfig::S3(dest) => (ParquetCompression::None, dest.target_object_size),
+    };
     WorkerSettings {
         channel: channel.name.clone(),
         worker_id: config.worker.id.clone(),
         source_name,
         schema_version: p.schema_label.clone(),
-        data_freshness: dest.data_freshness,
-        buffer_size: dest.buffer_size,
+        data_freshness: channel.destination.data_freshness(),
+        buffer_size: channel.destination.buffer_size(),
         max_record_size: channel.record.max_record_size,
-        include_payload: *include_payload,
+        include_payload,
         initial_position: p.initial_position.clone(),
         writer: WriterSettings {
             channel: channel.name.clone(),
-            compression: compression(&dest.compression),
-            target_file_size: dest.target_file_size,
+            compression: compression_codec,
+            target_file_size,
         },
     }
 }
 
 async fn committer_loop(
     channel: String,
-    ident: TableIdent,
-    catalog: Arc<dyn Catalog>,
+    destination: DestinationIo,
     store: Arc<dyn Store>,
-    dlq: Dlq,
     mut held: watch::Receiver<HeldLeases>,
     stop: CancellationToken,
 ) {
@@ -789,15 +864,24 @@ async fn committer_loop(
                 tracing::info!(channel = %channel, lease_counter = l.lease_counter, "committer lease taken");
                 let leases: Arc<dyn LeaseStore> = store.clone();
                 let batches: Arc<dyn BatchStore> = store.clone();
-                committer = Some(Committer::new(
-                    channel.clone(),
-                    ident.clone(),
-                    catalog.clone(),
-                    leases,
-                    batches,
-                    dlq.clone(),
-                    l.lease_counter,
-                ));
+                committer = Some(match &destination {
+                    DestinationIo::Iceberg(io) => Committer::new(
+                        channel.clone(),
+                        io.ident.clone(),
+                        io.catalog.clone(),
+                        leases,
+                        batches,
+                        io.dlq.clone(),
+                        l.lease_counter,
+                    ),
+                    DestinationIo::Raw(io) => Committer::raw(
+                        channel.clone(),
+                        io.store.clone(),
+                        leases,
+                        batches,
+                        l.lease_counter,
+                    ),
+                });
             }
             Some(_) => {}
         }

@@ -38,8 +38,9 @@ use crate::catalog::{
     PROP_LAST_COMMIT_ID, SUMMARY_BATCH_IDS, SUMMARY_COMMIT_ID, SUMMARY_RANGES,
 };
 use crate::dlq::Dlq;
-use crate::lease::{BatchStore, DeliveryLog, LeaseError, LeaseKey, LeaseStore};
+use crate::lease::{BatchStore, Delivered, DeliveryLog, LeaseError, LeaseKey, LeaseStore};
 use crate::model::{Checkpoints, PendingBatch, RangeVerdict, ShardId};
+use crate::raw::{RawObject, RawStore};
 use crate::telemetry;
 use crate::writer::{data_file_paths, parse_data_files};
 
@@ -193,15 +194,60 @@ pub struct RoundReport {
     pub snapshot_id: Option<i64>,
 }
 
+/// Where a committer commits: the Iceberg table (checkpoints in the table, fenced transaction)
+/// or a raw S3 destination (checkpoints in the lease store, compare-and-swap).
+enum Target {
+    Iceberg {
+        ident: TableIdent,
+        catalog: FencedCatalog,
+        dlq: Dlq,
+    },
+    Raw(RawStore),
+}
+
+/// What a round starts from: the committed state of the destination.
+enum Loaded {
+    Iceberg(Box<Table>),
+    /// The lease store's item, `None` before the first commit.
+    Raw(Option<Delivered>),
+}
+
+impl Loaded {
+    fn epoch(&self) -> u64 {
+        match self {
+            Loaded::Iceberg(t) => table_epoch(t),
+            Loaded::Raw(d) => d.as_ref().map_or(0, |d| d.committer_epoch),
+        }
+    }
+
+    fn checkpoints(&self) -> Result<Checkpoints, CommitError> {
+        match self {
+            Loaded::Iceberg(t) => table_checkpoints(t),
+            Loaded::Raw(d) => Ok(d
+                .as_ref()
+                .map(|d| d.checkpoints.clone())
+                .unwrap_or_default()),
+        }
+    }
+
+    fn committed_batch_ids(&self) -> HashSet<Uuid> {
+        match self {
+            Loaded::Iceberg(t) => committed_batch_ids(t),
+            Loaded::Raw(d) => d
+                .iter()
+                .flat_map(|d| d.committed_batch_ids.iter().copied())
+                .collect(),
+        }
+    }
+}
+
 /// The committer of one channel. Create it when this worker takes the channel's committer
 /// lease, with that lease's counter as `epoch`; drop it when the lease is lost.
 pub struct Committer {
     channel: String,
-    ident: TableIdent,
-    catalog: FencedCatalog,
+    target: Target,
     leases: Arc<dyn LeaseStore>,
     batches: Arc<dyn BatchStore>,
-    dlq: Dlq,
     epoch: u64,
 }
 
@@ -218,13 +264,50 @@ impl Committer {
     ) -> Self {
         Committer {
             channel: channel.into(),
-            ident,
-            catalog: FencedCatalog::new(catalog),
+            target: Target::Iceberg {
+                ident,
+                catalog: FencedCatalog::new(catalog),
+                dlq: dlq.into(),
+            },
             leases,
             batches,
-            dlq: dlq.into(),
             epoch,
         }
+    }
+
+    /// A committer for raw channel `channel`, publishing through `store`; its checkpoints live in
+    /// `batches` ([`BatchStore::get_delivered`]).
+    pub fn raw(
+        channel: impl Into<String>,
+        store: RawStore,
+        leases: Arc<dyn LeaseStore>,
+        batches: Arc<dyn BatchStore>,
+        epoch: u64,
+    ) -> Self {
+        Committer {
+            channel: channel.into(),
+            target: Target::Raw(store),
+            leases,
+            batches,
+            epoch,
+        }
+    }
+
+    /// What the commit log lines name as the destination.
+    fn destination(&self) -> String {
+        match &self.target {
+            Target::Iceberg { ident, .. } => ident.to_string(),
+            Target::Raw(store) => format!("s3://{}", store.bucket()),
+        }
+    }
+
+    async fn load(&self) -> Result<Loaded, CommitError> {
+        Ok(match &self.target {
+            Target::Iceberg { ident, catalog, .. } => {
+                Loaded::Iceberg(Box::new(catalog.inner().load_table(ident).await?))
+            }
+            Target::Raw(_) => Loaded::Raw(self.batches.get_delivered(&self.channel).await?),
+        })
     }
 
     /// The committer lease counter this committer writes as `floe.committer-epoch`.
@@ -238,8 +321,8 @@ impl Committer {
     /// Errors: see [`CommitError`]; on `Conflict` nothing was finished and the next round
     /// re-plans; on `Fenced` the caller must stop acting as committer.
     pub async fn run_round(&self) -> Result<RoundReport, CommitError> {
-        let table = self.catalog.inner().load_table(&self.ident).await?;
-        let t_epoch = table_epoch(&table);
+        let loaded = self.load().await?;
+        let t_epoch = loaded.epoch();
         if t_epoch > self.epoch {
             return Err(CommitError::Fenced {
                 table_epoch: t_epoch,
@@ -250,8 +333,8 @@ impl Committer {
         if pending.is_empty() && t_epoch == self.epoch {
             return Ok(RoundReport::default());
         }
-        let checkpoints = table_checkpoints(&table)?;
-        let committed_ids = committed_batch_ids(&table);
+        let checkpoints = loaded.checkpoints()?;
+        let committed_ids = loaded.committed_batch_ids();
         let lease_counters: HashMap<ShardId, u64> = self
             .leases
             .list_leases(&self.channel)
@@ -270,15 +353,29 @@ impl Committer {
         if needs_commit {
             let commit_id = Uuid::now_v7();
             let started = Instant::now();
-            let result = self
-                .commit(&table, &accepted, &plan.checkpoints, commit_id)
-                .await;
+            let result = match &loaded {
+                Loaded::Iceberg(table) => {
+                    self.commit(table, &accepted, &plan.checkpoints, commit_id)
+                        .await
+                }
+                Loaded::Raw(delivered) => {
+                    let recovered = pick(&pending, &plan, BatchDecision::AlreadyCommitted);
+                    self.commit_raw(
+                        delivered.as_ref(),
+                        &accepted,
+                        &recovered,
+                        &plan.checkpoints,
+                        commit_id,
+                    )
+                    .await
+                }
+            };
             let took = started.elapsed();
             telemetry::record_commit(&self.channel, &result, took);
             if let Err(e) = &result {
                 tracing::warn!(
                     channel = %self.channel,
-                    table = %self.ident,
+                    table = %self.destination(),
                     batches = accepted.len(),
                     rows = accepted.iter().map(|b| b.num_rows).sum::<u64>(),
                     commit_latency_ms = took.as_millis() as u64,
@@ -297,11 +394,11 @@ impl Committer {
         // From here on the table carries this committer's epoch and every decision is final.
         let mut recovered = pick(&pending, &plan, BatchDecision::AlreadyCommitted);
         let mut dead = pick(&pending, &plan, BatchDecision::Dead);
-        if !dead.is_empty() {
+        if let (false, Loaded::Iceberg(table)) = (dead.is_empty(), &loaded) {
             // A batch committed in a snapshot that maintenance has since expired is no longer
             // named by any snapshot summary: before deleting files, ask the table itself.
             let referenced: HashSet<String> =
-                referenced_data_files(&table).await?.into_iter().collect();
+                referenced_data_files(table).await?.into_iter().collect();
             let (committed_anyway, really_dead): (Vec<_>, Vec<_>) =
                 dead.into_iter().partition(|b| {
                     data_file_paths(&b.data_files)
@@ -313,24 +410,7 @@ impl Committer {
         }
         let mut committed_ids: Vec<Uuid> = Vec::new();
         for b in accepted.iter().chain(recovered.iter()) {
-            if let Some(staged) = &b.dlq_staged {
-                let published = self.dlq.publish(b.batch_id, staged).await;
-                telemetry::record_dlq_write(&self.channel, "publish", published.is_ok());
-                match published {
-                    Ok(()) => {}
-                    // Staged object gone and never published: its entries are lost; say so
-                    // loudly, but do not stop delivering every later batch.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        tracing::error!(channel = %self.channel, batch_id = %b.batch_id, staged, num_dead_lettered = b.num_dead_lettered, "staged DLQ object is missing: its entries cannot be published");
-                    }
-                    Err(e) => {
-                        return Err(CommitError::Unavailable(iceberg::Error::new(
-                            ErrorKind::Unexpected,
-                            format!("publish DLQ object {staged}: {e}"),
-                        )))
-                    }
-                }
-            }
+            self.publish(b).await?;
             committed_ids.push(b.batch_id);
         }
         for b in accepted.iter() {
@@ -346,16 +426,22 @@ impl Committer {
             });
             let reason = if stale { "stale_lease" } else { "duplicate" };
             tracing::warn!(channel = %self.channel, batch_id = %b.batch_id, worker_id = %b.worker_id, reason, rows = b.num_rows, "batch rejected: its files are deleted and its records read again");
-            for path in data_file_paths(&b.data_files) {
-                if let Err(e) = table.file_io().delete(&path).await {
-                    tracing::warn!(channel = %self.channel, path, error = %e, "could not delete a rejected batch's data file");
-                }
-            }
-            if let Some(staged) = &b.dlq_staged {
-                self.dlq.discard(staged).await;
-            }
+            self.discard(&loaded, b).await;
             telemetry::record_batch_rejected(&self.channel, reason);
         }
+        self.finish(&plan, &checkpoints, committed_ids, &dead, report)
+            .await
+    }
+
+    /// After the commit: finishes batches, updates the checkpoint hints, reports.
+    async fn finish(
+        &self,
+        plan: &RoundPlan,
+        checkpoints: &Checkpoints,
+        committed_ids: Vec<Uuid>,
+        dead: &[&PendingBatch],
+        mut report: RoundReport,
+    ) -> Result<RoundReport, CommitError> {
         let rejected_ids: Vec<Uuid> = dead.iter().map(|b| b.batch_id).collect();
         if !committed_ids.is_empty() || !rejected_ids.is_empty() {
             self.batches
@@ -364,14 +450,14 @@ impl Committer {
         }
         for (shard, pos) in &plan.checkpoints.0 {
             if checkpoints.get(shard) != Some(pos) {
-                // A hint only: the table is authoritative.
+                // A hint only: the table (or the delivered item) is authoritative.
                 let _ = self
                     .leases
                     .set_checkpoint_hint(&self.channel, &LeaseKey::Shard(shard.clone()), pos)
                     .await;
             }
         }
-        report.recovered = recovered.len();
+        report.recovered = committed_ids.len() - report.committed;
         report.rejected = dead.len();
         report.kept = plan
             .decisions
@@ -382,7 +468,7 @@ impl Committer {
         if report.committed + report.recovered + report.rejected > 0 {
             tracing::info!(
                 channel = %self.channel,
-                table = %self.ident,
+                table = %self.destination(),
                 committed = report.committed,
                 recovered = report.recovered,
                 rejected = report.rejected,
@@ -394,6 +480,127 @@ impl Committer {
             );
         }
         Ok(report)
+    }
+
+    /// Publishes a committed batch: its staged DLQ object (Iceberg), or its staged objects under
+    /// their final keys (raw).
+    async fn publish(&self, b: &PendingBatch) -> Result<(), CommitError> {
+        match &self.target {
+            Target::Raw(store) => {
+                let objects = RawObject::parse_all(&b.data_files)
+                    .map_err(|e| CommitError::Incompatible(format!("batch {}: {e}", b.batch_id)))?;
+                match store.publish(&objects).await {
+                    Ok(()) => Ok(()),
+                    // Neither staged nor published: lost; say so loudly, go on.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        tracing::error!(channel = %self.channel, batch_id = %b.batch_id, error = %e, "staged object is missing: a committed batch cannot be published");
+                        Ok(())
+                    }
+                    Err(e) => Err(CommitError::Unavailable(iceberg::Error::new(
+                        ErrorKind::Unexpected,
+                        format!("publish batch {}: {e}", b.batch_id),
+                    ))),
+                }
+            }
+            Target::Iceberg { dlq, .. } => {
+                let Some(staged) = &b.dlq_staged else {
+                    return Ok(());
+                };
+                let published = dlq.publish(b.batch_id, staged).await;
+                telemetry::record_dlq_write(&self.channel, "publish", published.is_ok());
+                match published {
+                    Ok(()) => Ok(()),
+                    // Staged object gone and never published: its entries are lost; say so
+                    // loudly, but do not stop delivering every later batch.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        tracing::error!(channel = %self.channel, batch_id = %b.batch_id, staged, num_dead_lettered = b.num_dead_lettered, "staged DLQ object is missing: its entries cannot be published");
+                        Ok(())
+                    }
+                    Err(e) => Err(CommitError::Unavailable(iceberg::Error::new(
+                        ErrorKind::Unexpected,
+                        format!("publish DLQ object {staged}: {e}"),
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// Deletes what a rejected batch wrote: data files and staged DLQ object, or staged objects.
+    async fn discard(&self, loaded: &Loaded, b: &PendingBatch) {
+        match (&self.target, loaded) {
+            (Target::Iceberg { dlq, .. }, Loaded::Iceberg(table)) => {
+                for path in data_file_paths(&b.data_files) {
+                    if let Err(e) = table.file_io().delete(&path).await {
+                        tracing::warn!(channel = %self.channel, path, error = %e, "could not delete a rejected batch's data file");
+                    }
+                }
+                if let Some(staged) = &b.dlq_staged {
+                    dlq.discard(staged).await;
+                }
+            }
+            (Target::Raw(store), _) => match RawObject::parse_all(&b.data_files) {
+                Ok(objects) => store.discard(&objects).await,
+                Err(e) => {
+                    tracing::warn!(channel = %self.channel, batch_id = %b.batch_id, error = %e, "a rejected batch's objects are not raw objects")
+                }
+            },
+            _ => {}
+        }
+    }
+
+    /// Raw destination: one compare-and-swap of the lease store's delivered checkpoints, on the
+    /// version read (and, in the store, on no newer committer epoch). Returns `None` (no
+    /// snapshot).
+    async fn commit_raw(
+        &self,
+        read: Option<&Delivered>,
+        accepted: &[&PendingBatch],
+        recovered: &[&PendingBatch],
+        checkpoints: &Checkpoints,
+        commit_id: Uuid,
+    ) -> Result<Option<i64>, CommitError> {
+        // Every committed batch not yet finished stays listed, so a committer that crashes before
+        // publishing leaves the next one able to tell it from a duplicate.
+        let delivered = Delivered {
+            channel: self.channel.clone(),
+            checkpoints: checkpoints.clone(),
+            committer_epoch: self.epoch,
+            last_commit_id: Some(commit_id),
+            committed_batch_ids: accepted
+                .iter()
+                .chain(recovered)
+                .map(|b| b.batch_id)
+                .collect(),
+            version: 0,
+        };
+        match self
+            .batches
+            .put_delivered(&delivered, read.map(|d| d.version))
+            .await
+        {
+            Ok(_) => Ok(None),
+            Err(LeaseError::Conflict { .. }) => Err(CommitError::Conflict(format!(
+                "the delivered checkpoints of {} changed since they were read",
+                self.channel
+            ))),
+            Err(e) if e.is_retryable() => {
+                // Unknown outcome: the stored item decides.
+                tracing::warn!(channel = %self.channel, error = %e, %commit_id, "checkpoint write outcome unknown, reconciling");
+                let fresh = self
+                    .batches
+                    .get_delivered(&self.channel)
+                    .await
+                    .map_err(|e2| {
+                        CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}"))
+                    })?;
+                if fresh.and_then(|d| d.last_commit_id) == Some(commit_id) {
+                    Ok(None)
+                } else {
+                    Err(CommitError::OutcomeUnknown(e.to_string()))
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The delivery log: one structured line per committed batch, unless the channel was
@@ -433,7 +640,7 @@ impl Committer {
                 .collect();
             tracing::info!(
                 channel = %self.channel,
-                table = %self.ident,
+                table = %self.destination(),
                 batch_id = %b.batch_id,
                 worker_id = %b.worker_id,
                 shards = %ranges.join(" "),
@@ -505,10 +712,14 @@ impl Committer {
             .set(PROP_LAST_COMMIT_ID.to_string(), commit_id.to_string())
             .set(PROP_COMMITTER_EPOCH.to_string(), self.epoch.to_string())
             .apply(tx)?;
-        self.catalog
-            .set_fence(self.ident.clone(), table.metadata().current_snapshot_id());
-        let result = tx.commit(&self.catalog).await;
-        self.catalog.clear_fence();
+        let Target::Iceberg { ident, catalog, .. } = &self.target else {
+            return Err(CommitError::Incompatible(
+                "an Iceberg commit on a raw channel".into(),
+            ));
+        };
+        catalog.set_fence(ident.clone(), table.metadata().current_snapshot_id());
+        let result = tx.commit(catalog).await;
+        catalog.clear_fence();
         match result {
             Ok(t) => Ok(t.metadata().current_snapshot_id()),
             Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
@@ -524,14 +735,9 @@ impl Committer {
             Err(e) => {
                 // Unknown outcome: the table decides.
                 tracing::warn!(channel = %self.channel, error = %e, %commit_id, "commit outcome unknown, reconciling");
-                let fresh = self
-                    .catalog
-                    .inner()
-                    .load_table(&self.ident)
-                    .await
-                    .map_err(|e2| {
-                        CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}"))
-                    })?;
+                let fresh = catalog.inner().load_table(ident).await.map_err(|e2| {
+                    CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}"))
+                })?;
                 let last = fresh.metadata().properties().get(PROP_LAST_COMMIT_ID);
                 if last.map(String::as_str) == Some(commit_id.to_string().as_str()) {
                     Ok(fresh.metadata().current_snapshot_id())

@@ -182,11 +182,10 @@ pub fn status_name(status: ChannelStatus) -> &'static str {
 /// The data freshness a channel runs with: the override of `floe channel update`, else the
 /// configuration's.
 pub fn effective_freshness(config: &ChannelConfig, overrides: &ChannelOverrides) -> Duration {
-    let DestinationConfig::Iceberg(dest) = &config.destination;
     overrides
         .data_freshness_ms
         .map(Duration::from_millis)
-        .unwrap_or(dest.data_freshness)
+        .unwrap_or(config.destination.data_freshness())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -220,13 +219,26 @@ pub fn find_channel<'a>(
         })
 }
 
-/// The channel's table identifier.
-pub fn table_ident(config: &ChannelConfig) -> TableIdent {
-    let DestinationConfig::Iceberg(dest) = &config.destination;
-    TableIdent::new(
+/// The channel's table identifier; `None` for a raw S3 destination.
+pub fn table_ident(config: &ChannelConfig) -> Option<TableIdent> {
+    let dest = config.destination.iceberg()?;
+    Some(TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),
         dest.table.clone(),
-    )
+    ))
+}
+
+/// What `describe` and `list` show as the destination: `namespace.table`, or
+/// `s3://bucket/key template` for a raw channel.
+pub fn destination_name(config: &ChannelConfig) -> String {
+    match &config.destination {
+        DestinationConfig::S3(raw) => {
+            format!("s3://{}/{}", raw.location.bucket, raw.key_template.as_str())
+        }
+        DestinationConfig::Iceberg(_) => table_ident(config)
+            .map(|i| i.to_string())
+            .unwrap_or_default(),
+    }
 }
 
 /// Opens the channel's catalog.
@@ -236,7 +248,12 @@ pub async fn open_catalog(
     config: &ChannelConfig,
     aws: &crate::aws::AwsClients,
 ) -> Result<Arc<dyn Catalog>, ControlError> {
-    let DestinationConfig::Iceberg(dest) = &config.destination;
+    let Some(dest) = config.destination.iceberg() else {
+        return Err(ControlError::refused(
+            "destination.kind",
+            "a raw S3 destination has no catalog",
+        ));
+    };
     crate::catalog::open_channel_catalog(&dest.catalog, aws)
         .await
         .map_err(|e| match e {
@@ -257,7 +274,22 @@ pub async fn check_dlq_writable(
     config: &ChannelConfig,
     aws: &crate::aws::AwsClients,
 ) -> Result<(), ConfigError> {
-    let dir = match &config.dlq.location {
+    let Some(dlq) = &config.dlq else {
+        // A raw channel has no DLQ: its bucket must take a staged object instead.
+        let DestinationConfig::S3(raw) = &config.destination else {
+            return Ok(());
+        };
+        let store = crate::raw::RawStore::new(aws.s3(), raw.location.clone(), &config.name);
+        return store.check_writable().await.map_err(|e| ConfigError {
+            path: format!("channel[{index}].destination.bucket"),
+            message: format!(
+                "s3://{}/{} is not writable: {e}",
+                raw.location.bucket,
+                crate::raw::STAGING_PREFIX
+            ),
+        });
+    };
+    let dir = match &dlq.location {
         DlqLocation::Local(dir) => dir,
         DlqLocation::S3(location) => {
             let dlq: crate::dlq::Dlq =
@@ -373,15 +405,27 @@ pub async fn create(
             put(store, creating, expected).await?
         }
     };
+    let (Some(dest), Some(ident)) = (channel.destination.iceberg(), table_ident(channel)) else {
+        // A raw S3 channel has no table: it is active once its bucket took a staged object.
+        let active = ChannelState {
+            state: ChannelStatus::Active,
+            status_reason: None,
+            activated_at_ms: Some(now_ms()),
+            ..state
+        };
+        let expected = Some(active.version);
+        let active = put(store, active, expected).await?;
+        tracing::info!(channel = name, activated_at_ms = active.activated_at_ms, destination = %destination_name(channel), "channel created: ACTIVE");
+        return Ok(active);
+    };
     let catalog = open_catalog(channel, aws).await.map_err(|e| match e {
         ControlError::Unavailable(m) => {
             ControlError::Unavailable(format!("{m}; the channel stays CREATING: run create again"))
         }
         e => e,
     })?;
-    let DestinationConfig::Iceberg(dest) = &channel.destination;
     let spec = TableSpec {
-        ident: table_ident(channel),
+        ident,
         channel: name.to_string(),
         compression_codec: crate::app::compression(&dest.compression)
             .codec_name()
@@ -435,7 +479,7 @@ async fn glue_schema(
 ) -> Result<(crate::schema::MappedSchema, ChannelState), ControlError> {
     use crate::schema::registry::{load_channel_schema, RegistryClient, SchemaLoadError};
     let registry = match &channel.schema {
-        crate::config::SchemaConfig::Glue { schema_arn, .. } => {
+        Some(crate::config::SchemaConfig::Glue { schema_arn, .. }) => {
             RegistryClient::glue(aws.glue(), schema_arn)
         }
         _ => RegistryClient::glue(aws.glue(), ""),
@@ -485,10 +529,10 @@ async fn check_active_glue_schema(
     aws: &crate::aws::AwsClients,
 ) -> Result<(), ControlError> {
     use crate::schema::registry::{load_channel_schema, RegistryClient, SchemaLoadError};
-    let crate::config::SchemaConfig::Glue {
+    let Some(crate::config::SchemaConfig::Glue {
         version,
         schema_arn,
-    } = &channel.schema
+    }) = &channel.schema
     else {
         return Ok(());
     };
@@ -736,12 +780,54 @@ pub async fn describe(
         .as_ref()
         .map(|s| s.overrides.clone())
         .unwrap_or_default();
-    let DestinationConfig::Iceberg(dest) = &channel.destination;
-    let ident = table_ident(channel);
-    let table = match open_catalog(channel, &aws).await {
-        Ok(catalog) => match catalog.table_exists(&ident).await {
+    let (table, delivered) = match table_ident(channel) {
+        Some(ident) => (load_described_table(channel, &aws, &ident).await, None),
+        None => (Ok(None), store.get_delivered(name).await?),
+    };
+    let (table, catalog_error) = match table {
+        Ok(t) => (t, None),
+        Err(e) => (None, Some(e)),
+    };
+    let checkpoints = match &delivered {
+        Some(d) => d.checkpoints.clone(),
+        None => table
+            .as_ref()
+            .and_then(|t| crate::commit::table_checkpoints(t).ok())
+            .unwrap_or_default(),
+    };
+    // A raw channel's last commit: the time in its commit id (a UUIDv7).
+    let raw_commit_ms = delivered
+        .as_ref()
+        .and_then(|d| d.last_commit_id)
+        .and_then(|id| id.get_timestamp())
+        .map(|t| {
+            let (secs, nanos) = t.to_unix();
+            secs as i64 * 1000 + i64::from(nanos / 1_000_000)
+        });
+    describe_with(
+        name,
+        channel,
+        state,
+        &leases,
+        pending,
+        overrides,
+        table,
+        checkpoints,
+        raw_commit_ms,
+        catalog_error,
+    )
+    .await
+}
+
+async fn load_described_table(
+    channel: &ChannelConfig,
+    aws: &crate::aws::AwsClients,
+    ident: &TableIdent,
+) -> Result<Option<Table>, String> {
+    match open_catalog(channel, aws).await {
+        Ok(catalog) => match catalog.table_exists(ident).await {
             Ok(true) => catalog
-                .load_table(&ident)
+                .load_table(ident)
                 .await
                 .map(Some)
                 .map_err(|e| e.to_string()),
@@ -749,20 +835,27 @@ pub async fn describe(
             Err(e) => Err(e.to_string()),
         },
         Err(e) => Err(e.to_string()),
-    };
-    let (table, catalog_error) = match table {
-        Ok(t) => (t, None),
-        Err(e) => (None, Some(e)),
-    };
-    let checkpoints = table
-        .as_ref()
-        .and_then(|t| crate::commit::table_checkpoints(t).ok())
-        .unwrap_or_default();
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn describe_with(
+    name: &str,
+    channel: &ChannelConfig,
+    state: Option<ChannelState>,
+    leases: &[crate::lease::Lease],
+    pending: usize,
+    overrides: ChannelOverrides,
+    table: Option<Table>,
+    checkpoints: crate::model::Checkpoints,
+    raw_commit_ms: Option<i64>,
+    catalog_error: Option<String>,
+) -> Result<ChannelDescription, ControlError> {
     let last_commits = table
         .as_ref()
         .map(last_commit_per_shard)
         .unwrap_or_default();
-    let high_watermarks = high_watermarks(channel, &leases).await;
+    let high_watermarks = high_watermarks(channel, leases).await;
     let shards = leases
         .iter()
         .filter_map(|l| {
@@ -808,15 +901,15 @@ pub async fn describe(
         updated_at: state
             .as_ref()
             .map(|s| crate::worker::rfc3339_ms(s.updated_at_ms)),
-        table: ident.to_string(),
+        table: destination_name(channel),
         table_uuid: state.as_ref().and_then(|s| s.table_uuid.clone()),
         schema_version_id: state.as_ref().and_then(|s| s.schema_version_id.clone()),
         glue_schema_arn: match &channel.schema {
-            crate::config::SchemaConfig::Glue { schema_arn, .. } => Some(schema_arn.clone()),
+            Some(crate::config::SchemaConfig::Glue { schema_arn, .. }) => Some(schema_arn.clone()),
             _ => None,
         },
         data_freshness_seconds: effective_freshness(channel, &overrides).as_secs_f64(),
-        configured_data_freshness_seconds: dest.data_freshness.as_secs_f64(),
+        configured_data_freshness_seconds: channel.destination.data_freshness().as_secs_f64(),
         delivery_log: overrides.delivery_log.unwrap_or_default(),
         committer: leases
             .iter()
@@ -825,7 +918,9 @@ pub async fn describe(
         pending_batches: pending,
         last_commit_at: snapshot
             .as_ref()
-            .map(|s| crate::worker::rfc3339_ms(s.timestamp_ms())),
+            .map(|s| s.timestamp_ms())
+            .or(raw_commit_ms)
+            .map(crate::worker::rfc3339_ms),
         snapshot_id: snapshot.map(|s| s.snapshot_id()),
         shards,
         catalog_error,
@@ -921,7 +1016,7 @@ pub async fn list(config: &Config, store: &dyn Store) -> Result<Vec<ChannelSumma
             status_reason: state.and_then(|s| s.status_reason),
             shards: leases.iter().filter(|l| l.key.shard_id().is_some()).count(),
             workers: workers.len(),
-            table: table_ident(channel).to_string(),
+            table: destination_name(channel),
         });
     }
     Ok(out)

@@ -18,11 +18,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::ServerSideEncryption;
-
 use crate::config::S3Location;
+use crate::s3::S3Bucket;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -256,26 +253,11 @@ impl LocalDlq {
 /// A DLQ under an S3 prefix.
 #[derive(Debug, Clone)]
 pub struct S3Dlq {
-    client: aws_sdk_s3::Client,
-    location: S3Location,
+    bucket: S3Bucket,
     channel: String,
 }
 
-fn s3_error<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
-    what: &str,
-    e: SdkError<E, R>,
-) -> std::io::Error {
-    let not_found = matches!(
-        &e,
-        SdkError::ServiceError(s) if matches!(s.err().code(), Some("NoSuchKey" | "NotFound"))
-    );
-    let message = format!("{what}: {}", aws_sdk_s3::error::DisplayErrorContext(&e));
-    if not_found {
-        std::io::Error::new(std::io::ErrorKind::NotFound, message)
-    } else {
-        std::io::Error::other(message)
-    }
-}
+const CONTENT_TYPE: &str = "application/x-ndjson";
 
 impl S3Dlq {
     /// A DLQ at `location` for `channel`, called through `client`.
@@ -285,75 +267,38 @@ impl S3Dlq {
         channel: impl Into<String>,
     ) -> Self {
         S3Dlq {
-            client,
-            location,
+            bucket: S3Bucket::new(client, location),
             channel: channel.into(),
         }
+    }
+
+    fn prefix(&self) -> &str {
+        &self.bucket.location().prefix
     }
 
     fn staged_key(&self, batch_id: Uuid) -> String {
         format!(
             "{}_staging/{}/{batch_id}.jsonl",
-            self.location.prefix, self.channel
+            self.prefix(),
+            self.channel
         )
     }
 
     /// The key a committed batch's entries are published under.
     pub fn published_key(&self, batch_id: Uuid) -> String {
-        format!("{}{}/{batch_id}.jsonl", self.location.prefix, self.channel)
-    }
-
-    fn uri(&self, key: &str) -> String {
-        format!("s3://{}/{key}", self.location.bucket)
+        format!("{}{}/{batch_id}.jsonl", self.prefix(), self.channel)
     }
 
     fn key_of<'a>(&self, uri: &'a str) -> std::io::Result<&'a str> {
+        let bucket = self.bucket.location().bucket.as_str();
         uri.strip_prefix("s3://")
-            .and_then(|rest| rest.strip_prefix(self.location.bucket.as_str()))
+            .and_then(|rest| rest.strip_prefix(bucket))
             .and_then(|rest| rest.strip_prefix('/'))
             .ok_or_else(|| {
                 std::io::Error::other(format!(
-                    "staged DLQ object {uri:?} is not in bucket {}",
-                    self.location.bucket
+                    "staged DLQ object {uri:?} is not in bucket {bucket}"
                 ))
             })
-    }
-
-    async fn put(&self, key: &str, body: Vec<u8>) -> std::io::Result<()> {
-        let mut request = self
-            .client
-            .put_object()
-            .bucket(&self.location.bucket)
-            .key(key)
-            .content_type("application/x-ndjson")
-            .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
-            .body(ByteStream::from(body));
-        if let Some(key_arn) = &self.location.kms_key_arn {
-            request = request
-                .server_side_encryption(ServerSideEncryption::AwsKms)
-                .ssekms_key_id(key_arn);
-        }
-        request
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| s3_error(&format!("put s3://{}/{key}", self.location.bucket), e))
-    }
-
-    async fn exists(&self, key: &str) -> std::io::Result<bool> {
-        match self
-            .client
-            .head_object()
-            .bucket(&self.location.bucket)
-            .key(key)
-            .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(s)) if s.err().is_not_found() => Ok(false),
-            Err(e) => Err(s3_error(&format!("head {}", self.uri(key)), e)),
-        }
     }
 
     async fn stage(&self, batch_id: Uuid, entries: &[DlqEntry]) -> std::io::Result<Option<String>> {
@@ -361,84 +306,36 @@ impl S3Dlq {
             return Ok(None);
         }
         let key = self.staged_key(batch_id);
-        self.put(&key, json_lines(entries)?).await?;
-        Ok(Some(self.uri(&key)))
+        self.bucket
+            .put(&key, json_lines(entries)?, CONTENT_TYPE)
+            .await?;
+        Ok(Some(self.bucket.uri(&key)))
     }
 
     async fn publish(&self, batch_id: Uuid, staged: &str) -> std::io::Result<()> {
         let staged_key = self.key_of(staged)?.to_owned();
         let target = self.published_key(batch_id);
-        if self.exists(&target).await? {
-            self.discard(staged).await;
-            return Ok(());
+        if !self.bucket.exists(&target).await? {
+            self.bucket.copy(&staged_key, &target, CONTENT_TYPE).await?;
         }
-        let mut copy = self
-            .client
-            .copy_object()
-            .bucket(&self.location.bucket)
-            .key(&target)
-            .copy_source(format!("{}/{staged_key}", self.location.bucket))
-            .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
-            .set_expected_source_bucket_owner(self.location.expected_bucket_owner.clone());
-        if let Some(key_arn) = &self.location.kms_key_arn {
-            copy = copy
-                .server_side_encryption(ServerSideEncryption::AwsKms)
-                .ssekms_key_id(key_arn);
-        }
-        copy.send()
-            .await
-            .map_err(|e| s3_error(&format!("copy {staged} to {}", self.uri(&target)), e))?;
         self.discard(staged).await;
         Ok(())
     }
 
     async fn discard(&self, staged: &str) {
         let Ok(key) = self.key_of(staged) else { return };
-        if let Err(e) = self
-            .client
-            .delete_object()
-            .bucket(&self.location.bucket)
-            .key(key)
-            .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
-            .send()
-            .await
-        {
-            tracing::warn!(channel = %self.channel, staged, error = %aws_sdk_s3::error::DisplayErrorContext(&e), "could not delete a staged DLQ object");
+        if let Err(e) = self.bucket.delete(key).await {
+            tracing::warn!(channel = %self.channel, staged, error = %e, "could not delete a staged DLQ object");
         }
     }
 
     async fn read_published(&self) -> std::io::Result<Vec<DlqEntry>> {
-        let prefix = format!("{}{}/", self.location.prefix, self.channel);
+        let prefix = format!("{}{}/", self.prefix(), self.channel);
         let mut out = Vec::new();
-        let mut pages = self
-            .client
-            .list_objects_v2()
-            .bucket(&self.location.bucket)
-            .prefix(&prefix)
-            .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| s3_error(&format!("list {}", self.uri(&prefix)), e))?;
-            for object in page.contents() {
-                let Some(key) = object.key() else { continue };
-                let body = self
-                    .client
-                    .get_object()
-                    .bucket(&self.location.bucket)
-                    .key(key)
-                    .set_expected_bucket_owner(self.location.expected_bucket_owner.clone())
-                    .send()
-                    .await
-                    .map_err(|e| s3_error(&format!("get {}", self.uri(key)), e))?
-                    .body
-                    .collect()
-                    .await
-                    .map_err(|e| std::io::Error::other(format!("read {}: {e}", self.uri(key))))?
-                    .into_bytes();
-                for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                    out.push(serde_json::from_slice(line).map_err(std::io::Error::other)?);
-                }
+        for key in self.bucket.list(&prefix).await? {
+            let body = self.bucket.get(&key).await?;
+            for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                out.push(serde_json::from_slice(line).map_err(std::io::Error::other)?);
             }
         }
         Ok(out)
@@ -447,10 +344,11 @@ impl S3Dlq {
     async fn check_writable(&self) -> std::io::Result<()> {
         let key = format!(
             "{}_staging/{}/.floe-write-check",
-            self.location.prefix, self.channel
+            self.prefix(),
+            self.channel
         );
-        self.put(&key, Vec::new()).await?;
-        self.discard(&self.uri(&key)).await;
+        self.bucket.put(&key, Vec::new(), CONTENT_TYPE).await?;
+        self.discard(&self.bucket.uri(&key)).await;
         Ok(())
     }
 }

@@ -36,10 +36,13 @@ use crate::lease::HeldLeases;
 pub const CATALOG_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What `/readyz` checks for one channel.
+/// The catalog and table a channel's readiness probe asks.
+type TableProbe = (Arc<dyn Catalog>, TableIdent);
+
 struct ChannelProbe {
     held: watch::Receiver<HeldLeases>,
-    catalog: Arc<dyn Catalog>,
-    ident: TableIdent,
+    /// The catalog and table of an Iceberg channel; `None` for a raw channel (leases only).
+    table: Option<TableProbe>,
 }
 
 /// The channels of this process whose readiness `/readyz` reports.
@@ -87,14 +90,19 @@ impl Readiness {
         catalog: Arc<dyn Catalog>,
         ident: TableIdent,
     ) {
-        self.channels.lock().expect("readiness lock").insert(
-            channel.to_string(),
-            ChannelProbe {
-                held,
-                catalog,
-                ident,
-            },
-        );
+        self.insert(channel, held, Some((catalog, ident)));
+    }
+
+    /// Adds (or replaces) a prepared raw channel: ready when it holds a lease.
+    pub fn register_raw(&self, channel: &str, held: watch::Receiver<HeldLeases>) {
+        self.insert(channel, held, None);
+    }
+
+    fn insert(&self, channel: &str, held: watch::Receiver<HeldLeases>, table: Option<TableProbe>) {
+        self.channels
+            .lock()
+            .expect("readiness lock")
+            .insert(channel.to_string(), ChannelProbe { held, table });
     }
 
     /// Removes a channel that stopped delivering on purpose (deleted).
@@ -108,33 +116,30 @@ impl Readiness {
     /// Checks every registered channel: leases held (no I/O) and the catalog answering a
     /// `table_exists` within [`CATALOG_PROBE_TIMEOUT`].
     pub async fn check(&self) -> ReadyReport {
-        let probes: Vec<(String, HeldLeases, Arc<dyn Catalog>, TableIdent)> = self
+        let probes: Vec<(String, HeldLeases, Option<TableProbe>)> = self
             .channels
             .lock()
             .expect("readiness lock")
             .iter()
-            .map(|(name, p)| {
-                (
-                    name.clone(),
-                    p.held.borrow().clone(),
-                    p.catalog.clone(),
-                    p.ident.clone(),
-                )
-            })
+            .map(|(name, p)| (name.clone(), p.held.borrow().clone(), p.table.clone()))
             .collect();
         let mut channels = Vec::with_capacity(probes.len());
-        for (channel, held, catalog, ident) in probes {
-            let catalog_error =
-                match tokio::time::timeout(CATALOG_PROBE_TIMEOUT, catalog.table_exists(&ident))
-                    .await
-                {
-                    Ok(Ok(true)) => None,
-                    Ok(Ok(false)) => Some(format!("table {ident} does not exist")),
-                    Ok(Err(e)) => Some(e.to_string()),
-                    Err(_) => Some(format!(
-                        "catalog did not answer within {CATALOG_PROBE_TIMEOUT:?}"
-                    )),
-                };
+        for (channel, held, table) in probes {
+            let catalog_error = match table {
+                None => None,
+                Some((catalog, ident)) => {
+                    match tokio::time::timeout(CATALOG_PROBE_TIMEOUT, catalog.table_exists(&ident))
+                        .await
+                    {
+                        Ok(Ok(true)) => None,
+                        Ok(Ok(false)) => Some(format!("table {ident} does not exist")),
+                        Ok(Err(e)) => Some(e.to_string()),
+                        Err(_) => Some(format!(
+                            "catalog did not answer within {CATALOG_PROBE_TIMEOUT:?}"
+                        )),
+                    }
+                }
+            };
             let shard_leases = held.shards.len();
             let committer = held.committer.is_some();
             channels.push(ChannelReadiness {

@@ -44,6 +44,8 @@ pub mod lease;
 pub mod loadgen;
 pub mod model;
 pub mod quickstart;
+pub mod raw;
+pub mod s3;
 pub mod schema;
 pub mod source;
 pub mod telemetry;

@@ -37,6 +37,7 @@ use crate::convert::Converter;
 use crate::dlq::{Dlq, DlqEntry};
 use crate::lease::{BatchStore, HeldLeases};
 use crate::model::{CheckpointRange, Checkpoints, PendingBatch, Position, ShardId, ShardRange};
+use crate::raw::{RawBuffer, RawDestinationConfig, RawObject, RawStore};
 use crate::schema::MappedSchema;
 use crate::source::{resolve_start, InitialPosition, ShardReader, Source};
 use crate::telemetry;
@@ -82,6 +83,9 @@ pub enum WorkerError {
     /// The DLQ could not be written.
     #[error("dlq: {0}")]
     Dlq(#[from] std::io::Error),
+    /// Raw objects could not be encoded or staged in S3.
+    #[error("raw objects: {0}")]
+    Raw(std::io::Error),
     /// The table does not fit the channel.
     #[error("{0}")]
     Incompatible(String),
@@ -103,7 +107,10 @@ impl WorkerError {
                 iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
             ),
             WorkerError::Source(e) => e.is_retryable(),
-            WorkerError::Lease(_) | WorkerError::Dlq(_) | WorkerError::SchemaRegistry(_) => true,
+            WorkerError::Lease(_)
+            | WorkerError::Dlq(_)
+            | WorkerError::SchemaRegistry(_)
+            | WorkerError::Raw(_) => true,
             WorkerError::Incompatible(_) => false,
         }
     }
@@ -195,6 +202,41 @@ struct InFlight {
 pub struct ChannelIo {
     /// The stream the channel reads.
     pub source: Arc<dyn Source>,
+    /// Where the channel delivers.
+    pub destination: DestinationIo,
+}
+
+impl ChannelIo {
+    /// A channel delivering to an Iceberg table.
+    pub fn iceberg(source: Arc<dyn Source>, iceberg: IcebergIo) -> Self {
+        ChannelIo {
+            source,
+            destination: DestinationIo::Iceberg(iceberg),
+        }
+    }
+}
+
+/// A channel's destination, as its worker and committer use it. The two kinds share the whole
+/// protocol (leases, pending batches, the plan); they differ in what a batch is made of, where
+/// the committed checkpoints live and what committing means:
+///
+/// | | Iceberg | Raw S3 |
+/// |---|---|---|
+/// | batch | Parquet data files + staged DLQ object | staged objects, one or more per shard |
+/// | checkpoints | table property `floe.checkpoints` | lease store item `checkpoints` ([`crate::lease::Delivered`]) |
+/// | commit | fenced Iceberg transaction | compare-and-swap of the lease store item |
+/// | after the commit | publish the DLQ object | publish (copy) the staged objects |
+#[derive(Clone)]
+pub enum DestinationIo {
+    /// An Iceberg table.
+    Iceberg(IcebergIo),
+    /// Raw objects in a general-purpose S3 bucket.
+    Raw(RawIo),
+}
+
+/// An Iceberg destination: table, schema, DLQ.
+#[derive(Clone)]
+pub struct IcebergIo {
     /// The catalog holding the channel's table.
     pub catalog: Arc<dyn Catalog>,
     /// The channel's table.
@@ -205,14 +247,60 @@ pub struct ChannelIo {
     pub dlq: Dlq,
 }
 
+/// A raw S3 destination.
+#[derive(Clone)]
+pub struct RawIo {
+    /// Staging and publishing of objects.
+    pub store: RawStore,
+    /// The validated destination settings.
+    pub config: Arc<RawDestinationConfig>,
+}
+
+/// The worker's side of the destination: what buffers records and writes batches.
+enum Sink {
+    Iceberg {
+        io: IcebergIo,
+        table: Box<Table>,
+        converter: Box<Converter>,
+    },
+    Raw {
+        io: RawIo,
+        buffer: RawBuffer,
+    },
+}
+
+impl Sink {
+    fn buffered_bytes(&self) -> usize {
+        match self {
+            Sink::Iceberg { converter, .. } => converter.buffered_bytes(),
+            Sink::Raw { buffer, .. } => buffer.buffered_bytes(),
+        }
+    }
+}
+
+/// A batch written but not handed off yet.
+struct Written {
+    data_files: Vec<String>,
+    sizes: Vec<u64>,
+    num_rows: u64,
+    num_bytes: u64,
+    dlq_staged: Option<String>,
+    /// What to delete if the batch is not handed off.
+    undo: Undo,
+}
+
+enum Undo {
+    Files(Vec<String>),
+    Raw(Vec<RawObject>),
+}
+
 /// One channel's worker loop.
 pub struct ChannelWorker {
     settings: WorkerSettings,
     io: ChannelIo,
     batches: Arc<dyn BatchStore>,
     held: watch::Receiver<HeldLeases>,
-    table: Option<Table>,
-    converter: Option<Converter>,
+    sink: Option<Sink>,
     /// Record framing (`record.format`): the JSON payload of each record.
     record_decoder: RecordDecoder,
     dlq_entries: Vec<DlqEntry>,
@@ -247,8 +335,7 @@ impl ChannelWorker {
             io,
             batches,
             held,
-            table: None,
-            converter: None,
+            sink: None,
             record_decoder: RecordDecoder::Json,
             dlq_entries: Vec::new(),
             dlq_bytes: 0,
@@ -311,7 +398,7 @@ impl ChannelWorker {
         stop: CancellationToken,
         drain: Duration,
     ) -> Result<(), WorkerError> {
-        self.load_table().await?;
+        self.open_sink().await?;
         let mut last_reconcile = Instant::now();
         let mut last_settings: Option<Instant> = None;
         while !stop.is_cancelled() {
@@ -374,24 +461,48 @@ impl ChannelWorker {
         Ok(())
     }
 
-    async fn load_table(&mut self) -> Result<(), WorkerError> {
-        let table = self.io.catalog.load_table(&self.io.ident).await?;
-        let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(
-            table.metadata().current_schema(),
-        )?);
-        let converter = Converter::try_new(self.io.schema.clone(), arrow)
-            .map_err(|e| WorkerError::Incompatible(e.to_string()))?
-            .with_max_record_size(self.settings.max_record_size as usize);
-        self.converter = Some(converter);
-        self.table = Some(table);
+    async fn open_sink(&mut self) -> Result<(), WorkerError> {
+        self.sink = Some(match &self.io.destination {
+            DestinationIo::Iceberg(io) => {
+                let table = io.catalog.load_table(&io.ident).await?;
+                let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(
+                    table.metadata().current_schema(),
+                )?);
+                let converter = Converter::try_new(io.schema.clone(), arrow)
+                    .map_err(|e| WorkerError::Incompatible(e.to_string()))?
+                    .with_max_record_size(self.settings.max_record_size as usize);
+                Sink::Iceberg {
+                    io: io.clone(),
+                    table: Box::new(table),
+                    converter: Box::new(converter),
+                }
+            }
+            DestinationIo::Raw(io) => Sink::Raw {
+                io: io.clone(),
+                buffer: RawBuffer::default(),
+            },
+        });
         Ok(())
     }
 
+    /// The committed checkpoints: the table's `floe.checkpoints`, or for a raw channel the lease
+    /// store's delivered checkpoints (never the lease hints).
     async fn table_checkpoints(&mut self) -> Result<Checkpoints, WorkerError> {
-        let table = self.io.catalog.load_table(&self.io.ident).await?;
-        let cp = table_checkpoints(&table).map_err(|e| WorkerError::Incompatible(e.to_string()))?;
-        self.table = Some(table);
-        Ok(cp)
+        match self.sink.as_mut().expect("sink open") {
+            Sink::Iceberg { io, table, .. } => {
+                let fresh = io.catalog.load_table(&io.ident).await?;
+                let cp = table_checkpoints(&fresh)
+                    .map_err(|e| WorkerError::Incompatible(e.to_string()))?;
+                **table = fresh;
+                Ok(cp)
+            }
+            Sink::Raw { .. } => Ok(self
+                .batches
+                .get_delivered(&self.settings.channel)
+                .await?
+                .map(|d| d.checkpoints)
+                .unwrap_or_default()),
+        }
     }
 
     /// Opens readers for newly held shards, drops lost ones.
@@ -487,8 +598,12 @@ impl ChannelWorker {
     }
 
     fn drop_buffer(&mut self) {
-        if let Some(c) = self.converter.as_mut() {
-            let _ = c.finish();
+        match self.sink.as_mut() {
+            Some(Sink::Iceberg { converter, .. }) => {
+                let _ = converter.finish();
+            }
+            Some(Sink::Raw { buffer, .. }) => buffer.clear(),
+            None => {}
         }
         self.dlq_entries.clear();
         self.dlq_bytes = 0;
@@ -502,11 +617,11 @@ impl ChannelWorker {
 
     async fn poll_shards(&mut self) -> Result<(), WorkerError> {
         let per_shard_wait = Duration::from_millis((200 / self.shards.len().max(1) as u64).max(10));
-        let converter = self.converter.as_mut().expect("table loaded");
+        let sink = self.sink.as_mut().expect("sink open");
         let mut records = 0u64;
         let mut bytes = 0u64;
         for (id, st) in self.shards.iter_mut() {
-            if (converter.buffered_bytes() + self.dlq_bytes) as u64 >= self.settings.buffer_size {
+            if (sink.buffered_bytes() + self.dlq_bytes) as u64 >= self.settings.buffer_size {
                 break; // back-pressure: flush before reading more
             }
             if st.ended {
@@ -536,12 +651,23 @@ impl ChannelWorker {
                     self.oldest_read = Some(Instant::now());
                     self.oldest_read_ms = now_ms();
                 }
-                let pushed = match self.record_decoder.payload(&rec.payload).await {
-                    Ok(payload) => converter.push(payload),
-                    Err(PayloadError::Record(reason)) => Err(reason),
-                    Err(e) => {
-                        telemetry::record_schema_lookup_error(&self.settings.channel);
-                        return Err(WorkerError::SchemaRegistry(e));
+                let pushed = match sink {
+                    // Raw means raw: every record is delivered as read, JSON or not.
+                    Sink::Raw { buffer, .. } => {
+                        buffer.push(id, rec.position.clone(), rec.arrival_ms, rec.payload);
+                        self.num_buffered += 1;
+                        st.buffered_last = Some(rec.position);
+                        continue;
+                    }
+                    Sink::Iceberg { converter, .. } => {
+                        match self.record_decoder.payload(&rec.payload).await {
+                            Ok(payload) => converter.push(payload),
+                            Err(PayloadError::Record(reason)) => Err(reason),
+                            Err(e) => {
+                                telemetry::record_schema_lookup_error(&self.settings.channel);
+                                return Err(WorkerError::SchemaRegistry(e));
+                            }
+                        }
                     }
                 };
                 match pushed {
@@ -597,8 +723,8 @@ impl ChannelWorker {
 
     /// Rows and DLQ entries buffered reach `buffer_size`: flush before reading more.
     fn buffer_full(&self) -> bool {
-        self.converter.as_ref().is_some_and(|c| {
-            (c.buffered_bytes() + self.dlq_bytes) as u64 >= self.settings.buffer_size
+        self.sink.as_ref().is_some_and(|s| {
+            (s.buffered_bytes() + self.dlq_bytes) as u64 >= self.settings.buffer_size
         })
     }
 
@@ -652,14 +778,7 @@ impl ChannelWorker {
             return Ok(());
         }
         let batch_id = Uuid::now_v7();
-        let rows = self.converter.as_mut().expect("table loaded").finish();
-        let table = self.table.as_ref().expect("table loaded");
-        let written = write_data_files(table, &self.settings.writer, batch_id, rows).await?;
-        let dlq_staged = self.io.dlq.stage(batch_id, &self.dlq_entries).await;
-        if !self.dlq_entries.is_empty() {
-            telemetry::record_dlq_write(&self.settings.channel, "stage", dlq_staged.is_ok());
-        }
-        let dlq_staged = dlq_staged?;
+        let written = self.write_batch(batch_id).await?;
         // Never hand off a shard whose lease was lost while writing.
         let held = self.held.borrow().clone();
         let still_held = shards.iter().all(|s| {
@@ -668,12 +787,7 @@ impl ChannelWorker {
                 .is_some_and(|l| l.lease_counter == s.lease_counter)
         });
         if !still_held {
-            for p in &written.paths {
-                let _ = table.file_io().delete(p).await;
-            }
-            if let Some(s) = &dlq_staged {
-                self.io.dlq.discard(s).await;
-            }
+            self.undo(&written).await;
             // The buffer is dropped, so every reader must go back to its last hand-off, whether
             // or not `sync_leases` still finds a lost lease: the lease manager may have dropped a
             // lease locally (not renewed within lease_duration, e.g. a long flush) and renewed it
@@ -688,8 +802,8 @@ impl ChannelWorker {
             batch_id,
             worker_id: self.settings.worker_id.clone(),
             shards: shards.clone(),
-            data_files: written.data_files_json.clone(),
-            dlq_staged,
+            data_files: written.data_files,
+            dlq_staged: written.dlq_staged,
             num_rows: written.num_rows,
             num_dead_lettered: self.dlq_entries.len() as u64,
             dead_lettered_by_code: self
@@ -702,7 +816,7 @@ impl ChannelWorker {
         };
         self.batches.put_batch(&batch).await?;
         telemetry::record_files(&self.settings.channel, written.sizes.iter().copied());
-        tracing::debug!(channel = %self.settings.channel, batch_id = %batch_id, rows = written.num_rows, dead_lettered = batch.num_dead_lettered, files = written.paths.len(), "batch handed off");
+        tracing::debug!(channel = %self.settings.channel, batch_id = %batch_id, rows = written.num_rows, dead_lettered = batch.num_dead_lettered, files = written.sizes.len(), "batch handed off");
         for s in &shards {
             let st = self.shards.get_mut(&s.shard).expect("shard present");
             st.next_after = Some(s.range.last_inclusive.clone());
@@ -722,6 +836,89 @@ impl ChannelWorker {
         self.oldest_read = None;
         self.num_buffered = 0;
         Ok(())
+    }
+
+    /// Writes the buffer out: data files and the staged DLQ object, or staged raw objects.
+    async fn write_batch(&mut self, batch_id: Uuid) -> Result<Written, WorkerError> {
+        match self.sink.as_mut().expect("sink open") {
+            Sink::Iceberg {
+                io,
+                table,
+                converter,
+            } => {
+                let rows = converter.finish();
+                let files = write_data_files(table, &self.settings.writer, batch_id, rows).await?;
+                let dlq_staged = io.dlq.stage(batch_id, &self.dlq_entries).await;
+                if !self.dlq_entries.is_empty() {
+                    telemetry::record_dlq_write(
+                        &self.settings.channel,
+                        "stage",
+                        dlq_staged.is_ok(),
+                    );
+                }
+                let dlq_staged = match dlq_staged {
+                    Ok(s) => s,
+                    Err(e) => {
+                        for p in &files.paths {
+                            let _ = table.file_io().delete(p).await;
+                        }
+                        return Err(e.into());
+                    }
+                };
+                Ok(Written {
+                    data_files: files.data_files_json,
+                    sizes: files.sizes,
+                    num_rows: files.num_rows,
+                    num_bytes: files.num_bytes,
+                    dlq_staged,
+                    undo: Undo::Files(files.paths),
+                })
+            }
+            Sink::Raw { io, buffer } => {
+                let records = buffer.take();
+                let num_rows = records.len() as u64;
+                let config = io.config.clone();
+                let (channel, stream) = (
+                    self.settings.channel.clone(),
+                    self.settings.source_name.clone(),
+                );
+                // Compression is CPU-bound: off the async threads.
+                let objects =
+                    tokio::task::spawn_blocking(move || records.encode(&config, &channel, &stream))
+                        .await
+                        .map_err(|e| WorkerError::Raw(std::io::Error::other(e)))?
+                        .map_err(WorkerError::Raw)?;
+                let staged = io
+                    .store
+                    .stage(batch_id, objects)
+                    .await
+                    .map_err(WorkerError::Raw)?;
+                Ok(Written {
+                    data_files: staged.iter().map(RawObject::to_json).collect(),
+                    sizes: staged.iter().map(|o| o.bytes).collect(),
+                    num_rows,
+                    num_bytes: staged.iter().map(|o| o.bytes).sum(),
+                    dlq_staged: None,
+                    undo: Undo::Raw(staged),
+                })
+            }
+        }
+    }
+
+    /// Deletes what a batch wrote that was not handed off.
+    async fn undo(&mut self, written: &Written) {
+        match (self.sink.as_ref().expect("sink open"), &written.undo) {
+            (Sink::Iceberg { io, table, .. }, Undo::Files(paths)) => {
+                for p in paths {
+                    let _ = table.file_io().delete(p).await;
+                }
+                if let Some(s) = &written.dlq_staged {
+                    io.dlq.discard(s).await;
+                }
+            }
+            (Sink::Raw { io, .. }, Undo::Raw(objects)) => io.store.discard(objects).await,
+            _ => {}
+        }
     }
 
     /// Forgets committed batches; on a rejected one, restarts from the table's checkpoints.
@@ -773,11 +970,7 @@ impl ChannelWorker {
         // read by a failed loop.
         let oldest = self.oldest_pending();
         let freshness = oldest.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
-        let buffered = self
-            .converter
-            .as_ref()
-            .map(|c| c.buffered_bytes())
-            .unwrap_or(0);
+        let buffered = self.sink.as_ref().map(Sink::buffered_bytes).unwrap_or(0);
         let committer = self.held.borrow().committer.is_some();
         let lag: u64 = self
             .shards

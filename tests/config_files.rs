@@ -44,7 +44,9 @@ fn quickstart_config_validates_with_the_quickstart_settings() {
     assert_eq!(kafka.bootstrap_servers, "localhost:9092");
     assert_eq!(kafka.topic, "events");
     assert_eq!(kafka.initial_position, InitialPosition::Earliest);
-    let DestinationConfig::Iceberg(d) = &channel.destination;
+    let DestinationConfig::Iceberg(d) = &channel.destination else {
+        panic!("iceberg destination expected")
+    };
     assert_eq!(
         (d.namespace.as_str(), d.table.as_str()),
         ("quickstart", "events")
@@ -82,7 +84,9 @@ fn kafka_sql_config_validates_with_sasl_credentials_from_the_environment() {
         kafka.properties["sasl.password"],
         PropertyValue::FromEnv { .. }
     ));
-    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination else {
+        panic!("iceberg destination expected")
+    };
     assert_eq!(d.data_freshness, Duration::from_secs(300));
 }
 
@@ -101,7 +105,12 @@ fn kafka_sql_config_without_credentials_names_the_missing_variables() {
 
 #[test]
 fn every_key_in_the_shipped_files_carries_a_comment() {
-    for name in ["quickstart.toml", "kafka-sql.toml", "rest-catalog.toml"] {
+    for name in [
+        "quickstart.toml",
+        "kafka-sql.toml",
+        "rest-catalog.toml",
+        "raw-s3.toml",
+    ] {
         let text = std::fs::read_to_string(config_dir().join(name)).unwrap();
         let mut previous = "";
         for line in text.lines().map(str::trim) {
@@ -172,7 +181,9 @@ fn kinesis_dynamodb_config_validates_and_passes_floe_validate() {
     };
     assert_eq!(kinesis.stream.as_str(), "clickstream");
     assert_eq!(kinesis.initial_position, InitialPosition::ActivationTime);
-    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination else {
+        panic!("iceberg destination expected")
+    };
     let CatalogConfig::Sql(catalog) = &d.catalog else {
         panic!("an sql catalog")
     };
@@ -181,7 +192,7 @@ fn kinesis_dynamodb_config_validates_and_passes_floe_validate() {
         floe::config::Warehouse::S3("s3://example-analytics-lake/warehouse".into())
     );
     assert!(matches!(
-        config.channels[0].dlq.location,
+        config.channels[0].dlq.as_ref().unwrap().location,
         floe::config::DlqLocation::S3(_)
     ));
     let checked = validate::check(&config_dir().join("kinesis-dynamodb.toml")).unwrap();
@@ -192,7 +203,9 @@ fn kinesis_dynamodb_config_validates_and_passes_floe_validate() {
 fn rest_catalog_config_validates_with_the_credential_from_the_environment() {
     let env = env_with(&[("POLARIS_CREDENTIAL", "floe:s3cret")]);
     let config = load_with("rest-catalog.toml", &env).unwrap();
-    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination else {
+        panic!("iceberg destination expected")
+    };
     let CatalogConfig::Rest(rest) = &d.catalog else {
         panic!("a rest catalog expected")
     };
@@ -218,7 +231,9 @@ fn rest_catalog_config_validates_with_the_credential_from_the_environment() {
 #[test]
 fn kinesis_s3tables_config_validates_and_passes_floe_validate() {
     let config = load_with("kinesis-s3tables.toml", &env_with(&[])).unwrap();
-    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination else {
+        panic!("iceberg destination expected")
+    };
     assert_eq!(
         d.catalog,
         CatalogConfig::S3Tables(floe::config::S3TablesCatalogConfig {
@@ -245,12 +260,33 @@ fn kinesis_s3tables_config_validates_and_passes_floe_validate() {
         .collect();
     let glue = format!("{}{glue_lines}{}", &text[..start], &text[end..]);
     let config = Config::from_toml_str_with_env(&glue, &config_dir(), &env_with(&[])).unwrap();
-    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination else {
+        panic!("iceberg destination expected")
+    };
     assert!(
         matches!(d.catalog, CatalogConfig::Glue(_)),
         "{:?}",
         d.catalog
     );
     let checked = validate::check(&config_dir().join("kinesis-s3tables.toml")).unwrap();
+    assert_eq!(checked.channels.len(), 1);
+}
+
+#[test]
+fn raw_s3_config_validates_and_passes_floe_validate() {
+    let config = load_with("raw-s3.toml", &env_with(&[])).unwrap();
+    let channel = &config.channels[0];
+    let DestinationConfig::S3(d) = &channel.destination else {
+        panic!("raw s3 destination expected")
+    };
+    assert_eq!(d.location.bucket, "example-orders-archive");
+    assert_eq!(
+        d.key_template.as_str(),
+        "raw/{channel}/{yyyy}/{MM}/{dd}/{HH}/"
+    );
+    assert_eq!(d.compression, floe::raw::RawCompression::Gzip);
+    assert_eq!(d.data_freshness, Duration::from_secs(300));
+    assert!(channel.schema.is_none() && channel.dlq.is_none());
+    let checked = validate::check(&config_dir().join("raw-s3.toml")).unwrap();
     assert_eq!(checked.channels.len(), 1);
 }

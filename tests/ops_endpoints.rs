@@ -6,55 +6,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// `GET path` over HTTP/1.1; returns (status, body).
-fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split(' ').nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
-}
-
-/// The samples of a scrape: `name{labels}` → value.
-fn samples(scrape: &str) -> BTreeMap<String, f64> {
-    scrape
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .collect()
-}
-
-/// Sum of the samples of metric `name` whose labels contain every `filter` (`k="v"`).
-fn sum(s: &BTreeMap<String, f64>, name: &str, filters: &[&str]) -> f64 {
-    s.iter()
-        .filter(|(k, _)| {
-            k.split_once('{').map_or(k.as_str(), |(n, _)| n) == name
-                && filters.iter().all(|f| k.contains(f))
-        })
-        .map(|(_, v)| v)
-        .sum()
-}
 
 fn floe(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_floe"))
@@ -70,14 +26,6 @@ impl Drop for Run {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {

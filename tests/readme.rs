@@ -132,6 +132,22 @@ const CONFIG_TABLES: &[ConfigTable] = &[
         ],
     },
     ConfigTable {
+        heading: "`[channel.destination]` with `kind = \"s3\"`",
+        file_struct: "S3DestinationSection",
+        kind_enum: None,
+        keys: &[
+            "bucket",
+            "expected_bucket_owner",
+            "kms_key_arn",
+            "key_template",
+            "compression",
+            "record_delimiter",
+            "data_freshness",
+            "target_object_size",
+            "buffer_size",
+        ],
+    },
+    ConfigTable {
         heading: "`[channel.destination.catalog]`",
         file_struct: "SqlCatalogSection",
         kind_enum: Some("CatalogSection"),
@@ -661,14 +677,14 @@ fn checks_fail_on_an_unsupported_kind_not_said_so() {
     let readme = read("README.md");
     let kinds = tagged_kinds(&read("src/config/file.rs"));
     let wrong = readme.replacen(
-        "(raw objects under an S3 prefix) is parsed but not supported yet in this build",
-        "(raw objects under an S3 prefix)",
+        "(an Amazon S3 Tables table bucket) are parsed but not supported yet in this build",
+        "(an Amazon S3 Tables table bucket)",
         1,
     );
     assert_ne!(wrong, readme);
     let problems = kind_problems(&wrong, &kinds);
     assert!(
-        problems.iter().any(|p| p.contains("\"s3\"")),
+        problems.iter().any(|p| p.contains("\"s3tables\"")),
         "{problems:?}"
     );
 }

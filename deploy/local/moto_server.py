@@ -552,6 +552,29 @@ def _glue_update_table(self):
 gr.GlueResponse.update_table = _glue_update_table
 
 
+# --- S3: CompleteMultipartUpload -----------------------------------------------------------------
+# Stock moto serializes the CompleteMultipartUpload result under the root element
+# <CompleteMultipartUploadResponse>; AWS (and the S3 model) use <CompleteMultipartUploadResult>. boto3
+# does not mind; the Rust SDK refuses the response ("expected CompleteMultipartUploadResult"), so a
+# multipart upload (floe's raw objects above 16 MiB) would fail. We rename the root element.
+import moto.s3.responses as s3r  # noqa: E402
+
+_stock_key_response_post = s3r.S3Response._key_response_post
+
+
+def _key_response_post(self, *args, **kwargs):
+    status, headers, body = _stock_key_response_post(self, *args, **kwargs)
+    if isinstance(body, (str, bytes)):
+        text = body.decode() if isinstance(body, bytes) else body
+        if "<CompleteMultipartUploadResponse" in text:
+            text = text.replace("CompleteMultipartUploadResponse", "CompleteMultipartUploadResult")
+            body = text.encode() if isinstance(body, bytes) else text
+    return status, headers, body
+
+
+s3r.S3Response._key_response_post = _key_response_post
+
+
 # --- S3: expected bucket owner ------------------------------------------------------------------
 # Stock moto ignores x-amz-expected-bucket-owner (and x-amz-source-expected-bucket-owner), so a
 # request naming another account succeeds. AWS answers 403 AccessDenied; so do we. Every bucket of

@@ -488,6 +488,27 @@ def s3_expected_bucket_owner(endpoint):
         raise CheckFailed("a request naming another account as bucket owner succeeded")
 
 
+def s3_complete_multipart_upload_root(endpoint):
+    s3 = client("s3", endpoint)
+    raw = {}
+
+    def keep_body(http_response, model, **_):
+        raw[model.name] = http_response.content
+
+    s3.meta.events.register("after-call.s3.CompleteMultipartUpload", keep_body)
+    bucket = f"smoke-mpu-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="k")["UploadId"]
+    part = s3.upload_part(Bucket=bucket, Key="k", UploadId=upload, PartNumber=1, Body=b"x" * 10)
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key="k", UploadId=upload,
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
+    )
+    body = raw["CompleteMultipartUpload"].decode()
+    check("<CompleteMultipartUploadResult" in body, f"CompleteMultipartUpload root element: {body[:120]!r}")
+    check(s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"x" * 10, "object not assembled")
+
+
 def kinesalite_checks(endpoint):
     kin = client("kinesis", endpoint)
     name = f"smoke-{RUN}"
@@ -571,6 +592,7 @@ def main():
         s3tables_conflicts_and_encryption, args.moto)
     run("moto glue: UpdateTable with a stale VersionId is ConcurrentModificationException", glue_update_table_version_id, args.moto)
     run("moto s3: x-amz-expected-bucket-owner of another account is refused (403)", s3_expected_bucket_owner, args.moto)
+    run("moto s3: CompleteMultipartUpload answers <CompleteMultipartUploadResult> (the Rust SDK needs it)", s3_complete_multipart_upload_root, args.moto)
     run("kinesalite: 56-digit sequence numbers, SplitShard, MergeShards", kinesalite_checks, args.kinesalite)
 
     print(f"smoke: {passed} passed, {failed} failed", flush=True)

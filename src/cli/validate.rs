@@ -63,16 +63,18 @@ pub fn check_schema(
     channel: &ChannelConfig,
 ) -> Result<Option<MappedSchema>, ConfigError> {
     let (file, versions) = match &channel.schema {
-        SchemaConfig::File(file) => (file, None),
-        SchemaConfig::FileVersions { file, versions } => (file, Some(versions)),
-        SchemaConfig::Glue { .. } => return Ok(None),
+        Some(SchemaConfig::File(file)) => (file, None),
+        Some(SchemaConfig::FileVersions { file, versions }) => (file, Some(versions)),
+        Some(SchemaConfig::Glue { .. }) | None => return Ok(None),
     };
     let error = |key: &str, message: String| ConfigError {
         path: format!("channel[{index}].schema.{key}"),
         message,
     };
     let schema = read_schema(file).map_err(|m| error("file", m))?;
-    let crate::config::DestinationConfig::Iceberg(dest) = &channel.destination;
+    let Some(dest) = channel.destination.iceberg() else {
+        return Ok(None);
+    };
     let mapped = MappedSchema::from_json_schema(&schema, &dest.partition_field)
         .map_err(|e| error("file", format!("{}: {e}", file.display())))?;
     if let Some(versions) = versions {

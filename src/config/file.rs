@@ -137,14 +137,19 @@ pub struct ChannelSection {
     pub name: String,
     /// `[channel.source]`: where records are read. Required.
     pub source: Section<SourceSection>,
-    /// `[channel.record]`: how records are encoded. Optional.
+    /// `[channel.record]`: how records are encoded. Optional; not allowed for `kind = "s3"`
+    /// destinations (records are delivered as read).
     #[serde(default)]
     pub record: Section<RecordSection>,
-    /// `[channel.schema]`: the JSON Schema records are validated against. Required.
+    /// `[channel.schema]`: the JSON Schema records are validated against. Required for an
+    /// Iceberg destination; not allowed for `kind = "s3"` (raw records are not validated).
+    #[serde(default)]
     pub schema: Section<SchemaSection>,
     /// `[channel.destination]`: where records are delivered. Required.
     pub destination: Section<DestinationSection>,
-    /// `[channel.dlq]`: where rejected records are written (the dead-letter queue). Required.
+    /// `[channel.dlq]`: where rejected records are written (the dead-letter queue). Required for
+    /// an Iceberg destination; not allowed for `kind = "s3"` (every record is delivered).
+    #[serde(default)]
     pub dlq: Section<DlqSection>,
 }
 
@@ -258,8 +263,46 @@ pub enum SchemaVersionText {
 pub enum DestinationSection {
     /// `kind = "iceberg"`: an hour-partitioned Apache Iceberg table.
     Iceberg(IcebergDestinationSection),
-    /// `kind = "s3"`: raw objects under an S3 prefix. Not supported yet in this build.
-    S3(toml::Table),
+    /// `kind = "s3"`: raw records, batched into objects of a general-purpose S3 bucket.
+    S3(S3DestinationSection),
+}
+
+/// `[channel.destination]` with `kind = "s3"`: records exactly as read (no decoding, no
+/// validation, no DLQ), batched per shard into objects, compressed, under keys from
+/// `key_template`; staged under `_floe_staging/<channel>/` and published by the committer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3DestinationSection {
+    /// Bucket name. Required.
+    pub bucket: String,
+    /// Account id (12 digits) that must own the bucket, sent with every request
+    /// (`x-amz-expected-bucket-owner`): a request to a bucket owned by another account fails.
+    pub expected_bucket_owner: Option<String>,
+    /// Full ARN of a customer-managed KMS key for SSE-KMS
+    /// (`arn:aws:kms:REGION:ACCOUNT:key/KEY-ID`); aliases and the AWS-managed key are refused.
+    /// Default: the bucket's default encryption.
+    pub kms_key_arn: Option<String>,
+    /// Output key template. Placeholders: `{channel}`, `{stream}` (or `{topic}`), `{shard}`,
+    /// `{first}`, `{last}` (positions of the object's first and last record) and the arrival time
+    /// of the object's first record in UTC: `{yyyy}`, `{MM}`, `{dd}`, `{HH}`, `{mm}`. A template
+    /// ending in `/` is a prefix: the object name `{channel}-{shard}-{first}-{last}` is appended.
+    /// Otherwise the object name (after the last `/`) must contain `{shard}` and `{first}`. The
+    /// compression's extension is appended to every key. Default:
+    /// `"{channel}/{yyyy}/{MM}/{dd}/{HH}/"`.
+    pub key_template: Option<String>,
+    /// Compression of objects: `"none"`, `"gzip"` (`.gz`), `"zstd"` (`.zst`) or `"snappy"`
+    /// (framing format, `.snappy`). Default: `"none"`.
+    pub compression: Option<crate::raw::RawCompression>,
+    /// What follows each record in an object: `"newline"` or `"none"`. Default: `"newline"`.
+    pub record_delimiter: Option<crate::raw::RecordDelimiter>,
+    /// Maximum age of a record before it is delivered. From 10s to 900s. Default: `"300s"`.
+    pub data_freshness: Option<DurationText>,
+    /// Target size of an object before compression: an object ends before the record that would
+    /// take it past this size (a record is never split). From 1MiB to 2GiB. Default: `"128MiB"`.
+    pub target_object_size: Option<SizeText>,
+    /// Memory bound for this channel's buffered records in this worker; when full, reading
+    /// pauses and the buffer is delivered. From 1KiB to 64GiB. Default: `"256MiB"`.
+    pub buffer_size: Option<SizeText>,
 }
 
 /// `[channel.destination]` with `kind = "iceberg"`.
@@ -529,6 +572,16 @@ impl<T> fmt::Debug for Section<T> {
 }
 
 impl<T> Section<T> {
+    /// The `kind` of a tagged section as written, if it is a string.
+    pub fn kind(&self) -> Option<&str> {
+        self.value.as_ref()?.get("kind")?.as_str()
+    }
+
+    /// Whether the section was written in the file.
+    pub fn is_present(&self) -> bool {
+        self.value.is_some()
+    }
+
     /// A section holding `value`.
     pub fn new(value: toml::Value) -> Self {
         Section {
@@ -652,7 +705,7 @@ macro_rules! tagged_section {
 
 tagged_section!(LeaseStoreSection { "sqlite" => Sqlite(struct), "dynamodb" => Dynamodb(struct) });
 tagged_section!(SourceSection { "kafka" => Kafka(struct), "kinesis" => Kinesis(struct) });
-tagged_section!(DestinationSection { "iceberg" => Iceberg(struct), "s3" => S3(table) });
+tagged_section!(DestinationSection { "iceberg" => Iceberg(struct), "s3" => S3(struct) });
 tagged_section!(CatalogSection {
     "sql" => Sql(struct),
     "rest" => Rest(struct),

@@ -123,12 +123,12 @@ pub struct ChannelConfig {
     pub source: SourceConfig,
     /// How records are encoded.
     pub record: RecordConfig,
-    /// The channel's JSON Schema.
-    pub schema: SchemaConfig,
+    /// The channel's JSON Schema; `None` for a raw S3 destination (records are not validated).
+    pub schema: Option<SchemaConfig>,
     /// Where records are delivered.
     pub destination: DestinationConfig,
-    /// Where rejected records are written.
-    pub dlq: DlqConfig,
+    /// Where rejected records are written; `None` for a raw S3 destination (nothing is rejected).
+    pub dlq: Option<DlqConfig>,
 }
 
 /// `[channel.source]` (`kind`), see [`file::SourceSection`].
@@ -307,6 +307,34 @@ impl std::fmt::Display for GlueSchemaVersion {
 pub enum DestinationConfig {
     /// `kind = "iceberg"`.
     Iceberg(IcebergDestinationConfig),
+    /// `kind = "s3"`: raw objects in a general-purpose bucket.
+    S3(crate::raw::RawDestinationConfig),
+}
+
+impl DestinationConfig {
+    /// Maximum age of a record before it is delivered.
+    pub fn data_freshness(&self) -> Duration {
+        match self {
+            DestinationConfig::Iceberg(d) => d.data_freshness,
+            DestinationConfig::S3(d) => d.data_freshness,
+        }
+    }
+
+    /// Memory bound of the channel's buffer in one worker, bytes.
+    pub fn buffer_size(&self) -> u64 {
+        match self {
+            DestinationConfig::Iceberg(d) => d.buffer_size,
+            DestinationConfig::S3(d) => d.buffer_size,
+        }
+    }
+
+    /// The Iceberg destination, `None` for a raw one.
+    pub fn iceberg(&self) -> Option<&IcebergDestinationConfig> {
+        match self {
+            DestinationConfig::Iceberg(d) => Some(d),
+            DestinationConfig::S3(_) => None,
+        }
+    }
 }
 
 /// `[channel.destination]` with `kind = "iceberg"`, see [`file::IcebergDestinationSection`].
@@ -531,11 +559,16 @@ impl Config {
         self.aws != crate::aws::AwsConfig::default()
             || matches!(self.lease_store.backend, LeaseStoreBackend::Dynamodb { .. })
             || self.channels.iter().any(|c| {
-                let DestinationConfig::Iceberg(d) = &c.destination;
-                matches!(c.source, SourceConfig::Kinesis(_))
-                    || matches!(c.schema, SchemaConfig::Glue { .. })
-                    || matches!(c.dlq.location, DlqLocation::S3(_))
-                    || d.catalog.uses_aws()
+                let aws_destination = match &c.destination {
+                    DestinationConfig::Iceberg(d) => d.catalog.uses_aws(),
+                    DestinationConfig::S3(_) => true,
+                };
+                aws_destination
+                    || matches!(c.source, SourceConfig::Kinesis(_))
+                    || matches!(c.schema, Some(SchemaConfig::Glue { .. }))
+                    || c.dlq
+                        .as_ref()
+                        .is_some_and(|d| matches!(d.location, DlqLocation::S3(_)))
             })
     }
 }

@@ -79,7 +79,9 @@ fn refused(text: &str, path: &str, needle: &str) {
 }
 
 fn iceberg(config: &Config) -> &IcebergDestinationConfig {
-    let DestinationConfig::Iceberg(d) = &config.channels[0].destination;
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination else {
+        panic!("an Iceberg destination")
+    };
     d
 }
 
@@ -126,7 +128,7 @@ fn minimal_config_takes_every_default() {
     );
     assert_eq!(
         channel.schema,
-        SchemaConfig::File("/etc/floe/event.schema.json".into())
+        Some(SchemaConfig::File("/etc/floe/event.schema.json".into()))
     );
     assert_eq!(
         *iceberg(&config),
@@ -150,10 +152,10 @@ fn minimal_config_takes_every_default() {
     );
     assert_eq!(
         channel.dlq,
-        DlqConfig {
+        Some(DlqConfig {
             location: DlqLocation::Local("/etc/floe/dlq".into()),
             include_payload: false
-        }
+        })
     );
 }
 
@@ -271,8 +273,8 @@ fn missing_required_keys_are_refused() {
     );
     refused(
         &replaced("[channel.schema]\nfile = \"event.schema.json\"\n", ""),
-        "channel[0]",
-        "missing field `schema`",
+        "channel[0].schema",
+        "missing [channel.schema]",
     );
     refused(
         &MINIMAL[..MINIMAL.find("[[channel]]").unwrap()],
@@ -348,7 +350,7 @@ fn aws_components_validate_into_typed_config() {
         sql.warehouse,
         Warehouse::S3("s3://warehouse-bucket/floe".into())
     );
-    let DlqLocation::S3(dlq) = &config.channels[0].dlq.location else {
+    let DlqLocation::S3(dlq) = &config.channels[0].dlq.as_ref().unwrap().location else {
         panic!("s3 dlq expected")
     };
     assert_eq!(
@@ -736,10 +738,10 @@ fn schema_from_glue_by_arn_and_version() {
     let latest = parse(&schema(&format!("glue_schema_arn = \"{SCHEMA_ARN}\""))).unwrap();
     assert_eq!(
         latest.channels[0].schema,
-        SchemaConfig::Glue {
+        Some(SchemaConfig::Glue {
             schema_arn: SCHEMA_ARN.into(),
             version: GlueSchemaVersion::Latest
-        }
+        })
     );
     for (v, want) in [
         ("3", GlueSchemaVersion::Number(3)),
@@ -751,7 +753,7 @@ fn schema_from_glue_by_arn_and_version() {
         .unwrap();
         assert_eq!(c.channels[0].record.format, RecordFormat::GsrJson);
         assert!(
-            matches!(c.channels[0].schema, SchemaConfig::Glue { version, .. } if version == want)
+            matches!(c.channels[0].schema, Some(SchemaConfig::Glue { version, .. }) if version == want)
         );
     }
 }
@@ -812,7 +814,7 @@ fn gsr_json_runs_offline_with_listed_versions() {
         "file = \"v1.json\"\n[channel.schema.versions]\n\"{V1}\" = \"v1.json\"\n\"1b4e28ba-2fa1-11d2-883f-0016d3cca427\" = \"v2.json\""
     )))
     .unwrap();
-    let SchemaConfig::FileVersions { file, versions } = &c.channels[0].schema else {
+    let Some(SchemaConfig::FileVersions { file, versions }) = &c.channels[0].schema else {
         panic!("{:?}", c.channels[0].schema)
     };
     assert_eq!(file, &PathBuf::from("/etc/floe/v1.json"));
@@ -1166,4 +1168,173 @@ fn two_channels_writing_one_s3tables_table_are_refused() {
     // Another table bucket holds another table.
     let other = second.replace("bucket/floe-tables", "bucket/other-tables");
     assert!(parse(&format!("{first}{other}")).is_ok());
+}
+
+/// `MINIMAL`'s channel with a raw S3 destination (no schema, no DLQ) and `extra` destination keys.
+fn raw(extra: &str) -> String {
+    let head = &MINIMAL[..MINIMAL.find("[channel.schema]").unwrap()];
+    format!("{head}[channel.destination]\nkind = \"s3\"\nbucket = \"raw-bucket\"\n{extra}\n")
+}
+
+fn raw_destination(config: &Config) -> &crate::raw::RawDestinationConfig {
+    let DestinationConfig::S3(d) = &config.channels[0].destination else {
+        panic!("a raw destination")
+    };
+    d
+}
+
+#[test]
+fn raw_destination_takes_its_defaults() {
+    let config = parse(&raw("")).unwrap();
+    let d = raw_destination(&config);
+    assert_eq!(d.location.bucket, "raw-bucket");
+    assert_eq!(d.key_template.as_str(), "{channel}/{yyyy}/{MM}/{dd}/{HH}/");
+    assert_eq!(d.compression, crate::raw::RawCompression::None);
+    assert_eq!(d.record_delimiter, crate::raw::RecordDelimiter::Newline);
+    assert_eq!(d.data_freshness, Duration::from_secs(300));
+    assert_eq!(d.target_object_size, 128 << 20);
+    assert_eq!(d.buffer_size, 256 << 20);
+    assert_eq!(config.channels[0].schema, None);
+    assert_eq!(config.channels[0].dlq, None);
+    assert!(config.uses_aws());
+}
+
+#[test]
+fn raw_destination_reads_every_key() {
+    let config = parse(&raw(r#"expected_bucket_owner = "123456789012"
+kms_key_arn = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+key_template = "raw/{topic}/{yyyy}/{MM}/{dd}/{HH}/{mm}/{shard}-{first}-{last}"
+compression = "zstd"
+record_delimiter = "none"
+data_freshness = "60s"
+target_object_size = "64MiB"
+buffer_size = "512MiB""#))
+    .unwrap();
+    let d = raw_destination(&config);
+    assert_eq!(
+        d.location.expected_bucket_owner.as_deref(),
+        Some("123456789012")
+    );
+    assert!(d.location.kms_key_arn.is_some());
+    assert_eq!(d.compression, crate::raw::RawCompression::Zstd);
+    assert_eq!(d.record_delimiter, crate::raw::RecordDelimiter::None);
+    assert_eq!(d.data_freshness, Duration::from_secs(60));
+    assert_eq!(d.target_object_size, 64 << 20);
+    assert_eq!(d.buffer_size, 512 << 20);
+}
+
+#[test]
+fn raw_destination_refuses_bad_keys_naming_them() {
+    for (extra, path, needle) in [
+        (
+            "key_template = \"raw/{channel}/{yyyy}/data\"",
+            "key_template",
+            "must contain {shard} and {first}",
+        ),
+        (
+            "key_template = \"raw/{channel}/{hour}/\"",
+            "key_template",
+            "unknown placeholder {hour}",
+        ),
+        (
+            "key_template = \"/raw/\"",
+            "key_template",
+            "starts with '/'",
+        ),
+        (
+            "compression = \"lz4\"",
+            "compression",
+            "unknown variant `lz4`",
+        ),
+        (
+            "record_delimiter = \"crlf\"",
+            "record_delimiter",
+            "unknown variant `crlf`",
+        ),
+        (
+            "data_freshness = \"5s\"",
+            "data_freshness",
+            "below the minimum",
+        ),
+        (
+            "data_freshness = \"901s\"",
+            "data_freshness",
+            "above the maximum",
+        ),
+        (
+            "target_object_size = \"512KiB\"",
+            "target_object_size",
+            "below the minimum",
+        ),
+        (
+            "target_object_size = \"3GiB\"",
+            "target_object_size",
+            "above the maximum",
+        ),
+        (
+            "expected_bucket_owner = \"me\"",
+            "expected_bucket_owner",
+            "12-digit",
+        ),
+        ("kms_key_arn = \"alias/aws/s3\"", "kms_key_arn", "alias"),
+    ] {
+        refused(
+            &raw(extra),
+            &format!("channel[0].destination.{path}"),
+            needle,
+        );
+    }
+    refused(
+        &raw("prefix = \"x/\""),
+        "channel[0].destination",
+        "unknown field `prefix`",
+    );
+    refused(
+        &raw("").replace("raw-bucket", "Raw_Bucket"),
+        "channel[0].destination.bucket",
+        "not an S3 bucket name",
+    );
+}
+
+#[test]
+fn raw_destination_has_no_schema_and_no_dlq() {
+    let schema = raw("") + "[channel.schema]\nfile = \"event.schema.json\"\n";
+    refused(&schema, "channel[0].schema", "not validated");
+    let dlq = raw("") + "[channel.dlq]\nkind = \"local\"\npath = \"dlq\"\n";
+    refused(&dlq, "channel[0].dlq", "never dropped");
+    let record = raw("") + "[channel.record]\nmax_record_size = \"1MiB\"\n";
+    refused(
+        &record,
+        "channel[0].record",
+        "whatever their framing or size",
+    );
+    // An Iceberg channel still needs both.
+    refused(
+        &replaced("[channel.schema]\nfile = \"event.schema.json\"\n", ""),
+        "channel[0].schema",
+        "required for an Iceberg destination",
+    );
+}
+
+#[test]
+fn raw_channels_sharing_a_bucket_must_name_themselves_in_their_keys() {
+    let one = raw("key_template = \"x/{shard}-{first}\"");
+    let second = |template: &str| {
+        format!(
+            "{one}\n[[channel]]\nname = \"other\"\n[channel.source]\nkind = \"kafka\"\nbootstrap_servers = \"localhost:9092\"\ntopic = \"events\"\n[channel.destination]\nkind = \"s3\"\nbucket = \"raw-bucket\"\nkey_template = \"{template}\"\n"
+        )
+    };
+    refused(
+        &second("{channel}/"),
+        "channel[1].destination.key_template",
+        "must contain {channel}",
+    );
+    refused(
+        &second("y/{shard}-{first}"),
+        "channel[1].destination.key_template",
+        "must contain {channel}",
+    );
+    let both = raw("key_template = \"{channel}/\"");
+    let ok = second("{channel}/").replace(&one, &both);
+    parse(&ok).unwrap();
 }

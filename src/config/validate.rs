@@ -10,8 +10,8 @@ use std::time::Duration;
 use super::file::{
     AwsSection, CatalogSection, ChannelSection, CompressionCodec, ConfigFile, DestinationSection,
     DlqSection, DurationText, FromSection, GlueCatalogSection, IcebergDestinationSection,
-    KafkaSourceSection, KinesisSourceSection, LeaseStoreSection, S3DlqSection,
-    S3TablesCatalogSection, Section, SizeText, SourceSection, WorkerSection,
+    KafkaSourceSection, KinesisSourceSection, LeaseStoreSection, S3DestinationSection,
+    S3DlqSection, S3TablesCatalogSection, Section, SizeText, SourceSection, WorkerSection,
 };
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::*;
@@ -104,13 +104,6 @@ impl Checker<'_> {
             path: path.into(),
             message: message.into(),
         });
-    }
-
-    fn unsupported(&mut self, path: &str, kind: &str) {
-        self.error(
-            format!("{path}.kind"),
-            format!("kind \"{kind}\" is not supported yet in this build"),
-        );
     }
 
     fn section<T: FromSection>(&mut self, section: Section<T>, path: &str) -> Option<T> {
@@ -432,13 +425,49 @@ impl Checker<'_> {
             c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-')
         });
         let source = self.source(&format!("{p}.source"), c.source);
+        let record_present = c.record.is_present();
         let record = self.record(&format!("{p}.record"), c.record);
         let format = record.as_ref().map(|r| r.format);
-        let schema = self
-            .section(c.schema, &format!("{p}.schema"))
-            .and_then(|s| self.schema(&format!("{p}.schema"), s, format));
+        let raw = c.destination.is_present() && self.is_raw(&c.destination);
         let destination = self.destination(&format!("{p}.destination"), c.destination);
-        let dlq = self.dlq(&format!("{p}.dlq"), c.dlq);
+        // A raw destination delivers every record unvalidated: no schema, nothing to reject.
+        let (schema, dlq) = if raw {
+            for (present, key, why) in [
+                (record_present, "record", "records are delivered as read, whatever their framing or size"),
+                (c.schema.is_present(), "schema", "records are delivered as read, not validated"),
+                (c.dlq.is_present(), "dlq", "every record is delivered (raw means raw); a failed delivery is retried, never dropped"),
+            ] {
+                if present {
+                    self.error(
+                        format!("{p}.{key}"),
+                        format!("not allowed with destination.kind = \"s3\": {why}; remove [channel.{key}]"),
+                    );
+                }
+            }
+            (Some(None), Some(None))
+        } else {
+            let missing = |v: &mut Self, key: &str| {
+                v.error(
+                    format!("{p}.{key}"),
+                    format!("missing [channel.{key}]: required for an Iceberg destination"),
+                );
+            };
+            let schema = if c.schema.is_present() {
+                self.section(c.schema, &format!("{p}.schema"))
+                    .and_then(|s| self.schema(&format!("{p}.schema"), s, format))
+                    .map(Some)
+            } else {
+                missing(self, "schema");
+                None
+            };
+            let dlq = if c.dlq.is_present() {
+                self.dlq(&format!("{p}.dlq"), c.dlq).map(Some)
+            } else {
+                missing(self, "dlq");
+                None
+            };
+            (schema, dlq)
+        };
         if let (Some(record), Some(DestinationConfig::Iceberg(d))) = (&record, &destination) {
             if d.buffer_size < record.max_record_size {
                 self.error(
@@ -776,6 +805,12 @@ impl Checker<'_> {
         }
     }
 
+    /// Whether a `[channel.destination]` section says `kind = "s3"` (checked before parsing it,
+    /// which decides whether `[channel.schema]` and `[channel.dlq]` belong).
+    fn is_raw(&self, section: &Section<DestinationSection>) -> bool {
+        section.kind() == Some("s3")
+    }
+
     fn destination(
         &mut self,
         p: &str,
@@ -783,11 +818,79 @@ impl Checker<'_> {
     ) -> Option<DestinationConfig> {
         match self.section(section, p)? {
             DestinationSection::Iceberg(d) => self.iceberg(p, d).map(DestinationConfig::Iceberg),
-            DestinationSection::S3(_) => {
-                self.unsupported(p, "s3");
+            DestinationSection::S3(d) => self.raw(p, d).map(DestinationConfig::S3),
+        }
+    }
+
+    fn raw(
+        &mut self,
+        p: &str,
+        d: S3DestinationSection,
+    ) -> Option<crate::raw::RawDestinationConfig> {
+        let location = self.s3_location(
+            p,
+            d.bucket,
+            String::new(),
+            d.expected_bucket_owner,
+            d.kms_key_arn,
+        );
+        let key_template = match crate::raw::KeyTemplate::parse(
+            d.key_template
+                .as_deref()
+                .unwrap_or(crate::raw::DEFAULT_KEY_TEMPLATE),
+        ) {
+            Ok(t) => Some(t),
+            Err(why) => {
+                self.error(format!("{p}.key_template"), why);
                 None
             }
-        }
+        };
+        let bounds = self.delivery_bounds(
+            p,
+            d.data_freshness,
+            ("target_object_size", d.target_object_size),
+            d.buffer_size,
+        );
+        let (data_freshness, target_object_size, buffer_size) = bounds?;
+        Some(crate::raw::RawDestinationConfig {
+            location: location?,
+            key_template: key_template?,
+            compression: d.compression.unwrap_or_default(),
+            record_delimiter: d.record_delimiter.unwrap_or_default(),
+            data_freshness,
+            target_object_size,
+            buffer_size,
+        })
+    }
+
+    /// `data_freshness`, the target size of a file or object (`(key, value)`) and `buffer_size`
+    /// of a destination, each with its default and range.
+    fn delivery_bounds(
+        &mut self,
+        p: &str,
+        data_freshness: Option<DurationText>,
+        (target_key, target): (&str, Option<SizeText>),
+        buffer_size: Option<SizeText>,
+    ) -> Option<(Duration, u64, u64)> {
+        let data_freshness = self.duration(
+            &format!("{p}.data_freshness"),
+            data_freshness,
+            DEFAULT_DATA_FRESHNESS,
+            DATA_FRESHNESS_RANGE,
+        );
+        let target = self.size(
+            &format!("{p}.{target_key}"),
+            target,
+            DEFAULT_TARGET_FILE_SIZE,
+            TARGET_FILE_SIZE_RANGE,
+        );
+        let buffer_size = self.size(
+            &format!("{p}.buffer_size"),
+            buffer_size,
+            DEFAULT_BUFFER_SIZE,
+            BUFFER_SIZE_RANGE,
+        );
+        Some((data_freshness?, target?, buffer_size?))
     }
 
     fn iceberg(
@@ -847,23 +950,11 @@ impl Checker<'_> {
             (CompressionCodec::Snappy, None) => Some(Compression::Snappy),
             (CompressionCodec::None, None) => Some(Compression::Uncompressed),
         };
-        let data_freshness = self.duration(
-            &format!("{p}.data_freshness"),
+        let bounds = self.delivery_bounds(
+            p,
             d.data_freshness,
-            DEFAULT_DATA_FRESHNESS,
-            DATA_FRESHNESS_RANGE,
-        );
-        let target_file_size = self.size(
-            &format!("{p}.target_file_size"),
-            d.target_file_size,
-            DEFAULT_TARGET_FILE_SIZE,
-            TARGET_FILE_SIZE_RANGE,
-        );
-        let buffer_size = self.size(
-            &format!("{p}.buffer_size"),
+            ("target_file_size", d.target_file_size),
             d.buffer_size,
-            DEFAULT_BUFFER_SIZE,
-            BUFFER_SIZE_RANGE,
         );
         let max_open_partitions = self.number(
             &format!("{p}.max_open_partitions"),
@@ -877,9 +968,9 @@ impl Checker<'_> {
             table: table?,
             partition_field: partition_field?,
             compression: compression?,
-            data_freshness: data_freshness?,
-            target_file_size: target_file_size?,
-            buffer_size: buffer_size?,
+            data_freshness: bounds?.0,
+            target_file_size: bounds?.1,
+            buffer_size: bounds?.2,
             max_open_partitions: max_open_partitions?,
         })
     }
@@ -1001,6 +1092,7 @@ impl Checker<'_> {
     fn across_channels(&mut self, channels: &[Option<ChannelConfig>]) {
         let mut names: HashMap<&str, usize> = HashMap::new();
         let mut tables: HashMap<(String, &str, &str), usize> = HashMap::new();
+        let mut raw_buckets: HashMap<&str, (usize, bool)> = HashMap::new();
         for (i, channel) in channels.iter().enumerate() {
             let Some(channel) = channel else { continue };
             if let Some(first) = names.insert(&channel.name, i) {
@@ -1013,7 +1105,29 @@ impl Checker<'_> {
                     ),
                 );
             }
-            let DestinationConfig::Iceberg(d) = &channel.destination;
+            let d = match &channel.destination {
+                DestinationConfig::Iceberg(d) => d,
+                DestinationConfig::S3(raw) => {
+                    // Channels sharing a bucket must name themselves in their keys.
+                    if let Some((first, other)) = raw_buckets.get(raw.location.bucket.as_str()) {
+                        if !raw.key_template.has_channel() || !*other {
+                            self.error(
+                                format!("channel[{i}].destination.key_template"),
+                                format!(
+                                    "bucket {} is also written by channel[{first}]: every key template of a shared bucket must contain {{channel}}",
+                                    raw.location.bucket
+                                ),
+                            );
+                        }
+                    } else {
+                        raw_buckets.insert(
+                            raw.location.bucket.as_str(),
+                            (i, raw.key_template.has_channel()),
+                        );
+                    }
+                    continue;
+                }
+            };
             let key = (d.catalog.identity(), d.namespace.as_str(), d.table.as_str());
             if let Some(first) = tables.get(&key) {
                 self.error(

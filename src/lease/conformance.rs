@@ -9,7 +9,8 @@ use futures::future::join_all;
 use uuid::Uuid;
 
 use super::{
-    BatchStore, ChannelState, ChannelStatus, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore,
+    BatchStore, ChannelState, ChannelStatus, Delivered, Lease, LeaseError, LeaseKey, LeaseSpec,
+    LeaseStore,
 };
 use crate::model::{CheckpointRange, PendingBatch, Position, SequenceNumber, ShardId, ShardRange};
 
@@ -46,6 +47,7 @@ macro_rules! lease_store_conformance_tests {
                 put_batch_is_idempotent_and_refuses_a_different_batch_under_the_same_id,
                 finish_removes_committed_and_rejected_batches,
                 channel_state_put_is_conditional_on_version,
+                delivered_put_is_conditional_on_version_and_epoch,
             );
         }
     };
@@ -80,6 +82,7 @@ pub async fn run_all<S: LeaseStore + BatchStore>(store: &S) {
     put_batch_is_idempotent_and_refuses_a_different_batch_under_the_same_id(store).await;
     finish_removes_committed_and_rejected_batches(store).await;
     channel_state_put_is_conditional_on_version(store).await;
+    delivered_put_is_conditional_on_version_and_epoch(store).await;
 }
 
 fn fresh_channel(case: &str) -> String {
@@ -527,5 +530,75 @@ pub async fn channel_state_put_is_conditional_on_version<S: BatchStore>(store: &
             .unwrap()
             .status_reason,
         state.status_reason
+    );
+}
+
+/// Delivered checkpoints (raw channels): created only when absent; updated only at the expected
+/// version **and** by a committer whose epoch is not lower than the stored one, so a stale
+/// committer can never move them; the store numbers versions 1, 2, ….
+pub async fn delivered_put_is_conditional_on_version_and_epoch<S: BatchStore>(store: &S) {
+    let ch = fresh_channel("delivered");
+    assert_eq!(store.get_delivered(&ch).await.unwrap(), None);
+    let shard = ShardId::kafka_partition(0);
+    let kinesis = ShardId("shardId-000000000001".into());
+    let mut d = Delivered {
+        channel: ch.clone(),
+        committer_epoch: 3,
+        version: 42,
+        ..Delivered::default()
+    };
+    assert_conflict(store.put_delivered(&d, Some(0)).await);
+    assert_eq!(store.put_delivered(&d, None).await.unwrap(), 1);
+    assert_conflict(store.put_delivered(&d, None).await);
+    let got = store.get_delivered(&ch).await.unwrap().unwrap();
+    assert_eq!(
+        got,
+        Delivered {
+            version: 1,
+            ..d.clone()
+        }
+    );
+
+    d.checkpoints.0.insert(shard.clone(), Position::Offset(9));
+    d.checkpoints.0.insert(
+        kinesis.clone(),
+        Position::Sequence(
+            SequenceNumber::try_new("49590338271490256608559692538361571095921575989136588898")
+                .unwrap(),
+        ),
+    );
+    d.last_commit_id = Some(Uuid::now_v7());
+    d.committed_batch_ids = vec![Uuid::now_v7(), Uuid::now_v7()];
+    assert_eq!(store.put_delivered(&d, Some(1)).await.unwrap(), 2);
+    // The same version again (a committer that read version 1): refused.
+    assert_conflict(store.put_delivered(&d, Some(1)).await);
+    assert_eq!(
+        store.get_delivered(&ch).await.unwrap().unwrap(),
+        Delivered {
+            version: 2,
+            ..d.clone()
+        }
+    );
+
+    // A newer committer takes over (epoch 4) ...
+    d.committer_epoch = 4;
+    d.checkpoints.0.insert(shard.clone(), Position::Offset(19));
+    assert_eq!(store.put_delivered(&d, Some(2)).await.unwrap(), 3);
+    // ... and the stale one (epoch 3), even at the current version, cannot move anything.
+    let mut stale = d.clone();
+    stale.committer_epoch = 3;
+    stale
+        .checkpoints
+        .0
+        .insert(shard.clone(), Position::Offset(29));
+    assert_conflict(store.put_delivered(&stale, Some(3)).await);
+    let got = store.get_delivered(&ch).await.unwrap().unwrap();
+    assert_eq!(got.checkpoints.get(&shard), Some(&Position::Offset(19)));
+    assert_eq!(got.committer_epoch, 4);
+    assert_eq!(got.version, 3);
+    // Another channel's item is separate.
+    assert_eq!(
+        store.get_delivered(&fresh_channel("other")).await.unwrap(),
+        None
     );
 }

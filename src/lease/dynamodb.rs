@@ -42,7 +42,9 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 use uuid::Uuid;
 
-use super::{BatchStore, ChannelState, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore};
+use super::{
+    BatchStore, ChannelState, Delivered, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore,
+};
 use crate::model::{PendingBatch, Position, ShardId};
 
 /// Bytes of compressed batch body per item (DynamoDB items are at most 400 KB, names included).
@@ -57,6 +59,7 @@ const SK: &str = "item";
 const LEASE_PREFIX: &str = "lease#";
 const BATCH_PREFIX: &str = "batch#";
 const STATE_ITEM: &str = "state";
+const DELIVERED_ITEM: &str = "checkpoints";
 
 /// A [`LeaseStore`] and [`BatchStore`] on one DynamoDB table.
 #[derive(Debug, Clone)]
@@ -296,6 +299,83 @@ impl DynamoDbLeaseStore {
         )
         .await?
         .ok_or_else(|| LeaseError::lost(lease))
+    }
+
+    /// Reads a versioned JSON item (`state`, `checkpoints`) of `channel`; `set_version` puts the
+    /// stored version into the decoded value.
+    async fn get_versioned<T: serde::de::DeserializeOwned>(
+        &self,
+        channel: &str,
+        item_name: &str,
+        what: &str,
+        set_version: impl FnOnce(&mut T, u64),
+    ) -> Result<Option<T>, LeaseError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .set_key(Some(self.key(channel, item_name.to_owned())))
+            .send()
+            .await
+            .map_err(|e| map_err(e, &self.table))?;
+        let Some(item) = out.item else {
+            return Ok(None);
+        };
+        let body = get_s(&item, "body").ok_or_else(|| corrupt(what, "no body"))?;
+        let mut value: T = serde_json::from_str(body).map_err(|e| corrupt(what, e))?;
+        set_version(&mut value, get_n(&item, "version")?);
+        Ok(Some(value))
+    }
+
+    /// Puts a versioned JSON item of `channel` on condition that its stored `version` is
+    /// `expected` (absent when `None`) and, with `epoch`, that its stored `epoch` is not higher.
+    /// Returns the new version.
+    ///
+    /// Errors: [`LeaseError::Conflict`] (item `conflict_item`) when a condition fails.
+    async fn put_versioned(
+        &self,
+        channel: &str,
+        item_name: &str,
+        conflict_item: &str,
+        body: String,
+        expected: Option<u64>,
+        epoch: Option<u64>,
+    ) -> Result<u64, LeaseError> {
+        let version = expected.map_or(1, |v| v + 1);
+        let mut item = self.key(channel, item_name.to_owned());
+        item.insert("version".into(), n(version));
+        if let Some(epoch) = epoch {
+            item.insert("epoch".into(), n(epoch));
+        }
+        item.insert("body".into(), AttributeValue::S(body));
+        let request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item));
+        let request = match (expected, epoch) {
+            (None, _) => request
+                .condition_expression("attribute_not_exists(#sk)")
+                .expression_attribute_names("#sk", SK),
+            (Some(expected), None) => request
+                .condition_expression("#version = :expected")
+                .expression_attribute_names("#version", "version")
+                .expression_attribute_values(":expected", n(expected)),
+            (Some(expected), Some(epoch)) => request
+                .condition_expression("#version = :expected AND #epoch <= :epoch")
+                .expression_attribute_names("#version", "version")
+                .expression_attribute_names("#epoch", "epoch")
+                .expression_attribute_values(":expected", n(expected))
+                .expression_attribute_values(":epoch", n(epoch)),
+        };
+        match request.send().await {
+            Ok(_) => Ok(version),
+            Err(e) if code(&e) == Some("ConditionalCheckFailedException") => {
+                Err(LeaseError::conflict(channel, conflict_item))
+            }
+            Err(e) => Err(map_err(e, &self.table)),
+        }
     }
 
     async fn read_batch_parts(
@@ -700,23 +780,13 @@ impl BatchStore for DynamoDbLeaseStore {
     }
 
     async fn get_channel_state(&self, channel: &str) -> Result<Option<ChannelState>, LeaseError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .consistent_read(true)
-            .set_key(Some(self.key(channel, STATE_ITEM.to_owned())))
-            .send()
-            .await
-            .map_err(|e| map_err(e, &self.table))?;
-        let Some(item) = out.item else {
-            return Ok(None);
-        };
-        let body = get_s(&item, "body").ok_or_else(|| corrupt("channel state", "no body"))?;
-        let mut state: ChannelState =
-            serde_json::from_str(body).map_err(|e| corrupt("channel state", e))?;
-        state.version = get_n(&item, "version")?;
-        Ok(Some(state))
+        self.get_versioned(
+            channel,
+            STATE_ITEM,
+            "channel state",
+            |s: &mut ChannelState, v| s.version = v,
+        )
+        .await
     }
 
     async fn put_channel_state(
@@ -724,34 +794,47 @@ impl BatchStore for DynamoDbLeaseStore {
         state: &ChannelState,
         expected_version: Option<u64>,
     ) -> Result<u64, LeaseError> {
-        let version = expected_version.map_or(1, |v| v + 1);
-        let mut stored = state.clone();
-        stored.version = version;
-        let body = serde_json::to_string(&stored).expect("channel state serializes");
-        let mut item = self.key(&state.channel, STATE_ITEM.to_owned());
-        item.insert("version".into(), n(version));
-        item.insert("body".into(), AttributeValue::S(body));
-        let request = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item));
-        let request = match expected_version {
-            None => request
-                .condition_expression("attribute_not_exists(#sk)")
-                .expression_attribute_names("#sk", SK),
-            Some(expected) => request
-                .condition_expression("#version = :expected")
-                .expression_attribute_names("#version", "version")
-                .expression_attribute_values(":expected", n(expected)),
-        };
-        match request.send().await {
-            Ok(_) => Ok(version),
-            Err(e) if code(&e) == Some("ConditionalCheckFailedException") => {
-                Err(LeaseError::conflict(&state.channel, "channel-state"))
-            }
-            Err(e) => Err(map_err(e, &self.table)),
-        }
+        let (_, body) = super::next_version(state, expected_version, |x: &mut ChannelState, v| {
+            x.version = v
+        });
+        self.put_versioned(
+            &state.channel,
+            STATE_ITEM,
+            "channel-state",
+            body,
+            expected_version,
+            None,
+        )
+        .await
+    }
+
+    async fn get_delivered(&self, channel: &str) -> Result<Option<Delivered>, LeaseError> {
+        self.get_versioned(
+            channel,
+            DELIVERED_ITEM,
+            "checkpoints",
+            |d: &mut Delivered, v| d.version = v,
+        )
+        .await
+    }
+
+    async fn put_delivered(
+        &self,
+        delivered: &Delivered,
+        expected_version: Option<u64>,
+    ) -> Result<u64, LeaseError> {
+        let (_, body) = super::next_version(delivered, expected_version, |x: &mut Delivered, v| {
+            x.version = v
+        });
+        self.put_versioned(
+            &delivered.channel,
+            DELIVERED_ITEM,
+            "checkpoints",
+            body,
+            expected_version,
+            Some(delivered.committer_epoch),
+        )
+        .await
     }
 }
 

@@ -8,7 +8,9 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::{BatchStore, ChannelState, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore};
+use super::{
+    BatchStore, ChannelState, Delivered, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore,
+};
 use crate::model::{PendingBatch, Position};
 
 #[derive(Default)]
@@ -16,6 +18,7 @@ struct State {
     leases: BTreeMap<(String, LeaseKey), Lease>,
     batches: BTreeMap<(String, Uuid), PendingBatch>,
     channels: BTreeMap<String, ChannelState>,
+    delivered: BTreeMap<String, Delivered>,
 }
 
 /// An in-memory [`LeaseStore`] and [`BatchStore`]; clones of an `Arc` of it share one state.
@@ -203,6 +206,29 @@ impl BatchStore for MemoryLeaseStore {
         let mut new = state.clone();
         new.version = version;
         guard.channels.insert(state.channel.clone(), new);
+        Ok(version)
+    }
+
+    async fn get_delivered(&self, channel: &str) -> Result<Option<Delivered>, LeaseError> {
+        Ok(self.state()?.delivered.get(channel).cloned())
+    }
+
+    async fn put_delivered(
+        &self,
+        delivered: &Delivered,
+        expected_version: Option<u64>,
+    ) -> Result<u64, LeaseError> {
+        let mut guard = self.state()?;
+        let stored = guard.delivered.get(&delivered.channel);
+        if stored.map(|d| d.version) != expected_version
+            || stored.is_some_and(|d| d.committer_epoch > delivered.committer_epoch)
+        {
+            return Err(LeaseError::conflict(&delivered.channel, "checkpoints"));
+        }
+        let version = expected_version.map_or(1, |v| v + 1);
+        let mut new = delivered.clone();
+        new.version = version;
+        guard.delivered.insert(delivered.channel.clone(), new);
         Ok(version)
     }
 }

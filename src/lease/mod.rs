@@ -40,7 +40,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::model::{PendingBatch, Position, ShardId};
+use crate::model::{Checkpoints, PendingBatch, Position, ShardId};
 
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
@@ -223,6 +223,44 @@ pub enum DeliveryLog {
     Failures,
 }
 
+/// The committed checkpoints of a channel whose destination cannot hold them itself (raw S3
+/// objects): the lease store's item `checkpoints` of the channel, the counterpart of an Iceberg
+/// table's `floe.checkpoints` + `floe.committer-epoch` + `floe.last-commit-id`. Authoritative
+/// for such a channel, and written only by [`BatchStore::put_delivered`], a compare-and-swap on
+/// `version` that also refuses a lower committer epoch (docs/exactly-once.md, "Raw S3").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivered {
+    /// Channel name.
+    pub channel: String,
+    /// Per shard, the last position whose record is in a committed batch.
+    pub checkpoints: Checkpoints,
+    /// Lease counter of the committer that wrote this version (its epoch).
+    pub committer_epoch: u64,
+    /// Id of the commit that wrote this version (a UUIDv7), `None` before the first commit.
+    pub last_commit_id: Option<Uuid>,
+    /// Batches committed (by this or an earlier version) whose objects may not be published yet:
+    /// every committed batch stays listed until a commit round no longer finds it pending.
+    pub committed_batch_ids: Vec<Uuid>,
+    /// Version of the item: 1 when created, +1 at every write. Set by the store.
+    pub version: u64,
+}
+
+/// The version a conditional write of a versioned item stores (`expected + 1`, 1 when created)
+/// and the item's JSON body with that version set in it.
+pub(crate) fn next_version<T: Serialize + Clone>(
+    value: &T,
+    expected: Option<u64>,
+    set_version: impl FnOnce(&mut T, u64),
+) -> (u64, String) {
+    let version = expected.map_or(1, |v| v + 1);
+    let mut stored = value.clone();
+    set_version(&mut stored, version);
+    (
+        version,
+        serde_json::to_string(&stored).expect("a lease store item serializes"),
+    )
+}
+
 /// An error of a lease-store call, named for what the caller does next.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseError {
@@ -364,6 +402,21 @@ pub trait BatchStore: Send + Sync {
     async fn put_channel_state(
         &self,
         state: &ChannelState,
+        expected_version: Option<u64>,
+    ) -> Result<u64, LeaseError>;
+
+    /// The committed checkpoints of a raw channel, `None` before its first commit.
+    async fn get_delivered(&self, channel: &str) -> Result<Option<Delivered>, LeaseError>;
+
+    /// Writes `delivered` on condition that the stored version is `expected_version` (`None`: no
+    /// item yet) **and** the stored `committer_epoch` is not higher than `delivered`'s, so a
+    /// stale committer can never move the checkpoints. The stored version becomes
+    /// `expected_version + 1` (1 when created), whatever `delivered.version` says; returns it.
+    ///
+    /// Errors: [`LeaseError::Conflict`] (item `checkpoints`) when either condition fails.
+    async fn put_delivered(
+        &self,
+        delivered: &Delivered,
         expected_version: Option<u64>,
     ) -> Result<u64, LeaseError>;
 }

@@ -10,6 +10,7 @@
 //!   process A --\                       floe_leases           (channel, lease_key) -> owner, counter, heartbeat, hint, parents
 //!   process B ----> leases.sqlite (WAL) floe_pending_batches  (channel, batch_id)  -> batch JSON
 //!   process C --/                       floe_channel_state    channel              -> state JSON, version
+//!                                       floe_delivered        channel              -> checkpoints JSON, version, epoch (raw S3)
 //! ```
 
 use std::path::Path;
@@ -24,7 +25,9 @@ use sqlx::sqlite::{
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{BatchStore, ChannelState, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore};
+use super::{
+    BatchStore, ChannelState, Delivered, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore,
+};
 use crate::model::{PendingBatch, Position, ShardId};
 
 /// How long a statement waits for another process's write lock before failing with
@@ -51,6 +54,12 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS floe_channel_state (
         channel TEXT    NOT NULL PRIMARY KEY,
         version INTEGER NOT NULL,
+        body    TEXT    NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS floe_delivered (
+        channel TEXT    NOT NULL PRIMARY KEY,
+        version INTEGER NOT NULL,
+        epoch   INTEGER NOT NULL,
         body    TEXT    NOT NULL
     )",
 ];
@@ -90,6 +99,48 @@ impl SqliteLeaseStore {
                 .map_err(map_err)?;
         }
         Ok(SqliteLeaseStore { pool })
+    }
+
+    /// Reads a versioned JSON row (`SELECT version, body … WHERE channel = ?`); `set_version` puts
+    /// the stored version into the decoded value.
+    async fn get_versioned<T: serde::de::DeserializeOwned>(
+        &self,
+        select: &'static str,
+        channel: &str,
+        what: &str,
+        set_version: impl FnOnce(&mut T, u64),
+    ) -> Result<Option<T>, LeaseError> {
+        let row: Option<(i64, String)> = sqlx::query_as(select)
+            .bind(channel)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        row.map(|(version, body)| {
+            let mut value: T = serde_json::from_str(&body).map_err(|e| corrupt(what, e))?;
+            set_version(
+                &mut value,
+                u64::try_from(version).map_err(|e| corrupt("version", e))?,
+            );
+            Ok(value)
+        })
+        .transpose()
+    }
+
+    /// Runs a conditional write of a versioned row (an `INSERT … DO NOTHING` or an
+    /// `UPDATE … WHERE version = ?`): one row changed, or [`LeaseError::Conflict`] on `item`.
+    async fn put_versioned<'q>(
+        &self,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        channel: &str,
+        item: &str,
+        version: u64,
+    ) -> Result<u64, LeaseError> {
+        let done = query.execute(&self.pool).await.map_err(map_err)?;
+        if done.rows_affected() == 1 {
+            Ok(version)
+        } else {
+            Err(LeaseError::conflict(channel, item))
+        }
     }
 
     /// Closes the connections (waits for statements in flight).
@@ -370,19 +421,13 @@ impl BatchStore for SqliteLeaseStore {
     }
 
     async fn get_channel_state(&self, channel: &str) -> Result<Option<ChannelState>, LeaseError> {
-        let row: Option<(i64, String)> =
-            sqlx::query_as("SELECT version, body FROM floe_channel_state WHERE channel = ?")
-                .bind(channel)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(map_err)?;
-        row.map(|(version, body)| {
-            let mut state: ChannelState =
-                serde_json::from_str(&body).map_err(|e| corrupt("channel state", e))?;
-            state.version = u64::try_from(version).map_err(|e| corrupt("version", e))?;
-            Ok(state)
-        })
-        .transpose()
+        self.get_versioned(
+            "SELECT version, body FROM floe_channel_state WHERE channel = ?",
+            channel,
+            "channel state",
+            |s: &mut ChannelState, v| s.version = v,
+        )
+        .await
     }
 
     async fn put_channel_state(
@@ -390,40 +435,73 @@ impl BatchStore for SqliteLeaseStore {
         state: &ChannelState,
         expected_version: Option<u64>,
     ) -> Result<u64, LeaseError> {
-        let version = expected_version.map_or(1, |v| v + 1);
-        let mut stored = state.clone();
-        stored.version = version;
-        let body = serde_json::to_string(&stored).expect("channel state serializes");
-        let done = match expected_version {
-            None => {
-                sqlx::query(
-                    "INSERT INTO floe_channel_state (channel, version, body) VALUES (?, ?, ?)
-                     ON CONFLICT (channel) DO NOTHING",
-                )
-                .bind(&state.channel)
-                .bind(to_i64(version)?)
-                .bind(body)
-                .execute(&self.pool)
-                .await
-            }
-            Some(expected) => {
-                sqlx::query(
-                    "UPDATE floe_channel_state SET version = ?, body = ?
-                     WHERE channel = ? AND version = ?",
-                )
-                .bind(to_i64(version)?)
-                .bind(body)
-                .bind(&state.channel)
-                .bind(to_i64(expected)?)
-                .execute(&self.pool)
-                .await
-            }
-        }
-        .map_err(map_err)?;
-        if done.rows_affected() == 1 {
-            Ok(version)
-        } else {
-            Err(LeaseError::conflict(&state.channel, "channel-state"))
-        }
+        let (version, body) =
+            super::next_version(state, expected_version, |x: &mut ChannelState, v| {
+                x.version = v
+            });
+        let query = match expected_version {
+            None => sqlx::query(
+                "INSERT INTO floe_channel_state (channel, version, body) VALUES (?, ?, ?)
+                 ON CONFLICT (channel) DO NOTHING",
+            )
+            .bind(&state.channel)
+            .bind(to_i64(version)?)
+            .bind(body),
+            Some(expected) => sqlx::query(
+                "UPDATE floe_channel_state SET version = ?, body = ?
+                 WHERE channel = ? AND version = ?",
+            )
+            .bind(to_i64(version)?)
+            .bind(body)
+            .bind(&state.channel)
+            .bind(to_i64(expected)?),
+        };
+        self.put_versioned(query, &state.channel, "channel-state", version)
+            .await
+    }
+
+    async fn get_delivered(&self, channel: &str) -> Result<Option<Delivered>, LeaseError> {
+        self.get_versioned(
+            "SELECT version, body FROM floe_delivered WHERE channel = ?",
+            channel,
+            "checkpoints",
+            |d: &mut Delivered, v| d.version = v,
+        )
+        .await
+    }
+
+    async fn put_delivered(
+        &self,
+        delivered: &Delivered,
+        expected_version: Option<u64>,
+    ) -> Result<u64, LeaseError> {
+        let (version, body) =
+            super::next_version(delivered, expected_version, |x: &mut Delivered, v| {
+                x.version = v
+            });
+        let epoch = to_i64(delivered.committer_epoch)?;
+        let query = match expected_version {
+            None => sqlx::query(
+                "INSERT INTO floe_delivered (channel, version, epoch, body) VALUES (?, ?, ?, ?)
+                 ON CONFLICT (channel) DO NOTHING",
+            )
+            .bind(&delivered.channel)
+            .bind(to_i64(version)?)
+            .bind(epoch)
+            .bind(body),
+            // A stale committer (lower epoch) never moves the checkpoints.
+            Some(expected) => sqlx::query(
+                "UPDATE floe_delivered SET version = ?, epoch = ?, body = ?
+                 WHERE channel = ? AND version = ? AND epoch <= ?",
+            )
+            .bind(to_i64(version)?)
+            .bind(epoch)
+            .bind(body)
+            .bind(&delivered.channel)
+            .bind(to_i64(expected)?)
+            .bind(epoch),
+        };
+        self.put_versioned(query, &delivered.channel, "checkpoints", version)
+            .await
     }
 }

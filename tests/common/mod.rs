@@ -5,7 +5,9 @@
 pub mod kinesis;
 pub mod race;
 
-use std::io::{BufRead, BufReader};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -256,16 +258,27 @@ pub fn bad_kind(id: u64) -> Option<BadKind> {
 
 /// Produces ids `from..to` (keys = id), 2% of them bad.
 pub fn produce(bootstrap: &str, from: u64, to: u64) {
+    produce_payloads(bootstrap, from..to, |id| match bad_kind(id) {
+        Some(kind) => bad_event(id, kind).0,
+        None => event_json(id, SEED, BASE_MS, 3).into_bytes(),
+    });
+}
+
+/// Produces `payload(id)` for each id of `ids` (keys = id) to topic `events`; returns the
+/// payloads in production order.
+pub fn produce_payloads(
+    bootstrap: &str,
+    ids: std::ops::Range<u64>,
+    payload: impl Fn(u64) -> Vec<u8>,
+) -> Vec<Vec<u8>> {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "5")
         .create()
         .expect("producer");
-    for id in from..to {
-        let payload = match bad_kind(id) {
-            Some(kind) => bad_event(id, kind).0,
-            None => event_json(id, SEED, BASE_MS, 3).into_bytes(),
-        };
+    let mut produced = Vec::with_capacity(ids.clone().count());
+    for id in ids {
+        let payload = payload(id);
         let key = id.to_string();
         loop {
             match producer.send(BaseRecord::to("events").key(&key).payload(&payload)) {
@@ -276,8 +289,10 @@ pub fn produce(bootstrap: &str, from: u64, to: u64) {
             }
         }
         producer.poll(Duration::ZERO);
+        produced.push(payload);
     }
     producer.flush(Duration::from_secs(30)).expect("flush");
+    produced
 }
 
 /// Rows in the current snapshot (from its summary) and published DLQ entries.
@@ -533,13 +548,15 @@ impl WorkerRig {
         tokio_util::sync::CancellationToken,
         tokio::task::JoinHandle<Result<(), floe::worker::WorkerError>>,
     ) {
-        let io = floe::worker::ChannelIo {
+        let io = floe::worker::ChannelIo::iceberg(
             source,
-            catalog: self.catalog.clone(),
-            ident: self.ident.clone(),
-            schema: self.schema.clone(),
-            dlq: self.dlq.clone().into(),
-        };
+            floe::worker::IcebergIo {
+                catalog: self.catalog.clone(),
+                ident: self.ident.clone(),
+                schema: self.schema.clone(),
+                dlq: self.dlq.clone().into(),
+            },
+        );
         let batches: std::sync::Arc<dyn floe::lease::BatchStore> = self.store.clone();
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);
         let stop = tokio_util::sync::CancellationToken::new();
@@ -611,4 +628,54 @@ pub fn checkpointed_offsets(properties: &serde_json::Value) -> u64 {
         .values()
         .map(|v| v.as_i64().unwrap() as u64 + 1)
         .sum()
+}
+
+/// `GET path` over HTTP/1.1; returns (status, body).
+pub fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+/// The samples of a scrape: `name{labels}` → value.
+pub fn samples(scrape: &str) -> BTreeMap<String, f64> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Sum of the samples of metric `name` whose labels contain every `filter` (`k="v"`).
+pub fn sum(s: &BTreeMap<String, f64>, name: &str, filters: &[&str]) -> f64 {
+    s.iter()
+        .filter(|(k, _)| {
+            k.split_once('{').map_or(k.as_str(), |(n, _)| n) == name
+                && filters.iter().all(|f| k.contains(f))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// A TCP port free on 127.0.0.1 right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

@@ -42,7 +42,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::config::{ChannelConfig, DestinationConfig, GlueSchemaVersion, SchemaConfig};
+use crate::config::{ChannelConfig, GlueSchemaVersion, SchemaConfig};
 use crate::schema::MappedSchema;
 
 /// Schema versions kept per channel (positive cache).
@@ -519,12 +519,16 @@ pub async fn load_channel_schema(
     recorded: Option<Uuid>,
     registry: Option<&RegistryClient>,
 ) -> Result<ChannelSchema, SchemaLoadError> {
-    let DestinationConfig::Iceberg(dest) = &config.destination;
+    let (Some(dest), Some(schema)) = (config.destination.iceberg(), &config.schema) else {
+        return Err(SchemaLoadError::Refused(
+            "a raw S3 channel has no schema".into(),
+        ));
+    };
     let map = |doc: &Value, origin: &str| {
         MappedSchema::from_json_schema(doc, &dest.partition_field)
             .map_err(|e| SchemaLoadError::Refused(format!("schema {origin}: {e}")))
     };
-    match &config.schema {
+    match schema {
         SchemaConfig::File(file) => Ok(ChannelSchema {
             mapped: map(&read_json(file)?, &file.display().to_string())?,
             version_id: None,
