@@ -293,6 +293,24 @@ impl KeyTemplate {
                 "the object name (after the last '/') of \"{text}\" must contain {{shard}} and {{first}}, or two batches could write the same key; end the template with '/' to get the name {{channel}}-{{shard}}-{{first}}-{{last}}"
             ));
         }
+        // `{shard}{first}` renders shard 1 + first 10 and shard 11 + first 0 alike: in the
+        // object name, {shard} and {first} need literal text with a non-digit beside any other
+        // placeholder (positions are digits, Kafka partitions too).
+        let separates = |p: Option<&&Part>| match p {
+            None => true,
+            Some(Part::Text(t)) => t.chars().any(|c| !c.is_ascii_digit()),
+            Some(Part::Var(_)) => false,
+        };
+        for (i, part) in name.iter().enumerate() {
+            if matches!(part, Part::Var(Placeholder::Shard | Placeholder::First))
+                && !(separates(name.get(i + 1))
+                    && separates(i.checked_sub(1).and_then(|j| name.get(j))))
+            {
+                return Err(format!(
+                    "in the object name of \"{text}\", {{shard}} and {{first}} must be separated from other placeholders by text such as '-', or keys of different shards could be equal ({{shard}}{{first}}: shard 1 from 10 and shard 11 from 0 both give \"110\")"
+                ));
+            }
+        }
         Ok(KeyTemplate {
             text: text.to_owned(),
             parts,
@@ -749,6 +767,12 @@ mod tests {
             ("raw/{shard}-first}", "without '{'"),
             ("_floe_staging/{shard}-{first}", "stages objects"),
             ("raw/{YYYY}/", "unknown placeholder {YYYY}"),
+            // Found by a review: adjacent placeholders made keys of two shards equal.
+            ("x/{shard}{first}", "must be separated"),
+            ("x/{first}{shard}.{last}", "must be separated"),
+            ("x/{shard}-{first}{last}", "must be separated"),
+            ("x/{channel}{shard}-{first}", "must be separated"),
+            ("x/{shard}0{first}", "must be separated"),
         ] {
             let err = KeyTemplate::parse(bad).expect_err(bad);
             assert!(err.contains(why), "{bad}: {err}");
