@@ -245,13 +245,19 @@ async fn prepare_raw(
     }
     let raw = RawStore::new(aws.s3(), dest.location.clone(), name);
     raw.check_writable().await.map_err(|e| {
-        channel_unavailable(
-            name,
-            format!(
-                "bucket {} does not accept a staged object: {e}",
-                dest.location.bucket
-            ),
-        )
+        let message = format!(
+            "bucket {} does not accept a staged object: {e}",
+            dest.location.bucket
+        );
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            // Retrying cannot help: exit 78 for the operator.
+            channel_err(
+                name,
+                format!("{message} (check channel.destination.expected_bucket_owner and this worker's s3:PutObject permission)"),
+            )
+        } else {
+            channel_unavailable(name, message)
+        }
     })?;
     let (source, initial_position) = open_source(config, &state, aws)?;
     Ok(PreparedChannel {

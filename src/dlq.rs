@@ -83,7 +83,8 @@ impl DlqEntry {
 }
 
 /// A channel's DLQ, local or on S3. Errors are `std::io::Error` (S3 failures as
-/// [`std::io::ErrorKind::Other`], a missing object as [`std::io::ErrorKind::NotFound`]).
+/// [`std::io::ErrorKind::Other`], `AccessDenied` as [`std::io::ErrorKind::PermissionDenied`], a
+/// missing object as [`std::io::ErrorKind::NotFound`]).
 #[derive(Debug, Clone)]
 pub enum Dlq {
     /// A local directory.

@@ -3,7 +3,9 @@
 //! upload, copy) is encrypted with SSE-KMS under the configured customer-managed key.
 //!
 //! Errors are `std::io::Error`: a missing key or bucket as [`std::io::ErrorKind::NotFound`],
-//! anything else as [`std::io::ErrorKind::Other`] with the SDK's full context.
+//! `AccessDenied` (no permission, or a bucket of another account than the expected owner) as
+//! [`std::io::ErrorKind::PermissionDenied`], anything else as [`std::io::ErrorKind::Other`]
+//! with the SDK's full context.
 
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
@@ -19,15 +21,19 @@ pub(crate) fn s3_error<
     what: &str,
     e: SdkError<E, R>,
 ) -> std::io::Error {
-    let not_found = matches!(
-        &e,
-        SdkError::ServiceError(s) if matches!(s.err().code(), Some("NoSuchKey" | "NotFound"))
-    );
+    let code = match &e {
+        SdkError::ServiceError(s) => s.err().code().map(str::to_owned),
+        _ => None,
+    };
     let message = format!("{what}: {}", aws_sdk_s3::error::DisplayErrorContext(&e));
-    if not_found {
-        std::io::Error::new(std::io::ErrorKind::NotFound, message)
-    } else {
-        std::io::Error::other(message)
+    match code.as_deref() {
+        Some("NoSuchKey" | "NotFound") => {
+            std::io::Error::new(std::io::ErrorKind::NotFound, message)
+        }
+        // 403: no permission, or the bucket belongs to another account than
+        // `expected_bucket_owner`: no retry helps.
+        Some("AccessDenied") => std::io::Error::new(std::io::ErrorKind::PermissionDenied, message),
+        _ => std::io::Error::other(message),
     }
 }
 

@@ -662,5 +662,10 @@ async fn large_objects_use_multipart_uploads_and_the_owner_is_checked() {
     let mut other = location(&bucket);
     other.expected_bucket_owner = Some("111111111111".into());
     let refused = RawStore::new(s3, other, "c").check_writable().await;
-    assert!(refused.is_err(), "a bucket of another account is refused");
+    // Refused as a permission problem, which `floe run` reports with exit 78 instead of
+    // retrying forever (found by a review).
+    assert_eq!(
+        refused.expect_err("a bucket of another account is refused").kind(),
+        std::io::ErrorKind::PermissionDenied
+    );
 }
