@@ -665,7 +665,9 @@ async fn large_objects_use_multipart_uploads_and_the_owner_is_checked() {
     // Refused as a permission problem, which `floe run` reports with exit 78 instead of
     // retrying forever (found by a review).
     assert_eq!(
-        refused.expect_err("a bucket of another account is refused").kind(),
+        refused
+            .expect_err("a bucket of another account is refused")
+            .kind(),
         std::io::ErrorKind::PermissionDenied
     );
 }
