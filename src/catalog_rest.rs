@@ -17,8 +17,8 @@
 //! Authentication: none, a bearer token, or OAuth2 client credentials exchanged at the token
 //! endpoint. The client caches the token and does not refresh it before it expires;
 //! [`RestCatalogClient`] fetches a new one when the server answers 401 or 419 and repeats the
-//! call once (a commit is not repeated: the committer reconciles it). AWS SigV4 signing is not
-//! offered by the client and is refused by configuration validation.
+//! call once (a commit is not repeated: the committer reconciles it). With `sigv4 = true` the
+//! client talks through floe's in-process SigV4 signing relay ([`crate::catalog_sigv4`]).
 //!
 //! File IO: the server decides table locations. `s3://` locations are written through OpenDAL
 //! with the `[aws]` region and S3 endpoint (path-style addressing when the endpoint is
@@ -32,6 +32,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_credential_types::provider::SharedCredentialsProvider;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use hyper::body::Bytes;
@@ -50,6 +51,7 @@ use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
 use crate::aws::{AwsClients, AwsConfig, AwsService};
 use crate::catalog::CatalogError;
+use crate::catalog_sigv4::{start_signing_relay, SigV4Signer, SigningRelay};
 use crate::config::{RestAuth, RestCatalogConfig};
 
 /// Connect timeout of a REST catalog request.
@@ -72,6 +74,19 @@ pub async fn open_rest_catalog(
     config: &RestCatalogConfig,
     aws: &AwsClients,
 ) -> Result<Arc<dyn Catalog>, CatalogError> {
+    open_rest_catalog_with(config, aws, aws.sdk_config().credentials_provider()).await
+}
+
+/// [`open_rest_catalog`] signing with `credentials` when `config` asks for SigV4 (instead of
+/// the `[aws]` credential chain; `None`: refused).
+///
+/// Errors: as [`open_rest_catalog`]; [`CatalogError::Refused`] when SigV4 has no region or no
+/// credentials.
+pub async fn open_rest_catalog_with(
+    config: &RestCatalogConfig,
+    aws: &AwsClients,
+    credentials: Option<SharedCredentialsProvider>,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
     // reqwest's rustls needs a process-wide crypto provider: the aws-lc-rs one the AWS SDK
     // uses. Installing fails harmlessly when one is installed already.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -85,18 +100,66 @@ pub async fn open_rest_catalog(
                 format!("rest catalog http client: {e}"),
             ))
         })?;
+    let mut props = rest_props(config, aws.config(), aws.region());
+    let relay = match &config.auth {
+        RestAuth::SigV4 {
+            signing_name,
+            signing_region,
+        } => {
+            let region = signing_region.as_deref().or(aws.region());
+            let relay = sigv4_relay(config, signing_name, region, credentials).await?;
+            props.insert(REST_CATALOG_PROP_URI.to_string(), relay.base.clone());
+            props.insert("token".to_string(), relay.secret.clone());
+            Some(relay)
+        }
+        _ => None,
+    };
     let catalog = RestCatalogBuilder::default()
         .with_client(client)
         .with_storage_factory(Arc::new(RestStorageFactory))
-        .load(
-            CATALOG_LABEL,
-            rest_props(config, aws.config(), aws.region()),
-        )
+        .load(CATALOG_LABEL, props)
         .await?;
     Ok(Arc::new(RestCatalogClient {
         inner: catalog,
         refreshes_token: matches!(config.auth, RestAuth::OAuth2 { .. }),
+        _relay: relay,
     }))
+}
+
+/// Starts the SigV4 signing relay of `config` ([`crate::catalog_sigv4`]) signing for
+/// `signing_name` in `signing_region` with `credentials`.
+///
+/// Errors: [`CatalogError::Refused`] when there is no region or no credentials provider;
+/// [`CatalogError::Unavailable`] when the loopback port cannot be bound.
+async fn sigv4_relay(
+    config: &RestCatalogConfig,
+    signing_name: &str,
+    signing_region: Option<&str>,
+    credentials: Option<SharedCredentialsProvider>,
+) -> Result<SigningRelay, CatalogError> {
+    let Some(region) = signing_region else {
+        return Err(CatalogError::Refused {
+            message: format!(
+                "rest catalog {}: sigv4 needs a signing region: set signing_region, or the [aws] region (or AWS_REGION)",
+                config.uri
+            ),
+        });
+    };
+    let Some(provider) = credentials else {
+        return Err(CatalogError::Refused {
+            message: format!(
+                "rest catalog {}: sigv4 needs AWS credentials, and no credential chain is configured",
+                config.uri
+            ),
+        });
+    };
+    let signer = SigV4Signer::new(signing_name, region, provider);
+    start_signing_relay(&config.uri, signer).await.map_err(|e| {
+        CatalogError::Unavailable(iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            format!("rest catalog sigv4 relay: {e}"),
+        ))
+    })
 }
 
 /// iceberg-rust's REST catalog, fetching a new OAuth2 token when the server no longer accepts
@@ -108,6 +171,8 @@ pub async fn open_rest_catalog(
 pub struct RestCatalogClient {
     inner: RestCatalog,
     refreshes_token: bool,
+    /// The SigV4 signing relay the client talks through (`sigv4 = true`); stops when dropped.
+    _relay: Option<SigningRelay>,
 }
 
 /// Whether `e` is the REST server refusing the request's credentials.
@@ -242,7 +307,9 @@ pub fn rest_props(
         props.insert(REST_CATALOG_PROP_WAREHOUSE.to_string(), warehouse.clone());
     }
     match &config.auth {
-        RestAuth::None => {}
+        // SigV4: the signing relay's address and secret replace `uri` and `token` when the
+        // catalog opens.
+        RestAuth::None | RestAuth::SigV4 { .. } => {}
         RestAuth::Token(token) => {
             props.insert("token".to_string(), token.value().to_string());
         }

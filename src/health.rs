@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use http_body_util::Full;
-use hyper::body::Bytes;
+use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -182,26 +182,41 @@ pub async fn serve(
             }
         });
     }
+    serve_http1(listener, "metrics endpoint", move |req| {
+        let metrics = metrics.clone();
+        async move { answer(&req, &metrics, readiness).await }
+    })
+    .await
+}
+
+/// Serves HTTP/1.1 on `listener` forever, each connection on its own task, answering every
+/// request with `handler`; `what` names the server in logs. A failed accept is logged and
+/// retried after 100 ms.
+pub async fn serve_http1<F, Fut>(listener: TcpListener, what: &'static str, handler: F)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
-                tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                tracing::warn!(error = %e, "{what}: accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
-        let metrics = metrics.clone();
+        let handler = handler.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let metrics = metrics.clone();
-                async move { Ok::<_, Infallible>(answer(&req, &metrics, readiness).await) }
+                let answer = handler(req);
+                async move { Ok::<_, Infallible>(answer.await) }
             });
             if let Err(e) = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {
-                tracing::debug!(error = %e, "metrics endpoint: connection error");
+                tracing::debug!(error = %e, "{what}: connection error");
             }
         });
     }

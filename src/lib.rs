@@ -32,6 +32,7 @@ pub mod catalog;
 pub mod catalog_aws;
 pub mod catalog_glue;
 pub mod catalog_rest;
+pub mod catalog_sigv4;
 pub mod cli;
 pub mod commit;
 pub mod config;

@@ -176,6 +176,7 @@ const CONFIG_TABLES: &[ConfigTable] = &[
             "vended_credentials",
             "sigv4",
             "signing_name",
+            "signing_region",
             "kms_key_arn",
         ],
     },

@@ -27,7 +27,7 @@ use floe::schema::MappedSchema;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
-use rest_fixture::{FixtureAuth, RestCatalogServer, WarehouseLocation};
+use rest_fixture::{FixtureAuth, FixtureSigV4, RestCatalogServer, WarehouseLocation};
 
 use common::race::event_batch;
 use common::*;
@@ -45,15 +45,50 @@ fn rest_config(server: &RestCatalogServer) -> RestCatalogConfig {
     }
 }
 
-/// floe's REST catalog client for `config` (AWS clients of a configuration that names no AWS
-/// component: nothing is probed).
-async fn open(config: &RestCatalogConfig) -> Arc<dyn Catalog> {
+/// AWS clients of a configuration that names no AWS component (nothing is probed).
+async fn no_aws() -> floe::aws::AwsClients {
     let text = config_toml(Path::new("/tmp"), "127.0.0.1:9092", "w", 10);
     let kafka_only = floe::config::Config::from_toml_str(&text, Path::new("/tmp")).unwrap();
-    let aws = floe::aws::AwsClients::for_config(&kafka_only).await;
-    floe::catalog_rest::open_rest_catalog(config, &aws)
+    floe::aws::AwsClients::for_config(&kafka_only).await
+}
+
+/// floe's REST catalog client for `config`.
+async fn open(config: &RestCatalogConfig) -> Arc<dyn Catalog> {
+    floe::catalog_rest::open_rest_catalog(config, &no_aws().await)
         .await
         .unwrap()
+}
+
+/// The credentials, region and signing name the SigV4 fixture accepts.
+fn fixture_sigv4() -> FixtureSigV4 {
+    FixtureSigV4 {
+        access_key_id: "AKIDFLOETEST".into(),
+        secret_access_key: "floe/sigv4+test-secret".into(),
+        region: "eu-west-1".into(),
+        service: "s3tables".into(),
+    }
+}
+
+/// floe's REST catalog client for `server` signing with SigV4 as `name` in `region` with the
+/// static credentials `key_id`/`secret`.
+async fn open_signed(
+    server: &RestCatalogServer,
+    (name, region): (&str, &str),
+    (key_id, secret): (&str, &str),
+) -> Arc<dyn Catalog> {
+    let mut config = rest_config(server);
+    config.auth = RestAuth::SigV4 {
+        signing_name: name.into(),
+        signing_region: Some(region.into()),
+    };
+    let credentials = aws_credential_types::Credentials::new(key_id, secret, None, None, "test");
+    floe::catalog_rest::open_rest_catalog_with(
+        &config,
+        &no_aws().await,
+        Some(aws_credential_types::provider::SharedCredentialsProvider::new(credentials)),
+    )
+    .await
+    .unwrap()
 }
 
 struct Fixture {
@@ -93,9 +128,27 @@ async fn ensure_event_table(
 /// A fixture server holding table `race.events` created as a channel would, through floe's REST
 /// catalog client.
 async fn fixture() -> Fixture {
+    fixture_with(false).await
+}
+
+/// [`fixture`], with every request signed with SigV4 (`signed`).
+async fn fixture_with(signed: bool) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let server = RestCatalogServer::start(&dir.path().join("rest"));
-    let catalog = open(&rest_config(&server)).await;
+    let (server, catalog) = if signed {
+        let sigv4 = fixture_sigv4();
+        let server = RestCatalogServer::start_sigv4(&dir.path().join("rest"), sigv4.clone(), None);
+        let scope = (sigv4.service.as_str(), sigv4.region.as_str());
+        let keys = (
+            sigv4.access_key_id.as_str(),
+            sigv4.secret_access_key.as_str(),
+        );
+        let catalog = open_signed(&server, scope, keys).await;
+        (server, catalog)
+    } else {
+        let server = RestCatalogServer::start(&dir.path().join("rest"));
+        let catalog = open(&rest_config(&server)).await;
+        (server, catalog)
+    };
     let schema = event_schema();
     let ident = TableIdent::new(NamespaceIdent::new("race".into()), "events".into());
     ensure_event_table(catalog.as_ref(), &ident, &schema).await;
@@ -200,6 +253,87 @@ async fn server_answers_a_commit_on_a_stale_snapshot_with_409_commit_failed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigv4_signed_requests_are_accepted_and_the_fence_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let sigv4 = fixture_sigv4();
+    let server = RestCatalogServer::start_sigv4(&dir.path().join("rest"), sigv4.clone(), None);
+    assert!(server.uri.ends_with("/iceberg"), "{}", server.uri);
+    let scope = (sigv4.service.as_str(), sigv4.region.as_str());
+    let keys = (
+        sigv4.access_key_id.as_str(),
+        sigv4.secret_access_key.as_str(),
+    );
+    let catalog = open_signed(&server, scope, keys).await;
+    // A namespace whose name needs encoding in the path (and so in the canonical URI).
+    let ident = TableIdent::new(NamespaceIdent::new("sig v4".into()), "events".into());
+    let schema = event_schema();
+    let stale = ensure_event_table(catalog.as_ref(), &ident, &schema).await;
+    let b1 = event_batch(&schema, "sig v4", &stale, None, 0, 10).await;
+    let b2 = event_batch(&schema, "sig v4", &stale, None, 10, 20).await;
+    append(&stale, &b1).commit(catalog.as_ref()).await.unwrap();
+    let signed = server.signed_requests();
+    assert!(signed >= 4, "{signed} signed requests");
+
+    // floe's fence holds over the signed client.
+    let fenced = FencedCatalog::new(catalog.clone());
+    fenced.set_fence(ident.clone(), stale.metadata().current_snapshot_id());
+    let err = append(&stale, &b2).commit(&fenced).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts);
+    let table = catalog.load_table(&ident).await.unwrap();
+    assert_eq!(floe::quickstart::total_records(&table), 10);
+    assert!(server.signed_requests() > signed);
+    assert!(
+        server.signature_refusals().is_empty(),
+        "{:?}",
+        server.signature_refusals()
+    );
+
+    // Unsigned, the server refuses (403).
+    let unsigned = reqwest::get(format!("{}/v1/config", server.uri))
+        .await
+        .unwrap();
+    assert_eq!(unsigned.status().as_u16(), 403);
+    assert!(server.signature_refusals()[0].contains("missing Authorization"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigv4_with_a_wrong_secret_region_or_service_is_refused_by_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let sigv4 = fixture_sigv4();
+    let server = RestCatalogServer::start_sigv4(&dir.path().join("rest"), sigv4.clone(), None);
+    let ns = NamespaceIdent::new("refused".into());
+    let key_id = sigv4.access_key_id.as_str();
+    for (scope, secret, reason) in [
+        (
+            ("s3tables", "eu-west-1"),
+            "not-the-secret",
+            "SignatureDoesNotMatch",
+        ),
+        (
+            ("s3tables", "us-east-1"),
+            sigv4.secret_access_key.as_str(),
+            "credential scope",
+        ),
+        (
+            ("glue", "eu-west-1"),
+            sigv4.secret_access_key.as_str(),
+            "credential scope",
+        ),
+    ] {
+        let catalog = open_signed(&server, scope, (key_id, secret)).await;
+        let err = catalog.namespace_exists(&ns).await.unwrap_err();
+        assert!(err.to_string().contains("403"), "{scope:?}: {err}");
+        let refusal = server.signature_refusals().pop().unwrap();
+        assert!(refusal.contains(reason), "{scope:?}: {refusal}");
+        assert!(
+            !err.to_string().contains(secret),
+            "the secret is in the error: {err}"
+        );
+    }
+    assert_eq!(server.signed_requests(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_refuses_a_stale_commit_over_rest_that_iceberg_would_rebase() {
     let f = fixture().await;
     let stale = f.table().await;
@@ -226,10 +360,19 @@ async fn fence_refuses_a_stale_commit_over_rest_that_iceberg_would_rebase() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_that_passed_the_fence_but_lost_the_race_is_refused_by_the_server() {
-    // Committer B validates the empty table, passes its fence and sends its commit; the server
-    // holds it while committer A commits the same offsets; released, B's request still asserts
-    // the empty table's snapshot: 409, a conflict, and the rows are in the table once.
-    let f = fixture().await;
+    lost_race_is_refused_by_the_server(fixture().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigv4_signed_commit_that_lost_the_race_is_refused_by_the_server() {
+    let f = fixture_with(true).await;
+    lost_race_is_refused_by_the_server(f).await;
+}
+
+/// Committer B validates the empty table, passes its fence and sends its commit; the server
+/// holds it while committer A commits the same offsets; released, B's request still asserts
+/// the empty table's snapshot: 409, a conflict, and the rows are in the table once.
+async fn lost_race_is_refused_by_the_server(f: Fixture) {
     let table = f.table().await;
     let x = f.batch(&table, None, 0, 10).await;
     f.store.put_batch(&x).await.unwrap();
@@ -272,6 +415,11 @@ async fn commit_that_passed_the_fence_but_lost_the_race_is_refused_by_the_server
     let report = f.committer(f.catalog.clone()).run_round().await.unwrap();
     assert_eq!(report.committed, 0, "{report:?}");
     assert_eq!(floe::quickstart::total_records(&f.table().await), 10);
+    assert!(
+        f.server.signature_refusals().is_empty(),
+        "{:?}",
+        f.server.signature_refusals()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,11 +578,29 @@ async fn oauth2_tokens_are_fetched_renewed_when_refused_and_a_wrong_secret_is_re
     assert!(open(&config).await.namespace_exists(&ns).await.is_err());
 }
 
+/// How the PyIceberg reader authenticates.
+enum PyAuth<'a> {
+    /// A bearer token.
+    Token(&'a str),
+    /// SigV4 with the fixture's credentials (botocore signs).
+    SigV4(&'a FixtureSigV4),
+}
+
+/// The AWS environment of a process signing with `sigv4`'s credentials.
+fn aws_env(sigv4: &FixtureSigV4) -> [(&'static str, String); 4] {
+    [
+        ("AWS_ACCESS_KEY_ID", sigv4.access_key_id.clone()),
+        ("AWS_SECRET_ACCESS_KEY", sigv4.secret_access_key.clone()),
+        ("AWS_REGION", sigv4.region.clone()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+    ]
+}
+
 /// Runs tests/py/read_table.py against the REST catalog at `uri` (PyIceberg's `RestCatalog`,
 /// storage settings as the server vends them) for table `table`, sampling `ids`.
 async fn read_with_pyiceberg_rest(
     uri: &str,
-    token: &str,
+    auth: &PyAuth<'_>,
     table: &str,
     ids: &[u64],
 ) -> serde_json::Value {
@@ -443,9 +609,20 @@ async fn read_with_pyiceberg_rest(
     let mut command = std::process::Command::new(python());
     command
         .arg(script)
-        .args(["-", "-", table, "--rest-uri", uri, "--rest-token", token])
+        .args(["-", "-", table, "--rest-uri", uri])
         .arg("--ids")
         .arg(ids.join(","));
+    match auth {
+        PyAuth::Token(token) => {
+            command.args(["--rest-token", token]);
+        }
+        PyAuth::SigV4(sigv4) => {
+            command
+                .arg("--rest-sigv4")
+                .arg(format!("{}:{}", sigv4.region, sigv4.service))
+                .envs(aws_env(sigv4));
+        }
+    }
     let out = tokio::task::spawn_blocking(move || command.output().expect("run python"))
         .await
         .unwrap();
@@ -536,7 +713,8 @@ async fn s3_table_locations_are_written_with_the_storage_settings_the_server_ven
         "{files:?}"
     );
 
-    let t = read_with_pyiceberg_rest(&server.uri, "", "lake.events", &[0, 24]).await;
+    let t =
+        read_with_pyiceberg_rest(&server.uri, &PyAuth::Token(""), "lake.events", &[0, 24]).await;
     assert_eq!(t["rows"], 25);
     assert_eq!(t["distinct_ids"], 25);
     assert_eq!(t["sample"]["24"]["id"], 24);
@@ -551,15 +729,32 @@ async fn delivered_rest(catalog: &dyn Catalog, dir: &Path) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_to_rest_catalog_end_to_end_and_pyiceberg_reads_it_back() {
+    kafka_to_rest_end_to_end(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_to_a_sigv4_rest_catalog_end_to_end_and_pyiceberg_reads_it_back_signed() {
+    kafka_to_rest_end_to_end(true).await;
+}
+
+/// Kafka → `floe run` (OAuth2 client credentials, or SigV4 with `signed`) → the REST fixture,
+/// read back with PyIceberg's `RestCatalog` (bearer token, or SigV4 signed by botocore).
+async fn kafka_to_rest_end_to_end(signed: bool) {
     let dir = tempfile::tempdir().unwrap();
     let token = "e2e-token";
-    let server = RestCatalogServer::start_with_auth(
-        &dir.path().join("rest"),
-        Some(FixtureAuth {
-            token: token.into(),
-            client: Some(("floe-e2e".into(), "e2e-secret".into())),
-        }),
-    );
+    let sigv4 = fixture_sigv4();
+    let server = if signed {
+        // The token is for this test's own client only; floe and PyIceberg sign.
+        RestCatalogServer::start_sigv4(&dir.path().join("rest"), sigv4.clone(), Some(token))
+    } else {
+        RestCatalogServer::start_with_auth(
+            &dir.path().join("rest"),
+            Some(FixtureAuth {
+                token: token.into(),
+                client: Some(("floe-e2e".into(), "e2e-secret".into())),
+            }),
+        )
+    };
     let broker = Broker::start();
     let total = 2_000u64;
     produce(&broker.bootstrap, 0, total);
@@ -568,8 +763,16 @@ async fn kafka_to_rest_catalog_end_to_end_and_pyiceberg_reads_it_back() {
         "    [channel.destination.catalog]\n    kind = \"sql\"\n    name = \"floe\"\n    uri = \"{d}/catalog.sqlite\"\n    warehouse = \"{d}/warehouse\"\n",
         d = dir.path().display()
     );
+    let auth = if signed {
+        format!(
+            "sigv4 = true\n    signing_name = \"{}\"\n    signing_region = \"{}\"",
+            sigv4.service, sigv4.region
+        )
+    } else {
+        "credential = \"env:FLOE_TEST_REST_CREDENTIAL\"\n    scope = \"catalog\"".to_string()
+    };
     let rest_catalog = format!(
-        "    [channel.destination.catalog]\n    kind = \"rest\"\n    uri = \"{}\"\n    credential = \"env:FLOE_TEST_REST_CREDENTIAL\"\n    scope = \"catalog\"\n",
+        "    [channel.destination.catalog]\n    kind = \"rest\"\n    uri = \"{}\"\n    {auth}\n",
         server.uri
     );
     let text = config_toml(dir.path(), &broker.bootstrap, "w1", 4);
@@ -578,12 +781,15 @@ async fn kafka_to_rest_catalog_end_to_end_and_pyiceberg_reads_it_back() {
         "config_toml's catalog table changed"
     );
     let text = text.replace(&sql_catalog, &rest_catalog);
-    let mut worker = Worker::start_with_env(
-        dir.path(),
-        "w1",
-        &text,
-        &[("FLOE_TEST_REST_CREDENTIAL", "floe-e2e:e2e-secret")],
-    );
+    let mut env = vec![(
+        "FLOE_TEST_REST_CREDENTIAL".to_string(),
+        "floe-e2e:e2e-secret".to_string(),
+    )];
+    if signed {
+        env.extend(aws_env(&sigv4).map(|(k, v)| (k.to_string(), v)));
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut worker = Worker::start_with_env(dir.path(), "w1", &text, &env);
 
     let mut config = rest_config(&server);
     config.auth = RestAuth::Token(PropertyValue::FromEnv {
@@ -621,13 +827,35 @@ async fn kafka_to_rest_catalog_end_to_end_and_pyiceberg_reads_it_back() {
     assert!(server.commits() >= 1);
     let log = log_of(dir.path(), "w1");
     assert!(
-        !log.contains("e2e-secret") && !log.contains(token),
+        !log.contains("e2e-secret")
+            && !log.contains(token)
+            && !log.contains(&sigv4.secret_access_key),
         "a secret is in the log"
     );
+    if signed {
+        assert!(server.signed_requests() >= 3, "floe signed its requests");
+        assert!(
+            server.signature_refusals().is_empty(),
+            "{:?}",
+            server.signature_refusals()
+        );
+    }
+    let signed_by_floe = server.signed_requests();
 
     // The independent reader: PyIceberg's RestCatalog against the same server.
     let sample_ids = [0u64, 1, 2, 999, 1_998];
-    let t = read_with_pyiceberg_rest(&server.uri, token, "it.events", &sample_ids).await;
+    let py_auth = if signed {
+        PyAuth::SigV4(&sigv4)
+    } else {
+        PyAuth::Token(token)
+    };
+    let t = read_with_pyiceberg_rest(&server.uri, &py_auth, "it.events", &sample_ids).await;
+    if signed {
+        assert!(
+            server.signed_requests() > signed_by_floe,
+            "PyIceberg (botocore) signed its requests"
+        );
+    }
     assert_eq!(t["rows"], rows);
     assert_eq!(t["distinct_ids"], rows, "no duplicate ids");
     assert_eq!(

@@ -459,12 +459,17 @@ pub struct RestCatalogSection {
     /// vended-credentials`), as Polaris and Lakekeeper hand out when so configured. Default:
     /// `false` (floe's own credentials from the environment chain).
     pub vended_credentials: Option<bool>,
-    /// AWS SigV4 request signing (the Glue and S3 Tables Iceberg REST endpoints). Not supported
-    /// yet in this build: `true` is refused (use `kind = "glue"` or `kind = "s3tables"`).
-    /// Default: `false`.
+    /// AWS SigV4 request signing with the `[aws]` credential chain, as the S3 Tables and Glue
+    /// Iceberg REST endpoints and API Gateway IAM authorization need; instead of `token` or
+    /// OAuth2 credentials. Default: `false`.
     pub sigv4: Option<bool>,
-    /// SigV4 signing name (`"glue"`, `"s3tables"`, `"execute-api"`); only with `sigv4 = true`.
+    /// SigV4 signing name: the AWS service of the endpoint (`"s3tables"`, `"glue"`,
+    /// `"execute-api"`); only with `sigv4 = true`. Default: `"s3tables"` or `"glue"` for
+    /// `s3tables.REGION.amazonaws.com` and `glue.REGION.amazonaws.com`, else `"execute-api"`.
     pub signing_name: Option<String>,
+    /// SigV4 signing region (`"us-east-1"`); only with `sigv4 = true`. Default: the region in an
+    /// `*.REGION.amazonaws.com` host, else the `[aws]` region.
+    pub signing_region: Option<String>,
     /// Full ARN of a customer-managed KMS key: files floe writes to `s3://` table locations are
     /// written with SSE-KMS under it (`arn:aws:kms:REGION:ACCOUNT:key/KEY-ID`). Default: the
     /// bucket's default encryption.

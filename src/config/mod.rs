@@ -420,11 +420,11 @@ impl CatalogConfig {
     }
 
     /// Whether the catalog itself needs the AWS configuration (an `s3://` warehouse of an SQL
-    /// catalog, S3 Tables, Glue).
+    /// catalog, S3 Tables, Glue, a REST catalog signing with SigV4).
     pub fn uses_aws(&self) -> bool {
         match self {
             CatalogConfig::Sql(sql) => matches!(sql.warehouse, Warehouse::S3(_)),
-            CatalogConfig::Rest(_) => false,
+            CatalogConfig::Rest(rest) => matches!(rest.auth, RestAuth::SigV4 { .. }),
             CatalogConfig::S3Tables(_) | CatalogConfig::Glue(_) => true,
         }
     }
@@ -463,6 +463,14 @@ pub enum RestAuth {
         client_id: Option<String>,
         /// Client secret, from the environment.
         client_secret: PropertyValue,
+    },
+    /// AWS Signature Version 4 with the `[aws]` credential chain
+    /// ([`crate::catalog_sigv4`]).
+    SigV4 {
+        /// Signing name: the AWS service of the endpoint (`s3tables`, `glue`, `execute-api`).
+        signing_name: String,
+        /// Signing region; `None`: the `[aws]` region, resolved when the catalog opens.
+        signing_region: Option<String>,
     },
 }
 

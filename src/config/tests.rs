@@ -909,6 +909,50 @@ fn rest_catalog_validates_into_typed_config_with_secrets_from_the_environment() 
 }
 
 #[test]
+fn sigv4_signing_name_and_region_default_from_aws_endpoint_hosts() {
+    let sigv4 = |lines: &str| {
+        rest_catalog(&format!("{lines}\nsigv4 = true"))
+            .unwrap()
+            .auth
+    };
+    let signing = |name: &str, region: Option<&str>| RestAuth::SigV4 {
+        signing_name: name.into(),
+        signing_region: region.map(str::to_owned),
+    };
+    assert_eq!(
+        sigv4("uri = \"https://s3tables.eu-west-1.amazonaws.com/iceberg\""),
+        signing("s3tables", Some("eu-west-1"))
+    );
+    assert_eq!(
+        sigv4("uri = \"https://glue.us-east-2.amazonaws.com/iceberg/\""),
+        signing("glue", Some("us-east-2"))
+    );
+    // API Gateway: execute-api, the region from the host.
+    assert_eq!(
+        sigv4("uri = \"https://abc123.execute-api.ap-south-1.amazonaws.com/prod\""),
+        signing("execute-api", Some("ap-south-1"))
+    );
+    assert_eq!(
+        sigv4("uri = \"https://glue-fips.us-gov-west-1.amazonaws.com/iceberg\""),
+        signing("glue", Some("us-gov-west-1"))
+    );
+    assert_eq!(
+        sigv4("uri = \"https://s3tables.cn-north-1.amazonaws.com.cn/iceberg\""),
+        signing("s3tables", Some("cn-north-1"))
+    );
+    // Another host: execute-api, the [aws] region when the catalog opens.
+    assert_eq!(
+        sigv4("uri = \"https://catalog.example.com:8443/iceberg\""),
+        signing("execute-api", None)
+    );
+    // Given values win.
+    assert_eq!(
+        sigv4("uri = \"https://s3tables.eu-west-1.amazonaws.com/iceberg\"\nsigning_name = \"glue\"\nsigning_region = \"us-west-2\""),
+        signing("glue", Some("us-west-2"))
+    );
+}
+
+#[test]
 fn rest_catalog_settings_are_refused_naming_the_key() {
     let uri = "uri = \"http://localhost:8181\"";
     rest_refused("uri = \"localhost:8181\"", "uri", "not an http(s) URI");
@@ -978,13 +1022,33 @@ fn rest_catalog_settings_are_refused_naming_the_key() {
         "not an http(s) URI",
     );
     rest_refused(
-        &format!("{uri}\nsigv4 = true\nsigning_name = \"glue\""),
-        "sigv4",
-        "SigV4 request signing is not supported yet in this build",
+        &format!("{uri}\nsigv4 = true\ntoken = \"env:REST_TOKEN\""),
+        "",
+        "not token and sigv4",
+    );
+    rest_refused(
+        &format!("{uri}\nsigv4 = true\nsigning_name = \"s3 tables\""),
+        "signing_name",
+        "not an AWS service name",
+    );
+    rest_refused(
+        &format!("{uri}\nsigv4 = true\nsigning_region = \"\""),
+        "signing_region",
+        "not an AWS service name or region",
+    );
+    rest_refused(
+        &format!("{uri}\nsigv4 = true\nscope = \"catalog\""),
+        "scope",
+        "applies only to OAuth2",
     );
     rest_refused(
         &format!("{uri}\nsigning_name = \"glue\""),
         "signing_name",
+        "only with sigv4 = true",
+    );
+    rest_refused(
+        &format!("{uri}\nsigv4 = false\nsigning_region = \"us-east-1\""),
+        "signing_region",
         "only with sigv4 = true",
     );
     rest_refused(

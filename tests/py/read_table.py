@@ -4,8 +4,9 @@ and prints, as one JSON object, what the Rust tests assert on.
 
 Usage: read_table.py CATALOG_SQLITE WAREHOUSE_DIR|s3://BUCKET/PREFIX NAMESPACE.TABLE [--catalog-name floe]
        [--ids 1,2,3] [--s3-endpoint URL]
-       read_table.py - - NAMESPACE.TABLE --rest-uri URI [--rest-token TOKEN] [--ids 1,2,3]
-       (an Iceberg REST catalog, read with PyIceberg's RestCatalog)
+       read_table.py - - NAMESPACE.TABLE --rest-uri URI [--rest-token TOKEN | --rest-sigv4 REGION:NAME]
+       [--ids 1,2,3] (an Iceberg REST catalog, read with PyIceberg's RestCatalog; SigV4 signed by
+       botocore with the AWS_* credentials of the environment)
 
 Output keys: rows, distinct_ids, schema (field name -> Iceberg type string, nested included),
 required (field names that are required), partition_spec ([{source, transform, name}]),
@@ -62,6 +63,11 @@ def main():
     ap.add_argument("--s3-endpoint", default="", help="S3 endpoint of an s3:// warehouse (emulator)")
     ap.add_argument("--rest-uri", default="", help="read through this Iceberg REST catalog instead")
     ap.add_argument("--rest-token", default="", help="bearer token of the REST catalog")
+    ap.add_argument(
+        "--rest-sigv4",
+        default="",
+        help="REGION:SIGNING_NAME: sign REST requests with SigV4 (credentials from AWS_* variables)",
+    )
     a = ap.parse_args()
     if a.rest_uri:
         from pyiceberg.catalog.rest import RestCatalog
@@ -69,6 +75,16 @@ def main():
         props = {"uri": a.rest_uri}
         if a.rest_token:
             props["token"] = a.rest_token
+        if a.rest_sigv4:
+            region, name = a.rest_sigv4.split(":")
+            props.update(
+                {
+                    "rest.sigv4-enabled": "true",
+                    "rest.signing-region": region,
+                    "rest.signing-name": name,
+                    "rest.sigv4.max-retries": "0",
+                }
+            )
         cat = RestCatalog("rest", **props)
     else:
         cat = open_catalog(a.catalog, a.warehouse, a.catalog_name, a.s3_endpoint)

@@ -27,10 +27,18 @@
 //! `Authorization: Bearer <token>` ([`RestCatalogServer::start_with_auth`]); the token is the
 //! configured one or the one the OAuth2 endpoint hands out for the configured client credentials.
 //!
+//! Or, as the AWS Iceberg REST endpoints do, every request must be signed with AWS Signature
+//! Version 4 ([`RestCatalogServer::start_sigv4`], checked by [`sigv4::verify`]): the catalog is
+//! then served under `/iceberg` (`uri` = `http://127.0.0.1:<port>/iceberg`, like
+//! `https://s3tables.REGION.amazonaws.com/iceberg`), and an unsigned or wrongly signed request is
+//! answered 403.
+//!
 //! Not implemented (answered 404/405): views, rename, register, metrics reports, pagination,
 //! staged creates, multi-table transactions.
 
 #![allow(dead_code)]
+
+pub mod sigv4;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -59,6 +67,7 @@ use iceberg_catalog_sql::{
     SqlCatalog, SqlCatalogBuilder, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE,
 };
 use serde_json::json;
+pub use sigv4::FixtureSigV4;
 
 /// Name of the fixture's SQL catalog (rows of its SQLite file are keyed by it).
 pub const CATALOG_NAME: &str = "rest_fixture";
@@ -114,6 +123,9 @@ struct State {
     pool: sqlx::SqlitePool,
     commit_lock: tokio::sync::Mutex<()>,
     auth: std::sync::Mutex<Option<FixtureAuth>>,
+    sigv4: Option<FixtureSigV4>,
+    signed: AtomicUsize,
+    refusals: std::sync::Mutex<Vec<String>>,
     vended: HashMap<String, String>,
     commits: AtomicUsize,
     conflicts: AtomicUsize,
@@ -167,6 +179,26 @@ impl RestCatalogServer {
         auth: Option<FixtureAuth>,
         warehouse: Option<WarehouseLocation>,
     ) -> RestCatalogServer {
+        Self::start_inner(dir, auth, warehouse, None)
+    }
+
+    /// Starts a server under `/iceberg` that accepts requests signed with SigV4 for `sigv4`, and
+    /// (for the test's own checks) requests with `token`, if given, as their bearer token.
+    pub fn start_sigv4(dir: &Path, sigv4: FixtureSigV4, token: Option<&str>) -> RestCatalogServer {
+        let auth = token.map(|token| FixtureAuth {
+            token: token.to_owned(),
+            client: None,
+        });
+        Self::start_inner(dir, auth, None, Some(sigv4))
+    }
+
+    fn start_inner(
+        dir: &Path,
+        auth: Option<FixtureAuth>,
+        warehouse: Option<WarehouseLocation>,
+        sigv4: Option<FixtureSigV4>,
+    ) -> RestCatalogServer {
+        let prefix = if sigv4.is_some() { "/iceberg" } else { "" };
         std::fs::create_dir_all(dir.join("warehouse")).unwrap();
         let database = dir.join("catalog.sqlite");
         let s3 = warehouse;
@@ -189,7 +221,7 @@ impl RestCatalogServer {
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                let state = Arc::new(State::open(&db, &wh, auth, s3).await);
+                let state = Arc::new(State::open(&db, &wh, auth, s3, sigv4).await);
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 let addr = listener.local_addr().unwrap();
                 ready_tx.send((addr, state.clone())).unwrap();
@@ -201,7 +233,7 @@ impl RestCatalogServer {
         });
         let (addr, state): (SocketAddr, Arc<State>) = ready_rx.recv().expect("fixture starts");
         RestCatalogServer {
-            uri: format!("http://{addr}"),
+            uri: format!("http://{addr}{prefix}"),
             warehouse,
             database,
             state,
@@ -229,6 +261,16 @@ impl RestCatalogServer {
         self.state.commits.load(Ordering::SeqCst)
     }
 
+    /// Requests whose SigV4 signature the server verified.
+    pub fn signed_requests(&self) -> usize {
+        self.state.signed.load(Ordering::SeqCst)
+    }
+
+    /// The reasons of the last requests refused for their SigV4 signature (newest last).
+    pub fn signature_refusals(&self) -> Vec<String> {
+        self.state.refusals.lock().unwrap().clone()
+    }
+
     /// Commits the server refused with 409 (a failed requirement or a lost swap).
     pub fn conflicts(&self) -> usize {
         self.state.conflicts.load(Ordering::SeqCst)
@@ -241,6 +283,7 @@ impl State {
         warehouse: &str,
         auth: Option<FixtureAuth>,
         s3: Option<WarehouseLocation>,
+        sigv4: Option<FixtureSigV4>,
     ) -> State {
         let url = format!("sqlite:{}?mode=rwc", database.display());
         let vended = s3.map(|s3| s3.props).unwrap_or_default();
@@ -270,6 +313,9 @@ impl State {
             pool,
             commit_lock: tokio::sync::Mutex::new(()),
             auth: std::sync::Mutex::new(auth),
+            sigv4,
+            signed: AtomicUsize::new(0),
+            refusals: std::sync::Mutex::new(Vec::new()),
             vended,
             commits: AtomicUsize::new(0),
             conflicts: AtomicUsize::new(0),
@@ -355,7 +401,11 @@ fn no_content() -> Answer {
 
 async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let method = req.method().clone();
-    let answer = route(state, req).await;
+    let (parts, body) = req.into_parts();
+    let answer = match body.collect().await {
+        Ok(body) => route(state, Request::from_parts(parts, body.to_bytes())).await,
+        Err(e) => Err(ApiError::bad_request(e.to_string())),
+    };
     match answer {
         Ok(response) => response,
         Err(e) => {
@@ -409,22 +459,41 @@ fn namespace(segment: &str) -> Result<NamespaceIdent, ApiError> {
     NamespaceIdent::from_vec(levels).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
-async fn body_bytes(req: Request<Incoming>) -> Result<Bytes, ApiError> {
-    Ok(req
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| ApiError::bad_request(e.to_string()))?
-        .to_bytes())
-}
-
-async fn body<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
-    let bytes = body_bytes(req).await?;
-    serde_json::from_slice(&bytes)
+fn body<T: serde::de::DeserializeOwned>(req: Request<Bytes>) -> Result<T, ApiError> {
+    serde_json::from_slice(req.body())
         .map_err(|e| ApiError::bad_request(format!("malformed request body: {e}")))
 }
 
-fn authorized(state: &State, req: &Request<Incoming>) -> Result<(), ApiError> {
+fn authorized(state: &State, req: &Request<Bytes>) -> Result<(), ApiError> {
+    if let Some(expected) = &state.sigv4 {
+        let token = state
+            .auth
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|a| format!("Bearer {}", a.token));
+        let given = req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if token.is_some() && given == token.as_deref() {
+            return Ok(());
+        }
+        return match sigv4::verify(expected, req) {
+            Ok(()) => {
+                state.signed.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(why) => {
+                state.refusals.lock().unwrap().push(why.clone());
+                Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "NotAuthorizedException",
+                    &why,
+                ))
+            }
+        };
+    }
     let Some(expected) = state
         .auth
         .lock()
@@ -448,8 +517,22 @@ fn authorized(state: &State, req: &Request<Incoming>) -> Result<(), ApiError> {
     }
 }
 
-async fn route(state: &State, req: Request<Incoming>) -> Answer {
-    let path = req.uri().path().to_owned();
+async fn route(state: &State, req: Request<Bytes>) -> Answer {
+    let mut path = req.uri().path().to_owned();
+    if state.sigv4.is_some() {
+        // Signed everywhere, as on AWS, and served under /iceberg.
+        authorized(state, &req)?;
+        path = match path.strip_prefix("/iceberg/") {
+            Some(rest) => format!("/{rest}"),
+            None => {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "NotFoundException",
+                    "not under /iceberg",
+                ))
+            }
+        };
+    }
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let method = req.method().clone();
     // Storage settings are vended only to clients that ask (X-Iceberg-Access-Delegation).
@@ -462,7 +545,9 @@ async fn route(state: &State, req: Request<Incoming>) -> Answer {
         (Method::GET, ["v1", "config"]) => json_response(&json!({"defaults": {}, "overrides": {}})),
         (Method::POST, ["v1", "oauth", "tokens"]) => oauth_token(state, req).await,
         _ => {
-            authorized(state, &req)?;
+            if state.sigv4.is_none() {
+                authorized(state, &req)?;
+            }
             match (method, segments.as_slice()) {
                 (Method::GET, ["v1", "namespaces"]) => {
                     let parent = req
@@ -478,7 +563,7 @@ async fn route(state: &State, req: Request<Incoming>) -> Answer {
                     })
                 }
                 (Method::POST, ["v1", "namespaces"]) => {
-                    let r: CreateNamespaceRequest = body(req).await?;
+                    let r: CreateNamespaceRequest = body(req)?;
                     let ns = state
                         .catalog
                         .create_namespace(&r.namespace, r.properties)
@@ -519,7 +604,7 @@ async fn route(state: &State, req: Request<Incoming>) -> Answer {
                 }
                 (Method::POST, ["v1", "namespaces", ns, "tables"]) => {
                     let ns = namespace(ns)?;
-                    let r: CreateTableRequest = body(req).await?;
+                    let r: CreateTableRequest = body(req)?;
                     if r.stage_create == Some(true) {
                         return Err(ApiError::bad_request(
                             "staged creates are not supported by the fixture",
@@ -560,7 +645,7 @@ async fn route(state: &State, req: Request<Incoming>) -> Answer {
                 }
                 (Method::POST, ["v1", "namespaces", ns, "tables", t]) => {
                     let ident = TableIdent::new(namespace(ns)?, decode(t));
-                    let r: CommitTableRequest = body(req).await?;
+                    let r: CommitTableRequest = body(req)?;
                     state.hold.pass().await;
                     let answer = commit(state, &ident, r).await;
                     match &answer {
@@ -596,9 +681,9 @@ fn load_result(state: &State, table: &iceberg::table::Table, vend: bool) -> Load
 }
 
 /// `POST /v1/oauth/tokens` with `grant_type=client_credentials` (form-encoded).
-async fn oauth_token(state: &State, req: Request<Incoming>) -> Answer {
-    let bytes = body_bytes(req).await?;
-    let form: HashMap<String, String> = String::from_utf8_lossy(&bytes)
+async fn oauth_token(state: &State, req: Request<Bytes>) -> Answer {
+    let bytes = req.body();
+    let form: HashMap<String, String> = String::from_utf8_lossy(bytes)
         .split('&')
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (decode_with(k, true), decode_with(v, true)))

@@ -6,7 +6,7 @@ use super::Checker;
 
 impl Checker<'_> {
     /// Validates a REST catalog section at key path `p`: an `http(s)://` URI, at most one way to
-    /// authenticate, secrets from the environment, no SigV4 (not supported by the REST client).
+    /// authenticate (a token, OAuth2 credentials or SigV4), secrets from the environment.
     pub(super) fn rest_catalog(
         &mut self,
         p: &str,
@@ -41,6 +41,7 @@ impl Checker<'_> {
                 "client_id",
                 s.client_id.is_some() || s.client_secret.is_some(),
             ),
+            ("sigv4", s.sigv4 == Some(true)),
         ]
         .into_iter()
         .filter_map(|(key, set)| set.then_some(key))
@@ -50,11 +51,27 @@ impl Checker<'_> {
                 self.error(
                     p,
                     format!(
-                        "give one way to authenticate: `token`, `credential`, or `client_id` + `client_secret`, not {}",
+                        "give one way to authenticate: `token`, `credential`, `client_id` + `client_secret`, or `sigv4 = true`, not {}",
                         given.join(" and ")
                     ),
                 );
                 None
+            }
+            _ if s.sigv4 == Some(true) => {
+                let uri = uri.as_deref().unwrap_or_default();
+                let name =
+                    self.sigv4_part(&format!("{p}.signing_name"), s.signing_name.clone(), || {
+                        default_signing_name(uri).to_owned()
+                    });
+                let region = self.sigv4_part(
+                    &format!("{p}.signing_region"),
+                    s.signing_region.clone().map(Some),
+                    || aws_host_region(uri).map(str::to_owned),
+                );
+                Some(RestAuth::SigV4 {
+                    signing_name: name?,
+                    signing_region: region?,
+                })
             }
             (None, None, None, None) => Some(RestAuth::None),
             (Some(token), ..) => self
@@ -121,21 +138,14 @@ impl Checker<'_> {
                 "applies only to OAuth2 client credentials (`credential`, or `client_id` + `client_secret`)",
             );
         }
-        match s.sigv4 {
-            Some(true) => {
-                ok = false;
-                self.error(
-                    format!("{p}.sigv4"),
-                    "SigV4 request signing is not supported yet in this build (the Iceberg REST client sends bearer tokens only and has no request-signing hook): for the Glue or S3 Tables Iceberg endpoints use kind = \"glue\" or kind = \"s3tables\"",
-                );
-            }
-            Some(false) | None => {
-                if s.signing_name.is_some() {
+        if s.sigv4 != Some(true) {
+            for (key, set) in [
+                ("signing_name", s.signing_name.is_some()),
+                ("signing_region", s.signing_region.is_some()),
+            ] {
+                if set {
                     ok = false;
-                    self.error(
-                        format!("{p}.signing_name"),
-                        "applies only with sigv4 = true",
-                    );
+                    self.error(format!("{p}.{key}"), "applies only with sigv4 = true");
                 }
             }
         }
@@ -157,6 +167,31 @@ impl Checker<'_> {
         ok.then_some(config)
     }
 
+    /// A SigV4 signing name or region at key path `path`: the configured one (letters, digits and
+    /// `-`, as AWS service names and regions are), else `default()`.
+    fn sigv4_part<T>(
+        &mut self,
+        path: &str,
+        given: Option<T>,
+        default: impl FnOnce() -> T,
+    ) -> Option<T>
+    where
+        T: SigV4Part,
+    {
+        let Some(value) = given else {
+            return Some(default());
+        };
+        let text = value.text().unwrap_or_default();
+        if text.is_empty() || !text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            self.error(
+                path,
+                format!("\"{text}\" is not an AWS service name or region (letters, digits, `-`), e.g. \"s3tables\", \"us-east-1\""),
+            );
+            return None;
+        }
+        Some(value)
+    }
+
     /// An `http://` or `https://` URI with a host, no query, fragment or whitespace; returned
     /// without a trailing `/`.
     fn http_uri(&mut self, path: &str, text: &str) -> Option<String> {
@@ -175,5 +210,54 @@ impl Checker<'_> {
             return None;
         }
         Some(text.trim_end_matches('/').to_owned())
+    }
+}
+
+/// A SigV4 setting: a signing name (`String`) or an optional signing region.
+trait SigV4Part {
+    /// The configured text.
+    fn text(&self) -> Option<&str>;
+}
+
+impl SigV4Part for String {
+    fn text(&self) -> Option<&str> {
+        Some(self)
+    }
+}
+
+impl SigV4Part for Option<String> {
+    fn text(&self) -> Option<&str> {
+        self.as_deref()
+    }
+}
+
+/// The host of an `http(s)://` URI, without port.
+fn uri_host(uri: &str) -> &str {
+    let rest = uri.split_once("://").map_or(uri, |(_, rest)| rest);
+    let authority = rest.split('/').next().unwrap_or_default();
+    authority.split(':').next().unwrap_or_default()
+}
+
+/// The region of an AWS endpoint host: the label before `amazonaws.com` (`.amazonaws.com.cn`)
+/// or `api.aws`, e.g. `us-east-1` for `https://s3tables.us-east-1.amazonaws.com/iceberg` and
+/// `ap-south-1` for `https://ID.execute-api.ap-south-1.amazonaws.com/prod`.
+pub fn aws_host_region(uri: &str) -> Option<&str> {
+    let labels: Vec<&str> = uri_host(uri).split('.').collect();
+    let suffix = labels.iter().enumerate().position(|(i, label)| {
+        *label == "amazonaws" || (*label == "api" && labels.get(i + 1) == Some(&"aws"))
+    })?;
+    (suffix >= 2).then(|| labels[suffix - 1])
+}
+
+/// The SigV4 signing name the AWS Iceberg REST endpoints expect: `s3tables` for
+/// `s3tables.REGION.amazonaws.com`, `glue` for `glue.REGION.amazonaws.com` (and their `-fips`
+/// hosts); otherwise `execute-api` (API Gateway with IAM authorization, PyIceberg's and Iceberg
+/// Java's default).
+pub fn default_signing_name(uri: &str) -> &'static str {
+    let service = uri_host(uri).split('.').next().unwrap_or_default();
+    match (service.trim_end_matches("-fips"), aws_host_region(uri)) {
+        ("s3tables", Some(_)) => "s3tables",
+        ("glue", Some(_)) => "glue",
+        _ => "execute-api",
     }
 }
