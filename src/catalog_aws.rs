@@ -75,7 +75,8 @@ pub fn s3_file_io_props(
 ///
 /// IAM: `s3tables:GetNamespace`, `CreateNamespace`, `GetTable`, `CreateTable`,
 /// `GetTableMetadataLocation`, `UpdateTableMetadataLocation`, `PutTableData`, `GetTableData`
-/// on the bucket and its tables (README, "Catalogs").
+/// on the bucket and its tables, and `PutTableEncryption`, `GetTableEncryption` with a KMS key
+/// (README, "Catalogs").
 ///
 /// Errors: [`CatalogError::Unavailable`] when the catalog cannot be built.
 pub async fn open_s3tables_catalog(
@@ -139,6 +140,50 @@ pub async fn open_glue_catalog(
         file_io,
     )?;
     Ok(Arc::new(catalog))
+}
+
+/// Refuses an S3 Tables table whose encryption configuration is not SSE-KMS under `config`'s
+/// `kms_key_arn` (a table floe created has it; one created otherwise, or before the key was
+/// configured or changed, may use SSE-S3 or another key, and S3 Tables cannot re-encrypt a
+/// table). Nothing is checked without `kms_key_arn`.
+///
+/// IAM: `s3tables:GetTableEncryption` on the table.
+///
+/// Errors: [`CatalogError::Incompatible`] naming the table's and the channel's encryption;
+/// [`CatalogError::Unavailable`] when S3 Tables cannot answer.
+pub async fn check_table_encryption(
+    config: &S3TablesCatalogConfig,
+    aws: &AwsClients,
+    ident: &TableIdent,
+    channel: &str,
+) -> Result<(), CatalogError> {
+    let Some(key) = &config.kms_key_arn else {
+        return Ok(());
+    };
+    let answer = aws
+        .s3tables()
+        .get_table_encryption()
+        .table_bucket_arn(&config.table_bucket_arn)
+        .namespace(ident.namespace().to_url_string())
+        .name(ident.name())
+        .send()
+        .await
+        .map_err(|e| CatalogError::Unavailable(s3tables_error("GetTableEncryption", e)))?;
+    let (algorithm, table_key) = match &answer.encryption_configuration {
+        Some(c) => (c.sse_algorithm().as_str().to_owned(), c.kms_key_arn()),
+        None => ("none".to_owned(), None),
+    };
+    if algorithm == SseAlgorithm::AwsKms.as_str() && table_key == Some(key.as_str()) {
+        return Ok(());
+    }
+    Err(CatalogError::Incompatible {
+        table: ident.to_string(),
+        channel: channel.to_string(),
+        reason: format!(
+            "it is encrypted with {algorithm}{}, not SSE-KMS under the channel's kms_key_arn {key} (S3 Tables cannot re-encrypt a table: use another table, or set kms_key_arn to the table's key)",
+            table_key.map(|k| format!(" under {k}")).unwrap_or_default()
+        ),
+    })
 }
 
 /// `iceberg-catalog-s3tables`' catalog with floe's table creation (SSE-KMS encryption

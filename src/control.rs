@@ -31,7 +31,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{ensure_table, CatalogError, TableSpec, SUMMARY_RANGES};
-use crate::config::{ChannelConfig, Config, ConfigError, DestinationConfig, DlqLocation};
+use crate::config::{
+    CatalogConfig, ChannelConfig, Config, ConfigError, DestinationConfig, DlqLocation,
+};
 use crate::lease::{
     ChannelOverrides, ChannelState, ChannelStatus, DeliveryLog, LeaseError, LeaseKey, Store,
 };
@@ -437,7 +439,18 @@ pub async fn create(
         None => glue_schema(index, channel, store, state, aws).await?,
     };
     let expected = Some(state.version);
-    match ensure_table(catalog.as_ref(), &spec, &schema).await {
+    let ensured = match ensure_table(catalog.as_ref(), &spec, &schema).await {
+        Ok(table) => match &dest.catalog {
+            CatalogConfig::S3Tables(s3t) => {
+                crate::catalog_aws::check_table_encryption(s3t, aws, &spec.ident, name)
+                    .await
+                    .map(|()| table)
+            }
+            _ => Ok(table),
+        },
+        Err(e) => Err(e),
+    };
+    match ensured {
         Ok(table) => {
             let active = ChannelState {
                 state: ChannelStatus::Active,

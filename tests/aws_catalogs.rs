@@ -493,3 +493,59 @@ async fn a_glue_warehouse_bucket_of_another_account_is_refused_when_the_catalog_
         Ok(_) => panic!("a bucket of another account was accepted"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3tables_table_encrypted_otherwise_than_the_channel_asks_is_refused() {
+    use floe::catalog::CatalogError;
+    use floe::catalog_aws::check_table_encryption;
+    let c = AwsCatalog::s3tables().await;
+    let CatalogConfig::S3Tables(with_key) = &c.config else {
+        unreachable!()
+    };
+    // Created by floe with the channel's key: accepted.
+    let (ident, _) = event_table_in(c.catalog.as_ref(), "enc", "enc").await;
+    check_table_encryption(with_key, &c.aws, &ident, "enc")
+        .await
+        .unwrap();
+
+    // The channel now names another key: refused, naming both.
+    let other_key = KMS_KEY.replace("1234abcd", "9999ffff");
+    let other = S3TablesCatalogConfig {
+        kms_key_arn: Some(other_key.clone()),
+        ..with_key.clone()
+    };
+    let err = check_table_encryption(&other, &c.aws, &ident, "enc")
+        .await
+        .unwrap_err();
+    let CatalogError::Incompatible { reason, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        reason.contains(&format!("aws:kms under {KMS_KEY}")) && reason.contains(&other_key),
+        "{reason}"
+    );
+
+    // A table created without encryption configuration (the bucket's SSE-S3 default).
+    let plain = S3TablesCatalogConfig {
+        kms_key_arn: None,
+        ..with_key.clone()
+    };
+    let plain_catalog =
+        floe::catalog::open_channel_catalog(&CatalogConfig::S3Tables(plain.clone()), &c.aws)
+            .await
+            .unwrap();
+    let (plain_ident, _) = event_table_in(plain_catalog.as_ref(), "plain", "plain").await;
+    // Without a key nothing is required ...
+    check_table_encryption(&plain, &c.aws, &plain_ident, "plain")
+        .await
+        .unwrap();
+    // ... with one, the SSE-S3 table is refused.
+    let err = check_table_encryption(with_key, &c.aws, &plain_ident, "plain")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("encrypted with AES256, not SSE-KMS"),
+        "{err}"
+    );
+}
