@@ -194,7 +194,7 @@ pub async fn open_lease_store(
 ///
 /// Errors: [`AppError::LeaseStore`] when it cannot be created or is not a floe lease store.
 pub async fn setup(config: &Config) -> Result<String, AppError> {
-    let aws = AwsClients::for_config(&config).await;
+    let aws = AwsClients::for_config(config).await;
     let mut lease_store = config.lease_store.clone();
     if let LeaseStoreBackend::Dynamodb {
         create_lease_table, ..

@@ -387,12 +387,16 @@ const KINESIS_BATCH_BYTES: usize = 4 << 20;
 /// Attempts for one entry before the run fails.
 const KINESIS_ATTEMPTS: u32 = 20;
 
+/// What one PutRecords batch did: records accepted per shard id, retried entries, and the ids
+/// of entries that failed for good.
+type BatchOutcome = (BTreeMap<String, u64>, u64, Vec<u64>);
+
 /// One PutRecords call's worth of records, retried until every entry is accepted.
 async fn put_batch(
     client: &aws_sdk_kinesis::Client,
     stream: &str,
     mut entries: Vec<(u64, String, Vec<u8>)>,
-) -> Result<(BTreeMap<String, u64>, u64, Vec<u64>), LoadgenError> {
+) -> Result<BatchOutcome, LoadgenError> {
     use aws_sdk_kinesis::primitives::Blob;
     use aws_sdk_kinesis::types::PutRecordsRequestEntry;
     let mut per_shard: BTreeMap<String, u64> = BTreeMap::new();
@@ -477,7 +481,7 @@ pub async fn produce_kinesis(
     let mut batch_bytes = 0usize;
     let mut queued = 0u64;
     let absorb = |produced: &mut Produced,
-                  r: Result<(BTreeMap<String, u64>, u64, Vec<u64>), LoadgenError>|
+                  r: Result<BatchOutcome, LoadgenError>|
      -> Result<(), LoadgenError> {
         let (per_shard, retries, failed) = r?;
         for (shard, n) in per_shard {

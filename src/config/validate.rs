@@ -334,7 +334,7 @@ impl Checker<'_> {
         for (service, url) in &s.endpoints {
             ok &= endpoint_ok(format!("aws.endpoints.{service}"), url);
         }
-        ok.then(|| crate::aws::AwsConfig {
+        ok.then_some(crate::aws::AwsConfig {
             region: s.region,
             profile: s.profile,
             endpoint_url: s.endpoint_url,
