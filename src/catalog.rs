@@ -60,10 +60,12 @@ pub enum CatalogError {
         /// Why.
         reason: String,
     },
-    /// The catalog's storage must not be written (the warehouse bucket is owned by another
-    /// account): fix the configuration; no retry helps.
+    /// The catalog must not or cannot be used as configured (the warehouse bucket is owned by
+    /// another account, SigV4 without a region): fix the configuration; no retry helps.
     #[error("{message}")]
     Refused {
+        /// The key of `[channel.destination.catalog]` to fix (`expected_bucket_owner`).
+        key: &'static str,
         /// Why.
         message: String,
     },
@@ -220,6 +222,7 @@ pub(crate) async fn check_bucket_owner(
     {
         Ok(_) => Ok(()),
         Err(aws_sdk_s3::error::SdkError::ServiceError(e)) => Err(CatalogError::Refused {
+            key: "expected_bucket_owner",
             message: format!(
                 "warehouse bucket {bucket:?} is missing or not owned by account {owner} (HTTP {})",
                 e.raw().status().as_u16()

@@ -90,16 +90,21 @@ pub async fn open_rest_catalog_with(
     // reqwest's rustls needs a process-wide crypto provider: the aws-lc-rs one the AWS SDK
     // uses. Installing fails harmlessly when one is installed already.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let client = reqwest::Client::builder()
+    let mut client = reqwest::Client::builder()
         .connect_timeout(REST_CONNECT_TIMEOUT)
-        .timeout(REST_REQUEST_TIMEOUT)
-        .build()
-        .map_err(|e| {
-            CatalogError::Unavailable(iceberg::Error::new(
-                iceberg::ErrorKind::Unexpected,
-                format!("rest catalog http client: {e}"),
-            ))
-        })?;
+        .timeout(REST_REQUEST_TIMEOUT);
+    if matches!(config.auth, RestAuth::SigV4 { .. }) {
+        // The client talks to the signing relay on the loopback interface: never through an
+        // HTTP(S)_PROXY of the environment (which would see the relay's secret). The relay's
+        // own outbound client uses the proxy settings.
+        client = client.no_proxy();
+    }
+    let client = client.build().map_err(|e| {
+        CatalogError::Unavailable(iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            format!("rest catalog http client: {e}"),
+        ))
+    })?;
     let mut props = rest_props(config, aws.config(), aws.region());
     let relay = match &config.auth {
         RestAuth::SigV4 {
@@ -139,6 +144,7 @@ async fn sigv4_relay(
 ) -> Result<SigningRelay, CatalogError> {
     let Some(region) = signing_region else {
         return Err(CatalogError::Refused {
+            key: "signing_region",
             message: format!(
                 "rest catalog {}: sigv4 needs a signing region: set signing_region, or the [aws] region (or AWS_REGION)",
                 config.uri
@@ -147,6 +153,7 @@ async fn sigv4_relay(
     };
     let Some(provider) = credentials else {
         return Err(CatalogError::Refused {
+            key: "sigv4",
             message: format!(
                 "rest catalog {}: sigv4 needs AWS credentials, and no credential chain is configured",
                 config.uri
@@ -166,13 +173,22 @@ async fn sigv4_relay(
 /// the cached one (HTTP 401, or 419 "authentication timeout" of the REST specification) and
 /// repeating the call once. A refused `update_table` is not repeated (the commit cannot be
 /// rebuilt here): its error reaches the committer, which reconciles it against the table, and
-/// the next commit uses the new token.
-#[derive(Debug)]
+/// the next commit uses the new token. Its `Debug` output holds no token or secret.
 pub struct RestCatalogClient {
     inner: RestCatalog,
     refreshes_token: bool,
     /// The SigV4 signing relay the client talks through (`sigv4 = true`); stops when dropped.
     _relay: Option<SigningRelay>,
+}
+
+impl std::fmt::Debug for RestCatalogClient {
+    /// Leaves the inner catalog out: its properties hold the token (or the relay's secret).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestCatalogClient")
+            .field("refreshes_token", &self.refreshes_token)
+            .field("relay", &self._relay)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Whether `e` is the REST server refusing the request's credentials.

@@ -34,7 +34,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use aws_credential_types::Credentials;
-use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+use aws_sigv4::http_request::{
+    sign, PayloadChecksumKind, SignableBody, SignableRequest, SigningSettings,
+};
 use aws_sigv4::sign::v4;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -53,6 +55,26 @@ const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(300);
 
 /// Credentials without an expiry time are fetched again after this long.
 const UNEXPIRING_REFRESH: Duration = Duration::from_secs(300);
+
+/// Bound on one call of the credential provider (IMDS, STS, SSO, a credential process).
+pub const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Cached credentials still this far from expiring are used when renewing them fails.
+const STILL_VALID: Duration = Duration::from_secs(30);
+
+/// How long `credentials` may be used before asking the provider again: until
+/// [`REFRESH_BEFORE_EXPIRY`] before they expire, [`UNEXPIRING_REFRESH`] without an expiry, and
+/// for credentials handed out closer to their expiry, half their remaining time (at most a
+/// minute), so that a provider is not asked on every request.
+fn refresh_in(credentials: &Credentials) -> Duration {
+    let Some(expiry) = credentials.expiry() else {
+        return UNEXPIRING_REFRESH;
+    };
+    let left = expiry.duration_since(SystemTime::now()).unwrap_or_default();
+    left.checked_sub(REFRESH_BEFORE_EXPIRY)
+        .filter(|d| !d.is_zero())
+        .unwrap_or_else(|| (left / 2).min(Duration::from_secs(60)))
+}
 
 /// Headers not forwarded to the server: hop-by-hop ones (RFC 9110 §7.6.1), the relay's own
 /// bearer secret, and those the outgoing request sets itself.
@@ -73,6 +95,7 @@ pub struct SigV4Signer {
     signing_name: String,
     signing_region: String,
     provider: SharedCredentialsProvider,
+    /// The credentials last fetched, and when to fetch new ones.
     cached: tokio::sync::Mutex<Option<(Credentials, Instant)>>,
 }
 
@@ -101,31 +124,51 @@ impl SigV4Signer {
         }
     }
 
-    /// The credentials to sign with: the cached ones while they are fresh.
+    /// The credentials to sign with: the cached ones until their refresh time ([`refresh_in`]);
+    /// then new ones from the provider (bounded by [`CREDENTIALS_TIMEOUT`]). When the provider
+    /// fails (an STS, SSO or instance-metadata hiccup), cached credentials that are still valid
+    /// for 30 seconds are used, and the provider is asked again 30 seconds later.
     ///
-    /// Errors: the credential chain's failure, readable (`no credentials in the chain: …`).
+    /// Errors: the provider's failure, readable (`no credentials in the chain: …`), when no
+    /// cached credentials are still valid.
     async fn credentials(&self) -> Result<Credentials, String> {
         let mut cached = self.cached.lock().await;
-        if let Some((credentials, fetched)) = cached.as_ref() {
-            let fresh = match credentials.expiry() {
-                Some(expiry) => expiry > SystemTime::now() + REFRESH_BEFORE_EXPIRY,
-                None => fetched.elapsed() < UNEXPIRING_REFRESH,
-            };
-            if fresh {
+        if let Some((credentials, refresh_at)) = cached.as_ref() {
+            if Instant::now() < *refresh_at {
                 return Ok(credentials.clone());
             }
         }
-        let credentials = self
-            .provider
-            .provide_credentials()
-            .await
-            .map_err(|e| aws_sdk_s3::error::DisplayErrorContext(e).to_string())?;
-        *cached = Some((credentials.clone(), Instant::now()));
-        Ok(credentials)
+        let fetched =
+            tokio::time::timeout(CREDENTIALS_TIMEOUT, self.provider.provide_credentials()).await;
+        let why = match fetched {
+            Ok(Ok(credentials)) => {
+                *cached = Some((
+                    credentials.clone(),
+                    Instant::now() + refresh_in(&credentials),
+                ));
+                return Ok(credentials);
+            }
+            Ok(Err(e)) => aws_sdk_s3::error::DisplayErrorContext(e).to_string(),
+            Err(_) => {
+                format!("the credential provider did not answer within {CREDENTIALS_TIMEOUT:?}")
+            }
+        };
+        match cached.as_mut() {
+            Some((credentials, refresh_at))
+                if credentials
+                    .expiry()
+                    .is_none_or(|e| e > SystemTime::now() + STILL_VALID) =>
+            {
+                tracing::warn!(error = %why, "sigv4: cannot renew AWS credentials, signing with the cached ones");
+                *refresh_at = Instant::now() + STILL_VALID;
+                Ok(credentials.clone())
+            }
+            _ => Err(why),
+        }
     }
 
-    /// Adds the SigV4 headers (`Authorization`, `X-Amz-Date`, `X-Amz-Security-Token` for
-    /// temporary credentials) to `request`, signed at `time` over its method, URI, headers and
+    /// Adds the SigV4 headers (`Authorization`, `X-Amz-Date`, `X-Amz-Content-SHA256`,
+    /// `X-Amz-Security-Token` for temporary credentials) to `request`, signed at `time` over its method, URI, headers and
     /// the SHA-256 of its body.
     ///
     /// Errors: a header value that is not visible ASCII, or a URI that cannot be signed.
@@ -135,13 +178,24 @@ impl SigV4Signer {
         credentials: &Credentials,
         time: SystemTime,
     ) -> Result<(), String> {
+        self.sign_with(request, credentials, time, signing_settings())
+    }
+
+    /// [`SigV4Signer::sign_at`] with `settings`.
+    fn sign_with(
+        &self,
+        request: &mut hyper::http::Request<Bytes>,
+        credentials: &Credentials,
+        time: SystemTime,
+        settings: SigningSettings,
+    ) -> Result<(), String> {
         let identity = credentials.clone().into();
         let params = v4::SigningParams::builder()
             .identity(&identity)
             .region(&self.signing_region)
             .name(&self.signing_name)
             .time(time)
-            .settings(SigningSettings::default())
+            .settings(settings)
             .build()
             .map_err(|e| e.to_string())?
             .into();
@@ -166,6 +220,14 @@ impl SigV4Signer {
         instructions.apply_to_request_http1x(request);
         Ok(())
     }
+}
+
+/// SigV4 settings: the defaults, plus the `X-Amz-Content-SHA256` header (as Iceberg Java's
+/// `RESTSigV4Signer` sends).
+fn signing_settings() -> SigningSettings {
+    let mut settings = SigningSettings::default();
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+    settings
 }
 
 /// A running signing relay; it stops when dropped. Its `Debug` output leaves the secret out.
@@ -219,7 +281,10 @@ pub async fn start_signing_relay(
     );
     let client = reqwest::Client::builder()
         .connect_timeout(REST_CONNECT_TIMEOUT)
-        .timeout(REST_REQUEST_TIMEOUT)
+        // Shorter than the catalog client's bound, so that it sees the relay's 504.
+        .timeout(REST_REQUEST_TIMEOUT - Duration::from_secs(5))
+        // A redirect would carry the signed headers (the session token) elsewhere: pass it on.
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(std::io::Error::other)?;
     let relay = Arc::new(Relay {
@@ -284,7 +349,11 @@ impl Relay {
                 )
             })?
             .to_bytes();
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        // `+` in a query is a space to aws-sigv4 (signed `%20`) but a plus to AWS: send `%20`.
+        let path = match parts.uri.query() {
+            Some(query) => format!("{}?{}", parts.uri.path(), query.replace('+', "%20")),
+            None => parts.uri.path().to_owned(),
+        };
         let url = format!(
             "{}{path}",
             self.upstream.read().expect("upstream lock").as_str()
@@ -356,8 +425,9 @@ impl Relay {
         Ok(response)
     }
 
-    /// A `/v1/config` answer whose `overrides.uri` names another base URI: later requests go
-    /// there, and the client is told to keep using the relay.
+    /// A `/v1/config` answer whose `overrides.uri` names another base URI on the same scheme and
+    /// host: later requests go there; another scheme or host is ignored (signed requests carry
+    /// the session token). Either way the client is told to keep using the relay.
     fn follow_uri_override(&self, body: Bytes) -> Bytes {
         let Ok(mut config) = serde_json::from_slice::<serde_json::Value>(&body) else {
             return body;
@@ -369,8 +439,18 @@ impl Relay {
             return body;
         };
         let uri = uri.trim_end_matches('/').to_owned();
-        tracing::info!(uri, "rest catalog server moved the catalog (overrides.uri)");
-        *self.upstream.write().expect("upstream lock") = uri;
+        let origin = |u: &str| -> String {
+            let (scheme, rest) = u.split_once("://").unwrap_or(("", u));
+            format!("{scheme}://{}", rest.split('/').next().unwrap_or_default())
+        };
+        let mut upstream = self.upstream.write().expect("upstream lock");
+        if origin(&uri) == origin(&upstream) {
+            tracing::info!(uri, "rest catalog server moved the catalog (overrides.uri)");
+            *upstream = uri;
+        } else {
+            tracing::warn!(uri, upstream = %*upstream, "rest catalog server's overrides.uri is on another scheme or host: ignored, requests stay signed for the configured uri");
+        }
+        drop(upstream);
         config["overrides"]["uri"] = serde_json::Value::String(self.base.clone());
         Bytes::from(config.to_string())
     }
@@ -422,7 +502,10 @@ mod tests {
             HeaderValue::from_static("application/x-www-form-urlencoded; charset=utf-8"),
         );
         let time = SystemTime::UNIX_EPOCH + Duration::from_secs(1_440_938_160); // 20150830T123600Z
-        signer.sign_at(&mut request, &credentials, time).unwrap();
+                                                                                // The published example signs no X-Amz-Content-SHA256 header (aws-sigv4's default).
+        signer
+            .sign_with(&mut request, &credentials, time, SigningSettings::default())
+            .unwrap();
         let authorization = request.headers()[header::AUTHORIZATION].to_str().unwrap();
         assert_eq!(
             authorization,

@@ -259,8 +259,8 @@ pub async fn open_catalog(
     crate::catalog::open_channel_catalog(&dest.catalog, aws)
         .await
         .map_err(|e| match e {
-            CatalogError::Refused { message } => {
-                ControlError::refused("destination.catalog.expected_bucket_owner", message)
+            CatalogError::Refused { key, message } => {
+                ControlError::refused(format!("destination.catalog.{key}"), message)
             }
             e => ControlError::Unavailable(format!("catalog: {e}")),
         })

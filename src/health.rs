@@ -23,7 +23,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use iceberg::{Catalog, TableIdent};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
@@ -189,9 +189,13 @@ pub async fn serve(
     .await
 }
 
+/// A connection that does not send a request's headers within this time is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serves HTTP/1.1 on `listener` forever, each connection on its own task, answering every
 /// request with `handler`; `what` names the server in logs. A failed accept is logged and
-/// retried after 100 ms.
+/// retried after 100 ms; a connection is closed when a request's headers take longer than
+/// [`HEADER_READ_TIMEOUT`].
 pub async fn serve_http1<F, Fut>(listener: TcpListener, what: &'static str, handler: F)
 where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
@@ -213,6 +217,8 @@ where
                 async move { Ok::<_, Infallible>(answer.await) }
             });
             if let Err(e) = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {

@@ -483,7 +483,7 @@ async fn a_glue_warehouse_bucket_of_another_account_is_refused_when_the_catalog_
         expected_bucket_owner: Some("111111111111".into()),
     });
     match floe::catalog::open_channel_catalog(&config, &aws).await {
-        Err(floe::catalog::CatalogError::Refused { message }) => {
+        Err(floe::catalog::CatalogError::Refused { message, .. }) => {
             assert!(
                 message.contains("not owned by account 111111111111"),
                 "{message}"

@@ -66,6 +66,7 @@ fn fixture_sigv4() -> FixtureSigV4 {
         secret_access_key: "floe/sigv4+test-secret".into(),
         region: "eu-west-1".into(),
         service: "s3tables".into(),
+        session_token: Some("FwoGZXIvYXdzEXAMPLE/session+token=".into()),
     }
 }
 
@@ -81,7 +82,15 @@ async fn open_signed(
         signing_name: name.into(),
         signing_region: Some(region.into()),
     };
-    let credentials = aws_credential_types::Credentials::new(key_id, secret, None, None, "test");
+    // As on the S3 Tables endpoint: the warehouse is the table bucket ARN, sent in the query.
+    config.warehouse = Some("arn:aws:s3tables:eu-west-1:111122223333:bucket/floe b".into());
+    let credentials = aws_credential_types::Credentials::new(
+        key_id,
+        secret,
+        fixture_sigv4().session_token,
+        None,
+        "test",
+    );
     floe::catalog_rest::open_rest_catalog_with(
         &config,
         &no_aws().await,
@@ -294,6 +303,60 @@ async fn sigv4_signed_requests_are_accepted_and_the_fence_holds() {
         .unwrap();
     assert_eq!(unsigned.status().as_u16(), 403);
     assert!(server.signature_refusals()[0].contains("missing Authorization"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signing_relay_signs_only_for_requests_carrying_its_secret() {
+    use floe::catalog_sigv4::{start_signing_relay, SigV4Signer};
+    let dir = tempfile::tempdir().unwrap();
+    let sigv4 = fixture_sigv4();
+    let server = RestCatalogServer::start_sigv4(&dir.path().join("rest"), sigv4.clone(), None);
+    let credentials = aws_credential_types::Credentials::new(
+        &sigv4.access_key_id,
+        &sigv4.secret_access_key,
+        sigv4.session_token.clone(),
+        None,
+        "test",
+    );
+    let signer = SigV4Signer::new(
+        &sigv4.service,
+        &sigv4.region,
+        aws_credential_types::provider::SharedCredentialsProvider::new(credentials),
+    );
+    let relay = start_signing_relay(&server.uri, signer).await.unwrap();
+    let config = format!("{}/v1/config?warehouse=a+b", relay.base);
+    let http = reqwest::Client::new();
+    for refused in [
+        http.get(&config),
+        http.get(&config).bearer_auth("not-the-secret"),
+    ] {
+        let answer = refused.send().await.unwrap();
+        assert_eq!(answer.status().as_u16(), 403);
+    }
+    assert_eq!(server.signed_requests(), 0, "nothing was signed for them");
+    let answer = http
+        .get(&config)
+        .bearer_auth(&relay.secret)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.status().as_u16(),
+        200,
+        "{:?}",
+        server.signature_refusals()
+    );
+    assert_eq!(server.signed_requests(), 1);
+    assert!(!format!("{relay:?}").contains(&relay.secret));
+
+    // The catalog client's Debug output holds neither a token nor the relay's secret.
+    let mut with_token = rest_config(&server);
+    with_token.auth = RestAuth::Token(PropertyValue::FromEnv {
+        var: "T".into(),
+        value: "bearer-secret-value".into(),
+    });
+    let catalog = open(&with_token).await;
+    assert!(!format!("{catalog:?}").contains("bearer-secret-value"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -587,10 +650,14 @@ enum PyAuth<'a> {
 }
 
 /// The AWS environment of a process signing with `sigv4`'s credentials.
-fn aws_env(sigv4: &FixtureSigV4) -> [(&'static str, String); 4] {
+fn aws_env(sigv4: &FixtureSigV4) -> [(&'static str, String); 5] {
     [
         ("AWS_ACCESS_KEY_ID", sigv4.access_key_id.clone()),
         ("AWS_SECRET_ACCESS_KEY", sigv4.secret_access_key.clone()),
+        (
+            "AWS_SESSION_TOKEN",
+            sigv4.session_token.clone().unwrap_or_default(),
+        ),
         ("AWS_REGION", sigv4.region.clone()),
         ("AWS_EC2_METADATA_DISABLED", "true".into()),
     ]

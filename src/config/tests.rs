@@ -940,6 +940,11 @@ fn sigv4_signing_name_and_region_default_from_aws_endpoint_hosts() {
         sigv4("uri = \"https://s3tables.cn-north-1.amazonaws.com.cn/iceberg\""),
         signing("s3tables", Some("cn-north-1"))
     );
+    // A VPC endpoint (PrivateLink) host.
+    assert_eq!(
+        sigv4("uri = \"https://vpce-0ab12-xyz.glue.us-east-1.vpce.amazonaws.com/iceberg\""),
+        signing("glue", Some("us-east-1"))
+    );
     // Another host: execute-api, the [aws] region when the catalog opens.
     assert_eq!(
         sigv4("uri = \"https://catalog.example.com:8443/iceberg\""),

@@ -23,6 +23,8 @@ pub struct FixtureSigV4 {
     pub region: String,
     /// Service (signing name) in the credential scope (`s3tables`).
     pub service: String,
+    /// Session token of temporary credentials: `X-Amz-Security-Token` must carry it, signed.
+    pub session_token: Option<String>,
 }
 
 /// Characters left as they are by SigV4's URI encoding: `A-Z a-z 0-9 - _ . ~`.
@@ -89,11 +91,33 @@ pub fn verify(expected: &FixtureSigV4, req: &Request<Bytes>) -> Result<(), Strin
             expected.region, expected.service
         ));
     }
+    if let Some(token) = &expected.session_token {
+        if header("x-amz-security-token").pop().as_ref() != Some(token) {
+            return Err("InvalidClientTokenId: missing or wrong X-Amz-Security-Token".into());
+        }
+        if !signed_headers
+            .split(';')
+            .any(|h| h == "x-amz-security-token")
+        {
+            return Err("X-Amz-Security-Token is not signed".into());
+        }
+    }
     let amz_date = header("x-amz-date").pop().ok_or("missing X-Amz-Date")?;
     check_time(&amz_date, date)?;
     let names: Vec<&str> = signed_headers.split(';').collect();
     if !names.contains(&"host") || !names.contains(&"x-amz-date") {
         return Err("SignedHeaders must include host and x-amz-date".into());
+    }
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    if sorted != names
+        || names
+            .iter()
+            .any(|n| n.chars().any(|c| c.is_ascii_uppercase()))
+    {
+        return Err(format!(
+            "SignedHeaders {signed_headers} are not lowercase and sorted"
+        ));
     }
     let mut canonical_headers = String::new();
     for name in &names {

@@ -238,26 +238,37 @@ fn uri_host(uri: &str) -> &str {
     authority.split(':').next().unwrap_or_default()
 }
 
-/// The region of an AWS endpoint host: the label before `amazonaws.com` (`.amazonaws.com.cn`)
-/// or `api.aws`, e.g. `us-east-1` for `https://s3tables.us-east-1.amazonaws.com/iceberg` and
-/// `ap-south-1` for `https://ID.execute-api.ap-south-1.amazonaws.com/prod`.
-pub fn aws_host_region(uri: &str) -> Option<&str> {
+/// The service and region labels of an AWS endpoint host: the two labels before
+/// `amazonaws.com` (`.amazonaws.com.cn`) or `api.aws`, skipping the `vpce` label of VPC endpoint
+/// (PrivateLink) hosts; e.g. `("s3tables", "us-east-1")` for
+/// `https://s3tables.us-east-1.amazonaws.com/iceberg`, `("execute-api", "ap-south-1")` for
+/// `https://ID.execute-api.ap-south-1.amazonaws.com/prod`, `("glue", "us-east-1")` for
+/// `https://vpce-ID.glue.us-east-1.vpce.amazonaws.com/iceberg`.
+fn aws_host_labels(uri: &str) -> Option<(&str, &str)> {
     let labels: Vec<&str> = uri_host(uri).split('.').collect();
     let suffix = labels.iter().enumerate().position(|(i, label)| {
         *label == "amazonaws" || (*label == "api" && labels.get(i + 1) == Some(&"aws"))
     })?;
-    (suffix >= 2).then(|| labels[suffix - 1])
+    let mut region = suffix.checked_sub(1)?;
+    if labels[region] == "vpce" {
+        region = region.checked_sub(1)?;
+    }
+    let service = region.checked_sub(1)?;
+    Some((labels[service], labels[region]))
 }
 
-/// The SigV4 signing name the AWS Iceberg REST endpoints expect: `s3tables` for
-/// `s3tables.REGION.amazonaws.com`, `glue` for `glue.REGION.amazonaws.com` (and their `-fips`
-/// hosts); otherwise `execute-api` (API Gateway with IAM authorization, PyIceberg's and Iceberg
-/// Java's default).
-pub fn default_signing_name(uri: &str) -> &'static str {
-    let service = uri_host(uri).split('.').next().unwrap_or_default();
-    match (service.trim_end_matches("-fips"), aws_host_region(uri)) {
-        ("s3tables", Some(_)) => "s3tables",
-        ("glue", Some(_)) => "glue",
-        _ => "execute-api",
+/// The region of an AWS endpoint host ([`aws_host_labels`]).
+pub fn aws_host_region(uri: &str) -> Option<&str> {
+    aws_host_labels(uri).map(|(_, region)| region)
+}
+
+/// The SigV4 signing name for `uri`: an AWS endpoint's service label (`s3tables`, `glue`,
+/// `execute-api`; a `-fips` suffix dropped), as AWS names endpoints after their signing names;
+/// for other hosts `execute-api` (API Gateway with IAM authorization behind a custom domain,
+/// PyIceberg's and Iceberg Java's default).
+pub fn default_signing_name(uri: &str) -> String {
+    match aws_host_labels(uri) {
+        Some((service, _)) => service.trim_end_matches("-fips").to_owned(),
+        None => "execute-api".to_owned(),
     }
 }
