@@ -116,6 +116,20 @@ async fn committer_paused_past_lease_expiry_cannot_double_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_dropped_while_running_suspends_the_channel_and_exits_78() {
+    table_gone_while_running(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_dropped_and_recreated_while_running_suspends_the_channel_and_exits_78() {
+    // Found by a break test: a table dropped and created again under the same name (same
+    // schema and properties, no checkpoints) stalled the channel silently.
+    table_gone_while_running(true).await;
+}
+
+/// The channel's table is dropped under a running worker (and created again with `replace`,
+/// as the channel would create it): the channel is suspended, the worker exits 78, and a
+/// restart stays suspended.
+async fn table_gone_while_running(replace: bool) {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start();
     produce(&broker.bootstrap, 0, 500);
@@ -137,6 +151,9 @@ async fn table_dropped_while_running_suspends_the_channel_and_exits_78() {
     let ident =
         iceberg::TableIdent::new(iceberg::NamespaceIdent::new("it".into()), "events".into());
     catalog.drop_table(&ident).await.unwrap();
+    if replace {
+        common::event_table_in(catalog.as_ref(), "it", "it").await;
+    }
     produce(&broker.bootstrap, 500, 600);
     let mut status = None;
     for _ in 0..900 {
@@ -154,6 +171,13 @@ async fn table_dropped_while_running_suspends_the_channel_and_exits_78() {
     });
     assert_eq!(status.code(), Some(78), "{}", log_of(dir.path(), "w1"));
     assert!(log_of(dir.path(), "w1").contains("channel suspended"));
+    if replace {
+        assert!(
+            log_of(dir.path(), "w1").contains("was dropped and replaced"),
+            "{}",
+            log_of(dir.path(), "w1")
+        );
+    }
     // A restart does not recreate the table and deliver everything again: still suspended.
     let mut again = Worker::start(dir.path(), &broker.bootstrap, "w1");
     let mut status = None;
@@ -175,7 +199,7 @@ async fn table_dropped_while_running_suspends_the_channel_and_exits_78() {
         "{}",
         log_of(dir.path(), "w1")
     );
-    assert!(!catalog.table_exists(&ident).await.unwrap());
+    assert_eq!(catalog.table_exists(&ident).await.unwrap(), replace);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
