@@ -205,6 +205,33 @@ impl fmt::Debug for S3TablesCatalog {
     }
 }
 
+impl S3TablesCatalog {
+    /// S3 Tables' GetTable of `ident`.
+    ///
+    /// Errors: `TableNotFound` when the table or its namespace does not exist.
+    async fn get_table(
+        &self,
+        ident: &TableIdent,
+    ) -> iceberg::Result<aws_sdk_s3tables::operation::get_table::GetTableOutput> {
+        self.client
+            .get_table()
+            .table_bucket_arn(&self.table_bucket_arn)
+            .namespace(ident.namespace().to_url_string())
+            .name(ident.name())
+            .send()
+            .await
+            .map_err(|e| {
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_not_found_exception())
+                {
+                    Error::new(ErrorKind::TableNotFound, format!("table {ident} not found"))
+                } else {
+                    s3tables_error("GetTable", e)
+                }
+            })
+    }
+}
+
 fn s3tables_error<E>(op: &str, e: aws_sdk_s3tables::error::SdkError<E>) -> Error
 where
     E: std::error::Error + Send + Sync + 'static,
@@ -285,28 +312,27 @@ impl Catalog for S3TablesCatalog {
                     .map_err(|e| Error::new(ErrorKind::DataInvalid, e.to_string()))?,
             );
         }
-        let created = match request.send().await {
-            Ok(created) => created,
+        let version_token = match request.send().await {
+            Ok(created) => created.version_token,
             Err(e)
                 if e.as_service_error()
                     .is_some_and(|e| e.is_conflict_exception()) =>
             {
-                return Err(Error::new(
-                    ErrorKind::TableAlreadyExists,
-                    format!("table {ident} exists"),
-                ))
+                // A table without metadata is one whose creation was interrupted (a worker
+                // killed between CreateTable and UpdateTableMetadataLocation): complete it.
+                let got = self.get_table(&ident).await?;
+                if got.metadata_location().is_some() {
+                    return Err(Error::new(
+                        ErrorKind::TableAlreadyExists,
+                        format!("table {ident} exists"),
+                    ));
+                }
+                tracing::warn!(table = %ident, "S3 Tables table exists without metadata (an interrupted creation): completing it");
+                got.version_token
             }
             Err(e) => return Err(s3tables_error("CreateTable", e)),
         };
-        let got = self
-            .client
-            .get_table()
-            .table_bucket_arn(&self.table_bucket_arn)
-            .namespace(&ns)
-            .name(ident.name())
-            .send()
-            .await
-            .map_err(|e| s3tables_error("GetTable", e))?;
+        let got = self.get_table(&ident).await?;
         let location = got.warehouse_location().to_string();
         creation.location = Some(location.clone());
         let metadata = TableMetadataBuilder::from_table_creation(creation)?
@@ -320,7 +346,7 @@ impl Catalog for S3TablesCatalog {
             .namespace(&ns)
             .name(ident.name())
             .metadata_location(metadata_location.to_string())
-            .version_token(created.version_token())
+            .version_token(version_token)
             .send()
             .await
             .map_err(|e| s3tables_error("UpdateTableMetadataLocation", e))?;
@@ -336,8 +362,14 @@ impl Catalog for S3TablesCatalog {
     async fn purge_table(&self, table: &TableIdent) -> iceberg::Result<()> {
         self.inner.purge_table(table).await
     }
+    /// A table without metadata (its creation was interrupted) does not exist yet: creating it
+    /// completes it.
     async fn table_exists(&self, table: &TableIdent) -> iceberg::Result<bool> {
-        self.inner.table_exists(table).await
+        match self.get_table(table).await {
+            Ok(got) => Ok(got.metadata_location().is_some()),
+            Err(e) if e.kind() == ErrorKind::TableNotFound => Ok(false),
+            Err(e) => Err(e),
+        }
     }
     async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
         self.inner.rename_table(src, dest).await

@@ -549,3 +549,55 @@ async fn an_s3tables_table_encrypted_otherwise_than_the_channel_asks_is_refused(
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3tables_table_left_without_metadata_by_an_interrupted_creation_is_completed() {
+    // Found by a break test: a worker killed between CreateTable and UpdateTableMetadataLocation
+    // left a table without metadata, and every later create or run failed on it forever.
+    let c = AwsCatalog::s3tables().await;
+    let CatalogConfig::S3Tables(s3t) = &c.config else {
+        unreachable!()
+    };
+    let s3tables = c.aws.s3tables();
+    s3tables
+        .create_namespace()
+        .table_bucket_arn(&s3t.table_bucket_arn)
+        .namespace("half")
+        .send()
+        .await
+        .unwrap();
+    s3tables
+        .create_table()
+        .table_bucket_arn(&s3t.table_bucket_arn)
+        .namespace("half")
+        .name("events")
+        .format(aws_sdk_s3tables::types::OpenTableFormat::Iceberg)
+        .send()
+        .await
+        .unwrap();
+    let ident = TableIdent::new(iceberg::NamespaceIdent::new("half".into()), "events".into());
+    assert!(
+        !c.catalog.table_exists(&ident).await.unwrap(),
+        "not a table yet"
+    );
+    let (ident, _) = event_table_in(c.catalog.as_ref(), "half", "half").await;
+    let table = c.catalog.load_table(&ident).await.unwrap();
+    assert_eq!(
+        table
+            .metadata()
+            .properties()
+            .get("floe.channel")
+            .map(String::as_str),
+        Some("half")
+    );
+    assert!(c.catalog.table_exists(&ident).await.unwrap());
+    let got = s3tables
+        .get_table()
+        .table_bucket_arn(&s3t.table_bucket_arn)
+        .namespace("half")
+        .name("events")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.metadata_location(), table.metadata_location());
+}
