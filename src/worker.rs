@@ -938,7 +938,11 @@ impl ChannelWorker {
         if self.in_flight.is_empty() {
             return Ok(());
         }
-        let cp = self.table_checkpoints().await?;
+        // Pending first, then the checkpoints: the committer commits a batch before it removes
+        // it from the pending set, so a batch missing from the pending set read first is either
+        // in the checkpoints read after, or rejected. In the other order, a commit landing
+        // between the two reads made a committed batch look rejected (found by a break test:
+        // false "rejected" warnings and re-reads).
         let pending: HashSet<Uuid> = self
             .batches
             .list_pending(&self.settings.channel)
@@ -946,6 +950,7 @@ impl ChannelWorker {
             .into_iter()
             .map(|b| b.batch_id)
             .collect();
+        let cp = self.table_checkpoints().await?;
         let mut rejected = false;
         let mut any_committed = false;
         self.in_flight.retain(|f| {

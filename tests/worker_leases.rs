@@ -234,3 +234,136 @@ async fn dead_lettered_records_fill_the_buffer_like_rows() {
         assert_eq!(b.num_rows, 0);
     }
 }
+
+/// The lease store's pending set with the committer committing at the worst moment for the
+/// worker's reconciliation: a committer round runs whenever the worker lists the pending batches,
+/// before they are listed. Counts what the rounds rejected.
+struct CommitWhileListing {
+    inner: Arc<floe::lease::SqliteLeaseStore>,
+    committer: floe::commit::Committer,
+    rejected: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl floe::lease::BatchStore for CommitWhileListing {
+    async fn put_batch(
+        &self,
+        batch: &floe::model::PendingBatch,
+    ) -> Result<(), floe::lease::LeaseError> {
+        self.inner.put_batch(batch).await
+    }
+    async fn list_pending(
+        &self,
+        channel: &str,
+    ) -> Result<Vec<floe::model::PendingBatch>, floe::lease::LeaseError> {
+        let report = self.committer.run_round().await.unwrap();
+        self.rejected
+            .fetch_add(report.rejected, std::sync::atomic::Ordering::SeqCst);
+        self.inner.list_pending(channel).await
+    }
+    async fn finish_batches(
+        &self,
+        channel: &str,
+        committed: &[uuid::Uuid],
+        rejected: &[uuid::Uuid],
+    ) -> Result<(), floe::lease::LeaseError> {
+        self.inner
+            .finish_batches(channel, committed, rejected)
+            .await
+    }
+    async fn get_channel_state(
+        &self,
+        channel: &str,
+    ) -> Result<Option<floe::lease::ChannelState>, floe::lease::LeaseError> {
+        self.inner.get_channel_state(channel).await
+    }
+    async fn put_channel_state(
+        &self,
+        state: &floe::lease::ChannelState,
+        expected_version: Option<u64>,
+    ) -> Result<u64, floe::lease::LeaseError> {
+        self.inner.put_channel_state(state, expected_version).await
+    }
+    async fn get_delivered(
+        &self,
+        channel: &str,
+    ) -> Result<Option<floe::lease::Delivered>, floe::lease::LeaseError> {
+        self.inner.get_delivered(channel).await
+    }
+    async fn put_delivered(
+        &self,
+        delivered: &floe::lease::Delivered,
+        expected_version: Option<u64>,
+    ) -> Result<u64, floe::lease::LeaseError> {
+        self.inner.put_delivered(delivered, expected_version).await
+    }
+}
+
+/// Found by a break test: the worker read the table's checkpoints, then the pending set; a
+/// commit landing between the two reads made the committed batch look rejected, and the worker
+/// re-read and re-delivered it (rejected again as a duplicate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_committed_while_the_worker_reconciles_is_not_taken_for_rejected() {
+    let rig = common::WorkerRig::new("wr").await;
+    let s0 = ShardId::kafka_partition(0);
+    let leases = rig.take_shard_leases(std::slice::from_ref(&s0)).await;
+    let (_held_tx, held_rx) = watch::channel(HeldLeases {
+        shards: leases,
+        committer: None,
+    });
+    let store = Arc::new(CommitWhileListing {
+        inner: rig.store.clone(),
+        committer: rig.committer(1),
+        rejected: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let source = Arc::new(MemorySource::with_partitions(1));
+    let io = floe::worker::ChannelIo::iceberg(
+        source.clone(),
+        floe::worker::IcebergIo {
+            catalog: rig.catalog.clone(),
+            ident: rig.ident.clone(),
+            schema: rig.schema.clone(),
+            dlq: rig.dlq.clone().into(),
+        },
+    );
+    let mut worker = floe::worker::ChannelWorker::new(
+        common::worker_settings(&rig.channel, Duration::from_millis(50)),
+        io,
+        store.clone(),
+        held_rx,
+    );
+    let stop = CancellationToken::new();
+    let task = {
+        let stop = stop.clone();
+        tokio::spawn(async move { worker.run(stop, Duration::from_secs(5)).await })
+    };
+    let base = 1_783_627_200_000;
+    let total = 300i64;
+    for id in 0..total {
+        source.append(
+            &s0,
+            None,
+            event_json(id as u64, 3, base, 1).into_bytes(),
+            base,
+        );
+        if id % 30 == 0 {
+            tokio::time::sleep(Duration::from_millis(120)).await;
+        }
+    }
+    rig.wait_for_checkpoint(
+        &s0,
+        Position::Offset(total - 1),
+        Duration::from_secs(30),
+        None,
+    )
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(
+        store.rejected.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no batch re-delivered after a false rejection"
+    );
+    let ids = rig.sorted_table_ids().await;
+    assert_eq!(ids, (0..total).collect::<Vec<_>>());
+}
