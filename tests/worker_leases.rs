@@ -317,26 +317,13 @@ async fn a_batch_committed_while_the_worker_reconciles_is_not_taken_for_rejected
         rejected: std::sync::atomic::AtomicUsize::new(0),
     });
     let source = Arc::new(MemorySource::with_partitions(1));
-    let io = floe::worker::ChannelIo::iceberg(
-        source.clone(),
-        floe::worker::IcebergIo {
-            catalog: rig.catalog.clone(),
-            ident: rig.ident.clone(),
-            schema: rig.schema.clone(),
-            dlq: rig.dlq.clone().into(),
-        },
-    );
-    let mut worker = floe::worker::ChannelWorker::new(
+    let (stop, task) = rig.spawn_worker_on(
         common::worker_settings(&rig.channel, Duration::from_millis(50)),
-        io,
+        source.clone(),
         store.clone(),
+        Duration::from_secs(5),
         held_rx,
     );
-    let stop = CancellationToken::new();
-    let task = {
-        let stop = stop.clone();
-        tokio::spawn(async move { worker.run(stop, Duration::from_secs(5)).await })
-    };
     let base = 1_783_627_200_000;
     let total = 300i64;
     for id in 0..total {

@@ -548,6 +548,22 @@ impl WorkerRig {
         tokio_util::sync::CancellationToken,
         tokio::task::JoinHandle<Result<(), floe::worker::WorkerError>>,
     ) {
+        self.spawn_worker_on(settings, source, self.store.clone(), drain, held)
+    }
+
+    /// [`WorkerRig::spawn_worker_with`] handing batches off to `batches` instead of the rig's
+    /// store.
+    pub fn spawn_worker_on(
+        &self,
+        settings: floe::worker::WorkerSettings,
+        source: std::sync::Arc<dyn floe::source::Source>,
+        batches: std::sync::Arc<dyn floe::lease::BatchStore>,
+        drain: Duration,
+        held: tokio::sync::watch::Receiver<floe::lease::HeldLeases>,
+    ) -> (
+        tokio_util::sync::CancellationToken,
+        tokio::task::JoinHandle<Result<(), floe::worker::WorkerError>>,
+    ) {
         let io = floe::worker::ChannelIo::iceberg(
             source,
             floe::worker::IcebergIo {
@@ -557,7 +573,6 @@ impl WorkerRig {
                 dlq: self.dlq.clone().into(),
             },
         );
-        let batches: std::sync::Arc<dyn floe::lease::BatchStore> = self.store.clone();
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);
         let stop = tokio_util::sync::CancellationToken::new();
         let task = {
