@@ -192,7 +192,15 @@ impl AwsClients {
 
     /// An S3 Tables client (the `s3tables` catalog).
     pub fn s3tables(&self) -> aws_sdk_s3tables::Client {
+        self.s3tables_in(None)
+    }
+
+    /// An S3 Tables client for `region` (a table bucket ARN's region; `None`: the `[aws]` one).
+    pub fn s3tables_in(&self, region: Option<&str>) -> aws_sdk_s3tables::Client {
         let mut builder = aws_sdk_s3tables::config::Builder::from(&self.sdk);
+        if let Some(region) = region {
+            builder = builder.region(Region::new(region.to_owned()));
+        }
         if let Some(url) = self.config.endpoint(AwsService::S3tables) {
             builder = builder.endpoint_url(url);
         }
@@ -225,6 +233,7 @@ pub fn check_kms_key_arn(arn: &str) -> Result<(), String> {
         ["arn", partition, "kms", region, account, resource]
             if !partition.is_empty()
                 && !region.is_empty()
+                && !arn.contains(char::is_whitespace)
                 && account.len() == 12
                 && account.bytes().all(|b| b.is_ascii_digit())
                 && resource
@@ -276,6 +285,8 @@ mod tests {
             "arn:aws:kms:us-east-1:1234:key/abc",
             "arn:aws:s3:::bucket",
             "arn:aws:kms:us-east-1:123456789012:key/",
+            // Found by a break test: a trailing space passed validation.
+            "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab ",
         ] {
             assert!(check_kms_key_arn(bad).is_err(), "{bad} accepted");
         }

@@ -83,9 +83,13 @@ pub async fn open_s3tables_catalog(
     config: &S3TablesCatalogConfig,
     aws: &AwsClients,
 ) -> Result<Arc<dyn Catalog>, CatalogError> {
-    let client = aws.s3tables();
+    // The bucket's own region, whatever the [aws] region says (break test: a bucket of another
+    // region was retried as "unavailable" forever).
+    let region = arn_region(&config.table_bucket_arn).or(aws.region());
+    let client = aws.s3tables_in(region);
+    check_table_bucket(&client, &config.table_bucket_arn).await?;
     // Data files are encrypted by the table's configuration (set at creation), not per request.
-    let props = s3_file_io_props(aws.config(), aws.region(), None);
+    let props = s3_file_io_props(aws.config(), region, None);
     let file_io = FileIOBuilder::new(Arc::new(OpenDalStorageFactory::S3 {
         customized_credential_load: None,
     }))
@@ -142,6 +146,47 @@ pub async fn open_glue_catalog(
     Ok(Arc::new(catalog))
 }
 
+/// The region of an ARN (`arn:PARTITION:SERVICE:REGION:ACCOUNT:RESOURCE`), if it names one.
+pub fn arn_region(arn: &str) -> Option<&str> {
+    arn.split(':').nth(3).filter(|r| !r.is_empty())
+}
+
+/// Checks that the table bucket exists and can be read (GetTableBucket).
+///
+/// Errors: [`CatalogError::Refused`] (key `table_bucket_arn`) when S3 Tables answers that it
+/// does not exist or refuses access — no retry helps; [`CatalogError::Unavailable`] otherwise.
+async fn check_table_bucket(
+    client: &aws_sdk_s3tables::Client,
+    arn: &str,
+) -> Result<(), CatalogError> {
+    match client.get_table_bucket().table_bucket_arn(arn).send().await {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error().is_some_and(|e| {
+                e.is_not_found_exception()
+                    || e.is_access_denied_exception()
+                    || e.is_forbidden_exception()
+            }) =>
+        {
+            Err(CatalogError::Refused {
+                key: "table_bucket_arn",
+                message: {
+                    use aws_sdk_s3tables::error::ProvideErrorMetadata;
+                    format!(
+                        "table bucket {arn}: {}: {}",
+                        e.code().unwrap_or("refused"),
+                        e.message().unwrap_or_default()
+                    )
+                },
+            })
+        }
+        Err(e) => Err(CatalogError::Unavailable(s3tables_error(
+            "GetTableBucket",
+            e,
+        ))),
+    }
+}
+
 /// Refuses an S3 Tables table whose encryption configuration is not SSE-KMS under `config`'s
 /// `kms_key_arn` (a table floe created has it; one created otherwise, or before the key was
 /// configured or changed, may use SSE-S3 or another key, and S3 Tables cannot re-encrypt a
@@ -161,7 +206,7 @@ pub async fn check_table_encryption(
         return Ok(());
     };
     let answer = aws
-        .s3tables()
+        .s3tables_in(arn_region(&config.table_bucket_arn))
         .get_table_encryption()
         .table_bucket_arn(&config.table_bucket_arn)
         .namespace(ident.namespace().to_url_string())

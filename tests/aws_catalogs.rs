@@ -601,3 +601,24 @@ async fn an_s3tables_table_left_without_metadata_by_an_interrupted_creation_is_c
         .unwrap();
     assert_eq!(got.metadata_location(), table.metadata_location());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_bucket_that_does_not_exist_is_refused_naming_table_bucket_arn() {
+    // Found by a break test: retried as "unavailable" for a minute, then exit 1, forever.
+    let aws = aws_clients(&aws_endpoint()).await;
+    let config = CatalogConfig::S3Tables(S3TablesCatalogConfig {
+        table_bucket_arn: format!(
+            "arn:aws:s3tables:us-east-1:123456789012:bucket/{}",
+            unique_name("missing")
+        ),
+        kms_key_arn: None,
+    });
+    match floe::catalog::open_channel_catalog(&config, &aws).await {
+        Err(floe::catalog::CatalogError::Refused { key, message }) => {
+            assert_eq!(key, "table_bucket_arn");
+            assert!(message.contains("NotFound"), "{message}");
+        }
+        Err(e) => panic!("expected Refused, got {e}"),
+        Ok(_) => panic!("a missing table bucket was accepted"),
+    }
+}
