@@ -634,10 +634,14 @@ impl StructCol {
         names: &mut Vec<Box<str>>,
     ) -> Result<StructCol, SchemaError> {
         if fields.len() != spec.fields.len() {
+            let table: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+            let schema: Vec<&str> = spec.fields.iter().map(|f| f.name.as_ref()).collect();
+            let extra: Vec<&&str> = table.iter().filter(|n| !schema.contains(n)).collect();
+            let missing: Vec<&&str> = schema.iter().filter(|n| !table.contains(n)).collect();
             return Err(mismatch(
                 ptr,
                 format!(
-                    "the table has {} fields, the schema {}",
+                    "the table has {} fields, the schema {} (only in the table: {extra:?}; only in the schema: {missing:?})",
                     fields.len(),
                     spec.fields.len()
                 ),

@@ -774,9 +774,23 @@ fn batches_match_the_table_schema_even_with_other_field_ids() {
         MappedSchema::from_json_schema(&with_props(json!({"x": {"type": "string"}})), "event_time")
             .unwrap();
     assert!(matches!(
-        Converter::try_new(m, other.arrow_schema()),
+        Converter::try_new(m.clone(), other.arrow_schema()),
         Err(crate::schema::SchemaError::TableMismatch { .. })
     ));
+    // A column added to the table under the channel: the message names it (break test: it
+    // said "at : the table has 9 fields, the schema 8").
+    let mut fields: Vec<arrow_schema::FieldRef> = arrow.fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow_schema::Field::new(
+        "added",
+        arrow_schema::DataType::Utf8,
+        true,
+    )));
+    let widened = Arc::new(arrow_schema::Schema::new(fields));
+    let err = Converter::try_new(m, widened).err().unwrap().to_string();
+    assert!(
+        err.contains("at the top level") && err.contains(r#"only in the table: ["added"]"#),
+        "{err}"
+    );
 }
 
 #[test]

@@ -110,7 +110,7 @@ pub enum SchemaError {
         message: String,
     },
     /// The table's Arrow schema does not have the structure of the mapped schema (converter setup).
-    #[error("table schema does not match the mapped schema at {pointer}: {message}")]
+    #[error("table schema does not match the mapped schema at {}: {message}", if pointer.is_empty() { "the top level" } else { pointer.as_str() })]
     TableMismatch {
         /// Path of the field in the table, as a JSON pointer over field names.
         pointer: String,
