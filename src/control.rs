@@ -243,25 +243,27 @@ pub fn destination_name(config: &ChannelConfig) -> String {
     }
 }
 
-/// Opens the channel's catalog.
+/// Opens the catalog of channel `config` (at `channel[index]` of the configuration).
 ///
-/// Errors: [`ControlError::Unavailable`].
+/// Errors: [`ControlError::Refused`] naming the catalog key to fix; [`ControlError::Unavailable`].
 pub async fn open_catalog(
+    index: usize,
     config: &ChannelConfig,
     aws: &crate::aws::AwsClients,
 ) -> Result<Arc<dyn Catalog>, ControlError> {
     let Some(dest) = config.destination.iceberg() else {
         return Err(ControlError::refused(
-            "destination.kind",
+            format!("channel[{index}].destination.kind"),
             "a raw S3 destination has no catalog",
         ));
     };
     crate::catalog::open_channel_catalog(&dest.catalog, aws)
         .await
         .map_err(|e| match e {
-            CatalogError::Refused { key, message } => {
-                ControlError::refused(format!("destination.catalog.{key}"), message)
-            }
+            CatalogError::Refused { key, message } => ControlError::refused(
+                format!("channel[{index}].destination.catalog.{key}"),
+                message,
+            ),
             e => ControlError::Unavailable(format!("catalog: {e}")),
         })
 }
@@ -420,12 +422,14 @@ pub async fn create(
         tracing::info!(channel = name, activated_at_ms = active.activated_at_ms, destination = %destination_name(channel), "channel created: ACTIVE");
         return Ok(active);
     };
-    let catalog = open_catalog(channel, aws).await.map_err(|e| match e {
-        ControlError::Unavailable(m) => {
-            ControlError::Unavailable(format!("{m}; the channel stays CREATING: run create again"))
-        }
-        e => e,
-    })?;
+    let catalog = open_catalog(index, channel, aws)
+        .await
+        .map_err(|e| match e {
+            ControlError::Unavailable(m) => ControlError::Unavailable(format!(
+                "{m}; the channel stays CREATING: run create again"
+            )),
+            e => e,
+        })?;
     let spec = TableSpec {
         ident,
         channel: name.to_string(),
@@ -785,7 +789,7 @@ pub async fn describe(
     store: &dyn Store,
 ) -> Result<ChannelDescription, ControlError> {
     let aws = crate::aws::AwsClients::for_config(config).await;
-    let (_, channel) = find_channel(config, name)?;
+    let (index, channel) = find_channel(config, name)?;
     let state = store.get_channel_state(name).await?;
     let leases = store.list_leases(name).await?;
     let pending = store.list_pending(name).await?.len();
@@ -794,7 +798,10 @@ pub async fn describe(
         .map(|s| s.overrides.clone())
         .unwrap_or_default();
     let (table, delivered) = match table_ident(channel) {
-        Some(ident) => (load_described_table(channel, &aws, &ident).await, None),
+        Some(ident) => (
+            load_described_table(index, channel, &aws, &ident).await,
+            None,
+        ),
         None => (Ok(None), store.get_delivered(name).await?),
     };
     let (table, catalog_error) = match table {
@@ -833,11 +840,12 @@ pub async fn describe(
 }
 
 async fn load_described_table(
+    index: usize,
     channel: &ChannelConfig,
     aws: &crate::aws::AwsClients,
     ident: &TableIdent,
 ) -> Result<Option<Table>, String> {
-    match open_catalog(channel, aws).await {
+    match open_catalog(index, channel, aws).await {
         Ok(catalog) => match catalog.table_exists(ident).await {
             Ok(true) => catalog
                 .load_table(ident)

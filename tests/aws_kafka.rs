@@ -136,7 +136,8 @@ async fn a_warehouse_bucket_of_another_account_is_refused() {
     let stderr = String::from_utf8_lossy(&create.stderr);
     assert_eq!(create.status.code(), Some(78), "{stderr}");
     assert!(
-        stderr.contains("expected_bucket_owner") && stderr.contains("111111111111"),
+        stderr.contains("channel[0].destination.catalog.expected_bucket_owner")
+            && stderr.contains("111111111111"),
         "{stderr}"
     );
     let run = floe(&["run"]);
