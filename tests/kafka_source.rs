@@ -497,3 +497,161 @@ async fn the_standalone_broker_binary_serves_another_process() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopening_a_partition_at_an_earlier_offset_reads_from_there_again() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 2).unwrap();
+    produce(&kafka.producer().unwrap(), TOPIC, 0..400, 2); // 200 records per partition
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let p0 = ShardId::kafka_partition(0);
+    let p1 = ShardId::kafka_partition(1);
+    let mut other = src.open(&p1, StartAt::Earliest).await.unwrap();
+    assert_eq!(
+        offsets(&read_n(other.as_mut(), 10).await),
+        (0..10).collect::<Vec<_>>()
+    );
+
+    // Read 0..100 (more is prefetched), drop, reopen at 50: exactly 50.. again.
+    let mut reader = src.open(&p0, StartAt::Earliest).await.unwrap();
+    assert_eq!(
+        offsets(&read_n(reader.as_mut(), 100).await),
+        (0..100).collect::<Vec<_>>()
+    );
+    drop(reader);
+    let mut reader = src
+        .open(&p0, StartAt::At(Position::Offset(50)))
+        .await
+        .unwrap();
+    assert_eq!(
+        offsets(&read_n(reader.as_mut(), 150).await),
+        (50..200).collect::<Vec<_>>()
+    );
+    assert!(reader
+        .next_batch(10, Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_empty());
+
+    // The worker's way: open the new reader first (at the last hand-off), then drop the old
+    // one. The new one takes the partition over; the old one fails if polled; dropping it
+    // changes nothing for the new one.
+    let mut old = src
+        .open(&p0, StartAt::After(Position::Offset(9)))
+        .await
+        .unwrap();
+    assert_eq!(
+        offsets(&read_n(old.as_mut(), 30).await),
+        (10..40).collect::<Vec<_>>()
+    );
+    let mut new = src
+        .open(&p0, StartAt::After(Position::Offset(19)))
+        .await
+        .unwrap();
+    let stale = old.next_batch(10, Duration::from_millis(100)).await;
+    assert!(
+        matches!(stale, Err(SourceError::Fatal { .. })),
+        "{:?}",
+        stale.map(|b| offsets(&b))
+    );
+    drop(old);
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the drop's release run
+    assert_eq!(
+        offsets(&read_n(new.as_mut(), 180).await),
+        (20..200).collect::<Vec<_>>()
+    );
+    drop(reader); // an older generation: nothing happens to `new`
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    produce(&kafka.producer().unwrap(), TOPIC, 400..402, 2); // offset 200 on each partition
+    assert_eq!(offsets(&read_n(new.as_mut(), 1).await), [200]);
+
+    // The other partition never noticed.
+    assert_eq!(
+        offsets(&read_n(other.as_mut(), 191).await),
+        (10..201).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopening_at_an_offset_the_broker_does_not_hold_fails_only_that_reader() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 2).unwrap();
+    produce(&kafka.producer().unwrap(), TOPIC, 0..200, 2);
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let p0 = ShardId::kafka_partition(0);
+    let p1 = ShardId::kafka_partition(1);
+    let mut other = src.open(&p1, StartAt::Earliest).await.unwrap();
+    let mut reader = src.open(&p0, StartAt::Earliest).await.unwrap();
+    assert_eq!(
+        offsets(&read_n(reader.as_mut(), 50).await),
+        (0..50).collect::<Vec<_>>()
+    );
+    drop(reader);
+
+    let mut lost = src
+        .open(&p0, StartAt::After(Position::Offset(5000)))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match lost.next_batch(10, Duration::from_millis(500)).await {
+            Err(SourceError::PositionLost { shard, .. }) => {
+                assert_eq!(shard, p0);
+                break;
+            }
+            Ok(batch) => assert!(batch.is_empty(), "read records past the log end"),
+            Err(e) => panic!("unexpected error {e}"),
+        }
+        assert!(Instant::now() < deadline, "no PositionLost");
+    }
+    // The other partition reads on, untouched.
+    assert_eq!(
+        offsets(&read_n(other.as_mut(), 100).await),
+        (0..100).collect::<Vec<_>>()
+    );
+
+    // Reopened at a held offset (before the failed reader is dropped, as the worker does):
+    // reads from there, no stale error of the previous assignment.
+    let mut again = src
+        .open(&p0, StartAt::At(Position::Offset(60)))
+        .await
+        .unwrap();
+    drop(lost);
+    assert_eq!(
+        offsets(&read_n(again.as_mut(), 40).await),
+        (60..100).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_lag_of_each_partition_of_the_shared_consumer() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 2).unwrap();
+    produce(&kafka.producer().unwrap(), TOPIC, 0..300, 2); // 150 per partition
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let mut a = src
+        .open(
+            &ShardId::kafka_partition(0),
+            StartAt::At(Position::Offset(0)),
+        )
+        .await
+        .unwrap();
+    let mut b = src
+        .open(
+            &ShardId::kafka_partition(1),
+            StartAt::At(Position::Offset(100)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read_n(a.as_mut(), 10).await.len(), 10);
+    assert_eq!(read_n(b.as_mut(), 20).await.len(), 20);
+    // Statistics arrive every second, served by the source's main-queue thread.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (a.lag().is_none() || b.lag().is_none()) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        (a.lag(), b.lag()),
+        (Some(Lag::Records(140)), Some(Lag::Records(30)))
+    );
+}

@@ -5,11 +5,12 @@
 //! `tokio::task::spawn_blocking`, never from an async task.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -63,32 +64,39 @@ pub(super) const RESERVED_PROPERTIES: &[(&str, &str)] = &[
     ),
 ];
 
-/// Default prefetch bound per reader (librdkafka `queued.max.messages.kbytes`), so a worker's
+/// Default prefetch bound per leased partition (librdkafka `queued.max.messages.kbytes`: it
+/// applies per partition queue when partition queues are split, as floe's are), so a worker's
 /// memory stays bounded by the partitions it leases; overridable by the user.
 const DEFAULT_QUEUED_MAX_KBYTES: &str = "4096";
-/// Default prefetch bound per reader in messages (librdkafka `queued.min.messages`).
+/// Default prefetch target per leased partition in messages (librdkafka `queued.min.messages`).
 const DEFAULT_QUEUED_MIN_MESSAGES: &str = "10000";
 
 /// The rdkafka client context of floe's consumers: routes librdkafka logs and errors to
-/// `tracing`, and keeps the last watermarks reported by librdkafka's statistics for one
-/// partition (lag without a network call).
+/// `tracing`, and keeps the last watermarks reported by librdkafka's statistics for every
+/// partition of the topic the consumer has assigned (lag without a network call).
 pub(super) struct FloeContext {
     topic: String,
-    partition: Option<i32>,
-    /// Last known high watermark of `partition` (offset of the next record to be appended), or -1.
-    pub(super) high_watermark: AtomicI64,
-    /// Last known low watermark of `partition` (oldest offset the broker holds), or -1.
-    pub(super) low_watermark: AtomicI64,
+    /// Last known `(low, high)` watermarks by partition: the oldest offset the broker holds and
+    /// the offset of the next record to be appended (absent until the first statistics report).
+    watermarks: Mutex<HashMap<i32, (i64, i64)>>,
 }
 
 impl FloeContext {
-    fn new(topic: &str, partition: Option<i32>) -> Self {
+    fn new(topic: &str) -> Self {
         FloeContext {
             topic: topic.to_string(),
-            partition,
-            high_watermark: AtomicI64::new(-1),
-            low_watermark: AtomicI64::new(-1),
+            watermarks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The last `(low, high)` watermarks statistics reported for `partition`, `-1` for an end
+    /// not reported yet; `None` before any report on the partition.
+    pub(super) fn watermarks(&self, partition: i32) -> Option<(i64, i64)> {
+        self.watermarks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&partition)
+            .copied()
     }
 }
 
@@ -138,22 +146,27 @@ impl ClientContext for FloeContext {
     }
 
     fn stats_raw(&self, statistics: &[u8]) {
-        let Some(partition) = self.partition else {
+        let Ok(mut stats) = serde_json::from_slice::<StatsJson>(statistics) else {
             return;
         };
-        let Ok(stats) = serde_json::from_slice::<StatsJson>(statistics) else {
+        let Some(topic) = stats.topics.remove(&self.topic) else {
             return;
         };
-        if let Some(p) = stats
-            .topics
-            .get(&self.topic)
-            .and_then(|t| t.partitions.get(&partition.to_string()))
-        {
-            if p.hi_offset >= 0 {
-                self.high_watermark.store(p.hi_offset, Ordering::Relaxed);
+        let mut known = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
+        for (partition, p) in topic.partitions {
+            // librdkafka reports the unassigned partition "-1" too.
+            let Ok(partition) = partition.parse::<i32>() else {
+                continue;
+            };
+            if partition < 0 || (p.hi_offset < 0 && p.lo_offset < 0) {
+                continue;
             }
+            let entry = known.entry(partition).or_insert((-1, -1));
             if p.lo_offset >= 0 {
-                self.low_watermark.store(p.lo_offset, Ordering::Relaxed);
+                entry.0 = p.lo_offset;
+            }
+            if p.hi_offset >= 0 {
+                entry.1 = p.hi_offset;
             }
         }
     }
@@ -219,34 +232,76 @@ fn client_config_with(
 /// never assigned).
 pub(super) fn metadata_client(config: &KafkaSourceConfig) -> Result<FloeConsumer, SourceError> {
     client_config(config, false)
-        .create_with_context(FloeContext::new(&config.topic, None))
+        .create_with_context(FloeContext::new(&config.topic))
         .map_err(|e| SourceError::Config {
             message: format!("cannot create kafka client: {e}"),
         })
 }
 
-/// Creates a consumer for one partition, assigned at `offset` (manual `assign()`, no group
-/// membership).
-pub(super) fn reader_client(
-    config: &KafkaSourceConfig,
-    partition: i32,
-    offset: Offset,
-) -> Result<FloeConsumer, SourceError> {
-    let consumer: FloeConsumer = client_config(config, true)
-        .create_with_context(FloeContext::new(&config.topic, Some(partition)))
+/// Creates the one consumer of a source that reads every partition the worker leases: a dummy
+/// `group.id` (never joined; librdkafka needs one for assignments), statistics every second for
+/// lag, nothing assigned yet ([`incremental_assign`] adds partitions one by one).
+pub(super) fn shared_consumer(config: &KafkaSourceConfig) -> Result<FloeConsumer, SourceError> {
+    client_config(config, true)
+        .create_with_context(FloeContext::new(&config.topic))
         .map_err(|e| SourceError::Config {
             message: format!("cannot create kafka consumer: {e}"),
-        })?;
-    assign(&consumer, &config.topic, partition, offset)?;
-    Ok(consumer)
+        })
+}
+
+/// Adds `topic`/`partition` at `offset` to the consumer's assignment, leaving the other
+/// partitions as they are (never `assign()`: it would deactivate every split partition queue).
+///
+/// Errors: mapped client errors (a partition already assigned is `Fatal`: a bug).
+pub(super) fn incremental_assign(
+    consumer: &FloeConsumer,
+    topic: &str,
+    partition: i32,
+    offset: Offset,
+) -> Result<(), SourceError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, offset)
+        .map_err(|e| map_error(&e, "assign"))?;
+    consumer
+        .incremental_assign(&tpl)
+        .map_err(|e| map_error(&e, "incremental assign"))
+}
+
+/// Removes `topic`/`partition` from the consumer's assignment. librdkafka stops its fetcher and
+/// bumps the partition's version barrier before this returns: messages fetched for the old
+/// assignment are never returned afterwards.
+///
+/// Errors: mapped client errors.
+pub(super) fn incremental_unassign(
+    consumer: &FloeConsumer,
+    topic: &str,
+    partition: i32,
+) -> Result<(), SourceError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, partition);
+    consumer
+        .incremental_unassign(&tpl)
+        .map_err(|e| map_error(&e, "incremental unassign"))
+}
+
+/// Empties a partition queue without waiting: discards messages and errors left by a previous
+/// assignment of the partition (an error is not versioned by librdkafka, so a stale "offset out
+/// of range" would otherwise reach the next reader). Returns how many events were discarded.
+pub(super) fn drain(queue: &PartitionQueue<FloeContext>) -> usize {
+    let mut n = 0;
+    // Bounded: a queue holds at most `queued.min.messages` + one fetch.
+    while n < 1_000_000 {
+        match queue.poll(Duration::ZERO) {
+            Some(_) => n += 1,
+            None => break,
+        }
+    }
+    n
 }
 
 /// Creates a consumer for reading single records at chosen offsets
 /// ([`first_record_at_or_after`]): short fetch waits, small fetches.
-pub(super) fn probe_client(
-    config: &KafkaSourceConfig,
-    partition: i32,
-) -> Result<FloeConsumer, SourceError> {
+pub(super) fn probe_client(config: &KafkaSourceConfig) -> Result<FloeConsumer, SourceError> {
     client_config_with(
         config,
         true,
@@ -257,7 +312,7 @@ pub(super) fn probe_client(
             ("statistics.interval.ms", "0"),
         ],
     )
-    .create_with_context(FloeContext::new(&config.topic, Some(partition)))
+    .create_with_context(FloeContext::new(&config.topic))
     .map_err(|e| SourceError::Config {
         message: format!("cannot create kafka consumer: {e}"),
     })
@@ -369,22 +424,23 @@ pub(super) struct RawMessage {
     pub(super) timestamp_ms: Option<i64>,
 }
 
-/// Fetch: polls up to `max_records` messages, waiting up to `wait` for the first one and not
-/// at all after it. Returns the messages polled and the error that stopped the poll, if any.
+/// Fetch: polls up to `max_records` messages from one partition's queue, waiting up to `wait`
+/// for the first one and not at all after it. Returns the messages polled and the error that
+/// stopped the poll, if any.
 pub(super) fn poll_batch(
-    consumer: &FloeConsumer,
+    queue: &PartitionQueue<FloeContext>,
     max_records: usize,
     wait: Duration,
 ) -> (Vec<RawMessage>, Option<KafkaError>) {
     let deadline = Instant::now() + wait;
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(max_records.min(1024));
     while out.len() < max_records {
         let timeout = if out.is_empty() {
             deadline.saturating_duration_since(Instant::now())
         } else {
             Duration::ZERO
         };
-        match consumer.poll(timeout) {
+        match queue.poll(timeout) {
             Some(Ok(m)) => out.push(RawMessage {
                 partition: m.partition(),
                 offset: m.offset(),
@@ -401,6 +457,35 @@ pub(super) fn poll_batch(
         }
     }
     (out, None)
+}
+
+/// What one poll of a consumer's main queue served.
+pub(super) enum MainEvent {
+    /// Nothing within the timeout, or only events served by callbacks (statistics, logs).
+    Idle,
+    /// A message of `partition` at `offset`: every partition floe reads has its own queue, so
+    /// this is never expected.
+    Message {
+        /// The message's partition.
+        partition: i32,
+        /// Its offset.
+        offset: i64,
+    },
+    /// An error event (librdkafka gives no partition for it, except partition EOF).
+    Error(KafkaError),
+}
+
+/// Serves the main queue of a consumer once, waiting up to `timeout`: statistics and error
+/// callbacks run here (librdkafka needs this queue polled even when no message is expected).
+pub(super) fn serve_main_queue(consumer: &FloeConsumer, timeout: Duration) -> MainEvent {
+    match consumer.poll(timeout) {
+        None => MainEvent::Idle,
+        Some(Ok(m)) => MainEvent::Message {
+            partition: m.partition(),
+            offset: m.offset(),
+        },
+        Some(Err(e)) => MainEvent::Error(e),
+    }
 }
 
 /// Fetch: the offset and timestamp (ms) of the first record at or after `offset`, or `None` when
