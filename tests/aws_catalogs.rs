@@ -59,13 +59,7 @@ impl AwsCatalog {
     async fn glue() -> AwsCatalog {
         let endpoint = aws_endpoint();
         let aws = aws_clients(&endpoint).await;
-        let bucket = unique_name("wh");
-        aws.s3()
-            .create_bucket()
-            .bucket(&bucket)
-            .send()
-            .await
-            .unwrap();
+        let bucket = create_bucket(&endpoint, "wh").await;
         let config = CatalogConfig::Glue(GlueCatalogConfig {
             warehouse: format!("s3://{bucket}/floe"),
             catalog_id: None,
@@ -469,13 +463,7 @@ async fn kafka_to_glue_delivers_exactly_once_with_sse_kms_files() {
 async fn a_glue_warehouse_bucket_of_another_account_is_refused_when_the_catalog_opens() {
     let endpoint = aws_endpoint();
     let aws = aws_clients(&endpoint).await;
-    let bucket = unique_name("wh");
-    aws.s3()
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .unwrap();
+    let bucket = create_bucket(&endpoint, "wh").await;
     let config = CatalogConfig::Glue(GlueCatalogConfig {
         warehouse: format!("s3://{bucket}/floe"),
         catalog_id: None,

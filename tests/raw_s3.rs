@@ -49,19 +49,6 @@ fn payload(id: u64) -> Vec<u8> {
     }
 }
 
-async fn create_bucket(endpoint: &str) -> String {
-    let bucket = unique_name("raw");
-    aws_clients(endpoint)
-        .await
-        .s3()
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .unwrap();
-    bucket
-}
-
 /// `floe run` config: channel "it" from `source` (a `[channel.source]` body) to raw objects in
 /// `bucket`, compressed with `compression`; SQLite leases under `dir`.
 fn raw_config(
@@ -216,7 +203,7 @@ fn assert_exactly_once(objects: &[Object], produced: &[Vec<u8>]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_to_raw_objects_exactly_once_across_a_sigkill() {
     let endpoint = aws_endpoint();
-    let bucket = create_bucket(&endpoint).await;
+    let bucket = create_bucket(&endpoint, "raw").await;
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start();
     let total = 3_000u64;
@@ -335,7 +322,7 @@ async fn kafka_to_raw_objects_exactly_once_across_a_sigkill() {
 async fn kinesis_to_raw_objects_exactly_once() {
     let endpoint = aws_endpoint();
     let kinesalite = kinesalite_endpoint();
-    let bucket = create_bucket(&endpoint).await;
+    let bucket = create_bucket(&endpoint, "raw").await;
     let dir = tempfile::tempdir().unwrap();
     let stream = TestStream::create(&kinesalite, 2).await;
     let total = 600u64;
@@ -522,7 +509,7 @@ async fn object_bytes(endpoint: &str, bucket: &str, key: &str) -> Option<Vec<u8>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_batch_is_published_by_the_next_committer_and_a_duplicate_never_is() {
     let endpoint = aws_endpoint();
-    let bucket = create_bucket(&endpoint).await;
+    let bucket = create_bucket(&endpoint, "raw").await;
     let s3 = aws_clients(&endpoint).await.s3();
     let store = RawStore::new(s3, location(&bucket), "c");
     let leases = Arc::new(MemoryLeaseStore::new());
@@ -627,7 +614,7 @@ async fn a_committed_batch_is_published_by_the_next_committer_and_a_duplicate_ne
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_objects_use_multipart_uploads_and_the_owner_is_checked() {
     let endpoint = aws_endpoint();
-    let bucket = create_bucket(&endpoint).await;
+    let bucket = create_bucket(&endpoint, "raw").await;
     let s3 = aws_clients(&endpoint).await.s3();
     let store = RawStore::new(s3.clone(), location(&bucket), "c").with_multipart(6 << 20, 5 << 20);
     let body: Vec<u8> = (0..(12u32 << 20) / 8)

@@ -708,15 +708,7 @@ async fn s3_table_locations_are_written_with_the_storage_settings_the_server_ven
     // endpoint and credentials the server vends with the table (only to clients that ask), and
     // PyIceberg (which asks by default) reads them back the same way.
     let endpoint = aws_endpoint();
-    let bucket = unique_name("floe-rest");
-    aws_clients(&endpoint)
-        .await
-        .s3()
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .unwrap();
+    let bucket = create_bucket(&endpoint, "floe-rest").await;
     let vended = std::collections::HashMap::from([
         (iceberg::io::S3_ENDPOINT.to_string(), endpoint.clone()),
         (iceberg::io::S3_REGION.to_string(), "us-east-1".to_string()),

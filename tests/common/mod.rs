@@ -67,6 +67,21 @@ pub async fn aws_clients(endpoint: &str) -> floe::aws::AwsClients {
     .await
 }
 
+/// Creates a bucket named `<prefix>-<unique suffix>` on the S3 emulator at `endpoint`; returns
+/// its name.
+pub async fn create_bucket(endpoint: &str, prefix: &str) -> String {
+    let bucket = unique_name(prefix);
+    aws_clients(endpoint)
+        .await
+        .s3()
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    bucket
+}
+
 /// A name unique to this test run: `<prefix>-<uuid v4 simple, 12 chars>`.
 pub fn unique_name(prefix: &str) -> String {
     format!(

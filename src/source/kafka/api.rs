@@ -231,22 +231,37 @@ fn client_config_with(
 /// Creates the client used for metadata, watermark and offsets-for-times requests (no group,
 /// never assigned).
 pub(super) fn metadata_client(config: &KafkaSourceConfig) -> Result<FloeConsumer, SourceError> {
-    client_config(config, false)
+    create(config, client_config(config, false))
+}
+
+/// Creates a client of `config`'s topic from `client`.
+///
+/// Errors: [`SourceError::Config`] when librdkafka refuses the settings.
+fn create(config: &KafkaSourceConfig, client: ClientConfig) -> Result<FloeConsumer, SourceError> {
+    client
         .create_with_context(FloeContext::new(&config.topic))
         .map_err(|e| SourceError::Config {
             message: format!("cannot create kafka client: {e}"),
         })
 }
 
+/// `topic`/`partition` at `offset`, as a one-entry partition list.
+fn partition_at(
+    topic: &str,
+    partition: i32,
+    offset: Offset,
+) -> Result<TopicPartitionList, SourceError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, offset)
+        .map_err(|e| map_error(&e, "assign"))?;
+    Ok(tpl)
+}
+
 /// Creates the one consumer of a source that reads every partition the worker leases: a dummy
 /// `group.id` (never joined; librdkafka needs one for assignments), statistics every second for
 /// lag, nothing assigned yet ([`incremental_assign`] adds partitions one by one).
 pub(super) fn shared_consumer(config: &KafkaSourceConfig) -> Result<FloeConsumer, SourceError> {
-    client_config(config, true)
-        .create_with_context(FloeContext::new(&config.topic))
-        .map_err(|e| SourceError::Config {
-            message: format!("cannot create kafka consumer: {e}"),
-        })
+    create(config, client_config(config, true))
 }
 
 /// Adds `topic`/`partition` at `offset` to the consumer's assignment, leaving the other
@@ -259,11 +274,8 @@ pub(super) fn incremental_assign(
     partition: i32,
     offset: Offset,
 ) -> Result<(), SourceError> {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, offset)
-        .map_err(|e| map_error(&e, "assign"))?;
     consumer
-        .incremental_assign(&tpl)
+        .incremental_assign(&partition_at(topic, partition, offset)?)
         .map_err(|e| map_error(&e, "incremental assign"))
 }
 
@@ -302,7 +314,7 @@ pub(super) fn drain(queue: &PartitionQueue<FloeContext>) -> usize {
 /// Creates a consumer for reading single records at chosen offsets
 /// ([`first_record_at_or_after`]): short fetch waits, small fetches.
 pub(super) fn probe_client(config: &KafkaSourceConfig) -> Result<FloeConsumer, SourceError> {
-    client_config_with(
+    let client = client_config_with(
         config,
         true,
         &[
@@ -311,11 +323,8 @@ pub(super) fn probe_client(config: &KafkaSourceConfig) -> Result<FloeConsumer, S
             ("queued.min.messages", "1"),
             ("statistics.interval.ms", "0"),
         ],
-    )
-    .create_with_context(FloeContext::new(&config.topic))
-    .map_err(|e| SourceError::Config {
-        message: format!("cannot create kafka consumer: {e}"),
-    })
+    );
+    create(config, client)
 }
 
 /// Replaces the consumer's assignment with `topic`/`partition` at `offset`.
@@ -325,10 +334,9 @@ pub(super) fn assign(
     partition: i32,
     offset: Offset,
 ) -> Result<(), SourceError> {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, offset)
-        .map_err(|e| map_error(&e, "assign"))?;
-    consumer.assign(&tpl).map_err(|e| map_error(&e, "assign"))
+    consumer
+        .assign(&partition_at(topic, partition, offset)?)
+        .map_err(|e| map_error(&e, "assign"))
 }
 
 /// Serves queued client events (logs, errors) of a client that is never polled for messages.
