@@ -331,6 +331,24 @@ pub async fn ensure_table(
     Ok(table)
 }
 
+/// Checks that `table` (just loaded as `ident`) is still the table whose uuid was `was`: a table
+/// dropped and created again under the same name has lost its checkpoints, and is treated as
+/// dropped (the channel is suspended, nothing is committed into it).
+///
+/// Errors: `TableNotFound`, naming both uuids.
+pub fn check_same_table(ident: &TableIdent, was: &uuid::Uuid, table: &Table) -> Result<(), Error> {
+    let now = table.metadata().uuid();
+    if *was == now {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::TableNotFound,
+        format!(
+            "table {ident} (uuid {was}) was dropped and replaced while running (now uuid {now})"
+        ),
+    ))
+}
+
 /// Refuses a table floe did not create for this channel, or whose schema or partition spec
 /// differs from the channel's (DESIGN.md "Iceberg table"; schema evolution is not supported).
 fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result<(), CatalogError> {

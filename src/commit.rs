@@ -201,6 +201,9 @@ enum Target {
         ident: TableIdent,
         catalog: FencedCatalog,
         dlq: Dlq,
+        /// The uuid of the table as first loaded: a table replaced under the same name is never
+        /// committed into ([`crate::catalog::check_same_table`]).
+        uuid: std::sync::OnceLock<uuid::Uuid>,
     },
     Raw(RawStore),
 }
@@ -268,6 +271,7 @@ impl Committer {
                 ident,
                 catalog: FencedCatalog::new(catalog),
                 dlq: dlq.into(),
+                uuid: std::sync::OnceLock::new(),
             },
             leases,
             batches,
@@ -303,8 +307,16 @@ impl Committer {
 
     async fn load(&self) -> Result<Loaded, CommitError> {
         Ok(match &self.target {
-            Target::Iceberg { ident, catalog, .. } => {
-                Loaded::Iceberg(Box::new(catalog.inner().load_table(ident).await?))
+            Target::Iceberg {
+                ident,
+                catalog,
+                uuid,
+                ..
+            } => {
+                let table = catalog.inner().load_table(ident).await?;
+                let first = uuid.get_or_init(|| table.metadata().uuid());
+                crate::catalog::check_same_table(ident, first, &table)?;
+                Loaded::Iceberg(Box::new(table))
             }
             Target::Raw(_) => Loaded::Raw(self.batches.get_delivered(&self.channel).await?),
         })

@@ -491,18 +491,7 @@ impl ChannelWorker {
         match self.sink.as_mut().expect("sink open") {
             Sink::Iceberg { io, table, .. } => {
                 let fresh = io.catalog.load_table(&io.ident).await?;
-                let (was, now) = (table.metadata().uuid(), fresh.metadata().uuid());
-                if was != now {
-                    // Dropped and created again under the same name (its checkpoints are gone):
-                    // treated as dropped, the channel is suspended.
-                    return Err(WorkerError::Iceberg(iceberg::Error::new(
-                        iceberg::ErrorKind::TableNotFound,
-                        format!(
-                            "table {} (uuid {was}) was dropped and replaced while running (now uuid {now})",
-                            io.ident
-                        ),
-                    )));
-                }
+                crate::catalog::check_same_table(&io.ident, &table.metadata().uuid(), &fresh)?;
                 let cp = table_checkpoints(&fresh)
                     .map_err(|e| WorkerError::Incompatible(e.to_string()))?;
                 **table = fresh;

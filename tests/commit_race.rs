@@ -305,3 +305,25 @@ async fn files_the_table_references_are_never_deleted_even_if_no_summary_names_t
     assert_eq!(floe::quickstart::table_ids(&table).await.unwrap().len(), 10);
     assert!(f.store.list_pending("race").await.unwrap().is_empty());
 }
+
+/// A table dropped and created again under the same name (no checkpoints) is never committed
+/// into: a first batch (no `after`) would otherwise land in it before any worker noticed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_never_commits_into_a_table_replaced_under_its_name() {
+    let rig = common::WorkerRig::new("rp").await;
+    let committer = rig.committer(1);
+    committer.run_round().await.unwrap(); // sees (and remembers) the table
+    rig.catalog.drop_table(&rig.ident).await.unwrap();
+    common::event_table_in(rig.catalog.as_ref(), "rp", "rp").await;
+    let replaced = rig.catalog.load_table(&rig.ident).await.unwrap();
+    let batch = event_batch(&rig.schema, "rp", &replaced, None, 0, 10).await;
+    rig.store.put_batch(&batch).await.unwrap();
+    let err = committer.run_round().await.unwrap_err();
+    assert!(err.to_string().contains("dropped and replaced"), "{err}");
+    let table = rig.catalog.load_table(&rig.ident).await.unwrap();
+    assert_eq!(
+        total_records(&table),
+        0,
+        "nothing committed into the new table"
+    );
+}
