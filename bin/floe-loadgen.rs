@@ -1,7 +1,7 @@
 //! `floe-loadgen`: produces deterministic `Event` (or wide) records to Kafka, Kinesis or an
 //! NDJSON file, at a target rate or as fast as possible, and writes the manifest that
 //! `loadtest/verify.py` reconciles against. Thin: parses the command line, calls
-//! [`floe::loadgen`].
+//! [`floe::tools::loadgen`].
 //!
 //! ```text
 //! floe-loadgen kafka   --bootstrap HOST:PORT --topic events   [common options]
@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use floe::events::{BadKind, Shape};
-use floe::loadgen::{self, GenSpec, Produced};
+use floe::tools::loadgen::{self, GenSpec, Produced};
+use floe::tools::sample_events::{BadKind, Shape};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -267,7 +267,7 @@ async fn main() -> anyhow::Result<ExitCode> {
             common,
         } => {
             let spec = spec(&common)?;
-            let clients = floe::aws::AwsClients::load(&floe::aws::AwsConfig {
+            let clients = floe::aws::AwsClients::load(&floe::config::aws::AwsConfig {
                 region,
                 endpoint_url,
                 ..Default::default()

@@ -64,7 +64,7 @@ enum Command {
     /// Check a config file; print every problem with its key path, or "ok".
     Validate(floe::cli::validate::ValidateArgs),
     /// Run the whole pipeline on this machine with an embedded Kafka broker.
-    Quickstart(floe::quickstart::QuickstartArgs),
+    Quickstart(floe::tools::quickstart::QuickstartArgs),
     /// Work with sample records.
     Records {
         #[command(subcommand)]
@@ -162,7 +162,7 @@ fn main() -> ExitCode {
         Command::Quickstart(args) => {
             init_tracing(cli.log_format, "error");
             runtime().block_on(async move {
-                match floe::quickstart::run(&args).await {
+                match floe::tools::quickstart::run(&args).await {
                     Ok(rec) if rec.exactly_once() => ExitCode::SUCCESS,
                     Ok(_) => ExitCode::FAILURE,
                     Err(e) => {

@@ -1,6 +1,6 @@
 //! Dead-letter queue: one JSON Lines object per batch with the records that could not be
 //! delivered, staged by the worker and published by the committer only once the batch is
-//! committed (DESIGN.md, protocol step 6), so a rejected batch leaves no DLQ entry behind.
+//! committed (docs/design.md, protocol step 6), so a rejected batch leaves no DLQ entry behind.
 //!
 //! ```text
 //!  local  worker:    <dir>/_staging/<channel>/<batch id>.jsonl       (write, fsync)
@@ -18,8 +18,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::aws::s3::S3Bucket;
 use crate::config::S3Location;
-use crate::s3::S3Bucket;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -45,7 +45,7 @@ pub struct DlqEntry {
     pub key: Option<String>,
     /// Schema version the record was checked against (file path or GSR version id).
     pub schema_version: String,
-    /// Error code (DESIGN.md, "DLQ error codes").
+    /// Error code (docs/schema-mapping.md "DLQ error codes").
     pub error_code: String,
     /// JSON pointer of the offending field, `""` for the whole record.
     pub field: String,

@@ -1,5 +1,5 @@
 //! Pure data types of the delivery protocol: shards, positions, checkpoint ranges and the
-//! checkpoint algebra the committer applies (DESIGN.md, "The exactly-once protocol", step 3).
+//! checkpoint algebra the committer applies (docs/design.md, "The exactly-once protocol", step 3).
 //!
 //! No I/O here. The invariant this module upholds: a batch is accepted only when it continues
 //! exactly where the committed checkpoint of every shard it covers stops, so checkpoints never move
@@ -256,6 +256,18 @@ pub struct CheckpointRange {
     pub last_inclusive: Position,
 }
 
+impl fmt::Display for CheckpointRange {
+    /// `(after,last]`, with an empty `after` for a shard's first batch: `(41,57]`, `(,57]`,
+    /// `(57,SHARD_END]` (the form of delivery logs and of the `floe.ranges` snapshot summary).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("(")?;
+        if let Some(after) = &self.after_exclusive {
+            write!(f, "{after}")?;
+        }
+        write!(f, ",{}]", self.last_inclusive)
+    }
+}
+
 /// How a batch's range for one shard relates to the committed checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RangeVerdict {
@@ -343,36 +355,254 @@ pub struct ShardRange {
     pub lease_counter: u64,
 }
 
-/// A batch handed from a worker to the committer through the lease store: data files already
-/// uploaded to the table location, staged DLQ entries, and the ranges they cover
-/// (DESIGN.md, protocol step 2).
+/// A batch handed from a worker to the committer through the lease store: what it wrote (data
+/// files and staged DLQ entries, or staged raw objects) and the ranges they cover
+/// (docs/design.md, protocol step 2).
+///
+/// Stored as JSON by every lease store. Batches written before [`BatchFiles`] existed (floe up
+/// to 0.1.0 with `data_files`/`dlq_staged` at the top level) are still read: see
+/// [`BatchFiles::from_legacy`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "PendingBatchWire")]
 pub struct PendingBatch {
     /// Channel name.
     pub channel: String,
-    /// Batch id, a UUIDv7 (time-ordered); part of every data file name.
+    /// Batch id, a UUIDv7 (time-ordered); part of every file name the batch wrote.
     pub batch_id: uuid::Uuid,
     /// Worker that wrote the batch.
     pub worker_id: String,
     /// Covered range per shard.
     pub shards: Vec<ShardRange>,
-    /// Data files as Iceberg's JSON serialization (`iceberg::spec::serialize_data_file_to_json`),
-    /// opaque to the lease store.
-    pub data_files: Vec<String>,
-    /// Path of the staged DLQ object (JSON Lines), published only when the batch is committed.
-    pub dlq_staged: Option<String>,
-    /// Rows in the data files.
+    /// What the batch wrote, by destination kind.
+    pub files: BatchFiles,
+    /// Rows in the data files (or records in the raw objects).
     pub num_rows: u64,
     /// Records sent to the DLQ.
     pub num_dead_lettered: u64,
     /// Records sent to the DLQ, by error code (`DESERIALIZATION_ERROR`, …).
     #[serde(default)]
     pub dead_lettered_by_code: BTreeMap<String, u64>,
-    /// Bytes of the data files.
+    /// Bytes of the data files (or of the raw objects as stored).
     pub data_bytes: u64,
     /// When the worker read the batch's oldest record, milliseconds since the Unix epoch
     /// (freshness is measured from it).
     pub oldest_read_at_ms: i64,
+}
+
+/// What a pending batch wrote, tagged by destination kind (`"kind": "iceberg" | "raw"`), so a
+/// raw batch can never be read as an Iceberg one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BatchFiles {
+    /// An Iceberg channel's batch.
+    Iceberg {
+        /// Data files already under the table location, as Iceberg's JSON serialization
+        /// (`iceberg::spec::serialize_data_file_to_json`), opaque to the lease store.
+        data_files: Vec<String>,
+        /// Path of the staged DLQ object (JSON Lines), published only when the batch is
+        /// committed.
+        dlq_staged: Option<String>,
+    },
+    /// A raw S3 channel's batch.
+    Raw {
+        /// The staged objects, published under their keys once the batch is committed.
+        objects: Vec<RawObject>,
+    },
+}
+
+impl BatchFiles {
+    /// Files (data files or objects) the batch wrote.
+    pub fn len(&self) -> usize {
+        match self {
+            BatchFiles::Iceberg { data_files, .. } => data_files.len(),
+            BatchFiles::Raw { objects } => objects.len(),
+        }
+    }
+
+    /// Whether the batch wrote no file (a batch of DLQ entries only, or of `SHARD_END` only).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The data files of an Iceberg batch; `None` for a raw batch.
+    pub fn iceberg_data_files(&self) -> Option<&[String]> {
+        match self {
+            BatchFiles::Iceberg { data_files, .. } => Some(data_files),
+            BatchFiles::Raw { .. } => None,
+        }
+    }
+
+    /// The destination kind, as the tag names it: `iceberg` or `raw`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BatchFiles::Iceberg { .. } => "iceberg",
+            BatchFiles::Raw { .. } => "raw",
+        }
+    }
+
+    /// The payload of a batch written before the tag existed: `data_files` held Iceberg data
+    /// files for an Iceberg channel and [`RawObject`] JSON for a raw one (and `dlq_staged` was
+    /// always `None` there). A raw batch holds at least one object (a raw channel has no DLQ, so
+    /// every batch with records has an object), and every entry of it parses as a [`RawObject`];
+    /// an Iceberg data file never does (it has no `staged_key`).
+    pub fn from_legacy(data_files: Vec<String>, dlq_staged: Option<String>) -> Self {
+        if dlq_staged.is_none() && !data_files.is_empty() {
+            let objects: Result<Vec<RawObject>, _> =
+                data_files.iter().map(|s| serde_json::from_str(s)).collect();
+            if let Ok(objects) = objects {
+                return BatchFiles::Raw { objects };
+            }
+        }
+        BatchFiles::Iceberg {
+            data_files,
+            dlq_staged,
+        }
+    }
+}
+
+/// One object of a raw batch as handed off: where it is staged and the key it is published
+/// under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawObject {
+    /// Key of the staged object (`_floe_staging/<channel>/<batch id>/<n>`).
+    pub staged_key: String,
+    /// Key the object is published under (rendered from the key template).
+    pub key: String,
+    /// Shard of its records.
+    pub shard: ShardId,
+    /// Records in the object.
+    pub records: u64,
+    /// Size of the object as stored (compressed), bytes.
+    pub bytes: u64,
+}
+
+/// A pending batch as stored: today's form (`files`) or the form before it (`data_files`,
+/// `dlq_staged`).
+#[derive(Deserialize)]
+struct PendingBatchWire {
+    channel: String,
+    batch_id: uuid::Uuid,
+    worker_id: String,
+    shards: Vec<ShardRange>,
+    #[serde(default)]
+    files: Option<BatchFiles>,
+    #[serde(default)]
+    data_files: Vec<String>,
+    #[serde(default)]
+    dlq_staged: Option<String>,
+    num_rows: u64,
+    num_dead_lettered: u64,
+    #[serde(default)]
+    dead_lettered_by_code: BTreeMap<String, u64>,
+    data_bytes: u64,
+    oldest_read_at_ms: i64,
+}
+
+impl From<PendingBatchWire> for PendingBatch {
+    fn from(w: PendingBatchWire) -> Self {
+        PendingBatch {
+            channel: w.channel,
+            batch_id: w.batch_id,
+            worker_id: w.worker_id,
+            shards: w.shards,
+            files: w
+                .files
+                .unwrap_or_else(|| BatchFiles::from_legacy(w.data_files, w.dlq_staged)),
+            num_rows: w.num_rows,
+            num_dead_lettered: w.num_dead_lettered,
+            dead_lettered_by_code: w.dead_lettered_by_code,
+            data_bytes: w.data_bytes,
+            oldest_read_at_ms: w.oldest_read_at_ms,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dead-letter reasons
+
+/// Why a record goes to the dead-letter queue (docs/schema-mapping.md "DLQ error codes"). Closed and bounded: used
+/// both in the DLQ entry and as the `code` metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DlqCode {
+    /// Not JSON: syntax, NaN/Infinity, invalid UTF-8, lone surrogates, duplicate keys, nesting beyond
+    /// 128 levels; GSR bytes on a `json` channel; a GSR payload that does not inflate.
+    DeserializationError,
+    /// Plain JSON on a `gsr_json` channel, a bad GSR header, an unknown schema version.
+    InvalidSchema,
+    /// A known GSR schema version that is not the channel's (no schema evolution).
+    SchemaMismatch,
+    /// A required key is absent, or `null` where the type does not admit null.
+    MissingRequiredField,
+    /// The partition field is absent or null.
+    MissingPartitionValue,
+    /// Wrong JSON type (no coercion), or a string not in its declared format.
+    TypeMismatch,
+    /// Right type, but not allowed by the schema or not representable in the column.
+    ValueOutOfRange,
+    /// Larger than the maximum record size (after GSR decompression).
+    RecordTooLarge,
+}
+
+impl DlqCode {
+    /// Every code, in table order.
+    pub const ALL: [DlqCode; 8] = [
+        DlqCode::DeserializationError,
+        DlqCode::InvalidSchema,
+        DlqCode::SchemaMismatch,
+        DlqCode::MissingRequiredField,
+        DlqCode::MissingPartitionValue,
+        DlqCode::TypeMismatch,
+        DlqCode::ValueOutOfRange,
+        DlqCode::RecordTooLarge,
+    ];
+
+    /// The code as written in DLQ entries and metric labels, e.g. `"DESERIALIZATION_ERROR"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DlqCode::DeserializationError => "DESERIALIZATION_ERROR",
+            DlqCode::InvalidSchema => "INVALID_SCHEMA",
+            DlqCode::SchemaMismatch => "SCHEMA_MISMATCH",
+            DlqCode::MissingRequiredField => "MISSING_REQUIRED_FIELD",
+            DlqCode::MissingPartitionValue => "MISSING_PARTITION_VALUE",
+            DlqCode::TypeMismatch => "TYPE_MISMATCH",
+            DlqCode::ValueOutOfRange => "VALUE_OUT_OF_RANGE",
+            DlqCode::RecordTooLarge => "RECORD_TOO_LARGE",
+        }
+    }
+}
+
+impl std::fmt::Display for DlqCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why one record was not converted. Never holds payload bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DlqReason {
+    /// The code.
+    pub code: DlqCode,
+    /// JSON pointer (RFC 6901) of the offending value in the record, `""` for the record itself.
+    pub field: String,
+    /// Human-readable, lowercase explanation.
+    pub message: String,
+}
+
+impl DlqReason {
+    /// A reason about the whole record.
+    pub fn record(code: DlqCode, message: impl Into<String>) -> Self {
+        DlqReason {
+            code,
+            field: String::new(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for DlqReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at {:?}: {}", self.code, self.field, self.message)
+    }
 }
 
 #[cfg(test)]
@@ -537,5 +767,72 @@ mod tests {
         fn sequence_order_matches_big_integer_order(a in 0u64..u64::MAX, b in 0u64..u64::MAX) {
             prop_assert_eq!(seq(&a.to_string()).cmp(&seq(&b.to_string())), a.cmp(&b));
         }
+    }
+
+    #[test]
+    fn a_range_displays_as_a_half_open_interval() {
+        let r = CheckpointRange {
+            after_exclusive: Some(Position::Offset(41)),
+            last_inclusive: Position::Offset(57),
+        };
+        assert_eq!(r.to_string(), "(41,57]");
+        let first = CheckpointRange {
+            after_exclusive: None,
+            last_inclusive: Position::ShardEnd,
+        };
+        assert_eq!(first.to_string(), "(,SHARD_END]");
+    }
+
+    fn legacy_batch(data_files: &str, dlq_staged: &str) -> String {
+        format!(
+            r#"{{"channel":"c","batch_id":"0190a5c8-0000-7000-8000-000000000001","worker_id":"w",
+            "shards":[{{"shard":"0","range":{{"after_exclusive":null,"last_inclusive":5}},"lease_counter":1}}],
+            "data_files":{data_files},"dlq_staged":{dlq_staged},"num_rows":6,"num_dead_lettered":0,
+            "data_bytes":10,"oldest_read_at_ms":0}}"#
+        )
+    }
+
+    #[test]
+    fn pending_batches_of_the_previous_version_are_read_by_their_kind() {
+        // Stored by floe before the payload was tagged: Iceberg data files and a staged DLQ object.
+        let iceberg = legacy_batch(
+            r#"["{\"content\":0,\"file_path\":\"s3://b/t/data/x.parquet\"}"]"#,
+            r#""dlq/staged/x.jsonl""#,
+        );
+        let b: PendingBatch = serde_json::from_str(&iceberg).unwrap();
+        assert_eq!(
+            b.files,
+            BatchFiles::Iceberg {
+                data_files: vec![r#"{"content":0,"file_path":"s3://b/t/data/x.parquet"}"#.into()],
+                dlq_staged: Some("dlq/staged/x.jsonl".into()),
+            }
+        );
+        // An Iceberg batch of DLQ entries only, and one of SHARD_END only.
+        let b: PendingBatch = serde_json::from_str(&legacy_batch("[]", "null")).unwrap();
+        assert_eq!(b.files.kind(), "iceberg");
+        assert!(b.files.is_empty());
+        // A raw batch: RawObject JSON in data_files.
+        let raw = legacy_batch(
+            r#"["{\"staged_key\":\"_floe_staging/c/x/0\",\"key\":\"c/2026/x\",\"shard\":\"0\",\"records\":6,\"bytes\":10}"]"#,
+            "null",
+        );
+        let b: PendingBatch = serde_json::from_str(&raw).unwrap();
+        assert_eq!(
+            b.files,
+            BatchFiles::Raw {
+                objects: vec![RawObject {
+                    staged_key: "_floe_staging/c/x/0".into(),
+                    key: "c/2026/x".into(),
+                    shard: ShardId("0".into()),
+                    records: 6,
+                    bytes: 10,
+                }]
+            }
+        );
+        // Written back, it takes today's tagged form and reads the same.
+        let text = serde_json::to_string(&b).unwrap();
+        assert!(text.contains(r#""files":{"kind":"raw""#), "{text}");
+        assert!(!text.contains("data_files"), "{text}");
+        assert_eq!(serde_json::from_str::<PendingBatch>(&text).unwrap(), b);
     }
 }

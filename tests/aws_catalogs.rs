@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use common::race::{event_batch, total_records, GateCatalog};
 use common::*;
-use floe::catalog::FencedCatalog;
 use floe::commit::{committed_batch_ids, Committer};
 use floe::config::{CatalogConfig, GlueCatalogConfig, S3TablesCatalogConfig};
 use floe::dlq::LocalDlq;
+use floe::iceberg::fence::FencedCatalog;
 use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
 use floe::model::PendingBatch;
 use iceberg::table::Table;
@@ -201,7 +201,9 @@ async fn append(
     batch: &PendingBatch,
     catalog: &dyn Catalog,
 ) -> iceberg::Result<Table> {
-    let files = floe::writer::parse_data_files(table, &batch.data_files).unwrap();
+    let files =
+        floe::iceberg::writer::parse_data_files(table, batch.files.iceberg_data_files().unwrap())
+            .unwrap();
     let tx = Transaction::new(table);
     let tx = tx.fast_append().add_data_files(files).apply(tx).unwrap();
     tx.commit(catalog).await
@@ -269,11 +271,14 @@ async fn racing_committers_commit_each_batch_once(c: &AwsCatalog) {
         let batches: Arc<dyn BatchStore> = store.clone();
         Committer::new(
             "race",
-            ident.clone(),
-            c.catalog.clone(),
+            floe::iceberg::target::IcebergTarget::new(
+                "race",
+                ident.clone(),
+                c.catalog.clone(),
+                dlq.clone(),
+            ),
             leases,
             batches,
-            dlq.clone(),
             1,
         )
     };
@@ -300,7 +305,7 @@ async fn racing_committers_commit_each_batch_once(c: &AwsCatalog) {
         assert!(store.list_pending("race").await.unwrap().is_empty());
     }
     let table = c.catalog.load_table(&ident).await.unwrap();
-    let mut ids = floe::quickstart::table_ids(&table).await.unwrap();
+    let mut ids = floe::tools::quickstart::table_ids(&table).await.unwrap();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 40, "every row once");
@@ -335,7 +340,7 @@ async fn kafka_delivers_exactly_once(c: &AwsCatalog) -> serde_json::Value {
     );
     let dlq: floe::dlq::Dlq = LocalDlq::new(dir.path().join("dlq"), "it").into();
     let (rows, dead) = poll_delivered(total, Duration::from_secs(120), || {
-        floe::quickstart::counts(c.catalog.as_ref(), &ident, &dlq)
+        floe::tools::quickstart::counts(c.catalog.as_ref(), &ident, &dlq)
     })
     .await;
     assert!(
@@ -484,8 +489,8 @@ async fn a_glue_warehouse_bucket_of_another_account_is_refused_when_the_catalog_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_s3tables_table_encrypted_otherwise_than_the_channel_asks_is_refused() {
+    use floe::catalog::aws::check_table_encryption;
     use floe::catalog::CatalogError;
-    use floe::catalog_aws::check_table_encryption;
     let c = AwsCatalog::s3tables().await;
     let CatalogConfig::S3Tables(with_key) = &c.config else {
         unreachable!()

@@ -46,8 +46,8 @@ fn records(from: u64, to: u64) -> Vec<(String, Vec<u8>)> {
     (from..to)
         .map(|id| {
             let payload = match bad_kind(id) {
-                Some(kind) => floe::events::bad_event(id, kind).0,
-                None => floe::events::event_json(id, SEED, BASE_MS, 3).into_bytes(),
+                Some(kind) => floe::tools::sample_events::bad_event(id, kind).0,
+                None => floe::tools::sample_events::event_json(id, SEED, BASE_MS, 3).into_bytes(),
             };
             (format!("key-{id}"), payload)
         })

@@ -91,7 +91,7 @@ impl Fleet {
 
     async fn delivered(&self, dir: &Path) -> (u64, u64) {
         let dlq = self.dlq().await;
-        let config = floe::aws::AwsConfig {
+        let config = floe::config::aws::AwsConfig {
             region: Some("us-east-1".into()),
             endpoint_url: Some(self.endpoint.clone()),
             ..Default::default()
@@ -107,7 +107,7 @@ impl Fleet {
         .await
         .unwrap();
         let ident = TableIdent::new(NamespaceIdent::new("it".into()), "events".into());
-        floe::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
+        floe::tools::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
     }
 }
 

@@ -1,4 +1,4 @@
-//! The committer's compare-and-swap (DESIGN.md protocol step 4) against a real SQL catalog:
+//! The committer's compare-and-swap (docs/design.md protocol step 4) against a real SQL catalog:
 //! iceberg-rust's `Transaction::commit` silently rebases a commit built from a stale table,
 //! so floe fences it to the validated snapshot; two committers racing on the same pending
 //! batch produce exactly one commit.
@@ -8,9 +8,9 @@ mod common;
 use std::sync::Arc;
 
 use common::race::{event_batch, total_records, GateCatalog};
-use floe::catalog::FencedCatalog;
 use floe::commit::{committed_batch_ids, table_checkpoints, Committer};
 use floe::dlq::LocalDlq;
+use floe::iceberg::fence::FencedCatalog;
 use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
 use floe::model::{PendingBatch, Position, ShardId};
 use floe::schema::MappedSchema;
@@ -58,11 +58,14 @@ fn committer(f: &Fixture, epoch: u64) -> Committer {
     let batches: Arc<dyn BatchStore> = f.store.clone();
     Committer::new(
         "race",
-        f.ident.clone(),
-        f.catalog.clone(),
+        floe::iceberg::target::IcebergTarget::new(
+            "race",
+            f.ident.clone(),
+            f.catalog.clone(),
+            f.dlq.clone(),
+        ),
         leases,
         batches,
-        f.dlq.clone(),
         epoch,
     )
 }
@@ -73,8 +76,9 @@ async fn fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_reb
     let stale = f.catalog.load_table(&f.ident).await.unwrap();
     let b1 = batch(&f, &stale, None, 0, 10).await;
     let b2 = batch(&f, &stale, None, 10, 20).await;
-    let files =
-        |t: &Table, b: &PendingBatch| floe::writer::parse_data_files(t, &b.data_files).unwrap();
+    let files = |t: &Table, b: &PendingBatch| {
+        floe::iceberg::writer::parse_data_files(t, b.files.iceberg_data_files().unwrap()).unwrap()
+    };
 
     // Someone else commits first.
     let tx = Transaction::new(&stale);
@@ -149,7 +153,7 @@ async fn two_committers_racing_on_the_same_batches_commit_each_exactly_once() {
         cp.get(&ShardId::kafka_partition(0)),
         Some(&Position::Offset(79))
     );
-    let ids = floe::quickstart::table_ids(&table).await.unwrap();
+    let ids = floe::tools::quickstart::table_ids(&table).await.unwrap();
     let mut sorted = ids.clone();
     sorted.sort();
     sorted.dedup();
@@ -169,7 +173,7 @@ async fn stale_committer_is_fenced_by_a_newer_epoch_and_a_duplicate_batch_is_rej
     // A second worker read the same range: a duplicate, rejected and its files deleted.
     let dup = batch(&f, &table, None, 0, 10).await;
     f.store.put_batch(&dup).await.unwrap();
-    let paths = floe::writer::data_file_paths(&dup.data_files);
+    let paths = floe::iceberg::writer::data_file_paths(dup.files.iceberg_data_files().unwrap());
     assert!(std::path::Path::new(&paths[0]).exists());
     match old.run_round().await {
         Err(floe::commit::CommitError::Fenced {
@@ -240,20 +244,26 @@ async fn committers_with_different_lease_views_validating_the_same_snapshot_comm
     let gate = Arc::new(GateCatalog::gate(f.catalog.clone()));
     let a = Committer::new(
         "race",
-        f.ident.clone(),
-        f.catalog.clone(),
+        floe::iceberg::target::IcebergTarget::new(
+            "race",
+            f.ident.clone(),
+            f.catalog.clone(),
+            f.dlq.clone(),
+        ),
         store_a.clone(),
         store_a.clone(),
-        f.dlq.clone(),
         1,
     );
     let b = Committer::new(
         "race",
-        f.ident.clone(),
-        gate.clone(),
+        floe::iceberg::target::IcebergTarget::new(
+            "race",
+            f.ident.clone(),
+            gate.clone(),
+            f.dlq.clone(),
+        ),
         f.store.clone(),
         f.store.clone(),
-        f.dlq.clone(),
         1,
     );
     // B loads the empty table and is held; A validates the same snapshot and commits X; then B
@@ -275,7 +285,7 @@ async fn committers_with_different_lease_views_validating_the_same_snapshot_comm
         "the loser sees a conflict: {ra:?} / {rb:?}"
     );
     let table = f.catalog.load_table(&f.ident).await.unwrap();
-    let ids = floe::quickstart::table_ids(&table).await.unwrap();
+    let ids = floe::tools::quickstart::table_ids(&table).await.unwrap();
     let mut distinct = ids.clone();
     distinct.sort();
     distinct.dedup();
@@ -298,11 +308,17 @@ async fn files_the_table_references_are_never_deleted_even_if_no_summary_names_t
     f.store.put_batch(&orphan_looking).await.unwrap();
     let report = c.run_round().await.unwrap();
     assert_eq!((report.rejected, report.recovered), (0, 1));
-    for p in floe::writer::data_file_paths(&first.data_files) {
+    for p in floe::iceberg::writer::data_file_paths(first.files.iceberg_data_files().unwrap()) {
         assert!(std::path::Path::new(&p).exists(), "{p} must survive");
     }
     let table = f.catalog.load_table(&f.ident).await.unwrap();
-    assert_eq!(floe::quickstart::table_ids(&table).await.unwrap().len(), 10);
+    assert_eq!(
+        floe::tools::quickstart::table_ids(&table)
+            .await
+            .unwrap()
+            .len(),
+        10
+    );
     assert!(f.store.list_pending("race").await.unwrap().is_empty());
 }
 

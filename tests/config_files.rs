@@ -284,7 +284,7 @@ fn raw_s3_config_validates_and_passes_floe_validate() {
         d.key_template.as_str(),
         "raw/{channel}/{yyyy}/{MM}/{dd}/{HH}/"
     );
-    assert_eq!(d.compression, floe::raw::RawCompression::Gzip);
+    assert_eq!(d.compression, floe::config::raw::RawCompression::Gzip);
     assert_eq!(d.data_freshness, Duration::from_secs(300));
     assert!(channel.schema.is_none() && channel.dlq.is_none());
     let checked = validate::check(&config_dir().join("raw-s3.toml")).unwrap();

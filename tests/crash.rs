@@ -213,7 +213,7 @@ async fn a_worker_with_an_edited_schema_or_another_catalog_stops_alone_and_does_
     assert_eq!(rows + dlq, 300);
     // w2's schema gained a field: it does not fit the table, so w2 stops with 78...
     let mut schema: serde_json::Value =
-        serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
+        serde_json::from_str(floe::tools::quickstart::EVENT_SCHEMA).unwrap();
     schema["properties"]["extra"] = serde_json::json!({"type": "string"});
     let edited = dir.path().join("edited.schema.json");
     std::fs::write(&edited, schema.to_string()).unwrap();

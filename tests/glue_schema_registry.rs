@@ -18,8 +18,8 @@ use std::time::Duration;
 use aws_sdk_glue::types::{Compatibility, DataFormat, RegistryId, SchemaId};
 use common::*;
 use floe::dlq::LocalDlq;
-use floe::events::event_json;
 use floe::lease::BatchStore;
+use floe::tools::sample_events::event_json;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use uuid::Uuid;
@@ -57,7 +57,7 @@ async fn register_event_schema(endpoint: &str) -> GlueSchema {
             .is_some_and(|s| s.is_already_exists_exception());
         assert!(exists, "create_registry: {e:?}");
     }
-    let v1 = floe::quickstart::EVENT_SCHEMA.to_string();
+    let v1 = floe::tools::quickstart::EVENT_SCHEMA.to_string();
     let created = glue
         .create_schema()
         .registry_id(RegistryId::builder().registry_name(registry).build())
@@ -365,7 +365,7 @@ async fn a_schema_glue_does_not_have_fails_the_channel_at_create() {
         let store = floe::lease::SqliteLeaseStore::open(sub.join("leases.sqlite"))
             .await
             .unwrap();
-        let e = floe::control::create(&config, "it", &store, &aws)
+        let e = floe::channel::create(&config, "it", &store, &aws)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("FAILED"), "{e}");
@@ -575,7 +575,7 @@ async fn a_worker_whose_glue_config_does_not_fit_exits_78_and_the_channel_stays_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_glue_lookup_against_a_registry_that_never_answers_fails_within_the_bound() {
-    use floe::schema::registry::{RegistryClient, RegistryError, LOOKUP_BUDGET};
+    use floe::gsr::{RegistryClient, RegistryError, LOOKUP_BUDGET};
     // Accepts connections and never answers.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

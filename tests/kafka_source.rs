@@ -5,11 +5,11 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use floe::events::{event_json, event_key};
 use floe::model::{Position, ShardId};
 use floe::source::kafka::embedded::{EmbeddedKafka, EmbeddedProducer};
 use floe::source::kafka::{KafkaSource, KafkaSourceConfig};
 use floe::source::{InitialPosition, Lag, ShardReader, Source, SourceError, SourceRecord, StartAt};
+use floe::tools::sample_events::{event_json, event_key};
 
 const BASE_MS: i64 = 1_783_627_200_000; // 2026-07-09T20:00:00Z
 const TOPIC: &str = "events";

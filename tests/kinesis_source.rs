@@ -454,9 +454,10 @@ async fn produce(stream: &TestStream, counters: &mut [u64], next_id: &mut u64, p
     for _ in 0..per_key {
         for (k, counter) in counters.iter_mut().enumerate() {
             let key = format!("key-{k}");
-            let mut event: serde_json::Value =
-                serde_json::from_str(&floe::events::event_json(*next_id, SEED, BASE_MS, 0))
-                    .unwrap();
+            let mut event: serde_json::Value = serde_json::from_str(
+                &floe::tools::sample_events::event_json(*next_id, SEED, BASE_MS, 0),
+            )
+            .unwrap();
             event["attrs"] = serde_json::json!({"pk": key, "n": counter.to_string()});
             stream.put(&key, event.to_string().as_bytes()).await;
             *counter += 1;

@@ -109,15 +109,17 @@ async fn dynamodb_batch_beyond_the_item_limit_round_trips() {
             },
             lease_counter: 1,
         }],
-        data_files: (0..30_000)
-            .map(|i| {
-                format!(
-                    "{{\"file_path\":\"s3://b/t/data/{}-{i}.parquet\"}}",
-                    uuid::Uuid::new_v4()
-                )
-            })
-            .collect(),
-        dlq_staged: None,
+        files: floe::model::BatchFiles::Iceberg {
+            data_files: (0..30_000)
+                .map(|i| {
+                    format!(
+                        "{{\"file_path\":\"s3://b/t/data/{}-{i}.parquet\"}}",
+                        uuid::Uuid::new_v4()
+                    )
+                })
+                .collect(),
+            dlq_staged: None,
+        },
         num_rows: 10,
         num_dead_lettered: 0,
         dead_lettered_by_code: BTreeMap::new(),

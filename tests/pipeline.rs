@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use floe::events::event_json;
 use floe::source::kafka::embedded::EmbeddedKafka;
+use floe::tools::sample_events::event_json;
 use tokio_util::sync::CancellationToken;
 
 use common::*;

@@ -20,11 +20,15 @@ use std::time::{Duration, Instant};
 use common::kinesis::TestStream;
 use common::*;
 use floe::commit::Committer;
+use floe::config::raw::RawCompression;
 use floe::config::S3Location;
 use floe::lease::memory::MemoryLeaseStore;
 use floe::lease::{BatchStore, Delivered, LeaseKey, LeaseSpec, LeaseStore};
-use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
-use floe::raw::{EncodedObject, RawCompression, RawObject, RawStore};
+use floe::model::{
+    BatchFiles, CheckpointRange, PendingBatch, Position, RawObject, ShardId, ShardRange,
+};
+use floe::raw::target::RawTarget;
+use floe::raw::{EncodedObject, RawStore};
 
 /// A customer-managed key ARN (the emulator records it on each object; it does not check it).
 const KMS_KEY: &str = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
@@ -475,8 +479,9 @@ fn raw_batch(objects: &[RawObject], after: Option<i64>, last: i64, counter: u64)
             },
             lease_counter: counter,
         }],
-        data_files: objects.iter().map(RawObject::to_json).collect(),
-        dlq_staged: None,
+        files: BatchFiles::Raw {
+            objects: objects.to_vec(),
+        },
         num_rows: 1,
         num_dead_lettered: 0,
         dead_lettered_by_code: Default::default(),
@@ -553,7 +558,13 @@ async fn a_committed_batch_is_published_by_the_next_committer_and_a_duplicate_ne
 
     let l: Arc<dyn LeaseStore> = leases.clone();
     let b: Arc<dyn BatchStore> = leases.clone();
-    let committer = Committer::raw("c", store.clone(), l.clone(), b.clone(), 2);
+    let committer = Committer::new(
+        "c",
+        RawTarget::new("c", store.clone(), b.clone()),
+        l.clone(),
+        b.clone(),
+        2,
+    );
     let report = committer.run_round().await.unwrap();
     assert_eq!((report.recovered, report.rejected), (1, 1), "{report:?}");
     assert_eq!(
@@ -584,7 +595,7 @@ async fn a_committed_batch_is_published_by_the_next_committer_and_a_duplicate_ne
         .put_batch(&raw_batch(&next_objects, Some(9), 12, 0))
         .await
         .unwrap();
-    let stale = Committer::raw("c", store.clone(), l, b, 1);
+    let stale = Committer::new("c", RawTarget::new("c", store.clone(), b.clone()), l, b, 1);
     assert!(matches!(
         stale.run_round().await,
         Err(floe::commit::CommitError::Fenced { .. })

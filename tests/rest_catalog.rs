@@ -16,14 +16,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floe::catalog::FencedCatalog;
 use floe::commit::{committed_batch_ids, CommitError, Committer};
 use floe::config::{PropertyValue, RestAuth, RestCatalogConfig};
 use floe::dlq::LocalDlq;
-use floe::events::event_json;
+use floe::iceberg::fence::FencedCatalog;
 use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
 use floe::model::PendingBatch;
 use floe::schema::MappedSchema;
+use floe::tools::sample_events::event_json;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
@@ -54,7 +54,7 @@ async fn no_aws() -> floe::aws::AwsClients {
 
 /// floe's REST catalog client for `config`.
 async fn open(config: &RestCatalogConfig) -> Arc<dyn Catalog> {
-    floe::catalog_rest::open_rest_catalog(config, &no_aws().await)
+    floe::catalog::rest::open_rest_catalog(config, &no_aws().await)
         .await
         .unwrap()
 }
@@ -91,7 +91,7 @@ async fn open_signed(
         None,
         "test",
     );
-    floe::catalog_rest::open_rest_catalog_with(
+    floe::catalog::rest::open_rest_catalog_with(
         &config,
         &no_aws().await,
         Some(aws_credential_types::provider::SharedCredentialsProvider::new(credentials)),
@@ -113,7 +113,7 @@ struct Fixture {
 /// The mapped `Event` schema of the quickstart, partitioned on `event_time`.
 fn event_schema() -> Arc<MappedSchema> {
     let schema_json: serde_json::Value =
-        serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
+        serde_json::from_str(floe::tools::quickstart::EVENT_SCHEMA).unwrap();
     Arc::new(MappedSchema::from_json_schema(&schema_json, "event_time").unwrap())
 }
 
@@ -123,13 +123,13 @@ async fn ensure_event_table(
     ident: &TableIdent,
     schema: &MappedSchema,
 ) -> Table {
-    let spec = floe::catalog::TableSpec {
+    let spec = floe::iceberg::table::TableSpec {
         ident: ident.clone(),
         channel: ident.namespace().to_url_string(),
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
     };
-    floe::catalog::ensure_table(catalog, &spec, schema)
+    floe::iceberg::table::ensure_table(catalog, &spec, schema)
         .await
         .unwrap()
 }
@@ -188,11 +188,14 @@ impl Fixture {
         let batches: Arc<dyn BatchStore> = self.store.clone();
         Committer::new(
             "race",
-            self.ident.clone(),
-            catalog,
+            floe::iceberg::target::IcebergTarget::new(
+                "race",
+                self.ident.clone(),
+                catalog,
+                self.dlq.clone(),
+            ),
             leases,
             batches,
-            self.dlq.clone(),
             1,
         )
     }
@@ -203,7 +206,9 @@ impl Fixture {
 }
 
 fn append(table: &Table, b: &PendingBatch) -> Transaction {
-    let files = floe::writer::parse_data_files(table, &b.data_files).unwrap();
+    let files =
+        floe::iceberg::writer::parse_data_files(table, b.files.iceberg_data_files().unwrap())
+            .unwrap();
     let tx = Transaction::new(table);
     tx.fast_append().add_data_files(files).apply(tx).unwrap()
 }
@@ -289,7 +294,7 @@ async fn sigv4_signed_requests_are_accepted_and_the_fence_holds() {
     let err = append(&stale, &b2).commit(&fenced).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts);
     let table = catalog.load_table(&ident).await.unwrap();
-    assert_eq!(floe::quickstart::total_records(&table), 10);
+    assert_eq!(floe::tools::quickstart::total_records(&table), 10);
     assert!(server.signed_requests() > signed);
     assert!(
         server.signature_refusals().is_empty(),
@@ -307,7 +312,7 @@ async fn sigv4_signed_requests_are_accepted_and_the_fence_holds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_signing_relay_signs_only_for_requests_carrying_its_secret() {
-    use floe::catalog_sigv4::{start_signing_relay, SigV4Signer};
+    use floe::catalog::sigv4::{start_signing_relay, SigV4Signer};
     let dir = tempfile::tempdir().unwrap();
     let sigv4 = fixture_sigv4();
     let server = RestCatalogServer::start_sigv4(&dir.path().join("rest"), sigv4.clone(), None);
@@ -411,14 +416,14 @@ async fn fence_refuses_a_stale_commit_over_rest_that_iceberg_would_rebase() {
     fenced.set_fence(f.ident.clone(), stale.metadata().current_snapshot_id());
     let err = append(&stale, &b2).commit(&fenced).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts);
-    assert_eq!(floe::quickstart::total_records(&f.table().await), 10);
+    assert_eq!(floe::tools::quickstart::total_records(&f.table().await), 10);
 
     // The trap the fence exists for holds over REST too: unfenced, the stale commit is rebased.
     append(&stale, &b2)
         .commit(f.catalog.as_ref())
         .await
         .unwrap();
-    assert_eq!(floe::quickstart::total_records(&f.table().await), 20);
+    assert_eq!(floe::tools::quickstart::total_records(&f.table().await), 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -448,11 +453,14 @@ async fn lost_race_is_refused_by_the_server(f: Fixture) {
     store_a.put_batch(&x).await.unwrap();
     let a = Committer::new(
         "race",
-        f.ident.clone(),
-        f.catalog.clone(),
+        floe::iceberg::target::IcebergTarget::new(
+            "race",
+            f.ident.clone(),
+            f.catalog.clone(),
+            f.dlq.clone(),
+        ),
         store_a.clone(),
         store_a.clone(),
-        f.dlq.clone(),
         1,
     );
     let b = f.committer(f.catalog.clone());
@@ -471,13 +479,13 @@ async fn lost_race_is_refused_by_the_server(f: Fixture) {
     assert_eq!(f.server.conflicts(), 1, "the server refused B's commit");
 
     let table = f.table().await;
-    assert_eq!(floe::quickstart::total_records(&table), 10);
-    let ids = floe::quickstart::table_ids(&table).await.unwrap();
+    assert_eq!(floe::tools::quickstart::total_records(&table), 10);
+    let ids = floe::tools::quickstart::table_ids(&table).await.unwrap();
     assert_eq!(ids.len(), 10, "no row twice");
     // B's next round finds its batch committed and settles it without a second commit.
     let report = f.committer(f.catalog.clone()).run_round().await.unwrap();
     assert_eq!(report.committed, 0, "{report:?}");
-    assert_eq!(floe::quickstart::total_records(&f.table().await), 10);
+    assert_eq!(floe::tools::quickstart::total_records(&f.table().await), 10);
     assert!(
         f.server.signature_refusals().is_empty(),
         "{:?}",
@@ -509,13 +517,15 @@ async fn two_committers_racing_over_rest_commit_each_batch_exactly_once() {
             "round {round}"
         );
         assert_eq!(
-            floe::quickstart::total_records(&table),
+            floe::tools::quickstart::total_records(&table),
             expected_rows,
             "round {round}"
         );
         assert!(f.store.list_pending("race").await.unwrap().is_empty());
     }
-    let ids = floe::quickstart::table_ids(&f.table().await).await.unwrap();
+    let ids = floe::tools::quickstart::table_ids(&f.table().await)
+        .await
+        .unwrap();
     let mut distinct = ids.clone();
     distinct.sort();
     distinct.dedup();
@@ -548,12 +558,22 @@ async fn table_locations_without_a_scheme_are_local_paths() {
         table.metadata().location()
     );
     let batch = event_batch(&schema, "p", &table, None, 0, 5).await;
-    let files = floe::writer::parse_data_files(&table, &batch.data_files).unwrap();
+    let files =
+        floe::iceberg::writer::parse_data_files(&table, batch.files.iceberg_data_files().unwrap())
+            .unwrap();
     let tx = Transaction::new(&table);
     let tx = tx.fast_append().add_data_files(files).apply(tx).unwrap();
     let table = tx.commit(catalog.as_ref()).await.unwrap();
-    assert_eq!(floe::quickstart::table_ids(&table).await.unwrap().len(), 5);
-    let files = floe::catalog::referenced_data_files(&table).await.unwrap();
+    assert_eq!(
+        floe::tools::quickstart::table_ids(&table)
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
+    let files = floe::iceberg::table::referenced_data_files(&table)
+        .await
+        .unwrap();
     assert!(files.iter().all(|f| f.starts_with(&location)), "{files:?}");
 }
 
@@ -603,11 +623,14 @@ async fn oauth2_tokens_are_fetched_renewed_when_refused_and_a_wrong_secret_is_re
     );
     let committer = Committer::new(
         "auth",
-        ident.clone(),
-        catalog.clone(),
+        floe::iceberg::target::IcebergTarget::new(
+            "auth",
+            ident.clone(),
+            catalog.clone(),
+            LocalDlq::new(dir.path().join("dlq"), "auth"),
+        ),
         store.clone(),
         store.clone(),
-        LocalDlq::new(dir.path().join("dlq"), "auth"),
         1,
     );
     for (round, token) in ["third-token", "fourth-token"].into_iter().enumerate() {
@@ -623,7 +646,7 @@ async fn oauth2_tokens_are_fetched_renewed_when_refused_and_a_wrong_secret_is_re
         );
     }
     let table = catalog.load_table(&ident).await.unwrap();
-    assert_eq!(floe::quickstart::total_records(&table), 10);
+    assert_eq!(floe::tools::quickstart::total_records(&table), 10);
 
     config.auth = RestAuth::Token(secret("fourth-token"));
     assert!(open(&config).await.namespace_exists(&ns).await.unwrap());
@@ -753,17 +776,21 @@ async fn s3_table_locations_are_written_with_the_storage_settings_the_server_ven
     store.put_batch(&batch).await.unwrap();
     let committer = Committer::new(
         "lake",
-        ident.clone(),
-        catalog.clone(),
+        floe::iceberg::target::IcebergTarget::new(
+            "lake",
+            ident.clone(),
+            catalog.clone(),
+            LocalDlq::new(dir.path().join("dlq"), "lake"),
+        ),
         store.clone(),
         store.clone(),
-        LocalDlq::new(dir.path().join("dlq"), "lake"),
         1,
     );
     assert_eq!(committer.run_round().await.unwrap().committed, 1);
-    let files = floe::catalog::referenced_data_files(&catalog.load_table(&ident).await.unwrap())
-        .await
-        .unwrap();
+    let files =
+        floe::iceberg::table::referenced_data_files(&catalog.load_table(&ident).await.unwrap())
+            .await
+            .unwrap();
     assert!(
         !files.is_empty()
             && files
@@ -783,7 +810,7 @@ async fn s3_table_locations_are_written_with_the_storage_settings_the_server_ven
 async fn delivered_rest(catalog: &dyn Catalog, dir: &Path) -> (u64, u64) {
     let dlq: floe::dlq::Dlq = LocalDlq::new(dir.join("dlq"), "it").into();
     let ident = TableIdent::new(NamespaceIdent::new("it".into()), "events".into());
-    floe::quickstart::counts(catalog, &ident, &dlq).await
+    floe::tools::quickstart::counts(catalog, &ident, &dlq).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floe::events::event_json;
 use floe::lease::{BatchStore, HeldLeases, LeaseStore};
 use floe::model::{Position, ShardId};
 use floe::source::memory::MemorySource;
+use floe::tools::sample_events::event_json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

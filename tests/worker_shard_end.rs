@@ -1,5 +1,5 @@
 //! Component test of Kinesis resharding through the worker, the committer and the lease manager
-//! with the in-memory source (DESIGN.md protocol step 8): a closed shard is handed off with a
+//! with the in-memory source (docs/design.md protocol step 8): a closed shard is handed off with a
 //! range ending at SHARD_END (with rows, or with none when nothing was read since its checkpoint),
 //! the commit stores SHARD_END in `floe.checkpoints` and in the lease's checkpoint hint, and only
 //! then does the lease manager take the child shard.
@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use floe::commit::table_checkpoints;
-use floe::events::event_json;
 use floe::lease::{BatchStore, LeaseKey, LeaseManager, LeaseManagerConfig, LeaseSpec, LeaseStore};
 use floe::model::{Position, ShardId};
 use floe::source::memory::MemorySource;
 use floe::source::Source;
+use floe::tools::sample_events::event_json;
 
 const BASE: i64 = 1_783_627_200_000;
 
@@ -112,7 +112,7 @@ async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards(
     worker_task.await.unwrap().unwrap();
 
     let table = catalog.load_table(&ident).await.unwrap();
-    let mut ids = floe::quickstart::table_ids(&table).await.unwrap();
+    let mut ids = floe::tools::quickstart::table_ids(&table).await.unwrap();
     ids.sort();
     let expected: Vec<i64> = (0..5).chain(100..103).chain(200..204).collect();
     assert_eq!(ids, expected, "every record exactly once");

@@ -11,7 +11,7 @@
 //! "records_per_s": R, "dlq": D}` — `work_s` is wall time in seconds from reading the input to the
 //! last file closed; `records` counts input records (rows and DLQ'd ones); bytes are input and
 //! Parquet output sizes. Files are `DIR/<field>_hour=<YYYY-MM-DD-HH>/00000.parquet`, written with
-//! [`crate::writer::writer_properties`].
+//! [`crate::iceberg::writer::writer_properties`].
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -221,7 +221,7 @@ pub fn convert(args: &BenchConvertArgs) -> Result<BenchReport, BenchError> {
             .set_compression(compression)
             .build()
     } else {
-        crate::writer::writer_properties(&schema.arrow_schema(), compression)?
+        crate::iceberg::writer::writer_properties(&schema.arrow_schema(), compression)?
     };
     let arrow = schema.arrow_schema();
     let mut conv = Converter::try_new(schema.clone(), arrow.clone())

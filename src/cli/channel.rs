@@ -1,5 +1,5 @@
 //! `floe channel create|describe|list|update|delete --config FILE [NAME] [--json]`: the control
-//! plane on the command line (the logic is in [`crate::control`]).
+//! plane on the command line (the logic is in [`crate::channel`]).
 //!
 //! Exit codes: 0 done; 78 (`EX_CONFIG`) refused — an invalid configuration, an unknown channel,
 //! a validation failure or a transition the channel's state does not allow, each printed with
@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::channel::{self as control, ChannelDescription, ControlError, Update};
 use crate::config::Config;
-use crate::control::{self, ChannelDescription, ControlError, Update};
 use crate::lease::{ChannelState, DeliveryLog, Store};
 
 /// Options every `floe channel` command takes.
@@ -262,7 +262,7 @@ fn print_states(states: &[ChannelState], json: bool) {
     for s in states {
         let mut line = format!("channel {}: {}", s.channel, control::status_name(s.state));
         if let Some(ms) = s.activated_at_ms {
-            line.push_str(&format!(", activated at {}", crate::worker::rfc3339_ms(ms)));
+            line.push_str(&format!(", activated at {}", crate::time::rfc3339_ms(ms)));
         }
         if let Some(r) = &s.status_reason {
             line.push_str(&format!(" ({r})"));

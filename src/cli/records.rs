@@ -29,9 +29,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::convert::gsr::{split_versions, GsrDecoder};
 use crate::convert::render::row_to_json;
 use crate::convert::{Converter, DlqCode, DlqReason};
+use crate::gsr::wire::{split_versions, GsrDecoder};
 use crate::schema::{date_time_fields, MappedSchema};
 
 /// How records are framed.

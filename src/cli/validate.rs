@@ -7,8 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::config::{ChannelConfig, Config, ConfigError, ConfigErrors, SchemaConfig};
-use crate::schema::MappedSchema;
+use crate::config::{Config, ConfigErrors};
 
 /// Arguments of `floe validate`.
 #[derive(Debug, Clone, clap::Args)]
@@ -41,7 +40,7 @@ pub fn check(path: &Path) -> Result<Config, ConfigErrors> {
     let config = Config::load(path)?;
     let mut errors = Vec::new();
     for (i, channel) in config.channels.iter().enumerate() {
-        if let Err(e) = check_schema(i, channel) {
+        if let Err(e) = crate::channel::schema_file::check_schema(i, channel) {
             errors.push(e);
         }
     }
@@ -49,65 +48,6 @@ pub fn check(path: &Path) -> Result<Config, ConfigErrors> {
         Ok(config)
     } else {
         Err(ConfigErrors(errors))
-    }
-}
-
-/// Reads channel `index`'s schema file and maps it as `floe run` will (nesting, unions, the
-/// partition field), so a schema refused here would stop the channel. With
-/// `[channel.schema.versions]`, one of the listed versions must be that file. A Glue schema is
-/// not checked here (`None`): it is resolved when the channel is created or activated.
-///
-/// Errors: the problem, at key path `channel[index].schema.file` (or `.versions`).
-pub fn check_schema(
-    index: usize,
-    channel: &ChannelConfig,
-) -> Result<Option<MappedSchema>, ConfigError> {
-    let (file, versions) = match &channel.schema {
-        Some(SchemaConfig::File(file)) => (file, None),
-        Some(SchemaConfig::FileVersions { file, versions }) => (file, Some(versions)),
-        Some(SchemaConfig::Glue { .. }) | None => return Ok(None),
-    };
-    let error = |key: &str, message: String| ConfigError {
-        path: format!("channel[{index}].schema.{key}"),
-        message,
-    };
-    let schema = read_schema(file).map_err(|m| error("file", m))?;
-    let Some(dest) = channel.destination.iceberg() else {
-        return Ok(None);
-    };
-    let mapped = MappedSchema::from_json_schema(&schema, &dest.partition_field)
-        .map_err(|e| error("file", format!("{}: {e}", file.display())))?;
-    if let Some(versions) = versions {
-        let mut listed = Vec::new();
-        for (id, path) in versions {
-            let doc = read_schema(path).map_err(|m| error(&format!("versions.\"{id}\""), m))?;
-            listed.push((*id, doc));
-        }
-        if crate::convert::gsr::split_versions(&schema, listed)
-            .0
-            .is_none()
-        {
-            return Err(error(
-                "versions",
-                format!(
-                    "none of the listed versions is the schema file {} (the channel's version is the one whose document equals it)",
-                    file.display()
-                ),
-            ));
-        }
-    }
-    Ok(Some(mapped))
-}
-
-fn read_schema(file: &Path) -> Result<serde_json::Value, String> {
-    let text = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-    match serde_json::from_slice::<serde_json::Value>(&text) {
-        Ok(schema @ serde_json::Value::Object(_)) => Ok(schema),
-        Ok(_) => Err(format!(
-            "{} is not a JSON Schema: expected a JSON object",
-            file.display()
-        )),
-        Err(e) => Err(format!("{} is not JSON: {e}", file.display())),
     }
 }
 

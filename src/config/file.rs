@@ -79,7 +79,7 @@ pub struct AwsSection {
     /// `[aws.endpoints]`: per-service endpoint URLs that win over `endpoint_url`; keys
     /// `dynamodb`, `kinesis`, `s3`, `glue`, `s3tables`.
     #[serde(default)]
-    pub endpoints: BTreeMap<crate::aws::AwsService, String>,
+    pub endpoints: BTreeMap<crate::config::aws::AwsService, String>,
 }
 
 /// `[lease_store]`: the store where workers take and renew leases. Tagged by `kind`.
@@ -292,9 +292,9 @@ pub struct S3DestinationSection {
     pub key_template: Option<String>,
     /// Compression of objects: `"none"`, `"gzip"` (`.gz`), `"zstd"` (`.zst`) or `"snappy"`
     /// (framing format, `.snappy`). Default: `"none"`.
-    pub compression: Option<crate::raw::RawCompression>,
+    pub compression: Option<crate::config::raw::RawCompression>,
     /// What follows each record in an object: `"newline"` or `"none"`. Default: `"newline"`.
-    pub record_delimiter: Option<crate::raw::RecordDelimiter>,
+    pub record_delimiter: Option<crate::config::raw::RecordDelimiter>,
     /// Maximum age of a record before it is delivered. From 10s to 900s. Default: `"300s"`.
     pub data_freshness: Option<DurationText>,
     /// Target size of an object before compression: an object ends before the record that would

@@ -17,7 +17,9 @@
 //! The file format and its documentation are in [`file`](mod@file); `floe validate` additionally reads the
 //! schema files (see [`crate::cli::validate`]).
 
+pub mod aws;
 pub mod file;
+pub mod raw;
 pub(crate) mod units;
 pub(crate) mod validate;
 
@@ -31,6 +33,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+pub use aws::{AwsConfig, AwsService};
 
 /// Default of `worker.metrics_address`.
 pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9464";
@@ -68,7 +72,7 @@ pub struct Config {
     /// `[lease_store]`.
     pub lease_store: LeaseStoreConfig,
     /// `[aws]`: region, profile and endpoints of the AWS clients.
-    pub aws: crate::aws::AwsConfig,
+    pub aws: crate::config::aws::AwsConfig,
     /// `[[channel]]`, in file order; at least one, names and destination tables unique.
     pub channels: Vec<ChannelConfig>,
 }
@@ -308,7 +312,7 @@ pub enum DestinationConfig {
     /// `kind = "iceberg"`.
     Iceberg(IcebergDestinationConfig),
     /// `kind = "s3"`: raw objects in a general-purpose bucket.
-    S3(crate::raw::RawDestinationConfig),
+    S3(crate::config::raw::RawDestinationConfig),
 }
 
 impl DestinationConfig {
@@ -465,7 +469,7 @@ pub enum RestAuth {
         client_secret: PropertyValue,
     },
     /// AWS Signature Version 4 with the `[aws]` credential chain
-    /// ([`crate::catalog_sigv4`]).
+    /// ([`crate::catalog::sigv4`]).
     SigV4 {
         /// Signing name: the AWS service of the endpoint (`s3tables`, `glue`, `execute-api`).
         signing_name: String,
@@ -564,7 +568,7 @@ impl Config {
     /// Whether any component needs AWS: the DynamoDB lease store, a Kinesis source, a Glue
     /// schema, an S3 DLQ or warehouse, or settings in `[aws]`.
     pub fn uses_aws(&self) -> bool {
-        self.aws != crate::aws::AwsConfig::default()
+        self.aws != crate::config::aws::AwsConfig::default()
             || matches!(self.lease_store.backend, LeaseStoreBackend::Dynamodb { .. })
             || self.channels.iter().any(|c| {
                 let aws_destination = match &c.destination {

@@ -321,11 +321,13 @@ fn aws_components_validate_into_typed_config() {
     let config = parse(&aws_config()).unwrap();
     assert_eq!(config.aws.region.as_deref(), Some("us-east-1"));
     assert_eq!(
-        config.aws.endpoint(crate::aws::AwsService::Kinesis),
+        config.aws.endpoint(crate::config::aws::AwsService::Kinesis),
         Some("http://127.0.0.1:4567")
     );
     assert_eq!(
-        config.aws.endpoint(crate::aws::AwsService::Dynamodb),
+        config
+            .aws
+            .endpoint(crate::config::aws::AwsService::Dynamodb),
         Some("http://127.0.0.1:5056")
     );
     assert_eq!(
@@ -1245,7 +1247,7 @@ fn raw(extra: &str) -> String {
     format!("{head}[channel.destination]\nkind = \"s3\"\nbucket = \"raw-bucket\"\n{extra}\n")
 }
 
-fn raw_destination(config: &Config) -> &crate::raw::RawDestinationConfig {
+fn raw_destination(config: &Config) -> &crate::config::raw::RawDestinationConfig {
     let DestinationConfig::S3(d) = &config.channels[0].destination else {
         panic!("a raw destination")
     };
@@ -1258,8 +1260,11 @@ fn raw_destination_takes_its_defaults() {
     let d = raw_destination(&config);
     assert_eq!(d.location.bucket, "raw-bucket");
     assert_eq!(d.key_template.as_str(), "{channel}/{yyyy}/{MM}/{dd}/{HH}/");
-    assert_eq!(d.compression, crate::raw::RawCompression::None);
-    assert_eq!(d.record_delimiter, crate::raw::RecordDelimiter::Newline);
+    assert_eq!(d.compression, crate::config::raw::RawCompression::None);
+    assert_eq!(
+        d.record_delimiter,
+        crate::config::raw::RecordDelimiter::Newline
+    );
     assert_eq!(d.data_freshness, Duration::from_secs(300));
     assert_eq!(d.target_object_size, 128 << 20);
     assert_eq!(d.buffer_size, 256 << 20);
@@ -1285,8 +1290,11 @@ buffer_size = "512MiB""#))
         Some("123456789012")
     );
     assert!(d.location.kms_key_arn.is_some());
-    assert_eq!(d.compression, crate::raw::RawCompression::Zstd);
-    assert_eq!(d.record_delimiter, crate::raw::RecordDelimiter::None);
+    assert_eq!(d.compression, crate::config::raw::RawCompression::Zstd);
+    assert_eq!(
+        d.record_delimiter,
+        crate::config::raw::RecordDelimiter::None
+    );
     assert_eq!(d.data_freshness, Duration::from_secs(60));
     assert_eq!(d.target_object_size, 64 << 20);
     assert_eq!(d.buffer_size, 512 << 20);

@@ -299,7 +299,7 @@ impl Checker<'_> {
         })
     }
 
-    fn aws(&mut self, section: Section<AwsSection>) -> Option<crate::aws::AwsConfig> {
+    fn aws(&mut self, section: Section<AwsSection>) -> Option<crate::config::aws::AwsConfig> {
         let s = self.section(section, "aws")?;
         let mut ok = true;
         if let Some(region) = &s.region {
@@ -334,7 +334,7 @@ impl Checker<'_> {
         for (service, url) in &s.endpoints {
             ok &= endpoint_ok(format!("aws.endpoints.{service}"), url);
         }
-        ok.then_some(crate::aws::AwsConfig {
+        ok.then_some(crate::config::aws::AwsConfig {
             region: s.region,
             profile: s.profile,
             endpoint_url: s.endpoint_url,
@@ -763,7 +763,7 @@ impl Checker<'_> {
             }
             (None, Some(arn)) => {
                 let mut ok = true;
-                if let Err(why) = crate::schema::registry::check_schema_arn(&arn) {
+                if let Err(why) = crate::config::aws::check_schema_arn(&arn) {
                     self.error(format!("{p}.glue_schema_arn"), why);
                     ok = false;
                 }
@@ -826,7 +826,7 @@ impl Checker<'_> {
         &mut self,
         p: &str,
         d: S3DestinationSection,
-    ) -> Option<crate::raw::RawDestinationConfig> {
+    ) -> Option<crate::config::raw::RawDestinationConfig> {
         let location = self.s3_location(
             p,
             d.bucket,
@@ -834,10 +834,10 @@ impl Checker<'_> {
             d.expected_bucket_owner,
             d.kms_key_arn,
         );
-        let key_template = match crate::raw::KeyTemplate::parse(
+        let key_template = match crate::config::raw::KeyTemplate::parse(
             d.key_template
                 .as_deref()
-                .unwrap_or(crate::raw::DEFAULT_KEY_TEMPLATE),
+                .unwrap_or(crate::config::raw::DEFAULT_KEY_TEMPLATE),
         ) {
             Ok(t) => Some(t),
             Err(why) => {
@@ -852,7 +852,7 @@ impl Checker<'_> {
             d.buffer_size,
         );
         let (data_freshness, target_object_size, buffer_size) = bounds?;
-        Some(crate::raw::RawDestinationConfig {
+        Some(crate::config::raw::RawDestinationConfig {
             location: location?,
             key_template: key_template?,
             compression: d.compression.unwrap_or_default(),
@@ -1216,9 +1216,9 @@ impl Checker<'_> {
         ok
     }
 
-    /// Whether `arn` is a customer-managed KMS key ARN ([`crate::aws::check_kms_key_arn`]).
+    /// Whether `arn` is a customer-managed KMS key ARN ([`crate::config::aws::check_kms_key_arn`]).
     fn kms_key(&mut self, path: &str, arn: &str) -> bool {
-        match crate::aws::check_kms_key_arn(arn) {
+        match crate::config::aws::check_kms_key_arn(arn) {
             Ok(()) => true,
             Err(why) => {
                 self.error(path, why);

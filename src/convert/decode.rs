@@ -1,5 +1,5 @@
 //! The record decoder: one pass over a record's bytes, driven by the mapped schema, validating every
-//! value (DESIGN.md "Value rules") while appending it to its column.
+//! value (docs/schema-mapping.md "Value rules") while appending it to its column.
 //!
 //! Errors come in two kinds. A syntax error (the record is not JSON, per RFC 8259 and RFC 7493) stops
 //! the pass at once: `DESERIALIZATION_ERROR`. A value error (wrong type, out of range, missing field)

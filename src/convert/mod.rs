@@ -1,5 +1,5 @@
 //! Record conversion, the pipeline's hot path: JSON record bytes → Arrow columns of the table schema,
-//! validated against the channel's JSON Schema while they are decoded (DESIGN.md "Value rules" and
+//! validated against the channel's JSON Schema while they are decoded (docs/schema-mapping.md "Value rules" and
 //! "DLQ error codes").
 //!
 //! ```text
@@ -25,7 +25,7 @@
 
 mod column;
 mod decode;
-pub mod gsr;
+
 mod json;
 pub mod render;
 pub(crate) mod time;
@@ -49,90 +49,7 @@ pub const DEFAULT_MAX_RECORD_SIZE: usize = 10 * 1024 * 1024;
 /// 32-bit offset (strings, lists, maps) in range, since no record's output exceeds its input.
 const MAX_BUFFERED_INPUT: usize = (i32::MAX as usize) / 2;
 
-/// Why a record goes to the dead-letter queue (DESIGN.md "DLQ error codes"). Closed and bounded: used
-/// both in the DLQ entry and as the `code` metric label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DlqCode {
-    /// Not JSON: syntax, NaN/Infinity, invalid UTF-8, lone surrogates, duplicate keys, nesting beyond
-    /// 128 levels; GSR bytes on a `json` channel; a GSR payload that does not inflate.
-    DeserializationError,
-    /// Plain JSON on a `gsr_json` channel, a bad GSR header, an unknown schema version.
-    InvalidSchema,
-    /// A known GSR schema version that is not the channel's (no schema evolution).
-    SchemaMismatch,
-    /// A required key is absent, or `null` where the type does not admit null.
-    MissingRequiredField,
-    /// The partition field is absent or null.
-    MissingPartitionValue,
-    /// Wrong JSON type (no coercion), or a string not in its declared format.
-    TypeMismatch,
-    /// Right type, but not allowed by the schema or not representable in the column.
-    ValueOutOfRange,
-    /// Larger than the maximum record size (after GSR decompression).
-    RecordTooLarge,
-}
-
-impl DlqCode {
-    /// Every code, in table order.
-    pub const ALL: [DlqCode; 8] = [
-        DlqCode::DeserializationError,
-        DlqCode::InvalidSchema,
-        DlqCode::SchemaMismatch,
-        DlqCode::MissingRequiredField,
-        DlqCode::MissingPartitionValue,
-        DlqCode::TypeMismatch,
-        DlqCode::ValueOutOfRange,
-        DlqCode::RecordTooLarge,
-    ];
-
-    /// The code as written in DLQ entries and metric labels, e.g. `"DESERIALIZATION_ERROR"`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            DlqCode::DeserializationError => "DESERIALIZATION_ERROR",
-            DlqCode::InvalidSchema => "INVALID_SCHEMA",
-            DlqCode::SchemaMismatch => "SCHEMA_MISMATCH",
-            DlqCode::MissingRequiredField => "MISSING_REQUIRED_FIELD",
-            DlqCode::MissingPartitionValue => "MISSING_PARTITION_VALUE",
-            DlqCode::TypeMismatch => "TYPE_MISMATCH",
-            DlqCode::ValueOutOfRange => "VALUE_OUT_OF_RANGE",
-            DlqCode::RecordTooLarge => "RECORD_TOO_LARGE",
-        }
-    }
-}
-
-impl std::fmt::Display for DlqCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Why one record was not converted. Never holds payload bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DlqReason {
-    /// The code.
-    pub code: DlqCode,
-    /// JSON pointer (RFC 6901) of the offending value in the record, `""` for the record itself.
-    pub field: String,
-    /// Human-readable, lowercase explanation.
-    pub message: String,
-}
-
-impl DlqReason {
-    /// A reason about the whole record.
-    pub fn record(code: DlqCode, message: impl Into<String>) -> Self {
-        DlqReason {
-            code,
-            field: String::new(),
-            message: message.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for DlqReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} at {:?}: {}", self.code, self.field, self.message)
-    }
-}
+pub use crate::model::{DlqCode, DlqReason};
 
 /// Converts JSON records into rows of one table, buffering them as Arrow columns until
 /// [`Converter::finish`]. Push-based and single-threaded; reuse one per channel and worker.
@@ -221,7 +138,7 @@ impl Converter {
                 "converter buffer full: finish() the batch before pushing more",
             ));
         }
-        if gsr::looks_like_gsr(record) {
+        if crate::gsr::wire::looks_like_gsr(record) {
             return Err(DlqReason::record(
                 DlqCode::DeserializationError,
                 "record carries a GSR header; set record.format = gsr_json",

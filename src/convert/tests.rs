@@ -1,4 +1,4 @@
-//! Unit tests of the converter: one group per value rule of DESIGN.md, rollback, Arrow shape, and
+//! Unit tests of the converter: one group per value rule of docs/design.md, rollback, Arrow shape, and
 //! property tests (random bytes never panic; generated records round-trip).
 
 use std::sync::Arc;
@@ -1008,12 +1008,12 @@ proptest! {
 
 #[test]
 fn a_large_buffer_keeps_every_row_and_counts_its_bytes() {
-    let schema: Value = serde_json::from_str(crate::quickstart::EVENT_SCHEMA).unwrap();
+    let schema: Value = serde_json::from_str(crate::tools::quickstart::EVENT_SCHEMA).unwrap();
     let mut c = conv(&schema);
     let n = 150_000u64;
     let mut input = 0usize;
     for id in 0..n {
-        let rec = crate::events::event_json(id, 42, 1_783_627_200_000, 3);
+        let rec = crate::tools::sample_events::event_json(id, 42, 1_783_627_200_000, 3);
         input += rec.len();
         c.push(rec.as_bytes()).unwrap();
     }

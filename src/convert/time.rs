@@ -2,7 +2,7 @@
 //! strictly into Iceberg's representations: `timestamptz` as µs since 1970-01-01T00:00Z, `date` as days
 //! since 1970-01-01, `time` as µs since midnight UTC.
 //!
-//! Decided rules (DESIGN.md "Value rules"):
+//! Decided rules (docs/schema-mapping.md "Value rules"):
 //! - `date-time` = `full-date ("T" / "t") full-time`; the offset is mandatory (`Z`, `z` or `±HH:MM`,
 //!   hours 00–23, minutes 00–59); the year is four ASCII digits; the day must exist in the calendar.
 //! - More than 6 fractional digits are floored toward −∞ (they only ever add a positive fraction, so
@@ -13,6 +13,7 @@
 //! - After normalization to UTC the instant must lie in years 0000–9999, else it is out of range.
 //! - `time` = `full-time`: offset mandatory; normalized to UTC modulo 24 h.
 
+use crate::time::{civil_from_days, days_from_civil};
 /// Why a string is not a valid date/time value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TimeError {
@@ -63,32 +64,6 @@ fn days_in_month(y: i64, m: u32) -> u32 {
         2 => 28,
         _ => 0,
     }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-pub(crate) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// (year, month, day) of a day number (inverse of [`days_from_civil`]).
-pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 /// `full-date` at `b[0..10]` → days since epoch.

@@ -382,8 +382,10 @@ fn batch(channel: &str, batch_id: Uuid, last: i64) -> PendingBatch {
             },
             lease_counter: 3,
         }],
-        data_files: vec![format!("{{\"file_path\":\"f-{batch_id}.parquet\"}}")],
-        dlq_staged: Some(format!("dlq/staged/{batch_id}.jsonl")),
+        files: crate::model::BatchFiles::Iceberg {
+            data_files: vec![format!("{{\"file_path\":\"f-{batch_id}.parquet\"}}")],
+            dlq_staged: Some(format!("dlq/staged/{batch_id}.jsonl")),
+        },
         num_rows: 10,
         num_dead_lettered: 0,
         dead_lettered_by_code: Default::default(),

@@ -861,15 +861,17 @@ mod tests {
                 lease_counter: 3,
             }],
             // Random-looking file entries do not compress away.
-            data_files: (0..files)
-                .map(|i| {
-                    format!(
-                        "{{\"file_path\":\"s3://b/t/data/{}-{i}.parquet\"}}",
-                        Uuid::new_v4()
-                    )
-                })
-                .collect(),
-            dlq_staged: None,
+            files: crate::model::BatchFiles::Iceberg {
+                data_files: (0..files)
+                    .map(|i| {
+                        format!(
+                            "{{\"file_path\":\"s3://b/t/data/{}-{i}.parquet\"}}",
+                            Uuid::new_v4()
+                        )
+                    })
+                    .collect(),
+                dlq_staged: None,
+            },
             num_rows: 1,
             num_dead_lettered: 0,
             dead_lettered_by_code: BTreeMap::new(),

@@ -23,7 +23,7 @@
 //!   a held lease not renewed for lease_duration is dropped locally (others may take it)
 //! ```
 //!
-//! Kinesis resharding (DESIGN.md step 8): a shard whose checkpoint hint is `SHARD_END` is
+//! Kinesis resharding (docs/design.md step 8): a shard whose checkpoint hint is `SHARD_END` is
 //! finished and never taken; a child shard is taken only once every parent it names is finished
 //! (or has no lease row). The hint trails the table, never leads it: the reader still starts
 //! from the table's checkpoint.

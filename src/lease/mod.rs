@@ -1,5 +1,5 @@
 //! The lease store: who reads which shard, who commits for a channel, the pending batches handed
-//! from workers to the committer, and the channel's control-plane state (DESIGN.md, "Lease store").
+//! from workers to the committer, and the channel's control-plane state (docs/design.md, "Lease store").
 //!
 //! Invariant upheld here: the **lease counter** of a lease is a fencing token. It grows by one at
 //! every change of owner (take, steal, release) and never otherwise, so a batch read under an
@@ -53,6 +53,10 @@ pub mod sqlite;
 pub use dynamodb::DynamoDbLeaseStore;
 pub use manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
 pub use sqlite::SqliteLeaseStore;
+
+/// How often a running channel re-reads its state in the lease store (deletion, updated
+/// settings): workers and the committer pick up `floe channel update`/`delete` within it.
+pub const STATE_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a lease grants: reading one shard, or committing for the channel.
 ///
@@ -156,7 +160,7 @@ impl LeaseSpec {
     }
 }
 
-/// Life-cycle state of a channel (DESIGN.md, "Control plane").
+/// Life-cycle state of a channel (docs/design.md, "Control plane").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ChannelStatus {

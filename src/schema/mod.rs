@@ -3,7 +3,7 @@
 //! A channel's JSON Schema (draft-04 or draft-07, see <https://json-schema.org/specification-links>) is
 //! mapped once, at channel creation, to an Iceberg table schema (Iceberg table spec, "Schemas and Data
 //! Types") and to the validation plan the [`crate::convert::Converter`] runs on every record. The
-//! mapping is the table of DESIGN.md "JSON Schema → Iceberg"; anything it cannot map exactly is refused
+//! mapping is the table of docs/schema-mapping.md "JSON Schema → Iceberg"; anything it cannot map exactly is refused
 //! here, naming the place by JSON pointer (RFC 6901), so that validation never fails open.
 //!
 //! | JSON Schema | Iceberg |
@@ -20,7 +20,7 @@
 //! | `array` + `items` | `list<E>` |
 //! | `enum` / `const` | `string` (non-string members as their JSON text) |
 //!
-//! Rules, decided in DESIGN.md:
+//! Rules, decided in docs/design.md:
 //! - Draft: `$schema` must name draft-04 or draft-07; without `$schema`, draft-07 with `format`
 //!   asserted. Other drafts are refused.
 //! - Field ids are assigned depth-first, pre-order, from 1: a field, then (for a struct) its fields, (for
@@ -59,7 +59,6 @@
 //!   the double `serde_json` read (so `0.01` is the decimal 0.01).
 
 mod number;
-pub mod registry;
 
 pub(crate) use number::{cmp_parts, normalize_number};
 pub use number::{Dec, MultipleOf};
@@ -72,7 +71,7 @@ use iceberg::spec::{
 };
 use serde_json::{Map, Value};
 
-/// The deepest struct/list/map nesting a schema may have (DESIGN.md "Nesting").
+/// The deepest struct/list/map nesting a schema may have (docs/schema-mapping.md "Nesting").
 pub const MAX_SCHEMA_DEPTH: usize = 16;
 
 /// The longest chain of `$ref`s being expanded at once (bounds setup work and recursion).
@@ -251,7 +250,7 @@ pub struct EnumSpec {
 /// What to do with a key that is not among a struct's properties.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Additional {
-    /// Drop it (default; DESIGN.md "extra fields are dropped").
+    /// Drop it (default; docs/schema-mapping.md "extra fields are dropped").
     Drop,
     /// `additionalProperties: false`: the record is not allowed (VALUE_OUT_OF_RANGE).
     Forbid,

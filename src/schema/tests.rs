@@ -1,4 +1,4 @@
-//! Unit tests of the schema mapping (DESIGN.md "JSON Schema → Iceberg").
+//! Unit tests of the schema mapping (docs/schema-mapping.md "JSON Schema → Iceberg").
 
 use std::sync::Arc;
 

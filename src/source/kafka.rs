@@ -3,7 +3,7 @@
 //! Partitions are read with **manual `assign()` at explicit offsets**: floe never subscribes to a
 //! topic, never joins a consumer group, never commits offsets to Kafka (`enable.auto.commit` and
 //! `enable.auto.offset.store` are always off). The lease store decides which worker reads which
-//! partition; the Iceberg table holds the checkpoints (DESIGN.md, protocol step 1).
+//! partition; the Iceberg table holds the checkpoints (docs/design.md, protocol step 1).
 //!
 //! ```text
 //!   KafkaSource ── metadata client (no group) ── list_shards: Metadata
@@ -72,6 +72,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::time::now_ms;
 use async_trait::async_trait;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::Consumer;
@@ -81,8 +82,7 @@ use tokio::sync::OnceCell;
 
 use self::api::{FloeConsumer, FloeContext, MainEvent};
 use super::{
-    now_ms, InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord,
-    StartAt,
+    InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord, StartAt,
 };
 use crate::model::{Position, ShardId};
 

@@ -10,7 +10,7 @@
 //!                 └── after the last record fetched ◄──────┘ ended once `pending` is returned
 //! ```
 //!
-//! Positions and resuming (DESIGN.md, protocol step 1):
+//! Positions and resuming (docs/design.md, protocol step 1):
 //! - A plain record is at `Position::Sequence(n)`; the user records of a KPL aggregate at
 //!   sequence number `n` are at `n.0`, `n.1`, … ([`kpl`]), which order after `n` and before `n + 1`.
 //! - [`StartAt::After`]`(n)` reads with `AFTER_SEQUENCE_NUMBER n`. `After(n.i)` reads with
@@ -38,7 +38,7 @@
 //! - A closed shard (after a split or merge) answers GetRecords with no `NextShardIterator` once
 //!   its last record is returned: [`ShardReader::shard_ended`] becomes `true` when the reader has
 //!   handed out every record it fetched, and the worker checkpoints the shard as `SHARD_END`
-//!   (DESIGN.md step 8).
+//!   (docs/design.md step 8).
 //! - Lag is `MillisBehindLatest` of the last response ([`Lag::Millis`]); arrival time is
 //!   `ApproximateArrivalTimestamp`.
 //!
@@ -72,6 +72,7 @@
 pub mod api;
 pub mod kpl;
 
+use crate::time::now_ms;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -82,8 +83,7 @@ use tokio::time::Instant;
 
 use self::api::{ApiError, IteratorStart, KinesisApi, RawRecord, SdkKinesis, StreamRef};
 use super::{
-    now_ms, InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord,
-    StartAt,
+    InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord, StartAt,
 };
 use crate::config::{KinesisSourceConfig, KinesisStream};
 use crate::model::{Position, SequenceNumber, ShardId};

@@ -1,4 +1,4 @@
-//! The `Source` seam: where records enter floe (DESIGN.md, "Components", Source).
+//! The `Source` seam: where records enter floe (docs/design.md, "Components", Source).
 //!
 //! A [`Source`] lists the shards of one stream (Kafka partitions of a topic, Kinesis shards of a
 //! stream), resolves where a shard without a committed checkpoint starts, and opens one
@@ -14,7 +14,7 @@
 //!                                     Source::open(S, start) ──► ShardReader::next_batch ──► records, in position order
 //! ```
 //!
-//! Invariant this seam upholds (DESIGN.md, protocol steps 1 and 9): the worker always knows the
+//! Invariant this seam upholds (docs/design.md, protocol steps 1 and 9): the worker always knows the
 //! `after_exclusive` end of the first range it reads from a shard — the committed checkpoint, or
 //! `None` for a shard with no checkpoint — and the start of a shard with no checkpoint is
 //! deterministic: every worker that takes that shard starts at the same record (see
@@ -57,7 +57,7 @@ pub struct ShardInfo {
     /// The shard id.
     pub id: ShardId,
     /// Parent shards that must be read to `SHARD_END` before this one (Kinesis resharding,
-    /// DESIGN.md step 8). Always empty for Kafka.
+    /// docs/design.md step 8). Always empty for Kafka.
     pub parents: Vec<ShardId>,
 }
 
@@ -73,7 +73,7 @@ pub enum InitialPosition {
     /// with their activation time instead.
     Latest,
     /// The first record whose timestamp is at or after this instant, in milliseconds since the
-    /// Unix epoch (a channel's activation time; DESIGN.md step 9).
+    /// Unix epoch (a channel's activation time; docs/design.md step 9).
     AtTimestamp(i64),
 }
 
@@ -250,12 +250,4 @@ pub async fn resolve_start(
         Some(p) => Ok(StartAt::After(p.clone())),
         None => source.start_position(shard, initial).await,
     }
-}
-
-/// The current wall-clock time in milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use floe::dlq::LocalDlq;
-use floe::events::{bad_event, event_json, BadKind};
+use floe::tools::sample_events::{bad_event, event_json, BadKind};
 use iceberg::{NamespaceIdent, TableIdent};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
@@ -59,7 +59,7 @@ fn emulator_env(var: &str) -> String {
 
 /// AWS clients pointed at `endpoint` in us-east-1.
 pub async fn aws_clients(endpoint: &str) -> floe::aws::AwsClients {
-    floe::aws::AwsClients::load(&floe::aws::AwsConfig {
+    floe::aws::AwsClients::load(&floe::config::aws::AwsConfig {
         region: Some("us-east-1".into()),
         endpoint_url: Some(endpoint.to_owned()),
         ..Default::default()
@@ -329,7 +329,7 @@ pub async fn delivered(dir: &Path) -> (u64, u64) {
         );
     };
     let ident = TableIdent::new(NamespaceIdent::new("it".into()), "events".into());
-    floe::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
+    floe::tools::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
 }
 
 /// Polls `counts` (rows, DLQ entries) every 500 ms until their sum reaches `total`, or `timeout`
@@ -429,18 +429,18 @@ pub async fn event_table_in(
     channel: &str,
 ) -> (TableIdent, std::sync::Arc<floe::schema::MappedSchema>) {
     let schema_json: serde_json::Value =
-        serde_json::from_str(floe::quickstart::EVENT_SCHEMA).unwrap();
+        serde_json::from_str(floe::tools::quickstart::EVENT_SCHEMA).unwrap();
     let schema = std::sync::Arc::new(
         floe::schema::MappedSchema::from_json_schema(&schema_json, "event_time").unwrap(),
     );
     let ident = TableIdent::new(NamespaceIdent::new(namespace.into()), "events".into());
-    let spec = floe::catalog::TableSpec {
+    let spec = floe::iceberg::table::TableSpec {
         ident: ident.clone(),
         channel: channel.into(),
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
     };
-    floe::catalog::ensure_table(catalog, &spec, &schema)
+    floe::iceberg::table::ensure_table(catalog, &spec, &schema)
         .await
         .unwrap();
     (ident, schema)
@@ -459,11 +459,6 @@ pub fn worker_settings(channel: &str, data_freshness: Duration) -> floe::worker:
         max_record_size: 10 << 20,
         include_payload: false,
         initial_position: floe::source::InitialPosition::Earliest,
-        writer: floe::writer::WriterSettings {
-            channel: channel.into(),
-            compression: floe::writer::ParquetCompression::Zstd(1),
-            target_file_size: 128 << 20,
-        },
     }
 }
 
@@ -581,11 +576,17 @@ impl WorkerRig {
     ) {
         let io = floe::worker::ChannelIo::iceberg(
             source,
-            floe::worker::IcebergIo {
+            floe::iceberg::IcebergIo {
                 catalog: self.catalog.clone(),
                 ident: self.ident.clone(),
                 schema: self.schema.clone(),
                 dlq: self.dlq.clone().into(),
+                writer: floe::iceberg::writer::WriterSettings {
+                    channel: settings.channel.clone(),
+                    compression: floe::iceberg::writer::ParquetCompression::Zstd(1),
+                    target_file_size: 128 << 20,
+                },
+                record_decoder: Default::default(),
             },
         );
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);
@@ -601,11 +602,14 @@ impl WorkerRig {
     pub fn committer(&self, epoch: u64) -> floe::commit::Committer {
         floe::commit::Committer::new(
             &self.channel,
-            self.ident.clone(),
-            self.catalog.clone(),
+            floe::iceberg::target::IcebergTarget::new(
+                &self.channel,
+                self.ident.clone(),
+                self.catalog.clone(),
+                self.dlq.clone(),
+            ),
             self.store.clone(),
             self.store.clone(),
-            self.dlq.clone(),
             epoch,
         )
     }
@@ -641,7 +645,7 @@ impl WorkerRig {
     /// The `id` of every row of the table, sorted (duplicates kept).
     pub async fn sorted_table_ids(&self) -> Vec<i64> {
         let table = self.catalog.load_table(&self.ident).await.unwrap();
-        let mut ids = floe::quickstart::table_ids(&table).await.unwrap();
+        let mut ids = floe::tools::quickstart::table_ids(&table).await.unwrap();
         ids.sort();
         ids
     }

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use floe::convert::Converter;
-use floe::events::event_json;
+use floe::iceberg::writer::{write_data_files, ParquetCompression, WriterSettings};
 use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
 use floe::schema::MappedSchema;
-use floe::writer::{write_data_files, ParquetCompression, WriterSettings};
+use floe::tools::sample_events::event_json;
 use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use uuid::Uuid;
@@ -170,8 +170,10 @@ pub async fn event_batch(
             },
             lease_counter: 0,
         }],
-        data_files: written.data_files_json,
-        dlq_staged: None,
+        files: floe::model::BatchFiles::Iceberg {
+            data_files: written.data_files_json,
+            dlq_staged: None,
+        },
         num_rows: written.num_rows,
         num_dead_lettered: 0,
         dead_lettered_by_code: Default::default(),
@@ -182,4 +184,4 @@ pub async fn event_batch(
 
 /// `total-records` of the table's current snapshot summary (0 without a snapshot).
 #[allow(unused_imports)]
-pub use floe::quickstart::total_records;
+pub use floe::tools::quickstart::total_records;

@@ -150,7 +150,7 @@ impl Checker<'_> {
             }
         }
         if let Some(arn) = &s.kms_key_arn {
-            if let Err(why) = crate::aws::check_kms_key_arn(arn) {
+            if let Err(why) = crate::config::aws::check_kms_key_arn(arn) {
                 ok = false;
                 self.error(format!("{p}.kms_key_arn"), why);
             }

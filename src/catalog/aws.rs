@@ -1,9 +1,9 @@
 //! The AWS catalogs: Amazon S3 Tables (`kind = "s3tables"`, through `iceberg-catalog-s3tables`)
-//! and the AWS Glue Data Catalog (`kind = "glue"`, [`crate::catalog_glue`]), opened with the
+//! and the AWS Glue Data Catalog (`kind = "glue"`, [`crate::catalog::glue`]), opened with the
 //! `[aws]` region, endpoints and credential chain.
 //!
-//! Both keep the committer's compare-and-swap (DESIGN.md protocol step 4): floe's
-//! [`crate::catalog::FencedCatalog`] refuses a commit whose table moved past the validated
+//! Both keep the committer's compare-and-swap (docs/design.md protocol step 4): floe's
+//! [`crate::iceberg::fence::FencedCatalog`] refuses a commit whose table moved past the validated
 //! snapshot, and the catalog itself swaps the metadata location only if nobody else did since it
 //! loaded the table:
 //!
@@ -37,8 +37,9 @@ use iceberg::{
 use iceberg_catalog_s3tables::{S3TablesCatalogBuilder, S3TABLES_CATALOG_PROP_TABLE_BUCKET_ARN};
 use iceberg_storage_opendal::OpenDalStorageFactory;
 
-use crate::aws::{AwsClients, AwsConfig, AwsService};
+use crate::aws::AwsClients;
 use crate::catalog::CatalogError;
+use crate::config::{AwsConfig, AwsService};
 use crate::config::{GlueCatalogConfig, S3TablesCatalogConfig};
 
 /// The iceberg-rust FileIO properties for S3 through `aws`: `region`, the S3 endpoint with
@@ -137,7 +138,7 @@ pub async fn open_glue_catalog(
     }))
     .with_props(props)
     .build();
-    let catalog = crate::catalog_glue::GlueCatalog::try_new(
+    let catalog = crate::catalog::glue::GlueCatalog::try_new(
         aws.glue(),
         config.catalog_id.clone(),
         config.warehouse.clone(),

@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::open_sql_catalog;
 use crate::config::Config;
 use crate::dlq::{Dlq, LocalDlq};
-use crate::events::{bad_event, event_json, BadKind};
 use crate::source::kafka::embedded::EmbeddedKafka;
+use crate::tools::sample_events::{bad_event, event_json, BadKind};
 
 /// Options of `floe quickstart`.
 #[derive(Debug, Clone, clap::Args)]
@@ -174,7 +174,7 @@ name = "quickstart"
 }
 
 /// The `Event` JSON Schema (shared/cases/event.schema.json), shipped with the binary.
-pub const EVENT_SCHEMA: &str = include_str!("../config/event.schema.json");
+pub const EVENT_SCHEMA: &str = include_str!("../../config/event.schema.json");
 
 /// Runs the quickstart and prints its report; returns the reconciliation.
 ///
@@ -385,7 +385,7 @@ async fn progress(catalog: &dyn Catalog, ident: &TableIdent, dlq: &Dlq, produced
 /// Errors: any catalog or storage error.
 pub async fn data_files_by_partition(table: &Table) -> iceberg::Result<BTreeMap<String, usize>> {
     let mut out = BTreeMap::new();
-    for path in crate::catalog::referenced_data_files(table).await? {
+    for path in crate::iceberg::table::referenced_data_files(table).await? {
         let partition = path
             .rsplit('/')
             .nth(1)
@@ -402,7 +402,7 @@ fn hour_label(partition: &str) -> String {
     match partition.split_once('=') {
         Some((name, hours)) => match hours.parse::<i64>() {
             Ok(h) => {
-                let ts = crate::worker::rfc3339_ms(h * 3_600_000);
+                let ts = crate::time::rfc3339_ms(h * 3_600_000);
                 format!("{name}={}-{}", &ts[..10], &ts[11..13])
             }
             Err(_) => partition.to_string(),

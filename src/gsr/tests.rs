@@ -1,9 +1,10 @@
 use std::path::PathBuf;
 
 use super::*;
+use crate::config::aws::check_schema_arn;
 use crate::config::{Config, RecordFormat};
-use crate::convert::gsr::{GsrDecoder, PayloadError, RecordDecoder};
-use crate::convert::DlqCode;
+use crate::gsr::wire::{GsrDecoder, PayloadError, RecordDecoder};
+use crate::model::DlqCode;
 
 const ARN: &str = "arn:aws:glue:us-east-1:123456789012:schema/reg/events";
 const SCHEMA: &str = r#"{"type":"object","properties":{"event_time":{"type":"string","format":"date-time"},"id":{"type":"integer"}},"required":["event_time"]}"#;

@@ -9,7 +9,7 @@
 //!              5 zlib        bytes 3f 36 e6 d8 d2 0e …)        when compression = 5)
 //! ```
 //!
-//! Errors (DESIGN.md "DLQ error codes", issue 5): plain JSON, an empty record, a header version other
+//! Errors (docs/schema-mapping.md "DLQ error codes", issue 5): plain JSON, an empty record, a header version other
 //! than 3, a compression byte other than 0 or 5, a header shorter than 18 bytes, a schema version
 //! the registry answers "not found" for → `INVALID_SCHEMA` (a registry that cannot be asked is no
 //! DLQ reason: [`PayloadError::Registry`], the worker retries); a known version that is not the channel's → `SCHEMA_MISMATCH`; a zlib
@@ -24,8 +24,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{DlqCode, DlqReason};
-use crate::schema::registry::{RegistryClient, RegistryError};
+use crate::gsr::{RegistryClient, RegistryError};
+use crate::model::{DlqCode, DlqReason};
 
 /// Header version byte written by the GSR serializer.
 pub const HEADER_VERSION: u8 = 3;

@@ -1,4 +1,4 @@
-//! Deterministic `Event` records (../shared/cases/README.md, `event.schema.json`) for the
+//! Deterministic `Event` records (the schema of `config/event.schema.json`) for the
 //! quickstart, the load generator, the benchmarks and tests.
 //!
 //! The same `(id, seed, base_time_ms, spread_hours)` always gives the same bytes (a SplitMix64
@@ -43,7 +43,7 @@ pub fn format_timestamp_micros(micros: i64) -> String {
     let frac = micros.rem_euclid(1_000_000);
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = crate::convert::time::civil_from_days(days);
+    let (y, m, d) = crate::time::civil_from_days(days);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:06}Z",
         sod / 3600,
@@ -165,7 +165,7 @@ fn wide_extra(id: u64, seed: u64, micros: u64) -> String {
         )
     };
     let days = (micros / 86_400_000_000) as i64;
-    let (y, m, d) = crate::convert::time::civil_from_days(days);
+    let (y, m, d) = crate::time::civil_from_days(days);
     let sod = (micros / 1_000_000) % 86_400;
     let num_items = 1 + n() % 3;
     let items: Vec<String> = (0..num_items)
@@ -335,7 +335,7 @@ impl BadKind {
         BadKind::ALL.into_iter().find(|k| k.name() == name)
     }
 
-    /// The DLQ error code floe must give a record of this kind (DESIGN.md, "DLQ error codes").
+    /// The DLQ error code floe must give a record of this kind (docs/schema-mapping.md "DLQ error codes").
     pub fn expected_code(self) -> &'static str {
         match self {
             BadKind::NotJson => "DESERIALIZATION_ERROR",

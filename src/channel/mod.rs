@@ -20,6 +20,11 @@
 //! record is delivered twice. Every state write is conditional on the version read (the
 //! store's compare-and-swap), so concurrent operators and workers never lose an update.
 
+pub mod activate;
+pub mod schema_file;
+
+use activate::ActivateError;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,16 +35,14 @@ use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::{ensure_table, CatalogError, TableSpec, SUMMARY_RANGES};
-use crate::config::{
-    CatalogConfig, ChannelConfig, Config, ConfigError, DestinationConfig, DlqLocation,
-};
+use crate::config::{ChannelConfig, Config, ConfigError, DestinationConfig, DlqLocation};
+use crate::iceberg::table_state::SUMMARY_RANGES;
 use crate::lease::{
     ChannelOverrides, ChannelState, ChannelStatus, DeliveryLog, LeaseError, LeaseKey, Store,
 };
+use crate::time::now_ms;
 
-/// How often a running channel re-reads its state (deletion, updated settings).
-pub const STATE_POLL_INTERVAL: Duration = Duration::from_secs(5);
+pub use crate::lease::STATE_POLL_INTERVAL;
 
 /// An error of a control-plane operation, by what the operator does next.
 #[derive(Debug, thiserror::Error)]
@@ -70,17 +73,26 @@ impl ControlError {
     }
 }
 
+impl From<ActivateError> for ControlError {
+    fn from(e: ActivateError) -> Self {
+        match e {
+            ActivateError::Refused { path, message } => ControlError::refused(path, message),
+            ActivateError::Failed { path, reason, fix } => ControlError::refused(
+                path,
+                format!("{reason}; the channel is FAILED: delete it, {fix}, and create it again"),
+            ),
+            ActivateError::Suspended(reason) => {
+                ControlError::refused("channel", format!("SUSPENDED: {reason}"))
+            }
+            ActivateError::Unavailable(m) => ControlError::Unavailable(m),
+        }
+    }
+}
+
 impl From<LeaseError> for ControlError {
     fn from(e: LeaseError) -> Self {
         ControlError::Unavailable(format!("lease store: {e}"))
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 fn state_path(channel: &str) -> String {
@@ -251,21 +263,7 @@ pub async fn open_catalog(
     config: &ChannelConfig,
     aws: &crate::aws::AwsClients,
 ) -> Result<Arc<dyn Catalog>, ControlError> {
-    let Some(dest) = config.destination.iceberg() else {
-        return Err(ControlError::refused(
-            format!("channel[{index}].destination.kind"),
-            "a raw S3 destination has no catalog",
-        ));
-    };
-    crate::catalog::open_channel_catalog(&dest.catalog, aws)
-        .await
-        .map_err(|e| match e {
-            CatalogError::Refused { key, message } => ControlError::refused(
-                format!("channel[{index}].destination.catalog.{key}"),
-                message,
-            ),
-            e => ControlError::Unavailable(format!("catalog: {e}")),
-        })
+    Ok(activate::open_catalog(index, config, aws).await?)
 }
 
 /// Checks that the DLQ can be written. A local directory is created, and a probe file written,
@@ -332,7 +330,7 @@ pub async fn preflight(
     config: &ChannelConfig,
     aws: &crate::aws::AwsClients,
 ) -> Result<Option<crate::schema::MappedSchema>, ControlError> {
-    let schema = crate::cli::validate::check_schema(index, config);
+    let schema = schema_file::check_schema(index, config);
     let dlq = check_dlq_writable(index, config, aws).await;
     match (schema, dlq) {
         (Ok(schema), Ok(())) => Ok(schema),
@@ -409,7 +407,7 @@ pub async fn create(
             put(store, creating, expected).await?
         }
     };
-    let (Some(dest), Some(ident)) = (channel.destination.iceberg(), table_ident(channel)) else {
+    if channel.destination.iceberg().is_none() {
         // A raw S3 channel has no table: it is active once its bucket took a staged object.
         let active = ChannelState {
             state: ChannelStatus::Active,
@@ -422,114 +420,52 @@ pub async fn create(
         tracing::info!(channel = name, activated_at_ms = active.activated_at_ms, destination = %destination_name(channel), "channel created: ACTIVE");
         return Ok(active);
     };
-    let catalog = open_catalog(index, channel, aws)
+    let mut state = state;
+    let creating = |e: ActivateError| match e {
+        ActivateError::Unavailable(m) => {
+            ControlError::Unavailable(format!("{m}; the channel stays CREATING: run create again"))
+        }
+        e => e.into(),
+    };
+    let catalog = activate::open_catalog(index, channel, aws)
         .await
-        .map_err(|e| match e {
-            ControlError::Unavailable(m) => ControlError::Unavailable(format!(
-                "{m}; the channel stays CREATING: run create again"
-            )),
-            e => e,
-        })?;
-    let spec = TableSpec {
-        ident,
-        channel: name.to_string(),
-        compression_codec: crate::app::compression(&dest.compression)
-            .codec_name()
-            .to_string(),
-        target_file_size_bytes: dest.target_file_size,
-    };
-    let (schema, state) = match file_schema {
-        Some(schema) => (schema, state),
-        None => glue_schema(index, channel, store, state, aws).await?,
-    };
-    let expected = Some(state.version);
-    let ensured = match ensure_table(catalog.as_ref(), &spec, &schema).await {
-        Ok(table) => match &dest.catalog {
-            CatalogConfig::S3Tables(s3t) => {
-                crate::catalog_aws::check_table_encryption(s3t, aws, &spec.ident, name)
-                    .await
-                    .map(|()| table)
-            }
-            _ => Ok(table),
-        },
-        Err(e) => Err(e),
-    };
-    match ensured {
-        Ok(table) => {
-            let active = ChannelState {
-                state: ChannelStatus::Active,
-                status_reason: None,
-                activated_at_ms: Some(now_ms()),
-                table_uuid: Some(table.metadata().uuid().to_string()),
-                ..state
+        .map_err(creating)?;
+    let schema = match file_schema {
+        Some(schema) => schema,
+        None => {
+            let registry = match &channel.schema {
+                Some(crate::config::SchemaConfig::Glue { schema_arn, .. }) => {
+                    crate::gsr::RegistryClient::glue(aws.glue(), schema_arn)
+                }
+                _ => crate::gsr::RegistryClient::glue(aws.glue(), ""),
             };
-            let active = put(store, active, expected).await?;
-            tracing::info!(channel = name, activated_at_ms = active.activated_at_ms, table = %spec.ident, "channel created: ACTIVE");
-            Ok(active)
+            activate::resolve_schema(index, channel, store, &mut state, Some(&registry))
+                .await
+                .map_err(creating)?
+                .mapped
         }
-        Err(e @ CatalogError::Incompatible { .. }) => {
-            fail(
-                store,
-                state,
-                expected,
-                format!("channel[{index}].destination.table"),
-                e.to_string(),
-                "point it at another table",
-            )
-            .await
-        }
-        Err(e) => Err(ControlError::Unavailable(format!(
-            "catalog: {e}; the channel stays CREATING: run create again"
-        ))),
-    }
-}
-
-/// Resolves a Glue schema for `create` (the version recorded by an earlier, unfinished create, or
-/// the configured one, then recorded with the CREATING state). Missing, not JSON or not mappable:
-/// the channel is recorded FAILED with the reason.
-async fn glue_schema(
-    index: usize,
-    channel: &ChannelConfig,
-    store: &dyn Store,
-    state: ChannelState,
-    aws: &crate::aws::AwsClients,
-) -> Result<(crate::schema::MappedSchema, ChannelState), ControlError> {
-    use crate::schema::registry::{load_channel_schema, RegistryClient, SchemaLoadError};
-    let registry = match &channel.schema {
-        Some(crate::config::SchemaConfig::Glue { schema_arn, .. }) => {
-            RegistryClient::glue(aws.glue(), schema_arn)
-        }
-        _ => RegistryClient::glue(aws.glue(), ""),
     };
-    let recorded = state
-        .schema_version_id
-        .as_deref()
-        .and_then(|id| uuid::Uuid::parse_str(id).ok());
+    activate::ensure_channel_table(
+        index,
+        channel,
+        store,
+        &mut state,
+        catalog.as_ref(),
+        &schema,
+        aws,
+    )
+    .await
+    .map_err(creating)?;
     let expected = Some(state.version);
-    match load_channel_schema(channel, recorded, Some(&registry)).await {
-        Ok(resolved) => {
-            let state = ChannelState {
-                schema_version_id: resolved.version_id.map(|id| id.to_string()),
-                ..state
-            };
-            let state = put(store, state, expected).await?;
-            Ok((resolved.mapped, state))
-        }
-        Err(SchemaLoadError::Unavailable(m)) => Err(ControlError::Unavailable(format!(
-            "{m}; the channel stays CREATING: run create again"
-        ))),
-        Err(SchemaLoadError::Refused(reason)) => {
-            fail(
-                store,
-                state,
-                expected,
-                format!("channel[{index}].schema.glue_schema_arn"),
-                reason,
-                "fix the schema",
-            )
-            .await
-        }
-    }
+    let active = ChannelState {
+        state: ChannelStatus::Active,
+        status_reason: None,
+        activated_at_ms: Some(now_ms()),
+        ..state
+    };
+    let active = put(store, active, expected).await?;
+    tracing::info!(channel = name, activated_at_ms = active.activated_at_ms, table = %destination_name(channel), "channel created: ACTIVE");
+    Ok(active)
 }
 
 /// For `create` on an ACTIVE channel with a Glue schema: checks that the configuration still
@@ -545,7 +481,7 @@ async fn check_active_glue_schema(
     active: &ChannelState,
     aws: &crate::aws::AwsClients,
 ) -> Result<(), ControlError> {
-    use crate::schema::registry::{load_channel_schema, RegistryClient, SchemaLoadError};
+    use crate::gsr::{load_channel_schema, RegistryClient, SchemaLoadError};
     let Some(crate::config::SchemaConfig::Glue {
         version,
         schema_arn,
@@ -553,11 +489,7 @@ async fn check_active_glue_schema(
     else {
         return Ok(());
     };
-    let Some(recorded) = active
-        .schema_version_id
-        .as_deref()
-        .and_then(|id| uuid::Uuid::parse_str(id).ok())
-    else {
+    let Some(recorded) = activate::recorded_schema_version(active)? else {
         return Ok(());
     };
     let registry = RegistryClient::glue(aws.glue(), schema_arn);
@@ -585,27 +517,6 @@ async fn check_active_glue_schema(
             format!("{reason}; the channel is ACTIVE and stays as it is: fix this configuration"),
         )),
     }
-}
-
-/// Records the channel FAILED with `reason` and refuses at `path`, telling the operator the way out.
-async fn fail<T>(
-    store: &dyn Store,
-    state: ChannelState,
-    expected: Option<u64>,
-    path: String,
-    reason: String,
-    fix: &str,
-) -> Result<T, ControlError> {
-    let failed = ChannelState {
-        state: ChannelStatus::Failed,
-        status_reason: Some(reason.clone()),
-        ..state
-    };
-    put(store, failed, expected).await?;
-    Err(ControlError::refused(
-        path,
-        format!("{reason}; the channel is FAILED: delete it, {fix}, and create it again"),
-    ))
 }
 
 /// What `floe channel update` may change.
@@ -812,7 +723,7 @@ pub async fn describe(
         Some(d) => d.checkpoints.clone(),
         None => table
             .as_ref()
-            .and_then(|t| crate::commit::table_checkpoints(t).ok())
+            .and_then(|t| crate::iceberg::table_state::table_checkpoints(t).ok())
             .unwrap_or_default(),
     };
     // A raw channel's last commit: the time in its commit id (a UUIDv7).
@@ -901,7 +812,7 @@ async fn describe_with(
                 },
                 last_commit_at: last_commits
                     .get(&shard.to_string())
-                    .map(|ms| crate::worker::rfc3339_ms(*ms)),
+                    .map(|ms| crate::time::rfc3339_ms(*ms)),
             })
         })
         .collect();
@@ -918,10 +829,10 @@ async fn describe_with(
         activated_at: state
             .as_ref()
             .and_then(|s| s.activated_at_ms)
-            .map(crate::worker::rfc3339_ms),
+            .map(crate::time::rfc3339_ms),
         updated_at: state
             .as_ref()
-            .map(|s| crate::worker::rfc3339_ms(s.updated_at_ms)),
+            .map(|s| crate::time::rfc3339_ms(s.updated_at_ms)),
         table: destination_name(channel),
         table_uuid: state.as_ref().and_then(|s| s.table_uuid.clone()),
         schema_version_id: state.as_ref().and_then(|s| s.schema_version_id.clone()),
@@ -941,7 +852,7 @@ async fn describe_with(
             .as_ref()
             .map(|s| s.timestamp_ms())
             .or(raw_commit_ms)
-            .map(crate::worker::rfc3339_ms),
+            .map(crate::time::rfc3339_ms),
         snapshot_id: snapshot.map(|s| s.snapshot_id()),
         shards,
         catalog_error,
@@ -955,7 +866,7 @@ fn last_commit_per_shard(table: &Table) -> BTreeMap<String, i64> {
         let Some(ranges) = snapshot.summary().additional_properties.get(SUMMARY_RANGES) else {
             continue;
         };
-        let Ok(ranges) = serde_json::from_str::<BTreeMap<String, serde_json::Value>>(ranges) else {
+        let Some(ranges) = crate::iceberg::table_state::decode_ranges(ranges) else {
             continue;
         };
         for shard in ranges.keys() {

@@ -1,6 +1,6 @@
 //! The worker side of a channel: read the leased shards, convert records into one columnar
 //! buffer, and every `data_freshness` (or when the buffer is full) write the data files,
-//! stage the DLQ entries and hand the batch to the committer (DESIGN.md, protocol steps 1, 2
+//! stage the DLQ entries and hand the batch to the committer (docs/design.md, protocol steps 1, 2
 //! and 7).
 //!
 //! ```text
@@ -25,23 +25,21 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iceberg::table::Table;
-use iceberg::{Catalog, TableIdent};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::commit::table_checkpoints;
-use crate::convert::gsr::{PayloadError, RecordDecoder};
-use crate::convert::Converter;
-use crate::dlq::{Dlq, DlqEntry};
-use crate::lease::{BatchStore, HeldLeases};
+use crate::destination::{BatchSink, BoxError, Pushed, SinkError};
+use crate::dlq::DlqEntry;
+use crate::iceberg::sink::IcebergSink;
+use crate::iceberg::IcebergIo;
+use crate::lease::{BatchStore, HeldLeases, LeaseError};
 use crate::model::{CheckpointRange, Checkpoints, PendingBatch, Position, ShardId, ShardRange};
-use crate::raw::{RawBuffer, RawDestinationConfig, RawObject, RawStore};
-use crate::schema::MappedSchema;
-use crate::source::{resolve_start, InitialPosition, ShardReader, Source};
+use crate::raw::sink::RawSink;
+use crate::raw::RawIo;
+use crate::source::{resolve_start, InitialPosition, ShardReader, Source, SourceError};
 use crate::telemetry;
-use crate::writer::{write_data_files, WriterSettings};
+use crate::time::{now_ms, rfc3339_ms};
 
 /// Settings of one channel's worker loop.
 #[derive(Debug, Clone)]
@@ -64,68 +62,98 @@ pub struct WorkerSettings {
     pub include_payload: bool,
     /// Where a shard without a checkpoint starts.
     pub initial_position: InitialPosition,
-    /// Data-file writer settings.
-    pub writer: WriterSettings,
 }
 
-/// Errors that stop a worker loop; the supervisor restarts it with backoff.
+/// Errors that stop a worker loop, shaped by what the supervisor does next: restart it with
+/// backoff (`Unavailable`), suspend the channel (`TableGone`), or stop this worker
+/// (`Incompatible`, `Refused`). Each dependency's error is mapped where it is called.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
-    /// The catalog or storage failed.
-    #[error("iceberg: {0}")]
-    Iceberg(#[from] iceberg::Error),
-    /// The source failed.
-    #[error("source: {0}")]
-    Source(#[from] crate::source::SourceError),
-    /// The lease store failed.
-    #[error("lease store: {0}")]
-    Lease(#[from] crate::lease::LeaseError),
-    /// The DLQ could not be written.
-    #[error("dlq: {0}")]
-    Dlq(#[from] std::io::Error),
-    /// Raw objects could not be encoded or staged in S3.
-    #[error("raw objects: {0}")]
-    Raw(std::io::Error),
-    /// The table does not fit the channel.
+    /// A dependency (source, lease store, catalog, storage, DLQ, schema registry) failed:
+    /// restart the loop with backoff from the committed checkpoints; nothing is lost (a record
+    /// whose GSR schema version could not be looked up is not dead-lettered, cases GSR-39).
+    #[error("{what}: {source}")]
+    Unavailable {
+        /// What failed (`source`, `lease store`, `load table`, `stage dlq entries`).
+        what: &'static str,
+        /// The dependency's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The channel's table was dropped or replaced: the channel is suspended for every worker.
+    #[error("{0}")]
+    TableGone(String),
+    /// The table does not fit this worker's channel configuration (say, a schema edited on one
+    /// machine): this worker stops.
     #[error("{0}")]
     Incompatible(String),
-    /// A record's schema version id could not be looked up in the Glue Schema Registry
-    /// (unavailable after the bounded retries, or refused): restart from the table's
-    /// checkpoints with backoff; the record is not dead-lettered (cases GSR-39).
-    #[error("{0}")]
-    SchemaRegistry(crate::convert::gsr::PayloadError),
+    /// A dependency refuses for good (the source's position was lost to retention, a bad
+    /// configuration, a lease store that refuses): an operator must act.
+    #[error("{what}: {source}")]
+    Refused {
+        /// What refused (`source`, `lease store`).
+        what: &'static str,
+        /// The dependency's error.
+        #[source]
+        source: BoxError,
+    },
 }
 
 impl WorkerError {
-    /// Whether restarting the loop may help. Not retryable: the table was dropped or no
-    /// longer fits the channel, or the source refuses (position lost to retention, bad
-    /// configuration) — an operator must act.
+    /// Whether restarting the loop may help (only [`WorkerError::Unavailable`]).
     pub fn is_retryable(&self) -> bool {
-        match self {
-            WorkerError::Iceberg(e) => !matches!(
-                e.kind(),
-                iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
-            ),
-            WorkerError::Source(e) => e.is_retryable(),
-            WorkerError::Lease(_)
-            | WorkerError::Dlq(_)
-            | WorkerError::SchemaRegistry(_)
-            | WorkerError::Raw(_) => true,
-            WorkerError::Incompatible(_) => false,
-        }
+        matches!(self, WorkerError::Unavailable { .. })
     }
 
-    /// Whether the channel's table is gone (dropped): the channel is suspended for every worker,
-    /// unlike a mismatch between this worker's configuration and the table, which stops only
-    /// this worker.
+    /// Whether the channel's table is gone (dropped or replaced): the channel is suspended for
+    /// every worker, unlike a mismatch between this worker's configuration and the table, which
+    /// stops only this worker.
     pub fn is_table_gone(&self) -> bool {
-        matches!(
-            self,
-            WorkerError::Iceberg(e) if matches!(
-                e.kind(),
-                iceberg::ErrorKind::TableNotFound | iceberg::ErrorKind::NamespaceNotFound
-            )
-        )
+        matches!(self, WorkerError::TableGone(_))
+    }
+}
+
+impl From<SinkError> for WorkerError {
+    fn from(e: SinkError) -> Self {
+        match e {
+            SinkError::Unavailable { what, source } => WorkerError::Unavailable { what, source },
+            SinkError::TableGone(m) => WorkerError::TableGone(m),
+            SinkError::Incompatible(m) => WorkerError::Incompatible(m),
+        }
+    }
+}
+
+impl From<SourceError> for WorkerError {
+    fn from(e: SourceError) -> Self {
+        let source = Box::new(e);
+        if source.is_retryable() {
+            WorkerError::Unavailable {
+                what: "source",
+                source,
+            }
+        } else {
+            WorkerError::Refused {
+                what: "source",
+                source,
+            }
+        }
+    }
+}
+
+impl From<LeaseError> for WorkerError {
+    fn from(e: LeaseError) -> Self {
+        let source = Box::new(e);
+        if source.is_retryable() {
+            WorkerError::Unavailable {
+                what: "lease store",
+                source,
+            }
+        } else {
+            WorkerError::Refused {
+                what: "lease store",
+                source,
+            }
+        }
     }
 }
 
@@ -216,16 +244,8 @@ impl ChannelIo {
     }
 }
 
-/// A channel's destination, as its worker and committer use it. The two kinds share the whole
-/// protocol (leases, pending batches, the plan); they differ in what a batch is made of, where
-/// the committed checkpoints live and what committing means:
-///
-/// | | Iceberg | Raw S3 |
-/// |---|---|---|
-/// | batch | Parquet data files + staged DLQ object | staged objects, one or more per shard |
-/// | checkpoints | table property `floe.checkpoints` | lease store item `checkpoints` ([`crate::lease::Delivered`]) |
-/// | commit | fenced Iceberg transaction | compare-and-swap of the lease store item |
-/// | after the commit | publish the DLQ object | publish (copy) the staged objects |
+/// A channel's destination, as its loops are given it ([`crate::destination`] says what each
+/// kind does).
 #[derive(Clone)]
 pub enum DestinationIo {
     /// An Iceberg table.
@@ -234,64 +254,32 @@ pub enum DestinationIo {
     Raw(RawIo),
 }
 
-/// An Iceberg destination: table, schema, DLQ.
-#[derive(Clone)]
-pub struct IcebergIo {
-    /// The catalog holding the channel's table.
-    pub catalog: Arc<dyn Catalog>,
-    /// The channel's table.
-    pub ident: TableIdent,
-    /// The channel's mapped schema.
-    pub schema: Arc<MappedSchema>,
-    /// The channel's DLQ.
-    pub dlq: Dlq,
-}
-
-/// A raw S3 destination.
-#[derive(Clone)]
-pub struct RawIo {
-    /// Staging and publishing of objects.
-    pub store: RawStore,
-    /// The validated destination settings.
-    pub config: Arc<RawDestinationConfig>,
-}
-
-/// The worker's side of the destination: what buffers records and writes batches.
-enum Sink {
-    Iceberg {
-        io: IcebergIo,
-        table: Box<Table>,
-        converter: Box<Converter>,
-    },
-    Raw {
-        io: RawIo,
-        buffer: RawBuffer,
-    },
-}
-
-impl Sink {
-    fn buffered_bytes(&self) -> usize {
-        match self {
-            Sink::Iceberg { converter, .. } => converter.buffered_bytes(),
-            Sink::Raw { buffer, .. } => buffer.buffered_bytes(),
-        }
+impl DestinationIo {
+    /// Opens the worker's side of the destination.
+    ///
+    /// Errors: see [`BatchSink`]'s implementations.
+    async fn open_sink(
+        &self,
+        settings: &WorkerSettings,
+        batches: &Arc<dyn BatchStore>,
+    ) -> Result<Box<dyn BatchSink>, SinkError> {
+        Ok(match self {
+            DestinationIo::Iceberg(io) => Box::new(
+                IcebergSink::open(
+                    &settings.channel,
+                    io.clone(),
+                    settings.max_record_size as usize,
+                )
+                .await?,
+            ),
+            DestinationIo::Raw(io) => Box::new(RawSink::new(
+                &settings.channel,
+                &settings.source_name,
+                io.clone(),
+                batches.clone(),
+            )),
+        })
     }
-}
-
-/// A batch written but not handed off yet.
-struct Written {
-    data_files: Vec<String>,
-    sizes: Vec<u64>,
-    num_rows: u64,
-    num_bytes: u64,
-    dlq_staged: Option<String>,
-    /// What to delete if the batch is not handed off.
-    undo: Undo,
-}
-
-enum Undo {
-    Files(Vec<String>),
-    Raw(Vec<RawObject>),
 }
 
 /// One channel's worker loop.
@@ -300,9 +288,7 @@ pub struct ChannelWorker {
     io: ChannelIo,
     batches: Arc<dyn BatchStore>,
     held: watch::Receiver<HeldLeases>,
-    sink: Option<Sink>,
-    /// Record framing (`record.format`): the JSON payload of each record.
-    record_decoder: RecordDecoder,
+    sink: Option<Box<dyn BatchSink>>,
     dlq_entries: Vec<DlqEntry>,
     /// [`DlqEntry::approx_bytes`] of `dlq_entries`: part of the buffer (back-pressure).
     dlq_bytes: usize,
@@ -336,7 +322,6 @@ impl ChannelWorker {
             batches,
             held,
             sink: None,
-            record_decoder: RecordDecoder::Json,
             dlq_entries: Vec::new(),
             dlq_bytes: 0,
             dlq_codes: BTreeMap::new(),
@@ -369,12 +354,6 @@ impl ChannelWorker {
             .min()
     }
 
-    /// Sets how records are framed (default: plain JSON).
-    pub fn with_record_decoder(mut self, record_decoder: RecordDecoder) -> Self {
-        self.record_decoder = record_decoder;
-        self
-    }
-
     /// Runs until `stop` is cancelled, then flushes what it buffered and waits up to `drain`
     /// for its batches to be committed.
     ///
@@ -402,7 +381,7 @@ impl ChannelWorker {
         let mut last_reconcile = Instant::now();
         let mut last_settings: Option<Instant> = None;
         while !stop.is_cancelled() {
-            if last_settings.is_none_or(|t| t.elapsed() >= crate::control::STATE_POLL_INTERVAL) {
+            if last_settings.is_none_or(|t| t.elapsed() >= crate::lease::STATE_POLL_INTERVAL) {
                 self.apply_channel_settings().await;
                 last_settings = Some(Instant::now());
             }
@@ -462,48 +441,24 @@ impl ChannelWorker {
     }
 
     async fn open_sink(&mut self) -> Result<(), WorkerError> {
-        self.sink = Some(match &self.io.destination {
-            DestinationIo::Iceberg(io) => {
-                let table = io.catalog.load_table(&io.ident).await?;
-                let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(
-                    table.metadata().current_schema(),
-                )?);
-                let converter = Converter::try_new(io.schema.clone(), arrow)
-                    .map_err(|e| WorkerError::Incompatible(e.to_string()))?
-                    .with_max_record_size(self.settings.max_record_size as usize);
-                Sink::Iceberg {
-                    io: io.clone(),
-                    table: Box::new(table),
-                    converter: Box::new(converter),
-                }
-            }
-            DestinationIo::Raw(io) => Sink::Raw {
-                io: io.clone(),
-                buffer: RawBuffer::default(),
-            },
-        });
+        self.sink = Some(
+            self.io
+                .destination
+                .open_sink(&self.settings, &self.batches)
+                .await?,
+        );
         Ok(())
     }
 
-    /// The committed checkpoints: the table's `floe.checkpoints`, or for a raw channel the lease
-    /// store's delivered checkpoints (never the lease hints).
+    /// The committed checkpoints, from where the destination keeps them (never the lease
+    /// hints).
     async fn table_checkpoints(&mut self) -> Result<Checkpoints, WorkerError> {
-        match self.sink.as_mut().expect("sink open") {
-            Sink::Iceberg { io, table, .. } => {
-                let fresh = io.catalog.load_table(&io.ident).await?;
-                crate::catalog::check_same_table(&io.ident, &table.metadata().uuid(), &fresh)?;
-                let cp = table_checkpoints(&fresh)
-                    .map_err(|e| WorkerError::Incompatible(e.to_string()))?;
-                **table = fresh;
-                Ok(cp)
-            }
-            Sink::Raw { .. } => Ok(self
-                .batches
-                .get_delivered(&self.settings.channel)
-                .await?
-                .map(|d| d.checkpoints)
-                .unwrap_or_default()),
-        }
+        Ok(self
+            .sink
+            .as_mut()
+            .expect("sink open")
+            .committed_checkpoints()
+            .await?)
     }
 
     /// Opens readers for newly held shards, drops lost ones.
@@ -599,12 +554,8 @@ impl ChannelWorker {
     }
 
     fn drop_buffer(&mut self) {
-        match self.sink.as_mut() {
-            Some(Sink::Iceberg { converter, .. }) => {
-                let _ = converter.finish();
-            }
-            Some(Sink::Raw { buffer, .. }) => buffer.clear(),
-            None => {}
+        if let Some(sink) = self.sink.as_mut() {
+            sink.clear();
         }
         self.dlq_entries.clear();
         self.dlq_bytes = 0;
@@ -652,28 +603,14 @@ impl ChannelWorker {
                     self.oldest_read = Some(Instant::now());
                     self.oldest_read_ms = now_ms();
                 }
-                let pushed = match sink {
-                    // Raw means raw: every record is delivered as read, JSON or not.
-                    Sink::Raw { buffer, .. } => {
-                        buffer.push(id, rec.position.clone(), rec.arrival_ms, rec.payload);
-                        self.num_buffered += 1;
-                        st.buffered_last = Some(rec.position);
-                        continue;
-                    }
-                    Sink::Iceberg { converter, .. } => {
-                        match self.record_decoder.payload(&rec.payload).await {
-                            Ok(payload) => converter.push(payload),
-                            Err(PayloadError::Record(reason)) => Err(reason),
-                            Err(e) => {
-                                telemetry::record_schema_lookup_error(&self.settings.channel);
-                                return Err(WorkerError::SchemaRegistry(e));
-                            }
-                        }
-                    }
-                };
+                let position = rec.position.clone();
+                let pushed = sink.push(id, rec).await?;
                 match pushed {
-                    Ok(_hour) => self.num_buffered += 1,
-                    Err(reason) => {
+                    Pushed::Buffered => self.num_buffered += 1,
+                    Pushed::Rejected {
+                        reason,
+                        record: rec,
+                    } => {
                         *self.dlq_codes.entry(reason.code.as_str()).or_default() += 1;
                         let mut entry = DlqEntry {
                             channel: self.settings.channel.clone(),
@@ -698,7 +635,7 @@ impl ChannelWorker {
                         self.dlq_entries.push(entry);
                     }
                 }
-                st.buffered_last = Some(rec.position);
+                st.buffered_last = Some(position);
             }
             if st.reader.shard_ended() {
                 tracing::info!(channel = %self.settings.channel, shard = %id, "shard ended: every record read; handing off SHARD_END");
@@ -779,7 +716,12 @@ impl ChannelWorker {
             return Ok(());
         }
         let batch_id = Uuid::now_v7();
-        let written = self.write_batch(batch_id).await?;
+        let written = self
+            .sink
+            .as_mut()
+            .expect("sink open")
+            .write(batch_id, &self.dlq_entries)
+            .await?;
         // Never hand off a shard whose lease was lost while writing.
         let held = self.held.borrow().clone();
         let still_held = shards.iter().all(|s| {
@@ -788,7 +730,11 @@ impl ChannelWorker {
                 .is_some_and(|l| l.lease_counter == s.lease_counter)
         });
         if !still_held {
-            self.undo(&written).await;
+            self.sink
+                .as_mut()
+                .expect("sink open")
+                .undo(&written.files)
+                .await;
             // The buffer is dropped, so every reader must go back to its last hand-off, whether
             // or not `sync_leases` still finds a lost lease: the lease manager may have dropped a
             // lease locally (not renewed within lease_duration, e.g. a long flush) and renewed it
@@ -803,8 +749,7 @@ impl ChannelWorker {
             batch_id,
             worker_id: self.settings.worker_id.clone(),
             shards: shards.clone(),
-            data_files: written.data_files,
-            dlq_staged: written.dlq_staged,
+            files: written.files,
             num_rows: written.num_rows,
             num_dead_lettered: self.dlq_entries.len() as u64,
             dead_lettered_by_code: self
@@ -837,89 +782,6 @@ impl ChannelWorker {
         self.oldest_read = None;
         self.num_buffered = 0;
         Ok(())
-    }
-
-    /// Writes the buffer out: data files and the staged DLQ object, or staged raw objects.
-    async fn write_batch(&mut self, batch_id: Uuid) -> Result<Written, WorkerError> {
-        match self.sink.as_mut().expect("sink open") {
-            Sink::Iceberg {
-                io,
-                table,
-                converter,
-            } => {
-                let rows = converter.finish();
-                let files = write_data_files(table, &self.settings.writer, batch_id, rows).await?;
-                let dlq_staged = io.dlq.stage(batch_id, &self.dlq_entries).await;
-                if !self.dlq_entries.is_empty() {
-                    telemetry::record_dlq_write(
-                        &self.settings.channel,
-                        "stage",
-                        dlq_staged.is_ok(),
-                    );
-                }
-                let dlq_staged = match dlq_staged {
-                    Ok(s) => s,
-                    Err(e) => {
-                        for p in &files.paths {
-                            let _ = table.file_io().delete(p).await;
-                        }
-                        return Err(e.into());
-                    }
-                };
-                Ok(Written {
-                    data_files: files.data_files_json,
-                    sizes: files.sizes,
-                    num_rows: files.num_rows,
-                    num_bytes: files.num_bytes,
-                    dlq_staged,
-                    undo: Undo::Files(files.paths),
-                })
-            }
-            Sink::Raw { io, buffer } => {
-                let records = buffer.take();
-                let num_rows = records.len() as u64;
-                let config = io.config.clone();
-                let (channel, stream) = (
-                    self.settings.channel.clone(),
-                    self.settings.source_name.clone(),
-                );
-                // Compression is CPU-bound: off the async threads.
-                let objects =
-                    tokio::task::spawn_blocking(move || records.encode(&config, &channel, &stream))
-                        .await
-                        .map_err(|e| WorkerError::Raw(std::io::Error::other(e)))?
-                        .map_err(WorkerError::Raw)?;
-                let staged = io
-                    .store
-                    .stage(batch_id, objects)
-                    .await
-                    .map_err(WorkerError::Raw)?;
-                Ok(Written {
-                    data_files: staged.iter().map(RawObject::to_json).collect(),
-                    sizes: staged.iter().map(|o| o.bytes).collect(),
-                    num_rows,
-                    num_bytes: staged.iter().map(|o| o.bytes).sum(),
-                    dlq_staged: None,
-                    undo: Undo::Raw(staged),
-                })
-            }
-        }
-    }
-
-    /// Deletes what a batch wrote that was not handed off.
-    async fn undo(&mut self, written: &Written) {
-        match (self.sink.as_ref().expect("sink open"), &written.undo) {
-            (Sink::Iceberg { io, table, .. }, Undo::Files(paths)) => {
-                for p in paths {
-                    let _ = table.file_io().delete(p).await;
-                }
-                if let Some(s) = &written.dlq_staged {
-                    io.dlq.discard(s).await;
-                }
-            }
-            (Sink::Raw { io, .. }, Undo::Raw(objects)) => io.store.discard(objects).await,
-            _ => {}
-        }
     }
 
     /// Forgets committed batches; on a rejected one, restarts from the table's checkpoints.
@@ -976,7 +838,7 @@ impl ChannelWorker {
         // read by a failed loop.
         let oldest = self.oldest_pending();
         let freshness = oldest.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
-        let buffered = self.sink.as_ref().map(Sink::buffered_bytes).unwrap_or(0);
+        let buffered = self.sink.as_ref().map(|s| s.buffered_bytes()).unwrap_or(0);
         let committer = self.held.borrow().committer.is_some();
         let lag: u64 = self
             .shards
@@ -1010,39 +872,5 @@ impl ChannelWorker {
             self.shards.len(),
             committer,
         );
-    }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-/// Formats milliseconds since the epoch as RFC 3339 UTC with milliseconds.
-pub fn rfc3339_ms(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = crate::convert::time::civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        sod / 3600,
-        (sod / 60) % 60,
-        sod % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn arrival_time_is_rfc3339_utc_with_millis() {
-        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339_ms(1_783_627_200_123), "2026-07-09T20:00:00.123Z");
-        assert_eq!(rfc3339_ms(-1), "1969-12-31T23:59:59.999Z");
     }
 }

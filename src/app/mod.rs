@@ -21,30 +21,30 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::aws::AwsClients;
-use crate::catalog::{ensure_table, TableSpec};
+use crate::channel::activate::{self, ActivateError};
 use crate::commit::{CommitError, Committer};
 use crate::config::{
     ChannelConfig, Config, DestinationConfig, DlqLocation, LeaseStoreBackend, LeaseStoreConfig,
     RecordFormat, SchemaConfig, SourceConfig,
 };
-use crate::convert::gsr::{GsrDecoder, RecordDecoder};
 use crate::dlq::{Dlq, LocalDlq, S3Dlq};
+use crate::gsr::wire::{GsrDecoder, RecordDecoder};
+use crate::gsr::{load_channel_schema, RegistryClient};
+use crate::iceberg::target::IcebergTarget;
+use crate::iceberg::writer::{ParquetCompression, WriterSettings};
+use crate::iceberg::IcebergIo;
 use crate::lease::dynamodb::{DynamoDbLeaseStore, MissingTable};
 use crate::lease::manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
 use crate::lease::sqlite::SqliteLeaseStore;
 use crate::lease::Store;
 use crate::lease::{BatchStore, ChannelState, ChannelStatus, LeaseKey, LeaseSpec, LeaseStore};
+use crate::raw::target::RawTarget;
+use crate::raw::RawIo;
 use crate::raw::RawStore;
-use crate::schema::registry::{
-    load_channel_schema, ChannelSchema, RegistryClient, SchemaLoadError,
-};
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
 use crate::source::kinesis::KinesisSource;
 use crate::source::{InitialPosition, Source};
-use crate::worker::{
-    ChannelIo, ChannelWorker, DestinationIo, IcebergIo, RawIo, WorkerError, WorkerSettings,
-};
-use crate::writer::{ParquetCompression, WriterSettings};
+use crate::worker::{ChannelIo, ChannelWorker, DestinationIo, WorkerError, WorkerSettings};
 
 /// Errors that stop `floe run` at start.
 #[derive(Debug, thiserror::Error)]
@@ -140,8 +140,6 @@ pub struct PreparedChannel {
     pub io: ChannelIo,
     /// Where shards without a checkpoint start.
     pub initial_position: InitialPosition,
-    /// How records are framed (plain JSON, or GSR with the channel's schema version).
-    pub record_decoder: RecordDecoder,
     /// The schema's origin recorded in DLQ entries (a file path, or the schema version id).
     pub schema_label: String,
 }
@@ -233,13 +231,15 @@ pub async fn prepare_channel(
 
 async fn prepare_raw(
     config: &ChannelConfig,
-    dest: &crate::raw::RawDestinationConfig,
+    dest: &crate::config::raw::RawDestinationConfig,
     store: &dyn Store,
     aws: &AwsClients,
 ) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
-    let state = activate(store, name).await?;
-    if let crate::control::RunDecision::Refuse(message) = crate::control::run_decision(Some(&state))
+    let state = activate::record_activation(store, name)
+        .await
+        .map_err(|e| activate_err(name, e))?;
+    if let crate::channel::RunDecision::Refuse(message) = crate::channel::run_decision(Some(&state))
     {
         return Err(channel_err(name, message));
     }
@@ -270,7 +270,6 @@ async fn prepare_raw(
             }),
         },
         initial_position,
-        record_decoder: RecordDecoder::Json,
         schema_label: String::new(),
     })
 }
@@ -334,107 +333,41 @@ async fn prepare_iceberg(
                 .map_err(|e| channel_err(name, e))?,
         ),
     };
-    let catalog = crate::catalog::open_channel_catalog(&dest.catalog, aws)
+    let catalog = activate::open_catalog(index, config, aws)
         .await
-        .map_err(|e| match e {
-            e @ crate::catalog::CatalogError::Refused { .. } => channel_err(name, e),
-            e => channel_unavailable(name, e),
-        })?;
+        .map_err(|e| activate_err(name, e))?;
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),
         dest.table.clone(),
     );
-    let spec = TableSpec {
-        ident: ident.clone(),
-        channel: name.to_string(),
-        compression_codec: compression(&dest.compression).codec_name().to_string(),
-        target_file_size_bytes: dest.target_file_size,
-    };
     // Activation: the first worker records the activation time; every worker starts shards
-    // without a checkpoint from it (DESIGN.md protocol step 9).
-    let mut state = activate(store, name).await?;
-    // FAILED, SUSPENDED, DELETING and CREATING channels are refused (see `control`).
-    if let crate::control::RunDecision::Refuse(message) = crate::control::run_decision(Some(&state))
+    // without a checkpoint from it (docs/design.md protocol step 9).
+    let mut state = activate::record_activation(store, name)
+        .await
+        .map_err(|e| activate_err(name, e))?;
+    // FAILED, SUSPENDED, DELETING and CREATING channels are refused (see `channel`).
+    if let crate::channel::RunDecision::Refuse(message) = crate::channel::run_decision(Some(&state))
     {
         return Err(channel_err(name, message));
     }
     let channel_schema = match file_schema {
         Some(s) => s,
-        None => glue_schema(index, config, store, &mut state, registry.as_deref()).await?,
+        None => activate::resolve_schema(index, config, store, &mut state, registry.as_deref())
+            .await
+            .map_err(|e| activate_err(name, e))?,
     };
     let schema = Arc::new(channel_schema.mapped);
-    // The table recorded at the first delivery must still be the same table: a table that was
-    // dropped (and maybe recreated) is not written to, or records would be delivered again.
-    if let Some(uuid) = &state.table_uuid {
-        let exists = catalog
-            .table_exists(&ident)
-            .await
-            .map_err(|e| channel_unavailable(name, e))?;
-        let current = if exists {
-            Some(
-                catalog
-                    .load_table(&ident)
-                    .await
-                    .map_err(|e| channel_unavailable(name, e))?
-                    .metadata()
-                    .uuid()
-                    .to_string(),
-            )
-        } else {
-            None
-        };
-        match current {
-            Some(current) if current == *uuid => {}
-            // Another table under the name: affirmative evidence that the channel's table was
-            // replaced. The channel is suspended for the whole fleet.
-            Some(current) => {
-                let reason =
-                    format!("table {ident} (uuid {uuid}) was dropped and replaced (now {current})");
-                suspend(store, name, &reason).await;
-                return Err(channel_err(name, format!("suspended: {reason}")));
-            }
-            // Missing from *this worker's* catalog: a dropped table, or a worker configured with
-            // another catalog (a typo in `uri`, another `name`, another host's SQLite file).
-            // Only this worker stops; a worker that sees the drop while delivering suspends the
-            // channel (the worker loop's table-gone path).
-            None => {
-                return Err(channel_err(
-                    name,
-                    format!(
-                        "table {ident} (uuid {uuid}, recorded when the channel was activated) is not in this worker's catalog: check channel.destination.catalog (every worker of a channel must use the same catalog); if the table was dropped, the channel is suspended by the workers that deliver to it"
-                    ),
-                ))
-            }
-        }
-    }
-    let table = match ensure_table(catalog.as_ref(), &spec, &schema).await {
-        Ok(table) => table,
-        // Activation (no table recorded yet) finds a table floe must not write: the channel
-        // is FAILED for every worker, as `floe channel create` records it. Later, the table
-        // recorded at activation no longer fitting is this worker's configuration (a schema
-        // edited on one machine): only this worker stops.
-        Err(e @ crate::catalog::CatalogError::Incompatible { .. }) => {
-            if state.table_uuid.is_none() {
-                let reason = e.to_string();
-                tracing::error!(channel = name, reason = %reason, "channel FAILED: its table cannot be written");
-                set_status(store, name, ChannelStatus::Failed, &reason).await;
-                return Err(channel_err(name, format!("FAILED: {reason}")));
-            }
-            return Err(channel_err(name, e));
-        }
-        Err(e) => return Err(channel_unavailable(name, e)),
-    };
-    if state.table_uuid.is_none() {
-        state.table_uuid = Some(table.metadata().uuid().to_string());
-        let expected = state.version;
-        match store.put_channel_state(&state, Some(expected)).await {
-            Ok(v) => state.version = v,
-            // Another worker recorded it first: the same table, checked on its next start.
-            Err(e) => {
-                tracing::debug!(channel = name, error = %e, "table uuid recorded by another worker")
-            }
-        }
-    }
+    activate::ensure_channel_table(
+        index,
+        config,
+        store,
+        &mut state,
+        catalog.as_ref(),
+        &schema,
+        aws,
+    )
+    .await
+    .map_err(|e| activate_err(name, e))?;
     let (source, initial_position) = open_source(config, &state, aws)?;
     let dlq: Dlq = match &dlq_config.location {
         DlqLocation::Local(path) => LocalDlq::new(path, name).into(),
@@ -460,129 +393,26 @@ async fn prepare_iceberg(
                 ident,
                 schema,
                 dlq,
+                writer: WriterSettings {
+                    channel: name.to_string(),
+                    compression: ParquetCompression::from(&dest.compression),
+                    target_file_size: dest.target_file_size,
+                },
+                record_decoder,
             },
         ),
         initial_position,
-        record_decoder,
         schema_label: channel_schema.label,
     })
 }
 
-/// Resolves a Glue schema at activation: the version recorded with the channel, or (first
-/// activation) the configured one, which is then recorded. A schema that is missing, not JSON or
-/// not mappable puts the channel in FAILED with the reason.
-async fn glue_schema(
-    index: usize,
-    config: &ChannelConfig,
-    store: &dyn Store,
-    state: &mut ChannelState,
-    registry: Option<&RegistryClient>,
-) -> Result<ChannelSchema, AppError> {
-    let name = config.name.as_str();
-    let recorded =
-        match &state.schema_version_id {
-            None => None,
-            Some(id) => Some(uuid::Uuid::parse_str(id).map_err(|e| {
-                channel_err(name, format!("recorded schema version id {id:?}: {e}"))
-            })?),
-        };
-    let resolved = match load_channel_schema(config, recorded, registry).await {
-        Ok(s) => s,
-        Err(SchemaLoadError::Unavailable(m)) => return Err(channel_unavailable(name, m)),
-        // Activation (no version recorded yet): the channel cannot run with this schema.
-        Err(SchemaLoadError::Refused(reason)) if recorded.is_none() => {
-            tracing::error!(channel = name, reason = %reason, "channel FAILED: its schema cannot be used");
-            set_status(store, name, ChannelStatus::Failed, &reason).await;
-            return Err(channel_err(name, format!("FAILED: {reason}")));
-        }
-        // An active channel: the problem is this worker's own (another ARN, another region, no
-        // permission). Only this worker stops; the channel and the other workers go on.
-        Err(SchemaLoadError::Refused(reason)) => {
-            tracing::error!(channel = name, reason = %reason, "stopping this worker: its channel.schema or AWS access does not fit the active channel (the channel stays ACTIVE)");
-            return Err(channel_err(
-                name,
-                format!("this worker cannot use the channel's schema (the channel stays as it is; check channel[{index}].schema.glue_schema_arn, [aws] and the Glue permissions of this worker): {reason}"),
-            ));
-        }
-    };
-    if let (
-        Some(_),
-        Some(SchemaConfig::Glue {
-            version: crate::config::GlueSchemaVersion::Number(n),
-            ..
-        }),
-    ) = (recorded, &config.schema)
-    {
-        if resolved.version_number != Some(*n) {
-            tracing::warn!(
-                channel = name,
-                configured = n,
-                recorded = ?resolved.version_number,
-                schema_version_id = %resolved.label,
-                "channel[{index}].schema.version differs from the version recorded at activation: the recorded version is used (the schema of a channel does not change; delete and create the channel to use another version)"
-            );
-        }
-    }
-    if recorded.is_none() {
-        let id = resolved.version_id.map(|id| id.to_string());
-        state.schema_version_id = id.clone();
-        match store.put_channel_state(state, Some(state.version)).await {
-            Ok(v) => {
-                state.version = v;
-                tracing::info!(channel = name, schema_version_id = ?id, "schema version recorded at activation");
-            }
-            // Another worker recorded one first: start again with the recorded version.
-            Err(e) => {
-                return Err(channel_unavailable(
-                    name,
-                    format!("recording the schema version: {e}"),
-                ))
-            }
-        }
-    }
-    Ok(resolved)
-}
-
-async fn activate(store: &dyn Store, channel: &str) -> Result<ChannelState, AppError> {
-    for _ in 0..5 {
-        let current = store
-            .get_channel_state(channel)
-            .await
-            .map_err(|e| channel_unavailable(channel, e))?;
-        if let Some(state) = current {
-            return Ok(state);
-        }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        let state = ChannelState {
-            channel: channel.to_string(),
-            state: ChannelStatus::Active,
-            status_reason: None,
-            activated_at_ms: Some(now),
-            table_uuid: None,
-            schema_version_id: None,
-            version: 0,
-            updated_at_ms: now,
-            overrides: Default::default(),
-        };
-        if store.put_channel_state(&state, None).await.is_ok() {
-            tracing::info!(channel, activated_at_ms = now, "channel activated");
-        }
-    }
-    Err(channel_unavailable(
-        channel,
-        "could not record the channel's activation",
-    ))
-}
-
-/// Maps configured compression to the writer's.
-pub fn compression(codec: &crate::config::Compression) -> ParquetCompression {
-    match codec {
-        crate::config::Compression::Zstd { level } => ParquetCompression::Zstd(*level),
-        crate::config::Compression::Snappy => ParquetCompression::Snappy,
-        crate::config::Compression::Uncompressed => ParquetCompression::None,
+/// The start error of a channel whose activation did not complete.
+fn activate_err(channel: &str, e: ActivateError) -> AppError {
+    match e {
+        ActivateError::Unavailable(m) => channel_unavailable(channel, m),
+        ActivateError::Failed { reason, .. } => channel_err(channel, format!("FAILED: {reason}")),
+        ActivateError::Suspended(reason) => channel_err(channel, format!("suspended: {reason}")),
+        ActivateError::Refused { message, .. } => channel_err(channel, message),
     }
 }
 
@@ -650,7 +480,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         let held = manager.subscribe();
         drain_switches.push(manager.drain_switch());
         // Per-channel stops: `floe channel delete` stops this channel alone (see `control`).
-        let stops = crate::control::ChannelStops {
+        let stops = crate::channel::ChannelStops {
             drain_switch: manager.drain_switch(),
             reading: stop_reading.child_token(),
             worker_done: CancellationToken::new(),
@@ -658,7 +488,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             leases: stop_leases.child_token(),
         };
         tracker.spawn(manager.run(stops.leases.clone()));
-        tracker.spawn(crate::control::watch_channel(
+        tracker.spawn(crate::channel::watch_channel(
             store.clone(),
             name.clone(),
             stops.clone(),
@@ -739,7 +569,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                         store.clone(),
                         held.clone(),
                     )
-                    .with_record_decoder(prepared.record_decoder.clone())
                     .with_oldest_pending(oldest_pending);
                     let started = std::time::Instant::now();
                     let result = worker.run(stop.clone(), drain).await;
@@ -826,11 +655,6 @@ fn worker_settings(
         SourceConfig::Kinesis(kinesis) => kinesis.stream.as_str().to_owned(),
     };
     let include_payload = channel.dlq.as_ref().is_some_and(|d| d.include_payload);
-    // A raw channel writes no data files: its writer settings are unused.
-    let (compression_codec, target_file_size) = match &channel.destination {
-        DestinationConfig::Iceberg(dest) => (compression(&dest.compression), dest.target_file_size),
-        DestinationConfig::S3(dest) => (ParquetCompression::None, dest.target_object_size),
-    };
     WorkerSettings {
         channel: channel.name.clone(),
         worker_id: config.worker.id.clone(),
@@ -841,11 +665,6 @@ fn worker_settings(
         max_record_size: channel.record.max_record_size,
         include_payload,
         initial_position: p.initial_position.clone(),
-        writer: WriterSettings {
-            channel: channel.name.clone(),
-            compression: compression_codec,
-            target_file_size,
-        },
     }
 }
 
@@ -873,16 +692,19 @@ async fn committer_loop(
                 committer = Some(match &destination {
                     DestinationIo::Iceberg(io) => Committer::new(
                         channel.clone(),
-                        io.ident.clone(),
-                        io.catalog.clone(),
+                        IcebergTarget::new(
+                            &channel,
+                            io.ident.clone(),
+                            io.catalog.clone(),
+                            io.dlq.clone(),
+                        ),
                         leases,
                         batches,
-                        io.dlq.clone(),
                         l.lease_counter,
                     ),
-                    DestinationIo::Raw(io) => Committer::raw(
+                    DestinationIo::Raw(io) => Committer::new(
                         channel.clone(),
-                        io.store.clone(),
+                        RawTarget::new(&channel, io.store.clone(), batches.clone()),
                         leases,
                         batches,
                         l.lease_counter,

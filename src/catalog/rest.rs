@@ -2,7 +2,7 @@
 //! Gravitino, Unity, or any server of the Apache Iceberg REST OpenAPI specification, through
 //! iceberg-rust's `iceberg-catalog-rest`.
 //!
-//! The commit fence of [`crate::catalog::FencedCatalog`] holds unchanged: fast append sends its
+//! The commit fence of [`crate::iceberg::fence::FencedCatalog`] holds unchanged: fast append sends its
 //! `assert-ref-snapshot-id` requirement with `POST /v1/namespaces/{ns}/tables/{table}`, the server
 //! checks it against its current metadata and answers 409 (`CommitFailedException`) when the
 //! table moved, which the client reports as `ErrorKind::CatalogCommitConflicts`:
@@ -18,7 +18,7 @@
 //! endpoint. The client caches the token and does not refresh it before it expires;
 //! [`RestCatalogClient`] fetches a new one when the server answers 401 or 419 and repeats the
 //! call once (a commit is not repeated: the committer reconciles it). With `sigv4 = true` the
-//! client talks through floe's in-process SigV4 signing relay ([`crate::catalog_sigv4`]).
+//! client talks through floe's in-process SigV4 signing relay ([`crate::catalog::sigv4`]).
 //!
 //! File IO: the server decides table locations. `s3://` locations are written through OpenDAL
 //! with the `[aws]` region and S3 endpoint (path-style addressing when the endpoint is
@@ -49,9 +49,10 @@ use iceberg_catalog_rest::{
 };
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
-use crate::aws::{AwsClients, AwsConfig, AwsService};
+use crate::aws::AwsClients;
+use crate::catalog::sigv4::{start_signing_relay, SigV4Signer, SigningRelay};
 use crate::catalog::CatalogError;
-use crate::catalog_sigv4::{start_signing_relay, SigV4Signer, SigningRelay};
+use crate::config::{AwsConfig, AwsService};
 use crate::config::{RestAuth, RestCatalogConfig};
 
 /// Connect timeout of a REST catalog request.
@@ -131,7 +132,7 @@ pub async fn open_rest_catalog_with(
     }))
 }
 
-/// Starts the SigV4 signing relay of `config` ([`crate::catalog_sigv4`]) signing for
+/// Starts the SigV4 signing relay of `config` ([`crate::catalog::sigv4`]) signing for
 /// `signing_name` in `signing_region` with `credentials`.
 ///
 /// Errors: [`CatalogError::Refused`] when there is no region or no credentials provider;

@@ -1,4 +1,4 @@
-//! Load generator (`floe-loadgen`): produces deterministic records ([`crate::events`]) to Kafka,
+//! Load generator (`floe-loadgen`): produces deterministic records ([`crate::tools::sample_events`]) to Kafka,
 //! Kinesis or an NDJSON file, at a target rate or as fast as possible, and writes a manifest that
 //! `loadtest/verify.py` reconciles the table and the DLQ against.
 //!
@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::events::{event_key, pick_bad_kind_by_share, shaped_bad, shaped_json, BadKind, Shape};
+use crate::tools::sample_events::{
+    event_key, pick_bad_kind_by_share, shaped_bad, shaped_json, BadKind, Shape,
+};
 
 /// What to generate: the same spec always gives the same records.
 #[derive(Debug, Clone)]
@@ -320,6 +322,8 @@ mod kafka {
                 producer.poll(wait);
                 let rest = pacer.delay(n as u64);
                 if !rest.is_zero() {
+                    // The producer loop runs on a plain thread, not a tokio worker.
+                    #[allow(clippy::disallowed_methods)]
                     std::thread::sleep(rest);
                 }
             }

@@ -6,7 +6,7 @@
 //! Invariant: file names can never collide. Each is `<channel>-<batch id>-<n>.parquet` under
 //! the partition's directory, the batch id a UUIDv7, so a retried or concurrent flush never
 //! overwrites a data file another commit references (iceberg-rust's default name generator
-//! would, NOTES.md). Encoding and compression run on a blocking thread, off the async workers.
+//! would, docs/design.md "Measured on these machines"). Encoding and compression run on a blocking thread, off the async workers.
 
 use arrow_array::RecordBatch;
 use iceberg::arrow::RecordBatchPartitionSplitter;
@@ -33,6 +33,17 @@ pub enum ParquetCompression {
     Snappy,
     /// No compression.
     None,
+}
+
+impl From<&crate::config::Compression> for ParquetCompression {
+    /// The writer's codec for the configured `channel.destination.compression`.
+    fn from(codec: &crate::config::Compression) -> Self {
+        match codec {
+            crate::config::Compression::Zstd { level } => ParquetCompression::Zstd(*level),
+            crate::config::Compression::Snappy => ParquetCompression::Snappy,
+            crate::config::Compression::Uncompressed => ParquetCompression::None,
+        }
+    }
 }
 
 impl ParquetCompression {
@@ -242,17 +253,17 @@ mod tests {
         .await
         .unwrap();
         let schema_json: serde_json::Value =
-            serde_json::from_str(crate::quickstart::EVENT_SCHEMA).unwrap();
+            serde_json::from_str(crate::tools::quickstart::EVENT_SCHEMA).unwrap();
         let mapped = std::sync::Arc::new(
             crate::schema::MappedSchema::from_json_schema(&schema_json, "event_time").unwrap(),
         );
-        let spec = crate::catalog::TableSpec {
+        let spec = crate::iceberg::table::TableSpec {
             ident: TableIdent::new(NamespaceIdent::new("w".into()), "events".into()),
             channel: "w".into(),
             compression_codec: "zstd".into(),
             target_file_size_bytes: 128 << 20,
         };
-        let table = crate::catalog::ensure_table(catalog.as_ref(), &spec, &mapped)
+        let table = crate::iceberg::table::ensure_table(catalog.as_ref(), &spec, &mapped)
             .await
             .unwrap();
         let arrow = std::sync::Arc::new(
@@ -261,8 +272,10 @@ mod tests {
         let mut conv = crate::convert::Converter::try_new(mapped, arrow).unwrap();
         let n = 300_000u64;
         for id in 0..n {
-            conv.push(crate::events::event_json(id, 42, 1_783_627_200_000, 3).as_bytes())
-                .unwrap();
+            conv.push(
+                crate::tools::sample_events::event_json(id, 42, 1_783_627_200_000, 3).as_bytes(),
+            )
+            .unwrap();
         }
         let settings = WriterSettings {
             channel: "w".into(),

@@ -20,7 +20,7 @@
 //! A lookup is bounded: [`GLUE_ATTEMPT_TIMEOUT`] per HTTP attempt, [`GLUE_OPERATION_TIMEOUT`] per
 //! call, [`LOOKUP_ATTEMPTS`] calls within [`LOOKUP_BUDGET`]. On an ACTIVE channel a schema that
 //! this worker cannot use (another ARN, not found from its region, refused) stops this worker only;
-//! the channel is FAILED only at activation ([`crate::app`], [`crate::control`]).
+//! the channel is FAILED only at activation ([`crate::app`], [`crate::channel`]).
 //!
 //! Invariant: a channel's table schema is the one of the version recorded at activation; no other
 //! version's records reach the table (no schema evolution), and an unknown version id costs at most
@@ -30,6 +30,7 @@
 //! the in-memory [`MemoryRegistry`].
 
 pub mod api;
+pub mod wire;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -423,39 +424,6 @@ impl RegistryClient {
     }
 }
 
-/// Checks the form of a Glue schema ARN, `arn:PARTITION:glue:REGION:ACCOUNT:schema/REGISTRY/SCHEMA`;
-/// returns the reason when it is not one.
-pub fn check_schema_arn(arn: &str) -> Result<(), String> {
-    let parts: Vec<&str> = arn.splitn(6, ':').collect();
-    let ok = match parts.as_slice() {
-        ["arn", partition, "glue", region, account, resource] => {
-            let names: Vec<&str> = resource
-                .strip_prefix("schema/")
-                .map(|r| r.split('/').collect())
-                .unwrap_or_default();
-            !partition.is_empty()
-                && !region.is_empty()
-                && account.len() == 12
-                && account.bytes().all(|b| b.is_ascii_digit())
-                && names.len() == 2
-                && names.iter().all(|n| {
-                    (1..=255).contains(&n.len())
-                        && n.chars().all(|c| {
-                            c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '$' | '#' | '.')
-                        })
-                })
-        }
-        _ => false,
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "\"{arn}\" is not a Glue schema ARN such as \"arn:aws:glue:us-east-1:123456789012:schema/REGISTRY/SCHEMA\""
-        ))
-    }
-}
-
 /// A channel's schema, resolved at activation.
 #[derive(Debug)]
 pub struct ChannelSchema {
@@ -542,7 +510,7 @@ pub async fn load_channel_schema(
             for (id, path) in versions {
                 listed.push((*id, read_json(path)?));
             }
-            let (channel, others) = crate::convert::gsr::split_versions(&doc, listed);
+            let (channel, others) = crate::gsr::wire::split_versions(&doc, listed);
             let Some(id) = channel else {
                 return Err(SchemaLoadError::Refused(format!(
                     "none of channel.schema.versions is the schema file {} (the channel's version is the one whose document equals it)",

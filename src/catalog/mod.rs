@@ -1,0 +1,212 @@
+//! Opening the configured Iceberg catalog: SQL (SQLite, embedded default), REST (with SigV4
+//! signing through [`sigv4`]), Glue ([`glue`]) and S3 Tables ([`aws`]). Everything a channel
+//! does with its table once the catalog is open (creating it, checking ownership, the commit
+//! fence) is the Iceberg destination's, in [`crate::iceberg`].
+
+pub mod aws;
+pub mod glue;
+pub mod rest;
+pub mod sigv4;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use iceberg::io::LocalFsStorageFactory;
+use iceberg::{Catalog, CatalogBuilder, Error, ErrorKind};
+use iceberg_catalog_sql::{SqlCatalogBuilder, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE};
+
+/// Error from opening a catalog or preparing the table.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// The table exists but floe must not write to it.
+    #[error("table {table} is not writable by channel {channel}: {reason}")]
+    Incompatible {
+        /// The table.
+        table: String,
+        /// The channel.
+        channel: String,
+        /// Why.
+        reason: String,
+    },
+    /// The catalog must not or cannot be used as configured (the warehouse bucket is owned by
+    /// another account, SigV4 without a region): fix the configuration; no retry helps.
+    #[error("{message}")]
+    Refused {
+        /// The key of `[channel.destination.catalog]` to fix (`expected_bucket_owner`).
+        key: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// The catalog failed; retry with backoff.
+    #[error("catalog error: {0}")]
+    Unavailable(#[from] Error),
+}
+
+/// Opens an SQL catalog (SQLite) with a local warehouse directory.
+///
+/// `sqlite_path` is the catalog database file (created when missing); `warehouse` a directory
+/// (created when missing); `name` the catalog name (rows are keyed by it: PyIceberg must use
+/// the same name).
+///
+/// Errors: [`CatalogError::Unavailable`] when the database cannot be opened.
+pub async fn open_sql_catalog(
+    sqlite_path: &Path,
+    warehouse: &Path,
+    name: &str,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
+    if let Some(parent) = sqlite_path.parent() {
+        std::fs::create_dir_all(parent).map_err(io_error)?;
+    }
+    std::fs::create_dir_all(warehouse).map_err(io_error)?;
+    let warehouse = std::fs::canonicalize(warehouse).map_err(io_error)?;
+    let uri = format!("sqlite:{}?mode=rwc", sqlite_path.display());
+    let props = HashMap::from([
+        (SQL_CATALOG_PROP_URI.to_string(), uri),
+        (
+            SQL_CATALOG_PROP_WAREHOUSE.to_string(),
+            warehouse.display().to_string(),
+        ),
+    ]);
+    let catalog = SqlCatalogBuilder::default()
+        .with_storage_factory(Arc::new(LocalFsStorageFactory))
+        .load(name, props)
+        .await?;
+    Ok(Arc::new(catalog))
+}
+
+/// Opens an SQL catalog (SQLite file `sqlite_path`, created if missing) whose warehouse is the
+/// S3 location `warehouse` (`s3://bucket/prefix`), written through iceberg-rust's OpenDAL S3
+/// file IO. Region and endpoint come from `aws` (path-style addressing when the endpoint is
+/// overridden, as emulators need); credentials from the environment chain OpenDAL reads
+/// (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE` files, web identity, instance
+/// metadata).
+///
+/// With `kms_key_arn`, every file is written with SSE-KMS under that key.
+///
+/// Errors: [`CatalogError::Unavailable`] when the database cannot be opened.
+pub async fn open_sql_catalog_s3(
+    sqlite_path: &Path,
+    warehouse: &str,
+    name: &str,
+    aws: &crate::config::aws::AwsConfig,
+    region: Option<&str>,
+    kms_key_arn: Option<&str>,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
+    if let Some(parent) = sqlite_path.parent() {
+        std::fs::create_dir_all(parent).map_err(io_error)?;
+    }
+    let uri = format!("sqlite:{}?mode=rwc", sqlite_path.display());
+    let mut props = HashMap::from([
+        (SQL_CATALOG_PROP_URI.to_string(), uri),
+        (
+            SQL_CATALOG_PROP_WAREHOUSE.to_string(),
+            warehouse.to_string(),
+        ),
+    ]);
+    props.extend(crate::catalog::aws::s3_file_io_props(
+        aws,
+        region,
+        kms_key_arn,
+    ));
+    let catalog = SqlCatalogBuilder::default()
+        .with_storage_factory(Arc::new(
+            iceberg_storage_opendal::OpenDalStorageFactory::S3 {
+                customized_credential_load: None,
+            },
+        ))
+        .load(name, props)
+        .await?;
+    Ok(Arc::new(catalog))
+}
+
+/// Opens a channel's configured catalog: SQL with a local warehouse, or an `s3://` warehouse
+/// through `aws`'s region and endpoint (SSE-KMS with the configured key); REST
+/// ([`crate::catalog::rest`]); S3 Tables; Glue.
+///
+/// Errors: those of [`open_sql_catalog`], [`open_sql_catalog_s3`],
+/// [`crate::catalog::rest::open_rest_catalog`], [`crate::catalog::aws::open_s3tables_catalog`]
+/// and [`crate::catalog::aws::open_glue_catalog`].
+pub async fn open_channel_catalog(
+    catalog: &crate::config::CatalogConfig,
+    aws: &crate::aws::AwsClients,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
+    let sql = match catalog {
+        crate::config::CatalogConfig::Sql(sql) => sql,
+        crate::config::CatalogConfig::Rest(rest) => {
+            return crate::catalog::rest::open_rest_catalog(rest, aws).await
+        }
+        crate::config::CatalogConfig::S3Tables(s3t) => {
+            return crate::catalog::aws::open_s3tables_catalog(s3t, aws).await
+        }
+        crate::config::CatalogConfig::Glue(glue) => {
+            return crate::catalog::aws::open_glue_catalog(glue, aws).await
+        }
+    };
+    match &sql.warehouse {
+        crate::config::Warehouse::Local(dir) => {
+            open_sql_catalog(&sql.database, dir, &sql.name).await
+        }
+        crate::config::Warehouse::S3(uri) => {
+            if let Some(owner) = &sql.expected_bucket_owner {
+                check_bucket_owner(aws, uri, owner).await?;
+            }
+            open_sql_catalog_s3(
+                &sql.database,
+                uri,
+                &sql.name,
+                aws.config(),
+                aws.region(),
+                sql.kms_key_arn.as_deref(),
+            )
+            .await
+        }
+    }
+}
+
+/// Checks with `GetBucketLocation` + `x-amz-expected-bucket-owner` that the bucket of `uri`
+/// (`s3://bucket/…`) is owned by `owner` (IAM: `s3:GetBucketLocation` on the bucket; HeadBucket
+/// would need an unconditioned `s3:ListBucket`)
+/// (iceberg-rust's S3 file IO cannot send `x-amz-expected-bucket-owner` on each request, so the
+/// ownership is checked whenever the catalog is opened).
+///
+/// Errors: [`CatalogError::Refused`] when the bucket is missing or owned by another account
+/// (S3 answers 403/404); [`CatalogError::Unavailable`] when S3 cannot be reached.
+pub(crate) async fn check_bucket_owner(
+    aws: &crate::aws::AwsClients,
+    uri: &str,
+    owner: &str,
+) -> Result<(), CatalogError> {
+    let bucket = uri
+        .strip_prefix("s3://")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default();
+    match aws
+        .s3()
+        .get_bucket_location()
+        .bucket(bucket)
+        .expected_bucket_owner(owner)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(aws_sdk_s3::error::SdkError::ServiceError(e)) => Err(CatalogError::Refused {
+            key: "expected_bucket_owner",
+            message: format!(
+                "warehouse bucket {bucket:?} is missing or not owned by account {owner} (HTTP {})",
+                e.raw().status().as_u16()
+            ),
+        }),
+        Err(e) => Err(CatalogError::Unavailable(Error::new(
+            ErrorKind::Unexpected,
+            format!(
+                "warehouse bucket {bucket:?}: {}",
+                aws_sdk_s3::error::DisplayErrorContext(&e)
+            ),
+        ))),
+    }
+}
+
+fn io_error(e: std::io::Error) -> CatalogError {
+    CatalogError::Unavailable(Error::new(ErrorKind::Unexpected, e.to_string()))
+}

@@ -1,0 +1,67 @@
+//! A channel's schema given as a file (`[channel.schema] file`, optionally with `versions`):
+//! read and mapped exactly as activation maps it, so `floe validate` and `floe run` refuse the
+//! same schemas.
+
+use std::path::Path;
+
+use crate::config::{ChannelConfig, ConfigError, SchemaConfig};
+use crate::schema::MappedSchema;
+
+/// Reads channel `index`'s schema file and maps it as `floe run` will (nesting, unions, the
+/// partition field), so a schema refused here would stop the channel. With
+/// `[channel.schema.versions]`, one of the listed versions must be that file. A Glue schema is
+/// not checked here (`None`): it is resolved when the channel is created or activated.
+///
+/// Errors: the problem, at key path `channel[index].schema.file` (or `.versions`).
+pub fn check_schema(
+    index: usize,
+    channel: &ChannelConfig,
+) -> Result<Option<MappedSchema>, ConfigError> {
+    let (file, versions) = match &channel.schema {
+        Some(SchemaConfig::File(file)) => (file, None),
+        Some(SchemaConfig::FileVersions { file, versions }) => (file, Some(versions)),
+        Some(SchemaConfig::Glue { .. }) | None => return Ok(None),
+    };
+    let error = |key: &str, message: String| ConfigError {
+        path: format!("channel[{index}].schema.{key}"),
+        message,
+    };
+    let schema = read_schema(file).map_err(|m| error("file", m))?;
+    let Some(dest) = channel.destination.iceberg() else {
+        return Ok(None);
+    };
+    let mapped = MappedSchema::from_json_schema(&schema, &dest.partition_field)
+        .map_err(|e| error("file", format!("{}: {e}", file.display())))?;
+    if let Some(versions) = versions {
+        let mut listed = Vec::new();
+        for (id, path) in versions {
+            let doc = read_schema(path).map_err(|m| error(&format!("versions.\"{id}\""), m))?;
+            listed.push((*id, doc));
+        }
+        if crate::gsr::wire::split_versions(&schema, listed)
+            .0
+            .is_none()
+        {
+            return Err(error(
+                "versions",
+                format!(
+                    "none of the listed versions is the schema file {} (the channel's version is the one whose document equals it)",
+                    file.display()
+                ),
+            ));
+        }
+    }
+    Ok(Some(mapped))
+}
+
+fn read_schema(file: &Path) -> Result<serde_json::Value, String> {
+    let text = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    match serde_json::from_slice::<serde_json::Value>(&text) {
+        Ok(schema @ serde_json::Value::Object(_)) => Ok(schema),
+        Ok(_) => Err(format!(
+            "{} is not a JSON Schema: expected a JSON object",
+            file.display()
+        )),
+        Err(e) => Err(format!("{} is not JSON: {e}", file.display())),
+    }
+}

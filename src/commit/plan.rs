@@ -1,0 +1,262 @@
+//! The pure core of a commit round: which pending batches to accept, recover, keep or reject,
+//! given the committed checkpoints, the ids of committed batches and the shards' current lease
+//! counters (docs/design.md, protocol step 3). No I/O; table-tested below.
+
+use std::collections::{HashMap, HashSet};
+
+use uuid::Uuid;
+
+use crate::model::{Checkpoints, PendingBatch, RangeVerdict, ShardId};
+
+/// Decision for one pending batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchDecision {
+    /// Commit it in this round.
+    Accept,
+    /// A snapshot already holds it (a committer crashed after committing): finish it.
+    AlreadyCommitted,
+    /// It can never be committed (a range starting before the checkpoint, or a stale lease
+    /// counter): reject it.
+    Dead,
+    /// A gap before it: leave it pending.
+    Keep,
+}
+
+/// The plan of one commit round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundPlan {
+    /// Decision per pending batch, in the order given.
+    pub decisions: Vec<BatchDecision>,
+    /// Checkpoints after the accepted batches.
+    pub checkpoints: Checkpoints,
+}
+
+/// Plans a round (pure; docs/design.md protocol step 3). `pending` must be in batch-id order;
+/// `lease_counters` holds each shard lease's current counter (the fencing token).
+pub fn plan_round(
+    checkpoints: &Checkpoints,
+    committed_batch_ids: &HashSet<Uuid>,
+    lease_counters: &HashMap<ShardId, u64>,
+    pending: &[PendingBatch],
+) -> RoundPlan {
+    let mut cp = checkpoints.clone();
+    let mut decisions = Vec::with_capacity(pending.len());
+    for batch in pending {
+        let decision = if committed_batch_ids.contains(&batch.batch_id) {
+            BatchDecision::AlreadyCommitted
+        } else if batch.shards.iter().any(|s| {
+            cp.verdict(&s.shard, &s.range).is_permanent_rejection()
+                || lease_counters
+                    .get(&s.shard)
+                    .is_some_and(|current| s.lease_counter < *current)
+        }) {
+            BatchDecision::Dead
+        } else if batch
+            .shards
+            .iter()
+            .all(|s| cp.verdict(&s.shard, &s.range) == RangeVerdict::Contiguous)
+        {
+            for s in &batch.shards {
+                cp.advance(&s.shard, &s.range);
+            }
+            BatchDecision::Accept
+        } else {
+            BatchDecision::Keep
+        };
+        decisions.push(decision);
+    }
+    RoundPlan {
+        decisions,
+        checkpoints: cp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CheckpointRange, Position, ShardRange};
+
+    fn batch(id: u128, shard: i32, after: Option<i64>, last: i64, counter: u64) -> PendingBatch {
+        PendingBatch {
+            channel: "c".into(),
+            batch_id: Uuid::from_u128(id),
+            worker_id: "w".into(),
+            shards: vec![ShardRange {
+                shard: ShardId::kafka_partition(shard),
+                range: CheckpointRange {
+                    after_exclusive: after.map(Position::Offset),
+                    last_inclusive: Position::Offset(last),
+                },
+                lease_counter: counter,
+            }],
+            files: crate::model::BatchFiles::Iceberg {
+                data_files: vec![],
+                dlq_staged: None,
+            },
+            num_rows: 1,
+            num_dead_lettered: 0,
+            dead_lettered_by_code: Default::default(),
+            data_bytes: 0,
+            oldest_read_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn plan_accepts_a_chain_and_rejects_the_duplicate_from_a_second_worker() {
+        let pending = vec![
+            batch(1, 0, None, 9, 1),
+            batch(2, 0, Some(9), 19, 1),
+            // A second worker read the same range (0..=9) again: a duplicate.
+            batch(3, 0, None, 9, 1),
+        ];
+        let plan = plan_round(
+            &Checkpoints::default(),
+            &HashSet::new(),
+            &HashMap::new(),
+            &pending,
+        );
+        assert_eq!(
+            plan.decisions,
+            vec![
+                BatchDecision::Accept,
+                BatchDecision::Accept,
+                BatchDecision::Dead
+            ]
+        );
+        assert_eq!(
+            plan.checkpoints.get(&ShardId::kafka_partition(0)),
+            Some(&Position::Offset(19))
+        );
+    }
+
+    #[test]
+    fn plan_rejects_a_batch_overlapping_the_checkpoint_instead_of_keeping_it_forever() {
+        // Worker 1's range 0..=9 was committed; worker 2 had read 0..=11 from the start.
+        let mut cp = Checkpoints::default();
+        cp.0.insert(ShardId::kafka_partition(0), Position::Offset(9));
+        let pending = vec![batch(1, 0, None, 11, 2), batch(2, 0, Some(11), 20, 2)];
+        let plan = plan_round(&cp, &HashSet::new(), &HashMap::new(), &pending);
+        // The overlapping batch is dead; the one chained after it is a gap and waits.
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::Dead, BatchDecision::Keep]
+        );
+    }
+
+    #[test]
+    fn commit_rejects_batch_from_stale_lease() {
+        let pending = vec![batch(1, 0, None, 9, 1), batch(2, 0, None, 12, 2)];
+        let counters = HashMap::from([(ShardId::kafka_partition(0), 2)]);
+        let plan = plan_round(
+            &Checkpoints::default(),
+            &HashSet::new(),
+            &counters,
+            &pending,
+        );
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::Dead, BatchDecision::Accept]
+        );
+    }
+
+    fn kinesis_batch(
+        id: u128,
+        shard: &str,
+        after: Option<Position>,
+        last: Position,
+        num_rows: u64,
+    ) -> PendingBatch {
+        let mut b = batch(id, 0, None, 0, 1);
+        b.shards[0].shard = ShardId(shard.into());
+        b.shards[0].range = CheckpointRange {
+            after_exclusive: after,
+            last_inclusive: last,
+        };
+        b.num_rows = num_rows;
+        b
+    }
+
+    fn seq(text: &str) -> Position {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn plan_accepts_shard_end_after_the_checkpoint_even_without_rows() {
+        let s = ShardId("shardId-000000000000".into());
+        let last = "49590338271490256608559692538361571095921575989136588898";
+        let mut cp = Checkpoints::default();
+        cp.0.insert(s.clone(), seq(last));
+        // The shard's last records and its end in one batch, then a batch with only the end.
+        let pending = vec![kinesis_batch(
+            1,
+            s.as_str(),
+            Some(seq(last)),
+            Position::ShardEnd,
+            0,
+        )];
+        let plan = plan_round(&cp, &HashSet::new(), &HashMap::new(), &pending);
+        assert_eq!(plan.decisions, vec![BatchDecision::Accept]);
+        assert_eq!(plan.checkpoints.get(&s), Some(&Position::ShardEnd));
+    }
+
+    #[test]
+    fn plan_accepts_records_and_shard_end_of_a_shard_never_checkpointed() {
+        let s = "shardId-000000000003";
+        let pending = vec![
+            kinesis_batch(1, s, None, Position::ShardEnd, 7),
+            // The same shard read again by a second worker: a duplicate of SHARD_END.
+            kinesis_batch(2, s, None, seq("4959.2"), 3),
+        ];
+        let plan = plan_round(
+            &Checkpoints::default(),
+            &HashSet::new(),
+            &HashMap::new(),
+            &pending,
+        );
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::Accept, BatchDecision::Dead]
+        );
+        assert_eq!(
+            plan.checkpoints.get(&ShardId(s.into())),
+            Some(&Position::ShardEnd)
+        );
+    }
+
+    #[test]
+    fn plan_rejects_anything_after_shard_end() {
+        let s = ShardId("shardId-000000000001".into());
+        let mut cp = Checkpoints::default();
+        cp.0.insert(s.clone(), Position::ShardEnd);
+        let pending = vec![
+            kinesis_batch(1, s.as_str(), Some(seq("4959")), Position::ShardEnd, 0),
+            kinesis_batch(
+                2,
+                s.as_str(),
+                Some(Position::ShardEnd),
+                Position::ShardEnd,
+                0,
+            ),
+        ];
+        let plan = plan_round(&cp, &HashSet::new(), &HashMap::new(), &pending);
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::Dead, BatchDecision::Dead],
+            "a shard at SHARD_END takes nothing more"
+        );
+    }
+
+    #[test]
+    fn plan_keeps_a_batch_after_a_gap_and_recovers_committed_ones() {
+        let mut cp = Checkpoints::default();
+        cp.0.insert(ShardId::kafka_partition(0), Position::Offset(9));
+        let pending = vec![batch(1, 0, None, 9, 1), batch(2, 0, Some(15), 20, 1)];
+        let committed = HashSet::from([Uuid::from_u128(1)]);
+        let plan = plan_round(&cp, &committed, &HashMap::new(), &pending);
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::AlreadyCommitted, BatchDecision::Keep]
+        );
+        assert_eq!(plan.checkpoints, cp);
+    }
+}

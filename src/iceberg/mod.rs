@@ -1,0 +1,39 @@
+//! The Iceberg destination: the worker's side ([`sink`]: convert records into columns, write
+//! Parquet data files, stage DLQ entries), the committer's side ([`target`]: one fenced fast
+//! append carrying the checkpoints, unknown outcomes reconciled, DLQ objects published), the
+//! channel's table ([`table`]: creation, ownership, schema check, same-table check), the commit
+//! fence ([`fence`]), floe's `floe.*` table state ([`table_state`]) and the Parquet writer
+//! ([`writer`]).
+
+use std::sync::Arc;
+
+use iceberg::{Catalog, TableIdent};
+
+use crate::dlq::Dlq;
+use crate::gsr::wire::RecordDecoder;
+use crate::schema::MappedSchema;
+use writer::WriterSettings;
+
+pub mod fence;
+pub mod sink;
+pub mod table;
+pub mod table_state;
+pub mod target;
+pub mod writer;
+
+/// An Iceberg destination as a channel's worker and committer use it: table, schema, DLQ.
+#[derive(Clone)]
+pub struct IcebergIo {
+    /// The catalog holding the channel's table.
+    pub catalog: Arc<dyn Catalog>,
+    /// The channel's table.
+    pub ident: TableIdent,
+    /// The channel's mapped schema.
+    pub schema: Arc<MappedSchema>,
+    /// The channel's DLQ.
+    pub dlq: Dlq,
+    /// Data-file writer settings (compression, target file size).
+    pub writer: WriterSettings,
+    /// Record framing (`record.format`): the JSON payload of each record.
+    pub record_decoder: RecordDecoder,
+}

@@ -1,0 +1,101 @@
+//! The worker's side of the raw S3 destination: records are buffered exactly as read (raw means
+//! raw: no decoding, nothing is dead-lettered), and a batch is encoded per shard into objects,
+//! compressed off the async threads and staged under `_floe_staging/` (docs/raw-s3.md).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::{RawBuffer, RawIo};
+use crate::destination::{BatchSink, Pushed, SinkError, Written};
+use crate::dlq::DlqEntry;
+use crate::lease::BatchStore;
+use crate::model::{BatchFiles, Checkpoints, ShardId};
+use crate::source::SourceRecord;
+
+/// Buffers one raw channel's records and stages them as objects.
+pub struct RawSink {
+    channel: String,
+    /// Topic or stream name, rendered into object keys.
+    stream: String,
+    io: RawIo,
+    /// Where the committed checkpoints live ([`crate::lease::Delivered`]).
+    batches: Arc<dyn BatchStore>,
+    buffer: RawBuffer,
+}
+
+impl RawSink {
+    /// A sink for raw channel `channel` reading `stream`.
+    pub fn new(channel: &str, stream: &str, io: RawIo, batches: Arc<dyn BatchStore>) -> Self {
+        RawSink {
+            channel: channel.to_string(),
+            stream: stream.to_string(),
+            io,
+            batches,
+            buffer: RawBuffer::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl BatchSink for RawSink {
+    fn buffered_bytes(&self) -> usize {
+        self.buffer.buffered_bytes()
+    }
+
+    async fn committed_checkpoints(&mut self) -> Result<Checkpoints, SinkError> {
+        Ok(self
+            .batches
+            .get_delivered(&self.channel)
+            .await
+            .map_err(|e| SinkError::unavailable("read the delivered checkpoints", e))?
+            .map(|d| d.checkpoints)
+            .unwrap_or_default())
+    }
+
+    async fn push(&mut self, shard: &ShardId, record: SourceRecord) -> Result<Pushed, SinkError> {
+        self.buffer
+            .push(shard, record.position, record.arrival_ms, record.payload);
+        Ok(Pushed::Buffered)
+    }
+
+    fn clear(&mut self) {
+        self.buffer.clear();
+    }
+
+    async fn write(
+        &mut self,
+        batch_id: Uuid,
+        _dlq_entries: &[DlqEntry],
+    ) -> Result<Written, SinkError> {
+        let records = self.buffer.take();
+        let num_rows = records.len() as u64;
+        let config = self.io.config.clone();
+        let (channel, stream) = (self.channel.clone(), self.stream.clone());
+        // Compression is CPU-bound: off the async threads.
+        let objects =
+            tokio::task::spawn_blocking(move || records.encode(&config, &channel, &stream))
+                .await
+                .map_err(|e| SinkError::unavailable("encode raw objects", e))?
+                .map_err(|e| SinkError::unavailable("encode raw objects", e))?;
+        let staged = self
+            .io
+            .store
+            .stage(batch_id, objects)
+            .await
+            .map_err(|e| SinkError::unavailable("stage raw objects", e))?;
+        Ok(Written {
+            sizes: staged.iter().map(|o| o.bytes).collect(),
+            num_rows,
+            num_bytes: staged.iter().map(|o| o.bytes).sum(),
+            files: BatchFiles::Raw { objects: staged },
+        })
+    }
+
+    async fn undo(&mut self, files: &BatchFiles) {
+        if let BatchFiles::Raw { objects } = files {
+            self.io.store.discard(objects).await;
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Tools around the pipeline, not part of it: the one-command quickstart ([`quickstart`]), the
+//! load generator behind `floe-loadgen` ([`loadgen`]) and the deterministic sample-event
+//! generator both use ([`sample_events`]).
+
+pub mod loadgen;
+pub mod quickstart;
+pub mod sample_events;
