@@ -1020,8 +1020,36 @@ fn every_metric_named_in_the_docs_exists() {
     assert_no_problems("metric names in the docs", problems);
 }
 
+/// The anchors GitHub gives the headings of a Markdown page: lower case, punctuation other than
+/// `-` and `_` removed, spaces as `-`; a repeated heading gets `-1`, `-2`, ….
+fn anchors(page: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = BTreeSet::new();
+    let mut in_code = false;
+    for line in page.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code || !line.starts_with('#') {
+            continue;
+        }
+        let text = line.trim_start_matches('#').trim();
+        let slug: String = text
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(slug.clone()).or_insert(0);
+        out.insert(if *n == 0 { slug.clone() } else { format!("{slug}-{n}") });
+        *n += 1;
+    }
+    out
+}
+
 #[test]
-fn every_relative_link_in_the_docs_names_a_file_of_the_repository() {
+fn every_relative_link_in_the_docs_names_a_file_and_heading_of_the_repository() {
     let mut problems = Vec::new();
     for page in doc_pages() {
         let text = read(&page);
@@ -1032,20 +1060,27 @@ fn every_relative_link_in_the_docs_names_a_file_of_the_repository() {
             let Some(end) = rest.find(')') else { break };
             let target = &rest[..end];
             rest = &rest[end..];
-            if target.contains("://") || target.starts_with('#') || target.starts_with("mailto:")
+            if target.contains("://") || target.starts_with("mailto:")
             {
                 continue;
             }
-            let file = target.split('#').next().unwrap_or(target);
-            let resolved = dir.join(file);
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let resolved = if file.is_empty() { page.clone() } else { dir.join(file) };
             let inside = resolved
                 .canonicalize()
                 .map(|p| p.starts_with(root().canonicalize().unwrap()))
                 .unwrap_or(false);
+            let shown = page.strip_prefix(root()).unwrap_or(&page).display().to_string();
             if !inside {
                 problems.push(format!(
-                    "{}: link ({target}) does not name a file of the repository",
-                    page.strip_prefix(root()).unwrap_or(&page).display()
+                    "{shown}: link ({target}) does not name a file of the repository"
+                ));
+            } else if !anchor.is_empty()
+                && resolved.extension().is_some_and(|e| e == "md")
+                && !anchors(&read(&resolved)).contains(anchor)
+            {
+                problems.push(format!(
+                    "{shown}: link ({target}): no heading with that anchor in {file}"
                 ));
             }
         }
