@@ -10,8 +10,8 @@
 //!   `pub const X: &str = "floe_…"`, its kind, unit and HELP text from its `describe_*!` call, and
 //!   the labels of the `counter!`/`gauge!`/`histogram!` calls that emit it.
 //!
-//! `cargo test --test docs` fails when a committed page differs from what the code renders, and
-//! prints how to fix it; `UPDATE_DOCS=1 cargo test --test docs` rewrites the pages. The sources
+//! `cargo test --features testsuite --test docs` fails when a committed page differs from what the code renders, and
+//! prints how to fix it; `UPDATE_DOCS=1` rewrites the pages. The sources
 //! are read as text (no build of the library is needed to render). Further checks: every
 //! `floe_…` name written anywhere in the docs is a metric, every relative link in README.md and
 //! docs/ names a file that exists, and nothing links or refers to a path outside the repository.
