@@ -10,9 +10,9 @@
 //!   `pub const X: &str = "floe_…"`, its kind, unit and HELP text from its `describe_*!` call, and
 //!   the labels of the `counter!`/`gauge!`/`histogram!` calls that emit it.
 //!
-//! `cargo test --features testsuite --test docs` fails when a committed page differs from what the code renders, and
-//! prints how to fix it; `UPDATE_DOCS=1` rewrites the pages. The sources
-//! are read as text (no build of the library is needed to render). Further checks: every
+//! `cargo test --features testsuite --test docs` fails when a committed page differs from what
+//! the code renders, and prints how to fix it; `UPDATE_DOCS=1` rewrites the pages. The sources
+//! are read as text (rendering needs no build of the library). Further checks: every
 //! `floe_…` name written anywhere in the docs is a metric, every relative link in README.md and
 //! docs/ names a file that exists, and nothing links or refers to a path outside the repository.
 
@@ -152,7 +152,11 @@ fn split_default(doc: &str) -> (Option<String>, String) {
     }
     let value = doc[skip..end].trim().to_owned();
     let removed_end = (end + 1).min(doc.len());
-    let rest = format!("{}{}", &doc[..start], capitalized(doc[removed_end..].trim_start()));
+    let rest = format!(
+        "{}{}",
+        &doc[..start],
+        capitalized(doc[removed_end..].trim_start())
+    );
     let rest = rest.split_whitespace().collect::<Vec<_>>().join(" ");
     (Some(value), rest)
 }
@@ -163,9 +167,7 @@ fn find_outside_code(text: &str, needle: &str) -> Option<usize> {
     for (i, c) in text.char_indices() {
         if c == '`' {
             in_code = !in_code;
-        } else if !in_code
-            && text[i..].starts_with(needle)
-            && (i == 0 || text[..i].ends_with(' '))
+        } else if !in_code && text[i..].starts_with(needle) && (i == 0 || text[..i].ends_with(' '))
         {
             return Some(i);
         }
@@ -297,9 +299,9 @@ fn parse_config_source(source: &str) -> ConfigSource {
                                 .iter()
                                 .find_map(|a| attribute_value(a, "rename"))
                                 .unwrap_or_else(|| field.to_owned());
-                            let serde_default = serde.iter().any(|a| {
-                                a.contains("(default") || a.contains(" default,")
-                            });
+                            let serde_default = serde
+                                .iter()
+                                .any(|a| a.contains("(default") || a.contains(" default,"));
                             st.fields.push(Field {
                                 key,
                                 ty: ty.trim().trim_end_matches(',').trim().to_owned(),
@@ -558,7 +560,9 @@ fn render_section(
             let support = if *supported {
                 String::new()
             } else {
-                format!(" Parsed, then refused: kind \"{kind}\" is not supported yet in this build.")
+                format!(
+                    " Parsed, then refused: kind \"{kind}\" is not supported yet in this build."
+                )
             };
             out.push_str(&format!(
                 "| `\"{kind}\"` | {}{} |\n",
@@ -946,11 +950,7 @@ fn check_page(page: &str, name: &str, content: &str, from: &str) {
 }
 
 fn assert_no_problems(what: &str, problems: Vec<String>) {
-    assert!(
-        problems.is_empty(),
-        "{what}:\n  {}",
-        problems.join("\n  ")
-    );
+    assert!(problems.is_empty(), "{what}:\n  {}", problems.join("\n  "));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -996,8 +996,7 @@ fn every_metric_named_in_the_docs_exists() {
     for page in doc_pages() {
         let text = read(&page);
         for (i, _) in text.match_indices("floe_") {
-            if i > 0 && text[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '-')
-            {
+            if i > 0 && text[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '-') {
                 continue;
             }
             let word: String = text[i..]
@@ -1042,7 +1041,11 @@ fn anchors(page: &str) -> BTreeSet<String> {
             .map(|c| if c == ' ' { '-' } else { c })
             .collect();
         let n = seen.entry(slug.clone()).or_insert(0);
-        out.insert(if *n == 0 { slug.clone() } else { format!("{slug}-{n}") });
+        out.insert(if *n == 0 {
+            slug.clone()
+        } else {
+            format!("{slug}-{n}")
+        });
         *n += 1;
     }
     out
@@ -1060,17 +1063,24 @@ fn every_relative_link_in_the_docs_names_a_file_and_heading_of_the_repository() 
             let Some(end) = rest.find(')') else { break };
             let target = &rest[..end];
             rest = &rest[end..];
-            if target.contains("://") || target.starts_with("mailto:")
-            {
+            if target.contains("://") || target.starts_with("mailto:") {
                 continue;
             }
             let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
-            let resolved = if file.is_empty() { page.clone() } else { dir.join(file) };
+            let resolved = if file.is_empty() {
+                page.clone()
+            } else {
+                dir.join(file)
+            };
             let inside = resolved
                 .canonicalize()
                 .map(|p| p.starts_with(root().canonicalize().unwrap()))
                 .unwrap_or(false);
-            let shown = page.strip_prefix(root()).unwrap_or(&page).display().to_string();
+            let shown = page
+                .strip_prefix(root())
+                .unwrap_or(&page)
+                .display()
+                .to_string();
             if !inside {
                 problems.push(format!(
                     "{shown}: link ({target}) does not name a file of the repository"
@@ -1188,14 +1198,22 @@ fn an_undocumented_or_unreachable_struct_is_a_problem() {
         "{source}\n/// Not used.\n#[derive(Debug, Deserialize)]\npub struct OrphanSection {{\n    /// A key.\n    pub x: u32,\n}}\n"
     );
     let (_, problems) = render_config(&orphan);
-    assert!(problems.iter().any(|p| p.contains("OrphanSection")), "{problems:?}");
+    assert!(
+        problems.iter().any(|p| p.contains("OrphanSection")),
+        "{problems:?}"
+    );
     let undocumented = source.replacen(
         "    pub topic: String,\n",
         "    pub topic: String,\n    pub partitions: u32,\n",
         1,
     );
     let (_, problems) = render_config(&undocumented);
-    assert!(problems.iter().any(|p| p.contains("`partitions` has no doc comment")), "{problems:?}");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("`partitions` has no doc comment")),
+        "{problems:?}"
+    );
 }
 
 #[test]
@@ -1210,7 +1228,10 @@ fn a_metric_without_help_text_or_a_changed_kind_is_caught() {
         1,
     );
     let (_, problems) = render_metrics(&new_metric);
-    assert!(problems.iter().any(|p| p.contains("floe_new_thing_total")), "{problems:?}");
+    assert!(
+        problems.iter().any(|p| p.contains("floe_new_thing_total")),
+        "{problems:?}"
+    );
     let as_gauge = source.replacen(
         "describe_histogram!(\n        COMMIT_DURATION_SECONDS",
         "describe_gauge!(\n        COMMIT_DURATION_SECONDS",
@@ -1270,10 +1291,22 @@ tagged_section!(E { "p" => P(struct), "q" => Q(table) });
     let (rendered, problems) = render_config(source);
     assert!(problems.is_empty(), "{problems:?}");
     assert!(rendered.contains("### `[a]`\n\nThings."), "{rendered}");
-    assert!(rendered.contains("| `one` | string | `\"x. y\"` | One thing. More text. |"), "{rendered}");
-    assert!(rendered.contains("| `size` | size | required | Size of it. |"), "{rendered}");
+    assert!(
+        rendered.contains("| `one` | string | `\"x. y\"` | One thing. More text. |"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("| `size` | size | required | Size of it. |"),
+        "{rendered}"
+    );
     assert!(rendered.contains("| `\"q\"` | A q. Parsed, then refused: kind \"q\" is not supported yet in this build. |"), "{rendered}");
-    assert!(rendered.contains("#### `[e]` with `kind = \"p\"`"), "{rendered}");
-    assert!(rendered.contains("| `flag` | boolean | `false` | Flag. |"), "{rendered}");
+    assert!(
+        rendered.contains("#### `[e]` with `kind = \"p\"`"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("| `flag` | boolean | `false` | Flag. |"),
+        "{rendered}"
+    );
     assert!(!rendered.contains("NotParsed"));
 }
