@@ -1,4 +1,4 @@
-//! The committer's compare-and-swap (docs/design.md protocol step 4) against a real SQL catalog:
+//! The committer's compare-and-swap (docs/design.md, protocol step 4) against a real SQL catalog:
 //! iceberg-rust's `Transaction::commit` silently rebases a commit built from a stale table,
 //! so floe fences it to the validated snapshot; two committers racing on the same pending
 //! batch produce exactly one commit.

@@ -1,5 +1,5 @@
 //! Component test of Kinesis resharding through the worker, the committer and the lease manager
-//! with the in-memory source (docs/design.md protocol step 8): a closed shard is handed off with a
+//! with the in-memory source (docs/design.md, protocol step 8): a closed shard is handed off with a
 //! range ending at SHARD_END (with rows, or with none when nothing was read since its checkpoint),
 //! the commit stores SHARD_END in `floe.checkpoints` and in the lease's checkpoint hint, and only
 //! then does the lease manager take the child shard.
