@@ -24,5 +24,7 @@ deploy/local/aws-emulators.sh start
 eval "$(deploy/local/aws-emulators.sh env)"
 .venv/bin/python deploy/local/smoke.py
 
-cargo build --bins --features testsuite
+# `cargo test` builds the binaries the tests spawn (target/debug/floe, floe-mock-kafka,
+# floe-loadgen) with the tests' feature set; a separate `cargo build --bins` would compile every
+# dependency of tokio a second time (dev-dependencies enable tokio's test-util).
 cargo test --features testsuite --no-fail-fast -- --test-threads 2

@@ -29,7 +29,7 @@ pub const SCHEMA_MISMATCH_TOTAL: &str = "floe_schema_mismatch_total";
 /// Glue Schema Registry lookups of a record's schema version id that failed after their bounded
 /// retries (unavailable or refused): each restarts the worker loop from the table's checkpoints.
 pub const SCHEMA_LOOKUP_ERRORS_TOTAL: &str = "floe_schema_lookup_errors_total";
-/// Commit rounds that wrote a snapshot, by outcome.
+/// Commit attempts, by outcome (`committed`, `conflict`, `fenced`, `unknown`, `rejected`).
 pub const COMMITS_TOTAL: &str = "floe_commits_total";
 /// Pending batches rejected by the committer.
 pub const BATCHES_REJECTED_TOTAL: &str = "floe_batches_rejected_total";

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use common::race::{event_batch, total_records, GateCatalog};
 use common::*;
-use floe::commit::{committed_batch_ids, Committer};
+use floe::commit::Committer;
 use floe::config::{CatalogConfig, GlueCatalogConfig, S3TablesCatalogConfig};
 use floe::dlq::LocalDlq;
 use floe::iceberg::fence::FencedCatalog;
+use floe::iceberg::table_state::committed_batch_ids;
 use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
 use floe::model::PendingBatch;
 use iceberg::table::Table;

@@ -8,9 +8,10 @@ mod common;
 use std::sync::Arc;
 
 use common::race::{event_batch, total_records, GateCatalog};
-use floe::commit::{committed_batch_ids, table_checkpoints, Committer};
+use floe::commit::Committer;
 use floe::dlq::LocalDlq;
 use floe::iceberg::fence::FencedCatalog;
+use floe::iceberg::table_state::{committed_batch_ids, table_checkpoints};
 use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
 use floe::model::{PendingBatch, Position, ShardId};
 use floe::schema::MappedSchema;

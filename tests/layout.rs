@@ -1,4 +1,4 @@
-//! The layout of `src/` is the architecture (docs/design.md, "Code map"): every top-level
+//! The layout of `src/` is the architecture (docs/design.md, "Layout"): every top-level
 //! module (a file or a folder under `src/`) sits on one layer, and imports point only down.
 //! This test reads the code's own `crate::…` paths (comments and `#[cfg(test)]` modules left
 //! out), refuses any import cycle between top-level modules and any import from a lower layer

@@ -16,10 +16,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floe::commit::{committed_batch_ids, CommitError, Committer};
+use floe::commit::{CommitError, Committer};
 use floe::config::{PropertyValue, RestAuth, RestCatalogConfig};
 use floe::dlq::LocalDlq;
 use floe::iceberg::fence::FencedCatalog;
+use floe::iceberg::table_state::committed_batch_ids;
 use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
 use floe::model::PendingBatch;
 use floe::schema::MappedSchema;

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floe::commit::table_checkpoints;
+use floe::iceberg::table_state::table_checkpoints;
 use floe::lease::{BatchStore, LeaseKey, LeaseManager, LeaseManagerConfig, LeaseSpec, LeaseStore};
 use floe::model::{Position, ShardId};
 use floe::source::memory::MemorySource;

@@ -244,7 +244,7 @@ pub async fn open_catalog(
         })
 }
 
-/// The channel's table, created on first delivery or checked: a table replaced under the name
+/// The channel's table, created when missing or checked: a table replaced under the name
 /// since its uuid was recorded suspends the channel; at activation a table floe must not write
 /// fails the channel, an S3 Tables table is checked for the configured encryption, and the
 /// table's uuid is recorded in `state`.

@@ -51,8 +51,9 @@ pub struct WorkerSection {
     /// 1 to 128 characters from `A-Z a-z 0-9 . _ : -`. Default: `"<hostname>-<pid>"`.
     /// Two live workers must never share an id.
     pub id: Option<String>,
-    /// Address of the HTTP endpoint serving Prometheus `/metrics` (`/healthz` and `/readyz` are not implemented yet), as an IP socket
-    /// address (`"0.0.0.0:9464"`; host names are not resolved), or `"off"` to serve nothing.
+    /// Address of the HTTP endpoint serving Prometheus `/metrics`, `/healthz` and `/readyz`, as an
+    /// IP socket address (`"0.0.0.0:9464"`; host names are not resolved), or `"off"` to serve
+    /// nothing.
     /// Default: `"127.0.0.1:9464"`.
     pub metrics_address: Option<String>,
     /// Bound of the graceful drain on SIGTERM/SIGINT: stop reading, flush, commit, release leases.
@@ -328,15 +329,16 @@ pub struct IcebergDestinationSection {
     /// and committed when the oldest reaches this age (or the buffer fills). From 10s to 900s.
     /// Default: `"300s"`.
     pub data_freshness: Option<DurationText>,
-    /// Target size of a data file; a partition's buffer is written out when it reaches it.
+    /// Target size of a data file: a flush rolls to a new file of the same hour partition once a
+    /// file reaches it (files of a flush are usually smaller: one per hour per flush).
     /// From 1MiB to 2GiB. Default: `"128MiB"`.
     pub target_file_size: Option<SizeText>,
     /// Memory bound for this channel's buffered rows in this worker; when full, reading pauses
     /// (back-pressure) and the buffer is flushed. At least `channel.record.max_record_size`,
     /// at most 64GiB. Default: `"256MiB"`.
     pub buffer_size: Option<SizeText>,
-    /// Hour partitions buffered at once; beyond this the oldest hour is flushed early.
-    /// From 1 to 1000. Default: `48`.
+    /// Hour partitions a flush may write at once. Validated (from 1 to 1000) but not enforced
+    /// yet: a flush writes every buffered hour, one file or more each. Default: `48`.
     pub max_open_partitions: Option<u32>,
 }
 
@@ -371,7 +373,7 @@ pub enum CatalogSection {
 #[serde(deny_unknown_fields)]
 pub struct S3TablesCatalogSection {
     /// ARN of the table bucket, `"arn:aws:s3tables:REGION:ACCOUNT:bucket/NAME"`. The namespace is
-    /// created in it if missing, and the table by the channel on first delivery. Required.
+    /// created in it if missing, and the table when the channel is activated. Required.
     pub table_bucket_arn: String,
     /// Full ARN of a customer-managed KMS key: the table is created with this SSE-KMS encryption
     /// configuration (S3 Tables `CreateTable` `encryptionConfiguration`), so its data and metadata
@@ -386,7 +388,8 @@ pub struct S3TablesCatalogSection {
 #[serde(deny_unknown_fields)]
 pub struct GlueCatalogSection {
     /// S3 location under which new tables are written, `"s3://bucket/prefix"`; a table goes to
-    /// `<warehouse>/<namespace>.db/<table>` unless its Glue database has a location. Required.
+    /// `<warehouse>/<namespace>.db/<table>` (a Glue database's own location is not used: every
+    /// file stays under the warehouse, whose owner floe checks). Required.
     pub warehouse: String,
     /// Account id (12 digits) of the Glue Data Catalog. Default: the caller's account.
     pub catalog_id: Option<String>,

@@ -30,7 +30,7 @@ fn registry(versions: &[SchemaVersionInfo]) -> (Arc<MemoryRegistry>, RegistryCli
 }
 
 fn glue_channel(version: &str) -> ChannelConfig {
-    let text = include_str!("../../../config/quickstart.toml").replace(
+    let text = include_str!("../../config/quickstart.toml").replace(
         "file = \"event.schema.json\"",
         &format!("glue_schema_arn = \"{ARN}\"\n{version}"),
     );
@@ -261,7 +261,7 @@ async fn offline_versions_name_the_channels_version_by_its_document() {
     std::fs::write(dir.path().join("v1.json"), SCHEMA).unwrap();
     std::fs::write(dir.path().join("v2.json"), r#"{"type":"object"}"#).unwrap();
     let text = |file: &str| {
-        include_str!("../../../config/quickstart.toml")
+        include_str!("../../config/quickstart.toml")
             .replace("format = \"json\"", "format = \"gsr_json\"")
             .replace(
                 "file = \"event.schema.json\"",

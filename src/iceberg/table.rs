@@ -1,4 +1,4 @@
-//! The channel's table: created on first delivery with floe's properties and partition spec,
+//! The channel's table: created at activation with floe's properties and partition spec,
 //! refused when another channel (or another writer) owns it or its schema differs, and never
 //! written after it was replaced under its name (docs/design.md, protocol steps 9–10).
 
@@ -25,7 +25,7 @@ pub struct TableSpec {
     pub target_file_size_bytes: u64,
 }
 
-/// Loads the channel's table, creating the namespace and the table on first delivery
+/// Loads the channel's table, creating the namespace and the table when missing (at activation)
 /// (format v2, partition spec `hour(<partition field>)`, floe's properties).
 ///
 /// Errors: [`CatalogError::Incompatible`] when a table exists under that name that this
@@ -254,6 +254,10 @@ pub async fn referenced_data_files(table: &Table) -> iceberg::Result<Vec<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::open_sql_catalog;
+    use iceberg::NamespaceIdent;
+    use std::path::Path;
+    use std::sync::Arc;
 
     fn mapped(properties: serde_json::Value, required: &[&str]) -> MappedSchema {
         let schema = serde_json::json!({

@@ -311,6 +311,7 @@ impl RawStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::raw::{KeyTemplate, RawCompression, RecordDelimiter};
 
     fn inputs<'a>(shard: &'a ShardId, first: &'a Position, last: &'a Position) -> KeyInputs<'a> {
         KeyInputs {

@@ -580,7 +580,7 @@ mod tests {
     #[test]
     fn wide_records_have_forty_fields_and_pass_the_wide_schema() {
         let doc: serde_json::Value =
-            serde_json::from_str(include_str!("../config/wide.schema.json")).unwrap();
+            serde_json::from_str(include_str!("../../config/wide.schema.json")).unwrap();
         let schema =
             Arc::new(crate::schema::MappedSchema::from_json_schema(&doc, "event_time").unwrap());
         let mut conv =

@@ -23,23 +23,28 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+mod progress;
 
 use crate::destination::{BatchSink, BoxError, Pushed, SinkError};
 use crate::dlq::DlqEntry;
 use crate::iceberg::sink::IcebergSink;
 use crate::iceberg::IcebergIo;
 use crate::lease::{BatchStore, HeldLeases, LeaseError};
-use crate::model::{CheckpointRange, Checkpoints, PendingBatch, Position, ShardId, ShardRange};
+use crate::model::{Checkpoints, PendingBatch, Position, ShardId};
 use crate::raw::sink::RawSink;
 use crate::raw::RawIo;
 use crate::source::{resolve_start, InitialPosition, ShardReader, Source, SourceError};
 use crate::telemetry;
 use crate::time::{now_ms, rfc3339_ms};
+use progress::Progress;
 
 /// Settings of one channel's worker loop.
 #[derive(Debug, Clone)]
@@ -157,29 +162,15 @@ impl From<LeaseError> for WorkerError {
     }
 }
 
-struct ShardState {
+/// The I/O side of a held shard; its protocol state is in [`Progress`].
+struct ShardReaderState {
     reader: Box<dyn ShardReader>,
-    lease_counter: u64,
-    /// `after_exclusive` of the next batch: the last handed-off position, or the checkpoint.
-    next_after: Option<Position>,
-    /// Last position in the buffer, if any record of this shard is buffered.
-    buffered_last: Option<Position>,
-    /// The reader returned every record of the (closed) shard: it is not polled any more, and
-    /// the next batch ends its range at `SHARD_END` unless `next_after` already is `SHARD_END`.
-    ended: bool,
     /// When a retryable read error of this shard was last logged.
     read_error_logged_at: Option<Instant>,
 }
 
 /// At most one log line per this interval for the retryable read errors of one shard.
 const READ_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(30);
-
-impl ShardState {
-    /// Whether the next batch must carry this shard's `SHARD_END`.
-    fn end_due(&self) -> bool {
-        self.ended && self.next_after != Some(Position::ShardEnd)
-    }
-}
 
 /// A reader of `id` after `after` (the table's checkpoint or the last handed-off position), or
 /// from the channel's initial position; nothing to read after `SHARD_END`.
@@ -216,13 +207,6 @@ impl ShardReader for FinishedShard {
     fn shard_ended(&self) -> bool {
         true
     }
-}
-
-struct InFlight {
-    batch_id: Uuid,
-    ranges: Vec<(ShardId, Position)>,
-    /// When the batch's oldest record was read.
-    oldest_read: Instant,
 }
 
 /// What a channel's loops share: where records come from and where they go.
@@ -293,8 +277,9 @@ pub struct ChannelWorker {
     /// [`DlqEntry::approx_bytes`] of `dlq_entries`: part of the buffer (back-pressure).
     dlq_bytes: usize,
     dlq_codes: BTreeMap<&'static str, u64>,
-    shards: BTreeMap<ShardId, ShardState>,
-    in_flight: Vec<InFlight>,
+    /// Per held shard: where its next batch starts, what is buffered, what is in flight.
+    progress: Progress,
+    readers: BTreeMap<ShardId, ShardReaderState>,
     oldest_read: Option<Instant>,
     oldest_read_ms: i64,
     num_buffered: usize,
@@ -325,8 +310,8 @@ impl ChannelWorker {
             dlq_entries: Vec::new(),
             dlq_bytes: 0,
             dlq_codes: BTreeMap::new(),
-            shards: BTreeMap::new(),
-            in_flight: Vec::new(),
+            progress: Progress::default(),
+            readers: BTreeMap::new(),
             oldest_read: None,
             oldest_read_ms: 0,
             num_buffered: 0,
@@ -346,7 +331,8 @@ impl ChannelWorker {
     /// When the oldest record read but not yet committed was read (in flight, buffered, or
     /// carried from a failed loop); `None` when there is none.
     pub fn oldest_pending(&self) -> Option<Instant> {
-        self.in_flight
+        self.progress
+            .in_flight()
             .iter()
             .map(|f| f.oldest_read)
             .chain(self.oldest_read)
@@ -386,12 +372,12 @@ impl ChannelWorker {
                 last_settings = Some(Instant::now());
             }
             self.sync_leases(true).await?;
-            if self.shards.is_empty() {
+            if self.progress.is_empty() {
                 // The shards went to other workers: what was read is theirs to deliver.
                 self.carried_oldest = None;
             }
             // Nothing to read (no shard, or only finished ones): wait for a lease change.
-            if self.shards.values().all(|st| st.ended) && !self.flush_due() {
+            if self.progress.all_ended() && !self.flush_due() {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = self.held.changed() => {},
@@ -423,19 +409,16 @@ impl ChannelWorker {
         // Drain: hand off what is buffered (shards still held only; no new ones), then wait
         // for the committer.
         self.sync_leases(false).await?;
-        if self.num_buffered > 0
-            || !self.dlq_entries.is_empty()
-            || self.shards.values().any(ShardState::end_due)
-        {
+        if self.num_buffered > 0 || !self.dlq_entries.is_empty() || self.progress.end_due() {
             self.flush().await?;
         }
         let deadline = Instant::now() + drain;
-        while !self.in_flight.is_empty() && Instant::now() < deadline {
+        while !self.progress.in_flight().is_empty() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
             self.reconcile().await?;
         }
-        if !self.in_flight.is_empty() {
-            tracing::warn!(channel = %self.settings.channel, pending = self.in_flight.len(), "drain deadline passed with batches not yet committed; the next owner re-reads them");
+        if !self.progress.in_flight().is_empty() {
+            tracing::warn!(channel = %self.settings.channel, pending = self.progress.in_flight().len(), "drain deadline passed with batches not yet committed; the next owner re-reads them");
         }
         Ok(())
     }
@@ -461,37 +444,29 @@ impl ChannelWorker {
             .await?)
     }
 
-    /// Opens readers for newly held shards, drops lost ones.
-    async fn sync_leases(&mut self, open_new: bool) -> Result<(), WorkerError> {
-        let held = self.held.borrow_and_update().clone();
-        let lost: Vec<ShardId> = self
+    /// The shards this worker holds now, with their lease counters.
+    fn held_counters(&self) -> BTreeMap<ShardId, u64> {
+        self.held
+            .borrow()
             .shards
             .iter()
-            .filter(|(id, st)| {
-                held.shards
-                    .get(*id)
-                    .is_none_or(|l| l.lease_counter != st.lease_counter)
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
+            .map(|(id, l)| (id.clone(), l.lease_counter))
+            .collect()
+    }
+
+    /// Opens readers for newly held shards, drops lost ones.
+    async fn sync_leases(&mut self, open_new: bool) -> Result<(), WorkerError> {
+        self.held.borrow_and_update();
+        let held = self.held_counters();
+        let lost = self.progress.lost(&held);
         if !lost.is_empty() {
             tracing::info!(channel = %self.settings.channel, shards = ?lost, "lease lost: dropping buffered rows");
             for id in &lost {
-                self.shards.remove(id);
+                self.readers.remove(id);
             }
-            // A batch in flight that covers a lost shard carries a stale lease counter: the
-            // committer will reject it whole, so the shards still held must not continue after
-            // it. Rewind them to the table's checkpoints and forget every batch in flight.
-            let doomed = self
-                .in_flight
-                .iter()
-                .any(|f| f.ranges.iter().any(|(s, _)| lost.contains(s)));
-            if doomed {
+            if self.progress.lose(&lost) {
                 let cp = self.table_checkpoints().await?;
-                self.in_flight.clear();
-                for (id, st) in self.shards.iter_mut() {
-                    st.next_after = cp.get(id).cloned();
-                }
+                self.progress.rewind_to(&cp);
             }
             self.restart_from_handoff().await?;
         }
@@ -499,10 +474,8 @@ impl ChannelWorker {
             return Ok(());
         }
         let new: Vec<(ShardId, u64)> = held
-            .shards
-            .iter()
-            .filter(|(id, _)| !self.shards.contains_key(*id))
-            .map(|(id, l)| (id.clone(), l.lease_counter))
+            .into_iter()
+            .filter(|(id, _)| !self.progress.holds(id))
             .collect();
         if !new.is_empty() {
             let cp = self.table_checkpoints().await?;
@@ -516,17 +489,14 @@ impl ChannelWorker {
                 )
                 .await?;
                 tracing::info!(channel = %self.settings.channel, shard = %id, lease_counter = counter, checkpoint = ?after, "shard lease taken: reading after the table checkpoint");
-                self.shards.insert(
-                    id,
-                    ShardState {
-                        ended: after == Some(Position::ShardEnd),
-                        read_error_logged_at: None,
+                self.readers.insert(
+                    id.clone(),
+                    ShardReaderState {
                         reader,
-                        lease_counter: counter,
-                        next_after: after,
-                        buffered_last: None,
+                        read_error_logged_at: None,
                     },
                 );
+                self.progress.take(id, counter, after);
             }
         }
         Ok(())
@@ -534,10 +504,8 @@ impl ChannelWorker {
 
     /// Drops the buffer and reopens every shard after its last handed-off position.
     async fn restart_from_handoff(&mut self) -> Result<(), WorkerError> {
-        self.drop_buffer();
-        let ids: Vec<ShardId> = self.shards.keys().cloned().collect();
-        for id in ids {
-            let after = self.shards[&id].next_after.clone();
+        let restart = self.drop_buffer();
+        for (id, after) in restart {
             let reader = open_reader(
                 self.io.source.as_ref(),
                 &self.settings.initial_position,
@@ -545,15 +513,15 @@ impl ChannelWorker {
                 after.as_ref(),
             )
             .await?;
-            let st = self.shards.get_mut(&id).expect("shard present");
-            st.reader = reader;
-            st.buffered_last = None;
-            st.ended = after == Some(Position::ShardEnd);
+            if let Some(r) = self.readers.get_mut(&id) {
+                r.reader = reader;
+            }
         }
         Ok(())
     }
 
-    fn drop_buffer(&mut self) {
+    /// Drops everything buffered; returns where each shard's reader restarts.
+    fn drop_buffer(&mut self) -> Vec<(ShardId, Option<Position>)> {
         if let Some(sink) = self.sink.as_mut() {
             sink.clear();
         }
@@ -562,21 +530,20 @@ impl ChannelWorker {
         self.dlq_codes.clear();
         self.oldest_read = None;
         self.num_buffered = 0;
-        for st in self.shards.values_mut() {
-            st.buffered_last = None;
-        }
+        self.progress.drop_buffer()
     }
 
     async fn poll_shards(&mut self) -> Result<(), WorkerError> {
-        let per_shard_wait = Duration::from_millis((200 / self.shards.len().max(1) as u64).max(10));
+        let per_shard_wait =
+            Duration::from_millis((200 / self.readers.len().max(1) as u64).max(10));
         let sink = self.sink.as_mut().expect("sink open");
         let mut records = 0u64;
         let mut bytes = 0u64;
-        for (id, st) in self.shards.iter_mut() {
+        for (id, st) in self.readers.iter_mut() {
             if (sink.buffered_bytes() + self.dlq_bytes) as u64 >= self.settings.buffer_size {
                 break; // back-pressure: flush before reading more
             }
-            if st.ended {
+            if self.progress.shards().get(id).is_none_or(|p| p.ended) {
                 continue;
             }
             let batch = match st.reader.next_batch(1000, per_shard_wait).await {
@@ -635,11 +602,11 @@ impl ChannelWorker {
                         self.dlq_entries.push(entry);
                     }
                 }
-                st.buffered_last = Some(position);
+                self.progress.record(id, position);
             }
             if st.reader.shard_ended() {
                 tracing::info!(channel = %self.settings.channel, shard = %id, "shard ended: every record read; handing off SHARD_END");
-                st.ended = true;
+                self.progress.end(id);
             }
         }
         if records > 0 {
@@ -650,7 +617,7 @@ impl ChannelWorker {
 
     fn flush_due(&self) -> bool {
         // A closed shard is handed off at once: its children wait for its SHARD_END.
-        if self.shards.values().any(ShardState::end_due) {
+        if self.progress.end_due() {
             return true;
         }
         let Some(oldest) = self.oldest_read else {
@@ -691,26 +658,7 @@ impl ChannelWorker {
 
     /// Writes the buffer as data files and hands the batch to the committer.
     async fn flush(&mut self) -> Result<(), WorkerError> {
-        let shards: Vec<ShardRange> = self
-            .shards
-            .iter()
-            .filter_map(|(id, st)| {
-                let last = if st.end_due() {
-                    // Every record of the closed shard is in this batch or already handed off.
-                    Some(Position::ShardEnd)
-                } else {
-                    st.buffered_last.clone()
-                };
-                last.map(|last| ShardRange {
-                    shard: id.clone(),
-                    range: CheckpointRange {
-                        after_exclusive: st.next_after.clone(),
-                        last_inclusive: last,
-                    },
-                    lease_counter: st.lease_counter,
-                })
-            })
-            .collect();
+        let shards = self.progress.batch_ranges();
         if shards.is_empty() {
             self.drop_buffer();
             return Ok(());
@@ -723,13 +671,7 @@ impl ChannelWorker {
             .write(batch_id, &self.dlq_entries)
             .await?;
         // Never hand off a shard whose lease was lost while writing.
-        let held = self.held.borrow().clone();
-        let still_held = shards.iter().all(|s| {
-            held.shards
-                .get(&s.shard)
-                .is_some_and(|l| l.lease_counter == s.lease_counter)
-        });
-        if !still_held {
+        if !Progress::still_held(&shards, &self.held_counters()) {
             self.sink
                 .as_mut()
                 .expect("sink open")
@@ -763,19 +705,11 @@ impl ChannelWorker {
         self.batches.put_batch(&batch).await?;
         telemetry::record_files(&self.settings.channel, written.sizes.iter().copied());
         tracing::debug!(channel = %self.settings.channel, batch_id = %batch_id, rows = written.num_rows, dead_lettered = batch.num_dead_lettered, files = written.sizes.len(), "batch handed off");
-        for s in &shards {
-            let st = self.shards.get_mut(&s.shard).expect("shard present");
-            st.next_after = Some(s.range.last_inclusive.clone());
-            st.buffered_last = None;
-        }
-        self.in_flight.push(InFlight {
+        self.progress.handed_off(
             batch_id,
-            oldest_read: self.oldest_read.unwrap_or_else(Instant::now),
-            ranges: shards
-                .into_iter()
-                .map(|s| (s.shard, s.range.last_inclusive))
-                .collect(),
-        });
+            &shards,
+            self.oldest_read.unwrap_or_else(Instant::now),
+        );
         self.dlq_entries.clear();
         self.dlq_bytes = 0;
         self.dlq_codes.clear();
@@ -786,7 +720,7 @@ impl ChannelWorker {
 
     /// Forgets committed batches; on a rejected one, restarts from the table's checkpoints.
     async fn reconcile(&mut self) -> Result<(), WorkerError> {
-        if self.in_flight.is_empty() {
+        if self.progress.in_flight().is_empty() {
             return Ok(());
         }
         // Pending first, then the checkpoints: the committer commits a batch before it removes
@@ -802,32 +736,12 @@ impl ChannelWorker {
             .map(|b| b.batch_id)
             .collect();
         let cp = self.table_checkpoints().await?;
-        let mut rejected = false;
-        let mut any_committed = false;
-        self.in_flight.retain(|f| {
-            let committed = f
-                .ranges
-                .iter()
-                .all(|(s, last)| cp.get(s).is_some_and(|c| c >= last));
-            if committed {
-                any_committed = true;
-                return false;
-            }
-            if !pending.contains(&f.batch_id) {
-                rejected = true;
-                return false;
-            }
-            true
-        });
-        if any_committed {
+        let settled = self.progress.reconcile(&pending, &cp);
+        if settled.any_committed {
             self.carried_oldest = None;
         }
-        if rejected {
+        if settled.rejected {
             tracing::warn!(channel = %self.settings.channel, "a batch was rejected: re-reading from the table's checkpoints");
-            self.in_flight.clear();
-            for (id, st) in self.shards.iter_mut() {
-                st.next_after = cp.get(id).cloned();
-            }
             self.restart_from_handoff().await?;
         }
         Ok(())
@@ -841,7 +755,7 @@ impl ChannelWorker {
         let buffered = self.sink.as_ref().map(|s| s.buffered_bytes()).unwrap_or(0);
         let committer = self.held.borrow().committer.is_some();
         let lag: u64 = self
-            .shards
+            .readers
             .values()
             .filter_map(|st| match st.reader.lag() {
                 Some(crate::source::Lag::Records(n)) => Some(n),
@@ -851,7 +765,7 @@ impl ChannelWorker {
         telemetry::set_source_lag_records(&self.settings.channel, lag);
         telemetry::set_freshness_target(&self.settings.channel, self.settings.data_freshness);
         let behind_ms = self
-            .shards
+            .readers
             .values()
             .filter_map(|st| match st.reader.lag() {
                 Some(crate::source::Lag::Millis(ms)) => Some(ms),
@@ -869,7 +783,7 @@ impl ChannelWorker {
             &self.settings.channel,
             freshness,
             buffered,
-            self.shards.len(),
+            self.readers.len(),
             committer,
         );
     }

@@ -629,7 +629,7 @@ impl WorkerRig {
                 c.run_round().await.unwrap();
             }
             let table = self.catalog.load_table(&self.ident).await.unwrap();
-            let cp = floe::commit::table_checkpoints(&table).unwrap();
+            let cp = floe::iceberg::table_state::table_checkpoints(&table).unwrap();
             if cp.get(shard) == Some(&position) {
                 return;
             }
