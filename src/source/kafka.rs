@@ -79,6 +79,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::Offset;
 use tokio::sync::OnceCell;
 
+pub(crate) use self::api::check_client_property;
 use self::api::{FloeConsumer, FloeContext, MainEvent};
 use super::{
     now_ms, InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord,
