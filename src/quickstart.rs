@@ -401,14 +401,18 @@ pub async fn data_files_by_partition(table: &Table) -> iceberg::Result<BTreeMap<
 fn hour_label(partition: &str) -> String {
     match partition.split_once('=') {
         Some((name, hours)) => match hours.parse::<i64>() {
-            Ok(h) => {
-                let ts = crate::worker::rfc3339_ms(h * 3_600_000);
-                format!("{name}={}-{}", &ts[..10], &ts[11..13])
-            }
+            Ok(h) => format!("{name}={}", hour_text(h)),
             Err(_) => partition.to_string(),
         },
         None => partition.to_string(),
     }
+}
+
+/// `495452` → `2026-07-09-20`: an hour partition value (hours since the epoch) in the Iceberg
+/// spec's human-readable form, as floe prints it (`floe quickstart`, `floe records check`).
+pub fn hour_text(hours: i64) -> String {
+    let ts = crate::worker::rfc3339_ms(hours * 3_600_000);
+    format!("{}-{}", &ts[..10], &ts[11..13])
 }
 
 #[cfg(test)]
