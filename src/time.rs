@@ -55,6 +55,13 @@ pub fn rfc3339_ms(ms: i64) -> String {
     )
 }
 
+/// `495452` → `2026-07-09-20`: an hour partition value (hours since the epoch) in the Iceberg
+/// spec's human-readable form, as floe prints it (`floe quickstart`, `floe records check`).
+pub fn hour_text(hours: i64) -> String {
+    let ts = rfc3339_ms(hours * 3_600_000);
+    format!("{}-{}", &ts[..10], &ts[11..13])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -290,3 +290,57 @@ fn raw_s3_config_validates_and_passes_floe_validate() {
     let checked = validate::check(&config_dir().join("raw-s3.toml")).unwrap();
     assert_eq!(checked.channels.len(), 1);
 }
+
+/// Every `config/*.toml` passes `floe validate` ([`validate::check`]) and the checks `floe run`
+/// makes before it connects anywhere: [`Config::load`], then, for a Kafka channel, the source as
+/// `floe run` creates it (`app::open_source`: [`KafkaSource::try_new`] refuses the properties
+/// floe owns and creates the librdkafka client, which checks every property; no connection yet).
+#[test]
+fn every_shipped_config_passes_floe_validate_and_the_checks_floe_run_makes_first() {
+    use floe::source::kafka::{KafkaSource, KafkaSourceConfig};
+    // The variables the examples read ("env:VARNAME"); nothing else in this binary reads them.
+    for (name, value) in [
+        ("KAFKA_SASL_USERNAME", "floe"),
+        ("KAFKA_SASL_PASSWORD", "dummy"),
+        ("POLARIS_CREDENTIAL", "floe:dummy"),
+    ] {
+        std::env::set_var(name, value);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(config_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 6, "{files:?}");
+    let mut problems = Vec::new();
+    for file in &files {
+        let name = file.file_name().unwrap().to_string_lossy();
+        if let Err(errors) = validate::check(file) {
+            problems.push(format!("floe validate --config config/{name}:\n{errors}"));
+        }
+        let config = match Config::load(file) {
+            Ok(config) => config,
+            Err(errors) => {
+                problems.push(format!("floe run --config config/{name}:\n{errors}"));
+                continue;
+            }
+        };
+        for channel in &config.channels {
+            let SourceConfig::Kafka(kafka) = &channel.source else {
+                continue;
+            };
+            let mut source = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
+            for (k, v) in &kafka.properties {
+                source = source.with_client_property(k, v.value());
+            }
+            if let Err(e) = KafkaSource::try_new(source) {
+                problems.push(format!(
+                    "floe run --config config/{name}: channel {}: {e}",
+                    channel.name
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

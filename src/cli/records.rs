@@ -10,7 +10,8 @@
 //! Input: one record per line (`\n`-separated; a blank line is a zero-byte record; a final newline
 //! ends the last record), as text (`lines`) or as hex (`hex`, for binary GSR framing). Output, one
 //! line per record, in input order:
-//! `{"index": n, "row": {...}, "partition": {"<field>_hour": H}}` or
+//! `{"index": n, "row": {...}, "partition": {"<field>_hour": "2026-07-09-20"}}` (the hour in the
+//! Iceberg spec's human-readable form, as floe prints hours elsewhere) or
 //! `{"index": n, "dlq": {"code": "...", "field": "/json/pointer", "message": "..."}}`, row values in
 //! the Iceberg JSON single-value serialization ([`crate::convert::render`]).
 //!
@@ -205,7 +206,7 @@ pub fn outcome_json(
         Ok((row, hour)) => json!({
             "index": index,
             "row": row,
-            "partition": { format!("{partition_field}_hour"): hour },
+            "partition": { format!("{partition_field}_hour"): crate::time::hour_text(*hour) },
         }),
         Err(r) => json!({
             "index": index,
@@ -299,4 +300,18 @@ pub fn run(args: &RecordsCheckArgs) -> Result<ExitCode, CheckError> {
     }
     w.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_partition_is_printed_as_a_human_readable_hour() {
+        let line = outcome_json(3, &Ok((json!({"id": 1}), 495_452)), "event_time");
+        assert_eq!(
+            line,
+            json!({"index": 3, "row": {"id": 1}, "partition": {"event_time_hour": "2026-07-09-20"}})
+        );
+    }
 }

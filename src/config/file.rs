@@ -107,7 +107,7 @@ pub struct DynamodbLeaseStoreSection {
     /// How often held leases are renewed. Default `lease_duration / 3`; at most a third of it.
     pub renew_interval: Option<DurationText>,
     /// Most leases a worker steals from others per lease period to even out the fleet. Default 1.
-    pub max_leases_to_steal: Option<u32>,
+    pub max_leases_to_steal: Option<WholeNumber>,
 }
 
 /// `[lease_store]` with `kind = "sqlite"`.
@@ -125,7 +125,7 @@ pub struct SqliteLeaseStoreSection {
     pub renew_interval: Option<DurationText>,
     /// At most this many leases a worker takes from busier workers per renewal period when
     /// balancing (at least 1). Default: `1`.
-    pub max_leases_to_steal: Option<u32>,
+    pub max_leases_to_steal: Option<WholeNumber>,
 }
 
 /// `[[channel]]`: one source delivered to one destination.
@@ -179,7 +179,7 @@ pub struct KinesisSourceSection {
     #[serde(default)]
     pub initial_position: InitialPosition,
     /// Most records per GetRecords call, 1 to 10000. Default 10000.
-    pub max_records_per_call: Option<u32>,
+    pub max_records_per_call: Option<WholeNumber>,
     /// Pause between GetRecords calls on a shard that returned no records, e.g. `"1s"`; from
     /// 200ms (Kinesis allows 5 calls per second per shard, shared by all consumers). Default 1s.
     pub poll_interval: Option<DurationText>,
@@ -324,7 +324,7 @@ pub struct IcebergDestinationSection {
     /// Parquet compression of data files: `"zstd"`, `"snappy"` or `"none"`. Default: `"zstd"`.
     pub compression: Option<CompressionCodec>,
     /// ZSTD level, 1 (fastest) to 22 (smallest); only with `compression = "zstd"`. Default: `3`.
-    pub compression_level: Option<i64>,
+    pub compression_level: Option<WholeNumber>,
     /// Maximum age of a record before it is committed to the table: buffered records are flushed
     /// and committed when the oldest reaches this age (or the buffer fills). From 10s to 900s.
     /// Default: `"300s"`.
@@ -339,7 +339,7 @@ pub struct IcebergDestinationSection {
     pub buffer_size: Option<SizeText>,
     /// Hour partitions a flush may write at once. Validated (from 1 to 1000) but not enforced
     /// yet: a flush writes every buffered hour, one file or more each. Default: `48`.
-    pub max_open_partitions: Option<u32>,
+    pub max_open_partitions: Option<WholeNumber>,
 }
 
 /// Parquet compression codec as written in the file.
@@ -556,6 +556,12 @@ text_newtype!(
     "a duration string such as \"300s\" or \"10m\""
 );
 text_newtype!(SizeText, "a size string such as \"128MiB\"");
+
+/// A whole number as written (any TOML value): validation checks that it is an integer in the
+/// key's range, so a wrong value is reported in the key's terms ("a whole number from 1 to 1000").
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(transparent)]
+pub struct WholeNumber(pub toml::Value);
 
 /// One table of the file, kept as TOML until validation parses it on its own, so that its errors
 /// carry its key path and do not hide the errors of other tables.

@@ -625,7 +625,8 @@ impl ConfigEnv {
 }
 
 /// One problem in a configuration: the key path (`channel[0].destination.data_freshness`, or
-/// `line L, column C` for TOML syntax) and what is wrong.
+/// `line L, column C` for TOML syntax, after the file's path when read from a file) and what is
+/// wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {message}")]
 pub struct ConfigError {
@@ -668,15 +669,30 @@ impl Config {
         base_dir: &Path,
         env: &ConfigEnv,
     ) -> Result<Config, ConfigErrors> {
+        Self::from_toml_in(text, None, base_dir, env)
+    }
+
+    /// [`Config::from_toml_str_with_env`] of the text of `source_file`: a TOML error's path names
+    /// the file (`floe.toml, line L, column C`).
+    fn from_toml_in(
+        text: &str,
+        source_file: Option<&Path>,
+        base_dir: &Path,
+        env: &ConfigEnv,
+    ) -> Result<Config, ConfigErrors> {
+        let file_name = source_file.map(|f| f.display().to_string());
         let file: file::ConfigFile = toml::from_str(text).map_err(|e| {
-            let path = match e.span() {
-                Some(span) => {
-                    let before = &text[..span.start.min(text.len())];
-                    let line = before.matches('\n').count() + 1;
-                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-                    format!("line {line}, column {column}")
-                }
-                None => "toml".to_owned(),
+            let location = e.span().map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {column}")
+            });
+            let path = match (file_name, location) {
+                (Some(file), Some(location)) => format!("{file}, {location}"),
+                (Some(file), None) => file,
+                (None, Some(location)) => location,
+                (None, None) => "toml".to_owned(),
             };
             ConfigErrors(vec![ConfigError {
                 path,
@@ -705,6 +721,6 @@ impl Config {
                 .map(|cwd| cwd.join(dir))
                 .unwrap_or_else(|_| dir.to_path_buf())
         };
-        Self::from_toml_str(&text, &base_dir)
+        Self::from_toml_in(&text, Some(path), &base_dir, &ConfigEnv::from_process())
     }
 }

@@ -198,6 +198,27 @@ fn toml_syntax_error_is_one_error_with_its_line() {
 }
 
 #[test]
+fn toml_syntax_error_in_a_file_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("floe.toml");
+    std::fs::write(&path, "[worker\nid = 1").unwrap();
+    let errors = Config::load(&path).unwrap_err().0;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(
+        errors[0].to_string(),
+        format!(
+            "{}, line 1, column 8: {}",
+            path.display(),
+            errors[0].message
+        )
+    );
+    assert!(
+        errors[0].message.contains("invalid table header"),
+        "{errors:?}"
+    );
+}
+
+#[test]
 fn unknown_keys_are_refused_with_their_section_path() {
     refused(
         &with("[channel.destination]", "compresion = \"zstd\""),
@@ -250,7 +271,7 @@ fn wrong_value_types_name_the_key() {
     refused(
         &with("[channel.destination]", "max_open_partitions = -1"),
         "channel[0].destination.max_open_partitions",
-        "",
+        "-1 is below the minimum 1",
     );
     refused(
         &props("\"fetch.max.bytes\" = 5"),
@@ -499,6 +520,54 @@ fn compression_level_applies_to_zstd_only_and_is_bounded() {
 }
 
 #[test]
+fn whole_number_keys_given_a_wrong_value_say_what_is_expected() {
+    for (header, line, path, needle) in [
+        (
+            "[channel.destination]",
+            "max_open_partitions = \"48\"",
+            "channel[0].destination.max_open_partitions",
+            "expected a whole number from 1 to 1000, not the string \"48\" (write a number without quotes)",
+        ),
+        (
+            "[channel.destination]",
+            "max_open_partitions = 4.5",
+            "channel[0].destination.max_open_partitions",
+            "expected a whole number from 1 to 1000, not the float 4.5",
+        ),
+        (
+            "[channel.destination]",
+            "compression_level = \"3\"",
+            "channel[0].destination.compression_level",
+            "expected a whole number from 1 to 22",
+        ),
+        (
+            "[lease_store]",
+            "max_leases_to_steal = -1",
+            "lease_store.max_leases_to_steal",
+            "-1 is below the minimum 1",
+        ),
+        (
+            "[lease_store]",
+            "max_leases_to_steal = 5000000000",
+            "lease_store.max_leases_to_steal",
+            "5000000000 is above the maximum 4294967295",
+        ),
+        (
+            "[lease_store]",
+            "max_leases_to_steal = true",
+            "lease_store.max_leases_to_steal",
+            "expected a whole number from 1 to 4294967295, not the boolean true",
+        ),
+    ] {
+        let errors = errors(&with(header, line));
+        assert_eq!(errors.len(), 1, "{line}: {errors:#?}");
+        assert_eq!(errors[0].path, path, "{line}: {errors:#?}");
+        assert!(errors[0].message.contains(needle), "{line}: {errors:#?}");
+        assert!(!errors[0].message.contains("u32"), "{line}: {errors:#?}");
+    }
+}
+
+#[test]
 fn max_open_partitions_is_bounded() {
     refused(
         &with("[channel.destination]", "max_open_partitions = 0"),
@@ -626,6 +695,10 @@ fn kafka_properties_floe_owns_are_refused() {
         "auto.offset.reset",
         "enable.partition.eof",
         "metadata.broker.list",
+        // Refused by the Kafka source when `floe run` starts: refused by validation too.
+        "isolation.level",
+        "group.instance.id",
+        "statistics.interval.ms",
     ] {
         let text = props(&format!("\"{key}\" = \"x\""));
         refused(
@@ -634,6 +707,23 @@ fn kafka_properties_floe_owns_are_refused() {
             "floe sets this property itself",
         );
     }
+}
+
+#[test]
+fn kafka_properties_librdkafka_refuses_are_refused_with_their_key_path() {
+    // `floe run` would stop creating the client (exit 78): `floe validate` says it first.
+    refused(
+        &props("\"fetch.wait.max.msec\" = \"50\""),
+        "channel[0].source.properties.\"fetch.wait.max.msec\"",
+        "librdkafka refuses it: No such configuration property",
+    );
+    refused(
+        &props("\"fetch.wait.max.ms\" = \"soon\""),
+        "channel[0].source.properties.\"fetch.wait.max.ms\"",
+        "librdkafka refuses it",
+    );
+    let config = parse(&props("\"fetch.wait.max.ms\" = \"50\"")).unwrap();
+    assert_eq!(kafka(&config).properties["fetch.wait.max.ms"].value(), "50");
 }
 
 #[test]

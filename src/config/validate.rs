@@ -11,7 +11,8 @@ use super::file::{
     AwsSection, CatalogSection, ChannelSection, CompressionCodec, ConfigFile, DestinationSection,
     DlqSection, DurationText, FromSection, GlueCatalogSection, IcebergDestinationSection,
     KafkaSourceSection, KinesisSourceSection, LeaseStoreSection, S3DestinationSection,
-    S3DlqSection, S3TablesCatalogSection, Section, SizeText, SourceSection, WorkerSection,
+    S3DlqSection, S3TablesCatalogSection, Section, SizeText, SourceSection, WholeNumber,
+    WorkerSection,
 };
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::*;
@@ -31,8 +32,10 @@ const BUFFER_SIZE_RANGE: RangeInclusive<u64> = (1 << 10)..=(64 << 30);
 const MAX_OPEN_PARTITIONS_RANGE: RangeInclusive<u32> = 1..=1000;
 const ZSTD_LEVEL_RANGE: RangeInclusive<i64> = 1..=22;
 
-/// Kafka client properties floe sets itself, with the reason given to the user.
-const OWNED_KAFKA_PROPERTIES: [(&str, &str); 8] = [
+/// Kafka client properties floe sets itself, with the reason given to the user. The one list:
+/// config validation refuses them at their key path and [`crate::source::kafka::KafkaSource`]
+/// refuses them too (see [`owned_kafka_property`]).
+const OWNED_KAFKA_PROPERTIES: [(&str, &str); 11] = [
     ("bootstrap.servers", "set `bootstrap_servers` instead"),
     ("metadata.broker.list", "set `bootstrap_servers` instead"),
     (
@@ -56,7 +59,24 @@ const OWNED_KAFKA_PROPERTIES: [(&str, &str); 8] = [
         "set `initial_position` instead; floe resumes from the table's checkpoints",
     ),
     ("enable.partition.eof", "floe sets it itself"),
+    ("group.instance.id", "floe never joins a consumer group"),
+    (
+        "isolation.level",
+        "floe always reads committed records only (read_committed): aborted transactional records never reach the table",
+    ),
+    (
+        "statistics.interval.ms",
+        "floe uses librdkafka statistics for lag reporting",
+    ),
 ];
+
+/// Why floe refuses the Kafka client property `key` from the user, if it is one floe sets itself.
+pub(crate) fn owned_kafka_property(key: &str) -> Option<&'static str> {
+    OWNED_KAFKA_PROPERTIES
+        .iter()
+        .find(|(owned, _)| *owned == key)
+        .map(|(_, why)| *why)
+}
 
 pub(super) fn validate(
     file: ConfigFile,
@@ -151,15 +171,36 @@ impl Checker<'_> {
         self.in_range(path, &text, value, &range, |s| format_size(*s))
     }
 
-    fn number<T: PartialOrd + Copy + ToString>(
+    fn number<T: Copy + Into<i64> + TryFrom<i64>>(
         &mut self,
         path: &str,
-        value: Option<T>,
+        value: Option<WholeNumber>,
         default: T,
         range: RangeInclusive<T>,
     ) -> Option<T> {
-        let value = value.unwrap_or(default);
-        self.in_range(path, &value.to_string(), value, &range, T::to_string)
+        let Some(WholeNumber(value)) = value else {
+            return Some(default);
+        };
+        let range: RangeInclusive<i64> = (*range.start()).into()..=(*range.end()).into();
+        let toml::Value::Integer(n) = value else {
+            let written = match &value {
+                toml::Value::String(s) => {
+                    format!("the string \"{s}\" (write a number without quotes)")
+                }
+                other => format!("the {} {other}", other.type_str()),
+            };
+            self.error(
+                path,
+                format!(
+                    "expected a whole number from {} to {}, not {written}",
+                    range.start(),
+                    range.end()
+                ),
+            );
+            return None;
+        };
+        let n = self.in_range(path, &n.to_string(), n, &range, i64::to_string)?;
+        T::try_from(n).ok()
     }
 
     fn in_range<T: PartialOrd>(
@@ -634,10 +675,7 @@ impl Checker<'_> {
         let mut properties = BTreeMap::new();
         for (key, value) in s.properties {
             let path = format!("{p}.properties.{}", quote_key(&key));
-            if let Some((_, why)) = OWNED_KAFKA_PROPERTIES
-                .iter()
-                .find(|(owned, _)| *owned == key)
-            {
+            if let Some(why) = owned_kafka_property(&key) {
                 ok = false;
                 self.error(path, format!("floe sets this property itself: {why}"));
                 continue;
@@ -657,6 +695,18 @@ impl Checker<'_> {
                 ok = false;
                 continue;
             };
+            // The check librdkafka makes when `floe run` creates the client (no connection).
+            if let Err(why) = crate::source::kafka::check_client_property(&key, value.value()) {
+                ok = false;
+                let secret = value.value();
+                let why = if is_secret_property(&key) && !secret.is_empty() {
+                    why.replace(secret, "(secret)")
+                } else {
+                    why
+                };
+                self.error(path, why);
+                continue;
+            }
             properties.insert(key, value);
         }
         ok.then_some(KafkaSourceConfig {

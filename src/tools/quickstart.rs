@@ -401,15 +401,13 @@ pub async fn data_files_by_partition(table: &Table) -> iceberg::Result<BTreeMap<
 fn hour_label(partition: &str) -> String {
     match partition.split_once('=') {
         Some((name, hours)) => match hours.parse::<i64>() {
-            Ok(h) => {
-                let ts = crate::time::rfc3339_ms(h * 3_600_000);
-                format!("{name}={}-{}", &ts[..10], &ts[11..13])
-            }
+            Ok(h) => format!("{name}={}", crate::time::hour_text(h)),
             Err(_) => partition.to_string(),
         },
         None => partition.to_string(),
     }
 }
+
 
 #[cfg(test)]
 mod tests {

@@ -26,44 +26,6 @@ use crate::source::SourceError;
 /// offsets to this group: progress lives in the Iceberg table.
 pub(super) const UNJOINED_GROUP_ID: &str = "floe-assign-only-never-joined";
 
-/// Client properties floe sets itself and refuses from the user's passthrough properties, with
-/// the reason given in the error.
-pub(super) const RESERVED_PROPERTIES: &[(&str, &str)] = &[
-    (
-        "bootstrap.servers",
-        "set it as the source's bootstrap servers",
-    ),
-    (
-        "group.id",
-        "floe assigns partitions itself and never joins a consumer group",
-    ),
-    ("group.instance.id", "floe never joins a consumer group"),
-    (
-        "enable.auto.commit",
-        "progress is committed with the data in the Iceberg table; auto commit is always off",
-    ),
-    (
-        "enable.auto.offset.store",
-        "progress is committed with the data in the Iceberg table; the offset store is always off",
-    ),
-    (
-        "auto.offset.reset",
-        "a start position that the broker no longer holds must fail, not skip records",
-    ),
-    (
-        "enable.partition.eof",
-        "floe manages end-of-partition itself",
-    ),
-    (
-        "isolation.level",
-        "only committed transactional records are delivered (read_committed)",
-    ),
-    (
-        "statistics.interval.ms",
-        "floe uses librdkafka statistics for lag reporting",
-    ),
-];
-
 /// Default prefetch bound per leased partition (librdkafka `queued.max.messages.kbytes`: it
 /// applies per partition queue when partition queues are split, as floe's are), so a worker's
 /// memory stays bounded by the partitions it leases; overridable by the user.
@@ -181,18 +143,38 @@ impl ConsumerContext for FloeContext {}
 /// A consumer of floe: the user's passthrough properties, then floe's correctness settings.
 pub(super) type FloeConsumer = BaseConsumer<FloeContext>;
 
-/// Refuses passthrough properties that would override a correctness setting.
+/// Refuses passthrough properties that would override a correctness setting (the list config
+/// validation refuses too: [`crate::config::validate::owned_kafka_property`]).
 ///
 /// Errors: [`SourceError::Config`] naming the property and why.
 pub(super) fn check_client_properties(config: &KafkaSourceConfig) -> Result<(), SourceError> {
     for key in config.client_properties.keys() {
-        if let Some((_, why)) = RESERVED_PROPERTIES.iter().find(|(k, _)| k == key) {
+        if let Some(why) = crate::config::validate::owned_kafka_property(key) {
             return Err(SourceError::Config {
                 message: format!("client property `{key}` cannot be set: {why}"),
             });
         }
     }
     Ok(())
+}
+
+/// Checks that librdkafka accepts `key` = `value` as a client property (a known property, a
+/// valid value, supported by this build), as it checks them when a client is created. Creates no
+/// client and connects to nothing: config validation calls it, so `floe validate` refuses what
+/// would stop `floe run`.
+///
+/// Errors: librdkafka's reason.
+pub(crate) fn check_client_property(key: &str, value: &str) -> Result<(), String> {
+    ClientConfig::new()
+        .set(key, value)
+        .create_native_config()
+        .map(drop)
+        .map_err(|e| match e {
+            KafkaError::ClientConfig(_, description, _, _) => {
+                format!("librdkafka refuses it: {description}")
+            }
+            e => format!("librdkafka refuses it: {e}"),
+        })
 }
 
 fn client_config(config: &KafkaSourceConfig, reader: bool) -> ClientConfig {
