@@ -119,10 +119,9 @@ fn compare(exp: &Value, out: &Value, partition_field: &str) -> Option<String> {
     if let Some(p) = exp.get("partition").filter(|p| !p.is_null()) {
         // The case set gives hours since the epoch; `records check` prints them as floe prints
         // hours everywhere (`2026-07-09-20`).
-        let p = &p.as_i64().map_or_else(
-            || p.clone(),
-            |h| Value::String(floe::time::hour_text(h)),
-        );
+        let p = &p
+            .as_i64()
+            .map_or_else(|| p.clone(), |h| Value::String(floe::time::hour_text(h)));
         let got = &out["partition"][format!("{partition_field}_hour")];
         if got != p {
             return Some(format!("partition: expected {p}, got {got}"));

@@ -456,7 +456,7 @@ fn user_type(ty: &str) -> Result<String, String> {
     Ok(match last_segment(ty) {
         "String" => "string",
         "bool" => "boolean",
-        "u8" | "u16" | "u32" | "u64" | "usize" | "i32" | "i64" => "integer",
+        "u8" | "u16" | "u32" | "u64" | "usize" | "i32" | "i64" | "WholeNumber" => "integer",
         "DurationText" => "duration",
         "SizeText" => "size",
         "SchemaVersionText" => "integer or string",

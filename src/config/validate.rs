@@ -695,7 +695,8 @@ impl Checker<'_> {
                 ok = false;
                 continue;
             };
-            // The check librdkafka makes when `floe run` creates the client (no connection).
+            // The check librdkafka makes when `floe run` creates the client (no connection). The
+            // one import from config up into a source (tests/layout.rs ALLOWED_UPWARD says why).
             if let Err(why) = crate::source::kafka::check_client_property(&key, value.value()) {
                 ok = false;
                 let secret = value.value();

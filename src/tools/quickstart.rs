@@ -408,7 +408,6 @@ fn hour_label(partition: &str) -> String {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
