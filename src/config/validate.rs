@@ -695,9 +695,8 @@ impl Checker<'_> {
                 ok = false;
                 continue;
             };
-            // The check librdkafka makes when `floe run` creates the client (no connection). The
-            // one import from config up into a source (tests/layout.rs ALLOWED_UPWARD says why).
-            if let Err(why) = crate::source::kafka::check_client_property(&key, value.value()) {
+            // The check librdkafka makes when `floe run` creates the client (no connection).
+            if let Err(why) = check_kafka_client_property(&key, value.value()) {
                 ok = false;
                 let secret = value.value();
                 let why = if is_secret_property(&key) && !secret.is_empty() {
@@ -1345,3 +1344,23 @@ fn quote_key(key: &str) -> String {
         format!("\"{key}\"")
     }
 }
+
+/// Checks that librdkafka accepts `key` = `value` as a client property (a known property, a
+/// valid value, supported by this build), as it checks them when a client is created. Creates no
+/// client and connects to nothing: config validation calls it, so `floe validate` refuses what
+/// would stop `floe run`.
+///
+/// Errors: librdkafka's reason.
+fn check_kafka_client_property(key: &str, value: &str) -> Result<(), String> {
+    rdkafka::ClientConfig::new()
+        .set(key, value)
+        .create_native_config()
+        .map(drop)
+        .map_err(|e| match e {
+            rdkafka::error::KafkaError::ClientConfig(_, description, _, _) => {
+                format!("librdkafka refuses it: {description}")
+            }
+            e => format!("librdkafka refuses it: {e}"),
+        })
+}
+

@@ -80,7 +80,6 @@ use rdkafka::error::KafkaError;
 use rdkafka::Offset;
 use tokio::sync::OnceCell;
 
-pub(crate) use self::api::check_client_property;
 use self::api::{FloeConsumer, FloeContext, MainEvent};
 use super::{
     InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord, StartAt,

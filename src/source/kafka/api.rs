@@ -158,25 +158,6 @@ pub(super) fn check_client_properties(config: &KafkaSourceConfig) -> Result<(), 
     Ok(())
 }
 
-/// Checks that librdkafka accepts `key` = `value` as a client property (a known property, a
-/// valid value, supported by this build), as it checks them when a client is created. Creates no
-/// client and connects to nothing: config validation calls it, so `floe validate` refuses what
-/// would stop `floe run`.
-///
-/// Errors: librdkafka's reason.
-pub(crate) fn check_client_property(key: &str, value: &str) -> Result<(), String> {
-    ClientConfig::new()
-        .set(key, value)
-        .create_native_config()
-        .map(drop)
-        .map_err(|e| match e {
-            KafkaError::ClientConfig(_, description, _, _) => {
-                format!("librdkafka refuses it: {description}")
-            }
-            e => format!("librdkafka refuses it: {e}"),
-        })
-}
-
 fn client_config(config: &KafkaSourceConfig, reader: bool) -> ClientConfig {
     client_config_with(config, reader, &[])
 }
