@@ -17,7 +17,8 @@
 //!
 //! Module map, by layer from the bottom (imports only point down; `tests/layout.rs` checks it):
 //! - [`model`] pure protocol data: positions, shard ranges, checkpoints, pending batches;
-//!   [`time`] wall clock, civil calendar, RFC 3339; [`schema`] JSON Schema → Iceberg mapping.
+//!   [`time`] wall clock, civil calendar, RFC 3339; [`retry`] the one backoff;
+//!   [`schema`] JSON Schema → Iceberg mapping.
 //! - [`config`] the TOML file format, validation with key paths, the typed configuration.
 //! - [`convert`] JSON bytes → Arrow columns, per-record DLQ reasons.
 //! - [`telemetry`] every metric, named once; [`aws`] AWS clients and the S3 helper.
@@ -61,6 +62,7 @@ pub mod iceberg;
 pub mod lease;
 pub mod model;
 pub mod raw;
+pub mod retry;
 pub mod schema;
 pub mod source;
 pub mod telemetry;

@@ -51,6 +51,12 @@ pub const SOURCE_LAG_SECONDS: &str = "floe_source_lag_seconds";
 pub const DLQ_WRITES_TOTAL: &str = "floe_dlq_writes_total";
 /// Pending batches waiting for the committer (set by the committer).
 pub const PENDING_BATCHES: &str = "floe_pending_batches";
+/// Snapshots in the channel's table after the committer's last commit.
+pub const TABLE_SNAPSHOTS: &str = "floe_table_snapshots";
+/// Snapshots expired by the committer's maintenance.
+pub const SNAPSHOTS_EXPIRED_TOTAL: &str = "floe_snapshots_expired_total";
+/// Files deleted by the committer's maintenance, by kind (`manifest_list`).
+pub const MAINTENANCE_FILES_DELETED_TOTAL: &str = "floe_maintenance_files_deleted_total";
 /// Leases this worker took over from another worker (expired or stolen).
 pub const LEASE_TAKEOVERS_TOTAL: &str = "floe_lease_takeovers_total";
 /// Time reading was paused because the buffer was full, seconds.
@@ -172,6 +178,21 @@ pub fn describe() {
         Unit::Count,
         "pending batches waiting for the committer, on the worker holding the committer lease"
     );
+    describe_gauge!(
+        TABLE_SNAPSHOTS,
+        Unit::Count,
+        "snapshots in the channel's table after the committer's last commit"
+    );
+    describe_counter!(
+        SNAPSHOTS_EXPIRED_TOTAL,
+        Unit::Count,
+        "snapshots expired by the committer (older than snapshot_retention, beyond min_snapshots)"
+    );
+    describe_counter!(
+        MAINTENANCE_FILES_DELETED_TOTAL,
+        Unit::Count,
+        "files deleted by the committer's maintenance, by kind (manifest_list)"
+    );
     describe_counter!(
         LEASE_TAKEOVERS_TOTAL,
         Unit::Count,
@@ -231,6 +252,22 @@ pub fn record_dlq_write(channel: &str, stage: &'static str, ok: bool) {
 /// Sets the number of pending batches (the committer, after a round).
 pub fn set_pending_batches(channel: &str, n: usize) {
     gauge!(PENDING_BATCHES, "channel" => channel.to_string()).set(n as f64);
+}
+
+/// Sets the number of snapshots in the channel's table.
+pub fn set_table_snapshots(channel: &str, n: usize) {
+    gauge!(TABLE_SNAPSHOTS, "channel" => channel.to_string()).set(n as f64);
+}
+
+/// Records snapshots expired by maintenance.
+pub fn record_snapshots_expired(channel: &str, n: u64) {
+    counter!(SNAPSHOTS_EXPIRED_TOTAL, "channel" => channel.to_string()).increment(n);
+}
+
+/// Records files deleted by maintenance; `kind` is `manifest_list`.
+pub fn record_maintenance_files_deleted(channel: &str, kind: &'static str, n: u64) {
+    counter!(MAINTENANCE_FILES_DELETED_TOTAL, "channel" => channel.to_string(), "kind" => kind)
+        .increment(n);
 }
 
 /// Records a lease taken over from another worker.

@@ -16,7 +16,7 @@ use std::path::Path;
 
 /// Layers, lowest first. A module may import modules of lower layers only.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("pure data and rules", &["model", "time", "schema"]),
+    ("pure data and rules", &["model", "time", "retry", "schema"]),
     ("configuration", &["config"]),
     ("Glue Schema Registry", &["gsr"]),
     ("record conversion", &["convert"]),

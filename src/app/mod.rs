@@ -41,6 +41,7 @@ use crate::lease::{BatchStore, ChannelState, ChannelStatus, LeaseKey, LeaseSpec,
 use crate::raw::target::RawTarget;
 use crate::raw::RawIo;
 use crate::raw::RawStore;
+use crate::retry::Backoff;
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
 use crate::source::kinesis::KinesisSource;
 use crate::source::{InitialPosition, Source};
@@ -109,18 +110,18 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, AppError>>,
 {
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(8));
     let mut attempt = 1;
     loop {
         match f().await {
             Ok(v) => return Ok(v),
             Err(e) if e.is_retryable() && attempt < 10 && !stop.is_cancelled() => {
-                tracing::warn!(error = %e, attempt, "{what} failed; retrying in {backoff:?}");
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, attempt, "{what} failed; retrying in {delay:?}");
                 tokio::select! {
                     _ = stop.cancelled() => return Err(e),
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(delay) => {}
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(8));
                 attempt += 1;
             }
             Err(e) => return Err(e),
@@ -399,6 +400,7 @@ async fn prepare_iceberg(
                     target_file_size: dest.target_file_size,
                 },
                 record_decoder,
+                maintenance: dest.maintenance,
             },
         ),
         initial_position,
@@ -560,7 +562,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             let fatal_token = fatal_token.clone();
             workers.spawn(async move {
                 let _done = done.drop_guard();
-                let mut backoff = Duration::from_millis(500);
+                let mut backoff =
+                    Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
                 let mut oldest_pending = None;
                 loop {
                     let mut worker = ChannelWorker::new(
@@ -599,14 +602,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                         Err(e) => {
                             // A loop that ran a while failed afresh: back off from the start.
                             if started.elapsed() >= WORKER_BACKOFF_RESET {
-                                backoff = Duration::from_millis(500);
+                                backoff.reset();
                             }
                             tracing::error!(channel = %settings.channel, error = %e, "worker loop failed; restarting from the table's checkpoints");
                             tokio::select! {
                                 _ = stop.cancelled() => return,
-                                _ = tokio::time::sleep(backoff) => {}
+                                _ = tokio::time::sleep(backoff.next_delay()) => {}
                             }
-                            backoff = (backoff * 2).min(Duration::from_secs(30));
                         }
                     }
                 }
@@ -677,7 +679,7 @@ async fn committer_loop(
 ) {
     let mut committer: Option<Committer> = None;
     let mut fenced_at: Option<u64> = None;
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
     loop {
         let lease = held.borrow_and_update().committer.clone();
         match lease {
@@ -697,7 +699,8 @@ async fn committer_loop(
                             io.ident.clone(),
                             io.catalog.clone(),
                             io.dlq.clone(),
-                        ),
+                        )
+                        .with_maintenance(io.maintenance),
                         leases,
                         batches,
                         l.lease_counter,
@@ -718,7 +721,7 @@ async fn committer_loop(
             match c.run_round().await {
                 Ok(report) => {
                     crate::telemetry::record_delivered(&channel, report.rows);
-                    backoff = Duration::from_millis(200);
+                    backoff.reset();
                 }
                 Err(CommitError::Fenced { table_epoch, own }) => {
                     tracing::warn!(channel = %channel, table_epoch, own, "committer is stale: stepping down");
@@ -731,8 +734,7 @@ async fn committer_loop(
                 }
                 Err(e) => {
                     tracing::warn!(channel = %channel, error = %e, "commit round failed; retrying with backoff");
-                    wait = backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                    wait = backoff.next_delay();
                 }
             }
         }

@@ -340,6 +340,26 @@ pub struct IcebergDestinationSection {
     /// Hour partitions a flush may write at once. Validated (from 1 to 1000) but not enforced
     /// yet: a flush writes every buffered hour, one file or more each. Default: `48`.
     pub max_open_partitions: Option<WholeNumber>,
+    /// `[channel.destination.maintenance]`: what the committer does to keep the table fast
+    /// (snapshot expiry). Optional.
+    #[serde(default)]
+    pub maintenance: Section<MaintenanceSection>,
+}
+
+/// `[channel.destination.maintenance]`: table maintenance by the committer, in the same fenced
+/// commits as the data (docs/operations.md, "Table maintenance").
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceSection {
+    /// Whether the committer maintains the table. Default: `true`, except on S3 Tables (which
+    /// maintains its tables itself): `false`.
+    pub enabled: Option<bool>,
+    /// Snapshots older than this are expired (with their manifest lists) when the committer
+    /// commits; time travel reaches back this far. From 1m to 3650d. Default: `"1h"`.
+    pub snapshot_retention: Option<DurationText>,
+    /// Snapshots always kept, however old (the current one is never expired). From 1 to
+    /// 100000. Default: `10`.
+    pub min_snapshots: Option<WholeNumber>,
 }
 
 /// Parquet compression codec as written in the file.
@@ -665,6 +685,7 @@ plain_section!(
     AwsSection,
     ChannelSection,
     RecordSection,
+    MaintenanceSection,
     SchemaSection
 );
 

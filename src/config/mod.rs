@@ -363,6 +363,30 @@ pub struct IcebergDestinationConfig {
     pub buffer_size: u64,
     /// Hour partitions buffered at once.
     pub max_open_partitions: u32,
+    /// Table maintenance by the committer.
+    pub maintenance: MaintenanceConfig,
+}
+
+/// The validated `[channel.destination.maintenance]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaintenanceConfig {
+    /// Whether the committer maintains the table.
+    pub enabled: bool,
+    /// Snapshots older than this are expired.
+    pub snapshot_retention: Duration,
+    /// Snapshots always kept (at least 1: the current one).
+    pub min_snapshots: u32,
+}
+
+impl Default for MaintenanceConfig {
+    /// On; snapshots older than 1 h expired; at least 10 kept (the file format's defaults).
+    fn default() -> Self {
+        MaintenanceConfig {
+            enabled: true,
+            snapshot_retention: Duration::from_secs(3600),
+            min_snapshots: 10,
+        }
+    }
 }
 
 /// Parquet compression of data files.

@@ -148,6 +148,11 @@ fn minimal_config_takes_every_default() {
             target_file_size: 128 * 1024 * 1024,
             buffer_size: 256 * 1024 * 1024,
             max_open_partitions: 48,
+            maintenance: crate::config::MaintenanceConfig {
+                enabled: true,
+                snapshot_retention: Duration::from_secs(3600),
+                min_snapshots: 10,
+            },
         }
     );
     assert_eq!(
@@ -1504,4 +1509,39 @@ fn raw_channels_sharing_a_bucket_must_name_themselves_in_their_keys() {
     let both = raw("key_template = \"{channel}/\"");
     let ok = second("{channel}/").replace(&one, &both);
     parse(&ok).unwrap();
+}
+
+#[test]
+fn maintenance_is_on_by_default_and_its_settings_are_bounded_with_their_key() {
+    let sql = parse(MINIMAL).unwrap();
+    assert!(iceberg(&sql).maintenance.enabled);
+    let maintenance = |lines: &str| {
+        MINIMAL.replace(
+            "[channel.destination.catalog]",
+            &format!("[channel.destination.maintenance]\n{lines}\n[channel.destination.catalog]"),
+        )
+    };
+    let tuned = maintenance("snapshot_retention = \"30m\"\nmin_snapshots = 3");
+    let c = parse(&tuned).unwrap();
+    assert_eq!(
+        iceberg(&c).maintenance,
+        crate::config::MaintenanceConfig {
+            enabled: true,
+            snapshot_retention: Duration::from_secs(1800),
+            min_snapshots: 3,
+        }
+    );
+    let bad = maintenance("snapshot_retention = \"1s\"\nmin_snapshots = 0");
+    let e = parse(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("channel[0].destination.maintenance.snapshot_retention"),
+        "{e}"
+    );
+    assert!(
+        e.contains("channel[0].destination.maintenance.min_snapshots"),
+        "{e}"
+    );
+    let unknown = maintenance("vacuum = true");
+    let e = parse(&unknown).unwrap_err().to_string();
+    assert!(e.contains("vacuum"), "{e}");
 }

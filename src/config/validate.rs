@@ -19,6 +19,13 @@ use super::*;
 
 mod rest;
 
+/// Default of `channel.destination.maintenance.snapshot_retention`.
+const DEFAULT_SNAPSHOT_RETENTION: Duration = Duration::from_secs(3600);
+const SNAPSHOT_RETENTION_RANGE: RangeInclusive<Duration> =
+    Duration::from_secs(60)..=Duration::from_secs(3650 * 86_400);
+/// Default of `channel.destination.maintenance.min_snapshots`.
+const DEFAULT_MIN_SNAPSHOTS: u32 = 10;
+const MIN_SNAPSHOTS_RANGE: RangeInclusive<u32> = 1..=100_000;
 const SHUTDOWN_TIMEOUT_RANGE: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(3600);
 const LEASE_DURATION_RANGE: RangeInclusive<Duration> =
@@ -1012,7 +1019,13 @@ impl Checker<'_> {
             DEFAULT_MAX_OPEN_PARTITIONS,
             MAX_OPEN_PARTITIONS_RANGE,
         );
+        let maintenance = self.maintenance(
+            &format!("{p}.maintenance"),
+            d.maintenance,
+            matches!(catalog, Some(CatalogConfig::S3Tables(_))),
+        );
         Some(IcebergDestinationConfig {
+            maintenance: maintenance?,
             catalog: catalog?,
             namespace: namespace?,
             table: table?,
@@ -1022,6 +1035,34 @@ impl Checker<'_> {
             target_file_size: bounds?.1,
             buffer_size: bounds?.2,
             max_open_partitions: max_open_partitions?,
+        })
+    }
+
+    /// `[channel.destination.maintenance]`; off by default on S3 Tables, which maintains its
+    /// tables itself.
+    fn maintenance(
+        &mut self,
+        p: &str,
+        section: Section<super::file::MaintenanceSection>,
+        s3tables: bool,
+    ) -> Option<crate::config::MaintenanceConfig> {
+        let m = self.section(section, p)?;
+        let snapshot_retention = self.duration(
+            &format!("{p}.snapshot_retention"),
+            m.snapshot_retention,
+            DEFAULT_SNAPSHOT_RETENTION,
+            SNAPSHOT_RETENTION_RANGE,
+        );
+        let min_snapshots = self.number(
+            &format!("{p}.min_snapshots"),
+            m.min_snapshots,
+            DEFAULT_MIN_SNAPSHOTS,
+            MIN_SNAPSHOTS_RANGE,
+        );
+        Some(crate::config::MaintenanceConfig {
+            enabled: m.enabled.unwrap_or(!s3tables),
+            snapshot_retention: snapshot_retention?,
+            min_snapshots: min_snapshots?,
         })
     }
 
@@ -1363,4 +1404,3 @@ fn check_kafka_client_property(key: &str, value: &str) -> Result<(), String> {
             e => format!("librdkafka refuses it: {e}"),
         })
 }
-

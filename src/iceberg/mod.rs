@@ -36,4 +36,6 @@ pub struct IcebergIo {
     pub writer: WriterSettings,
     /// Record framing (`record.format`): the JSON payload of each record.
     pub record_decoder: RecordDecoder,
+    /// Table maintenance by the committer (`[channel.destination.maintenance]`).
+    pub maintenance: crate::config::MaintenanceConfig,
 }

@@ -17,6 +17,12 @@ pub const PROP_LAST_COMMIT_ID: &str = "floe.last-commit-id";
 /// Table property holding the committer lease counter of the last committer that wrote the
 /// table; a committer whose lease counter is lower is stale and stops.
 pub const PROP_COMMITTER_EPOCH: &str = "floe.committer-epoch";
+/// Table property: the ids of the batches the last floe commit committed (comma-separated), so
+/// that a committer that finds one of them still pending (its predecessor crashed between the
+/// commit and finishing the batch) recovers it instead of rejecting it, whatever snapshots
+/// expiry or compaction (floe's, S3 Tables', Spark's) have removed since. Bounded by the batches
+/// of one round.
+pub const PROP_UNFINISHED_BATCH_IDS: &str = "floe.unfinished-batch-ids";
 /// Snapshot summary property: the commit id.
 pub const SUMMARY_COMMIT_ID: &str = "floe.commit-id";
 /// Snapshot summary property: comma-separated ids of the batches the snapshot added.
@@ -48,13 +54,15 @@ pub fn table_checkpoints(table: &Table) -> Result<Checkpoints, TableStateError> 
     }
 }
 
-/// Ids of every batch that some snapshot of the table added ([`SUMMARY_BATCH_IDS`] of every
-/// snapshot still in the metadata).
+/// Ids of the batches the table shows committed: those of the last floe commit
+/// ([`PROP_UNFINISHED_BATCH_IDS`], independent of snapshot history) and those some snapshot
+/// still in the metadata added ([`SUMMARY_BATCH_IDS`]).
 pub fn committed_batch_ids(table: &Table) -> HashSet<Uuid> {
-    table
-        .metadata()
+    let metadata = table.metadata();
+    metadata
         .snapshots()
         .filter_map(|s| s.summary().additional_properties.get(SUMMARY_BATCH_IDS))
+        .chain(metadata.properties().get(PROP_UNFINISHED_BATCH_IDS))
         .flat_map(|ids| decode_batch_ids(ids))
         .collect()
 }
@@ -108,17 +116,23 @@ pub fn commit_summary(commit_id: Uuid, batches: &[&PendingBatch]) -> HashMap<Str
 }
 
 /// The table properties a floe commit sets, in the same transaction as its data files
-/// (docs/design.md, protocol step 4): [`PROP_CHECKPOINTS`], [`PROP_LAST_COMMIT_ID`] and
-/// [`PROP_COMMITTER_EPOCH`].
+/// (docs/design.md, protocol step 4): [`PROP_CHECKPOINTS`], [`PROP_LAST_COMMIT_ID`],
+/// [`PROP_COMMITTER_EPOCH`] and [`PROP_UNFINISHED_BATCH_IDS`] (`unfinished`: the batches this
+/// commit commits and those it recovered, none of them finished yet).
 pub fn commit_properties(
     checkpoints: &Checkpoints,
     commit_id: Uuid,
     epoch: u64,
-) -> [(String, String); 3] {
+    unfinished: &[Uuid],
+) -> [(String, String); 4] {
     [
         (PROP_CHECKPOINTS.to_string(), checkpoints.to_property()),
         (PROP_LAST_COMMIT_ID.to_string(), commit_id.to_string()),
         (PROP_COMMITTER_EPOCH.to_string(), epoch.to_string()),
+        (
+            PROP_UNFINISHED_BATCH_IDS.to_string(),
+            encode_batch_ids(unfinished),
+        ),
     ]
 }
 
@@ -200,8 +214,10 @@ mod tests {
         ) {
             let checkpoints = Checkpoints(shards.into_iter().map(|(s, p)| (ShardId(s), p)).collect());
             let commit_id = Uuid::from_u128(commit);
+            let unfinished = vec![Uuid::from_u128(commit ^ 1)];
             let props: HashMap<String, String> =
-                commit_properties(&checkpoints, commit_id, epoch).into_iter().collect();
+                commit_properties(&checkpoints, commit_id, epoch, &unfinished).into_iter().collect();
+            prop_assert_eq!(decode_batch_ids(&props[PROP_UNFINISHED_BATCH_IDS]), unfinished);
             prop_assert_eq!(Checkpoints::from_property(&props[PROP_CHECKPOINTS]).unwrap(), checkpoints);
             prop_assert_eq!(last_commit_id(&props), Some(commit_id));
             prop_assert_eq!(props[PROP_COMMITTER_EPOCH].parse::<u64>().unwrap(), epoch);

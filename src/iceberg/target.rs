@@ -21,10 +21,12 @@ use super::table_state::{
     table_epoch,
 };
 use super::writer::{data_file_paths, parse_data_files};
+use crate::config::MaintenanceConfig;
 use crate::destination::{CommitError, CommitTarget, LoadedTarget};
 use crate::dlq::Dlq;
 use crate::model::{BatchFiles, Checkpoints, PendingBatch};
 use crate::telemetry;
+use crate::time::now_ms;
 
 /// The channel's table, as the committer writes it.
 pub struct IcebergTarget {
@@ -32,6 +34,8 @@ pub struct IcebergTarget {
     ident: TableIdent,
     catalog: FencedCatalog,
     dlq: Dlq,
+    /// Snapshot expiry in the data commits (`[channel.destination.maintenance]`).
+    maintenance: MaintenanceConfig,
     /// The table's uuid at the first load: a table replaced under the name is never written.
     uuid: OnceLock<Uuid>,
 }
@@ -50,9 +54,37 @@ impl IcebergTarget {
             ident,
             catalog: FencedCatalog::new(catalog),
             dlq: dlq.into(),
+            maintenance: MaintenanceConfig::default(),
             uuid: OnceLock::new(),
         }
     }
+
+    /// The same target maintaining the table as `maintenance` says (default: on, snapshots
+    /// older than 1 h expired, at least 10 kept).
+    pub fn with_maintenance(mut self, maintenance: MaintenanceConfig) -> Self {
+        self.maintenance = maintenance;
+        self
+    }
+}
+
+/// The snapshots of `table` that expiry under `m` would remove at `now_ms` (never the current
+/// one, never one of the `min_snapshots` newest): the ones older than the retention.
+fn expirable(table: &Table, m: &MaintenanceConfig, now_ms: i64) -> Vec<i64> {
+    if !m.enabled {
+        return Vec::new();
+    }
+    let metadata = table.metadata();
+    let current = metadata.current_snapshot_id();
+    let mut snapshots: Vec<_> = metadata.snapshots().collect();
+    // Newest first; snapshots() comes in no particular order.
+    snapshots.sort_by_key(|s| std::cmp::Reverse((s.timestamp_ms(), s.sequence_number())));
+    let cutoff = now_ms.saturating_sub(m.snapshot_retention.as_millis() as i64);
+    snapshots
+        .iter()
+        .skip(m.min_snapshots as usize)
+        .filter(|s| s.timestamp_ms() < cutoff && Some(s.snapshot_id()) != current)
+        .map(|s| s.snapshot_id())
+        .collect()
 }
 
 #[async_trait]
@@ -84,6 +116,48 @@ struct LoadedTable<'a> {
     table: Table,
 }
 
+impl LoadedTable<'_> {
+    /// After a commit landed as `after`: counts and logs the snapshots it expired and deletes
+    /// their manifest lists (each belongs to exactly one snapshot, so no retained snapshot reaches
+    /// it), off the committer's loop. Manifests and data files that only expired snapshots
+    /// reached are left in place: floe's own commits never drop one from the current snapshot;
+    /// files orphaned by other writers' rewrites are the orphan sweep's (not built yet).
+    fn after_expiry(&self, after: &Table) {
+        let retained: HashSet<i64> = after
+            .metadata()
+            .snapshots()
+            .map(|s| s.snapshot_id())
+            .collect();
+        let expired: Vec<String> = self
+            .table
+            .metadata()
+            .snapshots()
+            .filter(|s| !retained.contains(&s.snapshot_id()))
+            .map(|s| s.manifest_list().to_string())
+            .collect();
+        let channel = self.target.channel.clone();
+        telemetry::set_table_snapshots(&channel, retained.len());
+        if expired.is_empty() {
+            return;
+        }
+        telemetry::record_snapshots_expired(&channel, expired.len() as u64);
+        tracing::info!(channel = %channel, table = %self.target.ident, expired = expired.len(), retained = retained.len(), "snapshots expired");
+        let file_io = after.file_io().clone();
+        tokio::spawn(async move {
+            let mut deleted = 0u64;
+            for path in &expired {
+                match file_io.delete(path).await {
+                    Ok(()) => deleted += 1,
+                    Err(e) => {
+                        tracing::warn!(channel = %channel, path, error = %e, "could not delete an expired snapshot's manifest list (an orphan now)")
+                    }
+                }
+            }
+            telemetry::record_maintenance_files_deleted(&channel, "manifest_list", deleted);
+        });
+    }
+}
+
 /// The data files of an Iceberg batch (none for a batch of another kind).
 fn iceberg_files(b: &PendingBatch) -> (&[String], Option<&String>) {
     match &b.files {
@@ -112,7 +186,7 @@ impl LoadedTarget for LoadedTable<'_> {
     async fn commit(
         &self,
         accepted: &[&PendingBatch],
-        _recovered: &[&PendingBatch],
+        recovered: &[&PendingBatch],
         checkpoints: &Checkpoints,
         epoch: u64,
         commit_id: Uuid,
@@ -133,14 +207,41 @@ impl LoadedTarget for LoadedTable<'_> {
             );
         }
         let summary = commit_summary(commit_id, accepted);
-        let tx = Transaction::new(table);
+        let unfinished: Vec<Uuid> = accepted
+            .iter()
+            .chain(recovered)
+            .map(|b| b.batch_id)
+            .collect();
+        let mut tx = Transaction::new(table);
+        // Snapshot expiry rides in the same fenced commit (same epoch, same compare-and-swap),
+        // applied before the append so that its requirement (main is the validated snapshot) is
+        // the append's own. It only removes metadata; the files only expired snapshots reached
+        // are deleted after the commit landed.
+        let expire = expirable(table, &self.target.maintenance, now_ms());
+        if !expire.is_empty() {
+            tx = tx
+                .expire_snapshots()
+                .expire_snapshot_ids(expire.iter().copied())
+                // Explicit ids only: the table's own `history.expire.*` age never applies.
+                .expire_older_than_ms(i64::MIN)
+                .apply(tx)
+                .map_err(|e| CommitError::unavailable("build the commit", e))?;
+        }
+        // No duplicate check: it reads every manifest of the current snapshot on every commit
+        // (commit time growing with the table's age), and floe cannot add a file twice: every
+        // data file name carries its batch's UUIDv7 (`<channel>-<batch id>-<n>.parquet`), and a
+        // batch's range is accepted only if it continues the checkpoint this same fenced commit
+        // advances, so a committed batch is never accepted again (docs/design.md, step 3).
         let tx = tx
             .fast_append()
+            .with_check_duplicate(false)
+            // Manifests and the manifest list are named after floe's commit id.
+            .set_commit_uuid(commit_id)
             .add_data_files(files)
             .set_snapshot_properties(summary)
             .apply(tx)
             .map_err(|e| CommitError::unavailable("build the commit", e))?;
-        let tx = commit_properties(checkpoints, commit_id, epoch)
+        let tx = commit_properties(checkpoints, commit_id, epoch, &unfinished)
             .into_iter()
             .fold(tx.update_table_properties(), |u, (k, v)| u.set(k, v))
             .apply(tx)
@@ -151,7 +252,10 @@ impl LoadedTarget for LoadedTable<'_> {
         let result = tx.commit(catalog).await;
         catalog.clear_fence();
         match result {
-            Ok(t) => Ok(t.metadata().current_snapshot_id()),
+            Ok(t) => {
+                self.after_expiry(&t);
+                Ok(t.metadata().current_snapshot_id())
+            }
             Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
                 Err(CommitError::Conflict(e.to_string()))
             }
@@ -169,6 +273,7 @@ impl LoadedTarget for LoadedTable<'_> {
                     CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}"))
                 })?;
                 if last_commit_id(fresh.metadata().properties()) == Some(commit_id) {
+                    self.after_expiry(&fresh);
                     Ok(fresh.metadata().current_snapshot_id())
                 } else {
                     Err(CommitError::OutcomeUnknown(e.to_string()))

@@ -72,6 +72,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::retry::Backoff;
 use crate::time::now_ms;
 use async_trait::async_trait;
 use rdkafka::consumer::base_consumer::PartitionQueue;
@@ -369,7 +370,7 @@ impl KafkaSource {
         T: Send + 'static,
         F: Fn(&FloeConsumer, Duration) -> Result<T, SourceError> + Clone + Send + 'static,
     {
-        let mut backoff = METADATA_FIRST_BACKOFF;
+        let mut backoff = Backoff::new(METADATA_FIRST_BACKOFF, Duration::MAX).with_factor(4);
         let mut attempt = 1;
         loop {
             let client = self.metadata.clone();
@@ -378,8 +379,7 @@ impl KafkaSource {
             match blocking(move || op2(&client, timeout)).await {
                 Err(e) if e.is_retryable() && attempt < METADATA_ATTEMPTS => {
                     tracing::warn!(topic = %self.config.topic, attempt, error = %e, "kafka {what} failed, retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 4;
+                    tokio::time::sleep(backoff.next_delay()).await;
                     attempt += 1;
                 }
                 r => return r,

@@ -587,6 +587,7 @@ impl WorkerRig {
                     target_file_size: 128 << 20,
                 },
                 record_decoder: Default::default(),
+                maintenance: Default::default(),
             },
         );
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);

@@ -185,3 +185,21 @@ pub async fn event_batch(
 /// `total-records` of the table's current snapshot summary (0 without a snapshot).
 #[allow(unused_imports)]
 pub use floe::tools::quickstart::total_records;
+
+/// Rows of `table` as of snapshot `snapshot_id`, read through its manifests and data files (a
+/// time-travel scan: fails if a file it reaches is gone).
+pub async fn records_at(table: &Table, snapshot_id: i64) -> usize {
+    use futures::TryStreamExt;
+    let batches: Vec<arrow_array::RecordBatch> = table
+        .scan()
+        .snapshot_id(snapshot_id)
+        .build()
+        .unwrap()
+        .to_arrow()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    batches.iter().map(|b| b.num_rows()).sum()
+}
