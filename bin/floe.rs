@@ -87,6 +87,8 @@ enum RecordsCommand {
 enum BenchCommand {
     /// Convert an NDJSON file to hour-partitioned Parquet on one thread and print figures.
     Convert(floe::cli::bench::BenchConvertArgs),
+    /// Commit many small batches into one table and print commit latency and table size.
+    Commits(floe::cli::bench_commits::BenchCommitsArgs),
 }
 
 fn init_tracing(format: LogFormat, default_level: &str) {
@@ -125,6 +127,25 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Bench {
+            command: BenchCommand::Commits(args),
+        } => {
+            init_tracing(LogFormat::Text, "warn");
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("floe bench commits: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            match runtime.block_on(floe::cli::bench_commits::run(&args)) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("floe bench commits: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Validate(args) => floe::cli::validate::run(&args),
         Command::Healthcheck { address, ready } => {
             let path = if ready { "/readyz" } else { "/healthz" };

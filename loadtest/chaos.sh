@@ -192,6 +192,10 @@ name = "$channel"
   table = "events"
   partition_field = "event_time"
   data_freshness = "10s"
+    # Snapshot expiry in the committer's commits, under the same faults as delivery.
+    [channel.destination.maintenance]
+    snapshot_retention = "1m"
+    min_snapshots = 5
     [channel.destination.catalog]
     kind = "sql"
     name = "floe"

@@ -359,9 +359,10 @@ pub struct ShardRange {
 /// files and staged DLQ entries, or staged raw objects) and the ranges they cover
 /// (docs/design.md, protocol step 2).
 ///
-/// Stored as JSON by every lease store. Batches written before [`BatchFiles`] existed (floe up
-/// to 0.1.0 with `data_files`/`dlq_staged` at the top level) are still read: see
-/// [`BatchFiles::from_legacy`].
+/// Stored as JSON by every lease store. Batches written before [`BatchFiles`] existed (floe
+/// 0.1.0, with `data_files`/`dlq_staged` at the top level) are still read: see
+/// [`BatchFiles::from_legacy`]. floe 0.1.0 cannot read today's form (docs/operations.md,
+/// "Upgrading").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "PendingBatchWire")]
 pub struct PendingBatch {

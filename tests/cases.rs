@@ -117,14 +117,20 @@ fn compare(exp: &Value, out: &Value, partition_field: &str) -> Option<String> {
         }
     }
     if let Some(p) = exp.get("partition").filter(|p| !p.is_null()) {
-        // The case set gives hours since the epoch; `records check` prints them as floe prints
-        // hours everywhere (`2026-07-09-20`).
-        let p = &p
-            .as_i64()
-            .map_or_else(|| p.clone(), |h| Value::String(floe::time::hour_text(h)));
+        // The case set gives hours since the epoch, the Iceberg partition value `records check`
+        // prints; beside it, the same hour as floe prints hours for people.
         let got = &out["partition"][format!("{partition_field}_hour")];
         if got != p {
             return Some(format!("partition: expected {p}, got {got}"));
+        }
+        if let Some(h) = p.as_i64() {
+            if out["hour"] != Value::String(floe::time::hour_text(h)) {
+                return Some(format!(
+                    "hour: expected {}, got {}",
+                    floe::time::hour_text(h),
+                    out["hour"]
+                ));
+            }
         }
     }
     None

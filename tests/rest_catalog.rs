@@ -185,6 +185,14 @@ impl Fixture {
     }
 
     fn committer(&self, catalog: Arc<dyn Catalog>) -> Committer {
+        self.committer_with(catalog, floe::config::MaintenanceConfig::default())
+    }
+
+    fn committer_with(
+        &self,
+        catalog: Arc<dyn Catalog>,
+        maintenance: floe::config::MaintenanceConfig,
+    ) -> Committer {
         let leases: Arc<dyn LeaseStore> = self.store.clone();
         let batches: Arc<dyn BatchStore> = self.store.clone();
         Committer::new(
@@ -194,7 +202,8 @@ impl Fixture {
                 self.ident.clone(),
                 catalog,
                 self.dlq.clone(),
-            ),
+            )
+            .with_maintenance(maintenance),
             leases,
             batches,
             1,
@@ -496,9 +505,29 @@ async fn lost_race_is_refused_by_the_server(f: Fixture) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_committers_racing_over_rest_commit_each_batch_exactly_once() {
+    racing_over_rest(floe::config::MaintenanceConfig::default(), None).await
+}
+
+/// The same race with snapshot expiry in every commit (a retention every snapshot is older
+/// than, 2 kept): the server applies `remove-snapshots` with the data in one conditional
+/// commit, the race still commits each batch once, and the table keeps at most 3 snapshots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_over_rest_with_snapshot_expiry_in_every_commit_still_commits_each_batch_once() {
+    let m = floe::config::MaintenanceConfig {
+        enabled: true,
+        snapshot_retention: std::time::Duration::from_millis(1),
+        min_snapshots: 2,
+    };
+    racing_over_rest(m, Some(3)).await
+}
+
+async fn racing_over_rest(
+    maintenance: floe::config::MaintenanceConfig,
+    max_snapshots: Option<usize>,
+) {
     let f = fixture().await;
-    let a = f.committer(f.catalog.clone());
-    let b = f.committer(open(&rest_config(&f.server)).await);
+    let a = f.committer_with(f.catalog.clone(), maintenance);
+    let b = f.committer_with(open(&rest_config(&f.server)).await, maintenance);
     let mut after = None;
     let mut expected_rows = 0;
     for round in 0..6u64 {
@@ -531,6 +560,10 @@ async fn two_committers_racing_over_rest_commit_each_batch_exactly_once() {
     distinct.sort();
     distinct.dedup();
     assert_eq!((distinct.len(), ids.len()), (60, 60), "no row twice");
+    if let Some(max) = max_snapshots {
+        let n = f.table().await.metadata().snapshots().count();
+        assert!(n <= max, "{n} snapshots retained");
+    }
     drop(f.dir);
 }
 

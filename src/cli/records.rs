@@ -206,7 +206,10 @@ pub fn outcome_json(
         Ok((row, hour)) => json!({
             "index": index,
             "row": row,
-            "partition": { format!("{partition_field}_hour"): crate::time::hour_text(*hour) },
+            // The Iceberg partition value (hours since 1970, the hour transform's result) for
+            // tools, and the hour as floe prints it everywhere else for people.
+            "partition": { format!("{partition_field}_hour"): hour },
+            "hour": crate::time::hour_text(*hour),
         }),
         Err(r) => json!({
             "index": index,
@@ -307,11 +310,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_partition_is_printed_as_a_human_readable_hour() {
+    fn the_partition_value_comes_with_the_hour_as_floe_prints_it() {
         let line = outcome_json(3, &Ok((json!({"id": 1}), 495_452)), "event_time");
         assert_eq!(
             line,
-            json!({"index": 3, "row": {"id": 1}, "partition": {"event_time_hour": "2026-07-09-20"}})
+            json!({"index": 3, "row": {"id": 1}, "partition": {"event_time_hour": 495_452}, "hour": "2026-07-09-20"})
         );
+        let before_1970 = outcome_json(0, &Ok((json!({}), -1)), "t");
+        assert_eq!(before_1970["hour"], "1969-12-31-23");
     }
 }

@@ -6,7 +6,7 @@
 //! Invariant: file names can never collide. Each is `<channel>-<batch id>-<n>.parquet` under
 //! the partition's directory, the batch id a UUIDv7, so a retried or concurrent flush never
 //! overwrites a data file another commit references (iceberg-rust's default name generator
-//! would, docs/design.md "Measured on these machines"). Encoding and compression run on a blocking thread, off the async workers.
+//! would, docs/operations.md "What was measured"). Encoding and compression run on a blocking thread, off the async workers.
 
 use arrow_array::RecordBatch;
 use iceberg::arrow::RecordBatchPartitionSplitter;

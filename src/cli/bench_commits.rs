@@ -1,0 +1,265 @@
+//! `floe bench commits`: the committer's path, many times, into one table — how commit time and
+//! table size grow with the table's age, with table maintenance on or off (loadtest/soak.sh runs
+//! it both ways and adds PyIceberg's scan planning time).
+//!
+//! ```text
+//! floe bench commits --dir DIR [--commits 2000] [--maintenance on|off] [--rows 20]
+//!                    [--snapshot-retention 60s] [--min-snapshots 10]
+//! ```
+//!
+//! Each round writes one small batch of `Event` rows (the quickstart's schema) as data files of an
+//! hour-partitioned table in an SQL (SQLite) catalog under `DIR`, puts it in an SQLite lease store
+//! as a pending batch and runs one committer round — the same `Committer` and `IcebergTarget`
+//! `floe run` uses, fence and expiry included. Snapshot timestamps are real, so
+//! `--snapshot-retention` is in wall time (the soak runs at one commit every few milliseconds, far
+//! faster than a 10 s freshness; the retention is scaled down to keep the same number of
+//! snapshots a 1 h retention keeps at 10 s).
+//!
+//! Prints one JSON line per window (`{"window": "commit 100", "p50_ms": …, "p99_ms": …}` over the
+//! 100 commits up to it, for commit 100 and the last), then one with the table's shape:
+//! `{"snapshots": S, "manifests": M, "metadata_json_bytes": B, "data_files": D,
+//! "data_files_per_hour_max": H, "table": "<catalog uri>#<ident>"}`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use iceberg::{NamespaceIdent, TableIdent};
+
+use crate::catalog::open_sql_catalog;
+use crate::commit::Committer;
+use crate::config::MaintenanceConfig;
+use crate::convert::Converter;
+use crate::dlq::LocalDlq;
+use crate::iceberg::table::{ensure_table, referenced_data_files, TableSpec};
+use crate::iceberg::target::IcebergTarget;
+use crate::iceberg::writer::{write_data_files, ParquetCompression, WriterSettings};
+use crate::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
+use crate::model::{BatchFiles, CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
+use crate::schema::MappedSchema;
+use crate::tools::sample_events::event_json;
+
+/// Maintenance on or off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    /// Snapshot expiry in the commits.
+    On,
+    /// No maintenance.
+    Off,
+}
+
+/// Arguments of `floe bench commits`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct BenchCommitsArgs {
+    /// Directory for the catalog, warehouse and lease store (created; must not hold a table).
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Commits to make.
+    #[arg(long, default_value_t = 2000)]
+    pub commits: u64,
+    /// Table maintenance.
+    #[arg(long, value_enum, default_value = "on")]
+    pub maintenance: OnOff,
+    /// Rows per batch.
+    #[arg(long, default_value_t = 20)]
+    pub rows: u64,
+    /// Snapshots older than this are expired (with `--maintenance on`).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub snapshot_retention: Duration,
+    /// Snapshots always kept.
+    #[arg(long, default_value_t = 10)]
+    pub min_snapshots: u32,
+}
+
+/// Errors of the benchmark.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BenchCommitsError(String);
+
+fn err(e: impl std::fmt::Display) -> BenchCommitsError {
+    BenchCommitsError(e.to_string())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn window(label: &str, durations: &[Duration]) -> String {
+    let mut ms: Vec<f64> = durations.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    ms.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    serde_json::json!({
+        "window": label,
+        "commits": ms.len(),
+        "p50_ms": (percentile(&ms, 0.5) * 10.0).round() / 10.0,
+        "p99_ms": (percentile(&ms, 0.99) * 10.0).round() / 10.0,
+    })
+    .to_string()
+}
+
+/// Runs the benchmark and prints its figures.
+///
+/// Errors: the catalog, storage or lease store failed, or a commit round failed.
+pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError> {
+    std::fs::create_dir_all(&args.dir).map_err(err)?;
+    let catalog_path = args.dir.join("catalog.sqlite");
+    let catalog = open_sql_catalog(&catalog_path, &args.dir.join("warehouse"), "floe")
+        .await
+        .map_err(err)?;
+    let schema_json: serde_json::Value =
+        serde_json::from_str(crate::tools::quickstart::EVENT_SCHEMA).map_err(err)?;
+    let schema = Arc::new(MappedSchema::from_json_schema(&schema_json, "event_time").map_err(err)?);
+    let ident = TableIdent::new(NamespaceIdent::new("bench".into()), "events".into());
+    let spec = TableSpec {
+        ident: ident.clone(),
+        channel: "bench".into(),
+        compression_codec: "zstd".into(),
+        target_file_size_bytes: 128 << 20,
+    };
+    ensure_table(catalog.as_ref(), &spec, &schema)
+        .await
+        .map_err(err)?;
+    let store = Arc::new(
+        SqliteLeaseStore::open(args.dir.join("leases.sqlite"))
+            .await
+            .map_err(err)?,
+    );
+    let maintenance = MaintenanceConfig {
+        enabled: args.maintenance == OnOff::On,
+        snapshot_retention: args.snapshot_retention,
+        min_snapshots: args.min_snapshots,
+    };
+    let leases: Arc<dyn LeaseStore> = store.clone();
+    let batches: Arc<dyn BatchStore> = store.clone();
+    let committer = Committer::new(
+        "bench",
+        IcebergTarget::new(
+            "bench",
+            ident.clone(),
+            catalog.clone(),
+            LocalDlq::new(args.dir.join("dlq"), "bench"),
+        )
+        .with_maintenance(maintenance),
+        leases,
+        batches.clone(),
+        1,
+    );
+    let writer = WriterSettings {
+        channel: "bench".into(),
+        compression: ParquetCompression::Zstd(3),
+        target_file_size: 128 << 20,
+    };
+    // Rows spread over 4 hours, as a stream's late records are.
+    let base_ms = 1_783_627_200_000;
+    let mut durations = Vec::with_capacity(args.commits as usize);
+    let mut after: Option<Position> = None;
+    for n in 0..args.commits {
+        let table = catalog.load_table(&ident).await.map_err(err)?;
+        let arrow = Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
+                .map_err(err)?,
+        );
+        let mut conv = Converter::try_new(schema.clone(), arrow).map_err(err)?;
+        let first = n * args.rows;
+        for id in first..first + args.rows {
+            conv.push(event_json(id, 7, base_ms, 4).as_bytes())
+                .map_err(|e| err(e.message))?;
+        }
+        let batch_id = uuid::Uuid::now_v7();
+        let written = write_data_files(&table, &writer, batch_id, conv.finish())
+            .await
+            .map_err(err)?;
+        let last = Position::Offset((first + args.rows - 1) as i64);
+        let batch = PendingBatch {
+            channel: "bench".into(),
+            batch_id,
+            worker_id: "bench".into(),
+            shards: vec![ShardRange {
+                shard: ShardId::kafka_partition(0),
+                range: CheckpointRange {
+                    after_exclusive: after.clone(),
+                    last_inclusive: last.clone(),
+                },
+                lease_counter: 0,
+            }],
+            files: BatchFiles::Iceberg {
+                data_files: written.data_files_json,
+                dlq_staged: None,
+            },
+            num_rows: written.num_rows,
+            num_dead_lettered: 0,
+            dead_lettered_by_code: Default::default(),
+            data_bytes: written.num_bytes,
+            oldest_read_at_ms: 0,
+        };
+        batches.put_batch(&batch).await.map_err(err)?;
+        let started = Instant::now();
+        let report = committer.run_round().await.map_err(err)?;
+        durations.push(started.elapsed());
+        if report.committed != 1 {
+            return Err(err(format!("round {n} committed {report:?}")));
+        }
+        after = Some(last);
+        if n + 1 == 100.min(args.commits) {
+            println!(
+                "{}",
+                window(
+                    "commit 100",
+                    &durations[durations.len().saturating_sub(100)..]
+                )
+            );
+        }
+    }
+    let label = format!("commit {}", args.commits);
+    println!(
+        "{}",
+        window(&label, &durations[durations.len().saturating_sub(100)..])
+    );
+    let table = catalog.load_table(&ident).await.map_err(err)?;
+    let metadata_json_bytes = table
+        .metadata_location()
+        .map(|l| {
+            std::fs::metadata(l.trim_start_matches("file://"))
+                .map(|m| m.len())
+                .unwrap_or(0)
+        })
+        .unwrap_or(0);
+    let manifests = match table.metadata().current_snapshot() {
+        Some(s) => table
+            .manifest_list_reader(s)
+            .load()
+            .await
+            .map_err(err)?
+            .entries()
+            .len(),
+        None => 0,
+    };
+    let files = referenced_data_files(&table).await.map_err(err)?;
+    let mut per_hour: BTreeMap<String, usize> = BTreeMap::new();
+    for f in &files {
+        let hour = f
+            .split('/')
+            .find(|p| p.starts_with("event_time_hour="))
+            .unwrap_or("")
+            .to_string();
+        *per_hour.entry(hour).or_default() += 1;
+    }
+    println!(
+        "{}",
+        serde_json::json!({
+            "maintenance": format!("{:?}", args.maintenance).to_lowercase(),
+            "snapshots": table.metadata().snapshots().count(),
+            "manifests": manifests,
+            "metadata_json_bytes": metadata_json_bytes,
+            "data_files": files.len(),
+            "data_files_per_hour_max": per_hour.values().max().copied().unwrap_or(0),
+            "table": format!("{}#{}", catalog_path.display(), ident),
+        })
+    );
+    Ok(ExitCode::SUCCESS)
+}
