@@ -51,43 +51,6 @@ async fn state_of(dir: &Path) -> Option<ChannelState> {
     store.get_channel_state("it").await.unwrap()
 }
 
-/// Creates someone else's table `it.events` (not created by floe) in the test's SQL catalog.
-async fn foreign_table(dir: &Path) {
-    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
-    use iceberg::{NamespaceIdent, TableCreation};
-    let catalog = floe::catalog::open_sql_catalog(
-        &dir.join("catalog.sqlite"),
-        &dir.join("warehouse"),
-        "floe",
-    )
-    .await
-    .unwrap();
-    let ns = NamespaceIdent::new("it".into());
-    catalog
-        .create_namespace(&ns, Default::default())
-        .await
-        .unwrap();
-    let schema = Schema::builder()
-        .with_fields(vec![NestedField::required(
-            1,
-            "id",
-            Type::Primitive(PrimitiveType::Long),
-        )
-        .into()])
-        .build()
-        .unwrap();
-    catalog
-        .create_table(
-            &ns,
-            TableCreation::builder()
-                .name("events".into())
-                .schema(schema)
-                .build(),
-        )
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn a_table_floe_did_not_create_fails_the_channel_through_either_entry() {
     for entry in ENTRIES {

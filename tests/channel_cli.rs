@@ -246,43 +246,6 @@ fn create_refuses_an_invalid_channel_naming_the_field_and_records_nothing() {
     );
 }
 
-/// Creates someone else's table `it.events` (not created by floe) in the test's SQL catalog.
-async fn foreign_table(dir: &Path) {
-    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
-    use iceberg::{NamespaceIdent, TableCreation};
-    let catalog = floe::catalog::open_sql_catalog(
-        &dir.join("catalog.sqlite"),
-        &dir.join("warehouse"),
-        "floe",
-    )
-    .await
-    .unwrap();
-    let ns = NamespaceIdent::new("it".into());
-    catalog
-        .create_namespace(&ns, Default::default())
-        .await
-        .unwrap();
-    let schema = Schema::builder()
-        .with_fields(vec![NestedField::required(
-            1,
-            "id",
-            Type::Primitive(PrimitiveType::Long),
-        )
-        .into()])
-        .build()
-        .unwrap();
-    catalog
-        .create_table(
-            &ns,
-            TableCreation::builder()
-                .name("events".into())
-                .schema(schema)
-                .build(),
-        )
-        .await
-        .unwrap();
-}
-
 /// `floe run` activating a channel (no state yet) that finds a table floe must not write records
 /// the channel FAILED for every worker, like `floe channel create`.
 #[tokio::test]

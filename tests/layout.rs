@@ -31,7 +31,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("pipeline stages", &["worker", "commit"]),
     ("control plane", &["channel"]),
     ("floe run", &["app"]),
-    ("command line, tools", &["cli", "tools"]),
+    (
+        "tools: quickstart, load generator, sample events",
+        &["tools"],
+    ),
+    ("command line (its subcommands run the tools too)", &["cli"]),
 ];
 
 /// Upward imports that are allowed, each with its reason: (from, to, why). Empty today.

@@ -47,55 +47,70 @@ use crate::source::kinesis::KinesisSource;
 use crate::source::{InitialPosition, Source};
 use crate::worker::{ChannelIo, ChannelWorker, DestinationIo, WorkerError, WorkerSettings};
 
-/// Errors that stop `floe run` at start.
+/// Errors that stop `floe run` (or `floe setup`) at start, shaped by what the operator does
+/// next: fix something (`*Refused`, exit 78), or wait for a dependency (`*Unavailable`, exit 1;
+/// floe already retried with backoff, a supervisor restarts it).
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    /// A channel cannot start.
+    /// A channel cannot start and retrying cannot help: its configuration, schema or table must
+    /// change (or the channel is FAILED, SUSPENDED, DELETING).
     #[error("channel {channel}: {message}")]
-    Channel {
+    ChannelRefused {
         /// Channel name.
         channel: String,
-        /// Why.
+        /// Why, naming the key to fix where there is one.
         message: String,
-        /// Whether a dependency failed (retried with backoff) rather than the configuration.
-        retryable: bool,
     },
-    /// The lease store cannot be opened.
-    #[error("lease store: {message}")]
-    LeaseStore {
-        /// Why.
+    /// A dependency of a channel (catalog, lease store, registry, broker, S3) failed past the
+    /// retries.
+    #[error("channel {channel}: {message}")]
+    ChannelUnavailable {
+        /// Channel name.
+        channel: String,
+        /// What failed.
         message: String,
-        /// Whether it may recover (a locked or unreachable store).
-        retryable: bool,
     },
+    /// The lease store refuses: not a floe lease store, or it cannot be created.
+    #[error("lease store: {0}")]
+    LeaseStoreRefused(String),
+    /// The lease store cannot be reached (locked, unreachable, throttled).
+    #[error("lease store: {0}")]
+    LeaseStoreUnavailable(String),
 }
 
 impl AppError {
     /// Whether retrying may succeed (a dependency was unavailable), as opposed to a
     /// configuration or data problem that needs an operator.
     pub fn is_retryable(&self) -> bool {
-        match self {
-            AppError::Channel { retryable, .. } => *retryable,
-            AppError::LeaseStore { retryable, .. } => *retryable,
+        matches!(
+            self,
+            AppError::ChannelUnavailable { .. } | AppError::LeaseStoreUnavailable(_)
+        )
+    }
+
+    /// The lease store's error, by its own decision ([`crate::lease::LeaseError::is_retryable`]).
+    fn lease_store(e: crate::lease::LeaseError) -> Self {
+        if e.is_retryable() {
+            AppError::LeaseStoreUnavailable(e.to_string())
+        } else {
+            AppError::LeaseStoreRefused(e.to_string())
         }
     }
 }
 
 /// A permanent channel error (configuration, schema, table ownership).
 fn channel_err(channel: &str, message: impl ToString) -> AppError {
-    AppError::Channel {
+    AppError::ChannelRefused {
         channel: channel.to_string(),
         message: message.to_string(),
-        retryable: false,
     }
 }
 
 /// A channel error from a dependency that may recover (catalog, lease store, broker).
 fn channel_unavailable(channel: &str, message: impl ToString) -> AppError {
-    AppError::Channel {
+    AppError::ChannelUnavailable {
         channel: channel.to_string(),
         message: message.to_string(),
-        retryable: true,
     }
 }
 
@@ -147,7 +162,7 @@ pub struct PreparedChannel {
 
 /// Opens the configured lease store.
 ///
-/// Errors: [`AppError::LeaseStore`] when it cannot be opened.
+/// Errors: [`AppError::LeaseStoreRefused`] or [`AppError::LeaseStoreUnavailable`] when it cannot be opened.
 pub async fn open_lease_store(
     config: &LeaseStoreConfig,
     aws: &AwsClients,
@@ -155,18 +170,14 @@ pub async fn open_lease_store(
     match &config.backend {
         LeaseStoreBackend::Sqlite { path } => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| AppError::LeaseStore {
-                    message: format!("cannot create {}: {e}", dir.display()),
-                    retryable: false,
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    AppError::LeaseStoreRefused(format!("cannot create {}: {e}", dir.display()))
                 })?;
             }
             SqliteLeaseStore::open(path)
                 .await
                 .map(|s| Arc::new(s) as Arc<dyn Store>)
-                .map_err(|e| AppError::LeaseStore {
-                    message: e.to_string(),
-                    retryable: e.is_retryable(),
-                })
+                .map_err(AppError::lease_store)
         }
         LeaseStoreBackend::Dynamodb {
             table,
@@ -180,10 +191,7 @@ pub async fn open_lease_store(
             DynamoDbLeaseStore::open(aws.dynamodb(), table, missing)
                 .await
                 .map(|s| Arc::new(s) as Arc<dyn Store>)
-                .map_err(|e| AppError::LeaseStore {
-                    message: e.to_string(),
-                    retryable: e.is_retryable(),
-                })
+                .map_err(AppError::lease_store)
         }
     }
 }
@@ -191,7 +199,7 @@ pub async fn open_lease_store(
 /// `floe setup`: creates the lease store (the DynamoDB table, on-demand billing, or the SQLite
 /// file) when missing and checks it. Returns what was done, for the operator.
 ///
-/// Errors: [`AppError::LeaseStore`] when it cannot be created or is not a floe lease store.
+/// Errors: [`AppError::LeaseStoreRefused`] or [`AppError::LeaseStoreUnavailable`] when it cannot be created or is not a floe lease store.
 pub async fn setup(config: &Config) -> Result<String, AppError> {
     let aws = AwsClients::for_config(config).await;
     let mut lease_store = config.lease_store.clone();
@@ -217,7 +225,7 @@ pub async fn setup(config: &Config) -> Result<String, AppError> {
 /// activation time in the lease store on first start) and creates its table; for a raw S3
 /// destination, activates it, opens the source and checks the bucket accepts a staged put.
 ///
-/// Errors: [`AppError::Channel`] naming the channel and the reason.
+/// Errors: [`AppError::ChannelRefused`] or [`AppError::ChannelUnavailable`], naming the channel and the reason.
 pub async fn prepare_channel(
     index: usize,
     config: &ChannelConfig,

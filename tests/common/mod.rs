@@ -714,3 +714,40 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Creates someone else's table `it.events` (not created by floe) in the test's SQL catalog.
+pub async fn foreign_table(dir: &Path) {
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    use iceberg::{NamespaceIdent, TableCreation};
+    let catalog = floe::catalog::open_sql_catalog(
+        &dir.join("catalog.sqlite"),
+        &dir.join("warehouse"),
+        "floe",
+    )
+    .await
+    .unwrap();
+    let ns = NamespaceIdent::new("it".into());
+    catalog
+        .create_namespace(&ns, Default::default())
+        .await
+        .unwrap();
+    let schema = Schema::builder()
+        .with_fields(vec![NestedField::required(
+            1,
+            "id",
+            Type::Primitive(PrimitiveType::Long),
+        )
+        .into()])
+        .build()
+        .unwrap();
+    catalog
+        .create_table(
+            &ns,
+            TableCreation::builder()
+                .name("events".into())
+                .schema(schema)
+                .build(),
+        )
+        .await
+        .unwrap();
+}
