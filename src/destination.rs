@@ -24,7 +24,7 @@ use uuid::Uuid;
 use crate::convert::DlqReason;
 use crate::dlq::DlqEntry;
 use crate::lease::LeaseError;
-use crate::model::{BatchFiles, Checkpoints, PendingBatch, ShardId};
+use crate::model::{BatchFiles, Checkpoints, PendingBatch, Position, ShardId};
 use crate::source::SourceRecord;
 
 /// A boxed error source, kept typed for logs (`{:#}` shows the chain).
@@ -75,8 +75,8 @@ impl SinkError {
 /// What [`BatchSink::push`] did with one record.
 #[derive(Debug)]
 pub enum Pushed {
-    /// The record is in the buffer.
-    Buffered,
+    /// The record, at this position, is in the buffer.
+    Buffered(Position),
     /// The record cannot be delivered: it goes to the DLQ with `reason` (the record is handed
     /// back to build the DLQ entry).
     Rejected {
@@ -112,11 +112,16 @@ pub trait BatchSink: Send {
     /// Errors: [`SinkError::TableGone`] for a replaced or dropped table; `Unavailable`.
     async fn committed_checkpoints(&mut self) -> Result<Checkpoints, SinkError>;
 
-    /// Buffers one record of `shard`.
+    /// Buffers `records` of `shard` (one read batch, in order); returns what happened to each,
+    /// in the same order. One call per read batch keeps the boxed future off the per-record path.
     ///
-    /// Errors: `Unavailable` when a dependency needed to read the record failed (a GSR schema
-    /// version lookup): the record is not dead-lettered, the loop restarts.
-    async fn push(&mut self, shard: &ShardId, record: SourceRecord) -> Result<Pushed, SinkError>;
+    /// Errors: `Unavailable` when a dependency needed to read a record failed (a GSR schema
+    /// version lookup): that record is not dead-lettered, the loop restarts and reads it again.
+    async fn push(
+        &mut self,
+        shard: &ShardId,
+        records: Vec<SourceRecord>,
+    ) -> Result<Vec<Pushed>, SinkError>;
 
     /// Drops everything buffered.
     fn clear(&mut self);

@@ -1110,7 +1110,9 @@ fn nothing_outside_src_refers_to_a_path_outside_the_repository() {
         concat!("CONVENTIONS", ".md"),
     ];
     let mut files = doc_pages();
-    for dir in ["src", "tests", "config", "deploy", "loadtest", "scripts", "bin"] {
+    for dir in [
+        "src", "tests", "config", "deploy", "loadtest", "scripts", "bin",
+    ] {
         let mut stack = vec![root().join(dir)];
         while let Some(d) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&d) else {

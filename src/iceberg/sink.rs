@@ -82,19 +82,27 @@ impl BatchSink for IcebergSink {
         Ok(cp)
     }
 
-    async fn push(&mut self, _shard: &ShardId, record: SourceRecord) -> Result<Pushed, SinkError> {
-        let pushed = match self.io.record_decoder.payload(&record.payload).await {
-            Ok(payload) => self.converter.push(payload),
-            Err(PayloadError::Record(reason)) => Err(reason),
-            Err(e) => {
-                telemetry::record_schema_lookup_error(&self.channel);
-                return Err(SinkError::unavailable("schema registry", e));
-            }
-        };
-        Ok(match pushed {
-            Ok(_hour) => Pushed::Buffered,
-            Err(reason) => Pushed::Rejected { reason, record },
-        })
+    async fn push(
+        &mut self,
+        _shard: &ShardId,
+        records: Vec<SourceRecord>,
+    ) -> Result<Vec<Pushed>, SinkError> {
+        let mut out = Vec::with_capacity(records.len());
+        for record in records {
+            let pushed = match self.io.record_decoder.payload(&record.payload).await {
+                Ok(payload) => self.converter.push(payload),
+                Err(PayloadError::Record(reason)) => Err(reason),
+                Err(e) => {
+                    telemetry::record_schema_lookup_error(&self.channel);
+                    return Err(SinkError::unavailable("schema registry", e));
+                }
+            };
+            out.push(match pushed {
+                Ok(_hour) => Pushed::Buffered(record.position),
+                Err(reason) => Pushed::Rejected { reason, record },
+            });
+        }
+        Ok(out)
     }
 
     fn clear(&mut self) {

@@ -54,10 +54,20 @@ impl BatchSink for RawSink {
             .unwrap_or_default())
     }
 
-    async fn push(&mut self, shard: &ShardId, record: SourceRecord) -> Result<Pushed, SinkError> {
-        self.buffer
-            .push(shard, record.position, record.arrival_ms, record.payload);
-        Ok(Pushed::Buffered)
+    async fn push(
+        &mut self,
+        shard: &ShardId,
+        records: Vec<SourceRecord>,
+    ) -> Result<Vec<Pushed>, SinkError> {
+        // Raw means raw: every record is delivered as read, JSON or not.
+        Ok(records
+            .into_iter()
+            .map(|r| {
+                self.buffer
+                    .push(shard, r.position.clone(), r.arrival_ms, r.payload);
+                Pushed::Buffered(r.position)
+            })
+            .collect())
     }
 
     fn clear(&mut self) {

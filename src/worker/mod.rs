@@ -128,37 +128,26 @@ impl From<SinkError> for WorkerError {
     }
 }
 
+impl WorkerError {
+    /// `Unavailable` when the dependency's own error says a retry may help, else `Refused`.
+    fn of(what: &'static str, retryable: bool, source: BoxError) -> Self {
+        if retryable {
+            WorkerError::Unavailable { what, source }
+        } else {
+            WorkerError::Refused { what, source }
+        }
+    }
+}
+
 impl From<SourceError> for WorkerError {
     fn from(e: SourceError) -> Self {
-        let source = Box::new(e);
-        if source.is_retryable() {
-            WorkerError::Unavailable {
-                what: "source",
-                source,
-            }
-        } else {
-            WorkerError::Refused {
-                what: "source",
-                source,
-            }
-        }
+        WorkerError::of("source", e.is_retryable(), Box::new(e))
     }
 }
 
 impl From<LeaseError> for WorkerError {
     fn from(e: LeaseError) -> Self {
-        let source = Box::new(e);
-        if source.is_retryable() {
-            WorkerError::Unavailable {
-                what: "lease store",
-                source,
-            }
-        } else {
-            WorkerError::Refused {
-                what: "lease store",
-                source,
-            }
-        }
+        WorkerError::of("lease store", e.is_retryable(), Box::new(e))
     }
 }
 
@@ -563,17 +552,19 @@ impl ChannelWorker {
                 }
                 Err(e) => return Err(e.into()),
             };
-            for rec in batch {
-                records += 1;
-                bytes += rec.payload.len() as u64;
-                if self.oldest_read.is_none() {
-                    self.oldest_read = Some(Instant::now());
-                    self.oldest_read_ms = now_ms();
-                }
-                let position = rec.position.clone();
-                let pushed = sink.push(id, rec).await?;
-                match pushed {
-                    Pushed::Buffered => self.num_buffered += 1,
+            records += batch.len() as u64;
+            bytes += batch.iter().map(|r| r.payload.len() as u64).sum::<u64>();
+            if self.oldest_read.is_none() && !batch.is_empty() {
+                self.oldest_read = Some(Instant::now());
+                self.oldest_read_ms = now_ms();
+            }
+            // One call per read batch (not per record): the sink's future is boxed.
+            for pushed in sink.push(id, batch).await? {
+                let position = match pushed {
+                    Pushed::Buffered(position) => {
+                        self.num_buffered += 1;
+                        position
+                    }
                     Pushed::Rejected {
                         reason,
                         record: rec,
@@ -600,8 +591,9 @@ impl ChannelWorker {
                         }
                         self.dlq_bytes += entry.approx_bytes();
                         self.dlq_entries.push(entry);
+                        rec.position
                     }
-                }
+                };
                 self.progress.record(id, position);
             }
             if st.reader.shard_ended() {
