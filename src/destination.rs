@@ -215,6 +215,16 @@ pub trait CommitTarget: Send + Sync {
     /// Errors: `Unavailable`; a table replaced under its name is `Unavailable` with the reason
     /// (nothing is committed into it).
     async fn load(&self) -> Result<Box<dyn LoadedTarget + '_>, CommitError>;
+
+    /// Table maintenance after a round, by the committer of lease counter `epoch`: only where
+    /// the destination carries that epoch, and never failing the round (the caller logs the
+    /// error). Default: nothing to do.
+    ///
+    /// Errors: `Unavailable`.
+    async fn maintain(&self, epoch: u64) -> Result<(), CommitError> {
+        let _ = epoch;
+        Ok(())
+    }
 }
 
 /// One round's view of the destination, as loaded.

@@ -55,8 +55,21 @@ pub const PENDING_BATCHES: &str = "floe_pending_batches";
 pub const TABLE_SNAPSHOTS: &str = "floe_table_snapshots";
 /// Snapshots expired by the committer's maintenance.
 pub const SNAPSHOTS_EXPIRED_TOTAL: &str = "floe_snapshots_expired_total";
-/// Files deleted by the committer's maintenance, by kind (`manifest_list`).
+/// Files deleted by the committer's maintenance, by kind (`manifest_list`, `manifest`,
+/// `data_file`).
 pub const MAINTENANCE_FILES_DELETED_TOTAL: &str = "floe_maintenance_files_deleted_total";
+/// Bytes of data files deleted by the committer's maintenance.
+pub const MAINTENANCE_BYTES_DELETED_TOTAL: &str = "floe_maintenance_bytes_deleted_total";
+/// Maintenance task runs, by task (`compaction`, `manifest_rewrite`, `record_expiry`) and
+/// outcome (`committed`, `conflict`, `failed`, `abandoned`).
+pub const MAINTENANCE_RUNS_TOTAL: &str = "floe_maintenance_runs_total";
+/// Data files rewritten by compaction, by side (`input`, `output`).
+pub const COMPACTION_FILES_TOTAL: &str = "floe_compaction_files_total";
+/// Manifests in the current snapshot of the channel's table (after the last maintenance look).
+pub const TABLE_MANIFESTS: &str = "floe_table_manifests";
+/// Live data files in the current snapshot of the channel's table (after the last maintenance
+/// look).
+pub const TABLE_DATA_FILES: &str = "floe_table_data_files";
 /// Leases this worker took over from another worker (expired or stolen).
 pub const LEASE_TAKEOVERS_TOTAL: &str = "floe_lease_takeovers_total";
 /// Time reading was paused because the buffer was full, seconds.
@@ -191,7 +204,32 @@ pub fn describe() {
     describe_counter!(
         MAINTENANCE_FILES_DELETED_TOTAL,
         Unit::Count,
-        "files deleted by the committer's maintenance, by kind (manifest_list)"
+        "files deleted by the committer's maintenance, by kind (manifest_list, manifest, data_file)"
+    );
+    describe_counter!(
+        MAINTENANCE_BYTES_DELETED_TOTAL,
+        Unit::Bytes,
+        "bytes of data files deleted by the committer's maintenance (compacted or expired files no retained snapshot reaches)"
+    );
+    describe_counter!(
+        MAINTENANCE_RUNS_TOTAL,
+        Unit::Count,
+        "maintenance task runs, by task (compaction, manifest_rewrite, record_expiry) and outcome (committed, conflict, failed, abandoned)"
+    );
+    describe_counter!(
+        COMPACTION_FILES_TOTAL,
+        Unit::Count,
+        "data files rewritten by compaction, by side (input, output)"
+    );
+    describe_gauge!(
+        TABLE_MANIFESTS,
+        Unit::Count,
+        "manifests in the current snapshot of the channel's table"
+    );
+    describe_gauge!(
+        TABLE_DATA_FILES,
+        Unit::Count,
+        "live data files in the current snapshot of the channel's table"
     );
     describe_counter!(
         LEASE_TAKEOVERS_TOTAL,
@@ -264,10 +302,36 @@ pub fn record_snapshots_expired(channel: &str, n: u64) {
     counter!(SNAPSHOTS_EXPIRED_TOTAL, "channel" => channel.to_string()).increment(n);
 }
 
-/// Records files deleted by maintenance; `kind` is `manifest_list`.
+/// Records files deleted by maintenance; `kind` is `manifest_list`, `manifest` or `data_file`.
 pub fn record_maintenance_files_deleted(channel: &str, kind: &'static str, n: u64) {
     counter!(MAINTENANCE_FILES_DELETED_TOTAL, "channel" => channel.to_string(), "kind" => kind)
         .increment(n);
+}
+
+/// Records bytes of data files deleted by maintenance.
+pub fn record_maintenance_bytes_deleted(channel: &str, bytes: u64) {
+    counter!(MAINTENANCE_BYTES_DELETED_TOTAL, "channel" => channel.to_string()).increment(bytes);
+}
+
+/// Records one maintenance task run: `task` is `compaction`, `manifest_rewrite` or
+/// `record_expiry`; `outcome` is `committed`, `conflict`, `failed` or `abandoned`.
+pub fn record_maintenance_run(channel: &str, task: &'static str, outcome: &'static str) {
+    counter!(MAINTENANCE_RUNS_TOTAL, "channel" => channel.to_string(), "task" => task, "outcome" => outcome)
+        .increment(1);
+}
+
+/// Records data files compacted: `inputs` replaced by `outputs`.
+pub fn record_compaction_files(channel: &str, inputs: u64, outputs: u64) {
+    counter!(COMPACTION_FILES_TOTAL, "channel" => channel.to_string(), "side" => "input")
+        .increment(inputs);
+    counter!(COMPACTION_FILES_TOTAL, "channel" => channel.to_string(), "side" => "output")
+        .increment(outputs);
+}
+
+/// Sets the table-shape gauges: manifests and live data files in the current snapshot.
+pub fn set_table_shape(channel: &str, manifests: usize, data_files: usize) {
+    gauge!(TABLE_MANIFESTS, "channel" => channel.to_string()).set(manifests as f64);
+    gauge!(TABLE_DATA_FILES, "channel" => channel.to_string()).set(data_files as f64);
 }
 
 /// Records a lease taken over from another worker.

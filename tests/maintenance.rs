@@ -213,6 +213,7 @@ async fn commits_expire_old_snapshots_and_every_retained_snapshot_still_reads() 
         enabled: true,
         snapshot_retention: Duration::from_millis(1),
         min_snapshots: 3,
+        ..MaintenanceConfig::default()
     };
     let c = committer(&f, f.store.clone(), maintenance);
     let mut manifest_lists = HashSet::new();
@@ -296,4 +297,391 @@ async fn with_maintenance_off_every_snapshot_is_kept() {
     }
     let table = f.catalog.load_table(&f.ident).await.unwrap();
     assert_eq!(table.metadata().snapshots().count(), 5);
+}
+
+// ---- compaction, manifest rewrite, record expiration (replace and delete snapshots) ----
+
+/// Every retained snapshot of `m.events`, read by PyIceberg (tests/py/table_snapshots.py).
+fn snapshots_py(f: &Fixture) -> serde_json::Value {
+    let (catalog, warehouse) = (f.dir.path().join("catalog.sqlite"), f.dir.path().join("wh"));
+    common::run_py_reader(
+        "table_snapshots.py",
+        &[
+            catalog.as_os_str(),
+            warehouse.as_os_str(),
+            "m.events".as_ref(),
+        ],
+    )
+}
+
+fn py_snapshot(all: &serde_json::Value, id: i64) -> serde_json::Value {
+    all["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("snapshot {id} not retained: {all}"))
+        .clone()
+}
+
+fn writer_settings(target_file_size: u64) -> floe::iceberg::writer::WriterSettings {
+    floe::iceberg::writer::WriterSettings {
+        channel: "m".into(),
+        compression: floe::iceberg::writer::ParquetCompression::Zstd(3),
+        target_file_size,
+    }
+}
+
+/// A committer of epoch 1 with maintenance `m` and the SQL catalog's swap, so compaction,
+/// manifest rewrite and record expiration can commit.
+async fn maintaining(f: &Fixture, m: MaintenanceConfig) -> Committer {
+    let swap = floe::catalog::swap::SqlSwap::open(
+        f.catalog.clone(),
+        &f.dir.path().join("catalog.sqlite"),
+        "floe",
+    )
+    .await
+    .unwrap();
+    let leases: Arc<dyn LeaseStore> = f.store.clone();
+    Committer::new(
+        "m",
+        IcebergTarget::new("m", f.ident.clone(), f.catalog.clone(), f.dlq.clone())
+            .with_maintenance(m)
+            .with_rewrites(Some(Arc::new(swap)), writer_settings(128 << 20)),
+        leases,
+        f.store.clone(),
+        1,
+    )
+}
+
+/// Maintenance that looks at every round, compacts closed hours at once and expires nothing.
+fn eager() -> MaintenanceConfig {
+    MaintenanceConfig {
+        snapshot_expiry: false,
+        compaction_delay: Duration::ZERO,
+        interval: Duration::from_millis(1),
+        manifest_rewrite: false,
+        ..MaintenanceConfig::default()
+    }
+}
+
+/// Commits rounds `rounds` of 10 `Event` rows each (ids `10 r ..10 r + 10`, July 2026, two
+/// hours), one batch and one commit per round.
+async fn commit_rounds(f: &Fixture, c: &Committer, rounds: std::ops::Range<u64>) {
+    for round in rounds {
+        let table = f.catalog.load_table(&f.ident).await.unwrap();
+        let after = (round > 0).then(|| (round * 10 - 1) as i64);
+        let b = event_batch(&f.schema, "m", &table, after, round * 10, round * 10 + 10).await;
+        f.store.put_batch(&b).await.unwrap();
+        let report = c.run_round().await.unwrap();
+        assert_eq!(report.committed, 1, "round {round}: {report:?}");
+    }
+}
+
+/// Runs idle rounds until the current snapshot's operation is `operation` (30 s at most).
+async fn until_operation(f: &Fixture, c: &Committer, operation: &str) -> iceberg::table::Table {
+    for _ in 0..300 {
+        c.run_round().await.unwrap();
+        let table = f.catalog.load_table(&f.ident).await.unwrap();
+        let op = table
+            .metadata()
+            .current_snapshot()
+            .map(|s| s.summary().operation.as_str().to_string());
+        if op.as_deref() == Some(operation) {
+            return table;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no {operation} snapshot within 30 s");
+}
+
+fn summary_number(table: &iceberg::table::Table, key: &str) -> u64 {
+    table
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties
+        .get(key)
+        .unwrap_or_else(|| panic!("summary has no {key}"))
+        .parse()
+        .unwrap()
+}
+
+/// Compaction: 6 commits wrote 12 small files into two closed hours; the committer rewrites
+/// them as one `replace` snapshot with one file per hour (ceil(bytes / target) + 1 at most),
+/// added and deleted records equal, the same rows in every column (PyIceberg, sorted rows
+/// hashed), `floe.*` properties unchanged; the snapshot before it still reads (time travel);
+/// and once snapshot expiry removed every snapshot that reached them, the replaced files are
+/// deleted while every retained snapshot still reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_rewrites_closed_hours_with_the_same_rows_and_expiry_deletes_the_old_files() {
+    let f = fixture().await;
+    let c = maintaining(
+        &f,
+        MaintenanceConfig {
+            compaction: false,
+            ..eager()
+        },
+    )
+    .await;
+    commit_rounds(&f, &c, 0..6).await;
+    drop(c);
+    let before = f.catalog.load_table(&f.ident).await.unwrap();
+    let before_id = before.metadata().current_snapshot_id().unwrap();
+    let inputs = floe::iceberg::rewrite::CurrentFiles::load(&before)
+        .await
+        .unwrap();
+    let input_paths: Vec<String> = inputs.live().map(|e| e.file_path().to_string()).collect();
+    assert_eq!(input_paths.len(), 12, "two hours, one file each per commit");
+
+    let c = maintaining(&f, eager()).await;
+    let after = until_operation(&f, &c, "replace").await;
+    assert_eq!(summary_number(&after, "deleted-data-files"), 12);
+    assert_eq!(summary_number(&after, "added-data-files"), 2);
+    assert_eq!(
+        summary_number(&after, "added-records"),
+        summary_number(&after, "deleted-records")
+    );
+    assert_eq!(summary_number(&after, "total-records"), 60);
+    for key in [
+        floe::iceberg::table_state::PROP_CHECKPOINTS,
+        floe::iceberg::table_state::PROP_LAST_COMMIT_ID,
+        floe::iceberg::table_state::PROP_COMMITTER_EPOCH,
+        PROP_UNFINISHED_BATCH_IDS,
+    ] {
+        assert_eq!(
+            before.metadata().properties().get(key),
+            after.metadata().properties().get(key),
+            "{key} unchanged by compaction"
+        );
+    }
+    let current = floe::iceberg::rewrite::CurrentFiles::load(&after)
+        .await
+        .unwrap();
+    let bytes: u64 = current.live().map(|e| e.file_size_in_bytes()).sum();
+    let bound = bytes.div_ceil(128 << 20) + 1;
+    for (hour, files) in floe::iceberg::maintenance::files_by_hour(&current) {
+        assert!(
+            files.len() as u64 <= bound,
+            "hour {hour}: {} files",
+            files.len()
+        );
+    }
+    let py = snapshots_py(&f);
+    let (old, new) = (
+        py_snapshot(&py, before_id),
+        py_snapshot(&py, after.metadata().current_snapshot_id().unwrap()),
+    );
+    assert_eq!(new["operation"], "replace");
+    assert_eq!(old["rows"], 60);
+    assert_eq!(
+        old["digest"], new["digest"],
+        "the same rows in every column"
+    );
+    assert_eq!(new["files_by_partition"].as_object().unwrap().len(), 2);
+    for count in new["files_by_partition"].as_object().unwrap().values() {
+        assert_eq!(count, 1, "{new}");
+    }
+    for path in &input_paths {
+        assert!(
+            after.file_io().exists(path).await.unwrap(),
+            "{path} deleted while the snapshot before the replace is retained"
+        );
+    }
+
+    // Expiry (2 snapshots kept, any age) removes every snapshot before the replace: the
+    // replaced files go, the retained snapshots read.
+    drop(c);
+    let c = maintaining(
+        &f,
+        MaintenanceConfig {
+            snapshot_expiry: true,
+            snapshot_retention: Duration::from_millis(1),
+            min_snapshots: 2,
+            compaction: false,
+            ..eager()
+        },
+    )
+    .await;
+    commit_rounds(&f, &c, 6..9).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    assert!(
+        table.metadata().snapshot_by_id(before_id).is_none(),
+        "the snapshot before the replace expired"
+    );
+    for path in &input_paths {
+        assert!(
+            !table.file_io().exists(path).await.unwrap(),
+            "{path}: no retained snapshot reaches it, it is deleted"
+        );
+    }
+    let py = snapshots_py(&f);
+    for s in py["snapshots"].as_array().unwrap() {
+        assert!(s["rows"].as_u64().unwrap() >= 60, "snapshot reads: {s}");
+    }
+    let current = py_snapshot(&py, py["current"].as_i64().unwrap());
+    assert_eq!(current["rows"], 90);
+    let ids: Vec<u64> = serde_json::from_value(current["ids"].clone()).unwrap();
+    assert_eq!(ids, (0..90).collect::<Vec<u64>>(), "every row once");
+}
+
+/// Manifest rewrite: beyond `max_manifests` the committer bin-packs the manifests into one
+/// (`replace`, no data file added or removed), the rows unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifests_beyond_the_maximum_are_rewritten_into_one_with_the_same_rows() {
+    let f = fixture().await;
+    let c = maintaining(
+        &f,
+        MaintenanceConfig {
+            compaction: false,
+            manifest_rewrite: true,
+            max_manifests: 5,
+            ..eager()
+        },
+    )
+    .await;
+    commit_rounds(&f, &c, 0..5).await;
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let before_id = table.metadata().current_snapshot_id().unwrap();
+    assert_eq!(
+        floe::iceberg::rewrite::CurrentFiles::load(&table)
+            .await
+            .unwrap()
+            .manifests
+            .len(),
+        5,
+        "one manifest per commit, not more than the maximum yet"
+    );
+    commit_rounds(&f, &c, 5..6).await;
+    let after = until_operation(&f, &c, "replace").await;
+    let current = floe::iceberg::rewrite::CurrentFiles::load(&after)
+        .await
+        .unwrap();
+    assert_eq!(current.manifests.len(), 1);
+    assert_eq!(current.live().count(), 12);
+    assert_eq!(summary_number(&after, "added-data-files"), 0);
+    assert_eq!(summary_number(&after, "deleted-data-files"), 0);
+    let py = snapshots_py(&f);
+    let new = py_snapshot(&py, after.metadata().current_snapshot_id().unwrap());
+    assert_eq!(new["rows"], 60);
+    assert!(
+        py_snapshot(&py, before_id)["rows"] == 50,
+        "time travel before the rewrite"
+    );
+    // Appends after the rewrite carry the rewritten manifest on.
+    commit_rounds(&f, &c, 6..7).await;
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let files = floe::iceberg::rewrite::CurrentFiles::load(&table)
+        .await
+        .unwrap();
+    assert_eq!(files.manifests.len(), 2);
+    assert_eq!(files.live().count(), 14);
+}
+
+/// Record expiration: with `record_retention = 1h`, the July hours are removed in one `delete`
+/// snapshot; the rows of an hour that ended less than the retention ago stay, identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_expiration_deletes_whole_old_hours_and_keeps_the_recent_rows() {
+    let f = fixture().await;
+    let c = maintaining(
+        &f,
+        MaintenanceConfig {
+            compaction: false,
+            ..eager()
+        },
+    )
+    .await;
+    commit_rounds(&f, &c, 0..3).await;
+    // Ten rows of the last few minutes (the open hour, or one that ended minutes ago).
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let recent = common::race::event_batch_at(
+        &f.schema,
+        "m",
+        &table,
+        Some(29),
+        30,
+        40,
+        floe::time::now_ms() - 5 * 60_000,
+        0,
+    )
+    .await;
+    f.store.put_batch(&recent).await.unwrap();
+    c.run_round().await.unwrap();
+    drop(c);
+    let before = snapshots_py(&f);
+    let before = py_snapshot(&before, before["current"].as_i64().unwrap());
+    assert_eq!(before["rows"], 40);
+
+    let c = maintaining(
+        &f,
+        MaintenanceConfig {
+            compaction: false,
+            record_retention: Some(Duration::from_secs(3600)),
+            ..eager()
+        },
+    )
+    .await;
+    let after = until_operation(&f, &c, "delete").await;
+    assert_eq!(summary_number(&after, "deleted-records"), 30);
+    assert_eq!(summary_number(&after, "total-records"), 10);
+    let py = snapshots_py(&f);
+    let now = py_snapshot(&py, py["current"].as_i64().unwrap());
+    let ids: Vec<u64> = serde_json::from_value(now["ids"].clone()).unwrap();
+    assert_eq!(ids, (30..40).collect::<Vec<u64>>(), "only the recent rows");
+    // Checkpoints are untouched: the next batch continues them.
+    commit_rounds(&f, &c, 4..5).await;
+}
+
+/// The SQL catalog's swap refuses a rewrite built on a snapshot that is no longer current (a
+/// data commit landed in between), commits nothing, and deletes the manifests it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewrite_built_on_a_stale_snapshot_is_refused_by_the_sql_catalog() {
+    let f = fixture().await;
+    let c = committer(&f, f.store.clone(), MaintenanceConfig::default());
+    commit_rounds(&f, &c, 0..2).await;
+    let stale = f.catalog.load_table(&f.ident).await.unwrap();
+    let files = floe::iceberg::rewrite::CurrentFiles::load(&stale)
+        .await
+        .unwrap();
+    commit_rounds(&f, &c, 2..3).await;
+    let swap = floe::catalog::swap::SqlSwap::open(
+        f.catalog.clone(),
+        &f.dir.path().join("catalog.sqlite"),
+        "floe",
+    )
+    .await
+    .unwrap();
+    let rewrite = floe::iceberg::rewrite::Rewrite {
+        merge_manifests: true,
+        tasks: vec!["manifest-rewrite"],
+        ..Default::default()
+    };
+    let commit_id = Uuid::now_v7();
+    let e = floe::iceberg::rewrite::commit_rewrite(&stale, &files, &rewrite, &swap, commit_id)
+        .await
+        .expect_err("stale rewrite refused");
+    assert!(
+        e.to_string().contains("snapshot"),
+        "the refusal names the snapshot: {e}"
+    );
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    assert_eq!(table.metadata().snapshots().count(), 3);
+    assert_eq!(
+        table
+            .metadata()
+            .current_snapshot()
+            .unwrap()
+            .summary()
+            .operation,
+        iceberg::spec::Operation::Append
+    );
+    let metadata_dir = f.dir.path().join("wh/m/events/metadata");
+    let leftovers: Vec<_> = std::fs::read_dir(&metadata_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.contains(&commit_id.to_string()))
+        .collect();
+    assert!(leftovers.is_empty(), "refused rewrite left {leftovers:?}");
 }

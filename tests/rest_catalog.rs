@@ -517,6 +517,7 @@ async fn racing_over_rest_with_snapshot_expiry_in_every_commit_still_commits_eac
         enabled: true,
         snapshot_retention: std::time::Duration::from_millis(1),
         min_snapshots: 2,
+        ..floe::config::MaintenanceConfig::default()
     };
     racing_over_rest(m, Some(3)).await
 }

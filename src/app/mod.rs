@@ -345,6 +345,9 @@ async fn prepare_iceberg(
     let catalog = activate::open_catalog(index, config, aws)
         .await
         .map_err(|e| activate_err(name, e))?;
+    let swap = crate::catalog::open_table_swap(&dest.catalog, aws, &catalog)
+        .await
+        .map_err(|e| activate_err(name, ActivateError::Unavailable(format!("catalog: {e}"))))?;
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),
         dest.table.clone(),
@@ -409,6 +412,7 @@ async fn prepare_iceberg(
                 },
                 record_decoder,
                 maintenance: dest.maintenance,
+                swap,
             },
         ),
         initial_position,
@@ -708,7 +712,8 @@ async fn committer_loop(
                             io.catalog.clone(),
                             io.dlq.clone(),
                         )
-                        .with_maintenance(io.maintenance),
+                        .with_maintenance(io.maintenance)
+                        .with_rewrites(io.swap.clone(), io.writer.clone()),
                         leases,
                         batches,
                         l.lease_counter,

@@ -132,19 +132,28 @@ pub async fn open_glue_catalog(
     if let Some(owner) = &config.expected_bucket_owner {
         crate::catalog::check_bucket_owner(aws, &config.warehouse, owner).await?;
     }
+    Ok(Arc::new(glue_catalog(config, aws)?))
+}
+
+/// The Glue catalog of `config` (no ownership check: [`open_glue_catalog`] makes it).
+///
+/// Errors: [`CatalogError::Unavailable`] outside a Tokio runtime.
+pub fn glue_catalog(
+    config: &GlueCatalogConfig,
+    aws: &AwsClients,
+) -> Result<crate::catalog::glue::GlueCatalog, CatalogError> {
     let props = s3_file_io_props(aws.config(), aws.region(), config.kms_key_arn.as_deref());
     let file_io = FileIOBuilder::new(Arc::new(OpenDalStorageFactory::S3 {
         customized_credential_load: None,
     }))
     .with_props(props)
     .build();
-    let catalog = crate::catalog::glue::GlueCatalog::try_new(
+    Ok(crate::catalog::glue::GlueCatalog::try_new(
         aws.glue(),
         config.catalog_id.clone(),
         config.warehouse.clone(),
         file_io,
-    )?;
-    Ok(Arc::new(catalog))
+    )?)
 }
 
 /// The region of an ARN (`arn:PARTITION:SERVICE:REGION:ACCOUNT:RESOURCE`), if it names one.

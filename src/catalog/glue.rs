@@ -21,7 +21,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::str::FromStr;
 
 use async_trait::async_trait;
 use aws_sdk_glue::types::{Column, DatabaseInput, StorageDescriptor, TableInput};
@@ -30,8 +29,10 @@ use iceberg::spec::{PrimitiveType, TableMetadata, TableMetadataBuilder, Type};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, Runtime,
-    TableCommit, TableCreation, TableIdent,
+    TableCommit, TableCreation, TableIdent, TableRequirement, TableUpdate,
 };
+
+use super::swap::{stage, write_staged, TableSwap};
 
 /// Glue table parameter holding the current metadata file.
 pub const PARAM_METADATA_LOCATION: &str = "metadata_location";
@@ -405,20 +406,29 @@ impl Catalog for GlueCatalog {
 
     /// Applies `commit` to the table as Glue holds it now, writes the new metadata file and
     /// swaps the Glue table to it if its version is still the one read (`VersionId`); a
-    /// concurrent swap is `ErrorKind::CatalogCommitConflicts`.
-    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
+    /// concurrent swap is `ErrorKind::CatalogCommitConflicts` (the same path as
+    /// [`TableSwap::swap`]).
+    async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
         let ident = commit.identifier().clone();
-        let (current, version) = self.load_with_version(&ident).await?;
+        let requirements = commit.take_requirements();
+        let updates = commit.take_updates();
+        self.swap(&ident, requirements, updates).await
+    }
+}
+
+#[async_trait]
+impl TableSwap for GlueCatalog {
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<Table> {
+        let (current, version) = self.load_with_version(ident).await?;
         let previous = current.metadata_location_result()?.to_string();
-        let staged = commit.apply(current)?;
+        let staged = stage(current, &requirements, updates)?;
+        write_staged(&staged).await?;
         let staged_location = staged.metadata_location_result()?.to_string();
-        staged
-            .metadata()
-            .write_to(
-                staged.file_io(),
-                &MetadataLocation::from_str(&staged_location)?,
-            )
-            .await?;
         let input = table_input(
             ident.name(),
             staged.metadata(),

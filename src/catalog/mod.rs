@@ -7,6 +7,7 @@ pub mod aws;
 pub mod glue;
 pub mod rest;
 pub mod sigv4;
+pub mod swap;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -162,6 +163,27 @@ pub async fn open_channel_catalog(
             .await
         }
     }
+}
+
+/// The [`swap::TableSwap`] of a channel's catalog, for the maintenance commits iceberg-rust
+/// cannot make (replace and delete snapshots): SQL and Glue have one; REST and S3 Tables
+/// (`None`) do not yet, so their tables get snapshot expiry only. `catalog` is the catalog
+/// [`open_channel_catalog`] opened for the same configuration.
+///
+/// Errors: [`CatalogError::Unavailable`] when the SQL database cannot be opened.
+pub async fn open_table_swap(
+    config: &crate::config::CatalogConfig,
+    aws: &crate::aws::AwsClients,
+    catalog: &Arc<dyn Catalog>,
+) -> Result<Option<Arc<dyn swap::TableSwap>>, CatalogError> {
+    use crate::config::CatalogConfig;
+    Ok(match config {
+        CatalogConfig::Sql(sql) => Some(Arc::new(
+            swap::SqlSwap::open(catalog.clone(), &sql.database, &sql.name).await?,
+        )),
+        CatalogConfig::Glue(glue) => Some(Arc::new(aws::glue_catalog(glue, aws)?)),
+        CatalogConfig::Rest(_) | CatalogConfig::S3Tables(_) => None,
+    })
 }
 
 /// Checks with `GetBucketLocation` + `x-amz-expected-bucket-owner` that the bucket of `uri`

@@ -133,6 +133,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         enabled: args.maintenance == OnOff::On,
         snapshot_retention: args.snapshot_retention,
         min_snapshots: args.min_snapshots,
+        ..MaintenanceConfig::default()
     };
     let leases: Arc<dyn LeaseStore> = store.clone();
     let batches: Arc<dyn BatchStore> = store.clone();

@@ -341,7 +341,7 @@ pub struct IcebergDestinationSection {
     /// yet: a flush writes every buffered hour, one file or more each. Default: `48`.
     pub max_open_partitions: Option<WholeNumber>,
     /// `[channel.destination.maintenance]`: what the committer does to keep the table fast
-    /// (snapshot expiry). Optional.
+    /// (snapshot expiry, compaction, manifest rewrite, record expiration). Optional.
     #[serde(default)]
     pub maintenance: Section<MaintenanceSection>,
 }
@@ -360,6 +360,27 @@ pub struct MaintenanceSection {
     /// Snapshots always kept, however old (the current one is never expired). From 1 to
     /// 100000. Default: `10`.
     pub min_snapshots: Option<WholeNumber>,
+    /// Whether snapshots are expired (and the files only they reached deleted). Default: `true`.
+    pub snapshot_expiry: Option<bool>,
+    /// Whether the small data files of a closed hour partition are rewritten into files of
+    /// about `target_file_size` (a `replace` snapshot; SQL and Glue catalogs). Default: `true`.
+    pub compaction: Option<bool>,
+    /// How long after an hour ends its partition is first compacted (late records after that
+    /// are compacted again later). From 0s to 7d. Default: `"10m"`.
+    pub compaction_delay: Option<DurationText>,
+    /// Whether the current snapshot's manifests are bin-packed into few when there are more
+    /// than `max_manifests` (a `replace` snapshot; SQL and Glue catalogs). Default: `true`.
+    pub manifest_rewrite: Option<bool>,
+    /// Manifests the current snapshot may hold before they are rewritten. From 2 to 100000.
+    /// Default: `100`.
+    pub max_manifests: Option<WholeNumber>,
+    /// Records older than this (by their hour partition) are removed, whole hours at a time, in
+    /// a `delete` snapshot (SQL and Glue catalogs); the open hour never is. From 1h to
+    /// 36500d. Default: none (records are kept).
+    pub record_retention: Option<DurationText>,
+    /// How often the committer looks for compaction, manifest rewrite and record expiration
+    /// work. From 1s to 1d. Default: `"1m"`.
+    pub interval: Option<DurationText>,
 }
 
 /// Parquet compression codec as written in the file.

@@ -307,6 +307,8 @@ impl std::fmt::Display for GlueSchemaVersion {
 }
 
 /// `[channel.destination]` (`kind`), see [`file::DestinationSection`].
+// One per channel, built once at start: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DestinationConfig {
     /// `kind = "iceberg"`.
@@ -370,21 +372,44 @@ pub struct IcebergDestinationConfig {
 /// The validated `[channel.destination.maintenance]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MaintenanceConfig {
-    /// Whether the committer maintains the table.
+    /// Whether the committer maintains the table at all.
     pub enabled: bool,
+    /// Whether snapshots are expired.
+    pub snapshot_expiry: bool,
     /// Snapshots older than this are expired.
     pub snapshot_retention: Duration,
     /// Snapshots always kept (at least 1: the current one).
     pub min_snapshots: u32,
+    /// Whether closed hours' small data files are compacted.
+    pub compaction: bool,
+    /// Time after an hour's end before its partition is compacted.
+    pub compaction_delay: Duration,
+    /// Whether manifests are rewritten when there are more than `max_manifests`.
+    pub manifest_rewrite: bool,
+    /// Manifests the current snapshot may hold before a rewrite.
+    pub max_manifests: u32,
+    /// Hours older than this are deleted (`None`: kept).
+    pub record_retention: Option<Duration>,
+    /// How often the committer looks for compaction, manifest and record-expiration work.
+    pub interval: Duration,
 }
 
 impl Default for MaintenanceConfig {
-    /// On; snapshots older than 1 h expired; at least 10 kept (the file format's defaults).
+    /// On; snapshots older than 1 h expired, at least 10 kept; closed hours compacted 10 min
+    /// after they end; manifests rewritten beyond 100; records kept; checked every minute
+    /// (the file format's defaults).
     fn default() -> Self {
         MaintenanceConfig {
             enabled: true,
+            snapshot_expiry: true,
             snapshot_retention: Duration::from_secs(3600),
             min_snapshots: 10,
+            compaction: true,
+            compaction_delay: Duration::from_secs(600),
+            manifest_rewrite: true,
+            max_manifests: 100,
+            record_retention: None,
+            interval: Duration::from_secs(60),
         }
     }
 }

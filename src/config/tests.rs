@@ -148,11 +148,7 @@ fn minimal_config_takes_every_default() {
             target_file_size: 128 * 1024 * 1024,
             buffer_size: 256 * 1024 * 1024,
             max_open_partitions: 48,
-            maintenance: crate::config::MaintenanceConfig {
-                enabled: true,
-                snapshot_retention: Duration::from_secs(3600),
-                min_snapshots: 10,
-            },
+            maintenance: crate::config::MaintenanceConfig::default(),
         }
     );
     assert_eq!(
@@ -1521,17 +1517,30 @@ fn maintenance_is_on_by_default_and_its_settings_are_bounded_with_their_key() {
             &format!("[channel.destination.maintenance]\n{lines}\n[channel.destination.catalog]"),
         )
     };
-    let tuned = maintenance("snapshot_retention = \"30m\"\nmin_snapshots = 3");
+    let tuned = maintenance(
+        "snapshot_retention = \"30m\"\nmin_snapshots = 3\ncompaction = false\n\
+         compaction_delay = \"0s\"\nmax_manifests = 20\nrecord_retention = \"7d\"\n\
+         interval = \"30s\"\nsnapshot_expiry = false",
+    );
     let c = parse(&tuned).unwrap();
     assert_eq!(
         iceberg(&c).maintenance,
         crate::config::MaintenanceConfig {
             enabled: true,
+            snapshot_expiry: false,
             snapshot_retention: Duration::from_secs(1800),
             min_snapshots: 3,
+            compaction: false,
+            compaction_delay: Duration::ZERO,
+            manifest_rewrite: true,
+            max_manifests: 20,
+            record_retention: Some(Duration::from_secs(7 * 86_400)),
+            interval: Duration::from_secs(30),
         }
     );
-    let bad = maintenance("snapshot_retention = \"1s\"\nmin_snapshots = 0");
+    let bad = maintenance(
+        "snapshot_retention = \"1s\"\nmin_snapshots = 0\nrecord_retention = \"10m\"\nmax_manifests = 1",
+    );
     let e = parse(&bad).unwrap_err().to_string();
     assert!(
         e.contains("channel[0].destination.maintenance.snapshot_retention"),
@@ -1541,6 +1550,12 @@ fn maintenance_is_on_by_default_and_its_settings_are_bounded_with_their_key() {
         e.contains("channel[0].destination.maintenance.min_snapshots"),
         "{e}"
     );
+    for key in ["record_retention", "max_manifests"] {
+        assert!(
+            e.contains(&format!("channel[0].destination.maintenance.{key}")),
+            "{e}"
+        );
+    }
     let unknown = maintenance("vacuum = true");
     let e = parse(&unknown).unwrap_err().to_string();
     assert!(e.contains("vacuum"), "{e}");

@@ -26,6 +26,13 @@ const SNAPSHOT_RETENTION_RANGE: RangeInclusive<Duration> =
 /// Default of `channel.destination.maintenance.min_snapshots`.
 const DEFAULT_MIN_SNAPSHOTS: u32 = 10;
 const MIN_SNAPSHOTS_RANGE: RangeInclusive<u32> = 1..=100_000;
+const COMPACTION_DELAY_RANGE: RangeInclusive<Duration> =
+    Duration::ZERO..=Duration::from_secs(7 * 86_400);
+const MAX_MANIFESTS_RANGE: RangeInclusive<u32> = 2..=100_000;
+const RECORD_RETENTION_RANGE: RangeInclusive<Duration> =
+    Duration::from_secs(3600)..=Duration::from_secs(36_500 * 86_400);
+const MAINTENANCE_INTERVAL_RANGE: RangeInclusive<Duration> =
+    Duration::from_secs(1)..=Duration::from_secs(86_400);
 const SHUTDOWN_TIMEOUT_RANGE: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(3600);
 const LEASE_DURATION_RANGE: RangeInclusive<Duration> =
@@ -1059,10 +1066,47 @@ impl Checker<'_> {
             DEFAULT_MIN_SNAPSHOTS,
             MIN_SNAPSHOTS_RANGE,
         );
+        let d = crate::config::MaintenanceConfig::default();
+        let compaction_delay = self.duration(
+            &format!("{p}.compaction_delay"),
+            m.compaction_delay,
+            d.compaction_delay,
+            COMPACTION_DELAY_RANGE,
+        );
+        let max_manifests = self.number(
+            &format!("{p}.max_manifests"),
+            m.max_manifests,
+            d.max_manifests,
+            MAX_MANIFESTS_RANGE,
+        );
+        let record_retention = match m.record_retention {
+            None => Some(None),
+            text => self
+                .duration(
+                    &format!("{p}.record_retention"),
+                    text,
+                    Duration::ZERO,
+                    RECORD_RETENTION_RANGE,
+                )
+                .map(Some),
+        };
+        let interval = self.duration(
+            &format!("{p}.interval"),
+            m.interval,
+            d.interval,
+            MAINTENANCE_INTERVAL_RANGE,
+        );
         Some(crate::config::MaintenanceConfig {
             enabled: m.enabled.unwrap_or(!s3tables),
+            snapshot_expiry: m.snapshot_expiry.unwrap_or(true),
             snapshot_retention: snapshot_retention?,
             min_snapshots: min_snapshots?,
+            compaction: m.compaction.unwrap_or(true),
+            compaction_delay: compaction_delay?,
+            manifest_rewrite: m.manifest_rewrite.unwrap_or(true),
+            max_manifests: max_manifests?,
+            record_retention: record_retention?,
+            interval: interval?,
         })
     }
 

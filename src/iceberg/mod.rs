@@ -15,6 +15,8 @@ use crate::schema::MappedSchema;
 use writer::WriterSettings;
 
 pub mod fence;
+pub mod maintenance;
+pub mod rewrite;
 pub mod sink;
 pub mod table;
 pub mod table_state;
@@ -38,4 +40,6 @@ pub struct IcebergIo {
     pub record_decoder: RecordDecoder,
     /// Table maintenance by the committer (`[channel.destination.maintenance]`).
     pub maintenance: crate::config::MaintenanceConfig,
+    /// The catalog's swap for maintenance snapshots (`None`: the catalog has none).
+    pub swap: Option<Arc<dyn crate::catalog::swap::TableSwap>>,
 }

@@ -15,12 +15,15 @@ use iceberg::{Catalog, ErrorKind, TableIdent};
 use uuid::Uuid;
 
 use super::fence::FencedCatalog;
+use super::maintenance::Maintainer;
 use super::table::{check_same_table, referenced_data_files};
 use super::table_state::{
     commit_properties, commit_summary, committed_batch_ids, last_commit_id, table_checkpoints,
     table_epoch,
 };
+use super::writer::WriterSettings;
 use super::writer::{data_file_paths, parse_data_files};
+use crate::catalog::swap::TableSwap;
 use crate::config::MaintenanceConfig;
 use crate::destination::{CommitError, CommitTarget, LoadedTarget};
 use crate::dlq::Dlq;
@@ -36,6 +39,12 @@ pub struct IcebergTarget {
     dlq: Dlq,
     /// Snapshot expiry in the data commits (`[channel.destination.maintenance]`).
     maintenance: MaintenanceConfig,
+    /// The catalog's swap for replace and delete snapshots (`None`: expiry only).
+    swap: Option<Arc<dyn TableSwap>>,
+    /// The writer of compaction outputs (`None`: no compaction).
+    writer: Option<WriterSettings>,
+    /// Compaction, manifest rewrite, record expiration.
+    maintainer: Maintainer,
     /// The table's uuid at the first load: a table replaced under the name is never written.
     uuid: OnceLock<Uuid>,
 }
@@ -55,22 +64,72 @@ impl IcebergTarget {
             catalog: FencedCatalog::new(catalog),
             dlq: dlq.into(),
             maintenance: MaintenanceConfig::default(),
+            swap: None,
+            writer: None,
+            maintainer: Maintainer::new(channel, MaintenanceConfig::default(), None, None),
             uuid: OnceLock::new(),
         }
     }
 
     /// The same target maintaining the table as `maintenance` says (default: on, snapshots
-    /// older than 1 h expired, at least 10 kept).
+    /// older than 1 h expired, at least 10 kept; compaction and the other rewrites need
+    /// [`IcebergTarget::with_rewrites`]).
     pub fn with_maintenance(mut self, maintenance: MaintenanceConfig) -> Self {
         self.maintenance = maintenance;
+        self.rebuild_maintainer()
+    }
+
+    /// The same target committing compaction, manifest rewrite and record expiration through
+    /// `swap` (the catalog's, [`crate::catalog::open_table_swap`]; `None`: not on this
+    /// catalog), compaction outputs written with `writer` (the workers' settings: compression,
+    /// target file size, file name prefix).
+    pub fn with_rewrites(
+        mut self,
+        swap: Option<Arc<dyn TableSwap>>,
+        writer: WriterSettings,
+    ) -> Self {
+        self.swap = swap;
+        self.writer = Some(writer);
+        self.rebuild_maintainer()
+    }
+
+    fn rebuild_maintainer(mut self) -> Self {
+        self.maintainer = Maintainer::new(
+            &self.channel,
+            self.maintenance,
+            self.swap.clone(),
+            self.writer.clone(),
+        );
         self
+    }
+
+    /// The maintainer (for tests and `floe maintain`: to wait for a compaction task).
+    pub fn maintainer(&self) -> &Maintainer {
+        &self.maintainer
+    }
+}
+
+impl IcebergTarget {
+    /// The table, refused (`Unavailable`) when it is not the table first loaded (replaced
+    /// under its name).
+    async fn load_same_table(&self) -> Result<Table, CommitError> {
+        let table = self
+            .catalog
+            .inner()
+            .load_table(&self.ident)
+            .await
+            .map_err(|e| CommitError::unavailable("load table", e))?;
+        let first = self.uuid.get_or_init(|| table.metadata().uuid());
+        check_same_table(&self.ident, first, &table)
+            .map_err(|e| CommitError::unavailable("load table", e))?;
+        Ok(table)
     }
 }
 
 /// The snapshots of `table` that expiry under `m` would remove at `now_ms` (never the current
 /// one, never one of the `min_snapshots` newest): the ones older than the retention.
 fn expirable(table: &Table, m: &MaintenanceConfig, now_ms: i64) -> Vec<i64> {
-    if !m.enabled {
+    if !m.enabled || !m.snapshot_expiry {
         return Vec::new();
     }
     let metadata = table.metadata();
@@ -94,19 +153,27 @@ impl CommitTarget for IcebergTarget {
     }
 
     async fn load(&self) -> Result<Box<dyn LoadedTarget + '_>, CommitError> {
-        let table = self
-            .catalog
-            .inner()
-            .load_table(&self.ident)
-            .await
-            .map_err(|e| CommitError::unavailable("load table", e))?;
-        let first = self.uuid.get_or_init(|| table.metadata().uuid());
-        check_same_table(&self.ident, first, &table)
-            .map_err(|e| CommitError::unavailable("load table", e))?;
+        let table = self.load_same_table().await?;
         Ok(Box::new(LoadedTable {
             target: self,
             table,
         }))
+    }
+
+    async fn maintain(&self, epoch: u64) -> Result<(), CommitError> {
+        if !self.maintainer.active() {
+            return Ok(());
+        }
+        let table = self.load_same_table().await?;
+        // Only on the table as this committer left it: a newer epoch means the lease moved.
+        if table_epoch(&table) != epoch {
+            return Ok(());
+        }
+        self.maintainer
+            .maintain(&table)
+            .await
+            .map(|_| ())
+            .map_err(|e| CommitError::unavailable("maintain the table", e))
     }
 }
 
@@ -117,23 +184,28 @@ struct LoadedTable<'a> {
 }
 
 impl LoadedTable<'_> {
-    /// After a commit landed as `after`: counts and logs the snapshots it expired and deletes
-    /// their manifest lists (each belongs to exactly one snapshot, so no retained snapshot reaches
-    /// it), off the committer's loop. Manifests and data files that only expired snapshots
-    /// reached are left in place: floe's own commits never drop one from the current snapshot;
-    /// files orphaned by other writers' rewrites are the orphan sweep's (not built yet).
+    /// After a commit landed as `after`: counts and logs the snapshots it expired and, off the
+    /// committer's loop, deletes the files that only expired snapshots reached:
+    /// - each expired snapshot's manifest list (it belongs to that snapshot alone);
+    /// - where an expired snapshot's child is not an `append` (a replace or delete, floe's own
+    ///   maintenance or another engine's): the manifests of the expired snapshot the child no
+    ///   longer lists, and the data files the child's own manifests mark `DELETED`.
+    ///
+    /// History is linear (floe writes `main` only) and a file, once removed, never comes back,
+    /// so a file an expired snapshot reached that its child dropped is reached by no retained
+    /// snapshot: retained snapshots are the newest ones, descendants of that child. Only files
+    /// under the table location are deleted.
     fn after_expiry(&self, after: &Table) {
         let retained: HashSet<i64> = after
             .metadata()
             .snapshots()
             .map(|s| s.snapshot_id())
             .collect();
-        let expired: Vec<String> = self
-            .table
-            .metadata()
+        let before = self.table.metadata();
+        let expired: Vec<_> = before
             .snapshots()
             .filter(|s| !retained.contains(&s.snapshot_id()))
-            .map(|s| s.manifest_list().to_string())
+            .cloned()
             .collect();
         let channel = self.target.channel.clone();
         telemetry::set_table_snapshots(&channel, retained.len());
@@ -142,20 +214,118 @@ impl LoadedTable<'_> {
         }
         telemetry::record_snapshots_expired(&channel, expired.len() as u64);
         tracing::info!(channel = %channel, table = %self.target.ident, expired = expired.len(), retained = retained.len(), "snapshots expired");
-        let file_io = after.file_io().clone();
+        // (expired snapshot, its child) where the child removed something.
+        let pairs: Vec<_> = expired
+            .iter()
+            .filter_map(|e| {
+                let child = before
+                    .snapshots()
+                    .find(|c| c.parent_snapshot_id() == Some(e.snapshot_id()))?;
+                (child.summary().operation != iceberg::spec::Operation::Append)
+                    .then(|| (e.clone(), child.clone()))
+            })
+            .collect();
+        let table = self.table.clone();
         tokio::spawn(async move {
-            let mut deleted = 0u64;
-            for path in &expired {
-                match file_io.delete(path).await {
-                    Ok(()) => deleted += 1,
-                    Err(e) => {
-                        tracing::warn!(channel = %channel, path, error = %e, "could not delete an expired snapshot's manifest list (an orphan now)")
+            let file_io = table.file_io();
+            let location = table.metadata().location().to_string();
+            // What each child removed is read first: it needs the expired manifest lists.
+            let mut removed = Vec::new();
+            for (e, child) in &pairs {
+                match removed_by(&table, e, child).await {
+                    Ok(r) => removed.push(r),
+                    Err(err) => {
+                        tracing::warn!(channel = %channel, snapshot_id = child.snapshot_id(), error = %err, "could not read what a snapshot removed: its files stay (orphans now)");
                     }
                 }
             }
-            telemetry::record_maintenance_files_deleted(&channel, "manifest_list", deleted);
+            let mut lists = 0u64;
+            for e in &expired {
+                match file_io.delete(e.manifest_list()).await {
+                    Ok(()) => lists += 1,
+                    Err(err) => {
+                        tracing::warn!(channel = %channel, path = e.manifest_list(), error = %err, "could not delete an expired snapshot's manifest list (an orphan now)")
+                    }
+                }
+            }
+            telemetry::record_maintenance_files_deleted(&channel, "manifest_list", lists);
+            let (mut manifests, mut data_files, mut bytes) = (0u64, 0u64, 0u64);
+            for dropped in &removed {
+                for path in dropped
+                    .manifests
+                    .iter()
+                    .filter(|p| p.starts_with(&location))
+                {
+                    if file_io.delete(path).await.is_ok() {
+                        manifests += 1;
+                    }
+                }
+                for (path, size) in dropped
+                    .data_files
+                    .iter()
+                    .filter(|(p, _)| p.starts_with(&location))
+                {
+                    if file_io.delete(path).await.is_ok() {
+                        data_files += 1;
+                        bytes += size;
+                    }
+                }
+            }
+            telemetry::record_maintenance_files_deleted(&channel, "manifest", manifests);
+            telemetry::record_maintenance_files_deleted(&channel, "data_file", data_files);
+            telemetry::record_maintenance_bytes_deleted(&channel, bytes);
+            if manifests + data_files > 0 {
+                tracing::info!(channel = %channel, manifests, data_files, bytes, "files of expired snapshots deleted");
+            }
         });
     }
+}
+
+/// What snapshot `child` removed from its parent `parent`.
+struct Removed {
+    /// Manifests `parent` lists and `child` does not.
+    manifests: Vec<String>,
+    /// Data files (path, bytes) `child`'s own manifests mark `DELETED`.
+    data_files: Vec<(String, u64)>,
+}
+
+async fn removed_by(
+    table: &Table,
+    parent: &iceberg::spec::SnapshotRef,
+    child: &iceberg::spec::SnapshotRef,
+) -> iceberg::Result<Removed> {
+    let old = table.manifest_list_reader(parent).load().await?;
+    let new = table.manifest_list_reader(child).load().await?;
+    let kept: HashSet<&str> = new
+        .entries()
+        .iter()
+        .map(|m| m.manifest_path.as_str())
+        .collect();
+    let manifests = old
+        .entries()
+        .iter()
+        .map(|m| m.manifest_path.clone())
+        .filter(|p| !kept.contains(p.as_str()))
+        .collect();
+    let mut data_files = Vec::new();
+    for m in new
+        .entries()
+        .iter()
+        .filter(|m| m.added_snapshot_id == child.snapshot_id() && m.has_deleted_files())
+    {
+        let manifest = m.load_manifest(table.file_io()).await?;
+        for entry in manifest.entries() {
+            if entry.status() == iceberg::spec::ManifestStatus::Deleted
+                && entry.snapshot_id() == Some(child.snapshot_id())
+            {
+                data_files.push((entry.file_path().to_string(), entry.file_size_in_bytes()));
+            }
+        }
+    }
+    Ok(Removed {
+        manifests,
+        data_files,
+    })
 }
 
 /// The data files of an Iceberg batch (none for a batch of another kind).

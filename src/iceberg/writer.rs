@@ -155,6 +155,61 @@ async fn write_blocking(
     batch_id: Uuid,
     batch: RecordBatch,
 ) -> iceberg::Result<WrittenFiles> {
+    let files = write_batches(
+        table,
+        settings,
+        batch_id,
+        futures::stream::iter([Ok(batch)]),
+    )
+    .await?;
+    let md = table.metadata();
+    let partition_type = md
+        .default_partition_spec()
+        .partition_type(md.current_schema())?;
+    let mut out = WrittenFiles::default();
+    for f in files {
+        out.num_rows += f.record_count();
+        out.num_bytes += f.file_size_in_bytes();
+        out.paths.push(f.file_path().to_string());
+        out.sizes.push(f.file_size_in_bytes());
+        out.data_files_json.push(serialize_data_file_to_json(
+            f,
+            &partition_type,
+            FormatVersion::V2,
+        )?);
+    }
+    Ok(out)
+}
+
+/// Writes every batch of `batches` (rows of the table's current schema, any hours) as data
+/// files of `table` named after `file_id`, rolling at `settings.target_file_size`: the data
+/// files of a compaction (docs/operations.md, "Table maintenance"). Runs on a blocking thread.
+///
+/// Errors: a batch of the stream is an error, or any writer or storage error (files already
+/// written are orphans that no commit references).
+pub async fn rewrite_data_files(
+    table: &Table,
+    settings: &WriterSettings,
+    file_id: Uuid,
+    batches: futures::stream::BoxStream<'static, iceberg::Result<RecordBatch>>,
+) -> iceberg::Result<Vec<DataFile>> {
+    let table = table.clone();
+    let settings = settings.clone();
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        handle.block_on(write_batches(&table, &settings, file_id, batches))
+    })
+    .await
+    .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()))?
+}
+
+async fn write_batches(
+    table: &Table,
+    settings: &WriterSettings,
+    file_id: Uuid,
+    batches: impl futures::Stream<Item = iceberg::Result<RecordBatch>>,
+) -> iceberg::Result<Vec<DataFile>> {
+    use futures::StreamExt;
     let md = table.metadata();
     let schema = md.current_schema().clone();
     let spec = md.default_partition_spec().clone();
@@ -170,7 +225,7 @@ async fn write_blocking(
         table.file_io().clone(),
         DefaultLocationGenerator::new(md)?,
         DefaultFileNameGenerator::new(
-            format!("{}-{}", settings.channel, batch_id),
+            format!("{}-{}", settings.channel, file_id),
             None,
             DataFileFormat::Parquet,
         ),
@@ -178,24 +233,13 @@ async fn write_blocking(
     let mut fanout = FanoutWriter::new(DataFileWriterBuilder::new(rolling));
     let splitter =
         RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?;
-    for (key, part) in splitter.split(&batch)? {
-        fanout.write(key, part).await?;
+    let mut batches = std::pin::pin!(batches);
+    while let Some(batch) = batches.next().await {
+        for (key, part) in splitter.split(&batch?)? {
+            fanout.write(key, part).await?;
+        }
     }
-    let files: Vec<DataFile> = fanout.close().await?;
-    let partition_type = spec.partition_type(md.current_schema())?;
-    let mut out = WrittenFiles::default();
-    for f in files {
-        out.num_rows += f.record_count();
-        out.num_bytes += f.file_size_in_bytes();
-        out.paths.push(f.file_path().to_string());
-        out.sizes.push(f.file_size_in_bytes());
-        out.data_files_json.push(serialize_data_file_to_json(
-            f,
-            &partition_type,
-            FormatVersion::V2,
-        )?);
-    }
-    Ok(out)
+    fanout.close().await
 }
 
 /// Parses the data files of a pending batch back for a commit against `table`.

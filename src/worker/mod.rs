@@ -219,6 +219,8 @@ impl ChannelIo {
 
 /// A channel's destination, as its loops are given it ([`crate::destination`] says what each
 /// kind does).
+// One per channel, built once at start: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub enum DestinationIo {
     /// An Iceberg table.

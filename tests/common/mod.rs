@@ -92,15 +92,29 @@ pub fn unique_name(prefix: &str) -> String {
 
 /// Reads the table with PyIceberg; returns the JSON that tests/py/read_table.py prints.
 pub fn read_with_pyiceberg(dir: &Path, ids: &[u64]) -> serde_json::Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_table.py");
     let ids: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+    let (catalog, warehouse) = (dir.join("catalog.sqlite"), dir.join("warehouse"));
+    let ids = ids.join(",");
+    run_py_reader(
+        "read_table.py",
+        &[
+            catalog.as_os_str(),
+            warehouse.as_os_str(),
+            "it.events".as_ref(),
+            "--ids".as_ref(),
+            ids.as_ref(),
+        ],
+    )
+}
+
+/// Runs the PyIceberg reader `tests/py/<script>` with `args`; returns the JSON it prints.
+pub fn run_py_reader(script: &str, args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/py")
+        .join(script);
     let out = Command::new(python())
         .arg(script)
-        .arg(dir.join("catalog.sqlite"))
-        .arg(dir.join("warehouse"))
-        .arg("it.events")
-        .arg("--ids")
-        .arg(ids.join(","))
+        .args(args)
         .output()
         .expect("run python");
     assert!(
@@ -588,6 +602,7 @@ impl WorkerRig {
                 },
                 record_decoder: Default::default(),
                 maintenance: Default::default(),
+                swap: None,
             },
         );
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);

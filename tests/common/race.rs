@@ -141,12 +141,37 @@ pub async fn event_batch(
     from: u64,
     to: u64,
 ) -> PendingBatch {
+    event_batch_at(
+        schema,
+        channel,
+        table,
+        after,
+        from,
+        to,
+        1_783_627_200_000,
+        2,
+    )
+    .await
+}
+
+/// [`event_batch`] with event times from `base_time_ms` over `spread_hours` hours.
+#[allow(clippy::too_many_arguments, dead_code)]
+pub async fn event_batch_at(
+    schema: &Arc<MappedSchema>,
+    channel: &str,
+    table: &Table,
+    after: Option<i64>,
+    from: u64,
+    to: u64,
+    base_time_ms: i64,
+    spread_hours: u32,
+) -> PendingBatch {
     let arrow = Arc::new(
         iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
     );
     let mut conv = Converter::try_new(schema.clone(), arrow).unwrap();
     for id in from..to {
-        conv.push(event_json(id, 1, 1_783_627_200_000, 2).as_bytes())
+        conv.push(event_json(id, 1, base_time_ms, spread_hours).as_bytes())
             .unwrap();
     }
     let batch_id = Uuid::now_v7();

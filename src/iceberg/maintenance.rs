@@ -1,0 +1,493 @@
+//! Table maintenance by the committer, beside the data commits (docs/operations.md, "Table
+//! maintenance"): compaction of closed hour partitions, manifest rewrite and record expiration,
+//! committed as `replace` or `delete` snapshots ([`super::rewrite`]) through the catalog's
+//! [`TableSwap`]. Snapshot expiry itself rides in the data commits ([`super::target`]).
+//!
+//! The committer calls [`Maintainer::maintain`] after each round, on the table as it left it,
+//! only while it holds the committer lease and only when the table carries its epoch; the
+//! rewrite's `assert-ref-snapshot-id` makes the commit conditional on exactly that snapshot, so a
+//! committer that lost its lease (a newer epoch committed since) can never land one. The heavy
+//! part of compaction (reading and writing data files) runs in a background task; the
+//! committer's loop only plans it and, once the files are written, commits them:
+//!
+//! ```text
+//!  look (every `interval`): manifests of the current snapshot, files by hour partition
+//!    record expiry:  hours ended more than record_retention ago -> remove all their files
+//!    manifests > max_manifests                                  -> merge the small ones
+//!    compaction:     closed hours (+ compaction_delay) with >= 2 small files
+//!                    -> background task: read them, write files of ~target_file_size
+//!  task done: inputs still live? -> one replace snapshot: remove inputs, add outputs
+//!             no (another rewrite won) -> outputs deleted
+//! ```
+//!
+//! A kill at any step leaves at worst data files no snapshot references (compaction outputs
+//! not yet committed): they carry floe's names and are the orphan sweep's. Files that a rewrite
+//! removed stay on storage while retained snapshots reach them; snapshot expiry deletes them.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{DataFile, DataFileFormat, ManifestEntryRef};
+use iceberg::table::Table;
+use iceberg::ErrorKind;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use super::rewrite::{commit_rewrite, hour_of, CurrentFiles, Rewrite};
+use super::writer::{rewrite_data_files, WriterSettings};
+use crate::catalog::swap::TableSwap;
+use crate::config::MaintenanceConfig;
+use crate::telemetry;
+use crate::time::now_ms;
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// A data file is small, and worth compacting, below this share of the target size.
+const SMALL_SHARE: (u64, u64) = (3, 4);
+
+/// One compaction task reads at most this many target sizes of input (at least one hour).
+const JOB_TARGETS: u64 = 4;
+
+/// Attempts to commit one compaction's outputs before they are given up.
+const MAX_COMMIT_ATTEMPTS: u32 = 3;
+
+/// The live data files of `current`, by hour partition (files of another partitioning are left
+/// out).
+pub fn files_by_hour(current: &CurrentFiles) -> BTreeMap<i32, Vec<&ManifestEntryRef>> {
+    let mut hours: BTreeMap<i32, Vec<&ManifestEntryRef>> = BTreeMap::new();
+    for e in current.live() {
+        if let Some(h) = hour_of(e) {
+            hours.entry(h).or_default().push(e);
+        }
+    }
+    hours
+}
+
+/// Whether hour `hour` (hours since the Unix epoch) ended at least `after_ms` before `now_ms`.
+fn ended(hour: i32, after_ms: i64, now_ms: i64) -> bool {
+    (i64::from(hour) + 1) * HOUR_MS + after_ms <= now_ms
+}
+
+/// The hours whose records expire at `now_ms` under `retention_ms`: ended more than the
+/// retention ago (so never the open hour).
+pub fn expired_hours(
+    hours: &BTreeMap<i32, Vec<&ManifestEntryRef>>,
+    retention_ms: i64,
+    now_ms: i64,
+) -> Vec<i32> {
+    hours
+        .keys()
+        .copied()
+        .filter(|h| ended(*h, retention_ms.max(0), now_ms))
+        .collect()
+}
+
+/// The files one compaction task rewrites at `now_ms`, oldest hours first: of each hour that
+/// ended at least `delay_ms` ago, its small files (under 3/4 of `target` bytes) when it has two
+/// or more, up to [`JOB_TARGETS`] × `target` bytes (at least one hour); hours in `skip` are
+/// left alone.
+pub fn plan_compaction<'a>(
+    hours: &BTreeMap<i32, Vec<&'a ManifestEntryRef>>,
+    target: u64,
+    delay_ms: i64,
+    now_ms: i64,
+    skip: &HashSet<i32>,
+) -> Vec<&'a ManifestEntryRef> {
+    let small_below = target / SMALL_SHARE.1 * SMALL_SHARE.0;
+    let budget = target.saturating_mul(JOB_TARGETS);
+    let mut picked: Vec<&ManifestEntryRef> = Vec::new();
+    let mut bytes = 0u64;
+    for (hour, files) in hours {
+        if skip.contains(hour) || !ended(*hour, delay_ms, now_ms) {
+            continue;
+        }
+        let small: Vec<&ManifestEntryRef> = files
+            .iter()
+            .copied()
+            .filter(|e| e.file_size_in_bytes() < small_below)
+            .collect();
+        if small.len() < 2 {
+            continue;
+        }
+        let size: u64 = small.iter().map(|e| e.file_size_in_bytes()).sum();
+        if !picked.is_empty() && bytes + size > budget {
+            break;
+        }
+        bytes += size;
+        picked.extend(small);
+    }
+    picked
+}
+
+/// A finished compaction task: data files written, not yet committed.
+#[derive(Debug)]
+pub struct Compacted {
+    /// Paths of the input files (live when planned).
+    pub inputs: HashSet<String>,
+    /// Rows of the inputs.
+    pub rows: u64,
+    /// The data files written.
+    pub outputs: Vec<DataFile>,
+    /// Commit attempts so far.
+    attempts: u32,
+}
+
+/// Reads the rows of `inputs` (data files of `table`'s current schema) and writes them again as
+/// files of about `settings.target_file_size`, one hour partition at a time.
+///
+/// Errors: any read or write error, or a row count that differs (outputs deleted then).
+pub async fn compact(
+    table: Table,
+    settings: WriterSettings,
+    inputs: Vec<ManifestEntryRef>,
+) -> iceberg::Result<Compacted> {
+    let md = table.metadata();
+    let schema = md.current_schema().clone();
+    let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
+    let rows: u64 = inputs.iter().map(|e| e.record_count()).sum();
+    let mut tasks = Vec::with_capacity(inputs.len());
+    for e in &inputs {
+        let f = e.data_file();
+        tasks.push(
+            FileScanTask::builder()
+                .with_file_size_in_bytes(f.file_size_in_bytes())
+                .with_start(0)
+                .with_length(f.file_size_in_bytes())
+                .with_record_count(Some(f.record_count()))
+                .with_data_file_path(f.file_path().to_string())
+                .with_data_file_format(DataFileFormat::Parquet)
+                .with_schema(schema.clone())
+                .with_project_field_ids(field_ids.clone())
+                .with_partition(Some(f.partition().clone()))
+                .with_partition_spec(Some(md.default_partition_spec().clone()))
+                .with_case_sensitive(true)
+                .build(),
+        );
+    }
+    let reader = iceberg::arrow::ArrowReaderBuilder::new(
+        table.file_io().clone(),
+        iceberg::Runtime::try_current()?,
+    )
+    .with_data_file_concurrency_limit(1)
+    .build();
+    let stream = reader
+        .read(futures::stream::iter(tasks.into_iter().map(Ok)).boxed())?
+        .stream();
+    let outputs = rewrite_data_files(&table, &settings, Uuid::now_v7(), stream).await?;
+    let written: u64 = outputs.iter().map(|f| f.record_count()).sum();
+    if written != rows {
+        for f in &outputs {
+            let _ = table.file_io().delete(f.file_path()).await;
+        }
+        return Err(iceberg::Error::new(
+            ErrorKind::DataInvalid,
+            format!("compaction read {rows} rows but wrote {written}: nothing committed"),
+        ));
+    }
+    Ok(Compacted {
+        inputs: inputs.iter().map(|e| e.file_path().to_string()).collect(),
+        rows,
+        outputs,
+        attempts: 0,
+    })
+}
+
+#[derive(Default)]
+struct State {
+    /// When the next look is due (`None`: at the next call).
+    next_look: Option<Instant>,
+    /// The running compaction task.
+    job: Option<JoinHandle<iceberg::Result<Compacted>>>,
+    /// A finished compaction waiting for its commit.
+    ready: Option<Compacted>,
+}
+
+/// What one [`Maintainer::maintain`] call did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    /// The replace or delete snapshot committed, if any.
+    pub snapshot_id: Option<i64>,
+    /// The tasks it did (`compaction`, `manifest-rewrite`, `record-expiry`).
+    pub tasks: Vec<&'static str>,
+    /// Data files removed from the table (compacted or expired).
+    pub files_removed: usize,
+    /// Data files added (compaction outputs).
+    pub files_added: usize,
+    /// Whether a compaction task was started.
+    pub compaction_started: bool,
+}
+
+/// The maintenance of one channel's table by its committer (see the module docs). Dropping it
+/// aborts a running compaction task (its files are orphans for the sweep).
+pub struct Maintainer {
+    channel: String,
+    config: MaintenanceConfig,
+    swap: Option<Arc<dyn TableSwap>>,
+    writer: Option<WriterSettings>,
+    state: tokio::sync::Mutex<State>,
+}
+
+impl Drop for Maintainer {
+    fn drop(&mut self) {
+        if let Some(job) = self.state.get_mut().job.take() {
+            job.abort();
+        }
+    }
+}
+
+fn task_label(task: &str) -> &'static str {
+    match task {
+        "compaction" => "compaction",
+        "manifest-rewrite" => "manifest_rewrite",
+        _ => "record_expiry",
+    }
+}
+
+impl Maintainer {
+    /// The maintenance of `channel`'s table as `config` says, committing through `swap` (`None`:
+    /// the catalog has none, only snapshot expiry runs) and writing compaction outputs with
+    /// `writer` (`None`: no compaction).
+    pub fn new(
+        channel: &str,
+        config: MaintenanceConfig,
+        swap: Option<Arc<dyn TableSwap>>,
+        writer: Option<WriterSettings>,
+    ) -> Self {
+        Maintainer {
+            channel: channel.to_string(),
+            config,
+            swap,
+            writer,
+            state: tokio::sync::Mutex::new(State::default()),
+        }
+    }
+
+    /// Whether any task besides snapshot expiry can run.
+    pub fn active(&self) -> bool {
+        self.config.enabled
+            && self.swap.is_some()
+            && (self.config.compaction
+                || self.config.manifest_rewrite
+                || self.config.record_retention.is_some())
+    }
+
+    /// Whether a compaction task is running or waiting for its commit.
+    pub async fn busy(&self) -> bool {
+        let st = self.state.lock().await;
+        st.job.is_some() || st.ready.is_some()
+    }
+
+    /// One look at `table` (as the committer's last round left it, carrying its epoch): commits
+    /// a finished compaction, record expiration and manifest rewrite as one snapshot when there
+    /// is work, and starts a compaction task for closed hours with small files. Cheap when
+    /// nothing is due (no I/O before `interval` passed or a task finished).
+    ///
+    /// Errors: reading the manifests, writing the new ones, or the swap; a lost swap
+    /// (`CatalogCommitConflicts` or a failed requirement) is retried at the next call.
+    pub async fn maintain(&self, table: &Table) -> iceberg::Result<MaintenanceReport> {
+        let mut report = MaintenanceReport::default();
+        let Some(swap) = self.swap.as_deref().filter(|_| self.active()) else {
+            return Ok(report);
+        };
+        let mut st = self.state.lock().await;
+        if st.job.as_ref().is_some_and(|j| j.is_finished()) {
+            let job = st.job.take().expect("checked");
+            st.ready = self.finished(job.await);
+        }
+        let due = st.next_look.is_none_or(|t| Instant::now() >= t);
+        if st.ready.is_none() && !due {
+            return Ok(report);
+        }
+        if due {
+            st.next_look = Some(Instant::now() + self.config.interval);
+        }
+        let current = CurrentFiles::load(table).await?;
+        let hours = files_by_hour(&current);
+        telemetry::set_table_shape(
+            &self.channel,
+            current.manifests.len(),
+            current.live().count(),
+        );
+        let now = now_ms();
+        let live: HashSet<&str> = current.live().map(|e| e.file_path()).collect();
+
+        let mut rewrite = Rewrite::default();
+        let mut expired: HashSet<i32> = HashSet::new();
+        if let (true, Some(retention)) = (due, self.config.record_retention) {
+            if !current.has_deletes {
+                for h in expired_hours(&hours, retention.as_millis() as i64, now) {
+                    expired.insert(h);
+                    rewrite
+                        .remove
+                        .extend(hours[&h].iter().map(|e| e.file_path().to_string()));
+                }
+                if !expired.is_empty() {
+                    rewrite.tasks.push("record-expiry");
+                }
+            }
+        }
+        let mut compacted = st.ready.take();
+        if let Some(c) = &compacted {
+            let committed = c.outputs.iter().any(|f| live.contains(f.file_path()));
+            let usable = c.inputs.iter().all(|p| live.contains(p.as_str()))
+                && !c.inputs.iter().any(|p| rewrite.remove.contains(p))
+                && !current.has_deletes;
+            if committed || !usable {
+                // Committed by an earlier call whose outcome was unknown, or overtaken (record
+                // expiry, another engine's rewrite): never delete a file the table references.
+                let c = compacted.take().expect("checked");
+                if !committed {
+                    self.abandon(table, c, "its inputs changed");
+                }
+            } else {
+                rewrite.remove.extend(c.inputs.iter().cloned());
+                rewrite.add.extend(c.outputs.iter().cloned());
+                rewrite.tasks.push("compaction");
+            }
+        }
+        if due
+            && self.config.manifest_rewrite
+            && current.manifests.len() > self.config.max_manifests as usize
+        {
+            rewrite.merge_manifests = true;
+            rewrite.tasks.push("manifest-rewrite");
+        }
+
+        if !rewrite.is_empty() {
+            let commit_id = Uuid::now_v7();
+            let started = Instant::now();
+            match commit_rewrite(table, &current, &rewrite, swap, commit_id).await {
+                Ok(done) => {
+                    for t in &rewrite.tasks {
+                        telemetry::record_maintenance_run(
+                            &self.channel,
+                            task_label(t),
+                            "committed",
+                        );
+                    }
+                    if let Some(c) = &compacted {
+                        telemetry::record_compaction_files(
+                            &self.channel,
+                            c.inputs.len() as u64,
+                            c.outputs.len() as u64,
+                        );
+                    }
+                    telemetry::set_table_shape(
+                        &self.channel,
+                        done.manifests,
+                        live.len() + rewrite.add.len() - rewrite.remove.len(),
+                    );
+                    tracing::info!(
+                        channel = %self.channel,
+                        table = %table.identifier(),
+                        tasks = %rewrite.tasks.join(","),
+                        snapshot_id = done.snapshot_id,
+                        files_removed = rewrite.remove.len(),
+                        files_added = rewrite.add.len(),
+                        rows_compacted = compacted.as_ref().map_or(0, |c| c.rows),
+                        hours_expired = expired.len(),
+                        manifests_before = current.manifests.len(),
+                        manifests_after = done.manifests,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "table maintained"
+                    );
+                    report.snapshot_id = Some(done.snapshot_id);
+                    report.tasks = rewrite.tasks.clone();
+                    report.files_removed = rewrite.remove.len();
+                    report.files_added = rewrite.add.len();
+                    // The next plan needs the table as committed: it starts at the next look.
+                    return Ok(report);
+                }
+                Err(e) => {
+                    let outcome = match e.kind() {
+                        ErrorKind::CatalogCommitConflicts | ErrorKind::DataInvalid => "conflict",
+                        _ => "failed",
+                    };
+                    for t in &rewrite.tasks {
+                        telemetry::record_maintenance_run(&self.channel, task_label(t), outcome);
+                    }
+                    if let Some(mut c) = compacted.take() {
+                        c.attempts += 1;
+                        if c.attempts >= MAX_COMMIT_ATTEMPTS && outcome == "conflict" {
+                            self.abandon(table, c, "its commit was refused too often");
+                        } else {
+                            st.ready = Some(c);
+                        }
+                    }
+                    // Look again at the next call rather than after a whole interval.
+                    st.next_look = None;
+                    return Err(e);
+                }
+            }
+        }
+
+        if due
+            && self.config.compaction
+            && st.job.is_none()
+            && st.ready.is_none()
+            && !current.has_deletes
+        {
+            if let Some(writer) = &self.writer {
+                let inputs = plan_compaction(
+                    &hours,
+                    writer.target_file_size,
+                    self.config.compaction_delay.as_millis() as i64,
+                    now,
+                    &expired,
+                );
+                if !inputs.is_empty() {
+                    let inputs: Vec<ManifestEntryRef> = inputs.into_iter().cloned().collect();
+                    tracing::info!(channel = %self.channel, table = %table.identifier(), files = inputs.len(), bytes = inputs.iter().map(|e| e.file_size_in_bytes()).sum::<u64>(), "compaction started");
+                    st.job = Some(tokio::spawn(compact(table.clone(), writer.clone(), inputs)));
+                    report.compaction_started = true;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Gives up compaction `c`: its outputs are deleted (no snapshot references them).
+    fn abandon(&self, table: &Table, c: Compacted, why: &str) {
+        telemetry::record_maintenance_run(&self.channel, "compaction", "abandoned");
+        tracing::info!(channel = %self.channel, files = c.outputs.len(), why, "compaction abandoned, its files deleted");
+        let file_io = table.file_io().clone();
+        tokio::spawn(async move {
+            for f in &c.outputs {
+                let _ = file_io.delete(f.file_path()).await;
+            }
+        });
+    }
+
+    /// Waits for a running compaction task to finish (for tests and `floe maintain`).
+    pub async fn wait_for_compaction(&self) {
+        let job = self.state.lock().await.job.take();
+        if let Some(job) = job {
+            let ready = self.finished(job.await);
+            self.state.lock().await.ready = ready;
+        }
+    }
+
+    /// The outcome of a compaction task: its files, or `None` (counted and logged; its hours
+    /// are planned again at the next look).
+    fn finished(
+        &self,
+        outcome: Result<iceberg::Result<Compacted>, tokio::task::JoinError>,
+    ) -> Option<Compacted> {
+        let e = match outcome {
+            Ok(Ok(c)) => return Some(c),
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => format!("the task ended abnormally: {e}"),
+        };
+        telemetry::record_maintenance_run(&self.channel, "compaction", "failed");
+        tracing::warn!(channel = %self.channel, error = %e, "compaction failed; its hours are planned again at the next look");
+        None
+    }
+
+    /// Makes the next [`Maintainer::maintain`] look at once, whatever the interval.
+    pub async fn look_now(&self) {
+        self.state.lock().await.next_look = None;
+    }
+}

@@ -1,0 +1,433 @@
+//! Replace and delete snapshots, built by floe and committed through a
+//! [`TableSwap`](crate::catalog::swap::TableSwap): the commit of compaction (data files of a
+//! closed hour replaced by fewer, larger ones), manifest rewrite (many small manifests
+//! bin-packed into few) and record expiration (whole hour partitions deleted), in any
+//! combination, as one snapshot.
+//!
+//! A rewrite never changes what a reader sees beyond what it says: every live data file of the
+//! current snapshot that the rewrite does not remove is carried over with its data and file
+//! sequence numbers and the snapshot that added it (status `EXISTING`), a removed file is
+//! written as a `DELETED` entry of the new snapshot (Iceberg spec, "Manifests": the snapshot that
+//! deleted a file says so, which is how expiry later finds the files it may delete), added files
+//! are `ADDED`. The new snapshot is conditional on the current one (`assert-ref-snapshot-id
+//! main`) and on the table uuid; `floe.*` table properties are not touched.
+//!
+//! ```text
+//!  current snapshot S: manifest list [m1 m2 … m120]
+//!    rewrite(remove R, add A, merge small manifests)
+//!      m touched by R, or small when merging -> entries re-written: EXISTING / DELETED
+//!      A                                      -> ADDED
+//!      others                                 -> carried as they are
+//!  new snapshot S' (replace | delete), parent S, manifest list [m1' m2' + untouched]
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use iceberg::spec::{
+    DataContentType, DataFile, ManifestContentType, ManifestEntryRef, ManifestFile,
+    ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
+    SnapshotRetention, Summary, MAIN_BRANCH,
+};
+use iceberg::table::Table;
+use iceberg::{Error, ErrorKind, TableRequirement, TableUpdate};
+use uuid::Uuid;
+
+use crate::catalog::swap::TableSwap;
+use crate::time::now_ms;
+
+/// A manifest at or above this size is never merged (Iceberg's
+/// `commit.manifest.target-size-bytes` default, 8 MB).
+pub const MANIFEST_TARGET_BYTES: i64 = 8 << 20;
+
+/// Entries written into one manifest at most when rewriting.
+const MAX_ENTRIES_PER_MANIFEST: usize = 20_000;
+
+/// Summary key naming the maintenance tasks a floe replace or delete snapshot did
+/// (`compaction`, `manifest-rewrite`, `record-expiry`, comma-separated).
+pub const SUMMARY_MAINTENANCE: &str = "floe.maintenance";
+
+/// One manifest of the current snapshot with its entries (sequence numbers inherited).
+#[derive(Debug, Clone)]
+pub struct LoadedManifest {
+    /// The manifest as the manifest list names it.
+    pub file: ManifestFile,
+    /// Its entries.
+    pub entries: Vec<ManifestEntryRef>,
+}
+
+/// The data manifests of a table's current snapshot, loaded.
+#[derive(Debug, Clone, Default)]
+pub struct CurrentFiles {
+    /// The current snapshot (`None`: the table has none, nothing to rewrite).
+    pub snapshot_id: Option<i64>,
+    /// Its data manifests.
+    pub manifests: Vec<LoadedManifest>,
+    /// Whether it has delete manifests (position or equality deletes another engine wrote):
+    /// floe never rewrites data files then.
+    pub has_deletes: bool,
+}
+
+impl CurrentFiles {
+    /// Reads the manifest list and every data manifest of `table`'s current snapshot.
+    ///
+    /// Errors: any storage or decoding error.
+    pub async fn load(table: &Table) -> iceberg::Result<Self> {
+        let md = table.metadata();
+        let Some(snapshot) = md.current_snapshot() else {
+            return Ok(CurrentFiles::default());
+        };
+        let list = table.manifest_list_reader(snapshot).load().await?;
+        let mut out = CurrentFiles {
+            snapshot_id: Some(snapshot.snapshot_id()),
+            ..CurrentFiles::default()
+        };
+        for file in list.entries() {
+            if file.content == ManifestContentType::Deletes {
+                out.has_deletes = true;
+                continue;
+            }
+            let manifest = file.load_manifest(table.file_io()).await?;
+            out.manifests.push(LoadedManifest {
+                file: file.clone(),
+                entries: manifest.entries().to_vec(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The live data files (status `ADDED` or `EXISTING`).
+    pub fn live(&self) -> impl Iterator<Item = &ManifestEntryRef> {
+        self.manifests
+            .iter()
+            .flat_map(|m| m.entries.iter())
+            .filter(|e| e.is_alive() && e.content_type() == DataContentType::Data)
+    }
+}
+
+/// What one maintenance snapshot changes.
+#[derive(Debug, Clone, Default)]
+pub struct Rewrite {
+    /// Paths of live data files to remove.
+    pub remove: HashSet<String>,
+    /// Data files to add (of the table's default partition spec).
+    pub add: Vec<DataFile>,
+    /// Merge every manifest smaller than [`MANIFEST_TARGET_BYTES`] into as few as possible.
+    pub merge_manifests: bool,
+    /// The tasks, for [`SUMMARY_MAINTENANCE`].
+    pub tasks: Vec<&'static str>,
+}
+
+impl Rewrite {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.remove.is_empty() && self.add.is_empty() && !self.merge_manifests
+    }
+}
+
+/// What [`commit_rewrite`] committed.
+#[derive(Debug, Clone)]
+pub struct Rewritten {
+    /// The table as committed.
+    pub table: Table,
+    /// The new snapshot.
+    pub snapshot_id: i64,
+    /// Manifests in the new snapshot.
+    pub manifests: usize,
+    /// Manifests of the parent no longer in the new snapshot.
+    pub manifests_replaced: usize,
+}
+
+enum Item<'a> {
+    Existing(&'a ManifestEntryRef),
+    Deleted(&'a ManifestEntryRef),
+    Added(&'a DataFile),
+}
+
+/// Commits `rewrite` on `table`'s current snapshot (whose data manifests `current` holds) as
+/// one `replace` snapshot (`delete` when it only removes files), through `swap`. The new
+/// manifests and manifest list are named after `commit_id`; on a refusal they are deleted.
+///
+/// Errors: `ErrorKind::DataInvalid` when a file to remove is not live in the current snapshot or
+/// the snapshot has delete files; the swap's errors (`CatalogCommitConflicts` or a failed
+/// requirement: the table moved, nothing was committed; anything else: outcome unknown, the
+/// caller reloads the table and looks for the new snapshot id).
+pub async fn commit_rewrite(
+    table: &Table,
+    current: &CurrentFiles,
+    rewrite: &Rewrite,
+    swap: &dyn TableSwap,
+    commit_id: Uuid,
+) -> iceberg::Result<Rewritten> {
+    let md = table.metadata();
+    let Some(parent) = current.snapshot_id else {
+        return Err(Error::new(
+            ErrorKind::DataInvalid,
+            "a table without a snapshot has nothing to rewrite",
+        ));
+    };
+    if md.current_snapshot_id() != Some(parent) {
+        return Err(Error::new(
+            ErrorKind::DataInvalid,
+            "the loaded files are not the table's current snapshot",
+        ));
+    }
+    if current.has_deletes && !(rewrite.remove.is_empty() && rewrite.add.is_empty()) {
+        return Err(Error::new(
+            ErrorKind::DataInvalid,
+            "the current snapshot has delete files: its data files are not rewritten",
+        ));
+    }
+    let live: HashSet<&str> = current.live().map(|e| e.file_path()).collect();
+    if let Some(missing) = rewrite.remove.iter().find(|p| !live.contains(p.as_str())) {
+        return Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!("data file {missing} is not live in snapshot {parent}"),
+        ));
+    }
+    let snapshot_id = unique_snapshot_id(table);
+    let sequence_number = md.next_sequence_number();
+
+    // Which manifests are carried and which are re-written.
+    let mut carried: Vec<ManifestFile> = Vec::new();
+    let mut items: BTreeMap<i32, Vec<Item>> = BTreeMap::new();
+    let mut replaced = 0usize;
+    for m in &current.manifests {
+        let touched = m
+            .entries
+            .iter()
+            .any(|e| e.is_alive() && rewrite.remove.contains(e.file_path()));
+        let small = rewrite.merge_manifests && m.file.manifest_length < MANIFEST_TARGET_BYTES;
+        if !touched && !small {
+            carried.push(m.file.clone());
+            continue;
+        }
+        replaced += 1;
+        let group = items.entry(m.file.partition_spec_id).or_default();
+        for e in m.entries.iter().filter(|e| e.is_alive()) {
+            if rewrite.remove.contains(e.file_path()) {
+                group.push(Item::Deleted(e));
+            } else {
+                group.push(Item::Existing(e));
+            }
+        }
+    }
+    let default_spec = md.default_partition_spec_id();
+    for f in &rewrite.add {
+        items.entry(default_spec).or_default().push(Item::Added(f));
+    }
+
+    let mut written: Vec<String> = Vec::new();
+    let result: iceberg::Result<Rewritten> = async {
+        let mut manifests = carried;
+        let mut n = 0usize;
+        for (spec_id, group) in &items {
+            for chunk in group.chunks(MAX_ENTRIES_PER_MANIFEST) {
+                let path = format!("{}/metadata/{commit_id}-r{n}.avro", md.location());
+                n += 1;
+                written.push(path.clone());
+                manifests.push(
+                    write_manifest(table, snapshot_id, sequence_number, *spec_id, &path, chunk)
+                        .await?,
+                );
+            }
+        }
+        let list_path = format!(
+            "{}/metadata/snap-{snapshot_id}-0-{commit_id}.avro",
+            md.location()
+        );
+        written.push(list_path.clone());
+        let mut list = ManifestListWriter::v2(
+            table.file_io().new_output(&list_path)?.writer().await?,
+            snapshot_id,
+            Some(parent),
+            sequence_number,
+        );
+        let count = manifests.len();
+        list.add_manifests(manifests.into_iter())?;
+        list.close().await?;
+
+        let snapshot = Snapshot::builder()
+            .with_snapshot_id(snapshot_id)
+            .with_parent_snapshot_id(Some(parent))
+            .with_sequence_number(sequence_number)
+            .with_timestamp_ms(now_ms().max(md.last_updated_ms()))
+            .with_manifest_list(list_path)
+            .with_schema_id(md.current_schema_id())
+            .with_summary(summary(current, rewrite, commit_id))
+            .build();
+        let requirements = vec![
+            TableRequirement::UuidMatch { uuid: md.uuid() },
+            TableRequirement::RefSnapshotIdMatch {
+                r#ref: MAIN_BRANCH.to_string(),
+                snapshot_id: Some(parent),
+            },
+        ];
+        let updates = vec![
+            TableUpdate::AddSnapshot { snapshot },
+            TableUpdate::SetSnapshotRef {
+                ref_name: MAIN_BRANCH.to_string(),
+                reference: SnapshotReference::new(
+                    snapshot_id,
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            },
+        ];
+        let committed = swap.swap(table.identifier(), requirements, updates).await?;
+        Ok(Rewritten {
+            table: committed,
+            snapshot_id,
+            manifests: count,
+            manifests_replaced: replaced,
+        })
+    }
+    .await;
+    if let Err(e) = &result {
+        let refused = matches!(
+            e.kind(),
+            ErrorKind::CatalogCommitConflicts | ErrorKind::DataInvalid
+        );
+        if refused {
+            for path in &written {
+                let _ = table.file_io().delete(path).await;
+            }
+        }
+    }
+    result
+}
+
+/// A random positive snapshot id no snapshot of `table` has (iceberg-rust's rule).
+fn unique_snapshot_id(table: &Table) -> i64 {
+    loop {
+        let (a, b) = Uuid::new_v4().as_u64_pair();
+        let id = ((a ^ b) as i64).wrapping_abs().max(1);
+        if table.metadata().snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+async fn write_manifest(
+    table: &Table,
+    snapshot_id: i64,
+    sequence_number: i64,
+    spec_id: i32,
+    path: &str,
+    items: &[Item<'_>],
+) -> iceberg::Result<ManifestFile> {
+    let md = table.metadata();
+    let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
+        Error::new(
+            ErrorKind::DataInvalid,
+            format!("partition spec {spec_id} not in the table"),
+        )
+    })?;
+    let mut writer = ManifestWriterBuilder::new(
+        table.file_io().new_output(path)?,
+        Some(snapshot_id),
+        md.current_schema().clone(),
+        spec.as_ref().clone(),
+    )
+    .build_v2_data();
+    let numbers = |e: &ManifestEntryRef| -> iceberg::Result<(i64, Option<i64>)> {
+        let seq = e.sequence_number().ok_or_else(|| {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!("manifest entry {} has no sequence number", e.file_path()),
+            )
+        })?;
+        Ok((seq, e.file_sequence_number.or(Some(seq))))
+    };
+    for item in items {
+        match item {
+            Item::Existing(e) => {
+                let (seq, file_seq) = numbers(e)?;
+                writer.add_existing_file(
+                    e.data_file().clone(),
+                    e.snapshot_id().unwrap_or(snapshot_id),
+                    seq,
+                    file_seq,
+                )?;
+            }
+            Item::Deleted(e) => {
+                let (seq, file_seq) = numbers(e)?;
+                writer.add_delete_file(e.data_file().clone(), seq, file_seq)?;
+            }
+            Item::Added(f) => writer.add_file((*f).clone(), sequence_number)?,
+        }
+    }
+    writer.write_manifest_file().await
+}
+
+/// The snapshot summary (Iceberg spec "Snapshot summary" keys) of `rewrite` on `current`.
+fn summary(current: &CurrentFiles, rewrite: &Rewrite, commit_id: Uuid) -> Summary {
+    let removed: Vec<&ManifestEntryRef> = current
+        .live()
+        .filter(|e| rewrite.remove.contains(e.file_path()))
+        .collect();
+    let (mut total_files, mut total_records, mut total_size) = (0u64, 0u64, 0u64);
+    for e in current.live() {
+        total_files += 1;
+        total_records += e.record_count();
+        total_size += e.file_size_in_bytes();
+    }
+    let deleted_records: u64 = removed.iter().map(|e| e.record_count()).sum();
+    let removed_size: u64 = removed.iter().map(|e| e.file_size_in_bytes()).sum();
+    let added_records: u64 = rewrite.add.iter().map(|f| f.record_count()).sum();
+    let added_size: u64 = rewrite.add.iter().map(|f| f.file_size_in_bytes()).sum();
+    let partitions: HashSet<String> = removed
+        .iter()
+        .map(|e| format!("{:?}", e.data_file().partition()))
+        .chain(rewrite.add.iter().map(|f| format!("{:?}", f.partition())))
+        .collect();
+    let operation = if rewrite.add.is_empty() && !rewrite.remove.is_empty() {
+        Operation::Delete
+    } else {
+        Operation::Replace
+    };
+    let props: HashMap<String, String> = [
+        ("added-data-files", rewrite.add.len() as u64),
+        ("deleted-data-files", removed.len() as u64),
+        ("added-records", added_records),
+        ("deleted-records", deleted_records),
+        ("added-files-size", added_size),
+        ("removed-files-size", removed_size),
+        ("changed-partition-count", partitions.len() as u64),
+        (
+            "total-data-files",
+            total_files + rewrite.add.len() as u64 - removed.len() as u64,
+        ),
+        (
+            "total-records",
+            total_records + added_records - deleted_records,
+        ),
+        ("total-files-size", total_size + added_size - removed_size),
+        ("total-delete-files", 0),
+        ("total-position-deletes", 0),
+        ("total-equality-deletes", 0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .chain([
+        (SUMMARY_MAINTENANCE.to_string(), rewrite.tasks.join(",")),
+        (
+            super::table_state::SUMMARY_COMMIT_ID.to_string(),
+            commit_id.to_string(),
+        ),
+    ])
+    .collect();
+    Summary {
+        operation,
+        additional_properties: props,
+    }
+}
+
+/// The hour partition of a data file: the value of Iceberg's `hour` transform (hours since the
+/// Unix epoch) in the table's only partition field; `None` for another partitioning.
+pub fn hour_of(entry: &ManifestEntryRef) -> Option<i32> {
+    match entry.data_file().partition().fields().first() {
+        Some(Some(iceberg::spec::Literal::Primitive(iceberg::spec::PrimitiveLiteral::Int(h)))) => {
+            Some(*h)
+        }
+        _ => None,
+    }
+}
