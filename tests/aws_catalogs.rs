@@ -616,3 +616,101 @@ async fn a_table_bucket_that_does_not_exist_is_refused_naming_table_bucket_arn()
         Ok(_) => panic!("a missing table bucket was accepted"),
     }
 }
+
+/// Compaction on Glue: the files of two commits are rewritten (`compact`, through S3) and
+/// committed as a `replace` snapshot through Glue's `UpdateTable(VersionId)` swap; the same
+/// rewrite built on the snapshot before the second commit is refused and commits nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn glue_commits_a_compaction_replace_and_refuses_one_built_on_a_stale_snapshot() {
+    use floe::iceberg::rewrite::{commit_rewrite, CurrentFiles, Rewrite};
+    let c = AwsCatalog::glue().await;
+    let (_, swap) = floe::catalog::open_channel_catalog_and_swap(&c.config, &c.aws)
+        .await
+        .unwrap();
+    let swap = swap.expect("Glue has a swap");
+    let (ident, schema) = event_table_in(c.catalog.as_ref(), &c.namespace, "race").await;
+    let t0 = c.catalog.load_table(&ident).await.unwrap();
+    let b1 = event_batch(&schema, "race", &t0, None, 0, 10).await;
+    let stale = append(&t0, &b1, c.catalog.as_ref()).await.unwrap();
+    let b2 = event_batch(&schema, "race", &stale, Some(9), 10, 20).await;
+    let current = append(&stale, &b2, c.catalog.as_ref()).await.unwrap();
+    let settings = floe::iceberg::writer::WriterSettings {
+        channel: "race".into(),
+        compression: floe::iceberg::writer::ParquetCompression::Zstd(3),
+        target_file_size: 128 << 20,
+    };
+    let compaction = |table: Table| {
+        let settings = settings.clone();
+        async move {
+            let files = CurrentFiles::load(&table).await.unwrap();
+            let inputs: Vec<_> = files.live().cloned().collect();
+            let done = floe::iceberg::maintenance::compact(table, settings, inputs)
+                .await
+                .unwrap();
+            let rewrite = Rewrite {
+                remove: done.inputs.clone(),
+                add: done.outputs.clone(),
+                tasks: vec!["compaction"],
+                ..Default::default()
+            };
+            (files, rewrite)
+        }
+    };
+    let (files, rewrite) = compaction(stale.clone()).await;
+    let err = commit_rewrite(
+        &stale,
+        &files,
+        &rewrite,
+        swap.as_ref(),
+        uuid::Uuid::now_v7(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::CatalogCommitConflicts | ErrorKind::DataInvalid
+        ),
+        "{err}"
+    );
+    let now = c.catalog.load_table(&ident).await.unwrap();
+    assert_eq!(
+        now.metadata_location(),
+        current.metadata_location(),
+        "nothing committed"
+    );
+
+    let (files, rewrite) = compaction(current.clone()).await;
+    assert_eq!(rewrite.remove.len(), 4, "two commits, two hours each");
+    let done = commit_rewrite(
+        &current,
+        &files,
+        &rewrite,
+        swap.as_ref(),
+        uuid::Uuid::now_v7(),
+    )
+    .await
+    .unwrap();
+    let table = c.catalog.load_table(&ident).await.unwrap();
+    assert_eq!(
+        table.metadata().current_snapshot_id(),
+        Some(done.snapshot_id)
+    );
+    assert_eq!(total_records(&table), 20);
+    assert_eq!(
+        CurrentFiles::load(&table).await.unwrap().live().count(),
+        2,
+        "one file per hour"
+    );
+    assert_eq!(common::race::records_at(&table, done.snapshot_id).await, 20);
+}
+
+/// S3 Tables maintains its own tables: floe has no swap there and maintenance is off by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3tables_has_no_maintenance_swap() {
+    let c = AwsCatalog::s3tables().await;
+    let (_, swap) = floe::catalog::open_channel_catalog_and_swap(&c.config, &c.aws)
+        .await
+        .unwrap();
+    assert!(swap.is_none());
+}

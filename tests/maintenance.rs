@@ -685,3 +685,40 @@ async fn a_rewrite_built_on_a_stale_snapshot_is_refused_by_the_sql_catalog() {
         .collect();
     assert!(leftovers.is_empty(), "refused rewrite left {leftovers:?}");
 }
+
+/// Metadata files dropped from the metadata log (`write.metadata.previous-versions-max`, here 2)
+/// are deleted after the commit; the ones the log names and the current one stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_files_dropped_from_the_log_are_deleted() {
+    let f = fixture().await;
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .update_table_properties()
+        .set("write.metadata.previous-versions-max".into(), "2".into())
+        .apply(tx)
+        .unwrap();
+    tx.commit(f.catalog.as_ref()).await.unwrap();
+    let c = maintaining(&f, eager()).await;
+    commit_rounds(&f, &c, 0..6).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let named: HashSet<String> = table
+        .metadata()
+        .metadata_log()
+        .iter()
+        .map(|m| m.metadata_file.trim_start_matches("file://").to_string())
+        .chain(
+            table
+                .metadata_location()
+                .map(|l| l.trim_start_matches("file://").to_string()),
+        )
+        .collect();
+    assert_eq!(named.len(), 3, "{named:?}");
+    let on_disk: HashSet<String> = walk(&f.dir.path().join("wh/m/events/metadata"))
+        .into_iter()
+        .map(|p| p.display().to_string())
+        .filter(|p| p.ends_with(".metadata.json"))
+        .collect();
+    assert_eq!(on_disk, named, "only the logged metadata files remain");
+}

@@ -75,9 +75,18 @@ fn fixture_sigv4() -> FixtureSigV4 {
 /// static credentials `key_id`/`secret`.
 async fn open_signed(
     server: &RestCatalogServer,
+    scope: (&str, &str),
+    keys: (&str, &str),
+) -> Arc<dyn Catalog> {
+    open_signed_with_swap(server, scope, keys).await.0
+}
+
+/// [`open_signed`] and its swap for maintenance commits.
+async fn open_signed_with_swap(
+    server: &RestCatalogServer,
     (name, region): (&str, &str),
     (key_id, secret): (&str, &str),
-) -> Arc<dyn Catalog> {
+) -> (Arc<dyn Catalog>, Arc<floe::catalog::rest::RestSwap>) {
     let mut config = rest_config(server);
     config.auth = RestAuth::SigV4 {
         signing_name: name.into(),
@@ -105,6 +114,8 @@ struct Fixture {
     dir: tempfile::TempDir,
     server: RestCatalogServer,
     catalog: Arc<dyn Catalog>,
+    /// The swap of the same client settings (maintenance commits).
+    swap: Arc<floe::catalog::rest::RestSwap>,
     ident: TableIdent,
     store: Arc<SqliteLeaseStore>,
     dlq: LocalDlq,
@@ -144,7 +155,7 @@ async fn fixture() -> Fixture {
 /// [`fixture`], with every request signed with SigV4 (`signed`).
 async fn fixture_with(signed: bool) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let (server, catalog) = if signed {
+    let (server, (catalog, swap)) = if signed {
         let sigv4 = fixture_sigv4();
         let server = RestCatalogServer::start_sigv4(&dir.path().join("rest"), sigv4.clone(), None);
         let scope = (sigv4.service.as_str(), sigv4.region.as_str());
@@ -152,12 +163,18 @@ async fn fixture_with(signed: bool) -> Fixture {
             sigv4.access_key_id.as_str(),
             sigv4.secret_access_key.as_str(),
         );
-        let catalog = open_signed(&server, scope, keys).await;
-        (server, catalog)
+        let opened = open_signed_with_swap(&server, scope, keys).await;
+        (server, opened)
     } else {
         let server = RestCatalogServer::start(&dir.path().join("rest"));
-        let catalog = open(&rest_config(&server)).await;
-        (server, catalog)
+        let opened = floe::catalog::rest::open_rest_catalog_with(
+            &rest_config(&server),
+            &no_aws().await,
+            None,
+        )
+        .await
+        .unwrap();
+        (server, opened)
     };
     let schema = event_schema();
     let ident = TableIdent::new(NamespaceIdent::new("race".into()), "events".into());
@@ -172,6 +189,7 @@ async fn fixture_with(signed: bool) -> Fixture {
         dir,
         server,
         catalog,
+        swap,
         ident,
         store,
         dlq,
@@ -1004,4 +1022,107 @@ async fn kafka_to_rest_end_to_end(signed: bool) {
         assert_eq!(row["value"].as_f64(), produced["value"].as_f64());
         assert_eq!(row["tags"], produced["tags"]);
     }
+}
+
+/// A replace snapshot (manifest rewrite) over REST: the swap sends `assert-ref-snapshot-id` with
+/// `add-snapshot` and `set-snapshot-ref`; the server refuses one built on a stale snapshot (409,
+/// a conflict; nothing committed, its manifests deleted) and applies a current one, after which
+/// the table reads the same rows from one manifest.
+async fn replace_over_rest(f: Fixture) {
+    let c = f.committer(f.catalog.clone());
+    let mut after = None;
+    for round in 0..3u64 {
+        if round == 2 {
+            let stale = f.table().await;
+            let files = floe::iceberg::rewrite::CurrentFiles::load(&stale)
+                .await
+                .unwrap();
+            let b = f.batch(&stale, after, 20, 30).await;
+            f.store.put_batch(&b).await.unwrap();
+            c.run_round().await.unwrap();
+            let rewrite = floe::iceberg::rewrite::Rewrite {
+                merge_manifests: true,
+                tasks: vec!["manifest-rewrite"],
+                ..Default::default()
+            };
+            let id = uuid::Uuid::now_v7();
+            let e = floe::iceberg::rewrite::commit_rewrite(
+                &stale,
+                &files,
+                &rewrite,
+                f.swap.as_ref(),
+                id,
+            )
+            .await
+            .expect_err("a rewrite of a stale snapshot is refused");
+            assert_eq!(e.kind(), iceberg::ErrorKind::CatalogCommitConflicts, "{e}");
+            let table = f.table().await;
+            assert_eq!(table.metadata().snapshots().count(), 3);
+            assert!(
+                !stale
+                    .file_io()
+                    .exists(format!(
+                        "{}/metadata/{id}-r0.avro",
+                        stale.metadata().location()
+                    ))
+                    .await
+                    .unwrap(),
+                "the refused rewrite's manifest is deleted"
+            );
+            break;
+        }
+        let table = f.table().await;
+        let b = f.batch(&table, after, round * 10, round * 10 + 10).await;
+        f.store.put_batch(&b).await.unwrap();
+        c.run_round().await.unwrap();
+        after = Some((round * 10 + 9) as i64);
+    }
+    let table = f.table().await;
+    let files = floe::iceberg::rewrite::CurrentFiles::load(&table)
+        .await
+        .unwrap();
+    assert_eq!(files.manifests.len(), 3);
+    let rewrite = floe::iceberg::rewrite::Rewrite {
+        merge_manifests: true,
+        tasks: vec!["manifest-rewrite"],
+        ..Default::default()
+    };
+    let done = floe::iceberg::rewrite::commit_rewrite(
+        &table,
+        &files,
+        &rewrite,
+        f.swap.as_ref(),
+        uuid::Uuid::now_v7(),
+    )
+    .await
+    .unwrap();
+    let table = f.table().await;
+    assert_eq!(
+        table.metadata().current_snapshot_id(),
+        Some(done.snapshot_id)
+    );
+    assert_eq!(
+        table
+            .metadata()
+            .current_snapshot()
+            .unwrap()
+            .summary()
+            .operation,
+        iceberg::spec::Operation::Replace
+    );
+    let now = floe::iceberg::rewrite::CurrentFiles::load(&table)
+        .await
+        .unwrap();
+    assert_eq!(now.manifests.len(), 1);
+    assert_eq!(common::race::records_at(&table, done.snapshot_id).await, 30);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replace_snapshot_commits_over_rest_and_a_stale_one_is_refused() {
+    replace_over_rest(fixture().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replace_snapshot_commits_over_a_sigv4_signed_rest_catalog() {
+    replace_over_rest(fixture_with(true).await).await;
 }

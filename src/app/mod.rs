@@ -342,12 +342,9 @@ async fn prepare_iceberg(
                 .map_err(|e| channel_err(name, e))?,
         ),
     };
-    let catalog = activate::open_catalog(index, config, aws)
+    let (catalog, swap) = activate::open_catalog_and_swap(index, config, aws)
         .await
         .map_err(|e| activate_err(name, e))?;
-    let swap = crate::catalog::open_table_swap(&dest.catalog, aws, &catalog)
-        .await
-        .map_err(|e| activate_err(name, ActivateError::Unavailable(format!("catalog: {e}"))))?;
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),
         dest.table.clone(),

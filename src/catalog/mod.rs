@@ -132,19 +132,42 @@ pub async fn open_channel_catalog(
     catalog: &crate::config::CatalogConfig,
     aws: &crate::aws::AwsClients,
 ) -> Result<Arc<dyn Catalog>, CatalogError> {
+    Ok(open_channel_catalog_and_swap(catalog, aws).await?.0)
+}
+
+/// [`open_channel_catalog`] and the catalog's [`swap::TableSwap`], for the maintenance commits
+/// iceberg-rust cannot make (replace and delete snapshots): SQL, REST and Glue have one; S3
+/// Tables (`None`), which maintains its own tables, does not.
+///
+/// Errors: as [`open_channel_catalog`]; the SQL database cannot be opened a second time.
+pub async fn open_channel_catalog_and_swap(
+    catalog: &crate::config::CatalogConfig,
+    aws: &crate::aws::AwsClients,
+) -> Result<(Arc<dyn Catalog>, Option<Arc<dyn swap::TableSwap>>), CatalogError> {
     let sql = match catalog {
         crate::config::CatalogConfig::Sql(sql) => sql,
         crate::config::CatalogConfig::Rest(rest) => {
-            return crate::catalog::rest::open_rest_catalog(rest, aws).await
+            let (catalog, swap) = crate::catalog::rest::open_rest_catalog_with(
+                rest,
+                aws,
+                aws.sdk_config().credentials_provider(),
+            )
+            .await?;
+            return Ok((catalog, Some(swap)));
         }
         crate::config::CatalogConfig::S3Tables(s3t) => {
-            return crate::catalog::aws::open_s3tables_catalog(s3t, aws).await
+            return Ok((
+                crate::catalog::aws::open_s3tables_catalog(s3t, aws).await?,
+                None,
+            ))
         }
         crate::config::CatalogConfig::Glue(glue) => {
-            return crate::catalog::aws::open_glue_catalog(glue, aws).await
+            let catalog = crate::catalog::aws::open_glue_catalog(glue, aws).await?;
+            let swap: Arc<dyn swap::TableSwap> = Arc::new(aws::glue_catalog(glue, aws)?);
+            return Ok((catalog, Some(swap)));
         }
     };
-    match &sql.warehouse {
+    let opened = match &sql.warehouse {
         crate::config::Warehouse::Local(dir) => {
             open_sql_catalog(&sql.database, dir, &sql.name).await
         }
@@ -162,28 +185,9 @@ pub async fn open_channel_catalog(
             )
             .await
         }
-    }
-}
-
-/// The [`swap::TableSwap`] of a channel's catalog, for the maintenance commits iceberg-rust
-/// cannot make (replace and delete snapshots): SQL and Glue have one; REST and S3 Tables
-/// (`None`) do not yet, so their tables get snapshot expiry only. `catalog` is the catalog
-/// [`open_channel_catalog`] opened for the same configuration.
-///
-/// Errors: [`CatalogError::Unavailable`] when the SQL database cannot be opened.
-pub async fn open_table_swap(
-    config: &crate::config::CatalogConfig,
-    aws: &crate::aws::AwsClients,
-    catalog: &Arc<dyn Catalog>,
-) -> Result<Option<Arc<dyn swap::TableSwap>>, CatalogError> {
-    use crate::config::CatalogConfig;
-    Ok(match config {
-        CatalogConfig::Sql(sql) => Some(Arc::new(
-            swap::SqlSwap::open(catalog.clone(), &sql.database, &sql.name).await?,
-        )),
-        CatalogConfig::Glue(glue) => Some(Arc::new(aws::glue_catalog(glue, aws)?)),
-        CatalogConfig::Rest(_) | CatalogConfig::S3Tables(_) => None,
-    })
+    }?;
+    let swap = swap::SqlSwap::open(opened.clone(), &sql.database, &sql.name).await?;
+    Ok((opened, Some(Arc::new(swap))))
 }
 
 /// Checks with `GetBucketLocation` + `x-amz-expected-bucket-owner` that the bucket of `uri`

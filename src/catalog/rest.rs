@@ -43,6 +43,7 @@ use iceberg::io::{
 use iceberg::table::Table;
 use iceberg::{
     Catalog, CatalogBuilder, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent,
+    TableRequirement, TableUpdate,
 };
 use iceberg_catalog_rest::{
     RestCatalog, RestCatalogBuilder, REST_CATALOG_PROP_URI, REST_CATALOG_PROP_WAREHOUSE,
@@ -51,6 +52,7 @@ use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
 use crate::aws::AwsClients;
 use crate::catalog::sigv4::{start_signing_relay, SigV4Signer, SigningRelay};
+use crate::catalog::swap::TableSwap;
 use crate::catalog::CatalogError;
 use crate::config::{AwsConfig, AwsService};
 use crate::config::{RestAuth, RestCatalogConfig};
@@ -75,11 +77,16 @@ pub async fn open_rest_catalog(
     config: &RestCatalogConfig,
     aws: &AwsClients,
 ) -> Result<Arc<dyn Catalog>, CatalogError> {
-    open_rest_catalog_with(config, aws, aws.sdk_config().credentials_provider()).await
+    Ok(
+        open_rest_catalog_with(config, aws, aws.sdk_config().credentials_provider())
+            .await?
+            .0,
+    )
 }
 
 /// [`open_rest_catalog`] signing with `credentials` when `config` asks for SigV4 (instead of
-/// the `[aws]` credential chain; `None`: refused).
+/// the `[aws]` credential chain; `None`: refused); returns the catalog and its [`RestSwap`] (the
+/// same connection settings and credentials).
 ///
 /// Errors: as [`open_rest_catalog`]; [`CatalogError::Refused`] when SigV4 has no region or no
 /// credentials.
@@ -87,7 +94,7 @@ pub async fn open_rest_catalog_with(
     config: &RestCatalogConfig,
     aws: &AwsClients,
     credentials: Option<SharedCredentialsProvider>,
-) -> Result<Arc<dyn Catalog>, CatalogError> {
+) -> Result<(Arc<dyn Catalog>, Arc<RestSwap>), CatalogError> {
     // reqwest's rustls needs a process-wide crypto provider: the aws-lc-rs one the AWS SDK
     // uses. Installing fails harmlessly when one is installed already.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -120,16 +127,266 @@ pub async fn open_rest_catalog_with(
         }
         _ => None,
     };
+    let swap_auth = match (&relay, &config.auth) {
+        (Some(relay), _) => SwapAuth::Bearer(relay.secret.clone()),
+        (None, RestAuth::None) | (None, RestAuth::SigV4 { .. }) => SwapAuth::None,
+        (None, RestAuth::Token(token)) => SwapAuth::Bearer(token.value().to_string()),
+        (None, RestAuth::OAuth2 { .. }) => SwapAuth::OAuth2 {
+            endpoint: config
+                .oauth2_server_uri
+                .clone()
+                .unwrap_or_else(|| format!("{}/v1/oauth/tokens", config.uri)),
+            credential: props.get("credential").cloned().unwrap_or_default(),
+            scope: config
+                .scope
+                .clone()
+                .unwrap_or_else(|| "catalog".to_string()),
+        },
+    };
+    let base = props
+        .get(REST_CATALOG_PROP_URI)
+        .cloned()
+        .unwrap_or_else(|| config.uri.clone());
     let catalog = RestCatalogBuilder::default()
-        .with_client(client)
+        .with_client(client.clone())
         .with_storage_factory(Arc::new(RestStorageFactory))
         .load(CATALOG_LABEL, props)
         .await?;
-    Ok(Arc::new(RestCatalogClient {
+    let catalog = Arc::new(RestCatalogClient {
         inner: catalog,
         refreshes_token: matches!(config.auth, RestAuth::OAuth2 { .. }),
         _relay: relay,
-    }))
+    });
+    let swap = Arc::new(RestSwap {
+        http: client,
+        base,
+        warehouse: config.warehouse.clone(),
+        vended_credentials: config.vended_credentials,
+        auth: swap_auth,
+        token: tokio::sync::Mutex::new(None),
+        prefix: tokio::sync::OnceCell::new(),
+        catalog: catalog.clone(),
+    });
+    Ok((catalog, swap))
+}
+
+/// How [`RestSwap`] authenticates.
+enum SwapAuth {
+    None,
+    Bearer(String),
+    OAuth2 {
+        endpoint: String,
+        /// `id:secret` or `secret`.
+        credential: String,
+        scope: String,
+    },
+}
+
+/// The [`TableSwap`] of a REST catalog: `POST <uri>/v1/<prefix>/namespaces/<ns>/tables/<t>` with
+/// a `CommitTableRequest` (`identifier`, `requirements`, `updates`: the Iceberg REST OpenAPI
+/// specification, `updateTable`); the server checks the requirements and swaps the metadata
+/// itself, answering 409 (`CommitFailedException`) when the table moved. `prefix` comes from
+/// `GET /v1/config` (its `overrides`), the token from the configured one, the SigV4 relay's, or
+/// the OAuth2 client-credentials exchange (fetched again once when refused with 401 or 419).
+pub struct RestSwap {
+    http: reqwest::Client,
+    base: String,
+    warehouse: Option<String>,
+    vended_credentials: bool,
+    auth: SwapAuth,
+    token: tokio::sync::Mutex<Option<String>>,
+    prefix: tokio::sync::OnceCell<Option<String>>,
+    catalog: Arc<RestCatalogClient>,
+}
+
+fn rest_error(what: &str, e: impl std::fmt::Display) -> iceberg::Error {
+    iceberg::Error::new(
+        iceberg::ErrorKind::Unexpected,
+        format!("rest catalog {what}: {e}"),
+    )
+}
+
+/// `s` as one path segment (RFC 3986: unreserved characters kept, every other byte `%XX`).
+fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl RestSwap {
+    /// The bearer token to send (`None`: no `Authorization` header); with `renew`, a new one.
+    async fn token(&self, renew: bool) -> iceberg::Result<Option<String>> {
+        let (endpoint, credential, scope) = match &self.auth {
+            SwapAuth::None => return Ok(None),
+            SwapAuth::Bearer(t) => return Ok(Some(t.clone())),
+            SwapAuth::OAuth2 {
+                endpoint,
+                credential,
+                scope,
+            } => (endpoint, credential, scope),
+        };
+        let mut cached = self.token.lock().await;
+        if let (Some(t), false) = (cached.as_ref(), renew) {
+            return Ok(Some(t.clone()));
+        }
+        let (id, secret) = credential
+            .split_once(':')
+            .map_or((None, credential.as_str()), |(i, s)| (Some(i), s));
+        let mut form = vec![
+            ("grant_type", "client_credentials"),
+            ("client_secret", secret),
+            ("scope", scope.as_str()),
+        ];
+        if let Some(id) = id {
+            form.push(("client_id", id));
+        }
+        let body: String = form
+            .iter()
+            .map(|(k, v)| format!("{k}={}", path_segment(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let answer = self
+            .http
+            .post(endpoint)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| rest_error("oauth2 token", e))?;
+        let status = answer.status();
+        let bytes = answer
+            .bytes()
+            .await
+            .map_err(|e| rest_error("oauth2 token", e))?;
+        if !status.is_success() {
+            return Err(rest_error("oauth2 token", format!("HTTP {status}")));
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| rest_error("oauth2 token", e))?;
+        let token = v["access_token"]
+            .as_str()
+            .ok_or_else(|| rest_error("oauth2 token", "no access_token in the answer"))?
+            .to_string();
+        *cached = Some(token.clone());
+        Ok(Some(token))
+    }
+
+    /// The `prefix` of the server's `GET /v1/config` overrides, fetched once.
+    async fn prefix(&self) -> iceberg::Result<Option<String>> {
+        self.prefix
+            .get_or_try_init(|| async {
+                let mut url = format!("{}/v1/config", self.base);
+                if let Some(w) = &self.warehouse {
+                    url.push_str(&format!("?warehouse={}", path_segment(w)));
+                }
+                let (status, body) = self.send(reqwest::Method::GET, &url, None).await?;
+                if !status.is_success() {
+                    return Err(rest_error("config", format!("HTTP {status}")));
+                }
+                let v: serde_json::Value =
+                    serde_json::from_slice(&body).map_err(|e| rest_error("config", e))?;
+                Ok(v["overrides"]["prefix"]
+                    .as_str()
+                    .or(v["defaults"]["prefix"].as_str())
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string))
+            })
+            .await
+            .cloned()
+    }
+
+    /// Sends one request, renewing an OAuth2 token once when the server refuses it.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        body: Option<&[u8]>,
+    ) -> iceberg::Result<(reqwest::StatusCode, Vec<u8>)> {
+        let mut renew = false;
+        loop {
+            let mut req = self.http.request(method.clone(), url);
+            if let Some(token) = self.token(renew).await? {
+                req = req.bearer_auth(token);
+            }
+            if self.vended_credentials {
+                req = req.header(ACCESS_DELEGATION_HEADER, "vended-credentials");
+            }
+            if let Some(body) = body {
+                req = req
+                    .header("content-type", "application/json")
+                    .body(body.to_vec());
+            }
+            let answer = req.send().await.map_err(|e| rest_error("request", e))?;
+            let status = answer.status();
+            let refused = status.as_u16() == 401 || status.as_u16() == 419;
+            if refused && !renew && matches!(self.auth, SwapAuth::OAuth2 { .. }) {
+                renew = true;
+                continue;
+            }
+            let bytes = answer.bytes().await.map_err(|e| rest_error("request", e))?;
+            return Ok((status, bytes.to_vec()));
+        }
+    }
+}
+
+#[async_trait]
+impl TableSwap for RestSwap {
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> iceberg::Result<Table> {
+        let prefix = self.prefix().await?;
+        let namespace = ident
+            .namespace()
+            .as_ref()
+            .iter()
+            .map(|p| path_segment(p))
+            .collect::<Vec<_>>()
+            .join("%1F");
+        let url = format!(
+            "{}/v1/{}namespaces/{namespace}/tables/{}",
+            self.base,
+            prefix.map(|p| format!("{p}/")).unwrap_or_default(),
+            path_segment(ident.name())
+        );
+        let body = serde_json::to_vec(&serde_json::json!({
+            "identifier": {"namespace": ident.namespace().as_ref(), "name": ident.name()},
+            "requirements": requirements,
+            "updates": updates,
+        }))
+        .map_err(|e| rest_error("commit body", e))?;
+        let (status, answer) = self.send(reqwest::Method::POST, &url, Some(&body)).await?;
+        let message = || {
+            serde_json::from_slice::<serde_json::Value>(&answer)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+                .unwrap_or_else(|| String::from_utf8_lossy(&answer).into_owned())
+        };
+        match status.as_u16() {
+            200 => self.catalog.load_table(ident).await,
+            409 => Err(iceberg::Error::new(
+                iceberg::ErrorKind::CatalogCommitConflicts,
+                format!("table {ident}: {}", message()),
+            )),
+            404 => Err(iceberg::Error::new(
+                iceberg::ErrorKind::TableNotFound,
+                format!("table {ident}: {}", message()),
+            )),
+            // 500, 502, 504 and the rest: the commit may or may not have landed.
+            _ => Err(rest_error(
+                "commit",
+                format!("HTTP {status} (outcome unknown): {}", message()),
+            )),
+        }
+    }
 }
 
 /// Starts the SigV4 signing relay of `config` ([`crate::catalog::sigv4`]) signing for

@@ -227,13 +227,31 @@ pub async fn open_catalog(
     config: &ChannelConfig,
     aws: &crate::aws::AwsClients,
 ) -> Result<Arc<dyn Catalog>, ActivateError> {
+    Ok(open_catalog_and_swap(index, config, aws).await?.0)
+}
+
+/// [`open_catalog`] and the catalog's swap for maintenance commits
+/// ([`crate::catalog::open_channel_catalog_and_swap`]).
+///
+/// Errors: as [`open_catalog`].
+pub async fn open_catalog_and_swap(
+    index: usize,
+    config: &ChannelConfig,
+    aws: &crate::aws::AwsClients,
+) -> Result<
+    (
+        Arc<dyn Catalog>,
+        Option<Arc<dyn crate::catalog::swap::TableSwap>>,
+    ),
+    ActivateError,
+> {
     let Some(dest) = config.destination.iceberg() else {
         return Err(ActivateError::Refused {
             path: format!("channel[{index}].destination.kind"),
             message: "a raw S3 destination has no catalog".into(),
         });
     };
-    crate::catalog::open_channel_catalog(&dest.catalog, aws)
+    crate::catalog::open_channel_catalog_and_swap(&dest.catalog, aws)
         .await
         .map_err(|e| match e {
             CatalogError::Refused { key, message } => ActivateError::Refused {

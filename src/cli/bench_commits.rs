@@ -1,24 +1,29 @@
 //! `floe bench commits`: the committer's path, many times, into one table — how commit time and
-//! table size grow with the table's age, with table maintenance on or off (loadtest/soak.sh runs
+//! table shape grow with the table's age, with table maintenance on or off (loadtest/soak.sh runs
 //! it both ways and adds PyIceberg's scan planning time).
 //!
 //! ```text
 //! floe bench commits --dir DIR [--commits 2000] [--maintenance on|off] [--rows 20]
+//!                    [--freshness 10s] [--look-every 6]
 //!                    [--snapshot-retention 60s] [--min-snapshots 10]
 //! ```
 //!
 //! Each round writes one small batch of `Event` rows (the quickstart's schema) as data files of an
 //! hour-partitioned table in an SQL (SQLite) catalog under `DIR`, puts it in an SQLite lease store
 //! as a pending batch and runs one committer round — the same `Committer` and `IcebergTarget`
-//! `floe run` uses, fence and expiry included. Snapshot timestamps are real, so
-//! `--snapshot-retention` is in wall time (the soak runs at one commit every few milliseconds, far
-//! faster than a 10 s freshness; the retention is scaled down to keep the same number of
-//! snapshots a 1 h retention keeps at 10 s).
+//! `floe run` uses, fence, expiry and the SQL catalog's swap included. The stream's time is
+//! replayed: commit `n` carries records of `start + n × freshness` (hours that close as the soak
+//! goes, in the past of the wall clock), and the maintenance planner runs on that clock, every
+//! `--look-every` commits (6 × 10 s: the default 1 min interval), with the default compaction
+//! delay, manifest limit and target file size. Snapshot timestamps are real, so
+//! `--snapshot-retention` is wall time, scaled down to keep the number of snapshots a 1 h
+//! retention keeps at 10 s.
 //!
 //! Prints one JSON line per window (`{"window": "commit 100", "p50_ms": …, "p99_ms": …}` over the
-//! 100 commits up to it, for commit 100 and the last), then one with the table's shape:
-//! `{"snapshots": S, "manifests": M, "metadata_json_bytes": B, "data_files": D,
-//! "data_files_per_hour_max": H, "table": "<catalog uri>#<ident>"}`.
+//! 100 commits up to it, for commit 100 and the last; commit time only), one with the maintenance
+//! looks' times (`{"maintenance_looks": N, "p50_ms", "p99_ms", "max_ms"}`), then one with the
+//! table's shape: `{"snapshots": S, "manifests": M, "metadata_json_bytes": B, "data_files": D,
+//! "data_files_per_hour_max": H, "closed_hour_files_max": C, "table": "<catalog uri>#<ident>"}`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -44,7 +49,7 @@ use crate::tools::sample_events::event_json;
 /// Maintenance on or off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnOff {
-    /// Snapshot expiry in the commits.
+    /// Snapshot expiry, compaction, manifest rewrite (the defaults).
     On,
     /// No maintenance.
     Off,
@@ -71,6 +76,12 @@ pub struct BenchCommitsArgs {
     /// Snapshots always kept.
     #[arg(long, default_value_t = 10)]
     pub min_snapshots: u32,
+    /// Stream time between two commits (the channel's data freshness).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub freshness: Duration,
+    /// Commits between two maintenance looks (6 at 10 s: the default 1 min interval).
+    #[arg(long, default_value_t = 6)]
+    pub look_every: u64,
 }
 
 /// Errors of the benchmark.
@@ -133,7 +144,26 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         enabled: args.maintenance == OnOff::On,
         snapshot_retention: args.snapshot_retention,
         min_snapshots: args.min_snapshots,
+        // The bench decides when to look (every `look_every` commits).
+        interval: Duration::ZERO,
         ..MaintenanceConfig::default()
+    };
+    let writer = WriterSettings {
+        channel: "bench".into(),
+        compression: ParquetCompression::Zstd(3),
+        target_file_size: 128 << 20,
+    };
+    let swap = crate::catalog::swap::SqlSwap::open(catalog.clone(), &catalog_path, "floe")
+        .await
+        .map_err(err)?;
+    // The replayed stream's clock: hour-aligned, ending an hour before the wall clock.
+    let step_ms = args.freshness.as_millis() as i64;
+    let span_ms = step_ms * args.commits as i64;
+    let start_ms = (crate::time::now_ms() - span_ms - 2 * 3_600_000) / 3_600_000 * 3_600_000;
+    let stream_now = Arc::new(std::sync::atomic::AtomicI64::new(start_ms));
+    let clock = {
+        let stream_now = stream_now.clone();
+        Arc::new(move || stream_now.load(std::sync::atomic::Ordering::Relaxed))
     };
     let leases: Arc<dyn LeaseStore> = store.clone();
     let batches: Arc<dyn BatchStore> = store.clone();
@@ -145,21 +175,19 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
             catalog.clone(),
             LocalDlq::new(args.dir.join("dlq"), "bench"),
         )
-        .with_maintenance(maintenance),
+        .with_maintenance(maintenance)
+        .with_rewrites(Some(Arc::new(swap)), writer.clone())
+        .with_clock(clock),
         leases,
         batches.clone(),
         1,
     );
-    let writer = WriterSettings {
-        channel: "bench".into(),
-        compression: ParquetCompression::Zstd(3),
-        target_file_size: 128 << 20,
-    };
-    // Rows spread over 4 hours, as a stream's late records are.
-    let base_ms = 1_783_627_200_000;
     let mut durations = Vec::with_capacity(args.commits as usize);
     let mut after: Option<Position> = None;
+    let mut looks = Vec::new();
     for n in 0..args.commits {
+        let now = start_ms + (n as i64 + 1) * step_ms;
+        stream_now.store(now, std::sync::atomic::Ordering::Relaxed);
         let table = catalog.load_table(&ident).await.map_err(err)?;
         let arrow = Arc::new(
             iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
@@ -168,7 +196,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         let mut conv = Converter::try_new(schema.clone(), arrow).map_err(err)?;
         let first = n * args.rows;
         for id in first..first + args.rows {
-            conv.push(event_json(id, 7, base_ms, 4).as_bytes())
+            conv.push(event_json(id, 7, now - step_ms, 0).as_bytes())
                 .map_err(|e| err(e.message))?;
         }
         let batch_id = uuid::Uuid::now_v7();
@@ -200,8 +228,13 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         };
         batches.put_batch(&batch).await.map_err(err)?;
         let started = Instant::now();
-        let report = committer.run_round().await.map_err(err)?;
+        let report = committer.commit_round().await.map_err(err)?;
         durations.push(started.elapsed());
+        if args.look_every > 0 && (n + 1) % args.look_every == 0 {
+            let started = Instant::now();
+            committer.maintain().await;
+            looks.push(started.elapsed());
+        }
         if report.committed != 1 {
             return Err(err(format!("round {n} committed {report:?}")));
         }
@@ -220,6 +253,17 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
     println!(
         "{}",
         window(&label, &durations[durations.len().saturating_sub(100)..])
+    );
+    looks.sort();
+    let ms = |d: Option<&Duration>| d.map_or(0.0, |d| (d.as_secs_f64() * 10_000.0).round() / 10.0);
+    println!(
+        "{}",
+        serde_json::json!({
+            "maintenance_looks": looks.len(),
+            "p50_ms": ms(looks.get(looks.len() / 2)),
+            "p99_ms": ms(looks.get((looks.len() as f64 * 0.99) as usize)),
+            "max_ms": ms(looks.last()),
+        })
     );
     let table = catalog.load_table(&ident).await.map_err(err)?;
     let metadata_json_bytes = table
@@ -250,6 +294,18 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
             .to_string();
         *per_hour.entry(hour).or_default() += 1;
     }
+    // Closed hours: ended at least the compaction delay before the stream's last time.
+    let last_ms = start_ms + span_ms;
+    let closed_max = per_hour
+        .iter()
+        .filter(|(h, _)| {
+            h.trim_start_matches("event_time_hour=")
+                .parse::<i64>()
+                .is_ok_and(|h| (h + 1) * 3_600_000 + 600_000 <= last_ms)
+        })
+        .map(|(_, n)| *n)
+        .max()
+        .unwrap_or(0);
     println!(
         "{}",
         serde_json::json!({
@@ -259,6 +315,8 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
             "metadata_json_bytes": metadata_json_bytes,
             "data_files": files.len(),
             "data_files_per_hour_max": per_hour.values().max().copied().unwrap_or(0),
+            "closed_hour_files_max": closed_max,
+            "hours": per_hour.len(),
             "table": format!("{}#{}", catalog_path.display(), ident),
         })
     );

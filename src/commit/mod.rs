@@ -102,15 +102,23 @@ impl Committer {
     /// Errors: see [`CommitError`]; on `Conflict` nothing was finished and the next round
     /// re-plans; on `Fenced` the caller must stop acting as committer.
     pub async fn run_round(&self) -> Result<RoundReport, CommitError> {
-        let report = self.round().await?;
-        // Maintenance never fails nor delays the round's result beyond its own commit.
-        if let Err(e) = self.target.maintain(self.epoch).await {
-            tracing::warn!(channel = %self.channel, table = %self.target.name(), error = %e, "table maintenance failed; tried again at the next look");
-        }
+        let report = self.commit_round().await?;
+        self.maintain().await;
         Ok(report)
     }
 
-    async fn round(&self) -> Result<RoundReport, CommitError> {
+    /// The destination's maintenance after a round ([`CommitTarget::maintain`]): its error is
+    /// logged, never returned (it never fails the round), and it is tried again at the next look.
+    pub async fn maintain(&self) {
+        if let Err(e) = self.target.maintain(self.epoch).await {
+            tracing::warn!(channel = %self.channel, table = %self.target.name(), error = %e, "table maintenance failed; tried again at the next look");
+        }
+    }
+
+    /// [`Committer::run_round`] without the maintenance after it.
+    ///
+    /// Errors: as [`Committer::run_round`].
+    pub async fn commit_round(&self) -> Result<RoundReport, CommitError> {
         let loaded = self.target.load().await?;
         let t_epoch = loaded.epoch();
         if t_epoch > self.epoch {

@@ -45,6 +45,8 @@ pub struct IcebergTarget {
     writer: Option<WriterSettings>,
     /// Compaction, manifest rewrite, record expiration.
     maintainer: Maintainer,
+    /// The maintenance planner's clock (`None`: the wall clock).
+    clock: Option<super::maintenance::Clock>,
     /// The table's uuid at the first load: a table replaced under the name is never written.
     uuid: OnceLock<Uuid>,
 }
@@ -67,6 +69,7 @@ impl IcebergTarget {
             swap: None,
             writer: None,
             maintainer: Maintainer::new(channel, MaintenanceConfig::default(), None, None),
+            clock: None,
             uuid: OnceLock::new(),
         }
     }
@@ -93,13 +96,24 @@ impl IcebergTarget {
         self.rebuild_maintainer()
     }
 
+    /// The same target whose maintenance decides which hours are closed or expired by `clock`
+    /// (`floe bench commits` replays a stream's time faster than it passes).
+    pub fn with_clock(mut self, clock: super::maintenance::Clock) -> Self {
+        self.clock = Some(clock);
+        self.rebuild_maintainer()
+    }
+
     fn rebuild_maintainer(mut self) -> Self {
-        self.maintainer = Maintainer::new(
+        let maintainer = Maintainer::new(
             &self.channel,
             self.maintenance,
             self.swap.clone(),
             self.writer.clone(),
         );
+        self.maintainer = match &self.clock {
+            Some(clock) => maintainer.with_clock(clock.clone()),
+            None => maintainer,
+        };
         self
     }
 
@@ -110,6 +124,48 @@ impl IcebergTarget {
 }
 
 impl IcebergTarget {
+    /// After a commit from `before` to `after`: deletes, off the committer's loop, the metadata
+    /// files `before`'s metadata log named that `after`'s no longer does (the log keeps the
+    /// newest `write.metadata.previous-versions-max`, 100 by default) — what Java's
+    /// `write.metadata.delete-after-commit.enabled` does. Only where floe writes the metadata
+    /// files itself (the catalogs with a swap: SQL, Glue) and maintenance is on; a REST server
+    /// or S3 Tables owns its metadata files.
+    pub(crate) fn delete_dropped_metadata(&self, before: &Table, after: &Table) {
+        if !self.maintenance.enabled || self.swap.is_none() {
+            return;
+        }
+        let kept: HashSet<&str> = after
+            .metadata()
+            .metadata_log()
+            .iter()
+            .map(|m| m.metadata_file.as_str())
+            .chain(after.metadata_location())
+            .collect();
+        let dropped: Vec<String> = before
+            .metadata()
+            .metadata_log()
+            .iter()
+            .map(|m| m.metadata_file.as_str())
+            .chain(before.metadata_location())
+            .filter(|f| !kept.contains(f))
+            .map(str::to_string)
+            .collect();
+        if dropped.is_empty() {
+            return;
+        }
+        let file_io = after.file_io().clone();
+        let channel = self.channel.clone();
+        tokio::spawn(async move {
+            let mut deleted = 0u64;
+            for path in &dropped {
+                if file_io.delete(path).await.is_ok() {
+                    deleted += 1;
+                }
+            }
+            telemetry::record_maintenance_files_deleted(&channel, "metadata", deleted);
+        });
+    }
+
     /// The table, refused (`Unavailable`) when it is not the table first loaded (replaced
     /// under its name).
     async fn load_same_table(&self) -> Result<Table, CommitError> {
@@ -169,11 +225,17 @@ impl CommitTarget for IcebergTarget {
         if table_epoch(&table) != epoch {
             return Ok(());
         }
-        self.maintainer
+        let report = self
+            .maintainer
             .maintain(&table)
             .await
-            .map(|_| ())
-            .map_err(|e| CommitError::unavailable("maintain the table", e))
+            .map_err(|e| CommitError::unavailable("maintain the table", e))?;
+        if report.snapshot_id.is_some() {
+            if let Ok(after) = self.catalog.inner().load_table(&self.ident).await {
+                self.delete_dropped_metadata(&table, &after);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -424,6 +486,7 @@ impl LoadedTarget for LoadedTable<'_> {
         match result {
             Ok(t) => {
                 self.after_expiry(&t);
+                self.target.delete_dropped_metadata(&self.table, &t);
                 Ok(t.metadata().current_snapshot_id())
             }
             Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
@@ -444,6 +507,7 @@ impl LoadedTarget for LoadedTable<'_> {
                 })?;
                 if last_commit_id(fresh.metadata().properties()) == Some(commit_id) {
                     self.after_expiry(&fresh);
+                    self.target.delete_dropped_metadata(&self.table, &fresh);
                     Ok(fresh.metadata().current_snapshot_id())
                 } else {
                     Err(CommitError::OutcomeUnknown(e.to_string()))
