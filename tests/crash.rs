@@ -262,3 +262,220 @@ async fn a_worker_with_an_edited_schema_or_another_catalog_stops_alone_and_does_
     assert!(w1.terminate().success());
     assert_exactly_once(dir.path(), 500);
 }
+
+// ---- table maintenance under faults ----
+
+/// [`config_toml`] with a 64 KB buffer (many small files per hour) and maintenance that looks
+/// every second and compacts closed hours at once.
+fn maintaining_toml(dir: &Path, bootstrap: &str, id: &str) -> String {
+    let toml = config_toml(dir, bootstrap, id, 4)
+        .replace(
+            "  data_freshness = \"10s\"\n",
+            "  data_freshness = \"10s\"\n  buffer_size = \"64KiB\"\n",
+        )
+        .replace(
+            "  format = \"json\"\n",
+            "  format = \"json\"\n  max_record_size = \"16KiB\"\n",
+        );
+    format!(
+        "{toml}  [channel.destination.maintenance]\n  compaction_delay = \"0s\"\n  interval = \"1s\"\n"
+    )
+}
+
+/// Every retained snapshot of `it.events`, read by PyIceberg (tests/py/table_snapshots.py).
+fn snapshots_py(dir: &Path) -> serde_json::Value {
+    let (catalog, warehouse) = (dir.join("catalog.sqlite"), dir.join("warehouse"));
+    run_py_reader(
+        "table_snapshots.py",
+        &[
+            catalog.as_os_str(),
+            warehouse.as_os_str(),
+            "it.events".as_ref(),
+        ],
+    )
+}
+
+/// Whether the table has a snapshot whose summary names maintenance task `task`.
+async fn has_maintenance_snapshot(dir: &Path, task: &str) -> bool {
+    let catalog = floe::catalog::open_sql_catalog(
+        &dir.join("catalog.sqlite"),
+        &dir.join("warehouse"),
+        "floe",
+    )
+    .await
+    .unwrap();
+    let ident = iceberg::TableIdent::from_strs(["it", "events"]).unwrap();
+    let Ok(table) = catalog.load_table(&ident).await else {
+        return false;
+    };
+    let found = table.metadata().snapshots().any(|s| {
+        s.summary()
+            .additional_properties
+            .get(floe::iceberg::rewrite::SUMMARY_MAINTENANCE)
+            .is_some_and(|t| t.contains(task))
+    });
+    found
+}
+
+/// Every retained snapshot reads (time travel through PyIceberg), the current one has `rows`
+/// rows, and one of them is a compaction `replace`.
+fn assert_every_snapshot_reads(dir: &Path, rows: u64) {
+    let py = snapshots_py(dir);
+    let snapshots = py["snapshots"].as_array().unwrap();
+    assert!(
+        snapshots.iter().any(|s| s["operation"] == "replace"),
+        "a compaction committed: {py}"
+    );
+    // Reading every snapshot succeeded (the reader fails on a missing file); rows only grow
+    // along the history (compaction and expiry keep them).
+    let rows_along: Vec<u64> = snapshots
+        .iter()
+        .map(|s| s["rows"].as_u64().unwrap())
+        .collect();
+    assert!(
+        rows_along.windows(2).all(|w| w[0] <= w[1]),
+        "rows along the history: {rows_along:?}"
+    );
+    let current = snapshots.iter().find(|s| s["id"] == py["current"]).unwrap();
+    assert_eq!(current["rows"], rows);
+}
+
+/// The committer is killed (abort, no cleanup: as SIGKILL) at each step of a compaction — its
+/// outputs written, the replace's manifests written, the replace swapped — and restarted: every
+/// record is in the table once (count == distinct ids == produced − DLQ), every retained
+/// snapshot still reads, and compaction completes after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_killed_at_each_compaction_step_loses_and_doubles_nothing() {
+    let broker = Broker::start();
+    let total = 3_000u64;
+    produce(&broker.bootstrap, 0, total);
+    let expected_bad = (0..total).filter(|id| bad_kind(*id).is_some()).count() as u64;
+    for step in ["compaction-written", "rewrite-written", "rewrite-committed"] {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = maintaining_toml(dir.path(), &broker.bootstrap, "w1");
+        let mut w1 = Worker::start_with_env(dir.path(), "w1", &toml, &[("FLOE_CRASH_AT", step)]);
+        let status = w1.wait_exit(Duration::from_secs(120)).await;
+        let log = log_of(dir.path(), "w1");
+        assert!(
+            status.is_some_and(|s| !s.success()) && log.contains(&format!("FLOE_CRASH_AT={step}")),
+            "w1 should abort at {step}:\n{log}"
+        );
+        drop(w1);
+        std::fs::rename(dir.path().join("w1.log"), dir.path().join("w1-crashed.log")).unwrap();
+        let w1 = Worker::start_with(dir.path(), "w1", &toml);
+        let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(150)).await;
+        for _ in 0..60 {
+            if has_maintenance_snapshot(dir.path(), "compaction").await {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        assert!(
+            w1.terminate().success(),
+            "w1 exits 0 on SIGTERM:\n{}",
+            log_of(dir.path(), "w1")
+        );
+        assert_eq!(rows + dlq, total, "{step}: all delivered");
+        assert_exactly_once(dir.path(), total);
+        assert_every_snapshot_reads(dir.path(), total - expected_bad);
+    }
+}
+
+/// A committer frozen in the middle of a compaction (SIGSTOP while its outputs are written and
+/// not yet committed) past its lease: the other worker takes the committer lease and commits;
+/// resumed (SIGCONT), the stale committer is fenced and none of its compaction outputs is ever
+/// referenced by any snapshot; the table holds every record once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_committer_frozen_mid_compaction_is_fenced_and_its_outputs_never_referenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    let total = 4_000u64;
+    produce(&broker.bootstrap, 0, total / 2);
+    let w1_toml = maintaining_toml(dir.path(), &broker.bootstrap, "w1");
+    let w1 = Worker::start_with_env(
+        dir.path(),
+        "w1",
+        &w1_toml,
+        &[("FLOE_PAUSE_AT", "compaction-written")],
+    );
+    // w1 alone first: it holds the committer lease.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let w2 = Worker::start_with(
+        dir.path(),
+        "w2",
+        &maintaining_toml(dir.path(), &broker.bootstrap, "w2"),
+    );
+    let mut paused = false;
+    for _ in 0..900 {
+        let log = log_of(dir.path(), "w1");
+        if log.contains("FLOE_PAUSE_AT=compaction-written") {
+            paused = true;
+            break;
+        }
+        if log.contains("invalid config") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(paused, "w1 compacts:\n{}", log_of(dir.path(), "w1"));
+    w1.signal("STOP");
+    produce(&broker.bootstrap, total / 2, total);
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    w1.signal("CONT");
+    let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(150)).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let w1_log = log_of(dir.path(), "w1");
+    assert!(w1.terminate().success(), "w1 exits 0:\n{w1_log}");
+    assert!(
+        w2.terminate().success(),
+        "w2 exits 0:\n{}",
+        log_of(dir.path(), "w2")
+    );
+    assert_eq!(rows + dlq, total);
+    assert_exactly_once(dir.path(), total);
+    // The file id of w1's paused compaction, from its "compaction written" line.
+    let line = w1_log
+        .lines()
+        .take_while(|l| !l.contains("FLOE_PAUSE_AT"))
+        .filter(|l| l.contains("compaction written"))
+        .last()
+        .unwrap_or_else(|| panic!("w1 logged its compaction:\n{w1_log}"))
+        .to_string();
+    let file_id = line
+        .split("file_id=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no file_id in {line}"))
+        .to_string();
+    let catalog = floe::catalog::open_sql_catalog(
+        &dir.path().join("catalog.sqlite"),
+        &dir.path().join("warehouse"),
+        "floe",
+    )
+    .await
+    .unwrap();
+    let ident = iceberg::TableIdent::from_strs(["it", "events"]).unwrap();
+    let table = catalog.load_table(&ident).await.unwrap();
+    for snapshot in table.metadata().snapshots() {
+        let tasks: Vec<_> = futures::TryStreamExt::try_collect(
+            table
+                .scan()
+                .snapshot_id(snapshot.snapshot_id())
+                .build()
+                .unwrap()
+                .plan_files()
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        for t in tasks {
+            assert!(
+                !t.data_file_path().contains(&file_id),
+                "snapshot {} references the stale committer's output {}",
+                snapshot.snapshot_id(),
+                t.data_file_path()
+            );
+        }
+    }
+}

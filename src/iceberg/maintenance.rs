@@ -54,6 +54,27 @@ const JOB_TARGETS: u64 = 4;
 /// Attempts to commit one compaction's outputs before they are given up.
 const MAX_COMMIT_ATTEMPTS: u32 = 3;
 
+/// Test builds only (the `testsuite` feature): stops the process at maintenance step `step` as
+/// the crash tests need — `FLOE_CRASH_AT=<step>` aborts it (no cleanup, as SIGKILL), and
+/// `FLOE_PAUSE_AT=<step>` holds the step for 5 s (a window for the test to SIGSTOP the process).
+/// Steps: `compaction-written` (outputs written, not committed), `rewrite-written` (manifests and
+/// manifest list written, not swapped), `rewrite-committed` (swapped, nothing after it done).
+/// Compiled to nothing otherwise.
+pub(crate) async fn step_point(step: &str) {
+    #[cfg(feature = "testsuite")]
+    {
+        if std::env::var("FLOE_CRASH_AT").is_ok_and(|s| s == step) {
+            eprintln!("FLOE_CRASH_AT={step}: aborting");
+            std::process::abort();
+        }
+        if std::env::var("FLOE_PAUSE_AT").is_ok_and(|s| s == step) {
+            eprintln!("FLOE_PAUSE_AT={step}: pausing");
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        }
+    }
+    let _ = step;
+}
+
 /// The live data files of `current`, by hour partition (files of another partitioning are left
 /// out).
 pub fn files_by_hour(current: &CurrentFiles) -> BTreeMap<i32, Vec<&ManifestEntryRef>> {
@@ -131,6 +152,8 @@ pub struct Compacted {
     pub rows: u64,
     /// The data files written.
     pub outputs: Vec<DataFile>,
+    /// The UUIDv7 in the outputs' names (`<channel>-<file id>-<n>.parquet`).
+    pub file_id: Uuid,
     /// Commit attempts so far.
     attempts: u32,
 }
@@ -176,7 +199,8 @@ pub async fn compact(
     let stream = reader
         .read(futures::stream::iter(tasks.into_iter().map(Ok)).boxed())?
         .stream();
-    let outputs = rewrite_data_files(&table, &settings, Uuid::now_v7(), stream).await?;
+    let file_id = Uuid::now_v7();
+    let outputs = rewrite_data_files(&table, &settings, file_id, stream).await?;
     let written: u64 = outputs.iter().map(|f| f.record_count()).sum();
     if written != rows {
         for f in &outputs {
@@ -187,10 +211,13 @@ pub async fn compact(
             format!("compaction read {rows} rows but wrote {written}: nothing committed"),
         ));
     }
+    tracing::info!(table = %table.identifier(), %file_id, inputs = inputs.len(), outputs = outputs.len(), rows, "compaction written");
+    step_point("compaction-written").await;
     Ok(Compacted {
         inputs: inputs.iter().map(|e| e.file_path().to_string()).collect(),
         rows,
         outputs,
+        file_id,
         attempts: 0,
     })
 }

@@ -272,7 +272,9 @@ pub async fn commit_rewrite(
                 ),
             },
         ];
+        super::maintenance::step_point("rewrite-written").await;
         let committed = swap.swap(table.identifier(), requirements, updates).await?;
+        super::maintenance::step_point("rewrite-committed").await;
         Ok(Rewritten {
             table: committed,
             snapshot_id,

@@ -259,6 +259,18 @@ impl Worker {
         assert!(ok, "kill -{sig}");
     }
 
+    /// Waits up to `timeout` for the process to exit by itself; its status, or `None`.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+
     /// SIGTERM, then waits up to 60 s for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         self.signal("TERM");
