@@ -216,13 +216,25 @@ pub trait CommitTarget: Send + Sync {
     /// (nothing is committed into it).
     async fn load(&self) -> Result<Box<dyn LoadedTarget + '_>, CommitError>;
 
+    /// The age beyond which a pending batch is never accepted (its batch id's UUIDv7 time):
+    /// half the orphan sweep's safety age where the destination sweeps (a batch handed off that
+    /// late may name swept files; it is rejected and its records read again). `None`: any age.
+    fn max_batch_age(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Table maintenance after a round, by the committer of lease counter `epoch`: only where
     /// the destination carries that epoch, and never failing the round (the caller logs the
-    /// error). Default: nothing to do.
+    /// error); `batches` lists the pending batches whose files the orphan sweep spares.
+    /// Default: nothing to do.
     ///
     /// Errors: `Unavailable`.
-    async fn maintain(&self, epoch: u64) -> Result<(), CommitError> {
-        let _ = epoch;
+    async fn maintain(
+        &self,
+        epoch: u64,
+        batches: &dyn crate::lease::BatchStore,
+    ) -> Result<(), CommitError> {
+        let _ = (epoch, batches);
         Ok(())
     }
 }

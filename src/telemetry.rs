@@ -56,7 +56,7 @@ pub const TABLE_SNAPSHOTS: &str = "floe_table_snapshots";
 /// Snapshots expired by the committer's maintenance.
 pub const SNAPSHOTS_EXPIRED_TOTAL: &str = "floe_snapshots_expired_total";
 /// Files deleted by the committer's maintenance, by kind (`manifest_list`, `manifest`,
-/// `data_file`, `metadata`).
+/// `data_file`, `metadata`, `orphan`).
 pub const MAINTENANCE_FILES_DELETED_TOTAL: &str = "floe_maintenance_files_deleted_total";
 /// Bytes of data files deleted by the committer's maintenance.
 pub const MAINTENANCE_BYTES_DELETED_TOTAL: &str = "floe_maintenance_bytes_deleted_total";
@@ -204,7 +204,7 @@ pub fn describe() {
     describe_counter!(
         MAINTENANCE_FILES_DELETED_TOTAL,
         Unit::Count,
-        "files deleted by the committer's maintenance, by kind (manifest_list, manifest, data_file, metadata)"
+        "files deleted by the committer's maintenance, by kind (manifest_list, manifest, data_file, metadata, orphan)"
     );
     describe_counter!(
         MAINTENANCE_BYTES_DELETED_TOTAL,
@@ -302,8 +302,8 @@ pub fn record_snapshots_expired(channel: &str, n: u64) {
     counter!(SNAPSHOTS_EXPIRED_TOTAL, "channel" => channel.to_string()).increment(n);
 }
 
-/// Records files deleted by maintenance; `kind` is `manifest_list`, `manifest`, `data_file` or
-/// `metadata`.
+/// Records files deleted by maintenance; `kind` is `manifest_list`, `manifest`, `data_file`,
+/// `metadata` or `orphan`.
 pub fn record_maintenance_files_deleted(channel: &str, kind: &'static str, n: u64) {
     counter!(MAINTENANCE_FILES_DELETED_TOTAL, "channel" => channel.to_string(), "kind" => kind)
         .increment(n);

@@ -722,3 +722,99 @@ async fn metadata_files_dropped_from_the_log_are_deleted() {
         .collect();
     assert_eq!(on_disk, named, "only the logged metadata files remain");
 }
+
+/// The orphan sweep deletes old floe-named files nothing reaches (a data file, a manifest),
+/// and spares young ones, files a pending batch names, files of other writers and everything
+/// the table reaches; the table reads the same afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orphan_sweep_removes_only_old_unreferenced_floe_files() {
+    use floe::iceberg::orphans::{sweep, FileLister};
+    let f = fixture().await;
+    let c = committer(&f, f.store.clone(), MaintenanceConfig::default());
+    commit_rounds(&f, &c, 0..2).await;
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let location = table.metadata().location().to_string();
+    let now = floe::time::now_ms();
+    let v7_at = |ms: i64| {
+        Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            (ms / 1000) as u64,
+            0,
+        ))
+    };
+    let old = v7_at(now - 2 * 86_400_000);
+    let write = |path: String| {
+        std::fs::create_dir_all(std::path::Path::new(&path).parent().unwrap()).unwrap();
+        std::fs::write(&path, b"x").unwrap();
+        path
+    };
+    let hour_dir = format!("{location}/data/event_time_hour=495452");
+    let old_data = write(format!("{hour_dir}/m-{old}-00000.parquet"));
+    let old_manifest = write(format!("{location}/metadata/{old}-m0.avro"));
+    let young_data = write(format!("{hour_dir}/m-{}-00000.parquet", Uuid::now_v7()));
+    let foreign = write(format!("{hour_dir}/00000-0-{}.parquet", Uuid::new_v4()));
+    let other_channel = write(format!("{hour_dir}/n-{old}-00000.parquet"));
+    let pending_file = write(format!(
+        "{hour_dir}/m-{}-00000.parquet",
+        v7_at(now - 3 * 86_400_000)
+    ));
+    let pending: HashSet<String> = [pending_file.clone()].into();
+    let referenced = floe::iceberg::orphans::reachable_files(&table)
+        .await
+        .unwrap();
+    assert!(referenced.len() > 5, "{referenced:?}");
+
+    let report = sweep(&table, "m", &FileLister::Local, &pending, 86_400_000, now)
+        .await
+        .unwrap();
+    assert_eq!(report.deleted, 2, "{report:?}");
+    assert_eq!(report.young, 1, "{report:?}");
+    for gone in [&old_data, &old_manifest] {
+        assert!(!std::path::Path::new(gone).exists(), "{gone} swept");
+    }
+    for kept in [&young_data, &foreign, &other_channel, &pending_file] {
+        assert!(std::path::Path::new(kept).exists(), "{kept} spared");
+    }
+    for path in &referenced {
+        assert!(
+            table.file_io().exists(path).await.unwrap(),
+            "{path} is referenced and must stay"
+        );
+    }
+    let current = table.metadata().current_snapshot_id().unwrap();
+    assert_eq!(records_at(&table, current).await, 20);
+}
+
+/// With the sweep on, a pending batch older than half its safety age is rejected (its files may
+/// have been swept before it was handed off) and its files deleted; the next one is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_batch_older_than_half_the_orphan_age_is_rejected() {
+    let f = fixture().await;
+    let leases: Arc<dyn LeaseStore> = f.store.clone();
+    let c = Committer::new(
+        "m",
+        IcebergTarget::new("m", f.ident.clone(), f.catalog.clone(), f.dlq.clone())
+            .with_maintenance(MaintenanceConfig {
+                orphan_age: Duration::from_secs(3600),
+                ..MaintenanceConfig::default()
+            })
+            .with_orphan_sweep(floe::iceberg::orphans::FileLister::Local),
+        leases,
+        f.store.clone(),
+        1,
+    );
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let mut b = event_batch(&f.schema, "m", &table, None, 0, 10).await;
+    b.batch_id = Uuid::new_v7(uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        (floe::time::now_ms() / 1000 - 31 * 60) as u64,
+        0,
+    ));
+    let files = floe::iceberg::writer::data_file_paths(b.files.iceberg_data_files().unwrap());
+    f.store.put_batch(&b).await.unwrap();
+    let report = c.run_round().await.unwrap();
+    assert_eq!((report.committed, report.rejected), (0, 1), "{report:?}");
+    for path in files {
+        assert!(!std::path::Path::new(&path).exists(), "{path} deleted");
+    }
+}

@@ -410,11 +410,31 @@ async fn prepare_iceberg(
                 record_decoder,
                 maintenance: dest.maintenance,
                 swap,
+                lister: orphan_lister(&dest.catalog, aws),
             },
         ),
         initial_position,
         schema_label: channel_schema.label,
     })
+}
+
+/// How the orphan sweep lists the tables of `catalog`: where floe writes the table files itself
+/// (SQL: the local directory or the `s3://` warehouse; Glue: S3). REST servers and S3 Tables
+/// manage their storage: no sweep.
+fn orphan_lister(
+    catalog: &crate::config::CatalogConfig,
+    aws: &crate::aws::AwsClients,
+) -> Option<crate::iceberg::orphans::FileLister> {
+    use crate::config::{CatalogConfig, Warehouse};
+    use crate::iceberg::orphans::FileLister;
+    match catalog {
+        CatalogConfig::Sql(sql) => Some(match &sql.warehouse {
+            Warehouse::Local(_) => FileLister::Local,
+            Warehouse::S3(_) => FileLister::S3(aws.s3()),
+        }),
+        CatalogConfig::Glue(_) => Some(FileLister::S3(aws.s3())),
+        CatalogConfig::Rest(_) | CatalogConfig::S3Tables(_) => None,
+    }
 }
 
 /// The start error of a channel whose activation did not complete.
@@ -710,7 +730,8 @@ async fn committer_loop(
                             io.dlq.clone(),
                         )
                         .with_maintenance(io.maintenance)
-                        .with_rewrites(io.swap.clone(), io.writer.clone()),
+                        .with_rewrites(io.swap.clone(), io.writer.clone())
+                        .with_orphan_sweep_if(io.lister.clone()),
                         leases,
                         batches,
                         l.lease_counter,

@@ -38,7 +38,7 @@ use crate::model::{Checkpoints, PendingBatch, ShardId};
 use crate::telemetry;
 
 pub use crate::destination::CommitError;
-pub use plan::{plan_round, BatchDecision, RoundPlan};
+pub use plan::{batch_time_ms, plan_round, plan_round_aged, BatchDecision, RoundPlan};
 
 mod plan;
 
@@ -110,7 +110,11 @@ impl Committer {
     /// The destination's maintenance after a round ([`CommitTarget::maintain`]): its error is
     /// logged, never returned (it never fails the round), and it is tried again at the next look.
     pub async fn maintain(&self) {
-        if let Err(e) = self.target.maintain(self.epoch).await {
+        if let Err(e) = self
+            .target
+            .maintain(self.epoch, self.batches.as_ref())
+            .await
+        {
             tracing::warn!(channel = %self.channel, table = %self.target.name(), error = %e, "table maintenance failed; tried again at the next look");
         }
     }
@@ -143,7 +147,17 @@ impl Committer {
                 LeaseKey::Committer => None,
             })
             .collect();
-        let plan = plan_round(&checkpoints, &committed_ids, &lease_counters, &pending);
+        let oldest = self
+            .target
+            .max_batch_age()
+            .map(|age| crate::time::now_ms() - age.as_millis() as i64);
+        let plan = plan_round_aged(
+            &checkpoints,
+            &committed_ids,
+            &lease_counters,
+            &pending,
+            oldest,
+        );
 
         let mut report = RoundReport::default();
         let accepted: Vec<&PendingBatch> = pick(&pending, &plan, BatchDecision::Accept);

@@ -39,17 +39,46 @@ pub fn plan_round(
     lease_counters: &HashMap<ShardId, u64>,
     pending: &[PendingBatch],
 ) -> RoundPlan {
+    plan_round_aged(
+        checkpoints,
+        committed_batch_ids,
+        lease_counters,
+        pending,
+        None,
+    )
+}
+
+/// The UUIDv7 time of a batch id, in milliseconds since the Unix epoch (`None`: not a UUIDv7).
+pub fn batch_time_ms(batch_id: &Uuid) -> Option<i64> {
+    let (secs, nanos) = batch_id.get_timestamp()?.to_unix();
+    Some(secs as i64 * 1000 + i64::from(nanos / 1_000_000))
+}
+
+/// [`plan_round`], where a batch whose id (a UUIDv7) is older than `oldest_batch_ms` is also
+/// dead unless already committed: the orphan sweep may have deleted the files of a batch handed
+/// off that late (`crate::iceberg::orphans`); its records are read again.
+pub fn plan_round_aged(
+    checkpoints: &Checkpoints,
+    committed_batch_ids: &HashSet<Uuid>,
+    lease_counters: &HashMap<ShardId, u64>,
+    pending: &[PendingBatch],
+    oldest_batch_ms: Option<i64>,
+) -> RoundPlan {
     let mut cp = checkpoints.clone();
     let mut decisions = Vec::with_capacity(pending.len());
     for batch in pending {
+        let too_old = oldest_batch_ms
+            .is_some_and(|oldest| batch_time_ms(&batch.batch_id).is_none_or(|t| t < oldest));
         let decision = if committed_batch_ids.contains(&batch.batch_id) {
             BatchDecision::AlreadyCommitted
-        } else if batch.shards.iter().any(|s| {
-            cp.verdict(&s.shard, &s.range).is_permanent_rejection()
-                || lease_counters
-                    .get(&s.shard)
-                    .is_some_and(|current| s.lease_counter < *current)
-        }) {
+        } else if too_old
+            || batch.shards.iter().any(|s| {
+                cp.verdict(&s.shard, &s.range).is_permanent_rejection()
+                    || lease_counters
+                        .get(&s.shard)
+                        .is_some_and(|current| s.lease_counter < *current)
+            })
+        {
             BatchDecision::Dead
         } else if batch
             .shards
@@ -258,5 +287,48 @@ mod tests {
             vec![BatchDecision::AlreadyCommitted, BatchDecision::Keep]
         );
         assert_eq!(plan.checkpoints, cp);
+    }
+
+    /// A batch older than the bound is dead (its files may have been swept), and the batch
+    /// after it in its chain is kept (a gap) rather than accepted; a committed old batch is
+    /// still recovered.
+    #[test]
+    fn a_batch_older_than_the_bound_is_dead_unless_already_committed() {
+        let v7 = |secs| Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, secs, 0));
+        let (old, young, bound) = (v7(1_000), v7(2_000), 1_500_000);
+        let mut first = batch(0, 0, None, 9, 1);
+        first.batch_id = old;
+        let mut second = batch(0, 0, Some(9), 19, 1);
+        second.batch_id = young;
+        let pending = vec![first.clone(), second.clone()];
+        let plan = plan_round_aged(
+            &Checkpoints::default(),
+            &HashSet::new(),
+            &HashMap::new(),
+            &pending,
+            Some(bound),
+        );
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::Dead, BatchDecision::Keep]
+        );
+        let plan = plan_round_aged(
+            &Checkpoints::default(),
+            &HashSet::from([old]),
+            &HashMap::new(),
+            &pending,
+            Some(bound),
+        );
+        assert_eq!(plan.decisions[0], BatchDecision::AlreadyCommitted);
+        let plan = plan_round(
+            &Checkpoints::default(),
+            &HashSet::new(),
+            &HashMap::new(),
+            &pending,
+        );
+        assert_eq!(
+            plan.decisions,
+            vec![BatchDecision::Accept, BatchDecision::Accept]
+        );
     }
 }

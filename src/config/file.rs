@@ -381,6 +381,15 @@ pub struct MaintenanceSection {
     /// How often the committer looks for compaction, manifest rewrite and record expiration
     /// work. From 1s to 1d. Default: `"1m"`.
     pub interval: Option<DurationText>,
+    /// Whether the committer sweeps orphans: floe-named files under the table location that no
+    /// snapshot, metadata or pending batch reaches (daily, the first an hour after the committer
+    /// starts; `floe maintain` sweeps at once). Needs `s3:ListBucket` on `s3://` locations.
+    /// Default: `true`.
+    pub orphan_sweep: Option<bool>,
+    /// The sweep's safety age: only files whose UUIDv7 is older are deleted, and a pending batch
+    /// older than half of it is rejected (its records read again). From 1h to 365d. Default:
+    /// `"24h"`.
+    pub orphan_age: Option<DurationText>,
 }
 
 /// Parquet compression codec as written in the file.

@@ -392,12 +392,16 @@ pub struct MaintenanceConfig {
     pub record_retention: Option<Duration>,
     /// How often the committer looks for compaction, manifest and record-expiration work.
     pub interval: Duration,
+    /// Whether the committer sweeps orphan files.
+    pub orphan_sweep: bool,
+    /// The sweep's safety age.
+    pub orphan_age: Duration,
 }
 
 impl Default for MaintenanceConfig {
     /// On; snapshots older than 1 h expired, at least 10 kept; closed hours compacted 10 min
-    /// after they end; manifests rewritten beyond 100; records kept; checked every minute
-    /// (the file format's defaults).
+    /// after they end; manifests rewritten beyond 100; records kept; checked every minute;
+    /// orphans older than 24 h swept daily (the file format's defaults).
     fn default() -> Self {
         MaintenanceConfig {
             enabled: true,
@@ -410,6 +414,8 @@ impl Default for MaintenanceConfig {
             max_manifests: 100,
             record_retention: None,
             interval: Duration::from_secs(60),
+            orphan_sweep: true,
+            orphan_age: Duration::from_secs(86_400),
         }
     }
 }

@@ -1520,7 +1520,7 @@ fn maintenance_is_on_by_default_and_its_settings_are_bounded_with_their_key() {
     let tuned = maintenance(
         "snapshot_retention = \"30m\"\nmin_snapshots = 3\ncompaction = false\n\
          compaction_delay = \"0s\"\nmax_manifests = 20\nrecord_retention = \"7d\"\n\
-         interval = \"30s\"\nsnapshot_expiry = false",
+         interval = \"30s\"\nsnapshot_expiry = false\norphan_sweep = false\norphan_age = \"2h\"",
     );
     let c = parse(&tuned).unwrap();
     assert_eq!(
@@ -1536,10 +1536,13 @@ fn maintenance_is_on_by_default_and_its_settings_are_bounded_with_their_key() {
             max_manifests: 20,
             record_retention: Some(Duration::from_secs(7 * 86_400)),
             interval: Duration::from_secs(30),
+            orphan_sweep: false,
+            orphan_age: Duration::from_secs(2 * 3600),
         }
     );
     let bad = maintenance(
-        "snapshot_retention = \"1s\"\nmin_snapshots = 0\nrecord_retention = \"10m\"\nmax_manifests = 1",
+        "snapshot_retention = \"1s\"\nmin_snapshots = 0\nrecord_retention = \"10m\"\nmax_manifests = 1\n\
+         orphan_age = \"59m\"",
     );
     let e = parse(&bad).unwrap_err().to_string();
     assert!(
@@ -1550,7 +1553,7 @@ fn maintenance_is_on_by_default_and_its_settings_are_bounded_with_their_key() {
         e.contains("channel[0].destination.maintenance.min_snapshots"),
         "{e}"
     );
-    for key in ["record_retention", "max_manifests"] {
+    for key in ["record_retention", "max_manifests", "orphan_age"] {
         assert!(
             e.contains(&format!("channel[0].destination.maintenance.{key}")),
             "{e}"

@@ -31,6 +31,8 @@ const COMPACTION_DELAY_RANGE: RangeInclusive<Duration> =
 const MAX_MANIFESTS_RANGE: RangeInclusive<u32> = 2..=100_000;
 const RECORD_RETENTION_RANGE: RangeInclusive<Duration> =
     Duration::from_secs(3600)..=Duration::from_secs(36_500 * 86_400);
+const ORPHAN_AGE_RANGE: RangeInclusive<Duration> =
+    Duration::from_secs(3600)..=Duration::from_secs(365 * 86_400);
 const MAINTENANCE_INTERVAL_RANGE: RangeInclusive<Duration> =
     Duration::from_secs(1)..=Duration::from_secs(86_400);
 const SHUTDOWN_TIMEOUT_RANGE: RangeInclusive<Duration> =
@@ -1096,8 +1098,16 @@ impl Checker<'_> {
             d.interval,
             MAINTENANCE_INTERVAL_RANGE,
         );
+        let orphan_age = self.duration(
+            &format!("{p}.orphan_age"),
+            m.orphan_age,
+            d.orphan_age,
+            ORPHAN_AGE_RANGE,
+        );
         Some(crate::config::MaintenanceConfig {
             enabled: m.enabled.unwrap_or(!s3tables),
+            orphan_sweep: m.orphan_sweep.unwrap_or(true),
+            orphan_age: orphan_age?,
             snapshot_expiry: m.snapshot_expiry.unwrap_or(true),
             snapshot_retention: snapshot_retention?,
             min_snapshots: min_snapshots?,

@@ -230,7 +230,16 @@ struct State {
     job: Option<JoinHandle<iceberg::Result<Compacted>>>,
     /// A finished compaction waiting for its commit.
     ready: Option<Compacted>,
+    /// The running orphan sweep.
+    sweep: Option<JoinHandle<()>>,
+    /// When the next orphan sweep is due (`None`: not planned yet).
+    next_sweep: Option<Instant>,
 }
+
+/// The first orphan sweep runs this long after the committer starts.
+const SWEEP_FIRST_DELAY: std::time::Duration = std::time::Duration::from_secs(3600);
+/// Then one every day.
+const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(86_400);
 
 /// What one [`Maintainer::maintain`] call did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -254,6 +263,7 @@ pub struct Maintainer {
     config: MaintenanceConfig,
     swap: Option<Arc<dyn TableSwap>>,
     writer: Option<WriterSettings>,
+    lister: Option<super::orphans::FileLister>,
     clock: Clock,
     state: tokio::sync::Mutex<State>,
 }
@@ -263,8 +273,12 @@ pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
 impl Drop for Maintainer {
     fn drop(&mut self) {
-        if let Some(job) = self.state.get_mut().job.take() {
+        let st = self.state.get_mut();
+        if let Some(job) = st.job.take() {
             job.abort();
+        }
+        if let Some(sweep) = st.sweep.take() {
+            sweep.abort();
         }
     }
 }
@@ -292,8 +306,95 @@ impl Maintainer {
             config,
             swap,
             writer,
+            lister: None,
             clock: Arc::new(now_ms),
             state: tokio::sync::Mutex::new(State::default()),
+        }
+    }
+
+    /// The same maintainer sweeping orphans (`orphan_sweep`), listing the table location with
+    /// `lister`.
+    pub fn with_lister(mut self, lister: super::orphans::FileLister) -> Self {
+        self.lister = Some(lister);
+        self
+    }
+
+    /// The age beyond which a pending batch is never accepted: half the sweep's safety age when
+    /// the sweep runs (see [`super::orphans`]).
+    pub fn max_batch_age(&self) -> Option<std::time::Duration> {
+        (self.config.enabled && self.config.orphan_sweep && self.lister.is_some())
+            .then(|| self.config.orphan_age / 2)
+    }
+
+    /// Starts an orphan sweep of `table` in the background when one is due (or `now`), unless
+    /// one is running: pending batches' files (`batches`) are spared. Logs one line when it
+    /// ends; counted in `floe_maintenance_files_deleted_total{kind="orphan"}`.
+    pub async fn sweep_if_due(
+        &self,
+        table: &Table,
+        batches: &dyn crate::lease::BatchStore,
+        now: bool,
+    ) -> iceberg::Result<bool> {
+        let Some(lister) = self
+            .lister
+            .clone()
+            .filter(|_| self.max_batch_age().is_some())
+        else {
+            return Ok(false);
+        };
+        let mut st = self.state.lock().await;
+        if st.sweep.as_ref().is_some_and(|s| !s.is_finished()) {
+            return Ok(false);
+        }
+        let due_at = *st
+            .next_sweep
+            .get_or_insert_with(|| Instant::now() + SWEEP_FIRST_DELAY);
+        if !now && Instant::now() < due_at {
+            return Ok(false);
+        }
+        st.next_sweep = Some(Instant::now() + SWEEP_INTERVAL);
+        let pending: std::collections::HashSet<String> = batches
+            .list_pending(&self.channel)
+            .await
+            .map_err(|e| iceberg::Error::new(ErrorKind::Unexpected, e.to_string()))?
+            .iter()
+            .flat_map(|b| match &b.files {
+                crate::model::BatchFiles::Iceberg { data_files, .. } => {
+                    super::writer::data_file_paths(data_files)
+                }
+                crate::model::BatchFiles::Raw { .. } => Vec::new(),
+            })
+            .collect();
+        let (table, channel, age) = (
+            table.clone(),
+            self.channel.clone(),
+            self.config.orphan_age.as_millis() as i64,
+        );
+        let now_ms = (self.clock)();
+        st.sweep = Some(tokio::spawn(async move {
+            let started = Instant::now();
+            match super::orphans::sweep(&table, &channel, &lister, &pending, age, now_ms).await {
+                Ok(r) => {
+                    telemetry::record_maintenance_files_deleted(
+                        &channel,
+                        "orphan",
+                        r.deleted as u64,
+                    );
+                    tracing::info!(channel = %channel, table = %table.identifier(), listed = r.listed, deleted = r.deleted, young = r.young, took_ms = started.elapsed().as_millis() as u64, "orphans swept");
+                }
+                Err(e) => {
+                    tracing::warn!(channel = %channel, table = %table.identifier(), error = %e, "orphan sweep failed; tried again tomorrow");
+                }
+            }
+        }));
+        Ok(true)
+    }
+
+    /// Waits for a running orphan sweep to end.
+    pub async fn wait_for_sweep(&self) {
+        let sweep = self.state.lock().await.sweep.take();
+        if let Some(sweep) = sweep {
+            let _ = sweep.await;
         }
     }
 

@@ -16,6 +16,7 @@ use writer::WriterSettings;
 
 pub mod fence;
 pub mod maintenance;
+pub mod orphans;
 pub mod rewrite;
 pub mod sink;
 pub mod table;
@@ -42,4 +43,6 @@ pub struct IcebergIo {
     pub maintenance: crate::config::MaintenanceConfig,
     /// The catalog's swap for maintenance snapshots (`None`: the catalog has none).
     pub swap: Option<Arc<dyn crate::catalog::swap::TableSwap>>,
+    /// How the orphan sweep lists the table location (`None`: no sweep on this catalog).
+    pub lister: Option<orphans::FileLister>,
 }

@@ -47,6 +47,8 @@ pub struct IcebergTarget {
     maintainer: Maintainer,
     /// The maintenance planner's clock (`None`: the wall clock).
     clock: Option<super::maintenance::Clock>,
+    /// How the orphan sweep lists the table location (`None`: no sweep).
+    lister: Option<super::orphans::FileLister>,
     /// The table's uuid at the first load: a table replaced under the name is never written.
     uuid: OnceLock<Uuid>,
 }
@@ -70,6 +72,7 @@ impl IcebergTarget {
             writer: None,
             maintainer: Maintainer::new(channel, MaintenanceConfig::default(), None, None),
             clock: None,
+            lister: None,
             uuid: OnceLock::new(),
         }
     }
@@ -103,13 +106,31 @@ impl IcebergTarget {
         self.rebuild_maintainer()
     }
 
+    /// The same target sweeping orphans (`orphan_sweep`), listing the table location with
+    /// `lister` (the local file system, or S3 with the `[aws]` client).
+    pub fn with_orphan_sweep(mut self, lister: super::orphans::FileLister) -> Self {
+        self.lister = Some(lister);
+        self.rebuild_maintainer()
+    }
+
+    /// [`IcebergTarget::with_orphan_sweep`] when there is a lister.
+    pub fn with_orphan_sweep_if(self, lister: Option<super::orphans::FileLister>) -> Self {
+        match lister {
+            Some(lister) => self.with_orphan_sweep(lister),
+            None => self,
+        }
+    }
+
     fn rebuild_maintainer(mut self) -> Self {
-        let maintainer = Maintainer::new(
+        let mut maintainer = Maintainer::new(
             &self.channel,
             self.maintenance,
             self.swap.clone(),
             self.writer.clone(),
         );
+        if let Some(lister) = &self.lister {
+            maintainer = maintainer.with_lister(lister.clone());
+        }
         self.maintainer = match &self.clock {
             Some(clock) => maintainer.with_clock(clock.clone()),
             None => maintainer,
@@ -216,8 +237,16 @@ impl CommitTarget for IcebergTarget {
         }))
     }
 
-    async fn maintain(&self, epoch: u64) -> Result<(), CommitError> {
-        if !self.maintainer.active() {
+    fn max_batch_age(&self) -> Option<std::time::Duration> {
+        self.maintainer.max_batch_age()
+    }
+
+    async fn maintain(
+        &self,
+        epoch: u64,
+        batches: &dyn crate::lease::BatchStore,
+    ) -> Result<(), CommitError> {
+        if !self.maintainer.active() && self.maintainer.max_batch_age().is_none() {
             return Ok(());
         }
         let table = self.load_same_table().await?;
@@ -225,6 +254,10 @@ impl CommitTarget for IcebergTarget {
         if table_epoch(&table) != epoch {
             return Ok(());
         }
+        self.maintainer
+            .sweep_if_due(&table, batches, false)
+            .await
+            .map_err(|e| CommitError::unavailable("sweep orphans", e))?;
         let report = self
             .maintainer
             .maintain(&table)

@@ -615,6 +615,7 @@ impl WorkerRig {
                 record_decoder: Default::default(),
                 maintenance: Default::default(),
                 swap: None,
+                lister: None,
             },
         );
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);
