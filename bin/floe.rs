@@ -61,6 +61,18 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// One table-maintenance pass now, for channels whose workers are stopped: pending batches
+    /// committed, snapshot expiry, compaction (waited for), manifest rewrite, record expiration
+    /// and the orphan sweep. Takes the channel's committer lease; refused (exit 75) while a
+    /// worker holds and renews it (that committer maintains the table itself).
+    Maintain {
+        /// The TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Only this channel (default: every Iceberg channel).
+        #[arg(long)]
+        channel: Option<String>,
+    },
     /// Check a config file; print every problem with its key path, or "ok".
     Validate(floe::cli::validate::ValidateArgs),
     /// Run the whole pipeline on this machine with an embedded Kafka broker.
@@ -164,6 +176,10 @@ fn main() -> ExitCode {
         Command::Channel { command } => {
             init_tracing(cli.log_format, "warn");
             runtime().block_on(floe::cli::channel::run(&command))
+        }
+        Command::Maintain { config, channel } => {
+            init_tracing(cli.log_format, "info");
+            ExitCode::from(runtime().block_on(maintain(config, channel)))
         }
         Command::Setup { config } => {
             init_tracing(cli.log_format, "warn");
@@ -287,6 +303,33 @@ async fn setup(config_path: PathBuf) -> u8 {
             eprintln!("floe setup: {e}");
             if e.is_retryable() {
                 1
+            } else {
+                78
+            }
+        }
+    }
+}
+
+async fn maintain(config_path: PathBuf, channel: Option<String>) -> u8 {
+    let config = match floe::config::Config::load(&config_path) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{}: invalid config:\n{errors}", config_path.display());
+            return 78;
+        }
+    };
+    match floe::app::maintain::maintain(&config, channel.as_deref()).await {
+        Ok(reports) => {
+            for r in reports {
+                println!("channel {}: {}", r.channel, r.summary);
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("floe maintain: {e}");
+            if e.is_retryable() {
+                // EX_TEMPFAIL: a live committer, or a dependency; try again later.
+                75
             } else {
                 78
             }

@@ -239,6 +239,27 @@ pub trait CommitTarget: Send + Sync {
     }
 }
 
+/// A shared target is a target (`floe maintain` keeps a handle on the one its committer uses).
+#[async_trait]
+impl<T: CommitTarget + ?Sized> CommitTarget for std::sync::Arc<T> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    async fn load(&self) -> Result<Box<dyn LoadedTarget + '_>, CommitError> {
+        (**self).load().await
+    }
+    fn max_batch_age(&self) -> Option<std::time::Duration> {
+        (**self).max_batch_age()
+    }
+    async fn maintain(
+        &self,
+        epoch: u64,
+        batches: &dyn crate::lease::BatchStore,
+    ) -> Result<(), CommitError> {
+        (**self).maintain(epoch, batches).await
+    }
+}
+
 /// One round's view of the destination, as loaded.
 #[async_trait]
 pub trait LoadedTarget: Send + Sync {

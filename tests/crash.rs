@@ -479,3 +479,70 @@ async fn a_stale_committer_frozen_mid_compaction_is_fenced_and_its_outputs_never
         }
     }
 }
+
+/// `floe maintain` catches up a table whose workers ran with maintenance off: with the workers
+/// stopped it takes the committer lease, compacts every closed hour to one file, sweeps, and
+/// exits 0, the rows unchanged; while a worker holds and renews the lease it refuses (75).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floe_maintain_compacts_a_stopped_channel_and_refuses_beside_a_live_committer() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    let total = 3_000u64;
+    produce(&broker.bootstrap, 0, total);
+    let expected_bad = (0..total).filter(|id| bad_kind(*id).is_some()).count() as u64;
+    let on = maintaining_toml(dir.path(), &broker.bootstrap, "w1");
+    let off = on.replace(
+        "  [channel.destination.maintenance]\n",
+        "  [channel.destination.maintenance]\n  enabled = false\n",
+    );
+    let w1 = Worker::start_with(dir.path(), "w1", &off);
+    let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(150)).await;
+    assert_eq!(rows + dlq, total);
+    let config = dir.path().join("maintain.toml");
+    std::fs::write(&config, &on).unwrap();
+    let maintain = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args(["maintain", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    // Beside the live committer: refused.
+    let refused = maintain();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("holds the committer lease"), "{stderr}");
+    assert!(w1.terminate().success());
+    let before = snapshots_py(dir.path());
+    let files_before: u64 = before["snapshots"].as_array().unwrap().last().unwrap()
+        ["files_by_partition"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    // Workers stopped: one pass.
+    let done = maintain();
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(stdout.contains("compaction"), "{stdout}");
+    assert_exactly_once(dir.path(), total);
+    assert_every_snapshot_reads(dir.path(), total - expected_bad);
+    let after = snapshots_py(dir.path());
+    let current = after["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == after["current"])
+        .unwrap()
+        .clone();
+    let per_hour = current["files_by_partition"].as_object().unwrap();
+    assert!(
+        per_hour.values().all(|v| v == 1),
+        "one file per closed hour after the pass (from {files_before} files): {per_hour:?}"
+    );
+}

@@ -11,6 +11,7 @@
 //!             3. release leases    (another worker takes over at once), exit 0
 //! ```
 
+pub mod maintain;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

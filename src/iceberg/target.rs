@@ -15,7 +15,7 @@ use iceberg::{Catalog, ErrorKind, TableIdent};
 use uuid::Uuid;
 
 use super::fence::FencedCatalog;
-use super::maintenance::Maintainer;
+use super::maintenance::{Maintainer, MaintenanceReport};
 use super::table::{check_same_table, referenced_data_files};
 use super::table_state::{
     commit_properties, commit_summary, committed_batch_ids, last_commit_id, table_checkpoints,
@@ -249,26 +249,68 @@ impl CommitTarget for IcebergTarget {
         if !self.maintainer.active() && self.maintainer.max_batch_age().is_none() {
             return Ok(());
         }
-        let table = self.load_same_table().await?;
-        // Only on the table as this committer left it: a newer epoch means the lease moved.
-        if table_epoch(&table) != epoch {
+        let Some(table) = self.table_at_epoch(epoch).await? else {
             return Ok(());
-        }
+        };
         self.maintainer
             .sweep_if_due(&table, batches, false)
             .await
             .map_err(|e| CommitError::unavailable("sweep orphans", e))?;
+        self.maintain_table(&table).await.map(|_| ())
+    }
+}
+
+impl IcebergTarget {
+    /// The table, if it carries `epoch`: maintenance acts only on the table as this committer
+    /// left it (a newer epoch means the lease moved).
+    async fn table_at_epoch(&self, epoch: u64) -> Result<Option<Table>, CommitError> {
+        let table = self.load_same_table().await?;
+        Ok((table_epoch(&table) == epoch).then_some(table))
+    }
+
+    async fn maintain_table(&self, table: &Table) -> Result<MaintenanceReport, CommitError> {
         let report = self
             .maintainer
-            .maintain(&table)
+            .maintain(table)
             .await
             .map_err(|e| CommitError::unavailable("maintain the table", e))?;
         if report.snapshot_id.is_some() {
             if let Ok(after) = self.catalog.inner().load_table(&self.ident).await {
-                self.delete_dropped_metadata(&table, &after);
+                self.delete_dropped_metadata(table, &after);
             }
         }
-        Ok(())
+        Ok(report)
+    }
+
+    /// One maintenance look now (`floe maintain`): what [`CommitTarget::maintain`] does after
+    /// a round, without the sweep, returning what it did (nothing when the table does not carry
+    /// `epoch`).
+    ///
+    /// Errors: `Unavailable`.
+    pub async fn maintain_once(&self, epoch: u64) -> Result<MaintenanceReport, CommitError> {
+        self.maintainer.look_now().await;
+        match self.table_at_epoch(epoch).await? {
+            Some(table) => self.maintain_table(&table).await,
+            None => Ok(MaintenanceReport::default()),
+        }
+    }
+
+    /// Starts an orphan sweep now (`floe maintain`); `false` when the sweep is off or the table
+    /// does not carry this committer's epoch. Wait for it with [`Maintainer::wait_for_sweep`].
+    ///
+    /// Errors: `Unavailable`.
+    pub async fn sweep_now(
+        &self,
+        epoch: u64,
+        batches: &dyn crate::lease::BatchStore,
+    ) -> Result<bool, CommitError> {
+        let Some(table) = self.table_at_epoch(epoch).await? else {
+            return Ok(false);
+        };
+        self.maintainer
+            .sweep_if_due(&table, batches, true)
+            .await
+            .map_err(|e| CommitError::unavailable("sweep orphans", e))
     }
 }
 
