@@ -521,6 +521,28 @@ async fn floe_maintain_compacts_a_stopped_channel_and_refuses_beside_a_live_comm
         .values()
         .map(|v| v.as_u64().unwrap())
         .sum();
+    let describe = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args(["channel", "describe", "--config"])
+            .arg(&config)
+            .args(["it", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(
+            d[0]["table_health"].is_object(),
+            "describe shows the table's health: {d}"
+        );
+        d[0]["table_health"].clone()
+    };
+    let health = describe();
+    assert!(health["hours_to_compact"].as_u64().unwrap() > 0, "{health}");
+    assert!(health["last_maintenance"].is_null(), "{health}");
     // Workers stopped: one pass.
     let done = maintain();
     let stdout = String::from_utf8_lossy(&done.stdout);
@@ -540,6 +562,15 @@ async fn floe_maintain_compacts_a_stopped_channel_and_refuses_beside_a_live_comm
         .find(|s| s["id"] == after["current"])
         .unwrap()
         .clone();
+    let health = describe();
+    assert_eq!(health["hours_to_compact"], 0, "{health}");
+    assert!(
+        health["last_maintenance"]
+            .as_str()
+            .unwrap()
+            .contains("compaction"),
+        "{health}"
+    );
     let per_hour = current["files_by_partition"].as_object().unwrap();
     assert!(
         per_hour.values().all(|v| v == 1),

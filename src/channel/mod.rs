@@ -688,6 +688,8 @@ pub struct ChannelDescription {
     pub shards: Vec<ShardDescription>,
     /// Why the table could not be read, if it could not.
     pub catalog_error: Option<String>,
+    /// The table's shape (Iceberg destinations whose table could be read).
+    pub table_health: Option<crate::iceberg::maintenance::TableHealth>,
 }
 
 /// `floe channel describe`: state, leases, checkpoints and commits of one channel. A catalog
@@ -819,6 +821,23 @@ async fn describe_with(
     let snapshot = table
         .as_ref()
         .and_then(|t| t.metadata().current_snapshot().cloned());
+    let (table_health, catalog_error) = match (&table, channel.destination.iceberg()) {
+        (Some(t), Some(dest)) => match crate::iceberg::maintenance::table_health(
+            t,
+            dest.target_file_size,
+            dest.maintenance.compaction_delay.as_millis() as i64,
+            crate::time::now_ms(),
+        )
+        .await
+        {
+            Ok(h) => (Some(h), catalog_error),
+            Err(e) => (
+                None,
+                catalog_error.or(Some(format!("table manifests: {e}"))),
+            ),
+        },
+        _ => (None, catalog_error),
+    };
     Ok(ChannelDescription {
         channel: name.to_string(),
         state: state
@@ -856,6 +875,7 @@ async fn describe_with(
         snapshot_id: snapshot.map(|s| s.snapshot_id()),
         shards,
         catalog_error,
+        table_health,
     })
 }
 

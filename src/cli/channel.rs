@@ -324,6 +324,24 @@ pub fn describe_text(d: &ChannelDescription) -> String {
             _ => dash(),
         },
     );
+    if let Some(h) = &d.table_health {
+        row(
+            "table_health",
+            format!(
+                "{} snapshots, {} manifests, {} data files ({}), {} closed hours to compact, {} metadata files logged",
+                h.snapshots,
+                h.manifests,
+                h.data_files,
+                bytesize::ByteSize::b(h.data_bytes),
+                h.hours_to_compact,
+                h.metadata_log
+            ),
+        );
+        row(
+            "last_maintenance",
+            h.last_maintenance.clone().unwrap_or_else(dash),
+        );
+    }
     if let Some(e) = &d.catalog_error {
         row("catalog_error", e.clone());
     }

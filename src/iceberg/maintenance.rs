@@ -143,6 +143,80 @@ pub fn plan_compaction<'a>(
     picked
 }
 
+/// The shape of a table, as `floe channel describe` shows it: what maintenance keeps small.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TableHealth {
+    /// Retained snapshots.
+    pub snapshots: usize,
+    /// Manifests in the current snapshot.
+    pub manifests: usize,
+    /// Live data files in the current snapshot.
+    pub data_files: usize,
+    /// Their bytes.
+    pub data_bytes: u64,
+    /// Closed hours (ended at least `compaction_delay` ago) with two or more small files: work
+    /// for compaction.
+    pub hours_to_compact: usize,
+    /// Metadata files in the metadata log.
+    pub metadata_log: usize,
+    /// When floe's last maintenance snapshot was committed (RFC 3339) and its tasks.
+    pub last_maintenance: Option<String>,
+}
+
+/// The health of `table` at `now_ms`, small files judged against `target` bytes and closed hours
+/// by `delay_ms` (reads the current snapshot's manifests).
+///
+/// Errors: a manifest list or manifest cannot be read.
+pub async fn table_health(
+    table: &Table,
+    target: u64,
+    delay_ms: i64,
+    now_ms: i64,
+) -> iceberg::Result<TableHealth> {
+    let current = CurrentFiles::load(table).await?;
+    let hours = files_by_hour(&current);
+    let to_compact: HashSet<i32> =
+        plan_compaction(&hours, target, delay_ms, now_ms, &HashSet::new())
+            .iter()
+            .filter_map(|e| hour_of(e))
+            .collect();
+    // plan_compaction stops at one task's budget; count every closed hour with small files.
+    let small_below = target / SMALL_SHARE.1 * SMALL_SHARE.0;
+    let hours_to_compact = hours
+        .iter()
+        .filter(|(h, files)| {
+            to_compact.contains(h)
+                || (ended(**h, delay_ms, now_ms)
+                    && files
+                        .iter()
+                        .filter(|e| e.file_size_in_bytes() < small_below)
+                        .count()
+                        >= 2)
+        })
+        .count();
+    let md = table.metadata();
+    let last_maintenance = md
+        .snapshots()
+        .filter_map(|s| {
+            let tasks = s
+                .summary()
+                .additional_properties
+                .get(super::rewrite::SUMMARY_MAINTENANCE)?;
+            Some((s.timestamp_ms(), tasks.clone()))
+        })
+        .max_by_key(|(t, _)| *t)
+        .map(|(t, tasks)| format!("{} ({tasks})", crate::time::rfc3339_ms(t)));
+    Ok(TableHealth {
+        snapshots: md.snapshots().count(),
+        manifests: current.manifests.len(),
+        data_files: current.live().count(),
+        data_bytes: current.live().map(|e| e.file_size_in_bytes()).sum(),
+        hours_to_compact,
+        metadata_log: md.metadata_log().len(),
+        last_maintenance,
+    })
+}
+
 /// A finished compaction task: data files written, not yet committed.
 #[derive(Debug)]
 pub struct Compacted {
