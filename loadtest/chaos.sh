@@ -192,10 +192,13 @@ name = "$channel"
   table = "events"
   partition_field = "event_time"
   data_freshness = "10s"
-    # Snapshot expiry in the committer's commits, under the same faults as delivery.
+    # Table maintenance under the same faults as delivery: snapshot expiry in the commits,
+    # compaction of closed hours and the other rewrites every 30 s.
     [channel.destination.maintenance]
     snapshot_retention = "1m"
     min_snapshots = 5
+    compaction_delay = "0s"
+    interval = "30s"
     [channel.destination.catalog]
     kind = "sql"
     name = "floe"
