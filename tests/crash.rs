@@ -577,3 +577,66 @@ async fn floe_maintain_compacts_a_stopped_channel_and_refuses_beside_a_live_comm
         "one file per closed hour after the pass (from {files_before} files): {per_hour:?}"
     );
 }
+
+/// Three workers share a channel at data_freshness 10 s while records keep arriving: each hands
+/// off every 5 s, and the committer gathers their batches, committing at most once per 5 s — so
+/// snapshots per hour do not grow with the number of workers (without the spacing, each worker's
+/// batch got its own commit, about a second apart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_gather_every_workers_batches_at_most_once_per_half_the_freshness() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    let workers: Vec<Worker> = ["w1", "w2", "w3"]
+        .iter()
+        .map(|id| Worker::start(dir.path(), &broker.bootstrap, id))
+        .collect();
+    let bootstrap = broker.bootstrap.clone();
+    let total = 6_000u64;
+    let producer = std::thread::spawn(move || {
+        // 40 s of steady arrivals.
+        for step in 0..80u64 {
+            produce(&bootstrap, step * 75, step * 75 + 75);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    tokio::task::spawn_blocking(move || producer.join().unwrap())
+        .await
+        .unwrap();
+    let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(120)).await;
+    for w in workers {
+        assert!(w.terminate().success());
+    }
+    assert_eq!(rows + dlq, total);
+    assert_exactly_once(dir.path(), total);
+    let catalog = floe::catalog::open_sql_catalog(
+        &dir.path().join("catalog.sqlite"),
+        &dir.path().join("warehouse"),
+        "floe",
+    )
+    .await
+    .unwrap();
+    let table = catalog
+        .load_table(&iceberg::TableIdent::from_strs(["it", "events"]).unwrap())
+        .await
+        .unwrap();
+    let mut times: Vec<i64> = table
+        .metadata()
+        .snapshots()
+        .filter(|s| {
+            s.summary()
+                .additional_properties
+                .get("added-records")
+                .is_some_and(|n| n != "0")
+        })
+        .map(|s| s.timestamp_ms())
+        .collect();
+    times.sort();
+    // The commits while all three workers were reading (the drain at shutdown is not spaced).
+    let steady = &times[..times.len().saturating_sub(3)];
+    let gaps: Vec<i64> = steady.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.len() >= 4, "commits: {times:?}");
+    assert!(
+        gaps.iter().all(|g| *g >= 4_500),
+        "commits at least ~5 s apart while three workers hand off: gaps {gaps:?}"
+    );
+}

@@ -46,7 +46,9 @@ use crate::retry::Backoff;
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
 use crate::source::kinesis::KinesisSource;
 use crate::source::{InitialPosition, Source};
-use crate::worker::{ChannelIo, ChannelWorker, DestinationIo, WorkerError, WorkerSettings};
+use crate::worker::{
+    commit_spacing, ChannelIo, ChannelWorker, DestinationIo, WorkerError, WorkerSettings,
+};
 
 /// Errors that stop `floe run` (or `floe setup`) at start, shaped by what the operator does
 /// next: fix something (`*Refused`, exit 78), or wait for a dependency (`*Unavailable`, exit 1;
@@ -578,7 +580,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             let held = held.clone();
             let stop = stops.committing.clone();
             let destination = prepared.io.destination.clone();
-            tracker.spawn(committer_loop(name.clone(), destination, store, held, stop));
+            tracker.spawn(committer_loop(
+                name.clone(),
+                destination,
+                store,
+                held,
+                stop,
+                prepared.config.destination.data_freshness(),
+                stop_reading.child_token(),
+            ));
         }
 
         // Worker loop, restarted with backoff on failure.
@@ -700,12 +710,18 @@ fn worker_settings(
     }
 }
 
+/// The committer of one channel while this worker holds its lease: a round every second, and
+/// after a commit a wait of [`commit_spacing`] of the freshness in force (`data_freshness`, or
+/// its `floe channel update` override), so batches handed off meanwhile by every worker go in
+/// one commit; once `draining` (shutdown), every second again, so the drain is not held up.
 async fn committer_loop(
     channel: String,
     destination: DestinationIo,
     store: Arc<dyn Store>,
     mut held: watch::Receiver<HeldLeases>,
     stop: CancellationToken,
+    data_freshness: Duration,
+    draining: CancellationToken,
 ) {
     let mut committer: Option<Committer> = None;
     let mut fenced_at: Option<u64> = None;
@@ -754,6 +770,17 @@ async fn committer_loop(
                 Ok(report) => {
                     crate::telemetry::record_delivered(&channel, report.rows);
                     backoff.reset();
+                    if report.committed > 0 && !draining.is_cancelled() {
+                        let freshness = match store.get_channel_state(&channel).await {
+                            Ok(Some(state)) => state
+                                .overrides
+                                .data_freshness_ms
+                                .map(Duration::from_millis)
+                                .unwrap_or(data_freshness),
+                            _ => data_freshness,
+                        };
+                        wait = commit_spacing(freshness).max(wait);
+                    }
                 }
                 Err(CommitError::Fenced { table_epoch, own }) => {
                     tracing::warn!(channel = %channel, table_epoch, own, "committer is stale: stepping down");
@@ -773,6 +800,7 @@ async fn committer_loop(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = held.changed() => {},
+            _ = draining.cancelled(), if !draining.is_cancelled() => {},
             _ = tokio::time::sleep(wait) => {},
         }
     }

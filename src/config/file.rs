@@ -325,9 +325,10 @@ pub struct IcebergDestinationSection {
     pub compression: Option<CompressionCodec>,
     /// ZSTD level, 1 (fastest) to 22 (smallest); only with `compression = "zstd"`. Default: `3`.
     pub compression_level: Option<WholeNumber>,
-    /// Maximum age of a record before it is committed to the table: buffered records are flushed
-    /// and committed when the oldest reaches this age (or the buffer fills). From 10s to 900s.
-    /// Default: `"300s"`.
+    /// Maximum age of a record before it is committed to the table: a worker hands its buffered
+    /// records off when the oldest reaches half this age (or the buffer fills), and the committer
+    /// commits every worker's batches together at most once per the other half. From 10s to
+    /// 900s. Default: `"300s"`.
     pub data_freshness: Option<DurationText>,
     /// Target size of a data file: a flush rolls to a new file of the same hour partition once a
     /// file reaches it (files of a flush are usually smaller: one per hour per flush).

@@ -1,11 +1,11 @@
 //! The worker side of a channel: read the leased shards, convert records into one columnar
-//! buffer, and every `data_freshness` (or when the buffer is full) write the data files,
+//! buffer, and when the oldest record is half `data_freshness` old (or the buffer is full) write the data files,
 //! stage the DLQ entries and hand the batch to the committer (docs/design.md, protocol steps 1, 2
 //! and 7).
 //!
 //! ```text
 //!  lease taken ──> start after checkpoint(S) from the TABLE (never the lease store)
-//!  read ──> convert ──> buffer ──(age >= freshness | bytes >= buffer_size)──> flush
+//!  read ──> convert ──> buffer ──(age >= freshness / 2 | bytes >= buffer_size)──> flush
 //!  flush: data files + staged DLQ + PendingBatch{ per shard (after, last], lease counter }
 //!         next batch of S starts after `last` (batches chain)
 //!  reconcile: batch committed (checkpoint >= last) -> forget it
@@ -57,7 +57,8 @@ pub struct WorkerSettings {
     pub source_name: String,
     /// Label of the schema version recorded in DLQ entries.
     pub schema_version: String,
-    /// Hand off a batch when its oldest record is this old.
+    /// The freshness bound: a batch is handed off when its oldest record is half this old
+    /// ([`hand_off_age`]), the committer commits at most every other half.
     pub data_freshness: Duration,
     /// Hand off a batch when the buffered rows reach this many bytes (memory bound).
     pub buffer_size: u64,
@@ -215,6 +216,21 @@ impl ChannelIo {
             destination: DestinationIo::Iceberg(iceberg),
         }
     }
+}
+
+/// The age of its oldest record at which a worker hands a batch off: half the freshness bound.
+/// The committer commits at most once per the other half ([`commit_spacing`]), gathering every
+/// worker's batches into one commit, so a record is committed within `data_freshness` of being
+/// read and a table gets about `2 × 3600 / data_freshness` snapshots an hour however many
+/// workers a channel has (docs/design.md, protocol step 2).
+pub fn hand_off_age(data_freshness: Duration) -> Duration {
+    data_freshness / 2
+}
+
+/// The committer's wait after a commit before the next one: half the freshness bound (see
+/// [`hand_off_age`]).
+pub fn commit_spacing(data_freshness: Duration) -> Duration {
+    data_freshness / 2
 }
 
 /// A channel's destination, as its loops are given it ([`crate::destination`] says what each
@@ -617,7 +633,7 @@ impl ChannelWorker {
         let Some(oldest) = self.oldest_read else {
             return false;
         };
-        oldest.elapsed() >= self.settings.data_freshness || self.buffer_full()
+        oldest.elapsed() >= hand_off_age(self.settings.data_freshness) || self.buffer_full()
     }
 
     /// Rows and DLQ entries buffered reach `buffer_size`: flush before reading more.
