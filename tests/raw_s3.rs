@@ -377,9 +377,24 @@ async fn kinesis_to_raw_objects_exactly_once() {
     )
     .await;
     // The metrics of a raw channel are an Iceberg channel's: records read, rows delivered,
-    // commits, objects written, freshness target.
-    let (status, scrape) = get(&metrics, "/metrics").expect("scrape /metrics");
-    assert_eq!(status, 200);
+    // commits, objects written, freshness target. The last objects are published inside the
+    // round and its rows counted when the round returns: scrape until the count caught up
+    // (found by a full run under load: one scrape landed in between).
+    let mut scrape = String::new();
+    for _ in 0..50 {
+        let (status, text) = get(&metrics, "/metrics").expect("scrape /metrics");
+        assert_eq!(status, 200);
+        scrape = text;
+        if sum(
+            &samples(&scrape),
+            "floe_rows_delivered_total",
+            &["channel=\"it\""],
+        ) >= total as f64
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let m = samples(&scrape);
     let ch = "channel=\"it\"";
     assert_eq!(

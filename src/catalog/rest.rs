@@ -387,6 +387,10 @@ impl TableSwap for RestSwap {
             )),
         }
     }
+
+    fn client_writes_metadata(&self) -> bool {
+        false
+    }
 }
 
 /// Starts the SigV4 signing relay of `config` ([`crate::catalog::sigv4`]) signing for

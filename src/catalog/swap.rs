@@ -44,6 +44,12 @@ pub trait TableSwap: Send + Sync {
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> iceberg::Result<Table>;
+
+    /// Whether floe's client writes the table's metadata files (SQL, Glue), so it may delete the
+    /// ones the metadata log dropped; `false` where the catalog server writes them (REST).
+    fn client_writes_metadata(&self) -> bool {
+        true
+    }
 }
 
 /// `current` with `requirements` checked and `updates` applied, at its next metadata location

@@ -488,6 +488,20 @@ impl Maintainer {
                 || self.config.record_retention.is_some())
     }
 
+    /// Whether a look or a sweep is due now: the interval passed, a compaction task finished
+    /// or waits for its commit, or the daily sweep is due. Cheap (no I/O).
+    pub async fn due(&self) -> bool {
+        let st = self.state.lock().await;
+        let look = self.active()
+            && (st.next_look.is_none_or(|t| Instant::now() >= t)
+                || st.ready.is_some()
+                || st.job.as_ref().is_some_and(|j| j.is_finished()));
+        let sweep = self.max_batch_age().is_some()
+            && st.sweep.as_ref().is_none_or(|s| s.is_finished())
+            && st.next_sweep.is_none_or(|t| Instant::now() >= t);
+        look || sweep
+    }
+
     /// Whether a compaction task is running or waiting for its commit.
     pub async fn busy(&self) -> bool {
         let st = self.state.lock().await;

@@ -149,10 +149,12 @@ impl IcebergTarget {
     /// files `before`'s metadata log named that `after`'s no longer does (the log keeps the
     /// newest `write.metadata.previous-versions-max`, 100 by default) — what Java's
     /// `write.metadata.delete-after-commit.enabled` does. Only where floe writes the metadata
-    /// files itself (the catalogs with a swap: SQL, Glue) and maintenance is on; a REST server
-    /// or S3 Tables owns its metadata files.
+    /// files itself (SQL, Glue: [`TableSwap::client_writes_metadata`]) and maintenance is on; a
+    /// REST server or S3 Tables owns its metadata files.
     pub(crate) fn delete_dropped_metadata(&self, before: &Table, after: &Table) {
-        if !self.maintenance.enabled || self.swap.is_none() {
+        if !self.maintenance.enabled
+            || !self.swap.as_ref().is_some_and(|s| s.client_writes_metadata())
+        {
             return;
         }
         let kept: HashSet<&str> = after
@@ -246,7 +248,8 @@ impl CommitTarget for IcebergTarget {
         epoch: u64,
         batches: &dyn crate::lease::BatchStore,
     ) -> Result<(), CommitError> {
-        if !self.maintainer.active() && self.maintainer.max_batch_age().is_none() {
+        // Nothing due (the usual case between looks): no catalog call at all.
+        if !self.maintainer.due().await {
             return Ok(());
         }
         let Some(table) = self.table_at_epoch(epoch).await? else {
