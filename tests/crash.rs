@@ -543,9 +543,9 @@ async fn floe_maintain_compacts_a_stopped_channel_and_refuses_beside_a_live_comm
             d[0]["table_health"].is_object(),
             "describe shows the table's health: {d}"
         );
-        d[0]["table_health"].clone()
+        d[0].clone()
     };
-    let health = describe();
+    let health = describe()["table_health"].clone();
     assert!(health["hours_to_compact"].as_u64().unwrap() > 0, "{health}");
     assert!(health["last_maintenance"].is_null(), "{health}");
     // Workers stopped: one pass.
@@ -567,7 +567,11 @@ async fn floe_maintain_compacts_a_stopped_channel_and_refuses_beside_a_live_comm
         .find(|s| s["id"] == after["current"])
         .unwrap()
         .clone();
-    let health = describe();
+    let described = describe();
+    let health = described["table_health"].clone();
+    // last_commit is the last data commit, never the maintenance snapshot on top of it.
+    assert_eq!(current["operation"], "replace", "{current}");
+    assert_ne!(described["snapshot_id"], after["current"], "{described}");
     assert_eq!(health["hours_to_compact"], 0, "{health}");
     assert!(
         health["last_maintenance"]

@@ -818,3 +818,92 @@ async fn a_pending_batch_older_than_half_the_orphan_age_is_rejected() {
         assert!(!std::path::Path::new(&path).exists(), "{path} deleted");
     }
 }
+
+/// Late records keep arriving for an hour past `record_retention`, so every look commits a
+/// record expiry; compaction of a closed recent hour still happens (it is planned on the table
+/// the expiry committed, in the same look). Found by a fresh-user test: every look returned after
+/// its commit and compaction never started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_expiry_at_every_look_does_not_starve_compaction() {
+    let f = fixture().await;
+    let c = maintaining(
+        &f,
+        MaintenanceConfig {
+            record_retention: Some(Duration::from_secs(3600)),
+            ..eager()
+        },
+    )
+    .await;
+    // Two writes into the hour before the current one: closed, within the retention.
+    let last_hour = (floe::time::now_ms() / 3_600_000 - 1) * 3_600_000 + 60_000;
+    let july = 1_783_627_200_000;
+    let mut after: Option<i64> = None;
+    let mut next = 0u64;
+    // One round committing a batch per base time (ten records each, one chain).
+    let mut round = |bases: Vec<i64>| {
+        let mut batches = Vec::new();
+        for base in bases {
+            batches.push((next, after, base));
+            next += 10;
+            after = Some((next - 1) as i64);
+        }
+        let (f, c) = (&f, &c);
+        async move {
+            for (from, prev, base) in batches {
+                let table = f.catalog.load_table(&f.ident).await.unwrap();
+                let b = common::race::event_batch_at(
+                    &f.schema,
+                    "m",
+                    &table,
+                    prev,
+                    from,
+                    from + 10,
+                    base,
+                    0,
+                )
+                .await;
+                f.store.put_batch(&b).await.unwrap();
+            }
+            c.run_round().await.unwrap();
+        }
+    };
+    // Late July records in every round: every look has an expiry to commit. The hour before
+    // the current one (closed, within the retention) gets two writes.
+    round(vec![july, last_hour]).await;
+    round(vec![july, last_hour]).await;
+    let mut compacted = false;
+    for _ in 0..30 {
+        round(vec![july]).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let table = f.catalog.load_table(&f.ident).await.unwrap();
+        compacted = table.metadata().snapshots().any(|s| {
+            s.summary()
+                .additional_properties
+                .get(floe::iceberg::rewrite::SUMMARY_MAINTENANCE)
+                .is_some_and(|t| t.contains("compaction"))
+        });
+        if compacted {
+            break;
+        }
+    }
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let mut history: Vec<_> = table
+        .metadata()
+        .snapshots()
+        .map(|s| {
+            (
+                s.sequence_number(),
+                s.summary().operation.as_str().to_string(),
+                s.summary()
+                    .additional_properties
+                    .get(floe::iceberg::rewrite::SUMMARY_MAINTENANCE)
+                    .cloned(),
+            )
+        })
+        .collect();
+    history.sort();
+    assert!(
+        compacted,
+        "the recent closed hour was compacted: {history:?}"
+    );
+}

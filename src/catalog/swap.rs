@@ -16,8 +16,9 @@
 //!       lost the swap -> ErrorKind::CatalogCommitConflicts
 //! ```
 //!
-//! The REST catalog (whose server applies updates itself) and S3 Tables (which maintains its
-//! own tables) have no swap yet: their tables get snapshot expiry only.
+//! The REST catalog's swap is [`crate::catalog::rest::RestSwap`] (its server applies the updates
+//! and checks the requirements itself). S3 Tables, which maintains its own tables, has none: its
+//! tables get snapshot expiry only.
 
 use std::str::FromStr;
 use std::sync::Arc;

@@ -680,9 +680,9 @@ pub struct ChannelDescription {
     pub committer: Option<String>,
     /// Pending batches waiting for the committer.
     pub pending_batches: usize,
-    /// When the table's current snapshot was committed (RFC 3339).
+    /// When the table's last data commit landed (RFC 3339; maintenance snapshots not counted).
     pub last_commit_at: Option<String>,
-    /// The table's current snapshot.
+    /// The snapshot of that commit.
     pub snapshot_id: Option<i64>,
     /// Per shard.
     pub shards: Vec<ShardDescription>,
@@ -818,9 +818,19 @@ async fn describe_with(
             })
         })
         .collect();
-    let snapshot = table
-        .as_ref()
-        .and_then(|t| t.metadata().current_snapshot().cloned());
+    // The last data commit: maintenance snapshots (compaction, expiry) would hide a stalled
+    // pipeline (found by a fresh-user review).
+    let snapshot = table.as_ref().and_then(|t| {
+        t.metadata()
+            .snapshots()
+            .filter(|s| {
+                !s.summary()
+                    .additional_properties
+                    .contains_key(crate::iceberg::rewrite::SUMMARY_MAINTENANCE)
+            })
+            .max_by_key(|s| (s.sequence_number(), s.timestamp_ms()))
+            .cloned()
+    });
     let (table_health, catalog_error) = match (&table, channel.destination.iceberg()) {
         (Some(t), Some(dest)) => match crate::iceberg::maintenance::table_health(
             t,

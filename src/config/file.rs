@@ -347,8 +347,9 @@ pub struct IcebergDestinationSection {
     pub maintenance: Section<MaintenanceSection>,
 }
 
-/// `[channel.destination.maintenance]`: table maintenance by the committer, in the same fenced
-/// commits as the data (docs/operations.md, "Table maintenance").
+/// `[channel.destination.maintenance]`: table maintenance by the committer — snapshot expiry in
+/// its data commits, compaction, manifest rewrite and record expiration as conditional snapshots
+/// of their own, file cleanup and the orphan sweep (docs/operations.md, "Table maintenance").
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MaintenanceSection {
@@ -364,19 +365,19 @@ pub struct MaintenanceSection {
     /// Whether snapshots are expired (and the files only they reached deleted). Default: `true`.
     pub snapshot_expiry: Option<bool>,
     /// Whether the small data files of a closed hour partition are rewritten into files of
-    /// about `target_file_size` (a `replace` snapshot; SQL and Glue catalogs). Default: `true`.
+    /// about `target_file_size` (a `replace` snapshot; SQL, REST and Glue catalogs). Default: `true`.
     pub compaction: Option<bool>,
     /// How long after an hour ends its partition is first compacted (late records after that
     /// are compacted again later). From 0s to 7d. Default: `"10m"`.
     pub compaction_delay: Option<DurationText>,
     /// Whether the current snapshot's manifests are bin-packed into few when there are more
-    /// than `max_manifests` (a `replace` snapshot; SQL and Glue catalogs). Default: `true`.
+    /// than `max_manifests` (a `replace` snapshot; SQL, REST and Glue catalogs). Default: `true`.
     pub manifest_rewrite: Option<bool>,
     /// Manifests the current snapshot may hold before they are rewritten. From 2 to 100000.
     /// Default: `100`.
     pub max_manifests: Option<WholeNumber>,
     /// Records older than this (by their hour partition) are removed, whole hours at a time, in
-    /// a `delete` snapshot (SQL and Glue catalogs); the open hour never is. From 1h to
+    /// a `delete` snapshot (SQL, REST and Glue catalogs; refused on S3 Tables); the open hour never is. From 1h to
     /// 36500d. Default: none (records are kept).
     pub record_retention: Option<DurationText>,
     /// How often the committer looks for compaction, manifest rewrite and record expiration

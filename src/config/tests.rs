@@ -1563,3 +1563,24 @@ fn maintenance_is_on_by_default_and_its_settings_are_bounded_with_their_key() {
     let e = parse(&unknown).unwrap_err().to_string();
     assert!(e.contains("vacuum"), "{e}");
 }
+
+/// On S3 Tables floe cannot commit the delete snapshot of record expiration: `record_retention`
+/// is refused with its key instead of being silently ignored (found by a fresh-user review).
+#[test]
+fn record_retention_on_s3tables_is_refused_with_its_key() {
+    let s3t = replaced(
+        SQL_CATALOG,
+        &format!("kind = \"s3tables\"\ntable_bucket_arn = \"{BUCKET_ARN}\""),
+    );
+    let text = s3t.replace(
+        "[channel.destination.catalog]",
+        "[channel.destination.maintenance]\nenabled = true\nrecord_retention = \"7d\"\n[channel.destination.catalog]",
+    );
+    assert_ne!(text, s3t, "the maintenance section went in");
+    let e = parse(&text).unwrap_err().to_string();
+    assert!(
+        e.contains("channel[0].destination.maintenance.record_retention")
+            && e.contains("S3 Tables"),
+        "{e}"
+    );
+}

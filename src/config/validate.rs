@@ -1083,6 +1083,14 @@ impl Checker<'_> {
         );
         let record_retention = match m.record_retention {
             None => Some(None),
+            // floe cannot commit the delete snapshot there: refused rather than silently ignored.
+            Some(_) if s3tables => {
+                self.error(
+                    &format!("{p}.record_retention"),
+                    "S3 Tables maintains its own tables and floe cannot commit a delete snapshot there: use S3 Tables' own record expiration, or another catalog".to_string(),
+                );
+                None
+            }
             text => self
                 .duration(
                     &format!("{p}.record_retention"),

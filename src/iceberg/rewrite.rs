@@ -115,6 +115,8 @@ pub struct Rewrite {
     pub merge_manifests: bool,
     /// The tasks, for [`SUMMARY_MAINTENANCE`].
     pub tasks: Vec<&'static str>,
+    /// Snapshots to expire in the same commit (never the current one).
+    pub expire: Vec<i64>,
 }
 
 impl Rewrite {
@@ -262,7 +264,20 @@ pub async fn commit_rewrite(
                 snapshot_id: Some(parent),
             },
         ];
-        let updates = vec![
+        let mut updates = Vec::new();
+        let current_id = md.current_snapshot_id();
+        let expire: Vec<i64> = rewrite
+            .expire
+            .iter()
+            .copied()
+            .filter(|id| Some(*id) != current_id)
+            .collect();
+        if !expire.is_empty() {
+            updates.push(TableUpdate::RemoveSnapshots {
+                snapshot_ids: expire,
+            });
+        }
+        updates.extend([
             TableUpdate::AddSnapshot { snapshot },
             TableUpdate::SetSnapshotRef {
                 ref_name: MAIN_BRANCH.to_string(),
@@ -271,7 +286,7 @@ pub async fn commit_rewrite(
                     SnapshotRetention::branch(None, None, None),
                 ),
             },
-        ];
+        ]);
         super::maintenance::step_point("rewrite-written").await;
         let committed = swap.swap(table.identifier(), requirements, updates).await?;
         super::maintenance::step_point("rewrite-committed").await;

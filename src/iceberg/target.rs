@@ -145,6 +145,93 @@ impl IcebergTarget {
 }
 
 impl IcebergTarget {
+    /// After a commit from `before_table` to `after`: counts and logs the snapshots it expired and
+    /// deletes the files only they reached ([`LoadedTable::after_expiry`] says which).
+    pub(crate) fn delete_expired(&self, before_table: &Table, after: &Table) {
+        let retained: HashSet<i64> = after
+            .metadata()
+            .snapshots()
+            .map(|s| s.snapshot_id())
+            .collect();
+        let before = before_table.metadata();
+        let expired: Vec<_> = before
+            .snapshots()
+            .filter(|s| !retained.contains(&s.snapshot_id()))
+            .cloned()
+            .collect();
+        let channel = self.channel.clone();
+        telemetry::set_table_snapshots(&channel, retained.len());
+        if expired.is_empty() {
+            return;
+        }
+        telemetry::record_snapshots_expired(&channel, expired.len() as u64);
+        tracing::info!(channel = %channel, table = %self.ident, expired = expired.len(), retained = retained.len(), "snapshots expired");
+        // (expired snapshot, its child) where the child removed something.
+        let pairs: Vec<_> = expired
+            .iter()
+            .filter_map(|e| {
+                let child = before
+                    .snapshots()
+                    .find(|c| c.parent_snapshot_id() == Some(e.snapshot_id()))?;
+                (child.summary().operation != iceberg::spec::Operation::Append)
+                    .then(|| (e.clone(), child.clone()))
+            })
+            .collect();
+        let table = before_table.clone();
+        tokio::spawn(async move {
+            let file_io = table.file_io();
+            let location = table.metadata().location().to_string();
+            // What each child removed is read first: it needs the expired manifest lists.
+            let mut removed = Vec::new();
+            for (e, child) in &pairs {
+                match removed_by(&table, e, child).await {
+                    Ok(r) => removed.push(r),
+                    Err(err) => {
+                        tracing::warn!(channel = %channel, snapshot_id = child.snapshot_id(), error = %err, "could not read what a snapshot removed: its files stay (orphans now)");
+                    }
+                }
+            }
+            let mut lists = 0u64;
+            for e in &expired {
+                match file_io.delete(e.manifest_list()).await {
+                    Ok(()) => lists += 1,
+                    Err(err) => {
+                        tracing::warn!(channel = %channel, path = e.manifest_list(), error = %err, "could not delete an expired snapshot's manifest list (an orphan now)")
+                    }
+                }
+            }
+            telemetry::record_maintenance_files_deleted(&channel, "manifest_list", lists);
+            let (mut manifests, mut data_files, mut bytes) = (0u64, 0u64, 0u64);
+            for dropped in &removed {
+                for path in dropped
+                    .manifests
+                    .iter()
+                    .filter(|p| p.starts_with(&location))
+                {
+                    if file_io.delete(path).await.is_ok() {
+                        manifests += 1;
+                    }
+                }
+                for (path, size) in dropped
+                    .data_files
+                    .iter()
+                    .filter(|(p, _)| p.starts_with(&location))
+                {
+                    if file_io.delete(path).await.is_ok() {
+                        data_files += 1;
+                        bytes += size;
+                    }
+                }
+            }
+            telemetry::record_maintenance_files_deleted(&channel, "manifest", manifests);
+            telemetry::record_maintenance_files_deleted(&channel, "data_file", data_files);
+            telemetry::record_maintenance_bytes_deleted(&channel, bytes);
+            if manifests + data_files > 0 {
+                tracing::info!(channel = %channel, manifests, data_files, bytes, "files of expired snapshots deleted");
+            }
+        });
+    }
+
     /// After a commit from `before` to `after`: deletes, off the committer's loop, the metadata
     /// files `before`'s metadata log named that `after`'s no longer does (the log keeps the
     /// newest `write.metadata.previous-versions-max`, 100 by default) — what Java's
@@ -153,7 +240,10 @@ impl IcebergTarget {
     /// REST server or S3 Tables owns its metadata files.
     pub(crate) fn delete_dropped_metadata(&self, before: &Table, after: &Table) {
         if !self.maintenance.enabled
-            || !self.swap.as_ref().is_some_and(|s| s.client_writes_metadata())
+            || !self
+                .swap
+                .as_ref()
+                .is_some_and(|s| s.client_writes_metadata())
         {
             return;
         }
@@ -203,26 +293,6 @@ impl IcebergTarget {
             .map_err(|e| CommitError::unavailable("load table", e))?;
         Ok(table)
     }
-}
-
-/// The snapshots of `table` that expiry under `m` would remove at `now_ms` (never the current
-/// one, never one of the `min_snapshots` newest): the ones older than the retention.
-fn expirable(table: &Table, m: &MaintenanceConfig, now_ms: i64) -> Vec<i64> {
-    if !m.enabled || !m.snapshot_expiry {
-        return Vec::new();
-    }
-    let metadata = table.metadata();
-    let current = metadata.current_snapshot_id();
-    let mut snapshots: Vec<_> = metadata.snapshots().collect();
-    // Newest first; snapshots() comes in no particular order.
-    snapshots.sort_by_key(|s| std::cmp::Reverse((s.timestamp_ms(), s.sequence_number())));
-    let cutoff = now_ms.saturating_sub(m.snapshot_retention.as_millis() as i64);
-    snapshots
-        .iter()
-        .skip(m.min_snapshots as usize)
-        .filter(|s| s.timestamp_ms() < cutoff && Some(s.snapshot_id()) != current)
-        .map(|s| s.snapshot_id())
-        .collect()
 }
 
 #[async_trait]
@@ -279,6 +349,9 @@ impl IcebergTarget {
             .map_err(|e| CommitError::unavailable("maintain the table", e))?;
         if report.snapshot_id.is_some() {
             if let Ok(after) = self.catalog.inner().load_table(&self.ident).await {
+                // A maintenance commit also expires (a table that only gets maintenance commits,
+                // with no data arriving, would keep every one of its snapshots otherwise).
+                self.delete_expired(table, &after);
                 self.delete_dropped_metadata(table, &after);
             }
         }
@@ -336,88 +409,7 @@ impl LoadedTable<'_> {
     /// snapshot: retained snapshots are the newest ones, descendants of that child. Only files
     /// under the table location are deleted.
     fn after_expiry(&self, after: &Table) {
-        let retained: HashSet<i64> = after
-            .metadata()
-            .snapshots()
-            .map(|s| s.snapshot_id())
-            .collect();
-        let before = self.table.metadata();
-        let expired: Vec<_> = before
-            .snapshots()
-            .filter(|s| !retained.contains(&s.snapshot_id()))
-            .cloned()
-            .collect();
-        let channel = self.target.channel.clone();
-        telemetry::set_table_snapshots(&channel, retained.len());
-        if expired.is_empty() {
-            return;
-        }
-        telemetry::record_snapshots_expired(&channel, expired.len() as u64);
-        tracing::info!(channel = %channel, table = %self.target.ident, expired = expired.len(), retained = retained.len(), "snapshots expired");
-        // (expired snapshot, its child) where the child removed something.
-        let pairs: Vec<_> = expired
-            .iter()
-            .filter_map(|e| {
-                let child = before
-                    .snapshots()
-                    .find(|c| c.parent_snapshot_id() == Some(e.snapshot_id()))?;
-                (child.summary().operation != iceberg::spec::Operation::Append)
-                    .then(|| (e.clone(), child.clone()))
-            })
-            .collect();
-        let table = self.table.clone();
-        tokio::spawn(async move {
-            let file_io = table.file_io();
-            let location = table.metadata().location().to_string();
-            // What each child removed is read first: it needs the expired manifest lists.
-            let mut removed = Vec::new();
-            for (e, child) in &pairs {
-                match removed_by(&table, e, child).await {
-                    Ok(r) => removed.push(r),
-                    Err(err) => {
-                        tracing::warn!(channel = %channel, snapshot_id = child.snapshot_id(), error = %err, "could not read what a snapshot removed: its files stay (orphans now)");
-                    }
-                }
-            }
-            let mut lists = 0u64;
-            for e in &expired {
-                match file_io.delete(e.manifest_list()).await {
-                    Ok(()) => lists += 1,
-                    Err(err) => {
-                        tracing::warn!(channel = %channel, path = e.manifest_list(), error = %err, "could not delete an expired snapshot's manifest list (an orphan now)")
-                    }
-                }
-            }
-            telemetry::record_maintenance_files_deleted(&channel, "manifest_list", lists);
-            let (mut manifests, mut data_files, mut bytes) = (0u64, 0u64, 0u64);
-            for dropped in &removed {
-                for path in dropped
-                    .manifests
-                    .iter()
-                    .filter(|p| p.starts_with(&location))
-                {
-                    if file_io.delete(path).await.is_ok() {
-                        manifests += 1;
-                    }
-                }
-                for (path, size) in dropped
-                    .data_files
-                    .iter()
-                    .filter(|(p, _)| p.starts_with(&location))
-                {
-                    if file_io.delete(path).await.is_ok() {
-                        data_files += 1;
-                        bytes += size;
-                    }
-                }
-            }
-            telemetry::record_maintenance_files_deleted(&channel, "manifest", manifests);
-            telemetry::record_maintenance_files_deleted(&channel, "data_file", data_files);
-            telemetry::record_maintenance_bytes_deleted(&channel, bytes);
-            if manifests + data_files > 0 {
-                tracing::info!(channel = %channel, manifests, data_files, bytes, "files of expired snapshots deleted");
-            }
-        });
+        self.target.delete_expired(&self.table, after);
     }
 }
 
@@ -527,7 +519,7 @@ impl LoadedTarget for LoadedTable<'_> {
         // applied before the append so that its requirement (main is the validated snapshot) is
         // the append's own. It only removes metadata; the files only expired snapshots reached
         // are deleted after the commit landed.
-        let expire = expirable(table, &self.target.maintenance, now_ms());
+        let expire = super::maintenance::expirable(table, &self.target.maintenance, now_ms());
         if !expire.is_empty() {
             tx = tx
                 .expire_snapshots()
