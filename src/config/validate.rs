@@ -1086,7 +1086,7 @@ impl Checker<'_> {
             // floe cannot commit the delete snapshot there: refused rather than silently ignored.
             Some(_) if s3tables => {
                 self.error(
-                    &format!("{p}.record_retention"),
+                    format!("{p}.record_retention"),
                     "S3 Tables maintains its own tables and floe cannot commit a delete snapshot there: use S3 Tables' own record expiration, or another catalog".to_string(),
                 );
                 None
