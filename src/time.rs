@@ -13,6 +13,14 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The time in a UUIDv7 (RFC 9562 §5.7: the first 48 bits are Unix milliseconds), in
+/// milliseconds since the Unix epoch; `None` for a UUID of another version. floe's batch ids,
+/// commit ids and file names carry one.
+pub fn uuid_v7_ms(id: &uuid::Uuid) -> Option<i64> {
+    let (secs, nanos) = id.get_timestamp()?.to_unix();
+    Some(secs as i64 * 1000 + i64::from(nanos / 1_000_000))
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
 pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };

@@ -732,11 +732,7 @@ pub async fn describe(
     let raw_commit_ms = delivered
         .as_ref()
         .and_then(|d| d.last_commit_id)
-        .and_then(|id| id.get_timestamp())
-        .map(|t| {
-            let (secs, nanos) = t.to_unix();
-            secs as i64 * 1000 + i64::from(nanos / 1_000_000)
-        });
+        .and_then(|id| crate::time::uuid_v7_ms(&id));
     describe_with(
         name,
         channel,

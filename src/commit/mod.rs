@@ -38,7 +38,7 @@ use crate::model::{Checkpoints, PendingBatch, ShardId};
 use crate::telemetry;
 
 pub use crate::destination::CommitError;
-pub use plan::{batch_time_ms, plan_round, plan_round_aged, BatchDecision, RoundPlan};
+pub use plan::{plan_round, plan_round_aged, BatchDecision, RoundPlan};
 
 mod plan;
 

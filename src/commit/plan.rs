@@ -48,12 +48,6 @@ pub fn plan_round(
     )
 }
 
-/// The UUIDv7 time of a batch id, in milliseconds since the Unix epoch (`None`: not a UUIDv7).
-pub fn batch_time_ms(batch_id: &Uuid) -> Option<i64> {
-    let (secs, nanos) = batch_id.get_timestamp()?.to_unix();
-    Some(secs as i64 * 1000 + i64::from(nanos / 1_000_000))
-}
-
 /// [`plan_round`], where a batch whose id (a UUIDv7) is older than `oldest_batch_ms` is also
 /// dead unless already committed: the orphan sweep may have deleted the files of a batch handed
 /// off that late (`crate::iceberg::orphans`); its records are read again.
@@ -67,8 +61,9 @@ pub fn plan_round_aged(
     let mut cp = checkpoints.clone();
     let mut decisions = Vec::with_capacity(pending.len());
     for batch in pending {
-        let too_old = oldest_batch_ms
-            .is_some_and(|oldest| batch_time_ms(&batch.batch_id).is_none_or(|t| t < oldest));
+        let too_old = oldest_batch_ms.is_some_and(|oldest| {
+            crate::time::uuid_v7_ms(&batch.batch_id).is_none_or(|t| t < oldest)
+        });
         let decision = if committed_batch_ids.contains(&batch.batch_id) {
             BatchDecision::AlreadyCommitted
         } else if too_old

@@ -127,8 +127,7 @@ pub fn floe_file_time_ms(path: &str, channel: &str) -> Option<i64> {
             .or_else(|| tail.strip_prefix("-r"))?;
         n.bytes().all(|b| b.is_ascii_digit()).then_some(u)?
     };
-    let (secs, nanos) = uuid.get_timestamp()?.to_unix();
-    Some(secs as i64 * 1000 + i64::from(nanos / 1_000_000))
+    crate::time::uuid_v7_ms(&uuid)
 }
 
 /// Every file the table's metadata reaches: the current metadata file and its log, every

@@ -145,8 +145,17 @@ impl IcebergTarget {
 }
 
 impl IcebergTarget {
-    /// After a commit from `before_table` to `after`: counts and logs the snapshots it expired and
-    /// deletes the files only they reached ([`LoadedTable::after_expiry`] says which).
+    /// After a commit from `before_table` to `after`: counts and logs the snapshots it expired
+    /// and, off the committer's loop, deletes the files that only expired snapshots reached:
+    /// - each expired snapshot's manifest list (it belongs to that snapshot alone);
+    /// - where an expired snapshot's child is not an `append` (a replace or delete, floe's own
+    ///   maintenance or another engine's): the manifests of the expired snapshot the child no
+    ///   longer lists, and the data files the child's own manifests mark `DELETED`.
+    ///
+    /// History is linear (floe writes `main` only) and a file, once removed, never comes back,
+    /// so a file an expired snapshot reached that its child dropped is reached by no retained
+    /// snapshot: retained snapshots are the newest ones, descendants of that child. Only files
+    /// under the table location are deleted.
     pub(crate) fn delete_expired(&self, before_table: &Table, after: &Table) {
         let retained: HashSet<i64> = after
             .metadata()
@@ -396,23 +405,6 @@ struct LoadedTable<'a> {
     table: Table,
 }
 
-impl LoadedTable<'_> {
-    /// After a commit landed as `after`: counts and logs the snapshots it expired and, off the
-    /// committer's loop, deletes the files that only expired snapshots reached:
-    /// - each expired snapshot's manifest list (it belongs to that snapshot alone);
-    /// - where an expired snapshot's child is not an `append` (a replace or delete, floe's own
-    ///   maintenance or another engine's): the manifests of the expired snapshot the child no
-    ///   longer lists, and the data files the child's own manifests mark `DELETED`.
-    ///
-    /// History is linear (floe writes `main` only) and a file, once removed, never comes back,
-    /// so a file an expired snapshot reached that its child dropped is reached by no retained
-    /// snapshot: retained snapshots are the newest ones, descendants of that child. Only files
-    /// under the table location are deleted.
-    fn after_expiry(&self, after: &Table) {
-        self.target.delete_expired(&self.table, after);
-    }
-}
-
 /// What snapshot `child` removed from its parent `parent`.
 struct Removed {
     /// Manifests `parent` lists and `child` does not.
@@ -555,7 +547,7 @@ impl LoadedTarget for LoadedTable<'_> {
         catalog.clear_fence();
         match result {
             Ok(t) => {
-                self.after_expiry(&t);
+                self.target.delete_expired(&self.table, &t);
                 self.target.delete_dropped_metadata(&self.table, &t);
                 Ok(t.metadata().current_snapshot_id())
             }
@@ -576,7 +568,7 @@ impl LoadedTarget for LoadedTable<'_> {
                     CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}"))
                 })?;
                 if last_commit_id(fresh.metadata().properties()) == Some(commit_id) {
-                    self.after_expiry(&fresh);
+                    self.target.delete_expired(&self.table, &fresh);
                     self.target.delete_dropped_metadata(&self.table, &fresh);
                     Ok(fresh.metadata().current_snapshot_id())
                 } else {
