@@ -74,6 +74,12 @@ pub const TABLE_DATA_FILES: &str = "floe_table_data_files";
 pub const LEASE_TAKEOVERS_TOTAL: &str = "floe_lease_takeovers_total";
 /// Time reading was paused because the buffer was full, seconds.
 pub const BACKPRESSURE_SECONDS_TOTAL: &str = "floe_backpressure_seconds_total";
+/// Kafka offsets skipped because retention deleted them before floe read them
+/// (`on_position_lost = "skip"`), by shard.
+pub const SOURCE_OFFSETS_SKIPPED_TOTAL: &str = "floe_source_offsets_skipped_total";
+/// Start offsets a Kafka broker answered for the activation time that contradicted the records'
+/// own timestamps and were corrected.
+pub const SOURCE_START_CORRECTIONS_TOTAL: &str = "floe_source_start_corrections_total";
 
 /// Buckets of [`COMMIT_DURATION_SECONDS`], seconds.
 pub const COMMIT_DURATION_BUCKETS: &[f64] = &[
@@ -241,6 +247,16 @@ pub fn describe() {
         Unit::Seconds,
         "time reading was paused because the buffer was full"
     );
+    describe_counter!(
+        SOURCE_OFFSETS_SKIPPED_TOTAL,
+        Unit::Count,
+        "Kafka offsets skipped because retention deleted them before floe read them (on_position_lost = \"skip\"), by shard"
+    );
+    describe_counter!(
+        SOURCE_START_CORRECTIONS_TOTAL,
+        Unit::Count,
+        "Kafka start offsets for the activation time that contradicted the records' timestamps and were corrected"
+    );
 }
 
 /// Installs the Prometheus recorder (histograms as real Prometheus histograms with the buckets
@@ -374,6 +390,17 @@ pub fn record_dead_lettered(channel: &str, code: &str, n: u64) {
 /// Counts a failed lookup of a record's schema version ([`SCHEMA_LOOKUP_ERRORS_TOTAL`]).
 pub fn record_schema_lookup_error(channel: &str) {
     counter!(SCHEMA_LOOKUP_ERRORS_TOTAL, "channel" => channel.to_string()).increment(1);
+}
+
+/// Counts Kafka offsets skipped on `shard` ([`SOURCE_OFFSETS_SKIPPED_TOTAL`]).
+pub fn record_offsets_skipped(channel: &str, shard: &str, n: u64) {
+    counter!(SOURCE_OFFSETS_SKIPPED_TOTAL, "channel" => channel.to_string(), "shard" => shard.to_string())
+        .increment(n);
+}
+
+/// Counts a corrected start offset ([`SOURCE_START_CORRECTIONS_TOTAL`]).
+pub fn record_start_position_corrected(channel: &str) {
+    counter!(SOURCE_START_CORRECTIONS_TOTAL, "channel" => channel.to_string()).increment(1);
 }
 
 /// Sets the Kafka lag gauge of a channel (sum over the partitions this worker reads).

@@ -173,3 +173,33 @@ async fn create_records_the_table_that_run_then_accepts() {
     assert_eq!(again.table_uuid.as_deref(), Some(uuid.as_str()));
     assert_eq!(again.activated_at_ms, created.activated_at_ms);
 }
+
+/// A client configuration librdkafka refuses only when the client is created (each property is
+/// valid alone, so config validation accepts them): `floe run` refuses it (exit 78, naming the
+/// property) before it records the channel as activated — it used to record the activation
+/// first, so a later fixed worker skipped everything produced in between.
+#[tokio::test]
+async fn a_source_the_worker_refuses_is_refused_before_the_channel_is_activated() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_toml(dir.path(), NO_BROKER, "w1", 6).replace(
+        "  initial_position = \"earliest\"\n",
+        "  initial_position = \"activation_time\"\n    [channel.source.properties]\n    \"reconnect.backoff.ms\" = \"5000\"\n    \"reconnect.backoff.max.ms\" = \"1000\"\n",
+    );
+    assert!(config.contains("reconnect.backoff.max.ms"));
+    std::fs::write(dir.path().join("floe.toml"), config).unwrap();
+    let o = run(dir.path(), Entry::Run);
+    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("reconnect.backoff.max.ms"),
+        "{}",
+        stderr(&o)
+    );
+    let store = SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_channel_state("it").await.unwrap(),
+        None,
+        "the channel was recorded before the worker refused its source"
+    );
+}

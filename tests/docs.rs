@@ -460,8 +460,8 @@ fn user_type(ty: &str) -> Result<String, String> {
         "DurationText" => "duration",
         "SizeText" => "size",
         "SchemaVersionText" => "integer or string",
-        "InitialPosition" | "RecordFormat" | "CompressionCodec" | "RawCompression"
-        | "RecordDelimiter" => "string",
+        "InitialPosition" | "OnPositionLost" | "RecordFormat" | "CompressionCodec"
+        | "RawCompression" | "RecordDelimiter" => "string",
         other => {
             return Err(format!(
                 "type `{other}`: add how a user writes it to `user_type` in tests/docs.rs"

@@ -362,31 +362,282 @@ async fn refuses_bad_shards_positions_and_correctness_overrides() {
     .unwrap();
 }
 
+/// A checkpoint past the end of the log: the topic was deleted and recreated under the same name
+/// (or its log truncated). Refused when the reader opens, naming the offsets; never read from,
+/// even with `on_position_lost = "skip"`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_beyond_the_log_is_position_lost_not_a_silent_skip() {
     let kafka = EmbeddedKafka::start(1).unwrap();
     kafka.create_topic(TOPIC, 1).unwrap();
     produce(&kafka.producer().unwrap(), TOPIC, 0..10, 1);
-    let src = source(kafka.bootstrap_servers(), TOPIC);
-    let mut reader = src
-        .open(
-            &ShardId::kafka_partition(0),
-            StartAt::After(Position::Offset(5000)),
+    for skip in [false, true] {
+        let src = KafkaSource::try_new(
+            KafkaSourceConfig::new(kafka.bootstrap_servers(), TOPIC)
+                .with_request_timeout(Duration::from_secs(2))
+                .with_skip_lost_positions(skip),
         )
-        .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match reader.next_batch(10, Duration::from_millis(500)).await {
-            Err(SourceError::PositionLost { shard, .. }) => {
+        match src
+            .open(
+                &ShardId::kafka_partition(0),
+                StartAt::After(Position::Offset(5000)),
+            )
+            .await
+        {
+            Err(SourceError::PositionLost { shard, message }) => {
                 assert_eq!(shard, ShardId::kafka_partition(0));
-                break;
+                assert!(
+                    message.contains("next offset is 5001")
+                        && message.contains("offsets 0..10")
+                        && message.contains("deleted and recreated"),
+                    "{message}"
+                );
             }
-            Ok(batch) => assert!(batch.is_empty(), "read records past the log end"),
+            Ok(_) => panic!("opened a reader past the log end (skip = {skip})"),
             Err(e) => panic!("unexpected error {e}"),
         }
-        assert!(Instant::now() < deadline, "no PositionLost");
     }
+}
+
+/// Produces `n` records of about 1 KiB each on partition 0 of `topic`, one batch each (the mock
+/// cluster keeps 5 MiB of batches per partition and deletes the oldest beyond: retention).
+fn produce_bulk(producer: &EmbeddedProducer, topic: &str, ids: std::ops::Range<u64>) {
+    let pad = "x".repeat(1000);
+    for id in ids {
+        let payload = format!("{{\"id\":{id},\"pad\":\"{pad}\"}}");
+        producer
+            .send(
+                topic,
+                Some(0),
+                event_key(id).as_bytes(),
+                payload.as_bytes(),
+                None,
+            )
+            .unwrap();
+        if id % 500 == 499 {
+            producer.flush(Duration::from_secs(10)).unwrap();
+        }
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+}
+
+/// Retention deleted records after the checkpoint while floe was down: the reader refuses,
+/// naming the partition and the offsets gone — unless the channel skips lost positions, then it
+/// resumes at the oldest offset the broker holds and reads on from there without a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_deleted_by_retention_after_the_checkpoint_fail_the_reader_or_are_skipped_on_request(
+) {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 1).unwrap();
+    produce_bulk(&kafka.producer().unwrap(), TOPIC, 0..8000);
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let p0 = ShardId::kafka_partition(0);
+    let (low, high) = src.watermarks(&p0).await.unwrap();
+    assert!(low > 100 && high == 8000, "the broker kept {low}..{high}");
+    match src.open(&p0, StartAt::After(Position::Offset(99))).await {
+        Err(SourceError::PositionLost { shard, message }) => {
+            assert_eq!(shard, p0);
+            assert!(
+                message.contains(&format!("offsets 100..{}", low - 1))
+                    && message.contains(&format!("holds {low}..{high}"))
+                    && message.contains("on_position_lost = \"skip\""),
+                "{message}"
+            );
+        }
+        Ok(_) => panic!("opened a reader whose next records are gone"),
+        Err(e) => panic!("unexpected error {e}"),
+    }
+    let skipping = KafkaSource::try_new(
+        KafkaSourceConfig::new(kafka.bootstrap_servers(), TOPIC)
+            .with_request_timeout(Duration::from_secs(2))
+            .with_skip_lost_positions(true),
+    )
+    .unwrap();
+    let mut reader = skipping
+        .open(&p0, StartAt::After(Position::Offset(99)))
+        .await
+        .unwrap();
+    let records = read_n(reader.as_mut(), 10).await;
+    assert_eq!(offsets(&records), (low..low + 10).collect::<Vec<_>>());
+    // A checkpoint the broker still holds is resumed exactly, skip or not.
+    let mut reader = skipping
+        .open(&p0, StartAt::After(Position::Offset(low + 5)))
+        .await
+        .unwrap();
+    let records = read_n(reader.as_mut(), 3).await;
+    assert_eq!(offsets(&records), [low + 6, low + 7, low + 8]);
+}
+
+/// Kafka's CRC-32C (Castagnoli), of a record batch from its attributes on.
+fn crc32c(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Kafka's zig-zag varint.
+fn varint(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    loop {
+        if z < 0x80 {
+            out.push(z as u8);
+            return;
+        }
+        out.push((z as u8 & 0x7f) | 0x80);
+        z >>= 7;
+    }
+}
+
+/// Appends a transaction commit marker — a control record batch, as a transaction coordinator
+/// writes at the end of each committed transaction — to `partition` of `topic`, with a raw
+/// Produce v3 request (record batch format v2, KIP-98). librdkafka's mock cluster accepts
+/// transactions but writes no markers itself (its EndTxn only answers), and no client library
+/// writes control batches, so the test writes the bytes a broker would.
+fn append_commit_marker(bootstrap: &str, topic: &str, partition: i32) {
+    use std::io::{Read, Write};
+    let mut record = vec![0u8]; // attributes
+    varint(&mut record, 0); // timestamp delta
+    varint(&mut record, 0); // offset delta
+    varint(&mut record, 4);
+    record.extend_from_slice(&[0, 0, 0, 1]); // control key: version 0, type 1 = COMMIT
+    varint(&mut record, 6);
+    record.extend_from_slice(&[0, 0, 0, 0, 0, 0]); // version 0, coordinator epoch 0
+    varint(&mut record, 0); // headers
+    let mut records = Vec::new();
+    varint(&mut records, record.len() as i64);
+    records.extend_from_slice(&record);
+    let now = floe::time::now_ms();
+    let mut from_attributes = Vec::new();
+    from_attributes.extend_from_slice(&0x30i16.to_be_bytes()); // transactional | control
+    from_attributes.extend_from_slice(&0i32.to_be_bytes()); // last offset delta
+    from_attributes.extend_from_slice(&now.to_be_bytes());
+    from_attributes.extend_from_slice(&now.to_be_bytes());
+    from_attributes.extend_from_slice(&4242i64.to_be_bytes()); // producer id
+    from_attributes.extend_from_slice(&0i16.to_be_bytes()); // producer epoch
+    from_attributes.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+    from_attributes.extend_from_slice(&1i32.to_be_bytes()); // record count
+    from_attributes.extend_from_slice(&records);
+    let mut batch = Vec::new();
+    batch.extend_from_slice(&0i64.to_be_bytes()); // base offset (the broker assigns it)
+    batch.extend_from_slice(&((4 + 1 + 4 + from_attributes.len()) as i32).to_be_bytes());
+    batch.extend_from_slice(&0i32.to_be_bytes()); // partition leader epoch
+    batch.push(2); // magic
+    batch.extend_from_slice(&crc32c(&from_attributes).to_be_bytes());
+    batch.extend_from_slice(&from_attributes);
+    let mut req = Vec::new();
+    req.extend_from_slice(&0i16.to_be_bytes()); // api key: Produce
+    req.extend_from_slice(&3i16.to_be_bytes()); // api version
+    req.extend_from_slice(&7i32.to_be_bytes()); // correlation id
+    req.extend_from_slice(&4i16.to_be_bytes());
+    req.extend_from_slice(b"test");
+    req.extend_from_slice(&(-1i16).to_be_bytes()); // transactional id: null
+    req.extend_from_slice(&(-1i16).to_be_bytes()); // acks: all
+    req.extend_from_slice(&10_000i32.to_be_bytes());
+    req.extend_from_slice(&1i32.to_be_bytes());
+    req.extend_from_slice(&(topic.len() as i16).to_be_bytes());
+    req.extend_from_slice(topic.as_bytes());
+    req.extend_from_slice(&1i32.to_be_bytes());
+    req.extend_from_slice(&partition.to_be_bytes());
+    req.extend_from_slice(&(batch.len() as i32).to_be_bytes());
+    req.extend_from_slice(&batch);
+    let addr = bootstrap.split(',').next().unwrap();
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    conn.write_all(&(req.len() as i32).to_be_bytes()).unwrap();
+    conn.write_all(&req).unwrap();
+    let mut len = [0u8; 4];
+    conn.read_exact(&mut len).unwrap();
+    let mut resp = vec![0u8; i32::from_be_bytes(len) as usize];
+    conn.read_exact(&mut resp).unwrap();
+    // correlation id, 1 topic (name), 1 partition (index), then its error code.
+    let name_end = 4 + 4 + 2 + topic.len();
+    let error = i16::from_be_bytes([resp[name_end + 8], resp[name_end + 9]]);
+    assert_eq!(error, 0, "the broker refused the marker");
+}
+
+/// A transactional topic: each committed transaction ends with a commit marker that takes an
+/// offset and is never returned, so offsets have gaps. Everything is delivered (gaps are gaps,
+/// not loss) and the lag reaches 0 once the last record is read — it used to stay at 1 per
+/// partition for ever (high watermark − (last record + 1)), on the reader and in
+/// `floe channel describe` (`lag_after`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_reaches_zero_on_a_transactional_topic_and_marker_gaps_lose_nothing() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 1).unwrap();
+    let producer = kafka.producer().unwrap();
+    for tx in 0..3u64 {
+        produce(&producer, TOPIC, tx * 20..tx * 20 + 20, 1);
+        append_commit_marker(kafka.bootstrap_servers(), TOPIC, 0);
+    }
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let p0 = ShardId::kafka_partition(0);
+    let (_, high) = src.watermarks(&p0).await.unwrap();
+    assert!(
+        high > 60,
+        "no transaction markers written (high watermark {high})"
+    );
+    let mut reader = src.open(&p0, StartAt::Earliest).await.unwrap();
+    let records = read_n(reader.as_mut(), 60).await;
+    assert_eq!(records.len(), 60);
+    let keys: Vec<String> = records
+        .iter()
+        .map(|r| String::from_utf8(r.key.clone().unwrap()).unwrap())
+        .collect();
+    assert_eq!(keys, (0..60).map(event_key).collect::<Vec<_>>());
+    let got = offsets(&records);
+    assert!(
+        got.windows(2).any(|w| w[1] > w[0] + 1),
+        "no gap from transaction markers in {got:?}"
+    );
+    let last = *got.last().unwrap();
+    assert!(
+        last < high - 1,
+        "the marker after the last record is missing"
+    );
+    // Keep polling (the marker is stepped over on the partition's queue) until statistics
+    // report the position.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reader.lag() != Some(Lag::Records(0)) && Instant::now() < deadline {
+        assert!(reader
+            .next_batch(10, Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_empty());
+    }
+    assert_eq!(reader.lag(), Some(Lag::Records(0)));
+    assert_eq!(src.lag_after(&p0, last).await.unwrap(), 0);
+    // A real record after the checkpoint still counts.
+    assert!(src.lag_after(&p0, got[got.len() - 2]).await.unwrap() >= 1);
+}
+
+/// A partition that appears after the channel's activation (a partition added to the topic)
+/// starts at its beginning under `activation_time`: its records are all newer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_that_appears_after_activation_is_read_from_its_beginning() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    let activated_at = floe::time::now_ms();
+    let src = source(kafka.bootstrap_servers(), "later");
+    kafka.create_topic("later", 2).unwrap();
+    let p1 = ShardId::kafka_partition(1);
+    let start = src
+        .start_position(&p1, &InitialPosition::AtTimestamp(activated_at))
+        .await
+        .unwrap();
+    assert_eq!(start, StartAt::At(Position::Offset(0)));
+    let mut reader = src.open(&p1, start).await.unwrap();
+    produce(&kafka.producer().unwrap(), "later", 0..6, 2);
+    let records = read_n(reader.as_mut(), 3).await;
+    assert_eq!(offsets(&records), [0, 1, 2]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -588,8 +839,10 @@ async fn reopening_at_an_offset_the_broker_does_not_hold_fails_only_that_reader(
     );
     drop(reader);
 
+    // At an offset, not after a checkpoint: a checkpoint past the log is refused at open, this
+    // start fails at the first fetch — the stale error of that assignment must not leak.
     let mut lost = src
-        .open(&p0, StartAt::After(Position::Offset(5000)))
+        .open(&p0, StartAt::At(Position::Offset(5000)))
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);

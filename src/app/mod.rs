@@ -248,13 +248,8 @@ async fn prepare_raw(
     aws: &AwsClients,
 ) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
-    let state = activate::record_activation(store, name)
-        .await
-        .map_err(|e| activate_err(name, e))?;
-    if let crate::channel::RunDecision::Refuse(message) = crate::channel::run_decision(Some(&state))
-    {
-        return Err(channel_err(name, message));
-    }
+    // Everything this worker could refuse is checked before the channel's state changes.
+    let source = open_source(config, aws)?;
     let raw = RawStore::new(aws.s3(), dest.location.clone(), name);
     raw.check_writable().await.map_err(|e| {
         let message = format!(
@@ -271,7 +266,14 @@ async fn prepare_raw(
             channel_unavailable(name, message)
         }
     })?;
-    let (source, initial_position) = open_source(config, &state, aws)?;
+    let state = activate::record_activation(store, name)
+        .await
+        .map_err(|e| activate_err(name, e))?;
+    if let crate::channel::RunDecision::Refuse(message) = crate::channel::run_decision(Some(&state))
+    {
+        return Err(channel_err(name, message));
+    }
+    let initial_position = initial_position_of(config, &state);
     Ok(PreparedChannel {
         config: config.clone(),
         io: ChannelIo {
@@ -286,34 +288,40 @@ async fn prepare_raw(
     })
 }
 
-/// The channel's source and where its shards without a checkpoint start.
-fn open_source(
-    config: &ChannelConfig,
-    state: &ChannelState,
-    aws: &AwsClients,
-) -> Result<(Arc<dyn Source>, InitialPosition), AppError> {
+/// The channel's source. Built before the channel's state is touched: a source this worker
+/// refuses (a client property librdkafka rejects) must stop it before it records an activation.
+///
+/// Errors: [`AppError::ChannelRefused`] naming the channel and the reason.
+fn open_source(config: &ChannelConfig, aws: &AwsClients) -> Result<Arc<dyn Source>, AppError> {
     let name = config.name.as_str();
-    let (source, initial): (Arc<dyn Source>, _) = match &config.source {
+    Ok(match &config.source {
         SourceConfig::Kafka(kafka) => {
-            let mut source_config = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
+            let mut source_config = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic)
+                .with_channel(name)
+                .with_skip_lost_positions(
+                    kafka.on_position_lost == crate::config::OnPositionLost::Skip,
+                );
             for (k, v) in &kafka.properties {
                 source_config = source_config.with_client_property(k, v.value());
             }
-            let source = KafkaSource::try_new(source_config).map_err(|e| channel_err(name, e))?;
-            (Arc::new(source), kafka.initial_position)
+            Arc::new(KafkaSource::try_new(source_config).map_err(|e| channel_err(name, e))?)
         }
-        SourceConfig::Kinesis(kinesis) => (
-            Arc::new(KinesisSource::new(aws.kinesis(), kinesis)),
-            kinesis.initial_position,
-        ),
+        SourceConfig::Kinesis(kinesis) => Arc::new(KinesisSource::new(aws.kinesis(), kinesis)),
+    })
+}
+
+/// Where the shards of a channel without a checkpoint start, from its recorded state.
+fn initial_position_of(config: &ChannelConfig, state: &ChannelState) -> InitialPosition {
+    let initial = match &config.source {
+        SourceConfig::Kafka(kafka) => kafka.initial_position,
+        SourceConfig::Kinesis(kinesis) => kinesis.initial_position,
     };
-    let initial_position = match initial {
+    match initial {
         crate::config::InitialPosition::Earliest => InitialPosition::Earliest,
         crate::config::InitialPosition::ActivationTime => {
             InitialPosition::AtTimestamp(state.activated_at_ms.unwrap_or(0))
         }
-    };
-    Ok((source, initial_position))
+    }
 }
 
 async fn prepare_iceberg(
@@ -348,6 +356,8 @@ async fn prepare_iceberg(
     let (catalog, swap) = activate::open_catalog_and_swap(index, config, aws)
         .await
         .map_err(|e| activate_err(name, e))?;
+    // Refused before activation (see `open_source`).
+    let source = open_source(config, aws)?;
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),
         dest.table.clone(),
@@ -380,7 +390,7 @@ async fn prepare_iceberg(
     )
     .await
     .map_err(|e| activate_err(name, e))?;
-    let (source, initial_position) = open_source(config, &state, aws)?;
+    let initial_position = initial_position_of(config, &state);
     let dlq: Dlq = match &dlq_config.location {
         DlqLocation::Local(path) => LocalDlq::new(path, name).into(),
         DlqLocation::S3(location) => S3Dlq::new(aws.s3(), location.clone(), name).into(),

@@ -640,8 +640,8 @@ pub struct ShardDescription {
     pub lease_counter: u64,
     /// The committed checkpoint from the table's `floe.checkpoints` (authoritative).
     pub checkpoint: Option<String>,
-    /// Records behind the newest one (Kafka high watermark − 1 − checkpoint), when the broker
-    /// answered quickly.
+    /// Records behind the newest one (Kafka high watermark − 1 − checkpoint; 0 when only
+    /// transaction markers follow the checkpoint), when the broker answered quickly.
     pub lag_records: Option<u64>,
     /// When a snapshot last added records of this shard (RFC 3339).
     pub last_commit_at: Option<String>,
@@ -785,19 +785,13 @@ async fn describe_with(
         .as_ref()
         .map(last_commit_per_shard)
         .unwrap_or_default();
-    let high_watermarks = high_watermarks(channel, leases).await;
+    let lags = kafka_lags(channel, &checkpoints).await;
     let shards = leases
         .iter()
         .filter_map(|l| {
             let shard = l.key.shard_id()?;
             let checkpoint = checkpoints.get(shard);
-            let lag_records = high_watermarks.get(&shard.to_string()).map(|high| {
-                let next = match checkpoint {
-                    Some(crate::model::Position::Offset(o)) => o + 1,
-                    _ => 0,
-                };
-                (high - next).max(0) as u64
-            });
+            let lag_records = lags.get(&shard.to_string()).copied();
             Some(ShardDescription {
                 shard: shard.to_string(),
                 owner: l.owner.clone(),
@@ -903,12 +897,15 @@ fn last_commit_per_shard(table: &Table) -> BTreeMap<String, i64> {
     out
 }
 
-/// Kafka high watermarks of the channel's shards, when the broker answers within 3 s; empty
-/// otherwise (lag is then not shown).
-async fn high_watermarks(
+/// Kafka lag of the channel's shards after their checkpoints ([`KafkaSource::lag_after`]: 0
+/// once only transaction markers are left), for the shards the broker answers for within 3 s in
+/// all; lag is not shown for the others.
+///
+/// [`KafkaSource::lag_after`]: crate::source::kafka::KafkaSource::lag_after
+async fn kafka_lags(
     channel: &ChannelConfig,
-    leases: &[crate::lease::Lease],
-) -> BTreeMap<String, i64> {
+    checkpoints: &crate::model::Checkpoints,
+) -> BTreeMap<String, u64> {
     let crate::config::SourceConfig::Kafka(kafka) = &channel.source else {
         // Kinesis lag (MillisBehindLatest) is only known to the readers: see the metrics.
         return BTreeMap::new();
@@ -922,19 +919,21 @@ async fn high_watermarks(
     let Ok(source) = crate::source::kafka::KafkaSource::try_new(source_config) else {
         return BTreeMap::new();
     };
-    let shards: Vec<_> = leases.iter().filter_map(|l| l.key.shard_id()).collect();
+    let out = std::sync::Mutex::new(BTreeMap::new());
     let fetch = async {
-        let mut out = BTreeMap::new();
-        for shard in shards {
-            if let Ok((_, high)) = source.watermarks(shard).await {
-                out.insert(shard.to_string(), high);
+        for (shard, position) in &checkpoints.0 {
+            let crate::model::Position::Offset(checkpoint) = position else {
+                continue;
+            };
+            if let Ok(lag) = source.lag_after(shard, *checkpoint).await {
+                out.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(shard.to_string(), lag);
             }
         }
-        out
     };
-    tokio::time::timeout(Duration::from_secs(3), fetch)
-        .await
-        .unwrap_or_default()
+    let _ = tokio::time::timeout(Duration::from_secs(3), fetch).await;
+    out.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One line of `floe channel list`.

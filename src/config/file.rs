@@ -17,7 +17,7 @@ use std::marker::PhantomData;
 use serde::de::{DeserializeOwned, Deserializer};
 use serde::Deserialize;
 
-use super::{InitialPosition, RecordFormat};
+use super::{InitialPosition, OnPositionLost, RecordFormat};
 
 /// The whole file.
 ///
@@ -200,6 +200,14 @@ pub struct KafkaSourceSection {
     /// table. Default: `"activation_time"`.
     #[serde(default)]
     pub initial_position: InitialPosition,
+    /// What a worker does when the records after a partition's checkpoint are gone — retention
+    /// deleted them while floe was down or too far behind: `"fail"` (stop, exit 78, naming the
+    /// partition and the offsets gone) or `"skip"` (resume at the oldest offset the broker holds;
+    /// the skipped range is logged at error level and counted in
+    /// `floe_source_offsets_skipped_total`). A checkpoint past the end of the partition (the topic
+    /// was deleted and recreated) always fails. Default: `"fail"`.
+    #[serde(default)]
+    pub on_position_lost: OnPositionLost,
     /// `[channel.source.properties]`: librdkafka client properties passed through as given
     /// (string → string), e.g. `"security.protocol" = "SASL_SSL"`. A value written
     /// `"env:VARNAME"` is read from the environment variable `VARNAME` when the file is loaded;

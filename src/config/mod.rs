@@ -184,6 +184,8 @@ pub struct KafkaSourceConfig {
     pub topic: String,
     /// Where a new channel starts reading.
     pub initial_position: InitialPosition,
+    /// What a reader does when the records after its checkpoint were deleted by retention.
+    pub on_position_lost: OnPositionLost,
     /// librdkafka client properties, environment references resolved; never contains a key floe
     /// owns.
     pub properties: BTreeMap<String, PropertyValue>,
@@ -199,6 +201,19 @@ pub enum InitialPosition {
     /// `"earliest"` (Kinesis also `"trim_horizon"`): everything the source still retains.
     #[serde(alias = "trim_horizon")]
     Earliest,
+}
+
+/// What a Kafka reader does when the records after its checkpoint are gone
+/// (`channel.source.on_position_lost`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnPositionLost {
+    /// `"fail"`: stop with an error naming the partition and the offsets gone (exit 78).
+    #[default]
+    Fail,
+    /// `"skip"`: resume at the oldest offset the broker holds; the skipped range is logged and
+    /// counted.
+    Skip,
 }
 
 /// A client property value, written literally or read from the environment (`"env:VARNAME"`).

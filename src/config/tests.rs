@@ -119,6 +119,7 @@ fn minimal_config_takes_every_default() {
         InitialPosition::ActivationTime
     );
     assert!(kafka(&config).properties.is_empty());
+    assert_eq!(kafka(&config).on_position_lost, OnPositionLost::Fail);
     assert_eq!(
         channel.record,
         RecordConfig {
@@ -785,6 +786,20 @@ fn kafka_endpoints_and_topic_are_checked() {
         "channel[0].source.initial_position",
         "unknown variant `latest`",
     );
+    refused(
+        &replaced(
+            "kind = \"kafka\"",
+            "kind = \"kafka\"\non_position_lost = \"reset\"",
+        ),
+        "channel[0].source.on_position_lost",
+        "unknown variant `reset`, expected `fail` or `skip`",
+    );
+    let skip = parse(&replaced(
+        "kind = \"kafka\"",
+        "kind = \"kafka\"\non_position_lost = \"skip\"",
+    ))
+    .unwrap();
+    assert_eq!(kafka(&skip).on_position_lost, OnPositionLost::Skip);
 }
 
 #[test]

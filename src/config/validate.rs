@@ -729,6 +729,7 @@ impl Checker<'_> {
             bootstrap_servers: s.bootstrap_servers,
             topic: s.topic,
             initial_position: s.initial_position,
+            on_position_lost: s.on_position_lost,
             properties,
         })
     }

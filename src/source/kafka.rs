@@ -56,8 +56,10 @@
 //!   after it carry newer timestamps). librdkafka's mock cluster answers no timestamp lookup at
 //!   all; floe detects it (the last record is newer than t) and finds the offset by a binary
 //!   search over record timestamps instead.
-//! - Lag is the high watermark reported by librdkafka statistics (every second, no extra request,
-//!   one report for every partition of the shared consumer) minus the next offset to return.
+//! - Lag is the readable end reported by librdkafka statistics (every second, no extra request,
+//!   one report for every partition of the shared consumer: the last stable offset, which is the
+//!   high watermark without open transactions) minus the next offset to return, stepped past
+//!   transaction markers (see [`lag_of`]): an idle, fully delivered transactional topic shows 0.
 //! - Records are copied once out of librdkafka (key and payload into their own `Vec`s of the
 //!   [`SourceRecord`]): a borrowed message cannot outlive its poll without `unsafe`.
 //! - Transactional records are read `read_committed`; aborted records and control records are
@@ -109,6 +111,14 @@ pub struct KafkaSourceConfig {
     pub client_properties: BTreeMap<String, String>,
     /// Timeout of one metadata request (metadata, watermarks, offsets for times). Default 10 s.
     pub request_timeout: Duration,
+    /// The channel reading the topic: the `channel` label of the source's metrics (the topic
+    /// name until [`KafkaSourceConfig::with_channel`] sets it).
+    pub channel: String,
+    /// What a reader does when the records after its checkpoint are gone (retention deleted
+    /// them while floe was down or behind): fail with [`SourceError::PositionLost`] (`false`,
+    /// the default) or skip ahead to the oldest record the broker holds, logging and counting
+    /// the skipped offsets (`true`).
+    pub skip_lost_positions: bool,
 }
 
 impl fmt::Debug for KafkaSourceConfig {
@@ -122,6 +132,8 @@ impl fmt::Debug for KafkaSourceConfig {
                 &self.client_properties.keys().collect::<Vec<_>>(),
             )
             .field("request_timeout", &self.request_timeout)
+            .field("channel", &self.channel)
+            .field("skip_lost_positions", &self.skip_lost_positions)
             .finish()
     }
 }
@@ -129,12 +141,28 @@ impl fmt::Debug for KafkaSourceConfig {
 impl KafkaSourceConfig {
     /// Settings for `topic` on the cluster at `bootstrap_servers`, no extra client properties.
     pub fn new(bootstrap_servers: impl Into<String>, topic: impl Into<String>) -> Self {
+        let topic = topic.into();
         KafkaSourceConfig {
             bootstrap_servers: bootstrap_servers.into(),
-            topic: topic.into(),
+            channel: topic.clone(),
+            topic,
             client_properties: BTreeMap::new(),
             request_timeout: Duration::from_secs(10),
+            skip_lost_positions: false,
         }
+    }
+
+    /// Names the channel reading the topic (the `channel` label of the source's metrics).
+    pub fn with_channel(mut self, channel: impl Into<String>) -> Self {
+        self.channel = channel.into();
+        self
+    }
+
+    /// Skips ahead instead of failing when the records after a checkpoint are gone (see
+    /// [`KafkaSourceConfig::skip_lost_positions`]).
+    pub fn with_skip_lost_positions(mut self, skip: bool) -> Self {
+        self.skip_lost_positions = skip;
+        self
     }
 
     /// Adds a librdkafka client property.
@@ -364,6 +392,40 @@ impl KafkaSource {
         .await
     }
 
+    /// Records left to read on a partition after the record at `checkpoint` was delivered: the
+    /// readable end (the high watermark as a `read_committed` client sees it: the last stable
+    /// offset) minus `checkpoint + 1`, and 0 when everything in between is transaction markers
+    /// (each transaction ends with one, at an offset that holds no record: without this check a
+    /// fully delivered transactional topic shows a lag of 1 per partition for ever). The check
+    /// fetches from the partition, waiting at most the request timeout.
+    ///
+    /// Errors: as [`KafkaSource::watermarks`].
+    pub async fn lag_after(&self, shard: &ShardId, checkpoint: i64) -> Result<u64, SourceError> {
+        let (_, high) = self.watermarks(shard).await?;
+        let next = checkpoint + 1;
+        if high <= next {
+            return Ok(0);
+        }
+        let partition = partition_of(shard)?;
+        let config = self.config.clone();
+        let only_markers = blocking(move || {
+            let probe = api::probe_client(&config)?;
+            api::nothing_to_read_before(
+                &probe,
+                &config.topic,
+                partition,
+                next,
+                high,
+                config.request_timeout,
+            )
+        })
+        .await?;
+        Ok(match only_markers {
+            Some(true) => 0,
+            _ => (high - next) as u64,
+        })
+    }
+
     /// Runs a metadata call on a blocking thread, retrying retryable errors with backoff.
     async fn with_retry<T, F>(&self, what: &'static str, op: F) -> Result<T, SourceError>
     where
@@ -387,16 +449,22 @@ impl KafkaSource {
         }
     }
 
+    /// The first offset of `partition` at or after `timestamp_ms` (see [`check_time_answer`]).
     async fn resolve_timestamp(
         &self,
         partition: i32,
         timestamp_ms: i64,
     ) -> Result<i64, SourceError> {
         let config = self.config.clone();
-        self.with_retry("offsets for times", move |client, _timeout| {
-            resolve_timestamp_blocking(&config, client, partition, timestamp_ms)
-        })
-        .await
+        let (offset, corrected) = self
+            .with_retry("offsets for times", move |client, _timeout| {
+                resolve_timestamp_blocking(&config, client, partition, timestamp_ms)
+            })
+            .await?;
+        if corrected {
+            crate::telemetry::record_start_position_corrected(&self.config.channel);
+        }
+        Ok(offset)
     }
 }
 
@@ -468,6 +536,15 @@ impl Source for KafkaSource {
                 message: format!("negative offset in {start:?}"),
             });
         }
+        // Resuming after a checkpoint: the broker must still hold the next offset.
+        let (offset, next_offset) = match (&start, next_offset) {
+            (StartAt::After(_), Some(next)) => {
+                let watermarks = self.watermarks(shard).await?;
+                let next = check_resume(&self.config, shard, next, watermarks)?;
+                (Offset::Offset(next), Some(next))
+            }
+            _ => (offset, next_offset),
+        };
         let config = self.config.clone();
         let shared = self
             .shared
@@ -478,6 +555,11 @@ impl Source for KafkaSource {
         let (queue, generation) =
             blocking(move || for_open.open_partition(partition, offset)).await?;
         tracing::info!(topic = %self.config.topic, shard = %shard, start = ?start, "kafka reader assigned");
+        let stats_reports_at_open = shared
+            .consumer
+            .context()
+            .partition_stats(partition)
+            .map_or(0, |s| s.reports);
         Ok(Box::new(KafkaShardReader {
             shard: shard.clone(),
             partition,
@@ -488,7 +570,9 @@ impl Source for KafkaSource {
             generation,
             start: offset,
             next_offset,
+            config: self.config.clone(),
             from_earliest: matches!(start, StartAt::Earliest),
+            stats_reports_at_open,
             deferred_error: None,
         }))
     }
@@ -509,7 +593,10 @@ pub struct KafkaShardReader {
     /// The offset the next returned record must have at least; `None` before the first record of
     /// an Earliest/Latest start.
     next_offset: Option<i64>,
+    config: Arc<KafkaSourceConfig>,
     from_earliest: bool,
+    /// How many statistics reports had named the partition when this reader was assigned.
+    stats_reports_at_open: u64,
     /// A non-retryable error met after records were already polled, returned on the next call.
     deferred_error: Option<SourceError>,
     /// Sequence number of the last client error this reader reported (or that predates it).
@@ -633,6 +720,9 @@ impl ShardReader for KafkaShardReader {
         if let Some(e) = error {
             let e = api::map_consume_error(&e, &self.shard);
             if records.is_empty() {
+                if matches!(e, SourceError::PositionLost { .. }) {
+                    return self.position_lost(e).await;
+                }
                 return Err(e);
             }
             if !e.is_retryable() {
@@ -643,22 +733,140 @@ impl ShardReader for KafkaShardReader {
     }
 
     fn lag(&self) -> Option<Lag> {
-        let (low, high) = self.shared.consumer.context().watermarks(self.partition)?;
-        if high < 0 {
-            return None;
-        }
-        let next = match self.next_offset {
-            Some(n) => n,
-            None if self.from_earliest => {
-                if low < 0 {
-                    return None;
-                }
-                low
-            }
-            None => high,
-        };
-        Some(Lag::Records(high.saturating_sub(next).max(0) as u64))
+        let stats = self
+            .shared
+            .consumer
+            .context()
+            .partition_stats(self.partition)?;
+        lag_of(
+            &stats,
+            self.next_offset,
+            self.from_earliest,
+            self.stats_reports_at_open,
+        )
+        .map(Lag::Records)
     }
+}
+
+impl KafkaShardReader {
+    /// The broker no longer holds this reader's next offset (retention deleted it while the
+    /// reader was behind, or the log was truncated): fails with the offsets named, or — when the
+    /// channel skips lost positions and the records were deleted below the broker's oldest
+    /// offset — re-positions at that offset and returns no records (the next call reads on).
+    async fn position_lost(
+        &mut self,
+        error: SourceError,
+    ) -> Result<Vec<SourceRecord>, SourceError> {
+        let Some(next) = self.next_offset else {
+            return Err(error);
+        };
+        let consumer = self.shared.consumer.clone();
+        let (topic, partition, timeout) = (
+            self.config.topic.clone(),
+            self.partition,
+            self.config.request_timeout,
+        );
+        let watermarks =
+            blocking(move || api::watermarks(&consumer, &topic, partition, timeout)).await?;
+        let resume = check_resume(&self.config, &self.shard, next, watermarks)?;
+        if resume == next {
+            // Held again (a transient answer of a broker): read on from where we were.
+            return Err(error);
+        }
+        self.next_offset = Some(resume);
+        if let Some(slot) = lock(&self.shared.partitions).get_mut(&self.partition) {
+            slot.reposition = true;
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// Where a reader whose next offset is `next` resumes, given the partition's `(low, high)`
+/// watermarks: at `next` when the broker holds it (`low ≤ next ≤ high`). Below `low` the records
+/// were deleted by retention: [`SourceError::PositionLost`] naming the offsets, unless the
+/// channel skips lost positions ([`KafkaSourceConfig::skip_lost_positions`]) — then at `low`,
+/// with the skipped range logged and counted. Above `high` the partition's log is shorter than
+/// what was already delivered (the topic was deleted and recreated under the same name, or an
+/// unclean leader election truncated it): always `PositionLost`, never read from a checkpoint of
+/// another log.
+fn check_resume(
+    config: &KafkaSourceConfig,
+    shard: &ShardId,
+    next: i64,
+    (low, high): (i64, i64),
+) -> Result<i64, SourceError> {
+    let topic = &config.topic;
+    if next > high {
+        return Err(SourceError::PositionLost {
+            shard: shard.clone(),
+            message: format!(
+                "the checkpoint is past the end of partition {shard} of topic {topic}: the next offset is {next} but the broker holds offsets {low}..{high}; the topic was deleted and recreated under the same name, or its log was truncated — floe will not read a different log from this checkpoint (to start over from the new log, delete the channel and create it again)"
+            ),
+        });
+    }
+    if next >= low {
+        return Ok(next);
+    }
+    let skipped = (low - next) as u64;
+    if !config.skip_lost_positions {
+        return Err(SourceError::PositionLost {
+            shard: shard.clone(),
+            message: format!(
+                "offsets {next}..{} of partition {shard} of topic {topic} were deleted by retention before floe read them (the broker now holds {low}..{high}, {skipped} offsets gone); restore them, or set on_position_lost = \"skip\" in [channel.source] to resume at offset {low} (the skipped range is logged and counted)",
+                low - 1
+            ),
+        });
+    }
+    tracing::error!(
+        channel = %config.channel,
+        topic = %topic,
+        shard = %shard,
+        first_skipped = next,
+        last_skipped = low - 1,
+        skipped,
+        "records deleted by retention before floe read them: skipping ahead to offset {low} (on_position_lost = \"skip\")"
+    );
+    crate::telemetry::record_offsets_skipped(&config.channel, shard.as_str(), skipped);
+    Ok(low)
+}
+
+/// Records still to read on a partition: the readable end (the last stable offset, under
+/// `read_committed`; the high watermark when statistics report none) minus the next offset to
+/// return. The next offset is the reader's own (one past the last record returned, or its start)
+/// or librdkafka's application offset when that is further: it steps past the commit and abort
+/// markers ending each transaction, which occupy offsets but are never returned — without it
+/// a fully read transactional partition would show a lag of 1 for ever. The application offset
+/// is only trusted from a report made after the reader was assigned (`reports_at_open + 1`: a
+/// report in flight at the assignment may describe the previous one). `None` before the end is
+/// known.
+fn lag_of(
+    stats: &api::PartitionStats,
+    next_offset: Option<i64>,
+    from_earliest: bool,
+    reports_at_open: u64,
+) -> Option<u64> {
+    let end = if stats.stable >= 0 {
+        stats.stable
+    } else {
+        stats.high
+    };
+    if end < 0 {
+        return None;
+    }
+    let app = (stats.reports > reports_at_open + 1 && stats.app >= 0).then_some(stats.app);
+    let next = match (next_offset, app) {
+        (Some(n), Some(a)) => n.max(a),
+        (Some(n), None) => n,
+        (None, Some(a)) => a,
+        (None, None) if from_earliest => {
+            if stats.low < 0 {
+                return None;
+            }
+            stats.low
+        }
+        (None, None) => end,
+    };
+    Some(end.saturating_sub(next).max(0) as u64)
 }
 
 impl Drop for KafkaShardReader {
@@ -739,35 +947,82 @@ where
 }
 
 /// The first offset of `partition` whose record timestamp is ≥ `timestamp_ms` (see the module
-/// docs for the rule when the broker has none).
+/// docs for the rule when the broker has none). Returns the offset and whether the broker's own
+/// answer was corrected.
 fn resolve_timestamp_blocking(
     config: &KafkaSourceConfig,
     client: &FloeConsumer,
     partition: i32,
     timestamp_ms: i64,
-) -> Result<i64, SourceError> {
+) -> Result<(i64, bool), SourceError> {
     let topic = &config.topic;
     let timeout = config.request_timeout;
     // Watermarks first: if the lookup finds nothing, every record below `high` is older.
     let (low, high) = api::watermarks(client, topic, partition, timeout)?;
-    if let Some(o) = api::offset_for_time(client, topic, partition, timestamp_ms, timeout)? {
-        return Ok(o);
-    }
+    let answer = api::offset_for_time(client, topic, partition, timestamp_ms, timeout)?;
+    check_time_answer(config, partition, timestamp_ms, (low, high), answer)
+}
+
+/// Checks the broker's ListOffsets-by-timestamp `answer` for `timestamp_ms` against the records
+/// themselves, and finds the offset by their timestamps when the answer contradicts them or is
+/// missing. Kafka's rule (KIP-79): the answer is the earliest offset whose record timestamp is
+/// ≥ the time, or none (-1) when no record is that new. So the record at the answer must be at
+/// or after the time, and the record before it older. A broker that breaks this (one answered 0
+/// for a time newer than every record: a silent backfill of everything produced before
+/// activation) is corrected, with a warning; `(offset, corrected)`.
+fn check_time_answer(
+    config: &KafkaSourceConfig,
+    partition: i32,
+    timestamp_ms: i64,
+    (low, high): (i64, i64),
+    answer: Option<i64>,
+) -> Result<(i64, bool), SourceError> {
+    let topic = &config.topic;
+    let timeout = config.request_timeout;
     if high <= low {
-        return Ok(high);
+        // Nothing held: every record appended from now on is newer.
+        return Ok((answer.unwrap_or(high).clamp(low.max(0), high.max(0)), false));
     }
-    // The broker says every record is older. Check the newest one: brokers without timestamp
-    // lookups (librdkafka's mock cluster) answer "none" always.
     let probe = api::probe_client(config)?;
+    // `(record at or after offset is at or after the time, that record's offset)`.
     let is_at_or_after = |offset: i64| -> Result<(bool, Option<i64>), SourceError> {
         match api::first_record_at_or_after(&probe, topic, partition, offset, timeout)? {
-            None => Ok((true, None)),
-            Some((_, None)) => Ok((true, None)),
+            None | Some((_, None)) => Ok((true, None)),
             Some((r, Some(t))) => Ok((t >= timestamp_ms, Some(r))),
         }
     };
+    if let Some(o) = answer {
+        let contradiction = if o < low || o > high {
+            Some(format!(
+                "offset {o} is outside the partition's offsets {low}..{high}"
+            ))
+        } else if o < high && !is_at_or_after(o)?.0 {
+            Some(format!("the record at offset {o} is older than the time"))
+        } else if o > low && matches!(is_at_or_after(o - 1)?, (true, Some(r)) if r < o) {
+            Some(format!(
+                "a record before offset {o} is already at or after the time"
+            ))
+        } else {
+            None
+        };
+        let Some(why) = contradiction else {
+            return Ok((o, false));
+        };
+        tracing::warn!(
+            topic = %topic,
+            partition,
+            timestamp_ms,
+            broker_answer = o,
+            "the broker's offset for the start time contradicts the records ({why}); finding it from the record timestamps instead"
+        );
+        let found = search_time(&is_at_or_after, (low, high))?;
+        tracing::warn!(topic = %topic, partition, timestamp_ms, broker_answer = o, offset = found, "start offset corrected");
+        return Ok((found, true));
+    }
+    // The broker says every record is older. Check the newest one: brokers without timestamp
+    // lookups (librdkafka's mock cluster) answer "none" always.
     match is_at_or_after(high - 1)? {
-        (false, _) | (true, None) => return Ok(high),
+        (false, _) | (true, None) => return Ok((high, false)),
         (true, Some(_)) => {}
     }
     tracing::warn!(
@@ -776,6 +1031,19 @@ fn resolve_timestamp_blocking(
         timestamp_ms,
         "broker found no offset for the timestamp but holds newer records; searching record timestamps"
     );
+    Ok((search_time(&is_at_or_after, (low, high))?, false))
+}
+
+/// Binary search over record timestamps (assumed to grow with offsets, as the module docs say):
+/// the first offset in `low..high` whose record is at or after the time, `high` when none is.
+fn search_time(
+    is_at_or_after: &dyn Fn(i64) -> Result<(bool, Option<i64>), SourceError>,
+    (low, high): (i64, i64),
+) -> Result<i64, SourceError> {
+    match is_at_or_after(high - 1)? {
+        (false, _) | (true, None) => return Ok(high),
+        (true, Some(_)) => {}
+    }
     // Invariant: the first record at or after `hi` is at/after the timestamp; before `lo` none is.
     let (mut lo, mut hi) = (low, high - 1);
     while lo < hi {
@@ -793,6 +1061,53 @@ fn resolve_timestamp_blocking(
 mod tests {
     use super::embedded::EmbeddedKafka;
     use super::*;
+
+    /// A broker's ListOffsets-by-timestamp answer is checked against the records. librdkafka's
+    /// mock cluster answers no timestamp lookup at all, so the answers of a broker that gets it
+    /// wrong (one answered offset 0 for a time newer than every record: 40,000 records produced
+    /// before activation delivered) are handed to the check here, against real records on a
+    /// real broker. Without the check, each wrong answer was used as the start.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_broker_answer_that_contradicts_the_record_timestamps_is_corrected() {
+        let kafka = EmbeddedKafka::start(1).unwrap();
+        kafka.create_topic("t", 1).unwrap();
+        let producer = kafka.producer().unwrap();
+        let base = 1_783_627_200_000i64;
+        // Offsets 0..100 with timestamps base + 1000 × offset.
+        for i in 0..100i64 {
+            producer
+                .send(
+                    "t",
+                    Some(0),
+                    b"k",
+                    i.to_string().as_bytes(),
+                    Some(base + 1000 * i),
+                )
+                .unwrap();
+        }
+        producer.flush(Duration::from_secs(10)).unwrap();
+        let config = KafkaSourceConfig::new(kafka.bootstrap_servers(), "t")
+            .with_request_timeout(Duration::from_secs(2));
+        let check = move |ts: i64, answer: Option<i64>| {
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || {
+                check_time_answer(&config, 0, ts, (0, 100), answer).unwrap()
+            })
+        };
+        // Newer than every record, answered 0: the end, corrected.
+        assert_eq!(check(base + 500_000, Some(0)).await.unwrap(), (100, true));
+        // Answered too early (the record at 10 is older than the time).
+        assert_eq!(check(base + 50_000, Some(10)).await.unwrap(), (50, true));
+        // Answered too late (the record before 80 is already at or after the time).
+        assert_eq!(check(base + 50_000, Some(80)).await.unwrap(), (50, true));
+        // Outside the log.
+        assert_eq!(check(base + 50_000, Some(5000)).await.unwrap(), (50, true));
+        // A right answer is kept, as is "none" when every record is older.
+        assert_eq!(check(base + 50_000, Some(50)).await.unwrap(), (50, false));
+        assert_eq!(check(base + 49_500, Some(50)).await.unwrap(), (50, false));
+        assert_eq!(check(base + 500_000, None).await.unwrap(), (100, false));
+        assert_eq!(check(base - 1, Some(0)).await.unwrap(), (0, false));
+    }
 
     /// The path taken when a message of a split partition shows up on the main queue (never
     /// seen in practice, so forced here): the reader re-positions at its next offset before its

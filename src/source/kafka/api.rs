@@ -34,27 +34,45 @@ const DEFAULT_QUEUED_MAX_KBYTES: &str = "4096";
 const DEFAULT_QUEUED_MIN_MESSAGES: &str = "10000";
 
 /// The rdkafka client context of floe's consumers: routes librdkafka logs and errors to
-/// `tracing`, and keeps the last watermarks reported by librdkafka's statistics for every
-/// partition of the topic the consumer has assigned (lag without a network call).
+/// `tracing`, and keeps what librdkafka's statistics last reported for every partition of the
+/// topic the consumer has assigned (lag without a network call).
 pub(super) struct FloeContext {
     topic: String,
-    /// Last known `(low, high)` watermarks by partition: the oldest offset the broker holds and
-    /// the offset of the next record to be appended (absent until the first statistics report).
-    watermarks: Mutex<HashMap<i32, (i64, i64)>>,
+    /// Last statistics by partition (absent until the first report naming the partition).
+    partitions: Mutex<HashMap<i32, PartitionStats>>,
+}
+
+/// What librdkafka's statistics last reported for one partition (see librdkafka's
+/// STATISTICS.md, `partitions` object). Offsets are `-1` while unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PartitionStats {
+    /// `lo_offset`: the oldest offset the broker holds.
+    pub(super) low: i64,
+    /// `hi_offset`: the high watermark, the offset the next appended record will get.
+    pub(super) high: i64,
+    /// `ls_offset`: the last stable offset — under `read_committed` (floe's setting) nothing at or
+    /// past it can be read yet (an open transaction); equals `high` without open transactions.
+    pub(super) stable: i64,
+    /// `app_offset`: one past the last record or control record (transaction marker) the
+    /// application polled off the partition's queue. librdkafka steps it past commit and abort
+    /// markers, which are never returned as messages.
+    pub(super) app: i64,
+    /// How many reports have named the partition (to tell a report made after an assignment
+    /// from an older one).
+    pub(super) reports: u64,
 }
 
 impl FloeContext {
     fn new(topic: &str) -> Self {
         FloeContext {
             topic: topic.to_string(),
-            watermarks: Mutex::new(HashMap::new()),
+            partitions: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The last `(low, high)` watermarks statistics reported for `partition`, `-1` for an end
-    /// not reported yet; `None` before any report on the partition.
-    pub(super) fn watermarks(&self, partition: i32) -> Option<(i64, i64)> {
-        self.watermarks
+    /// The last statistics reported for `partition`; `None` before any report on it.
+    pub(super) fn partition_stats(&self, partition: i32) -> Option<PartitionStats> {
+        self.partitions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&partition)
@@ -80,6 +98,10 @@ struct PartitionStatsJson {
     hi_offset: i64,
     #[serde(default = "minus_one")]
     lo_offset: i64,
+    #[serde(default = "minus_one")]
+    ls_offset: i64,
+    #[serde(default = "minus_one")]
+    app_offset: i64,
 }
 
 fn minus_one() -> i64 {
@@ -114,7 +136,7 @@ impl ClientContext for FloeContext {
         let Some(topic) = stats.topics.remove(&self.topic) else {
             return;
         };
-        let mut known = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut known = self.partitions.lock().unwrap_or_else(|e| e.into_inner());
         for (partition, p) in topic.partitions {
             // librdkafka reports the unassigned partition "-1" too.
             let Ok(partition) = partition.parse::<i32>() else {
@@ -123,13 +145,25 @@ impl ClientContext for FloeContext {
             if partition < 0 || (p.hi_offset < 0 && p.lo_offset < 0) {
                 continue;
             }
-            let entry = known.entry(partition).or_insert((-1, -1));
-            if p.lo_offset >= 0 {
-                entry.0 = p.lo_offset;
+            let entry = known.entry(partition).or_insert(PartitionStats {
+                low: -1,
+                high: -1,
+                stable: -1,
+                app: -1,
+                reports: 0,
+            });
+            // A value not known in this report keeps the last known one.
+            for (field, value) in [
+                (&mut entry.low, p.lo_offset),
+                (&mut entry.high, p.hi_offset),
+                (&mut entry.stable, p.ls_offset),
+            ] {
+                if value >= 0 {
+                    *field = value;
+                }
             }
-            if p.hi_offset >= 0 {
-                entry.1 = p.hi_offset;
-            }
+            entry.app = p.app_offset;
+            entry.reports += 1;
         }
     }
 
@@ -491,6 +525,47 @@ pub(super) fn first_record_at_or_after(
     }
 }
 
+/// Fetch: whether every offset in `from..high` of `partition` is a transaction marker (or a
+/// record of an aborted transaction, which `read_committed` never returns), so a reader that
+/// delivered everything before `from` has nothing left to read. `Some(true)` once librdkafka's
+/// position steps to `high` without returning a record, `Some(false)` when a record below `high`
+/// arrives, `None` when neither happens within `timeout`. Re-assigns `consumer`.
+pub(super) fn nothing_to_read_before(
+    consumer: &FloeConsumer,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    high: i64,
+    timeout: Duration,
+) -> Result<Option<bool>, SourceError> {
+    assign(consumer, topic, partition, Offset::Offset(from))?;
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(20)) {
+            Some(Ok(m)) if m.partition() == partition && m.offset() >= from => {
+                return Ok(Some(m.offset() >= high));
+            }
+            Some(Err(e)) => {
+                let e = map_error(&e, "fetch");
+                if !e.is_retryable() {
+                    return Err(e);
+                }
+            }
+            _ => {}
+        }
+        let position = consumer.position().map_err(|e| map_error(&e, "position"))?;
+        if let Some(Offset::Offset(p)) = position
+            .find_partition(topic, partition)
+            .map(|e| e.offset())
+        {
+            if p >= high {
+                return Ok(Some(true));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// Maps a consumption error of the reader of `shard` (adds [`SourceError::PositionLost`]).
 pub(super) fn map_consume_error(e: &KafkaError, shard: &ShardId) -> SourceError {
     match e.rdkafka_error_code() {
@@ -550,5 +625,29 @@ fn map_code(code: RDKafkaErrorCode, message: &str) -> SourceError {
             SourceError::NotFound { what: message }
         }
         _ => SourceError::Fatal { message },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Aborted transactional records never reach the table because every client floe creates
+    /// reads `read_committed`, whatever the user passes through. (librdkafka's mock cluster
+    /// writes transaction markers but does not filter aborted records, so this setting, not a
+    /// broker, is what the tests can hold floe to.)
+    #[test]
+    fn every_client_reads_committed_records_only_and_never_commits_offsets() {
+        let config = KafkaSourceConfig::new("127.0.0.1:9", "t")
+            .with_client_property("fetch.wait.max.ms", "50");
+        for reader in [false, true] {
+            let c = client_config(&config, reader);
+            assert_eq!(c.get("isolation.level"), Some("read_committed"));
+            assert_eq!(c.get("enable.auto.commit"), Some("false"));
+            assert_eq!(c.get("auto.offset.reset"), Some("error"));
+            assert_eq!(c.get("fetch.wait.max.ms"), Some("50"));
+        }
+        let probe = client_config_with(&config, true, &[("queued.min.messages", "1")]);
+        assert_eq!(probe.get("isolation.level"), Some("read_committed"));
     }
 }

@@ -1,0 +1,99 @@
+//! What `floe run` does when a Kafka partition no longer holds the records after its
+//! checkpoint: retention deleted them while floe was down. The real binary, the standalone
+//! Kafka-protocol broker (`floe-mock-kafka`: librdkafka's mock cluster keeps 5 MiB of record
+//! batches per partition and deletes the oldest beyond that, as retention does), SQLite leases
+//! and an SQL catalog.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use floe::model::ShardId;
+use floe::source::kafka::{KafkaSource, KafkaSourceConfig};
+
+/// Records still held by the broker, over the 4 partitions of `events`.
+async fn held(bootstrap: &str) -> (u64, Vec<(i64, i64)>) {
+    let source = KafkaSource::try_new(KafkaSourceConfig::new(bootstrap, "events")).unwrap();
+    let mut marks = Vec::new();
+    for p in 0..4 {
+        marks.push(
+            source
+                .watermarks(&ShardId::kafka_partition(p))
+                .await
+                .unwrap(),
+        );
+    }
+    (marks.iter().map(|(l, h)| (h - l) as u64).sum(), marks)
+}
+
+/// Exit 78 naming the partition and the offsets gone; with `on_position_lost = "skip"`, the
+/// worker resumes at the oldest offsets the broker holds, logs and counts the skipped ranges,
+/// and delivers every record still held exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_deleted_by_retention_while_floe_was_down_stop_the_worker_or_are_skipped_on_request(
+) {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let first = 2_000u64;
+    produce(&broker.bootstrap, 0, first);
+    let w1 = Worker::start(dir.path(), &broker.bootstrap, "w1");
+    let (rows, dlq) = wait_delivered(dir.path(), first, Duration::from_secs(120)).await;
+    assert_eq!(rows + dlq, first, "{}", log_of(dir.path(), "w1"));
+    assert!(w1.terminate().success());
+
+    // While floe is down: enough records that the broker deletes the oldest of every partition,
+    // including ones floe never read.
+    let total = 200_000u64;
+    produce(&broker.bootstrap, first, total);
+    let (still_held, marks) = held(&broker.bootstrap).await;
+    assert!(
+        marks.iter().all(|(low, _)| *low as u64 > first),
+        "retention did not reach past the checkpoints: {marks:?}"
+    );
+
+    let mut w2 = Worker::start(dir.path(), &broker.bootstrap, "w2");
+    let status = w2
+        .wait_exit(Duration::from_secs(60))
+        .await
+        .expect("the worker went on without the deleted records");
+    let log = log_of(dir.path(), "w2");
+    assert_eq!(status.code(), Some(78), "{log}");
+    assert!(
+        log.contains("were deleted by retention before floe read them")
+            && log.contains("of partition")
+            && log.contains("on_position_lost = "),
+        "{log}"
+    );
+    assert_eq!(
+        delivered(dir.path()).await,
+        (rows, dlq),
+        "nothing committed"
+    );
+
+    let port = free_port();
+    let toml = config_toml(dir.path(), &broker.bootstrap, "w3", 4)
+        .replace(
+            "metrics_address = \"off\"",
+            &format!("metrics_address = \"127.0.0.1:{port}\""),
+        )
+        .replace(
+            "  initial_position = \"earliest\"\n",
+            "  initial_position = \"earliest\"\n  on_position_lost = \"skip\"\n",
+        );
+    assert!(toml.contains("on_position_lost"));
+    let w3 = Worker::start_with(dir.path(), "w3", &toml);
+    let (rows3, dlq3) =
+        wait_delivered(dir.path(), first + still_held, Duration::from_secs(180)).await;
+    let log = log_of(dir.path(), "w3");
+    assert_eq!(rows3 + dlq3, first + still_held, "{log}");
+    assert!(log.contains("skipping ahead to offset"), "{log}");
+    let scrape = get(&format!("127.0.0.1:{port}"), "/metrics").unwrap().1;
+    let skipped = sum(&samples(&scrape), "floe_source_offsets_skipped_total", &[]);
+    let never_read = total - first - still_held;
+    assert_eq!(skipped as u64, never_read, "{scrape}");
+    assert!(w3.terminate().success());
+    // Exactly once: no record delivered twice after the skip.
+    let (rows_end, dlq_end) = delivered(dir.path()).await;
+    assert_eq!(rows_end + dlq_end, first + still_held);
+}
