@@ -112,6 +112,13 @@ pub trait BatchSink: Send {
     /// Errors: [`SinkError::TableGone`] for a replaced or dropped table; `Unavailable`.
     async fn committed_checkpoints(&mut self) -> Result<Checkpoints, SinkError>;
 
+    /// An instant (epoch ms) at or after the commit of every checkpoint the last
+    /// [`BatchSink::committed_checkpoints`] returned (the table's current snapshot time), for
+    /// [`crate::source::Source::check_checkpoint`]; `None` when unknown.
+    fn checkpoints_committed_by_ms(&self) -> Option<i64> {
+        None
+    }
+
     /// Buffers `records` of `shard` (one read batch, in order); returns what happened to each,
     /// in the same order. One call per read batch keeps the boxed future off the per-record path.
     ///

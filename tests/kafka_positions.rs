@@ -8,6 +8,9 @@ mod common;
 
 use std::time::Duration;
 
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
+
 use common::*;
 use floe::model::ShardId;
 use floe::source::kafka::{KafkaSource, KafkaSourceConfig};
@@ -96,4 +99,59 @@ async fn records_deleted_by_retention_while_floe_was_down_stop_the_worker_or_are
     // Exactly once: no record delivered twice after the skip.
     let (rows_end, dlq_end) = delivered(dir.path()).await;
     assert_eq!(rows_end + dlq_end, first + still_held);
+}
+
+/// The topic was deleted and recreated under the same name while floe was down (here: a new
+/// broker serving `events`, the same name and partitions), and its new log grew past the
+/// checkpoints. Its records carry CreateTime two hours after floe's last commit, as they would
+/// after two hours of downtime. The worker refuses to read the new log from the old log's
+/// offsets (exit 78, naming the partition) and commits nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_recreated_while_floe_was_down_is_not_read_from_the_old_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = Broker::start();
+    let first = 2_000u64;
+    produce(&old.bootstrap, 0, first);
+    let w1 = Worker::start(dir.path(), &old.bootstrap, "w1");
+    let (rows, dlq) = wait_delivered(dir.path(), first, Duration::from_secs(120)).await;
+    assert_eq!(rows + dlq, first, "{}", log_of(dir.path(), "w1"));
+    assert!(w1.terminate().success());
+    drop(old);
+
+    let new = Broker::start();
+    let later = floe::time::now_ms() + 2 * 3_600_000;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &new.bootstrap)
+        .create()
+        .unwrap();
+    for id in 0..4_000u64 {
+        let payload = floe::tools::sample_events::event_json(id, 1, later, 3);
+        let key = id.to_string();
+        let mut record = BaseRecord::to("events")
+            .key(&key)
+            .payload(&payload)
+            .timestamp(later);
+        while let Err((_, r)) = producer.send(record) {
+            record = r;
+            producer.poll(Duration::from_millis(10));
+        }
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+
+    let mut w2 = Worker::start(dir.path(), &new.bootstrap, "w2");
+    let status = w2
+        .wait_exit(Duration::from_secs(60))
+        .await
+        .expect("the worker read the recreated topic from the old checkpoints");
+    let log = log_of(dir.path(), "w2");
+    assert_eq!(status.code(), Some(78), "{log}");
+    assert!(
+        log.contains("deleted and recreated under the same name") && log.contains("of partition"),
+        "{log}"
+    );
+    assert_eq!(
+        delivered(dir.path()).await,
+        (rows, dlq),
+        "nothing committed"
+    );
 }

@@ -620,6 +620,51 @@ async fn lag_reaches_zero_on_a_transactional_topic_and_marker_gaps_lose_nothing(
     assert!(src.lag_after(&p0, got[got.len() - 2]).await.unwrap() >= 1);
 }
 
+/// The record at a checkpoint cannot be newer than the commit that recorded it (beyond Kafka's
+/// 1 h bound on producer clocks): a newer one belongs to another log — the topic was deleted
+/// and recreated under the same name and grew past the checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_whose_record_is_newer_than_its_commit_is_a_recreated_topic() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, 1).unwrap();
+    let producer = kafka.producer().unwrap();
+    for i in 0..100i64 {
+        producer
+            .send(TOPIC, Some(0), b"k", b"{}", Some(BASE_MS + 1000 * i))
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let p0 = ShardId::kafka_partition(0);
+    let at_50 = BASE_MS + 50_000;
+    // Committed a few minutes after the record was read: the same log.
+    src.check_checkpoint(&p0, &Position::Offset(50), at_50 + 300_000)
+        .await
+        .unwrap();
+    // Within the skew producers' clocks are allowed.
+    src.check_checkpoint(&p0, &Position::Offset(50), at_50 - 1_800_000)
+        .await
+        .unwrap();
+    // Committed two hours before the record at its offset was produced.
+    match src
+        .check_checkpoint(&p0, &Position::Offset(50), at_50 - 7_200_000)
+        .await
+    {
+        Err(SourceError::PositionLost { shard, message }) => {
+            assert_eq!(shard, p0);
+            assert!(
+                message.contains("checkpoint offset 50") && message.contains("recreated"),
+                "{message}"
+            );
+        }
+        other => panic!("expected PositionLost, got {other:?}"),
+    }
+    // Offsets the broker does not hold are left to `open`.
+    src.check_checkpoint(&p0, &Position::Offset(500), 0)
+        .await
+        .unwrap();
+}
+
 /// A partition that appears after the channel's activation (a partition added to the topic)
 /// starts at its beginning under `activation_time`: its records are all newer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

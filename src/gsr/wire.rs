@@ -1,6 +1,6 @@
 //! The AWS Glue Schema Registry (GSR) wire format, as written by the GSR serializer library
 //! (`GlueSchemaRegistryDeserializerDataParser`): it frames each record before it reaches the
-//! [`super::Converter`].
+//! converter ([`crate::convert`]).
 //!
 //! ```text
 //!  byte 0      byte 1        bytes 2..18                       bytes 18..

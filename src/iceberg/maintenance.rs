@@ -119,7 +119,7 @@ fn write_of(path: &str) -> &str {
 
 /// The files one compaction task rewrites at `now_ms`, oldest hours first: of each hour that
 /// ended at least `delay_ms` ago, its small files (under 3/4 of `target` bytes) when there are
-/// two or more from at least two writes, up to [`JOB_TARGETS`] × `target` bytes (at least one
+/// two or more from at least two writes, up to `JOB_TARGETS` × `target` bytes (at least one
 /// hour); hours in `skip` are left alone.
 ///
 /// Files of a single write are never compacted again: the writer rolls on its estimate of the

@@ -1,5 +1,5 @@
 //! Replace and delete snapshots, built by floe and committed through a
-//! [`TableSwap`](crate::catalog::swap::TableSwap): the commit of compaction (data files of a
+//! [`crate::catalog::swap::TableSwap`]: the commit of compaction (data files of a
 //! closed hour replaced by fewer, larger ones), manifest rewrite (many small manifests
 //! bin-packed into few) and record expiration (whole hour partitions deleted), in any
 //! combination, as one snapshot.

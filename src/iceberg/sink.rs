@@ -82,6 +82,13 @@ impl BatchSink for IcebergSink {
         Ok(cp)
     }
 
+    fn checkpoints_committed_by_ms(&self) -> Option<i64> {
+        self.table
+            .metadata()
+            .current_snapshot()
+            .map(|s| s.timestamp_ms())
+    }
+
     async fn push(
         &mut self,
         _shard: &ShardId,

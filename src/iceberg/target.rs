@@ -86,7 +86,7 @@ impl IcebergTarget {
     }
 
     /// The same target committing compaction, manifest rewrite and record expiration through
-    /// `swap` (the catalog's, [`crate::catalog::open_table_swap`]; `None`: not on this
+    /// `swap` (the catalog's, [`crate::catalog::open_channel_catalog_and_swap`]; `None`: not on this
     /// catalog), compaction outputs written with `writer` (the workers' settings: compression,
     /// target file size, file name prefix).
     pub fn with_rewrites(

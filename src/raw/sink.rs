@@ -23,6 +23,8 @@ pub struct RawSink {
     /// Where the committed checkpoints live ([`crate::lease::Delivered`]).
     batches: Arc<dyn BatchStore>,
     buffer: RawBuffer,
+    /// When the checkpoints last read were committed by (the last commit id's UUIDv7 time).
+    committed_by_ms: Option<i64>,
 }
 
 impl RawSink {
@@ -34,6 +36,7 @@ impl RawSink {
             io,
             batches,
             buffer: RawBuffer::default(),
+            committed_by_ms: None,
         }
     }
 }
@@ -45,13 +48,21 @@ impl BatchSink for RawSink {
     }
 
     async fn committed_checkpoints(&mut self) -> Result<Checkpoints, SinkError> {
-        Ok(self
+        let delivered = self
             .batches
             .get_delivered(&self.channel)
             .await
-            .map_err(|e| SinkError::unavailable("read the delivered checkpoints", e))?
-            .map(|d| d.checkpoints)
-            .unwrap_or_default())
+            .map_err(|e| SinkError::unavailable("read the delivered checkpoints", e))?;
+        // The last commit's id is a UUIDv7: its time bounds every checkpoint's commit.
+        self.committed_by_ms = delivered
+            .as_ref()
+            .and_then(|d| d.last_commit_id)
+            .and_then(|id| crate::time::uuid_v7_ms(&id));
+        Ok(delivered.map(|d| d.checkpoints).unwrap_or_default())
+    }
+
+    fn checkpoints_committed_by_ms(&self) -> Option<i64> {
+        self.committed_by_ms
     }
 
     async fn push(

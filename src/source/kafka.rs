@@ -48,10 +48,16 @@
 //! - **librdkafka calls run on `spawn_blocking`**: `next_batch` polls on a blocking thread for at
 //!   most its `wait`; metadata calls are bounded by the request timeout.
 //! - A checkpoint is the offset of the last delivered record; a reader resumes at
-//!   `checkpoint + 1` ([`StartAt::After`]). A start offset the broker no longer holds (retention)
-//!   fails with [`SourceError::PositionLost`] (`auto.offset.reset = error`): never a silent skip.
+//!   `checkpoint + 1` ([`StartAt::After`]), checked against the watermarks when it opens. A start
+//!   offset the broker no longer holds (retention) fails with [`SourceError::PositionLost`]
+//!   naming the offsets (at open, or from librdkafka's `auto.offset.reset = error` while
+//!   reading), unless the channel skips lost positions ([`KafkaSourceConfig::skip_lost_positions`]:
+//!   logged and counted); never a silent skip. A checkpoint past the log's end, or whose record is
+//!   newer than its commit ([`Source::check_checkpoint`]), belongs to a topic deleted and
+//!   recreated under the same name: always `PositionLost`.
 //! - `start_position(AtTimestamp(t))` resolves to the first offset whose record timestamp is ≥ t
-//!   (ListOffsets by timestamp). When the broker has none, the high watermark read *before* the
+//!   (ListOffsets by timestamp), an answer checked against the records (`check_time_answer`).
+//!   When the broker has none, the high watermark read *before* the
 //!   lookup is used, so every worker resolving later finds the same offset (records appended
 //!   after it carry newer timestamps). librdkafka's mock cluster answers no timestamp lookup at
 //!   all; floe detects it (the last record is newer than t) and finds the offset by a binary
@@ -59,7 +65,7 @@
 //! - Lag is the readable end reported by librdkafka statistics (every second, no extra request,
 //!   one report for every partition of the shared consumer: the last stable offset, which is the
 //!   high watermark without open transactions) minus the next offset to return, stepped past
-//!   transaction markers (see [`lag_of`]): an idle, fully delivered transactional topic shows 0.
+//!   transaction markers (see `lag_of`): an idle, fully delivered transactional topic shows 0.
 //! - Records are copied once out of librdkafka (key and payload into their own `Vec`s of the
 //!   [`SourceRecord`]): a borrowed message cannot outlive its poll without `unsafe`.
 //! - Transactional records are read `read_committed`; aborted records and control records are
@@ -88,6 +94,12 @@ use super::{
     InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord, StartAt,
 };
 use crate::model::{Position, ShardId};
+
+/// How far in the future of the commit that recorded it a checkpoint's record may be
+/// timestamped before floe takes it for a record of another log (a recreated topic): Kafka's own
+/// bound on producer timestamps in the future, `log.message.timestamp.after.max.ms` (default 1 h
+/// since Kafka 3.6, KIP-937).
+const CHECKPOINT_RECORD_MAX_SKEW_MS: i64 = 3_600_000;
 
 /// Attempts of a metadata call (list shards, watermarks, offsets for times) before a retryable
 /// error is returned to the caller.
@@ -189,6 +201,9 @@ pub struct KafkaSource {
     metadata: Arc<FloeConsumer>,
     /// The consumer every reader of this source polls through, created on the first `open`.
     shared: OnceCell<Arc<Shared>>,
+    /// The client that reads single records to check checkpoints, created on first use and
+    /// kept (a check runs for every partition a worker takes).
+    probe: Arc<Mutex<Option<FloeConsumer>>>,
 }
 
 impl Drop for KafkaSource {
@@ -370,6 +385,7 @@ impl KafkaSource {
             config: Arc::new(config),
             metadata: Arc::new(metadata),
             shared: OnceCell::new(),
+            probe: Arc::default(),
         })
     }
 
@@ -499,6 +515,59 @@ impl Source for KafkaSource {
                 let offset = self.resolve_timestamp(partition, *ts).await?;
                 Ok(StartAt::At(Position::Offset(offset)))
             }
+        }
+    }
+
+    /// The record at a Kafka checkpoint (the offset of the last delivered record) must not be
+    /// newer than the commit that recorded it by more than an hour (`CHECKPOINT_RECORD_MAX_SKEW_MS`):
+    /// otherwise the topic was deleted and recreated under the same name and its new log grew
+    /// past the checkpoint (librdkafka's safe API gives no topic id to compare). A checkpoint the
+    /// broker no longer holds, or past the log's end, is left to [`Source::open`]; a record
+    /// without a timestamp, or an offset compaction removed, cannot be checked and passes.
+    async fn check_checkpoint(
+        &self,
+        shard: &ShardId,
+        checkpoint: &Position,
+        committed_by_ms: i64,
+    ) -> Result<(), SourceError> {
+        let Position::Offset(offset) = *checkpoint else {
+            return Ok(());
+        };
+        let (low, high) = self.watermarks(shard).await?;
+        if offset < low || offset >= high {
+            return Ok(());
+        }
+        let partition = partition_of(shard)?;
+        let config = self.config.clone();
+        let probe = self.probe.clone();
+        let record = blocking(move || {
+            let mut probe = lock(&probe);
+            if probe.is_none() {
+                *probe = Some(api::probe_client(&config)?);
+            }
+            let probe = probe.as_ref().expect("probe client created above");
+            api::first_record_at_or_after(
+                probe,
+                &config.topic,
+                partition,
+                offset,
+                config.request_timeout,
+            )
+        })
+        .await?;
+        match record {
+            Some((at, Some(ts))) if at == offset && ts > committed_by_ms + CHECKPOINT_RECORD_MAX_SKEW_MS => {
+                Err(SourceError::PositionLost {
+                    shard: shard.clone(),
+                    message: format!(
+                        "the record at checkpoint offset {offset} of partition {shard} of topic {} is timestamped {}, after the commit that recorded it ({}): it is not the record floe delivered — the topic was deleted and recreated under the same name; floe will not read the new log from the old log's checkpoint (to start over from the new log, delete the channel and create it again)",
+                        self.config.topic,
+                        crate::time::rfc3339_ms(ts),
+                        crate::time::rfc3339_ms(committed_by_ms),
+                    ),
+                })
+            }
+            _ => Ok(()),
         }
     }
 

@@ -209,6 +209,25 @@ pub trait Source: Send + Sync {
         shard: &ShardId,
         start: StartAt,
     ) -> Result<Box<dyn ShardReader>, SourceError>;
+
+    /// Checks that the record at a committed `checkpoint` of `shard` can still be the record
+    /// that was delivered: it was read before the commit that recorded it, so it cannot be
+    /// newer than `committed_by_ms` (an instant at or after that commit, epoch ms) by more than
+    /// the clock skew a source allows. A newer record means the shard's log is another one — a
+    /// Kafka topic deleted and recreated under the same name and grown past the checkpoint —
+    /// and resuming there would deliver records of the new log from an offset of the old one.
+    /// Sources that cannot tell accept every checkpoint (the default).
+    ///
+    /// Errors: [`SourceError::PositionLost`] for a checkpoint of another log; retryable errors
+    /// of the lookup.
+    async fn check_checkpoint(
+        &self,
+        _shard: &ShardId,
+        _checkpoint: &Position,
+        _committed_by_ms: i64,
+    ) -> Result<(), SourceError> {
+        Ok(())
+    }
 }
 
 /// Reads one shard, in position order.

@@ -486,8 +486,17 @@ impl ChannelWorker {
             .collect();
         if !new.is_empty() {
             let cp = self.table_checkpoints().await?;
+            let committed_by = self
+                .sink
+                .as_ref()
+                .and_then(|s| s.checkpoints_committed_by_ms());
             for (id, counter) in new {
                 let after = cp.get(&id).cloned();
+                // A checkpoint of the table must name a record of the same log (a topic
+                // recreated under the same name is another log).
+                if let (Some(checkpoint), Some(by)) = (&after, committed_by) {
+                    self.io.source.check_checkpoint(&id, checkpoint, by).await?;
+                }
                 let reader = open_reader(
                     self.io.source.as_ref(),
                     &self.settings.initial_position,
