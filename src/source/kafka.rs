@@ -560,7 +560,7 @@ impl Source for KafkaSource {
                 Err(SourceError::PositionLost {
                     shard: shard.clone(),
                     message: format!(
-                        "the record at checkpoint offset {offset} of partition {shard} of topic {} is timestamped {}, after the commit that recorded it ({}): it is not the record floe delivered — the topic was deleted and recreated under the same name; floe will not read the new log from the old log's checkpoint (to start over from the new log, delete the channel and create it again)",
+                        "the record at checkpoint offset {offset} of partition {shard} of topic {} is timestamped {}, more than an hour after the commit that recorded it ({}): it is not the record floe delivered — the topic was deleted and recreated under the same name (or its producers stamp records more than an hour ahead of real time); floe will not read the new log from the old log's checkpoint (to start over from the new log, delete the channel and create it again)",
                         self.config.topic,
                         crate::time::rfc3339_ms(ts),
                         crate::time::rfc3339_ms(committed_by_ms),
@@ -838,13 +838,19 @@ impl KafkaShardReader {
         let watermarks =
             blocking(move || api::watermarks(&consumer, &topic, partition, timeout)).await?;
         let resume = check_resume(&self.config, &self.shard, next, watermarks)?;
-        if resume == next {
-            // Held again (a transient answer of a broker): read on from where we were.
-            return Err(error);
-        }
         self.next_offset = Some(resume);
         if let Some(slot) = lock(&self.shared.partitions).get_mut(&self.partition) {
             slot.reposition = true;
+        }
+        if resume == next {
+            // The broker refused the offset but its watermarks hold it (a leader change in
+            // between): re-position there and retry, as for any unavailable broker.
+            return Err(SourceError::Unavailable {
+                message: format!(
+                    "the broker refused offset {next} of partition {} but holds offsets {}..{}: re-positioning ({error})",
+                    self.shard, watermarks.0, watermarks.1
+                ),
+            });
         }
         Ok(Vec::new())
     }
