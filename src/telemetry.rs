@@ -43,7 +43,8 @@ pub const DATA_FILE_SIZE_BYTES: &str = "floe_data_file_size_bytes";
 pub const LEASES_HELD: &str = "floe_leases_held";
 /// Bytes of rows buffered by this worker.
 pub const BUFFER_BYTES: &str = "floe_buffer_bytes";
-/// Kafka: high watermark minus the next offset to read, summed over held partitions.
+/// Kafka: the readable end (last stable offset) minus the next offset to read, stepped past
+/// transaction markers, summed over held partitions.
 pub const SOURCE_LAG_RECORDS: &str = "floe_source_lag_records";
 /// Kinesis: the largest `MillisBehindLatest` over held shards, seconds.
 pub const SOURCE_LAG_SECONDS: &str = "floe_source_lag_seconds";
@@ -180,7 +181,7 @@ pub fn describe() {
     describe_gauge!(
         SOURCE_LAG_RECORDS,
         Unit::Count,
-        "Kafka high watermark minus next offset, summed over held partitions"
+        "Kafka: last stable offset minus the next offset to read (stepped past transaction markers), summed over held partitions"
     );
     describe_gauge!(
         SOURCE_LAG_SECONDS,

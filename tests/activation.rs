@@ -175,9 +175,9 @@ async fn create_records_the_table_that_run_then_accepts() {
 }
 
 /// A client configuration librdkafka refuses only when the client is created (each property is
-/// valid alone, so config validation accepts them): `floe run` refuses it (exit 78, naming the
-/// property) before it records the channel as activated — it used to record the activation
-/// first, so a later fixed worker skipped everything produced in between.
+/// valid alone, so config validation accepts them): `floe run` and `floe channel create` refuse
+/// it (exit 78, naming the property) before they record the channel as activated — both used to
+/// record the activation first, so a fixed worker skipped everything produced in between.
 #[tokio::test]
 async fn a_source_the_worker_refuses_is_refused_before_the_channel_is_activated() {
     let dir = tempfile::tempdir().unwrap();
@@ -187,19 +187,21 @@ async fn a_source_the_worker_refuses_is_refused_before_the_channel_is_activated(
     );
     assert!(config.contains("reconnect.backoff.max.ms"));
     std::fs::write(dir.path().join("floe.toml"), config).unwrap();
-    let o = run(dir.path(), Entry::Run);
-    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("reconnect.backoff.max.ms"),
-        "{}",
-        stderr(&o)
-    );
-    let store = SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
-        .await
-        .unwrap();
-    assert_eq!(
-        store.get_channel_state("it").await.unwrap(),
-        None,
-        "the channel was recorded before the worker refused its source"
-    );
+    for entry in ENTRIES {
+        let o = run(dir.path(), entry);
+        assert_eq!(o.status.code(), Some(78), "{entry:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("reconnect.backoff.max.ms"),
+            "{entry:?}: {}",
+            stderr(&o)
+        );
+        let store = SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_channel_state("it").await.unwrap(),
+            None,
+            "{entry:?}: the channel was recorded before its source was refused"
+        );
+    }
 }

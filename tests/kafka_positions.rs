@@ -73,6 +73,18 @@ async fn records_deleted_by_retention_while_floe_was_down_stop_the_worker_or_are
         (rows, dlq),
         "nothing committed"
     );
+    // `floe channel describe` shows the lost positions instead of a lag.
+    let described = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["channel", "describe", "it", "--config"])
+        .arg(dir.path().join("w2.toml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        text.contains("LOST") && text.contains("position lost: offsets"),
+        "{text}{}",
+        String::from_utf8_lossy(&described.stderr)
+    );
 
     let port = free_port();
     let toml = config_toml(dir.path(), &broker.bootstrap, "w3", 4)

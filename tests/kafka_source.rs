@@ -388,7 +388,8 @@ async fn a_checkpoint_beyond_the_log_is_position_lost_not_a_silent_skip() {
                 assert_eq!(shard, ShardId::kafka_partition(0));
                 assert!(
                     message.contains("next offset is 5001")
-                        && message.contains("offsets 0..10")
+                        && message.contains("holds offsets 0 to 9")
+                        && message.contains("give the channel a new table name")
                         && message.contains("deleted and recreated"),
                     "{message}"
                 );
@@ -438,8 +439,8 @@ async fn records_deleted_by_retention_after_the_checkpoint_fail_the_reader_or_ar
         Err(SourceError::PositionLost { shard, message }) => {
             assert_eq!(shard, p0);
             assert!(
-                message.contains(&format!("offsets 100..{}", low - 1))
-                    && message.contains(&format!("holds {low}..{high}"))
+                message.contains(&format!("offsets 100 to {}", low - 1))
+                    && message.contains(&format!("holds offsets {low} to {}", high - 1))
                     && message.contains("on_position_lost = \"skip\""),
                 "{message}"
             );
@@ -459,6 +460,17 @@ async fn records_deleted_by_retention_after_the_checkpoint_fail_the_reader_or_ar
         .unwrap();
     let records = read_n(reader.as_mut(), 10).await;
     assert_eq!(offsets(&records), (low..low + 10).collect::<Vec<_>>());
+    // `floe channel describe` shows the position lost, not a lag, even when the channel skips.
+    for src in [&src, &skipping] {
+        assert!(matches!(
+            src.lag_after(&p0, 99).await,
+            Err(SourceError::PositionLost { .. })
+        ));
+        assert!(matches!(
+            src.lag_after(&p0, 9000).await,
+            Err(SourceError::PositionLost { .. })
+        ));
+    }
     // A checkpoint the broker still holds is resumed exactly, skip or not.
     let mut reader = skipping
         .open(&p0, StartAt::After(Position::Offset(low + 5)))

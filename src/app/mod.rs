@@ -295,17 +295,10 @@ async fn prepare_raw(
 fn open_source(config: &ChannelConfig, aws: &AwsClients) -> Result<Arc<dyn Source>, AppError> {
     let name = config.name.as_str();
     Ok(match &config.source {
-        SourceConfig::Kafka(kafka) => {
-            let mut source_config = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic)
-                .with_channel(name)
-                .with_skip_lost_positions(
-                    kafka.on_position_lost == crate::config::OnPositionLost::Skip,
-                );
-            for (k, v) in &kafka.properties {
-                source_config = source_config.with_client_property(k, v.value());
-            }
-            Arc::new(KafkaSource::try_new(source_config).map_err(|e| channel_err(name, e))?)
-        }
+        SourceConfig::Kafka(kafka) => Arc::new(
+            KafkaSource::try_new(KafkaSourceConfig::from_channel(name, kafka))
+                .map_err(|e| channel_err(name, e))?,
+        ),
         SourceConfig::Kinesis(kinesis) => Arc::new(KinesisSource::new(aws.kinesis(), kinesis)),
     })
 }

@@ -332,12 +332,36 @@ pub async fn preflight(
 ) -> Result<Option<crate::schema::MappedSchema>, ControlError> {
     let schema = schema_file::check_schema(index, config);
     let dlq = check_dlq_writable(index, config, aws).await;
-    match (schema, dlq) {
-        (Ok(schema), Ok(())) => Ok(schema),
-        (schema, dlq) => Err(ControlError::Refused(
-            schema.err().into_iter().chain(dlq.err()).collect(),
+    let source = check_source(index, config);
+    match (schema, dlq, source) {
+        (Ok(schema), Ok(()), Ok(())) => Ok(schema),
+        (schema, dlq, source) => Err(ControlError::Refused(
+            schema
+                .err()
+                .into_iter()
+                .chain(dlq.err())
+                .chain(source.err())
+                .collect(),
         )),
     }
+}
+
+/// Builds the channel's Kafka client the way `floe run` does (no connection): librdkafka
+/// refuses some property sets only then (`reconnect.backoff.max.ms` below
+/// `reconnect.backoff.ms`), and `create` must refuse what `run` would, before it records an
+/// activation.
+fn check_source(index: usize, config: &ChannelConfig) -> Result<(), ConfigError> {
+    let crate::config::SourceConfig::Kafka(kafka) = &config.source else {
+        return Ok(());
+    };
+    crate::source::kafka::KafkaSource::try_new(
+        crate::source::kafka::KafkaSourceConfig::from_channel(&config.name, kafka),
+    )
+    .map(drop)
+    .map_err(|e| ConfigError {
+        path: format!("channel[{index}].source.properties"),
+        message: e.to_string(),
+    })
 }
 
 /// Writes `state` at `expected` version; returns it with the new version.
@@ -643,6 +667,10 @@ pub struct ShardDescription {
     /// Records behind the newest one (Kafka high watermark − 1 − checkpoint; 0 when only
     /// transaction markers follow the checkpoint), when the broker answered quickly.
     pub lag_records: Option<u64>,
+    /// Kafka: why the broker no longer holds the records after the checkpoint (retention
+    /// deleted them, or the topic was recreated): a worker taking the shard stops with exit 78
+    /// (docs/kafka.md).
+    pub position_lost: Option<String>,
     /// When a snapshot last added records of this shard (RFC 3339).
     pub last_commit_at: Option<String>,
 }
@@ -791,7 +819,11 @@ async fn describe_with(
         .filter_map(|l| {
             let shard = l.key.shard_id()?;
             let checkpoint = checkpoints.get(shard);
-            let lag_records = lags.get(&shard.to_string()).copied();
+            let (lag_records, position_lost) = match lags.get(&shard.to_string()) {
+                Some(Ok(lag)) => (Some(*lag), None),
+                Some(Err(why)) => (None, Some(why.clone())),
+                None => (None, None),
+            };
             Some(ShardDescription {
                 shard: shard.to_string(),
                 owner: l.owner.clone(),
@@ -799,6 +831,11 @@ async fn describe_with(
                 checkpoint: checkpoint.map(|p| p.to_string()),
                 lag_records: if checkpoint.is_some() {
                     lag_records
+                } else {
+                    None
+                },
+                position_lost: if checkpoint.is_some() {
+                    position_lost
                 } else {
                     None
                 },
@@ -898,24 +935,20 @@ fn last_commit_per_shard(table: &Table) -> BTreeMap<String, i64> {
 }
 
 /// Kafka lag of the channel's shards after their checkpoints ([`KafkaSource::lag_after`]: 0
-/// once only transaction markers are left), for the shards the broker answers for within 3 s in
-/// all; lag is not shown for the others.
+/// once only transaction markers are left), or why the position is lost, for the shards the
+/// broker answers for within 3 s in all; nothing is shown for the others.
 ///
 /// [`KafkaSource::lag_after`]: crate::source::kafka::KafkaSource::lag_after
 async fn kafka_lags(
     channel: &ChannelConfig,
     checkpoints: &crate::model::Checkpoints,
-) -> BTreeMap<String, u64> {
+) -> BTreeMap<String, Result<u64, String>> {
     let crate::config::SourceConfig::Kafka(kafka) = &channel.source else {
         // Kinesis lag (MillisBehindLatest) is only known to the readers: see the metrics.
         return BTreeMap::new();
     };
-    let mut source_config =
-        crate::source::kafka::KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
-    source_config.request_timeout = Duration::from_secs(2);
-    for (k, v) in &kafka.properties {
-        source_config = source_config.with_client_property(k, v.value());
-    }
+    let source_config = crate::source::kafka::KafkaSourceConfig::from_channel(&channel.name, kafka)
+        .with_request_timeout(Duration::from_secs(2));
     let Ok(source) = crate::source::kafka::KafkaSource::try_new(source_config) else {
         return BTreeMap::new();
     };
@@ -925,11 +958,14 @@ async fn kafka_lags(
             let crate::model::Position::Offset(checkpoint) = position else {
                 continue;
             };
-            if let Ok(lag) = source.lag_after(shard, *checkpoint).await {
-                out.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(shard.to_string(), lag);
-            }
+            let lag = match source.lag_after(shard, *checkpoint).await {
+                Ok(lag) => Ok(lag),
+                Err(crate::source::SourceError::PositionLost { message, .. }) => Err(message),
+                Err(_) => continue,
+            };
+            out.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(shard.to_string(), lag);
         }
     };
     let _ = tokio::time::timeout(Duration::from_secs(3), fetch).await;

@@ -356,9 +356,17 @@ pub fn describe_text(d: &ChannelDescription) -> String {
             s.owner.clone().unwrap_or_else(dash),
             s.lease_counter,
             s.checkpoint.clone().unwrap_or_else(dash),
-            s.lag_records.map_or_else(dash, |l| l.to_string()),
+            match (&s.position_lost, s.lag_records) {
+                (Some(_), _) => "LOST".to_string(),
+                (None, lag) => lag.map_or_else(dash, |l| l.to_string()),
+            },
             s.last_commit_at.clone().unwrap_or_else(dash)
         ));
+    }
+    for s in &d.shards {
+        if let Some(why) = &s.position_lost {
+            out.push_str(&format!("  shard {}: position lost: {why}\n", s.shard));
+        }
     }
     out
 }

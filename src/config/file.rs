@@ -213,8 +213,10 @@ pub struct KafkaSourceSection {
     /// `"env:VARNAME"` is read from the environment variable `VARNAME` when the file is loaded;
     /// secrets (keys containing `password` or `secret`, `sasl.oauthbearer.config`, `ssl.key.pem`)
     /// must be given this way. Keys floe owns are refused: `bootstrap.servers`,
-    /// `metadata.broker.list`, `group.id`, `enable.auto.commit`, `auto.commit.enable`,
-    /// `enable.auto.offset.store`, `auto.offset.reset`, `enable.partition.eof`.
+    /// `metadata.broker.list`, `group.id`, `group.instance.id`, `enable.auto.commit`,
+    /// `auto.commit.enable`, `enable.auto.offset.store`, `auto.offset.reset`,
+    /// `enable.partition.eof`, `isolation.level` (always `read_committed`),
+    /// `statistics.interval.ms`.
     #[serde(default)]
     pub properties: BTreeMap<String, toml::Value>,
 }

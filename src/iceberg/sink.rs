@@ -82,11 +82,26 @@ impl BatchSink for IcebergSink {
         Ok(cp)
     }
 
+    /// The last data commit's time: maintenance snapshots (compaction, expiry) keep the
+    /// checkpoints as they were and come later, so they would only loosen the bound.
     fn checkpoints_committed_by_ms(&self) -> Option<i64> {
         self.table
             .metadata()
-            .current_snapshot()
+            .snapshots()
+            .filter(|s| {
+                !s.summary()
+                    .additional_properties
+                    .contains_key(crate::iceberg::rewrite::SUMMARY_MAINTENANCE)
+            })
             .map(|s| s.timestamp_ms())
+            .max()
+            .or_else(|| {
+                // Only maintenance snapshots retained: the current one still bounds it.
+                self.table
+                    .metadata()
+                    .current_snapshot()
+                    .map(|s| s.timestamp_ms())
+            })
     }
 
     async fn push(

@@ -101,6 +101,10 @@ use crate::model::{Position, ShardId};
 /// since Kafka 3.6, KIP-937).
 const CHECKPOINT_RECORD_MAX_SKEW_MS: i64 = 3_600_000;
 
+/// What an operator does about a checkpoint of a recreated topic: the checkpoints live in the
+/// table, which `floe channel delete` and `create` keep, so only a new table starts over.
+const RECREATED_REMEDY: &str = "to start over from the new log, deliver into a new table: give the channel a new table name (or drop its table), then run floe channel delete and floe channel create";
+
 /// Attempts of a metadata call (list shards, watermarks, offsets for times) before a retryable
 /// error is returned to the caller.
 const METADATA_ATTEMPTS: u32 = 3;
@@ -162,6 +166,20 @@ impl KafkaSourceConfig {
             request_timeout: Duration::from_secs(10),
             skip_lost_positions: false,
         }
+    }
+
+    /// The settings of channel `channel`'s `[channel.source]` (`kind = "kafka"`): its brokers,
+    /// topic, client properties (environment references resolved) and `on_position_lost`.
+    pub fn from_channel(channel: &str, source: &crate::config::KafkaSourceConfig) -> Self {
+        let mut config = KafkaSourceConfig::new(&source.bootstrap_servers, &source.topic)
+            .with_channel(channel)
+            .with_skip_lost_positions(
+                source.on_position_lost == crate::config::OnPositionLost::Skip,
+            );
+        for (k, v) in &source.properties {
+            config = config.with_client_property(k, v.value());
+        }
+        config
     }
 
     /// Names the channel reading the topic (the `channel` label of the source's metrics).
@@ -415,10 +433,18 @@ impl KafkaSource {
     /// fully delivered transactional topic shows a lag of 1 per partition for ever). The check
     /// fetches from the partition, waiting at most the request timeout.
     ///
-    /// Errors: as [`KafkaSource::watermarks`].
+    /// Errors: as [`KafkaSource::watermarks`]; [`SourceError::PositionLost`] when the broker no
+    /// longer holds `checkpoint + 1` or the checkpoint is past the log's end.
     pub async fn lag_after(&self, shard: &ShardId, checkpoint: i64) -> Result<u64, SourceError> {
-        let (_, high) = self.watermarks(shard).await?;
+        let (low, high) = self.watermarks(shard).await?;
         let next = checkpoint + 1;
+        // A checkpoint the broker no longer holds (retention) or past the log's end (a
+        // recreated topic): the position is lost, there is no lag to show.
+        let strict = KafkaSourceConfig {
+            skip_lost_positions: false,
+            ..(*self.config).clone()
+        };
+        check_resume(&strict, shard, next, (low, high))?;
         if high <= next {
             return Ok(0);
         }
@@ -560,7 +586,7 @@ impl Source for KafkaSource {
                 Err(SourceError::PositionLost {
                     shard: shard.clone(),
                     message: format!(
-                        "the record at checkpoint offset {offset} of partition {shard} of topic {} is timestamped {}, more than an hour after the commit that recorded it ({}): it is not the record floe delivered — the topic was deleted and recreated under the same name (or its producers stamp records more than an hour ahead of real time); floe will not read the new log from the old log's checkpoint (to start over from the new log, delete the channel and create it again)",
+                        "the record at checkpoint offset {offset} of partition {shard} of topic {} is timestamped {}, more than an hour after the table's last data commit ({}), which recorded the checkpoint or came later: it is not the record floe delivered — the topic was deleted and recreated under the same name (or its producers stamp records more than an hour ahead of real time); floe will not read the new log from the old log's checkpoint ({RECREATED_REMEDY})",
                         self.config.topic,
                         crate::time::rfc3339_ms(ts),
                         crate::time::rfc3339_ms(committed_by_ms),
@@ -847,12 +873,22 @@ impl KafkaShardReader {
             // between): re-position there and retry, as for any unavailable broker.
             return Err(SourceError::Unavailable {
                 message: format!(
-                    "the broker refused offset {next} of partition {} but holds offsets {}..{}: re-positioning ({error})",
-                    self.shard, watermarks.0, watermarks.1
+                    "the broker refused offset {next} of partition {} but holds {}: re-positioning ({error})",
+                    self.shard, held(watermarks.0, watermarks.1)
                 ),
             });
         }
         Ok(Vec::new())
+    }
+}
+
+/// The offsets a partition with watermarks `(low, high)` holds, for messages: `"offsets 3 to 9"`
+/// (inclusive), or none.
+fn held(low: i64, high: i64) -> String {
+    if high > low {
+        format!("offsets {low} to {}", high - 1)
+    } else {
+        format!("no records (its next offset is {high})")
     }
 }
 
@@ -875,7 +911,8 @@ fn check_resume(
         return Err(SourceError::PositionLost {
             shard: shard.clone(),
             message: format!(
-                "the checkpoint is past the end of partition {shard} of topic {topic}: the next offset is {next} but the broker holds offsets {low}..{high}; the topic was deleted and recreated under the same name, or its log was truncated — floe will not read a different log from this checkpoint (to start over from the new log, delete the channel and create it again)"
+                "the checkpoint is past the end of partition {shard} of topic {topic}: the next offset is {next} but the broker holds {}; the topic was deleted and recreated under the same name, or its log was truncated — floe will not read a different log from this checkpoint ({RECREATED_REMEDY})",
+                held(low, high)
             ),
         });
     }
@@ -887,8 +924,9 @@ fn check_resume(
         return Err(SourceError::PositionLost {
             shard: shard.clone(),
             message: format!(
-                "offsets {next}..{} of partition {shard} of topic {topic} were deleted by retention before floe read them (the broker now holds {low}..{high}, {skipped} offsets gone); restore them, or set on_position_lost = \"skip\" in [channel.source] to resume at offset {low} (the skipped range is logged and counted)",
-                low - 1
+                "offsets {next} to {} of partition {shard} of topic {topic} were deleted by retention before floe read them ({skipped} offsets gone; the broker now holds {}); restore them, or set on_position_lost = \"skip\" in [channel.source] to resume at offset {low} (the skipped range is logged and counted)",
+                low - 1,
+                held(low, high)
             ),
         });
     }
@@ -1069,7 +1107,8 @@ fn check_time_answer(
     if let Some(o) = answer {
         let contradiction = if o < low || o > high {
             Some(format!(
-                "offset {o} is outside the partition's offsets {low}..{high}"
+                "offset {o} is outside the partition, which holds {}",
+                held(low, high)
             ))
         } else if o < high && !is_at_or_after(o)?.0 {
             Some(format!("the record at offset {o} is older than the time"))
