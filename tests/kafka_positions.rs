@@ -30,6 +30,16 @@ async fn held(bootstrap: &str) -> (u64, Vec<(i64, i64)>) {
     (marks.iter().map(|(l, h)| (h - l) as u64).sum(), marks)
 }
 
+/// Starts worker `w2` on `bootstrap` and waits for it to exit 78 (`why_not`: the failure if it
+/// keeps running); returns its log.
+async fn refused_at_start(dir: &std::path::Path, bootstrap: &str, why_not: &str) -> String {
+    let mut w2 = Worker::start(dir, bootstrap, "w2");
+    let status = w2.wait_exit(Duration::from_secs(60)).await.expect(why_not);
+    let log = log_of(dir, "w2");
+    assert_eq!(status.code(), Some(78), "{log}");
+    log
+}
+
 /// Exit 78 naming the partition and the offsets gone; with `on_position_lost = "skip"`, the
 /// worker resumes at the oldest offsets the broker holds, logs and counts the skipped ranges,
 /// and delivers every record still held exactly once.
@@ -55,13 +65,12 @@ async fn records_deleted_by_retention_while_floe_was_down_stop_the_worker_or_are
         "retention did not reach past the checkpoints: {marks:?}"
     );
 
-    let mut w2 = Worker::start(dir.path(), &broker.bootstrap, "w2");
-    let status = w2
-        .wait_exit(Duration::from_secs(60))
-        .await
-        .expect("the worker went on without the deleted records");
-    let log = log_of(dir.path(), "w2");
-    assert_eq!(status.code(), Some(78), "{log}");
+    let log = refused_at_start(
+        dir.path(),
+        &broker.bootstrap,
+        "the worker went on without the deleted records",
+    )
+    .await;
     assert!(
         log.contains("were deleted by retention before floe read them")
             && log.contains("of partition")
@@ -150,13 +159,12 @@ async fn a_topic_recreated_while_floe_was_down_is_not_read_from_the_old_checkpoi
     }
     producer.flush(Duration::from_secs(30)).unwrap();
 
-    let mut w2 = Worker::start(dir.path(), &new.bootstrap, "w2");
-    let status = w2
-        .wait_exit(Duration::from_secs(60))
-        .await
-        .expect("the worker read the recreated topic from the old checkpoints");
-    let log = log_of(dir.path(), "w2");
-    assert_eq!(status.code(), Some(78), "{log}");
+    let log = refused_at_start(
+        dir.path(),
+        &new.bootstrap,
+        "the worker read the recreated topic from the old checkpoints",
+    )
+    .await;
     assert!(
         log.contains("deleted and recreated under the same name") && log.contains("of partition"),
         "{log}"

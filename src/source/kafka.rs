@@ -221,7 +221,7 @@ pub struct KafkaSource {
     shared: OnceCell<Arc<Shared>>,
     /// The client that reads single records to check checkpoints, created on first use and
     /// kept (a check runs for every partition a worker takes).
-    probe: Arc<Mutex<Option<FloeConsumer>>>,
+    probe: Arc<ProbeSlot>,
 }
 
 impl Drop for KafkaSource {
@@ -440,32 +440,38 @@ impl KafkaSource {
         let next = checkpoint + 1;
         // A checkpoint the broker no longer holds (retention) or past the log's end (a
         // recreated topic): the position is lost, there is no lag to show.
-        let strict = KafkaSourceConfig {
-            skip_lost_positions: false,
-            ..(*self.config).clone()
-        };
-        check_resume(&strict, shard, next, (low, high))?;
+        check_resume(&self.config, shard, next, (low, high), false)?;
         if high <= next {
             return Ok(0);
         }
         let partition = partition_of(shard)?;
         let config = self.config.clone();
-        let only_markers = blocking(move || {
-            let probe = api::probe_client(&config)?;
-            api::nothing_to_read_before(
-                &probe,
-                &config.topic,
-                partition,
-                next,
-                high,
-                config.request_timeout,
-            )
-        })
-        .await?;
+        let only_markers = self
+            .with_probe(move |probe| {
+                api::nothing_to_read_before(
+                    probe,
+                    &config.topic,
+                    partition,
+                    next,
+                    high,
+                    config.request_timeout,
+                )
+            })
+            .await?;
         Ok(match only_markers {
             Some(true) => 0,
             _ => (high - next) as u64,
         })
+    }
+
+    /// Runs `f` on a blocking thread with the source's probe client ([`with_cached_probe`]).
+    async fn with_probe<T, F>(&self, f: F) -> Result<T, SourceError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&FloeConsumer) -> Result<T, SourceError> + Send + 'static,
+    {
+        let (slot, config) = (self.probe.clone(), self.config.clone());
+        blocking(move || with_cached_probe(&slot, &config, f)).await
     }
 
     /// Runs a metadata call on a blocking thread, retrying retryable errors with backoff.
@@ -498,9 +504,10 @@ impl KafkaSource {
         timestamp_ms: i64,
     ) -> Result<i64, SourceError> {
         let config = self.config.clone();
+        let probe = self.probe.clone();
         let (offset, corrected) = self
             .with_retry("offsets for times", move |client, _timeout| {
-                resolve_timestamp_blocking(&config, client, partition, timestamp_ms)
+                resolve_timestamp_blocking(&config, client, &probe, partition, timestamp_ms)
             })
             .await?;
         if corrected {
@@ -565,22 +572,17 @@ impl Source for KafkaSource {
         }
         let partition = partition_of(shard)?;
         let config = self.config.clone();
-        let probe = self.probe.clone();
-        let record = blocking(move || {
-            let mut probe = lock(&probe);
-            if probe.is_none() {
-                *probe = Some(api::probe_client(&config)?);
-            }
-            let probe = probe.as_ref().expect("probe client created above");
-            api::first_record_at_or_after(
-                probe,
-                &config.topic,
-                partition,
-                offset,
-                config.request_timeout,
-            )
-        })
-        .await?;
+        let record = self
+            .with_probe(move |probe| {
+                api::first_record_at_or_after(
+                    probe,
+                    &config.topic,
+                    partition,
+                    offset,
+                    config.request_timeout,
+                )
+            })
+            .await?;
         match record {
             Some((at, Some(ts))) if at == offset && ts > committed_by_ms + CHECKPOINT_RECORD_MAX_SKEW_MS => {
                 Err(SourceError::PositionLost {
@@ -635,7 +637,13 @@ impl Source for KafkaSource {
         let (offset, next_offset) = match (&start, next_offset) {
             (StartAt::After(_), Some(next)) => {
                 let watermarks = self.watermarks(shard).await?;
-                let next = check_resume(&self.config, shard, next, watermarks)?;
+                let next = check_resume(
+                    &self.config,
+                    shard,
+                    next,
+                    watermarks,
+                    self.config.skip_lost_positions,
+                )?;
                 (Offset::Offset(next), Some(next))
             }
             _ => (offset, next_offset),
@@ -863,7 +871,13 @@ impl KafkaShardReader {
         );
         let watermarks =
             blocking(move || api::watermarks(&consumer, &topic, partition, timeout)).await?;
-        let resume = check_resume(&self.config, &self.shard, next, watermarks)?;
+        let resume = check_resume(
+            &self.config,
+            &self.shard,
+            next,
+            watermarks,
+            self.config.skip_lost_positions,
+        )?;
         self.next_offset = Some(resume);
         if let Some(slot) = lock(&self.shared.partitions).get_mut(&self.partition) {
             slot.reposition = true;
@@ -894,9 +908,9 @@ fn held(low: i64, high: i64) -> String {
 
 /// Where a reader whose next offset is `next` resumes, given the partition's `(low, high)`
 /// watermarks: at `next` when the broker holds it (`low ≤ next ≤ high`). Below `low` the records
-/// were deleted by retention: [`SourceError::PositionLost`] naming the offsets, unless the
-/// channel skips lost positions ([`KafkaSourceConfig::skip_lost_positions`]) — then at `low`,
-/// with the skipped range logged and counted. Above `high` the partition's log is shorter than
+/// were deleted by retention: [`SourceError::PositionLost`] naming the offsets, unless `skip`
+/// (the channel's [`KafkaSourceConfig::skip_lost_positions`] when a reader resumes; `false` when
+/// only asking, as `lag_after` does) — then at `low`, with the skipped range logged and counted. Above `high` the partition's log is shorter than
 /// what was already delivered (the topic was deleted and recreated under the same name, or an
 /// unclean leader election truncated it): always `PositionLost`, never read from a checkpoint of
 /// another log.
@@ -905,6 +919,7 @@ fn check_resume(
     shard: &ShardId,
     next: i64,
     (low, high): (i64, i64),
+    skip: bool,
 ) -> Result<i64, SourceError> {
     let topic = &config.topic;
     if next > high {
@@ -920,7 +935,7 @@ fn check_resume(
         return Ok(next);
     }
     let skipped = (low - next) as u64;
-    if !config.skip_lost_positions {
+    if !skip {
         return Err(SourceError::PositionLost {
             shard: shard.clone(),
             message: format!(
@@ -1065,6 +1080,7 @@ where
 fn resolve_timestamp_blocking(
     config: &KafkaSourceConfig,
     client: &FloeConsumer,
+    probe: &ProbeSlot,
     partition: i32,
     timestamp_ms: i64,
 ) -> Result<(i64, bool), SourceError> {
@@ -1073,7 +1089,32 @@ fn resolve_timestamp_blocking(
     // Watermarks first: if the lookup finds nothing, every record below `high` is older.
     let (low, high) = api::watermarks(client, topic, partition, timeout)?;
     let answer = api::offset_for_time(client, topic, partition, timestamp_ms, timeout)?;
-    check_time_answer(config, partition, timestamp_ms, (low, high), answer)
+    if high <= low {
+        // Nothing held: every record appended from now on is newer.
+        return Ok((answer.unwrap_or(high).clamp(low.max(0), high.max(0)), false));
+    }
+    with_cached_probe(probe, config, |probe| {
+        check_time_answer(config, probe, partition, timestamp_ms, (low, high), answer)
+    })
+}
+
+/// The slot of a source's probe client: the consumer that reads single records at chosen
+/// offsets (activation-time checks, checkpoint checks, describe's marker check), created on
+/// first use and kept.
+type ProbeSlot = Mutex<Option<FloeConsumer>>;
+
+/// Runs `f` with the probe client of `slot`, creating it first if needed (blocking; one user at
+/// a time: each call re-assigns the client).
+fn with_cached_probe<T>(
+    slot: &ProbeSlot,
+    config: &KafkaSourceConfig,
+    f: impl FnOnce(&FloeConsumer) -> Result<T, SourceError>,
+) -> Result<T, SourceError> {
+    let mut probe = lock(slot);
+    if probe.is_none() {
+        *probe = Some(api::probe_client(config)?);
+    }
+    f(probe.as_ref().expect("probe client created above"))
 }
 
 /// Checks the broker's ListOffsets-by-timestamp `answer` for `timestamp_ms` against the records
@@ -1085,6 +1126,7 @@ fn resolve_timestamp_blocking(
 /// activation) is corrected, with a warning; `(offset, corrected)`.
 fn check_time_answer(
     config: &KafkaSourceConfig,
+    probe: &FloeConsumer,
     partition: i32,
     timestamp_ms: i64,
     (low, high): (i64, i64),
@@ -1092,14 +1134,9 @@ fn check_time_answer(
 ) -> Result<(i64, bool), SourceError> {
     let topic = &config.topic;
     let timeout = config.request_timeout;
-    if high <= low {
-        // Nothing held: every record appended from now on is newer.
-        return Ok((answer.unwrap_or(high).clamp(low.max(0), high.max(0)), false));
-    }
-    let probe = api::probe_client(config)?;
     // `(record at or after offset is at or after the time, that record's offset)`.
     let is_at_or_after = |offset: i64| -> Result<(bool, Option<i64>), SourceError> {
-        match api::first_record_at_or_after(&probe, topic, partition, offset, timeout)? {
+        match api::first_record_at_or_after(probe, topic, partition, offset, timeout)? {
             None | Some((_, None)) => Ok((true, None)),
             Some((r, Some(t))) => Ok((t >= timestamp_ms, Some(r))),
         }
@@ -1133,19 +1170,19 @@ fn check_time_answer(
         tracing::warn!(topic = %topic, partition, timestamp_ms, broker_answer = o, offset = found, "start offset corrected");
         return Ok((found, true));
     }
-    // The broker says every record is older. Check the newest one: brokers without timestamp
-    // lookups (librdkafka's mock cluster) answer "none" always.
-    match is_at_or_after(high - 1)? {
-        (false, _) | (true, None) => return Ok((high, false)),
-        (true, Some(_)) => {}
+    // The broker says every record is older. The search checks the newest one first: brokers
+    // without timestamp lookups (librdkafka's mock cluster) answer "none" always.
+    let found = search_time(&is_at_or_after, (low, high))?;
+    if found < high {
+        tracing::warn!(
+            topic = %topic,
+            partition,
+            timestamp_ms,
+            offset = found,
+            "broker found no offset for the timestamp but holds newer records; found it from the record timestamps"
+        );
     }
-    tracing::warn!(
-        topic = %topic,
-        partition,
-        timestamp_ms,
-        "broker found no offset for the timestamp but holds newer records; searching record timestamps"
-    );
-    Ok((search_time(&is_at_or_after, (low, high))?, false))
+    Ok((found, false))
 }
 
 /// Binary search over record timestamps (assumed to grow with offsets, as the module docs say):
@@ -1205,7 +1242,8 @@ mod tests {
         let check = move |ts: i64, answer: Option<i64>| {
             let config = config.clone();
             tokio::task::spawn_blocking(move || {
-                check_time_answer(&config, 0, ts, (0, 100), answer).unwrap()
+                let probe = api::probe_client(&config).unwrap();
+                check_time_answer(&config, &probe, 0, ts, (0, 100), answer).unwrap()
             })
         };
         // Newer than every record, answered 0: the end, corrected.
