@@ -25,6 +25,5 @@ eval "$(deploy/local/aws-emulators.sh env)"
 .venv/bin/python deploy/local/smoke.py
 
 # `cargo test` builds the binaries the tests spawn (target/debug/floe, floe-mock-kafka,
-# floe-loadgen) with the tests' feature set; a separate `cargo build --bins` would compile every
-# dependency of tokio a second time (dev-dependencies enable tokio's test-util).
+# floe-loadgen, floe-fleet-sim) with the tests' feature set.
 cargo test --features testsuite --no-fail-fast -- --test-threads 2

@@ -71,7 +71,9 @@ pub const TABLE_MANIFESTS: &str = "floe_table_manifests";
 /// Live data files in the current snapshot of the channel's table (after the last maintenance
 /// look).
 pub const TABLE_DATA_FILES: &str = "floe_table_data_files";
-/// Leases this worker took over from another worker (expired or stolen).
+/// Leases taken over from a worker that stopped renewing: counted by the balancer for the shard
+/// leases it reassigns, by the taker for the committer lease. Handoffs for balance are not
+/// counted.
 pub const LEASE_TAKEOVERS_TOTAL: &str = "floe_lease_takeovers_total";
 /// Time reading was paused because the buffer was full, seconds.
 pub const BACKPRESSURE_SECONDS_TOTAL: &str = "floe_backpressure_seconds_total";
@@ -241,7 +243,7 @@ pub fn describe() {
     describe_counter!(
         LEASE_TAKEOVERS_TOTAL,
         Unit::Count,
-        "leases taken over from another worker (expired or stolen for balance)"
+        "leases taken over from a worker that stopped renewing (shard leases counted by the balancer)"
     );
     describe_counter!(
         BACKPRESSURE_SECONDS_TOTAL,

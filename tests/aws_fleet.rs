@@ -155,9 +155,14 @@ async fn fleet_takes_over_a_killed_worker_rebalances_for_a_new_one_and_delivers_
         "fleet: {} shards of the killed worker taken over {takeover:?} after SIGKILL (lease_duration {lease_duration:?})",
         orphaned.len()
     );
+    // w1 started first, so it is usually the balancer (the committer lease's holder): then the
+    // committer lease expires first (lease_duration) and the successor, which watched the
+    // presence rows meanwhile, reassigns w1's shards about lease_duration + 3 periods after the
+    // kill (2.0 × lease_duration in `floe-fleet-sim`'s crash_20pct). Real processes add a
+    // period's jitter, hence 2.5 × here.
     assert!(
-        takeover <= 2 * lease_duration,
-        "takeover took {takeover:?} > 2 × {lease_duration:?}"
+        takeover <= lease_duration * 5 / 2,
+        "takeover took {takeover:?} > 2.5 × {lease_duration:?}"
     );
 
     // w4 joins: the fleet rebalances to 3/3/2 and then holds still.

@@ -504,6 +504,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             Ok(prepared)
         })
         .await?;
+        // Shard discovery, by the balancer alone: new Kafka partitions and Kinesis child shards
+        // get leases. A child's keys wait for it after their parent ends, so Kinesis is listed
+        // more often.
+        let discovery_period = match channel.source {
+            SourceConfig::Kafka(_) => Duration::from_secs(30),
+            SourceConfig::Kinesis(_) => Duration::from_secs(10),
+        };
         let manager = LeaseManager::new(
             store.clone(),
             LeaseManagerConfig {
@@ -513,6 +520,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                 renew_interval,
                 max_leases_to_steal: max_leases_to_steal as usize,
             },
+        )
+        .with_discovery(
+            Arc::new(SourceShards(prepared.io.source.clone())),
+            discovery_period,
         );
         let held = manager.subscribe();
         drain_switches.push(manager.drain_switch());
@@ -542,39 +553,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             DestinationIo::Raw(_) => {
                 crate::health::Readiness::global().register_raw(&name, held.clone())
             }
-        }
-
-        // Shard discovery: new Kafka partitions and Kinesis child shards get leases. A child's
-        // keys wait for it after their parent ends, so Kinesis is listed more often.
-        {
-            let store = store.clone();
-            let source = prepared.io.source.clone();
-            let name = name.clone();
-            let stop = stops.reading.clone();
-            let period = match channel.source {
-                SourceConfig::Kafka(_) => Duration::from_secs(30),
-                SourceConfig::Kinesis(_) => Duration::from_secs(10),
-            };
-            tracker.spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(period) => {}
-                    }
-                    if let Ok(shards) = source.list_shards().await {
-                        let specs: Vec<LeaseSpec> = shards
-                            .iter()
-                            .map(|s| {
-                                LeaseSpec::new(LeaseKey::Shard(s.id.clone()))
-                                    .with_parents(s.parents.clone())
-                            })
-                            .collect();
-                        if let Err(e) = store.ensure_leases(&name, &specs).await {
-                            tracing::warn!(channel = %name, error = %e, "shard discovery failed");
-                        }
-                    }
-                }
-            });
         }
 
         // Committer loop.
@@ -710,6 +688,20 @@ fn worker_settings(
         max_record_size: channel.record.max_record_size,
         include_payload,
         initial_position: p.initial_position.clone(),
+    }
+}
+
+/// The source's shards as lease specs, for the balancer's shard discovery.
+struct SourceShards(Arc<dyn Source>);
+
+#[async_trait::async_trait]
+impl crate::lease::manager::ShardDiscovery for SourceShards {
+    async fn shards(&self) -> Result<Vec<LeaseSpec>, String> {
+        let shards = self.0.list_shards().await.map_err(|e| e.to_string())?;
+        Ok(shards
+            .iter()
+            .map(|s| LeaseSpec::new(LeaseKey::Shard(s.id.clone())).with_parents(s.parents.clone()))
+            .collect())
     }
 }
 

@@ -102,11 +102,14 @@ pub struct DynamodbLeaseStoreSection {
     /// Create the table (on-demand billing) when it does not exist. Default `true`; with `false`
     /// a missing table is refused at start (create it with `floe setup`).
     pub create_lease_table: Option<bool>,
-    /// How long a lease lasts without renewal, e.g. `"10s"`. Default 10 s, 1 s to 10 min.
+    /// How long a worker's presence (and so its leases) lasts without renewal, e.g. `"10s"`.
+    /// Default 10 s, 1 s to 10 min.
     pub lease_duration: Option<DurationText>,
-    /// How often held leases are renewed. Default `lease_duration / 3`; at most a third of it.
+    /// How often a worker renews its presence (and the committer lease, when held). Default
+    /// `lease_duration / 3`; at most a third of it.
     pub renew_interval: Option<DurationText>,
-    /// Most leases a worker steals from others per lease period to even out the fleet. Default 1.
+    /// Most leases the balancer moves towards one worker per period to even out the fleet.
+    /// Default 1.
     pub max_leases_to_steal: Option<WholeNumber>,
 }
 
@@ -117,14 +120,16 @@ pub struct SqliteLeaseStoreSection {
     /// Path of the SQLite database file, created if missing. Every worker sharing the channels
     /// must use the same file. Required.
     pub path: String,
-    /// How long a lease stays valid without renewal; a dead worker's shards are taken over after
-    /// about this long. From 1s to 10m. Default: `"10s"`.
+    /// How long a worker's presence (and so its leases) stays valid without renewal; a dead
+    /// worker's shards are taken over after about this long plus two renewal periods. From 1s
+    /// to 10m. Default: `"10s"`.
     pub lease_duration: Option<DurationText>,
-    /// How often a worker renews its leases. At most a third of `lease_duration`, so a worker may
-    /// miss two renewals before it loses a lease. At least 100ms. Default: `lease_duration / 3`.
+    /// How often a worker renews its presence (one write, whatever it holds). At most a third of
+    /// `lease_duration`, so a worker may miss two renewals before it loses its leases. At least
+    /// 100ms. Default: `lease_duration / 3`.
     pub renew_interval: Option<DurationText>,
-    /// At most this many leases a worker takes from busier workers per renewal period when
-    /// balancing (at least 1). Default: `1`.
+    /// At most this many leases the balancer moves from busier workers towards one worker per
+    /// renewal period (at least 1). Default: `1`.
     pub max_leases_to_steal: Option<WholeNumber>,
 }
 

@@ -97,7 +97,7 @@ pub struct LeaseStoreConfig {
     pub lease_duration: Duration,
     /// Renewal period; at most `lease_duration / 3`.
     pub renew_interval: Duration,
-    /// Leases taken from busier workers per renewal period when balancing (at least 1).
+    /// Leases the balancer moves towards one worker per renewal period (at least 1).
     pub max_leases_to_steal: u32,
 }
 

@@ -5,12 +5,14 @@
 //! Run them all with [`run_all`], or one `#[tokio::test]` per case with
 //! [`lease_store_conformance_tests!`](crate::lease_store_conformance_tests).
 
+use std::collections::BTreeMap;
+
 use futures::future::join_all;
 use uuid::Uuid;
 
 use super::{
     BatchStore, ChannelState, ChannelStatus, Delivered, Lease, LeaseError, LeaseKey, LeaseSpec,
-    LeaseStore,
+    LeaseStore, Presence,
 };
 use crate::model::{CheckpointRange, PendingBatch, Position, SequenceNumber, ShardId, ShardRange};
 
@@ -43,6 +45,10 @@ macro_rules! lease_store_conformance_tests {
                 release_after_steal_is_lost,
                 concurrent_takers_exactly_one_wins,
                 checkpoint_hint_round_trips_and_does_not_touch_the_lease,
+                get_lease_reads_one_row,
+                presence_renew_creates_then_bumps_only_the_heartbeat,
+                notify_bumps_notice_and_replaces_handoffs_and_needs_a_row,
+                presence_is_listed_per_channel_and_removed_idempotently,
                 batches_list_in_batch_id_order,
                 put_batch_is_idempotent_and_refuses_a_different_batch_under_the_same_id,
                 finish_removes_committed_and_rejected_batches,
@@ -78,6 +84,10 @@ pub async fn run_all<S: LeaseStore + BatchStore>(store: &S) {
     release_after_steal_is_lost(store).await;
     concurrent_takers_exactly_one_wins(store).await;
     checkpoint_hint_round_trips_and_does_not_touch_the_lease(store).await;
+    get_lease_reads_one_row(store).await;
+    presence_renew_creates_then_bumps_only_the_heartbeat(store).await;
+    notify_bumps_notice_and_replaces_handoffs_and_needs_a_row(store).await;
+    presence_is_listed_per_channel_and_removed_idempotently(store).await;
     batches_list_in_batch_id_order(store).await;
     put_batch_is_idempotent_and_refuses_a_different_batch_under_the_same_id(store).await;
     finish_removes_committed_and_rejected_batches(store).await;
@@ -367,6 +377,84 @@ pub async fn checkpoint_hint_round_trips_and_does_not_touch_the_lease<S: LeaseSt
             .set_checkpoint_hint(&ch, &LeaseKey::shard("nope"), &Position::Offset(1))
             .await,
     );
+}
+
+/// `get_lease` returns the row exactly as `list_leases` does, and `None` for a missing key.
+pub async fn get_lease_reads_one_row<S: LeaseStore>(store: &S) {
+    let ch = fresh_channel("get");
+    let listed = one_lease(store, &ch, LeaseKey::Committer).await;
+    let held = store.take_lease(&listed, "w1").await.unwrap();
+    assert_eq!(
+        store.get_lease(&ch, &LeaseKey::Committer).await.unwrap(),
+        Some(held)
+    );
+    assert_eq!(
+        store
+            .get_lease(&ch, &LeaseKey::shard("nope"))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+/// The first renewal creates the row (heartbeat 1, notice 0, no handoffs); later ones bump the
+/// heartbeat alone and return the row as written, the balancer's notice included.
+pub async fn presence_renew_creates_then_bumps_only_the_heartbeat<S: LeaseStore>(store: &S) {
+    let ch = fresh_channel("presence");
+    let first = store.renew_presence(&ch, "w1").await.unwrap();
+    assert_eq!(
+        (first.worker.as_str(), first.heartbeat, first.notice),
+        ("w1", 1, 0)
+    );
+    assert!(first.handoffs.is_empty());
+    let handoffs = BTreeMap::from([(ShardId("7".into()), "w2".to_string())]);
+    store.notify_worker(&ch, "w1", &handoffs).await.unwrap();
+    let second = store.renew_presence(&ch, "w1").await.unwrap();
+    assert_eq!((second.heartbeat, second.notice), (2, 1));
+    assert_eq!(second.handoffs, handoffs);
+}
+
+/// A notice bumps `notice` by one and replaces the handoffs (an empty map clears them), leaves
+/// the heartbeat alone, and conflicts for a worker without a presence row.
+pub async fn notify_bumps_notice_and_replaces_handoffs_and_needs_a_row<S: LeaseStore>(store: &S) {
+    let ch = fresh_channel("notify");
+    store.renew_presence(&ch, "w1").await.unwrap();
+    let two = BTreeMap::from([
+        (ShardId("1".into()), "w2".to_string()),
+        (ShardId("2".into()), "w3".to_string()),
+    ]);
+    store.notify_worker(&ch, "w1", &two).await.unwrap();
+    store
+        .notify_worker(&ch, "w1", &BTreeMap::new())
+        .await
+        .unwrap();
+    let rows = store.list_presence(&ch).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].heartbeat, rows[0].notice), (1, 2));
+    assert!(rows[0].handoffs.is_empty());
+    assert_conflict(store.notify_worker(&ch, "ghost", &two).await);
+    assert!(store.list_presence(&ch).await.unwrap().len() == 1);
+}
+
+/// Presence rows are listed by worker id within their channel only, and removing one (twice)
+/// leaves the others; a removed worker's next renewal starts it afresh.
+pub async fn presence_is_listed_per_channel_and_removed_idempotently<S: LeaseStore>(store: &S) {
+    let ch = fresh_channel("workers");
+    let other = fresh_channel("workers-other");
+    for w in ["w3", "w1", "w2"] {
+        store.renew_presence(&ch, w).await.unwrap();
+    }
+    store.renew_presence(&other, "w9").await.unwrap();
+    let names = |rows: Vec<Presence>| rows.into_iter().map(|p| p.worker).collect::<Vec<_>>();
+    assert_eq!(
+        names(store.list_presence(&ch).await.unwrap()),
+        ["w1", "w2", "w3"]
+    );
+    store.remove_presence(&ch, "w2").await.unwrap();
+    store.remove_presence(&ch, "w2").await.unwrap();
+    assert_eq!(names(store.list_presence(&ch).await.unwrap()), ["w1", "w3"]);
+    assert_eq!(names(store.list_presence(&other).await.unwrap()), ["w9"]);
+    assert_eq!(store.renew_presence(&ch, "w2").await.unwrap().heartbeat, 1);
 }
 
 fn batch(channel: &str, batch_id: Uuid, last: i64) -> PendingBatch {

@@ -13,6 +13,7 @@
 //!   ───────────────────────────  ───────────────────────────────────────────────────────────────
 //!   <channel>                    lease#shard/<shard id> │ owner?, lease_counter N, heartbeat N,
 //!                                lease#committer        │ checkpoint_hint? (JSON), parents (JSON)
+//!                                worker#<worker id>     │ heartbeat N, notice N, handoffs S (JSON)
 //!                                batch#<uuid v7>        │ chunks N, body B (zlib of the JSON batch, or
 //!                                batch#<uuid v7>#<n>    │ its first part), body B (part n ≥ 1)
 //!                                state                  │ version N, body S (JSON channel state)
@@ -44,6 +45,7 @@ use uuid::Uuid;
 
 use super::{
     BatchStore, ChannelState, Delivered, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore,
+    Presence,
 };
 use crate::model::{PendingBatch, Position, ShardId};
 
@@ -57,6 +59,7 @@ const CREATE_TABLE_TIMEOUT: Duration = Duration::from_secs(120);
 const PK: &str = "channel";
 const SK: &str = "item";
 const LEASE_PREFIX: &str = "lease#";
+const WORKER_PREFIX: &str = "worker#";
 const BATCH_PREFIX: &str = "batch#";
 const STATE_ITEM: &str = "state";
 const DELIVERED_ITEM: &str = "checkpoints";
@@ -491,6 +494,27 @@ fn lease_from_item(
     })
 }
 
+fn presence_from_item(
+    channel: &str,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<Presence, LeaseError> {
+    let sort_key = get_s(item, SK).ok_or_else(|| corrupt("presence", "no sort key"))?;
+    let worker = sort_key
+        .strip_prefix(WORKER_PREFIX)
+        .ok_or_else(|| corrupt("presence key", sort_key))?;
+    Ok(Presence {
+        channel: channel.to_owned(),
+        worker: worker.to_owned(),
+        heartbeat: get_n(item, "heartbeat")?,
+        notice: get_n(item, "notice")?,
+        handoffs: get_s(item, "handoffs")
+            .map(serde_json::from_str::<BTreeMap<ShardId, String>>)
+            .transpose()
+            .map_err(|e| corrupt("handoffs", e))?
+            .unwrap_or_default(),
+    })
+}
+
 /// The zlib-compressed JSON of `batch`, cut into parts of at most [`PART_BYTES`].
 fn batch_parts(batch: &PendingBatch) -> Vec<Vec<u8>> {
     let json = serde_json::to_vec(batch).expect("batches serialize");
@@ -572,7 +596,18 @@ fn orphan_parts(items: &[HashMap<String, AttributeValue>], now_ms: u64) -> Vec<S
 #[async_trait]
 impl LeaseStore for DynamoDbLeaseStore {
     async fn ensure_leases(&self, channel: &str, specs: &[LeaseSpec]) -> Result<(), LeaseError> {
-        for spec in specs {
+        // A conditional put that fails still costs a write unit: list the rows first (one
+        // query, read units are a fifth of the price) and put only the missing ones.
+        let existing: std::collections::HashSet<LeaseKey> = if specs.len() > 1 {
+            self.list_leases(channel)
+                .await?
+                .into_iter()
+                .map(|l| l.key)
+                .collect()
+        } else {
+            Default::default()
+        };
+        for spec in specs.iter().filter(|s| !existing.contains(&s.key)) {
             let mut item = self.key(channel, format!("{LEASE_PREFIX}{}", spec.key));
             item.insert("lease_counter".into(), n(0));
             item.insert("heartbeat".into(), n(0));
@@ -647,6 +682,92 @@ impl LeaseStore for DynamoDbLeaseStore {
         )
         .await
         .map(|_| ())
+    }
+
+    async fn get_lease(&self, channel: &str, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .set_key(Some(self.key(channel, format!("{LEASE_PREFIX}{key}"))))
+            .send()
+            .await
+            .map_err(|e| map_err(e, &self.table))?;
+        out.item
+            .map(|item| lease_from_item(channel, &item))
+            .transpose()
+    }
+
+    async fn renew_presence(&self, channel: &str, worker: &str) -> Result<Presence, LeaseError> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key(channel, format!("{WORKER_PREFIX}{worker}"))))
+            .update_expression(
+                "SET heartbeat = if_not_exists(heartbeat, :zero) + :one, \
+                 notice = if_not_exists(notice, :zero), handoffs = if_not_exists(handoffs, :none)",
+            )
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":none", AttributeValue::S("{}".into()))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await
+            .map_err(|e| map_err(e, &self.table))?;
+        let item = out.attributes.ok_or_else(|| LeaseError::Fatal {
+            message: "UpdateItem returned no attributes".into(),
+        })?;
+        presence_from_item(channel, &item)
+    }
+
+    async fn list_presence(&self, channel: &str) -> Result<Vec<Presence>, LeaseError> {
+        let items = self.query_prefix(channel, WORKER_PREFIX).await?;
+        let mut rows = items
+            .iter()
+            .map(|item| presence_from_item(channel, item))
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.sort_by(|a, b| a.worker.cmp(&b.worker));
+        Ok(rows)
+    }
+
+    async fn notify_worker(
+        &self,
+        channel: &str,
+        worker: &str,
+        handoffs: &BTreeMap<ShardId, String>,
+    ) -> Result<(), LeaseError> {
+        let body = serde_json::to_string(handoffs).expect("handoffs serialize");
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key(channel, format!("{WORKER_PREFIX}{worker}"))))
+            .update_expression("SET notice = notice + :one, handoffs = :handoffs")
+            .condition_expression("attribute_exists(heartbeat)")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":handoffs", AttributeValue::S(body))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if code(&e) == Some("ConditionalCheckFailedException") => {
+                Err(LeaseError::conflict(channel, format!("worker/{worker}")))
+            }
+            Err(e) => Err(map_err(e, &self.table)),
+        }
+    }
+
+    async fn remove_presence(&self, channel: &str, worker: &str) -> Result<(), LeaseError> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key(channel, format!("{WORKER_PREFIX}{worker}"))))
+            .send()
+            .await
+            .map_err(|e| map_err(e, &self.table))?;
+        Ok(())
     }
 
     async fn set_checkpoint_hint(

@@ -1,5 +1,6 @@
-//! In-memory fake of the lease store, for tests: the same conditional rules as the real stores
-//! (it passes the [`conformance`](super::conformance) suite), plus an outage switch.
+//! In-memory lease store, for tests and the fleet simulation (`floe-fleet-sim`): the same
+//! conditional rules as the real stores (it passes the conformance suite), plus an outage
+//! switch. Nothing survives the process.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,12 +11,14 @@ use uuid::Uuid;
 
 use super::{
     BatchStore, ChannelState, Delivered, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore,
+    Presence,
 };
-use crate::model::{PendingBatch, Position};
+use crate::model::{PendingBatch, Position, ShardId};
 
 #[derive(Default)]
 struct State {
     leases: BTreeMap<(String, LeaseKey), Lease>,
+    presence: BTreeMap<(String, String), Presence>,
     batches: BTreeMap<(String, Uuid), PendingBatch>,
     channels: BTreeMap<String, ChannelState>,
     delivered: BTreeMap<String, Delivered>,
@@ -129,6 +132,68 @@ impl LeaseStore for MemoryLeaseStore {
             }
             _ => Err(LeaseError::lost(lease)),
         }
+    }
+
+    async fn get_lease(&self, channel: &str, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
+        let state = self.state()?;
+        Ok(state
+            .leases
+            .get(&(channel.to_string(), key.clone()))
+            .cloned())
+    }
+
+    async fn renew_presence(&self, channel: &str, worker: &str) -> Result<Presence, LeaseError> {
+        let mut state = self.state()?;
+        let row = state
+            .presence
+            .entry((channel.to_string(), worker.to_string()))
+            .or_insert_with(|| Presence {
+                channel: channel.to_string(),
+                worker: worker.to_string(),
+                heartbeat: 0,
+                notice: 0,
+                handoffs: BTreeMap::new(),
+            });
+        row.heartbeat += 1;
+        Ok(row.clone())
+    }
+
+    async fn list_presence(&self, channel: &str) -> Result<Vec<Presence>, LeaseError> {
+        let state = self.state()?;
+        Ok(state
+            .presence
+            .values()
+            .filter(|p| p.channel == channel)
+            .cloned()
+            .collect())
+    }
+
+    async fn notify_worker(
+        &self,
+        channel: &str,
+        worker: &str,
+        handoffs: &BTreeMap<ShardId, String>,
+    ) -> Result<(), LeaseError> {
+        let mut state = self.state()?;
+        match state
+            .presence
+            .get_mut(&(channel.to_string(), worker.to_string()))
+        {
+            Some(row) => {
+                row.notice += 1;
+                row.handoffs = handoffs.clone();
+                Ok(())
+            }
+            None => Err(LeaseError::conflict(channel, format!("worker/{worker}"))),
+        }
+    }
+
+    async fn remove_presence(&self, channel: &str, worker: &str) -> Result<(), LeaseError> {
+        let mut state = self.state()?;
+        state
+            .presence
+            .remove(&(channel.to_string(), worker.to_string()));
+        Ok(())
     }
 
     async fn set_checkpoint_hint(

@@ -28,11 +28,12 @@
 //! ```
 //!
 //! Implementations: [`sqlite::SqliteLeaseStore`] (embedded: one file, several processes on one
-//! machine), the in-memory fake `memory::MemoryLeaseStore` and the conformance suite
-//! `conformance` (both with `cfg(test)` or the `testsuite` feature), and
+//! machine), the in-memory [`memory::MemoryLeaseStore`] (tests and the fleet simulation), the
+//! conformance suite `conformance` (with `cfg(test)` or the `testsuite` feature), and
 //! [`dynamodb::DynamoDbLeaseStore`] (a fleet on AWS), which passes the same suite against the
 //! local emulator (`tests/lease_conformance.rs`).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -46,8 +47,8 @@ use crate::model::{Checkpoints, PendingBatch, Position, ShardId};
 pub mod conformance;
 pub mod dynamodb;
 pub mod manager;
-#[cfg(any(test, feature = "testsuite"))]
 pub mod memory;
+pub mod sim;
 pub mod sqlite;
 
 pub use dynamodb::DynamoDbLeaseStore;
@@ -133,6 +134,28 @@ impl Lease {
     pub fn is_owned_by(&self, worker: &str) -> bool {
         self.owner.as_deref() == Some(worker)
     }
+}
+
+/// One worker's presence row in a channel (docs/design.md, "Lease store"): what a worker renews
+/// each period instead of every lease it holds. A worker's shard leases are live while its
+/// presence is; the lease counter stays the fencing token that whoever moves a lease must bump.
+///
+/// Written by two parties on separate fields: the worker bumps `heartbeat`
+/// ([`LeaseStore::renew_presence`]); the balancing worker (the holder of the committer lease)
+/// bumps `notice` and replaces `handoffs` ([`LeaseStore::notify_worker`]) when the worker's
+/// leases changed or some should be handed to another worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Presence {
+    /// Channel name.
+    pub channel: String,
+    /// Worker id.
+    pub worker: String,
+    /// Incremented at every renewal; others detect a dead worker by watching it stand still.
+    pub heartbeat: u64,
+    /// Incremented by the balancer when the worker should re-read its leases.
+    pub notice: u64,
+    /// Shards the balancer asks this worker to hand over, with the worker to hand each to.
+    pub handoffs: BTreeMap<ShardId, String>,
 }
 
 /// A lease row to create if missing, by [`LeaseStore::ensure_leases`].
@@ -361,6 +384,31 @@ pub trait LeaseStore: Send + Sync {
     ///
     /// Errors: [`LeaseError::Lost`] as for [`LeaseStore::renew_lease`].
     async fn release_lease(&self, lease: &Lease) -> Result<(), LeaseError>;
+
+    /// The lease row `key` of `channel`, `None` when it does not exist (one item read).
+    async fn get_lease(&self, channel: &str, key: &LeaseKey) -> Result<Option<Lease>, LeaseError>;
+
+    /// Renews `worker`'s presence in `channel`: `heartbeat + 1`, creating the row (heartbeat 1,
+    /// notice 0, no handoffs) when missing. Unconditional: only the worker writes its heartbeat.
+    /// Returns the row after the write, so the worker sees its notice without another read.
+    async fn renew_presence(&self, channel: &str, worker: &str) -> Result<Presence, LeaseError>;
+
+    /// Every presence row of `channel`, ordered by worker id.
+    async fn list_presence(&self, channel: &str) -> Result<Vec<Presence>, LeaseError>;
+
+    /// Tells `worker` to re-read its leases: `notice + 1`, `handoffs` replaced by `handoffs`.
+    /// Leaves the heartbeat alone.
+    ///
+    /// Errors: [`LeaseError::Conflict`] when the worker has no presence row.
+    async fn notify_worker(
+        &self,
+        channel: &str,
+        worker: &str,
+        handoffs: &BTreeMap<ShardId, String>,
+    ) -> Result<(), LeaseError>;
+
+    /// Removes `worker`'s presence row (graceful shutdown, or a worker long dead). Idempotent.
+    async fn remove_presence(&self, channel: &str, worker: &str) -> Result<(), LeaseError>;
 
     /// Records `position` as the checkpoint hint of lease `key` (unconditional on the owner;
     /// called by the committer after a commit). Does not change counter or heartbeat.

@@ -8,11 +8,13 @@
 //!
 //! ```text
 //!   process A --\                       floe_leases           (channel, lease_key) -> owner, counter, heartbeat, hint, parents
-//!   process B ----> leases.sqlite (WAL) floe_pending_batches  (channel, batch_id)  -> batch JSON
+//!   process B ----> leases.sqlite (WAL) floe_workers          (channel, worker)    -> heartbeat, notice, handoffs
+//!                                       floe_pending_batches  (channel, batch_id)  -> batch JSON
 //!   process C --/                       floe_channel_state    channel              -> state JSON, version
 //!                                       floe_delivered        channel              -> checkpoints JSON, version, epoch (raw S3)
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -27,6 +29,7 @@ use uuid::Uuid;
 
 use super::{
     BatchStore, ChannelState, Delivered, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore,
+    Presence,
 };
 use crate::model::{PendingBatch, Position, ShardId};
 
@@ -44,6 +47,14 @@ const SCHEMA: &[&str] = &[
         checkpoint_hint TEXT,
         parents         TEXT    NOT NULL,
         PRIMARY KEY (channel, lease_key)
+    )",
+    "CREATE TABLE IF NOT EXISTS floe_workers (
+        channel   TEXT    NOT NULL,
+        worker    TEXT    NOT NULL,
+        heartbeat INTEGER NOT NULL,
+        notice    INTEGER NOT NULL,
+        handoffs  TEXT    NOT NULL,
+        PRIMARY KEY (channel, worker)
     )",
     "CREATE TABLE IF NOT EXISTS floe_pending_batches (
         channel  TEXT NOT NULL,
@@ -66,6 +77,8 @@ const SCHEMA: &[&str] = &[
 
 const LEASE_COLUMNS: &str =
     "channel, lease_key, owner, lease_counter, heartbeat, checkpoint_hint, parents";
+
+const PRESENCE_COLUMNS: &str = "channel, worker, heartbeat, notice, handoffs";
 
 /// A [`LeaseStore`] and [`BatchStore`] in one SQLite file, safe for several processes.
 #[derive(Debug, Clone)]
@@ -213,6 +226,19 @@ fn lease_from_row(row: &SqliteRow) -> Result<Lease, LeaseError> {
     })
 }
 
+fn presence_from_row(row: &SqliteRow) -> Result<Presence, LeaseError> {
+    let heartbeat: i64 = row.try_get("heartbeat").map_err(map_err)?;
+    let notice: i64 = row.try_get("notice").map_err(map_err)?;
+    let handoffs: String = row.try_get("handoffs").map_err(map_err)?;
+    Ok(Presence {
+        channel: row.try_get("channel").map_err(map_err)?,
+        worker: row.try_get("worker").map_err(map_err)?,
+        heartbeat: u64::try_from(heartbeat).map_err(|e| corrupt("heartbeat", e))?,
+        notice: u64::try_from(notice).map_err(|e| corrupt("notice", e))?,
+        handoffs: serde_json::from_str(&handoffs).map_err(|e| corrupt("handoffs", e))?,
+    })
+}
+
 #[async_trait]
 impl LeaseStore for SqliteLeaseStore {
     async fn ensure_leases(&self, channel: &str, specs: &[LeaseSpec]) -> Result<(), LeaseError> {
@@ -317,6 +343,78 @@ impl LeaseStore for SqliteLeaseStore {
         } else {
             Err(LeaseError::lost(lease))
         }
+    }
+
+    async fn get_lease(&self, channel: &str, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
+        let row = sqlx::query(&format!(
+            "SELECT {LEASE_COLUMNS} FROM floe_leases WHERE channel = ? AND lease_key = ?"
+        ))
+        .bind(channel)
+        .bind(key.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        row.as_ref().map(lease_from_row).transpose()
+    }
+
+    async fn renew_presence(&self, channel: &str, worker: &str) -> Result<Presence, LeaseError> {
+        let row = sqlx::query(&format!(
+            "INSERT INTO floe_workers (channel, worker, heartbeat, notice, handoffs)
+             VALUES (?, ?, 1, 0, '{{}}')
+             ON CONFLICT (channel, worker) DO UPDATE SET heartbeat = heartbeat + 1
+             RETURNING {PRESENCE_COLUMNS}"
+        ))
+        .bind(channel)
+        .bind(worker)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(map_err)?;
+        presence_from_row(&row)
+    }
+
+    async fn list_presence(&self, channel: &str) -> Result<Vec<Presence>, LeaseError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {PRESENCE_COLUMNS} FROM floe_workers WHERE channel = ? ORDER BY worker"
+        ))
+        .bind(channel)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.iter().map(presence_from_row).collect()
+    }
+
+    async fn notify_worker(
+        &self,
+        channel: &str,
+        worker: &str,
+        handoffs: &BTreeMap<ShardId, String>,
+    ) -> Result<(), LeaseError> {
+        let body = serde_json::to_string(handoffs).expect("handoffs serialize");
+        let done = sqlx::query(
+            "UPDATE floe_workers SET notice = notice + 1, handoffs = ?
+             WHERE channel = ? AND worker = ?",
+        )
+        .bind(body)
+        .bind(channel)
+        .bind(worker)
+        .execute(&self.pool)
+        .await
+        .map_err(map_err)?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(LeaseError::conflict(channel, format!("worker/{worker}")))
+        }
+    }
+
+    async fn remove_presence(&self, channel: &str, worker: &str) -> Result<(), LeaseError> {
+        sqlx::query("DELETE FROM floe_workers WHERE channel = ? AND worker = ?")
+            .bind(channel)
+            .bind(worker)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
     }
 
     async fn set_checkpoint_hint(

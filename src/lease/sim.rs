@@ -1,0 +1,688 @@
+//! The fleet simulation behind `floe-fleet-sim` and the fleet tests: many [`LeaseManager`]s —
+//! the code `floe run` runs — on one lease store, in one process, under paused tokio time, with
+//! the store instrumented to count every write, every item read and every conditional write
+//! that failed (docs/scaling.md shows the figures).
+//!
+//! A scenario starts a fleet, lets it converge, then applies one event (a restart, a crash, a
+//! join, a resharding, a partition) and samples every worker's published leases every
+//! [`SAMPLE`] of simulated time. Its [`Report`] gives convergence, safety (a shard published by
+//! two workers at one instant, a child shard published before its parents finished) and the
+//! steady-state cost per shard per second.
+//!
+//! Run on a real store (SQLite), each store call runs on the blocking pool: tokio does not
+//! advance paused time while a blocking task runs, so a slow SQL statement does not make leases
+//! expire.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::manager::{HeldLeases, LeaseManager, LeaseManagerConfig, ShardDiscovery};
+use super::{Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore, Presence};
+use crate::model::{Position, ShardId};
+
+/// How often every worker's published leases are sampled, in simulated time.
+pub const SAMPLE: Duration = Duration::from_millis(250);
+
+/// The channel the simulation uses.
+const CHANNEL: &str = "sim";
+
+/// The scenarios, by the names `floe-fleet-sim --scenario` takes.
+pub const SCENARIOS: &[&str] = &[
+    "cold_start",
+    "rolling_restart",
+    "crash_20pct",
+    "join_50pct",
+    "reshard_100",
+    "partition",
+];
+
+/// Size and timing of a simulated fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetSize {
+    /// Shards of the source at the start.
+    pub shards: usize,
+    /// Workers at the start.
+    pub workers: usize,
+    /// `lease_store.lease_duration`.
+    pub lease_duration: Duration,
+}
+
+impl FleetSize {
+    fn period(&self) -> Duration {
+        self.lease_duration / 3
+    }
+}
+
+/// What one scenario measured: one JSON line of `floe-fleet-sim`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Store the fleet ran on (`memory` or `sqlite`).
+    pub store: String,
+    /// Shards of the source at the start.
+    pub shards: usize,
+    /// Workers at the start.
+    pub workers: usize,
+    /// `lease_duration`, seconds.
+    pub lease_duration_s: f64,
+    /// Lease periods (`lease_duration / 3`) from the scenario's event until every active shard
+    /// was published by a live worker with max − min ≤ 1 shards per worker; `None` if never.
+    pub periods_to_converge: Option<f64>,
+    /// Seconds from the event until every active shard was published again (crash, partition:
+    /// the takeover time); `None` if never.
+    pub all_held_after_s: Option<f64>,
+    /// The most shards one worker published at any sampled instant of the scenario.
+    pub max_held: usize,
+    /// Shard-instants (samples) at which two workers published the same shard (must be 0).
+    pub double_held: u64,
+    /// Shard-instants at which a child shard was published before all its parents finished.
+    pub child_before_parent: u64,
+    /// Owner changes in the store during the steady-state window after convergence (flapping,
+    /// must be 0).
+    pub moves_after_converge: u64,
+    /// In the steady-state window: lease-store writes per second per shard, fleet-wide.
+    pub writes_per_shard_s: f64,
+    /// In the steady-state window: lease-store items read per second per shard, fleet-wide.
+    pub reads_per_shard_s: f64,
+    /// In the steady-state window: conditional writes that failed, per second, fleet-wide.
+    pub conflicts_per_s: f64,
+    /// Catalog loads per second: not simulated yet (the committer and the workers' reconcile
+    /// loads are outside the lease manager); always `None`.
+    pub catalog_loads_per_s: Option<f64>,
+    /// Writes, items read and failed conditional writes during the whole scenario.
+    pub total_writes: u64,
+    /// Items read during the whole scenario.
+    pub total_reads: u64,
+    /// Failed conditional writes during the whole scenario.
+    pub total_conflicts: u64,
+}
+
+/// Fleet-wide counters of lease-store traffic.
+#[derive(Debug, Default)]
+pub struct Counters {
+    writes: AtomicU64,
+    reads: AtomicU64,
+    conflicts: AtomicU64,
+    owner_changes: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> (u64, u64, u64, u64) {
+        (
+            self.writes.load(Ordering::SeqCst),
+            self.reads.load(Ordering::SeqCst),
+            self.conflicts.load(Ordering::SeqCst),
+            self.owner_changes.load(Ordering::SeqCst),
+        )
+    }
+}
+
+/// One worker's view of the shared store: counts its calls into the fleet's [`Counters`], and
+/// fails its writes while the worker is partitioned.
+pub struct CountingStore<S: ?Sized> {
+    inner: Arc<S>,
+    counters: Arc<Counters>,
+    partitioned: Arc<AtomicBool>,
+    blocking: bool,
+}
+
+impl<S: LeaseStore + ?Sized + 'static> CountingStore<S> {
+    async fn call<T: Send + 'static, F>(&self, f: F) -> Result<T, LeaseError>
+    where
+        F: FnOnce(Arc<S>) -> futures::future::BoxFuture<'static, Result<T, LeaseError>>
+            + Send
+            + 'static,
+    {
+        let inner = self.inner.clone();
+        if self.blocking {
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || handle.block_on(f(inner)))
+                .await
+                .expect("store call panicked")
+        } else {
+            f(inner).await
+        }
+    }
+
+    fn write(&self) -> Result<(), LeaseError> {
+        if self.partitioned.load(Ordering::SeqCst) {
+            return Err(LeaseError::Unavailable {
+                message: "simulated network partition".into(),
+            });
+        }
+        self.counters.writes.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn read(&self, items: usize) {
+        self.counters
+            .reads
+            .fetch_add(items as u64, Ordering::SeqCst);
+    }
+
+    fn outcome<T>(&self, result: Result<T, LeaseError>) -> Result<T, LeaseError> {
+        if matches!(
+            result,
+            Err(LeaseError::Conflict { .. } | LeaseError::Lost { .. })
+        ) {
+            self.counters.conflicts.fetch_add(1, Ordering::SeqCst);
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl<S: LeaseStore + ?Sized + 'static> LeaseStore for CountingStore<S> {
+    async fn ensure_leases(&self, channel: &str, specs: &[LeaseSpec]) -> Result<(), LeaseError> {
+        self.write()?;
+        self.counters
+            .writes
+            .fetch_add(specs.len().saturating_sub(1) as u64, Ordering::SeqCst);
+        let (c, s) = (channel.to_string(), specs.to_vec());
+        self.call(move |st| Box::pin(async move { st.ensure_leases(&c, &s).await }))
+            .await
+    }
+
+    async fn list_leases(&self, channel: &str) -> Result<Vec<Lease>, LeaseError> {
+        let c = channel.to_string();
+        let rows = self
+            .call(move |st| Box::pin(async move { st.list_leases(&c).await }))
+            .await?;
+        self.read(rows.len());
+        Ok(rows)
+    }
+
+    async fn take_lease(&self, lease: &Lease, worker: &str) -> Result<Lease, LeaseError> {
+        self.write()?;
+        let (l, w) = (lease.clone(), worker.to_string());
+        let result = self
+            .call(move |st| Box::pin(async move { st.take_lease(&l, &w).await }))
+            .await;
+        if result.is_ok() {
+            self.counters.owner_changes.fetch_add(1, Ordering::SeqCst);
+        }
+        self.outcome(result)
+    }
+
+    async fn renew_lease(&self, lease: &Lease) -> Result<Lease, LeaseError> {
+        self.write()?;
+        let l = lease.clone();
+        let result = self
+            .call(move |st| Box::pin(async move { st.renew_lease(&l).await }))
+            .await;
+        self.outcome(result)
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<(), LeaseError> {
+        self.write()?;
+        let l = lease.clone();
+        let result = self
+            .call(move |st| Box::pin(async move { st.release_lease(&l).await }))
+            .await;
+        if result.is_ok() {
+            self.counters.owner_changes.fetch_add(1, Ordering::SeqCst);
+        }
+        self.outcome(result)
+    }
+
+    async fn get_lease(&self, channel: &str, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
+        let (c, k) = (channel.to_string(), key.clone());
+        let row = self
+            .call(move |st| Box::pin(async move { st.get_lease(&c, &k).await }))
+            .await?;
+        self.read(1);
+        Ok(row)
+    }
+
+    async fn renew_presence(&self, channel: &str, worker: &str) -> Result<Presence, LeaseError> {
+        self.write()?;
+        let (c, w) = (channel.to_string(), worker.to_string());
+        self.call(move |st| Box::pin(async move { st.renew_presence(&c, &w).await }))
+            .await
+    }
+
+    async fn list_presence(&self, channel: &str) -> Result<Vec<Presence>, LeaseError> {
+        let c = channel.to_string();
+        let rows = self
+            .call(move |st| Box::pin(async move { st.list_presence(&c).await }))
+            .await?;
+        self.read(rows.len());
+        Ok(rows)
+    }
+
+    async fn notify_worker(
+        &self,
+        channel: &str,
+        worker: &str,
+        handoffs: &BTreeMap<ShardId, String>,
+    ) -> Result<(), LeaseError> {
+        self.write()?;
+        let (c, w, h) = (channel.to_string(), worker.to_string(), handoffs.clone());
+        let result = self
+            .call(move |st| Box::pin(async move { st.notify_worker(&c, &w, &h).await }))
+            .await;
+        self.outcome(result)
+    }
+
+    async fn remove_presence(&self, channel: &str, worker: &str) -> Result<(), LeaseError> {
+        self.write()?;
+        let (c, w) = (channel.to_string(), worker.to_string());
+        self.call(move |st| Box::pin(async move { st.remove_presence(&c, &w).await }))
+            .await
+    }
+
+    async fn set_checkpoint_hint(
+        &self,
+        channel: &str,
+        key: &LeaseKey,
+        position: &Position,
+    ) -> Result<(), LeaseError> {
+        self.write()?;
+        let (c, k, p) = (channel.to_string(), key.clone(), position.clone());
+        self.call(move |st| Box::pin(async move { st.set_checkpoint_hint(&c, &k, &p).await }))
+            .await
+    }
+}
+
+/// The simulated source: its shard list changes when the scenario reshards.
+#[derive(Default)]
+struct SimShards(Mutex<Vec<LeaseSpec>>);
+
+#[async_trait]
+impl ShardDiscovery for SimShards {
+    async fn shards(&self) -> Result<Vec<LeaseSpec>, String> {
+        Ok(self.0.lock().expect("shards").clone())
+    }
+}
+
+struct Worker {
+    id: String,
+    rx: watch::Receiver<HeldLeases>,
+    token: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    partitioned: Arc<AtomicBool>,
+}
+
+/// A running fleet on one store.
+struct Fleet<S: ?Sized> {
+    store: Arc<S>,
+    /// The store as the scenario itself uses it (uncounted; blocking like the workers' views).
+    setup: Arc<CountingStore<S>>,
+    counters: Arc<Counters>,
+    shards: Arc<SimShards>,
+    size: FleetSize,
+    blocking: bool,
+    workers: Vec<Worker>,
+    next_id: usize,
+    // Sampled measures.
+    max_held: usize,
+    double_held: u64,
+    child_before_parent: u64,
+}
+
+impl<S: LeaseStore + ?Sized + 'static> Fleet<S> {
+    fn start_worker(&mut self, id: String) {
+        let partitioned = Arc::new(AtomicBool::new(false));
+        let view = Arc::new(CountingStore {
+            inner: self.store.clone(),
+            counters: self.counters.clone(),
+            partitioned: partitioned.clone(),
+            blocking: self.blocking,
+        });
+        let config = LeaseManagerConfig::new(CHANNEL, id.clone(), self.size.lease_duration);
+        let manager = LeaseManager::new(view, config)
+            .with_discovery(self.shards.clone(), Duration::from_secs(10));
+        let rx = manager.subscribe();
+        let token = CancellationToken::new();
+        let task = tokio::spawn(manager.run(token.clone()));
+        self.workers.push(Worker {
+            id,
+            rx,
+            token,
+            task,
+            partitioned,
+        });
+    }
+
+    fn add_workers(&mut self, n: usize) {
+        for _ in 0..n {
+            let id = format!("w{:04}", self.next_id);
+            self.next_id += 1;
+            self.start_worker(id);
+        }
+    }
+
+    /// The active shards per the store, and each shard's parents.
+    async fn active(&self) -> (BTreeSet<ShardId>, BTreeMap<ShardId, (bool, Vec<ShardId>)>) {
+        let rows = self.setup.list_leases(CHANNEL).await.expect("list");
+        let info: BTreeMap<ShardId, (bool, Vec<ShardId>)> = rows
+            .iter()
+            .filter_map(|l| {
+                l.key.shard_id().map(|s| {
+                    (
+                        s.clone(),
+                        (
+                            l.checkpoint_hint == Some(Position::ShardEnd),
+                            l.parents.clone(),
+                        ),
+                    )
+                })
+            })
+            .collect();
+        let active = super::manager::active_shards(&rows)
+            .into_iter()
+            .filter_map(|l| l.key.shard_id().cloned())
+            .collect();
+        (active, info)
+    }
+
+    /// Samples the published leases once; returns whether the fleet is converged.
+    async fn sample(&mut self) -> (bool, bool) {
+        let (active, info) = self.active().await;
+        let mut holders: BTreeMap<&ShardId, usize> = BTreeMap::new();
+        let mut loads = Vec::new();
+        let published: Vec<HeldLeases> =
+            self.workers.iter().map(|w| w.rx.borrow().clone()).collect();
+        for held in &published {
+            loads.push(held.shards.len());
+            for shard in held.shards.keys() {
+                *holders.entry(shard).or_default() += 1;
+                let parents_done = info.get(shard).is_none_or(|(_, parents)| {
+                    parents
+                        .iter()
+                        .all(|p| info.get(p).is_none_or(|(finished, _)| *finished))
+                });
+                if !parents_done {
+                    self.child_before_parent += 1;
+                }
+            }
+        }
+        self.double_held += holders.values().filter(|n| **n > 1).count() as u64;
+        self.max_held = self.max_held.max(loads.iter().copied().max().unwrap_or(0));
+        let all_held = active.iter().all(|s| holders.contains_key(s));
+        let (max, min) = (
+            loads.iter().copied().max().unwrap_or(0),
+            loads.iter().copied().min().unwrap_or(0),
+        );
+        (all_held, all_held && max - min <= 1)
+    }
+
+    /// Samples until converged (or `limit`); returns (periods to converge, seconds until every
+    /// shard was held).
+    async fn until_converged(&mut self, limit: Duration) -> (Option<f64>, Option<f64>) {
+        let start = Instant::now();
+        let mut all_held_at = None;
+        while Instant::now() - start < limit {
+            tokio::time::sleep(SAMPLE).await;
+            let (all_held, converged) = self.sample().await;
+            let elapsed = Instant::now() - start;
+            if all_held && all_held_at.is_none() {
+                all_held_at = Some(elapsed.as_secs_f64());
+            }
+            if converged {
+                return (
+                    Some(elapsed.as_secs_f64() / self.size.period().as_secs_f64()),
+                    all_held_at,
+                );
+            }
+        }
+        (None, all_held_at)
+    }
+
+    /// Samples for `window` of steady state; returns (writes, reads, conflicts, owner changes)
+    /// during it.
+    async fn steady(&mut self, window: Duration) -> (u64, u64, u64, u64) {
+        let before = self.counters.snapshot();
+        let start = Instant::now();
+        while Instant::now() - start < window {
+            tokio::time::sleep(SAMPLE).await;
+            self.sample().await;
+        }
+        let after = self.counters.snapshot();
+        (
+            after.0 - before.0,
+            after.1 - before.1,
+            after.2 - before.2,
+            after.3 - before.3,
+        )
+    }
+
+    async fn stop_gracefully(&mut self, index: usize) -> String {
+        let w = self.workers.remove(index);
+        w.token.cancel();
+        let _ = w.task.await;
+        w.id
+    }
+
+    fn crash(&mut self, index: usize) {
+        let w = self.workers.remove(index);
+        w.task.abort();
+    }
+
+    fn leader(&self) -> Option<usize> {
+        self.workers
+            .iter()
+            .position(|w| w.rx.borrow().committer.is_some())
+    }
+
+    async fn shutdown(mut self) {
+        while !self.workers.is_empty() {
+            self.stop_gracefully(0).await;
+        }
+    }
+}
+
+fn shard_name(i: usize) -> ShardId {
+    ShardId(format!("shardId-{i:012}"))
+}
+
+/// Runs scenario `name` on `store` (a fresh, empty store; `store_name` is reported) and returns
+/// its report. `blocking`: run every store call on the blocking pool (real I/O).
+///
+/// Must run on a current-thread runtime with paused time (for a real store, pause it after
+/// opening the store: opening waits on real I/O).
+///
+/// Errors: an unknown scenario name.
+pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
+    name: &str,
+    store: Arc<S>,
+    store_name: &str,
+    size: FleetSize,
+    blocking: bool,
+) -> Result<Report, String> {
+    if !SCENARIOS.contains(&name) {
+        return Err(format!(
+            "unknown scenario {name:?}: expected one of {}",
+            SCENARIOS.join(", ")
+        ));
+    }
+    let specs: Vec<LeaseSpec> = (0..size.shards)
+        .map(|i| LeaseSpec::new(LeaseKey::Shard(shard_name(i))))
+        .collect();
+    let setup = Arc::new(CountingStore {
+        inner: store.clone(),
+        counters: Arc::default(),
+        partitioned: Arc::default(),
+        blocking,
+    });
+    setup
+        .ensure_leases(CHANNEL, &specs)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut fleet = Fleet {
+        store: store.clone(),
+        setup: setup.clone(),
+        counters: Arc::default(),
+        shards: Arc::new(SimShards(Mutex::new(specs))),
+        size,
+        blocking,
+        workers: Vec::new(),
+        next_id: 0,
+        max_held: 0,
+        double_held: 0,
+        child_before_parent: 0,
+    };
+    let d = size.lease_duration;
+    let limit = d * 30;
+    let event = if name == "cold_start" {
+        fleet.add_workers(size.workers);
+        fleet.until_converged(limit).await
+    } else {
+        fleet.add_workers(size.workers);
+        let (warm, _) = fleet.until_converged(limit).await;
+        if warm.is_none() {
+            return Err(format!(
+                "{name}: the fleet did not converge before the event"
+            ));
+        }
+        // Let the warm-up's notices settle before the event.
+        fleet.steady(d).await;
+        fleet.max_held = 0;
+        match name {
+            "rolling_restart" => {
+                let batch = (size.workers / 10).max(1);
+                let start = Instant::now();
+                let mut restarted = 0;
+                while restarted < size.workers {
+                    let mut ids = Vec::new();
+                    for _ in 0..batch.min(size.workers - restarted) {
+                        ids.push(fleet.stop_gracefully(0).await);
+                    }
+                    restarted += ids.len();
+                    for id in ids {
+                        fleet.start_worker(id);
+                    }
+                    fleet.until_converged(limit).await;
+                }
+                let took = Instant::now() - start;
+                (Some(took.as_secs_f64() / size.period().as_secs_f64()), None)
+            }
+            "crash_20pct" => {
+                // The balancer (committer holder) among them: the worst case.
+                let n = (size.workers / 5).max(1);
+                if let Some(leader) = fleet.leader() {
+                    fleet.crash(leader);
+                }
+                while fleet.workers.len() > size.workers - n {
+                    fleet.crash(0);
+                }
+                fleet.until_converged(limit).await
+            }
+            "join_50pct" => {
+                fleet.add_workers((size.workers / 2).max(1));
+                fleet.until_converged(limit).await
+            }
+            "reshard_100" => {
+                // 100 parents (or all shards, if fewer): half split in two, half merge in pairs.
+                let parents = 100.min(size.shards);
+                let mut next = size.shards;
+                let mut new_specs = Vec::new();
+                let (splits, merges) = (parents / 2, parents - parents / 2);
+                for i in 0..splits {
+                    for _ in 0..2 {
+                        new_specs.push(
+                            LeaseSpec::new(LeaseKey::Shard(shard_name(next)))
+                                .with_parents(vec![shard_name(i)]),
+                        );
+                        next += 1;
+                    }
+                }
+                for pair in (splits..splits + merges).collect::<Vec<_>>().chunks(2) {
+                    new_specs.push(
+                        LeaseSpec::new(LeaseKey::Shard(shard_name(next)))
+                            .with_parents(pair.iter().map(|i| shard_name(*i)).collect()),
+                    );
+                    next += 1;
+                }
+                fleet.shards.0.lock().expect("shards").extend(new_specs);
+                // The parents' readers reach SHARD_END a few periods later, one after the
+                // other, and the committer records it.
+                let start = Instant::now();
+                for i in 0..parents {
+                    if i % 10 == 0 {
+                        fleet.steady(size.period()).await;
+                    }
+                    setup
+                        .set_checkpoint_hint(
+                            CHANNEL,
+                            &LeaseKey::Shard(shard_name(i)),
+                            &Position::ShardEnd,
+                        )
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                let offset = (Instant::now() - start).as_secs_f64();
+                let (p, held) = fleet.until_converged(limit).await;
+                let period = size.period().as_secs_f64();
+                (p.map(|p| p + offset / period), held.map(|h| h + offset))
+            }
+            "partition" => {
+                // A worker holding shards, not the balancer.
+                let leader = fleet.leader();
+                let index = (0..fleet.workers.len())
+                    .find(|i| Some(*i) != leader)
+                    .unwrap_or(0);
+                fleet.workers[index]
+                    .partitioned
+                    .store(true, Ordering::SeqCst);
+                let start = Instant::now();
+                let mut all_held = None;
+                while Instant::now() - start < d * 3 {
+                    tokio::time::sleep(SAMPLE).await;
+                    let (held, _) = fleet.sample().await;
+                    // Its shards are dropped after lease_duration, then taken over.
+                    if held && all_held.is_none() && Instant::now() - start > d {
+                        all_held = Some((Instant::now() - start).as_secs_f64());
+                    }
+                }
+                fleet.workers[index]
+                    .partitioned
+                    .store(false, Ordering::SeqCst);
+                let offset = (Instant::now() - start).as_secs_f64();
+                let (p, _) = fleet.until_converged(limit).await;
+                (
+                    p.map(|p| p + offset / size.period().as_secs_f64()),
+                    all_held,
+                )
+            }
+            _ => unreachable!("checked above"),
+        }
+    };
+    let (periods_to_converge, all_held_after_s) = event;
+    // Steady state: 20 periods after convergence.
+    let window = size.period() * 20;
+    let (writes, reads, conflicts, moves) = fleet.steady(window).await;
+    let totals = fleet.counters.snapshot();
+    let per = |n: u64| n as f64 / window.as_secs_f64() / size.shards as f64;
+    let report = Report {
+        scenario: name.to_string(),
+        store: store_name.to_string(),
+        shards: size.shards,
+        workers: size.workers,
+        lease_duration_s: d.as_secs_f64(),
+        periods_to_converge,
+        all_held_after_s,
+        max_held: fleet.max_held,
+        double_held: fleet.double_held,
+        child_before_parent: fleet.child_before_parent,
+        moves_after_converge: moves,
+        writes_per_shard_s: per(writes),
+        reads_per_shard_s: per(reads),
+        conflicts_per_s: conflicts as f64 / window.as_secs_f64(),
+        catalog_loads_per_s: None,
+        total_writes: totals.0,
+        total_reads: totals.1,
+        total_conflicts: totals.2,
+    };
+    fleet.shutdown().await;
+    Ok(report)
+}
