@@ -154,3 +154,79 @@ async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards(
     }
     assert!(store.list_pending("rs").await.unwrap().is_empty());
 }
+
+/// The resharding stall of the Kinesis chaos run (issue 17): a committer killed after it
+/// committed a parent's `SHARD_END` but before it recorded it in the lease's checkpoint hint
+/// (or whose hint write failed) left the hint behind for good, because later rounds wrote hints
+/// only for checkpoints they changed; the child shard was never leased and its records never
+/// delivered. A committer round now repairs a missing `SHARD_END` hint from the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_end_committed_without_its_hint_is_repaired_and_the_child_then_leased() {
+    let rig = common::WorkerRig::new("rh").await;
+    let (catalog, ident, store) = (rig.catalog.clone(), rig.ident.clone(), rig.store.clone());
+    let (p, c) = (ShardId("shardId-p".into()), ShardId("shardId-c".into()));
+    let source = Arc::new(MemorySource::new());
+    source.add_shard(p.clone(), Vec::new());
+    source.add_shard(c.clone(), vec![p.clone()]);
+    append(&source, &p, 0..3);
+    source.close(&p);
+    let specs = [
+        LeaseSpec::new(LeaseKey::Shard(p.clone())),
+        LeaseSpec::new(LeaseKey::Shard(c.clone())).with_parents(vec![p.clone()]),
+    ];
+    store.ensure_leases("rh", &specs).await.unwrap();
+    let mut manager = LeaseManager::new(
+        store.clone(),
+        LeaseManagerConfig::new("rh", "w1", Duration::from_secs(30)),
+    );
+    for _ in 0..3 {
+        manager.tick().await.unwrap();
+    }
+    assert!(manager.held().shards.contains_key(&p));
+    let epoch = manager.held().committer.as_ref().unwrap().lease_counter;
+    let (stop, worker_task) = rig.spawn_worker(
+        source.clone(),
+        Duration::from_millis(300),
+        Duration::from_secs(2),
+        manager.subscribe(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        rig.committer(epoch).run_round().await.unwrap();
+        let cp = table_checkpoints(&catalog.load_table(&ident).await.unwrap()).unwrap();
+        if cp.get(&p) == Some(&Position::ShardEnd) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the parent never ended: {cp:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    worker_task.await.unwrap().unwrap();
+
+    // The crash between the commit and the hint: the hint as it was before the commit.
+    store
+        .set_checkpoint_hint("rh", &LeaseKey::Shard(p.clone()), &Position::Offset(2))
+        .await
+        .unwrap();
+    // The next committer's round, with nothing pending, repairs it from the table.
+    rig.committer(epoch).run_round().await.unwrap();
+    let hint = store
+        .get_lease("rh", &LeaseKey::Shard(p.clone()))
+        .await
+        .unwrap()
+        .unwrap()
+        .checkpoint_hint;
+    assert_eq!(
+        hint,
+        Some(Position::ShardEnd),
+        "the SHARD_END hint was not repaired"
+    );
+    // And the balancer assigns the child.
+    for _ in 0..3 {
+        manager.tick().await.unwrap();
+    }
+    assert!(
+        manager.held().shards.contains_key(&c),
+        "the child was never leased"
+    );
+}

@@ -34,7 +34,7 @@ use uuid::Uuid;
 
 use crate::destination::CommitTarget;
 use crate::lease::{BatchStore, DeliveryLog, LeaseKey, LeaseStore};
-use crate::model::{Checkpoints, PendingBatch, ShardId};
+use crate::model::{Checkpoints, PendingBatch, Position, ShardId};
 use crate::telemetry;
 
 pub use crate::destination::CommitError;
@@ -69,7 +69,13 @@ pub struct Committer {
     leases: Arc<dyn LeaseStore>,
     batches: Arc<dyn BatchStore>,
     epoch: u64,
+    /// When an idle round last checked the `SHARD_END` checkpoint hints.
+    hints_checked: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often an idle round (nothing pending) checks that every shard ended in the table has
+/// `SHARD_END` as its lease's checkpoint hint (one lease listing).
+const IDLE_HINT_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Committer {
     /// A committer for `channel` committing into `target` (an
@@ -88,6 +94,41 @@ impl Committer {
             leases,
             batches,
             epoch,
+            hints_checked: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Records `SHARD_END` as the checkpoint hint of every shard whose committed checkpoint is
+    /// `SHARD_END` but whose lease row does not say so yet. A hint is written after the commit,
+    /// so a committer killed in between (or a failed hint write) left it behind, and later
+    /// rounds write hints only for checkpoints they change: the balancer never assigned the
+    /// shard's children and the resharding stalled. The table is authoritative, so repairing
+    /// from it is safe.
+    async fn repair_shard_end_hints(
+        &self,
+        checkpoints: &Checkpoints,
+        leases: &[crate::lease::Lease],
+    ) {
+        for lease in leases {
+            let Some(shard) = lease.key.shard_id() else {
+                continue;
+            };
+            if checkpoints.get(shard) == Some(&Position::ShardEnd)
+                && lease.checkpoint_hint != Some(Position::ShardEnd)
+            {
+                match self
+                    .leases
+                    .set_checkpoint_hint(&self.channel, &lease.key, &Position::ShardEnd)
+                    .await
+                {
+                    Ok(()) => {
+                        tracing::info!(channel = %self.channel, shard = %shard, "shard end recorded in its lease's checkpoint hint (it was missing)")
+                    }
+                    Err(err) => {
+                        tracing::warn!(channel = %self.channel, shard = %shard, error = %err, "recording the shard end in the lease failed; retried next round")
+                    }
+                }
+            }
         }
     }
 
@@ -133,14 +174,26 @@ impl Committer {
         }
         let pending = self.batches.list_pending(&self.channel).await?;
         if pending.is_empty() && t_epoch == self.epoch {
+            let due = {
+                let mut checked = self.hints_checked.lock().expect("not poisoned");
+                let due = checked.is_none_or(|t| t.elapsed() >= IDLE_HINT_CHECK);
+                if due {
+                    *checked = Some(std::time::Instant::now());
+                }
+                due
+            };
+            if due {
+                let leases = self.leases.list_leases(&self.channel).await?;
+                self.repair_shard_end_hints(&loaded.checkpoints()?, &leases)
+                    .await;
+            }
             return Ok(RoundReport::default());
         }
         let checkpoints = loaded.checkpoints()?;
         let committed_ids = loaded.committed_batch_ids();
-        let lease_counters: HashMap<ShardId, u64> = self
-            .leases
-            .list_leases(&self.channel)
-            .await?
+        let leases = self.leases.list_leases(&self.channel).await?;
+        self.repair_shard_end_hints(&checkpoints, &leases).await;
+        let lease_counters: HashMap<ShardId, u64> = leases
             .into_iter()
             .filter_map(|l| match &l.key {
                 LeaseKey::Shard(shard) => Some((shard.clone(), l.lease_counter)),
