@@ -62,11 +62,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.shards == 0 || cli.workers == 0 {
         bail!("--shards and --workers must be at least 1");
     }
+    // The range `lease_store.lease_duration` accepts.
+    if cli.lease_duration < Duration::from_secs(1) || cli.lease_duration > Duration::from_secs(600)
+    {
+        bail!("--lease-duration must be from 1s to 10m (as lease_store.lease_duration)");
+    }
     let scenarios: Vec<String> = if cli.scenario.is_empty() {
         SCENARIOS.iter().map(|s| s.to_string()).collect()
     } else {
         cli.scenario.clone()
     };
+    if let Some(unknown) = scenarios.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
+        bail!(
+            "unknown scenario {unknown:?}: expected one of {}",
+            SCENARIOS.join(", ")
+        );
+    }
     let size = FleetSize {
         shards: cli.shards,
         workers: cli.workers,

@@ -339,8 +339,8 @@ impl<S: LeaseStore + ?Sized + 'static> Fleet<S> {
             blocking: self.blocking,
         });
         let config = LeaseManagerConfig::new(CHANNEL, id.clone(), self.size.lease_duration);
-        let manager = LeaseManager::new(view, config)
-            .with_discovery(self.shards.clone(), Duration::from_secs(10));
+        let manager =
+            LeaseManager::new(view, config).with_discovery(self.shards.clone(), self.size.period());
         let rx = manager.subscribe();
         let token = CancellationToken::new();
         let task = tokio::spawn(manager.run(token.clone()));
@@ -393,7 +393,9 @@ impl<S: LeaseStore + ?Sized + 'static> Fleet<S> {
         let published: Vec<HeldLeases> =
             self.workers.iter().map(|w| w.rx.borrow().clone()).collect();
         for held in &published {
-            loads.push(held.shards.len());
+            // Finished shards (SHARD_END) stay published by their last owner but are not
+            // balanced: the spread counts active shards only.
+            loads.push(held.shards.keys().filter(|s| active.contains(*s)).count());
             for shard in held.shards.keys() {
                 *holders.entry(shard).or_default() += 1;
                 let parents_done = info.get(shard).is_none_or(|(_, parents)| {
@@ -561,14 +563,21 @@ pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
                     for id in ids {
                         fleet.start_worker(id);
                     }
-                    fleet.until_converged(limit).await;
+                    if fleet.until_converged(limit).await.0.is_none() {
+                        return Err(format!(
+                            "rolling_restart: no convergence after restarting {restarted} workers"
+                        ));
+                    }
                 }
                 let took = Instant::now() - start;
                 (Some(took.as_secs_f64() / size.period().as_secs_f64()), None)
             }
             "crash_20pct" => {
                 // The balancer (committer holder) among them: the worst case.
-                let n = (size.workers / 5).max(1);
+                let n = (size.workers / 5).max(1).min(size.workers - 1);
+                if n == 0 {
+                    return Err("crash_20pct needs at least 2 workers".into());
+                }
                 if let Some(leader) = fleet.leader() {
                     fleet.crash(leader);
                 }
@@ -583,9 +592,13 @@ pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
             }
             "reshard_100" => {
                 // 100 parents (or all shards, if fewer): half split in two, half merge in pairs.
-                let parents = 100.min(size.shards);
+                let parents = 100.min(size.shards / 2 * 2);
+                if parents < 2 {
+                    return Err("reshard_100 needs at least 2 shards".into());
+                }
                 let mut next = size.shards;
                 let mut new_specs = Vec::new();
+                // Half the parents split in two, the other half merge in pairs.
                 let (splits, merges) = (parents / 2, parents - parents / 2);
                 for i in 0..splits {
                     for _ in 0..2 {
@@ -628,9 +641,13 @@ pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
             "partition" => {
                 // A worker holding shards, not the balancer.
                 let leader = fleet.leader();
-                let index = (0..fleet.workers.len())
-                    .find(|i| Some(*i) != leader)
-                    .unwrap_or(0);
+                let Some(index) = (0..fleet.workers.len()).find(|i| {
+                    Some(*i) != leader && !fleet.workers[*i].rx.borrow().shards.is_empty()
+                }) else {
+                    return Err(
+                        "partition needs a worker other than the balancer that holds shards".into(),
+                    );
+                };
                 fleet.workers[index]
                     .partitioned
                     .store(true, Ordering::SeqCst);
