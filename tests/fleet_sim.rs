@@ -49,6 +49,14 @@ fn check(report: &Report) {
         periods <= bound,
         "{name}: {periods} periods to converge (bound {bound})"
     );
+    if name == "crash_20pct" && report.store == "memory" {
+        // The balancer dies with the others: its successor watched the presence rows while the
+        // committer lease stood still, so takeover stays within 2 × lease_duration (plus one
+        // sample). On SQLite it takes one period more (docs/scaling.md).
+        let took = report.all_held_after_s.expect("crash: shards held again");
+        let bound = 2.0 * SIZE.lease_duration.as_secs_f64() + sim::SAMPLE.as_secs_f64();
+        assert!(took <= bound, "crash takeover {took} s > {bound} s");
+    }
     if name == "cold_start" {
         // No first worker grabs everything: at most one over the fair share.
         let fair = SIZE.shards.div_ceil(SIZE.workers);

@@ -54,100 +54,85 @@ use tokio_util::sync::CancellationToken;
 use super::{Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore, Presence};
 use crate::model::{Position, ShardId};
 
-/// What this worker last saw of one lease, on its own monotonic clock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observation {
-    /// Owner seen.
-    pub owner: Option<String>,
-    /// Lease counter seen.
-    pub lease_counter: u64,
-    /// Heartbeat seen.
-    pub heartbeat: u64,
-    /// When `(owner, lease_counter, heartbeat)` was first seen with these values.
-    pub changed_at: Instant,
+/// Per key, the value last seen and since when it has stood still on *this* worker's
+/// monotonic clock: the basis of expiry without synchronised clocks. Used for a lease's
+/// `(owner, lease_counter, heartbeat)` ([`Observations`]) and a worker's presence heartbeat
+/// ([`PresenceObservations`]).
+#[derive(Debug, Clone)]
+pub struct StandingStill<K, V> {
+    by_key: HashMap<K, (V, Instant)>,
 }
 
-/// Per lease key, the last observation: the basis of expiry without synchronised clocks.
-#[derive(Debug, Clone, Default)]
-pub struct Observations {
-    by_key: HashMap<LeaseKey, Observation>,
-}
-
-impl Observations {
-    /// Records a listing taken at `now`: a lease whose `(owner, lease_counter, heartbeat)`
-    /// differs from the last observation (or that is seen for the first time) gets
-    /// `changed_at = now`; with `complete`, keys not listed are forgotten.
-    pub fn observe(&mut self, leases: &[Lease], now: Instant, complete: bool) {
-        if complete {
-            self.by_key
-                .retain(|key, _| leases.iter().any(|l| &l.key == key));
-        }
-        for lease in leases {
-            let same = self.by_key.get(&lease.key).is_some_and(|o| {
-                o.owner == lease.owner
-                    && o.lease_counter == lease.lease_counter
-                    && o.heartbeat == lease.heartbeat
-            });
-            if !same {
-                self.by_key.insert(
-                    lease.key.clone(),
-                    Observation {
-                        owner: lease.owner.clone(),
-                        lease_counter: lease.lease_counter,
-                        heartbeat: lease.heartbeat,
-                        changed_at: now,
-                    },
-                );
-            }
+impl<K, V> Default for StandingStill<K, V> {
+    fn default() -> Self {
+        StandingStill {
+            by_key: HashMap::new(),
         }
     }
+}
 
-    /// The last observation of `key`.
-    pub fn get(&self, key: &LeaseKey) -> Option<&Observation> {
-        self.by_key.get(key)
+impl<K: Eq + Hash + Clone, V: Eq> StandingStill<K, V> {
+    /// Records a complete listing taken at `now`: a key whose value differs from the last one
+    /// seen (or that is new) stands still from `now`; keys not listed are forgotten.
+    pub fn observe(&mut self, listing: impl IntoIterator<Item = (K, V)>, now: Instant) {
+        let mut seen = HashMap::with_capacity(self.by_key.len());
+        for (key, value) in listing {
+            let since = match self.by_key.remove(&key) {
+                Some((old, since)) if old == value => since,
+                _ => now,
+            };
+            seen.insert(key, (value, since));
+        }
+        self.by_key = seen;
+    }
+
+    /// How long `key` has shown `value` on this clock; `None` when it was not seen with it.
+    pub fn still_for(&self, key: &K, value: &V, now: Instant) -> Option<Duration> {
+        self.by_key
+            .get(key)
+            .filter(|(seen, _)| seen == value)
+            .map(|(_, since)| now.saturating_duration_since(*since))
+    }
+}
+
+/// What a lease's expiry watches: `(owner, lease_counter, heartbeat)`.
+type LeaseStamp = (Option<String>, u64, u64);
+
+fn stamp(lease: &Lease) -> LeaseStamp {
+    (lease.owner.clone(), lease.lease_counter, lease.heartbeat)
+}
+
+/// Per lease key, since when its `(owner, lease_counter, heartbeat)` stood still.
+pub type Observations = StandingStill<LeaseKey, LeaseStamp>;
+
+impl Observations {
+    /// Records a complete listing of lease rows taken at `now`.
+    pub fn observe_leases(&mut self, leases: &[Lease], now: Instant) {
+        self.observe(leases.iter().map(|l| (l.key.clone(), stamp(l))), now);
+    }
+
+    /// How long `lease`, exactly as listed, has stood still; `None` when never seen so.
+    pub fn lease_still_for(&self, lease: &Lease, now: Instant) -> Option<Duration> {
+        self.still_for(&lease.key, &stamp(lease), now)
     }
 
     /// Whether `lease` is owned and has stood still, exactly as listed, for at least
     /// `lease_duration` of this worker's clock. A lease never observed is not expired.
     pub fn is_expired(&self, lease: &Lease, now: Instant, lease_duration: Duration) -> bool {
         lease.owner.is_some()
-            && self.by_key.get(&lease.key).is_some_and(|o| {
-                o.owner == lease.owner
-                    && o.lease_counter == lease.lease_counter
-                    && o.heartbeat == lease.heartbeat
-                    && now.saturating_duration_since(o.changed_at) >= lease_duration
-            })
+            && self
+                .lease_still_for(lease, now)
+                .is_some_and(|d| d >= lease_duration)
     }
 }
 
-/// Per worker, the presence heartbeat last seen and since when (the balancer's clock).
-#[derive(Debug, Clone, Default)]
-pub struct PresenceObservations {
-    by_worker: HashMap<String, (u64, Instant)>,
-}
+/// Per worker, since when its presence heartbeat stood still (the observer's clock).
+pub type PresenceObservations = StandingStill<String, u64>;
 
 impl PresenceObservations {
-    /// Records a complete listing of presence rows taken at `now`; workers not listed are
-    /// forgotten.
-    pub fn observe(&mut self, rows: &[Presence], now: Instant) {
-        self.by_worker
-            .retain(|w, _| rows.iter().any(|p| &p.worker == w));
-        for row in rows {
-            match self.by_worker.get_mut(&row.worker) {
-                Some((heartbeat, _)) if *heartbeat == row.heartbeat => {}
-                _ => {
-                    self.by_worker
-                        .insert(row.worker.clone(), (row.heartbeat, now));
-                }
-            }
-        }
-    }
-
-    /// How long `worker`'s heartbeat has stood still on this clock, `None` when not listed.
-    pub fn still_for(&self, worker: &str, now: Instant) -> Option<Duration> {
-        self.by_worker
-            .get(worker)
-            .map(|(_, since)| now.saturating_duration_since(*since))
+    /// Records a complete listing of presence rows taken at `now`.
+    pub fn observe_presence(&mut self, rows: &[Presence], now: Instant) {
+        self.observe(rows.iter().map(|p| (p.worker.clone(), p.heartbeat)), now);
     }
 }
 
@@ -210,11 +195,6 @@ fn spread_order(me: &str, key: &LeaseKey) -> u64 {
     me.hash(&mut h);
     key.hash(&mut h);
     h.finish()
-}
-
-/// The number of shards each worker should hold: `ceil(num_shards / num_workers)`.
-pub fn target_per_worker(num_shards: usize, num_workers: usize) -> usize {
-    num_shards.div_ceil(num_workers.max(1))
 }
 
 /// The balancer's decisions for one period, from a fresh listing of one channel's `leases`.
@@ -756,21 +736,18 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         };
         let now = Instant::now();
         self.committer_seen
-            .observe(std::slice::from_ref(&row), now, true);
-        let still = self
-            .committer_seen
-            .get(&LeaseKey::Committer)
-            .map(|o| now.saturating_duration_since(o.changed_at));
+            .observe_leases(std::slice::from_ref(&row), now);
+        let still = self.committer_seen.lease_still_for(&row, now);
         if row.owner.is_some()
             && !row.is_owned_by(&me)
             && still.is_some_and(|d| d > self.config.effective_renew_interval() * 3 / 2)
         {
-            // The balancer may be dead: watch the presence rows from now on (a read of one item
-            // per worker per period, only while the committer lease stands still).
+            // The balancer may be dead: watch the presence rows from now on (every worker lists
+            // them each period, W items each, only while the committer lease stands still).
             let rows = self.store.list_presence(&channel).await?;
             self.standby
                 .get_or_insert_with(PresenceObservations::default)
-                .observe(&rows, now);
+                .observe_presence(&rows, now);
         } else {
             self.standby = None;
         }
@@ -822,10 +799,10 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         let result = async {
             let now = Instant::now();
             let presence = self.store.list_presence(&channel).await?;
-            b.presence.observe(&presence, now);
+            b.presence.observe_presence(&presence, now);
             let gc_after = presence_gc_after(duration);
             for row in &presence {
-                if b.presence.still_for(&row.worker, now).is_some_and(|d| d >= gc_after) {
+                if b.presence.still_for(&row.worker, &row.heartbeat, now).is_some_and(|d| d >= gc_after) {
                     tracing::info!(channel = %channel, worker = %row.worker, "removing the presence of a worker gone for long");
                     self.store.remove_presence(&channel, &row.worker).await?;
                 }
@@ -836,29 +813,12 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             let live: BTreeSet<String> = presence
                 .iter()
                 .filter(|p| !(draining && p.worker == me))
-                .filter(|p| b.presence.still_for(&p.worker, now).is_some_and(|d| d < duration))
+                .filter(|p| b.presence.still_for(&p.worker, &p.heartbeat, now).is_some_and(|d| d < duration))
                 .map(|p| p.worker.clone())
                 .collect();
             let mut leases = self.store.list_leases(&channel).await?;
-            b.leases.observe(&leases, now, true);
-            if let Some((discovery, period)) = self.discovery.clone() {
-                if b.last_discovery.is_none_or(|t| now.saturating_duration_since(t) >= period) {
-                    b.last_discovery = Some(now);
-                    match discovery.shards().await {
-                        Ok(specs) => {
-                            let known: BTreeSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
-                            let missing: Vec<LeaseSpec> = specs.into_iter().filter(|s| !known.contains(&s.key)).collect();
-                            if !missing.is_empty() {
-                                tracing::info!(channel = %channel, new_shards = missing.len(), "new shards discovered");
-                                self.store.ensure_leases(&channel, &missing).await?;
-                                leases = self.store.list_leases(&channel).await?;
-                                b.leases.observe(&leases, now, true);
-                            }
-                        }
-                        Err(err) => tracing::warn!(channel = %channel, error = %err, "shard discovery failed"),
-                    }
-                }
-            }
+            b.leases.observe_leases(&leases, now);
+            self.discover_shards(&mut b, &mut leases, now).await?;
             // Handoffs asked for and not done within lease_duration are asked again later.
             b.moving.retain(|shard, m| {
                 leases.iter().any(|l| {
@@ -868,11 +828,12 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 }) && now.saturating_duration_since(m.since) < duration
                     && live.contains(&m.to)
             });
-            let presence_of: BTreeSet<&str> = presence.iter().map(|p| p.worker.as_str()).collect();
+            let heartbeat_of: HashMap<&str, u64> =
+                presence.iter().map(|p| (p.worker.as_str(), p.heartbeat)).collect();
             let gone = |l: &Lease| match l.owner.as_deref() {
-                Some(owner) if presence_of.contains(owner) => b
+                Some(owner) if heartbeat_of.contains_key(owner) => b
                     .presence
-                    .still_for(owner, now)
+                    .still_for(&owner.to_string(), &heartbeat_of[owner], now)
                     .is_some_and(|d| d >= duration),
                 Some(_) => b.leases.is_expired(l, now, duration),
                 None => true,
@@ -914,50 +875,107 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             if assigned > 0 {
                 tracing::info!(channel = %channel, assigned, live_workers = live.len(), "shard leases assigned");
             }
-            // Notify every live worker that gained a lease or is asked for a new handoff since
-            // its last notice. Losing a lease needs no notice: the balancer only takes leases
-            // of gone workers, and a worker hands over its own.
-            let mut owned: BTreeMap<&str, BTreeSet<(ShardId, u64)>> = BTreeMap::new();
-            for l in &leases {
-                if let (Some(owner), Some(shard)) = (l.owner.as_deref(), l.key.shard_id()) {
-                    owned.entry(owner).or_default().insert((shard.clone(), l.lease_counter));
-                }
-            }
-            let mut handoffs: BTreeMap<&str, BTreeMap<ShardId, String>> = BTreeMap::new();
-            for (shard, m) in &b.moving {
-                handoffs.entry(m.from.as_str()).or_default().insert(shard.clone(), m.to.clone());
-            }
-            for worker in &live {
-                let state = (
-                    owned.get(worker.as_str()).cloned().unwrap_or_default(),
-                    handoffs.get(worker.as_str()).cloned().unwrap_or_default(),
-                );
-                let news = match b.notified.get(worker) {
-                    None => true,
-                    Some((was_owned, was_asked)) => {
-                        !state.0.is_subset(was_owned)
-                            || state.1.iter().any(|(s, to)| was_asked.get(s) != Some(to))
-                    }
-                };
-                if !news {
-                    b.notified.insert(worker.clone(), state);
-                    continue;
-                }
-                match self.store.notify_worker(&channel, worker, &state.1).await {
-                    Ok(()) => {
-                        b.notified.insert(worker.clone(), state);
-                    }
-                    Err(LeaseError::Conflict { .. }) => {}
-                    Err(err) => return Err(err),
-                }
-            }
-            b.notified.retain(|w, _| live.contains(w));
+            self.notify_news(&mut b, &leases, &live).await?;
             Ok(())
         }
         .await;
         b.periods += 1;
         self.balancer = Some(b);
         result
+    }
+
+    /// Asks the source for its shards every discovery period and creates lease rows for those
+    /// missing from `leases` (then lists again).
+    async fn discover_shards(
+        &self,
+        b: &mut Balancer,
+        leases: &mut Vec<Lease>,
+        now: Instant,
+    ) -> Result<(), LeaseError> {
+        let channel = &self.config.channel;
+        let Some((discovery, period)) = self.discovery.clone() else {
+            return Ok(());
+        };
+        if b.last_discovery
+            .is_some_and(|t| now.saturating_duration_since(t) < period)
+        {
+            return Ok(());
+        }
+        b.last_discovery = Some(now);
+        let specs = match discovery.shards().await {
+            Ok(specs) => specs,
+            Err(err) => {
+                tracing::warn!(channel = %channel, error = %err, "shard discovery failed");
+                return Ok(());
+            }
+        };
+        let known: BTreeSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
+        let missing: Vec<LeaseSpec> = specs
+            .into_iter()
+            .filter(|s| !known.contains(&s.key))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(channel = %channel, new_shards = missing.len(), "new shards discovered");
+        self.store.ensure_leases(channel, &missing).await?;
+        *leases = self.store.list_leases(channel).await?;
+        b.leases.observe_leases(leases, now);
+        Ok(())
+    }
+
+    /// Notifies every live worker that gained a lease or is asked for a new handoff since its
+    /// last notice. Losing a lease needs no notice: the balancer only takes leases of gone
+    /// workers, and a worker hands over its own.
+    async fn notify_news(
+        &self,
+        b: &mut Balancer,
+        leases: &[Lease],
+        live: &BTreeSet<String>,
+    ) -> Result<(), LeaseError> {
+        let channel = &self.config.channel;
+        let mut owned: BTreeMap<&str, BTreeSet<(ShardId, u64)>> = BTreeMap::new();
+        for l in leases {
+            if let (Some(owner), Some(shard)) = (l.owner.as_deref(), l.key.shard_id()) {
+                owned
+                    .entry(owner)
+                    .or_default()
+                    .insert((shard.clone(), l.lease_counter));
+            }
+        }
+        let mut handoffs: BTreeMap<&str, BTreeMap<ShardId, String>> = BTreeMap::new();
+        for (shard, m) in &b.moving {
+            handoffs
+                .entry(m.from.as_str())
+                .or_default()
+                .insert(shard.clone(), m.to.clone());
+        }
+        for worker in live {
+            let state = (
+                owned.get(worker.as_str()).cloned().unwrap_or_default(),
+                handoffs.get(worker.as_str()).cloned().unwrap_or_default(),
+            );
+            let news = match b.notified.get(worker) {
+                None => true,
+                Some((was_owned, was_asked)) => {
+                    !state.0.is_subset(was_owned)
+                        || state.1.iter().any(|(s, to)| was_asked.get(s) != Some(to))
+                }
+            };
+            if !news {
+                b.notified.insert(worker.clone(), state);
+                continue;
+            }
+            match self.store.notify_worker(channel, worker, &state.1).await {
+                Ok(()) => {
+                    b.notified.insert(worker.clone(), state);
+                }
+                Err(LeaseError::Conflict { .. }) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        b.notified.retain(|w, _| live.contains(w));
+        Ok(())
     }
 
     /// Hands every held lease back at once (graceful shutdown): first publishes an empty set,
@@ -1243,10 +1261,10 @@ mod tests {
         let mut leases = world(&[Some("b")]);
         let mut obs = Observations::default();
         let t0 = Instant::now();
-        obs.observe(&leases, t0, true);
+        obs.observe_leases(&leases, t0);
         assert!(!obs.is_expired(&leases[0], t0, DURATION));
         leases[0].heartbeat += 1;
-        obs.observe(&leases, t0 + DURATION - Duration::from_secs(1), true);
+        obs.observe_leases(&leases, t0 + DURATION - Duration::from_secs(1));
         assert!(!obs.is_expired(&leases[0], t0 + DURATION, DURATION));
         assert!(obs.is_expired(
             &leases[0],
@@ -1254,7 +1272,7 @@ mod tests {
             DURATION
         ));
         leases[0].lease_counter += 1;
-        obs.observe(&leases, t0 + DURATION * 2, true);
+        obs.observe_leases(&leases, t0 + DURATION * 2);
         assert!(!obs.is_expired(&leases[0], t0 + DURATION * 2, DURATION));
         let mut other = leases[0].clone();
         other.heartbeat += 5;
@@ -1273,22 +1291,19 @@ mod tests {
         };
         let mut obs = PresenceObservations::default();
         let t0 = Instant::now();
-        obs.observe(&[row(1)], t0);
-        obs.observe(&[row(1)], t0 + INTERVAL);
-        assert_eq!(obs.still_for("w", t0 + INTERVAL), Some(INTERVAL));
-        obs.observe(&[row(2)], t0 + INTERVAL * 2);
-        assert_eq!(obs.still_for("w", t0 + INTERVAL * 2), Some(Duration::ZERO));
-        obs.observe(&[], t0 + INTERVAL * 3);
-        assert_eq!(obs.still_for("w", t0 + INTERVAL * 3), None);
-    }
-
-    #[test]
-    fn target_is_the_ceiling_of_shards_per_worker() {
-        assert_eq!(target_per_worker(8, 3), 3);
-        assert_eq!(target_per_worker(8, 4), 2);
-        assert_eq!(target_per_worker(0, 4), 0);
-        assert_eq!(target_per_worker(3, 5), 1);
-        assert_eq!(target_per_worker(3, 0), 3);
+        let w = "w".to_string();
+        obs.observe_presence(&[row(1)], t0);
+        obs.observe_presence(&[row(1)], t0 + INTERVAL);
+        assert_eq!(obs.still_for(&w, &1, t0 + INTERVAL), Some(INTERVAL));
+        // Asked about another heartbeat than the one seen: not standing still.
+        assert_eq!(obs.still_for(&w, &2, t0 + INTERVAL), None);
+        obs.observe_presence(&[row(2)], t0 + INTERVAL * 2);
+        assert_eq!(
+            obs.still_for(&w, &2, t0 + INTERVAL * 2),
+            Some(Duration::ZERO)
+        );
+        obs.observe_presence(&[], t0 + INTERVAL * 3);
+        assert_eq!(obs.still_for(&w, &2, t0 + INTERVAL * 3), None);
     }
 
     proptest! {
@@ -1365,6 +1380,13 @@ mod tests {
         store
     }
 
+    /// What the balancer does to ask `from` to hand `shard` to `to` (whose presence it creates).
+    async fn ask_handoff(store: &MemoryLeaseStore, from: &str, shard: &str, to: &str) {
+        store.renew_presence("c", to).await.unwrap();
+        let handoffs = BTreeMap::from([(ShardId(shard.into()), to.to_string())]);
+        store.notify_worker("c", from, &handoffs).await.unwrap();
+    }
+
     /// Ticks `m` `n` times, one period apart.
     async fn periods(m: &mut LeaseManager<MemoryLeaseStore>, n: usize) {
         for _ in 0..n {
@@ -1427,15 +1449,7 @@ mod tests {
         let mut a = manager(&store, "a");
         periods(&mut a, 3).await;
         let rx = a.subscribe();
-        store.renew_presence("c", "b").await.unwrap();
-        store
-            .notify_worker(
-                "c",
-                "a",
-                &BTreeMap::from([(ShardId("1".into()), "b".to_string())]),
-            )
-            .await
-            .unwrap();
+        ask_handoff(&store, "a", "1", "b").await;
         a.tick().await.unwrap();
         assert_eq!(
             rx.borrow().shards.keys().cloned().collect::<Vec<_>>(),
@@ -1623,15 +1637,7 @@ mod tests {
         assert_eq!(a.held().shards.len(), 2);
         assert!(a.held().committer.is_none());
 
-        inner.renew_presence("c", "b").await.unwrap();
-        inner
-            .notify_worker(
-                "c",
-                "a",
-                &BTreeMap::from([(ShardId("1".into()), "b".to_string())]),
-            )
-            .await
-            .unwrap();
+        ask_handoff(&inner, "a", "1", "b").await;
         store.fail_takes.store(1, Ordering::SeqCst);
         boss = inner.renew_lease(&boss).await.unwrap();
         tokio::time::advance(INTERVAL).await;
