@@ -1009,32 +1009,15 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         Ok(())
     }
 
-    /// Hands every held lease back (graceful shutdown): publishes an empty set, removes this
-    /// worker's presence row, waits until a balancer period that listed the row is over (one
-    /// period, at most 1 s), then releases each lease (conditional; a lease already lost is
-    /// skipped). In the other order a balancer could assign the released leases straight back
-    /// to this departing worker, which still looked live.
+    /// Hands every held lease back at once (graceful shutdown): first publishes an empty set,
+    /// then releases each lease (conditional; a lease already lost is skipped) and removes this
+    /// worker's presence row.
     pub async fn release_all(&mut self) {
         let shards = std::mem::take(&mut self.shards);
         let committer = self.committer.take();
         self.balancer = None;
         self.publish();
         let channel = self.config.channel.clone();
-        if let Err(err) = self
-            .store
-            .remove_presence(&channel, &self.config.worker_id)
-            .await
-        {
-            tracing::warn!(channel = %channel, error = %err, "removing the worker's presence failed");
-        }
-        if !shards.is_empty() {
-            tokio::time::sleep(
-                self.config
-                    .effective_renew_interval()
-                    .min(Duration::from_secs(1)),
-            )
-            .await;
-        }
         for (lease, _) in shards.into_values().chain(committer) {
             match self.store.release_lease(&lease).await {
                 Ok(()) => tracing::info!(channel = %channel, lease = %lease.key, "lease released"),
@@ -1043,6 +1026,13 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                     "lease release failed"
                 ),
             }
+        }
+        if let Err(err) = self
+            .store
+            .remove_presence(&channel, &self.config.worker_id)
+            .await
+        {
+            tracing::warn!(channel = %channel, error = %err, "removing the worker's presence failed");
         }
     }
 
