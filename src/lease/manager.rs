@@ -40,7 +40,7 @@
 //! finished (or has no lease row). The hint trails the table, never leads it: the reader still
 //! starts from the table's checkpoint.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -60,7 +60,9 @@ use crate::model::{Position, ShardId};
 /// ([`PresenceObservations`]).
 #[derive(Debug, Clone)]
 pub struct StandingStill<K, V> {
-    by_key: HashMap<K, (V, Instant)>,
+    /// Per key: the value, since when it stood still, and whether it ever changed under this
+    /// observer (a row seen once may belong to a worker that died long ago).
+    by_key: HashMap<K, (V, Instant, bool)>,
 }
 
 impl<K, V> Default for StandingStill<K, V> {
@@ -77,11 +79,12 @@ impl<K: Eq + Hash + Clone, V: Eq> StandingStill<K, V> {
     pub fn observe(&mut self, listing: impl IntoIterator<Item = (K, V)>, now: Instant) {
         let mut seen = HashMap::with_capacity(self.by_key.len());
         for (key, value) in listing {
-            let since = match self.by_key.remove(&key) {
-                Some((old, since)) if old == value => since,
-                _ => now,
+            let entry = match self.by_key.remove(&key) {
+                Some((old, since, moved)) if old == value => (value, since, moved),
+                Some(_) => (value, now, true),
+                None => (value, now, false),
             };
-            seen.insert(key, (value, since));
+            seen.insert(key, entry);
         }
         self.by_key = seen;
     }
@@ -90,8 +93,13 @@ impl<K: Eq + Hash + Clone, V: Eq> StandingStill<K, V> {
     pub fn still_for(&self, key: &K, value: &V, now: Instant) -> Option<Duration> {
         self.by_key
             .get(key)
-            .filter(|(seen, _)| seen == value)
-            .map(|(_, since)| now.saturating_duration_since(*since))
+            .filter(|(seen, _, _)| seen == value)
+            .map(|(_, since, _)| now.saturating_duration_since(*since))
+    }
+
+    /// Whether `key`'s value was seen to change at least once (not merely seen).
+    pub fn has_moved(&self, key: &K) -> bool {
+        self.by_key.get(key).is_some_and(|(_, _, moved)| *moved)
     }
 }
 
@@ -205,8 +213,11 @@ fn spread_order(me: &str, key: &LeaseKey) -> u64 {
 ///   the lease row itself stood still that long). Owned leases that are neither live-owned nor
 ///   gone are left alone this period.
 /// - `moving`: handoffs already asked for (shard → receiver); they count for the receiver.
-/// - `assign_free`: whether free leases may be assigned now (the balancer waits one period
-///   after it starts, so that workers starting with it are seen first).
+/// - `assign_free`: `None` when free leases may not be assigned yet (the balancer waits one
+///   period after it starts, so that workers starting with it are seen first); otherwise the
+///   number of workers whose presence was seen but not yet seen to move (they may be alive:
+///   each live worker then takes at most `ceil(active / (live + those))`, and the rest waits a
+///   period).
 ///
 /// Free active shards go, in key order, to the least loaded live worker (ties: worker id).
 /// Then, while the most loaded worker holds more than one more than the least loaded, the
@@ -217,7 +228,7 @@ pub fn balance(
     live: &BTreeSet<String>,
     gone: &dyn Fn(&Lease) -> bool,
     moving: &BTreeMap<ShardId, String>,
-    assign_free: bool,
+    assign_free: Option<usize>,
     params: &BalanceParams,
 ) -> Vec<Assignment> {
     if live.is_empty() {
@@ -227,7 +238,9 @@ pub fn balance(
         live.iter().map(|w| (w.as_str(), Vec::new())).collect();
     let mut incoming: BTreeMap<&str, usize> = BTreeMap::new();
     let mut free: Vec<&Lease> = Vec::new();
-    for lease in active_shards(leases) {
+    let active = active_shards(leases);
+    let active_count = active.len();
+    for lease in active {
         let shard = lease.key.shard_id().expect("active leases are shards");
         match lease.owner.as_deref() {
             Some(owner) if live.contains(owner) => match moving.get(shard) {
@@ -244,12 +257,16 @@ pub fn balance(
     let count = |load: &BTreeMap<&str, Vec<&Lease>>, incoming: &BTreeMap<&str, usize>, w: &str| {
         load[w].len() + incoming.get(w).copied().unwrap_or(0)
     };
-    if assign_free {
+    if let Some(unknown) = assign_free {
+        let cap = active_count.div_ceil(live.len() + unknown);
         for lease in free {
             let to = *load
                 .keys()
                 .min_by_key(|w| (count(&load, &incoming, w), **w))
                 .expect("live is not empty");
+            if count(&load, &incoming, to) >= cap {
+                break;
+            }
             actions.push(Assignment::Assign {
                 lease: lease.clone(),
                 to: to.to_string(),
@@ -807,12 +824,16 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                     self.store.remove_presence(&channel, &row.worker).await?;
                 }
             }
-            // A draining balancer gives nothing to itself.
+            // Live: a heartbeat this balancer saw move within lease_duration. A row seen but not
+            // yet seen to move may be a worker killed long ago (its row stays until collected):
+            // neither live nor gone until a period shows which. A draining balancer gives
+            // nothing to itself.
             let draining = self.draining();
             let me = self.config.worker_id.clone();
             let live: BTreeSet<String> = presence
                 .iter()
                 .filter(|p| !(draining && p.worker == me))
+                .filter(|p| b.presence.has_moved(&p.worker))
                 .filter(|p| b.presence.still_for(&p.worker, &p.heartbeat, now).is_some_and(|d| d < duration))
                 .map(|p| p.worker.clone())
                 .collect();
@@ -840,7 +861,17 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             };
             let moving: BTreeMap<ShardId, String> =
                 b.moving.iter().map(|(s, m)| (s.clone(), m.to.clone())).collect();
-            let plan = balance(&leases, &live, &gone, &moving, b.periods >= 1, &params);
+            let unknown = presence
+                .iter()
+                .filter(|p| !b.presence.has_moved(&p.worker) && !live.contains(&p.worker))
+                .filter(|p| {
+                    b.presence
+                        .still_for(&p.worker, &p.heartbeat, now)
+                        .is_some_and(|d| d < duration)
+                })
+                .count();
+            let assign_free = (b.periods >= 1).then_some(unknown);
+            let plan = balance(&leases, &live, &gone, &moving, assign_free, &params);
             let mut assigned = 0usize;
             for step in plan {
                 match step {
@@ -987,14 +1018,26 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         self.balancer = None;
         self.publish();
         let channel = self.config.channel.clone();
+        let mut released: HashSet<LeaseKey> = HashSet::new();
         for (lease, _) in shards.into_values().chain(committer) {
-            match self.store.release_lease(&lease).await {
-                Ok(()) => tracing::info!(channel = %channel, lease = %lease.key, "lease released"),
-                Err(err) => tracing::warn!(
-                    channel = %channel, lease = %lease.key, error = %err,
-                    "lease release failed"
-                ),
+            released.insert(lease.key.clone());
+            self.release_logged(&lease).await;
+        }
+        // Rows in this worker's name that it never took up: a balancer (this worker, in its
+        // last period, or another) may have assigned them since the last sync. Left alone they
+        // would wait for the presence row to stand still for lease_duration.
+        match self.store.list_leases(&channel).await {
+            Ok(rows) => {
+                for row in rows {
+                    if row.is_owned_by(&self.config.worker_id) && !released.contains(&row.key) {
+                        self.release_logged(&row).await;
+                    }
+                }
             }
+            Err(err) => tracing::warn!(
+                channel = %channel, error = %err,
+                "listing leases at shutdown failed; rows assigned since the last sync wait for lease_duration"
+            ),
         }
         if let Err(err) = self
             .store
@@ -1002,6 +1045,17 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             .await
         {
             tracing::warn!(channel = %channel, error = %err, "removing the worker's presence failed");
+        }
+    }
+
+    async fn release_logged(&self, lease: &Lease) {
+        let channel = &self.config.channel;
+        match self.store.release_lease(lease).await {
+            Ok(()) => tracing::info!(channel = %channel, lease = %lease.key, "lease released"),
+            Err(err) => tracing::warn!(
+                channel = %channel, lease = %lease.key, error = %err,
+                "lease release failed"
+            ),
         }
     }
 
@@ -1108,7 +1162,7 @@ mod tests {
             &live(&["a", "b"]),
             &|_| false,
             &BTreeMap::new(),
-            true,
+            Some(0),
             &params(1),
         );
         let (assigned, handoffs) = split(&plan);
@@ -1131,7 +1185,7 @@ mod tests {
             &live(&["a"]),
             &|_| true,
             &BTreeMap::new(),
-            false,
+            None,
             &params(1)
         )
         .is_empty());
@@ -1140,7 +1194,7 @@ mod tests {
             &BTreeSet::new(),
             &|_| true,
             &BTreeMap::new(),
-            true,
+            Some(0),
             &params(1)
         )
         .is_empty());
@@ -1154,7 +1208,7 @@ mod tests {
             &live(&["a", "b"]),
             &|_| false,
             &BTreeMap::new(),
-            true,
+            Some(0),
             &params(1),
         );
         // Neither live-owned nor gone: left alone; a 1 and b 0 are balanced.
@@ -1164,7 +1218,7 @@ mod tests {
             &live(&["a", "b"]),
             &|l| l.is_owned_by("dead"),
             &BTreeMap::new(),
-            true,
+            Some(0),
             &params(1),
         );
         let (assigned, _) = split(&gone);
@@ -1184,7 +1238,7 @@ mod tests {
                 &live(&["a", "b", "c"]),
                 &|_| false,
                 &BTreeMap::new(),
-                true,
+                Some(0),
                 &params(max),
             ))
             .1
@@ -1213,7 +1267,7 @@ mod tests {
             &live(&["a", "b"]),
             &|_| false,
             &moving,
-            true,
+            Some(0),
             &params(5),
         );
         let (_, handoffs) = split(&plan);
@@ -1237,7 +1291,7 @@ mod tests {
                 &live(&["a"]),
                 &|_| true,
                 &BTreeMap::new(),
-                true,
+                Some(0),
                 &params(1),
             ))
             .0
@@ -1337,7 +1391,7 @@ mod tests {
                 .collect();
             let mut quiet_rounds = 0;
             for _ in 0..(4 + 2 * initial.len()) {
-                let plan = balance(&table, &alive, &|l| l.is_owned_by("dead"), &BTreeMap::new(), true, &params(max_steal));
+                let plan = balance(&table, &alive, &|l| l.is_owned_by("dead"), &BTreeMap::new(), Some(0), &params(max_steal));
                 if plan.is_empty() {
                     quiet_rounds += 1;
                 }
@@ -1354,7 +1408,7 @@ mod tests {
             prop_assert!(max - min <= 1, "loads {:?}", loads);
             prop_assert_eq!(loads.iter().sum::<usize>(), initial.len());
             prop_assert!(quiet_rounds >= 1);
-            let again = balance(&table, &alive, &|l| l.is_owned_by("dead"), &BTreeMap::new(), true, &params(max_steal));
+            let again = balance(&table, &alive, &|l| l.is_owned_by("dead"), &BTreeMap::new(), Some(0), &params(max_steal));
             prop_assert!(again.is_empty(), "still moving after convergence: {:?}", again);
         }
     }
@@ -1395,6 +1449,26 @@ mod tests {
         }
     }
 
+    /// Found by the fleet break test: a newly elected balancer counted the presence row left
+    /// by a SIGKILLed worker as live (first sighting) and handed it shards.
+    #[tokio::test(start_paused = true)]
+    async fn a_balancer_gives_nothing_to_a_presence_row_it_never_saw_move() {
+        let store = store_with_shards(4).await;
+        // A worker killed long ago left its row behind.
+        store.renew_presence("c", "dead").await.unwrap();
+        let mut a = manager(&store, "a");
+        periods(&mut a, 3).await;
+        // It might be alive: a takes its share only (4 / 2), the rest waits; nothing goes to it.
+        assert_eq!(a.held().shards.len(), 2);
+        let rows = store.list_leases("c").await.unwrap();
+        assert!(rows.iter().all(|l| !l.is_owned_by("dead")), "{rows:?}");
+        // Once the row stood still for lease_duration it is gone: a takes the rest.
+        periods(&mut a, 4).await;
+        assert_eq!(a.held().shards.len(), 4);
+        let rows = store.list_leases("c").await.unwrap();
+        assert!(rows.iter().all(|l| !l.is_owned_by("dead")), "{rows:?}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_lone_worker_becomes_balancer_and_takes_every_shard_from_its_second_period() {
         let store = store_with_shards(3).await;
@@ -1418,6 +1492,28 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(shard_rows(&before), shard_rows(&after));
+    }
+
+    /// Found by the multi-process test (tests/aws_kafka.rs): a balancer that assigned shards to
+    /// itself in its last period, before its worker side read them, stopped with those rows
+    /// still in its name; they waited a lease_duration for the next balancer.
+    #[tokio::test(start_paused = true)]
+    async fn release_all_frees_rows_assigned_to_the_worker_since_its_last_sync() {
+        let store = store_with_shards(3).await;
+        let mut a = manager(&store, "a");
+        periods(&mut a, 2).await;
+        // The balancer has assigned every shard to a; a reads them at its next period.
+        assert!(a.held().shards.is_empty());
+        let rows = store.list_leases("c").await.unwrap();
+        assert_eq!(
+            rows.iter().filter(|l| l.is_owned_by("a")).count(),
+            4,
+            "{rows:?}"
+        );
+        a.release_all().await;
+        let rows = store.list_leases("c").await.unwrap();
+        assert!(rows.iter().all(|l| l.owner.is_none()), "{rows:?}");
+        assert!(store.list_presence("c").await.unwrap().is_empty());
     }
 
     #[tokio::test(start_paused = true)]
