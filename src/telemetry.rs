@@ -54,6 +54,10 @@ pub const DLQ_WRITES_TOTAL: &str = "floe_dlq_writes_total";
 pub const PENDING_BATCHES: &str = "floe_pending_batches";
 /// Snapshots in the channel's table after the committer's last commit.
 pub const TABLE_SNAPSHOTS: &str = "floe_table_snapshots";
+/// Iceberg table loads from the catalog (each reads the table's whole metadata.json), by who
+/// loaded (`worker`: opening a sink, reading checkpoints; `committer`: planning, committing,
+/// maintenance).
+pub const CATALOG_TABLE_LOADS_TOTAL: &str = "floe_catalog_table_loads_total";
 /// Snapshots expired by the committer's maintenance.
 pub const SNAPSHOTS_EXPIRED_TOTAL: &str = "floe_snapshots_expired_total";
 /// Files deleted by the committer's maintenance, by kind (`manifest_list`, `manifest`,
@@ -206,6 +210,11 @@ pub fn describe() {
         "snapshots in the channel's table after the committer's last commit"
     );
     describe_counter!(
+        CATALOG_TABLE_LOADS_TOTAL,
+        Unit::Count,
+        "Iceberg table loads from the catalog (each reads metadata.json), by who loaded (worker, committer)"
+    );
+    describe_counter!(
         SNAPSHOTS_EXPIRED_TOTAL,
         Unit::Count,
         "snapshots expired by the committer (older than snapshot_retention, beyond min_snapshots)"
@@ -314,6 +323,11 @@ pub fn set_pending_batches(channel: &str, n: usize) {
 /// Sets the number of snapshots in the channel's table.
 pub fn set_table_snapshots(channel: &str, n: usize) {
     gauge!(TABLE_SNAPSHOTS, "channel" => channel.to_string()).set(n as f64);
+}
+
+/// Records one Iceberg table load from the catalog; `by` is `worker` or `committer`.
+pub fn record_catalog_table_load(channel: &str, by: &'static str) {
+    counter!(CATALOG_TABLE_LOADS_TOTAL, "channel" => channel.to_string(), "by" => by).increment(1);
 }
 
 /// Records snapshots expired by maintenance.

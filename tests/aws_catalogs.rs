@@ -224,7 +224,7 @@ async fn stale_commits_are_refused(c: &AwsCatalog, refused_code: &str) {
     assert_eq!(total_records(&current), 10);
 
     // 1. floe's fence: the table moved past the validated snapshot.
-    let fenced = FencedCatalog::new(c.catalog.clone());
+    let fenced = FencedCatalog::new(c.catalog.clone(), "test");
     fenced.set_fence(ident.clone(), stale.metadata().current_snapshot_id());
     let err = append(&stale, &b2, &fenced).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts, "{err}");

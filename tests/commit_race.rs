@@ -91,7 +91,7 @@ async fn fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_reb
     tx.commit(f.catalog.as_ref()).await.unwrap();
 
     // Fenced to the stale snapshot: refused as a conflict.
-    let fenced = FencedCatalog::new(f.catalog.clone());
+    let fenced = FencedCatalog::new(f.catalog.clone(), "test");
     fenced.set_fence(f.ident.clone(), stale.metadata().current_snapshot_id());
     let tx = Transaction::new(&stale);
     let tx = tx

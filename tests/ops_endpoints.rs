@@ -190,6 +190,37 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
     }
     assert_eq!(lines[0]["fields"]["channel"], "it");
 
+    // Catalog loads grow with commits, not with time: the worker loads the table when it opens
+    // its sink, when it gains shards and once per batch that left the pending set; an idle
+    // committer loads nothing (but for the SHARD_END hint check every 30 s).
+    let loads = |s: &std::collections::BTreeMap<String, f64>, by: &str| {
+        sum(
+            s,
+            "floe_catalog_table_loads_total",
+            &[ch, &format!("by=\"{by}\"")],
+        )
+    };
+    let worker_loads = loads(&s, "worker");
+    assert!(worker_loads >= 1.0);
+    assert!(
+        worker_loads <= lines.len() as f64 + 4.0,
+        "{worker_loads} worker loads for {} batches",
+        lines.len()
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let idle = samples(&get(&addr, "/metrics").unwrap().1);
+    assert_eq!(
+        loads(&idle, "worker"),
+        worker_loads,
+        "an idle worker loads nothing"
+    );
+    assert!(
+        loads(&idle, "committer") - loads(&s, "committer") <= 1.0,
+        "an idle committer loads at most once in 6 s: {} then {}",
+        loads(&s, "committer"),
+        loads(&idle, "committer")
+    );
+
     // describe: every shard owned by w1, with its checkpoint, no lag, a last commit.
     let o = floe(&[
         "channel", "describe", "--config", config_arg, "it", "--json",

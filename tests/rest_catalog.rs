@@ -317,7 +317,7 @@ async fn sigv4_signed_requests_are_accepted_and_the_fence_holds() {
     assert!(signed >= 4, "{signed} signed requests");
 
     // floe's fence holds over the signed client.
-    let fenced = FencedCatalog::new(catalog.clone());
+    let fenced = FencedCatalog::new(catalog.clone(), "test");
     fenced.set_fence(ident.clone(), stale.metadata().current_snapshot_id());
     let err = append(&stale, &b2).commit(&fenced).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts);
@@ -440,7 +440,7 @@ async fn fence_refuses_a_stale_commit_over_rest_that_iceberg_would_rebase() {
         .await
         .unwrap();
 
-    let fenced = FencedCatalog::new(f.catalog.clone());
+    let fenced = FencedCatalog::new(f.catalog.clone(), "test");
     fenced.set_fence(f.ident.clone(), stale.metadata().current_snapshot_id());
     let err = append(&stale, &b2).commit(&fenced).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts);

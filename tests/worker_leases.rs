@@ -354,3 +354,67 @@ async fn a_batch_committed_while_the_worker_reconciles_is_not_taken_for_rejected
     let ids = rig.sorted_table_ids().await;
     assert_eq!(ids, (0..total).collect::<Vec<_>>());
 }
+
+/// Issue 17 (catalog load at scale): a worker reconciled every second by loading the table
+/// (the whole metadata.json) while a batch was in flight. Now it reads the pending set and loads
+/// the table only once one of its batches has left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_loads_the_table_only_when_a_batch_leaves_the_pending_set() {
+    let metrics = floe::telemetry::install_prometheus().unwrap();
+    let loads = || {
+        common::sum(
+            &common::samples(&metrics.render()),
+            "floe_catalog_table_loads_total",
+            &[r#"channel="wp""#, r#"by="worker""#],
+        )
+    };
+    let rig = common::WorkerRig::new("wp").await;
+    let s0 = ShardId::kafka_partition(0);
+    let leases = rig.take_shard_leases(std::slice::from_ref(&s0)).await;
+    let (_held_tx, held_rx) = watch::channel(HeldLeases {
+        shards: leases,
+        committer: None,
+    });
+    let source = Arc::new(MemorySource::with_partitions(1));
+    let base = 1_783_627_200_000;
+    for id in 0..10 {
+        source.append(&s0, None, event_json(id, 3, base, 1).into_bytes(), base);
+    }
+    let (stop, task) = rig.spawn_worker(
+        source.clone(),
+        Duration::from_millis(200),
+        Duration::from_secs(1),
+        held_rx,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rig.store.list_pending("wp").await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no batch handed off");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // No committer runs: the batch waits in the pending set, and the worker loads nothing.
+    let before = loads();
+    assert!(before >= 1.0, "the sink's open is counted");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        loads(),
+        before,
+        "a batch waiting to be committed costs no table load"
+    );
+    assert_eq!(rig.store.list_pending("wp").await.unwrap().len(), 1);
+
+    // Committed: the worker learns it with one load, then loads nothing again.
+    rig.committer(1).run_round().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while loads() == before {
+        assert!(
+            Instant::now() < deadline,
+            "the worker never settled its batch"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(loads(), before + 1.0);
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(rig.sorted_table_ids().await, (0..10).collect::<Vec<i64>>());
+}

@@ -27,6 +27,7 @@
 //! file can ever be referenced.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -71,6 +72,9 @@ pub struct Committer {
     epoch: u64,
     /// When an idle round last checked the `SHARD_END` checkpoint hints.
     hints_checked: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Whether a load showed the table carrying this committer's epoch (or this committer
+    /// committed it): from then on an idle round with nothing pending loads nothing.
+    epoch_in_table: AtomicBool,
 }
 
 /// How often an idle round (nothing pending) checks that every shard ended in the table has
@@ -95,6 +99,7 @@ impl Committer {
             batches,
             epoch,
             hints_checked: std::sync::Mutex::new(None),
+            epoch_in_table: AtomicBool::new(false),
         }
     }
 
@@ -138,7 +143,8 @@ impl Committer {
     }
 
     /// Runs one round: plan, commit, finish. Returns what it did; an idle round (nothing
-    /// pending, epoch already in the table) touches nothing.
+    /// pending, epoch already in the table) lists the pending batches and, every 30 s, loads the
+    /// table to check the `SHARD_END` hints; nothing else.
     ///
     /// Errors: see [`CommitError`]; on `Conflict` nothing was finished and the next round
     /// re-plans; on `Fenced` the caller must stop acting as committer.
@@ -164,6 +170,23 @@ impl Committer {
     ///
     /// Errors: as [`Committer::run_round`].
     pub async fn commit_round(&self) -> Result<RoundReport, CommitError> {
+        // The pending set first: with nothing pending and the table known to carry this epoch,
+        // an idle round loads no table (each load reads metadata.json). Only this committer
+        // commits, so listing before loading changes no decision; a newer committer is still
+        // found at the next round with work, and by the lease manager.
+        let pending = self.batches.list_pending(&self.channel).await?;
+        let hints_due = || {
+            let mut checked = self.hints_checked.lock().expect("not poisoned");
+            let due = checked.is_none_or(|t| t.elapsed() >= IDLE_HINT_CHECK);
+            if due {
+                *checked = Some(std::time::Instant::now());
+            }
+            due
+        };
+        let idle = pending.is_empty() && self.epoch_in_table.load(Ordering::Relaxed);
+        if idle && !hints_due() {
+            return Ok(RoundReport::default());
+        }
         let loaded = self.target.load().await?;
         let t_epoch = loaded.epoch();
         if t_epoch > self.epoch {
@@ -172,17 +195,11 @@ impl Committer {
                 own: self.epoch,
             });
         }
-        let pending = self.batches.list_pending(&self.channel).await?;
+        if t_epoch == self.epoch {
+            self.epoch_in_table.store(true, Ordering::Relaxed);
+        }
         if pending.is_empty() && t_epoch == self.epoch {
-            let due = {
-                let mut checked = self.hints_checked.lock().expect("not poisoned");
-                let due = checked.is_none_or(|t| t.elapsed() >= IDLE_HINT_CHECK);
-                if due {
-                    *checked = Some(std::time::Instant::now());
-                }
-                due
-            };
-            if due {
+            if idle || hints_due() {
                 let leases = self.leases.list_leases(&self.channel).await?;
                 self.repair_shard_end_hints(&loaded.checkpoints()?, &leases)
                     .await;
@@ -246,6 +263,7 @@ impl Committer {
                 );
             }
             report.snapshot_id = result?;
+            self.epoch_in_table.store(true, Ordering::Relaxed);
             self.log_committed(&accepted, took, report.snapshot_id)
                 .await;
             report.committed = accepted.len();

@@ -31,6 +31,9 @@ use iceberg::{
 pub struct FencedCatalog {
     inner: Arc<dyn Catalog>,
     fence: Mutex<Option<(TableIdent, Option<i64>)>>,
+    /// The channel whose committer loads through this wrapper (counted in
+    /// [`crate::telemetry::CATALOG_TABLE_LOADS_TOTAL`]).
+    channel: String,
 }
 
 impl fmt::Debug for FencedCatalog {
@@ -40,11 +43,12 @@ impl fmt::Debug for FencedCatalog {
 }
 
 impl FencedCatalog {
-    /// Wraps `inner` with no fence set.
-    pub fn new(inner: Arc<dyn Catalog>) -> Self {
+    /// Wraps `inner` with no fence set; its loads count as `channel`'s committer's.
+    pub fn new(inner: Arc<dyn Catalog>, channel: &str) -> Self {
         FencedCatalog {
             inner,
             fence: Mutex::new(None),
+            channel: channel.to_string(),
         }
     }
 
@@ -106,6 +110,7 @@ impl Catalog for FencedCatalog {
         self.inner.create_table(namespace, creation).await
     }
     async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
+        crate::telemetry::record_catalog_table_load(&self.channel, "committer");
         let loaded = self.inner.load_table(table).await?;
         let fence = self.fence.lock().expect("fence lock").clone();
         if let Some((ident, snapshot_id)) = fence {

@@ -41,6 +41,7 @@ impl IcebergSink {
         io: IcebergIo,
         max_record_size: usize,
     ) -> Result<Self, SinkError> {
+        telemetry::record_catalog_table_load(channel, "worker");
         let table = io
             .catalog
             .load_table(&io.ident)
@@ -69,6 +70,7 @@ impl BatchSink for IcebergSink {
     }
 
     async fn committed_checkpoints(&mut self) -> Result<Checkpoints, SinkError> {
+        telemetry::record_catalog_table_load(&self.channel, "worker");
         let fresh = self
             .io
             .catalog

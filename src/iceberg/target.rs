@@ -65,7 +65,7 @@ impl IcebergTarget {
         IcebergTarget {
             channel: channel.to_string(),
             ident,
-            catalog: FencedCatalog::new(catalog),
+            catalog: FencedCatalog::new(catalog, channel),
             dlq: dlq.into(),
             maintenance: MaintenanceConfig::default(),
             swap: None,
@@ -291,6 +291,7 @@ impl IcebergTarget {
     /// The table, refused (`Unavailable`) when it is not the table first loaded (replaced
     /// under its name).
     async fn load_same_table(&self) -> Result<Table, CommitError> {
+        telemetry::record_catalog_table_load(&self.channel, "committer");
         let table = self
             .catalog
             .inner()
@@ -357,6 +358,7 @@ impl IcebergTarget {
             .await
             .map_err(|e| CommitError::unavailable("maintain the table", e))?;
         if report.snapshot_id.is_some() {
+            telemetry::record_catalog_table_load(&self.channel, "committer");
             if let Ok(after) = self.catalog.inner().load_table(&self.ident).await {
                 // A maintenance commit also expires (a table that only gets maintenance commits,
                 // with no data arriving, would keep every one of its snapshots otherwise).
@@ -564,6 +566,7 @@ impl LoadedTarget for LoadedTable<'_> {
             Err(e) => {
                 // Unknown outcome: the table decides.
                 tracing::warn!(channel = %self.target.channel, table = %ident, error = %e, %commit_id, "commit outcome unknown, reconciling");
+                telemetry::record_catalog_table_load(&self.target.channel, "committer");
                 let fresh = catalog.inner().load_table(ident).await.map_err(|e2| {
                     CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}"))
                 })?;

@@ -754,6 +754,17 @@ impl ChannelWorker {
             .into_iter()
             .map(|b| b.batch_id)
             .collect();
+        // Every batch in flight still pending: nothing can have settled, and the table is not
+        // loaded. A worker so loads the table once per batch that leaves the pending set, not
+        // once per second (at 100 workers that was ~100 metadata.json reads a second).
+        if self
+            .progress
+            .in_flight()
+            .iter()
+            .all(|f| pending.contains(&f.batch_id))
+        {
+            return Ok(());
+        }
         let cp = self.table_checkpoints().await?;
         let settled = self.progress.reconcile(&pending, &cp);
         if settled.any_committed {
