@@ -31,6 +31,10 @@ pub const SCHEMA_MISMATCH_TOTAL: &str = "floe_schema_mismatch_total";
 pub const SCHEMA_LOOKUP_ERRORS_TOTAL: &str = "floe_schema_lookup_errors_total";
 /// Commit attempts, by outcome (`committed`, `conflict`, `fenced`, `unknown`, `rejected`).
 pub const COMMITS_TOTAL: &str = "floe_commits_total";
+/// Shards found gone from the stream (a closed Kinesis shard past retention) while their
+/// checkpoint was not `SHARD_END`: their unread records expired, and the shard was ended so that
+/// its children are read.
+pub const SHARDS_EXPIRED_TOTAL: &str = "floe_shards_expired_total";
 /// Pending batches rejected by the committer.
 pub const BATCHES_REJECTED_TOTAL: &str = "floe_batches_rejected_total";
 /// Duration of one Iceberg commit, seconds.
@@ -153,6 +157,11 @@ pub fn describe() {
         COMMITS_TOTAL,
         Unit::Count,
         "Iceberg commit attempts by outcome (committed, conflict, unknown, rejected)"
+    );
+    describe_counter!(
+        SHARDS_EXPIRED_TOTAL,
+        Unit::Count,
+        "shards gone from the stream (past retention) before their checkpoint reached SHARD_END: their unread records expired; ended so their children are read"
     );
     describe_counter!(
         BATCHES_REJECTED_TOTAL,
@@ -300,6 +309,11 @@ pub fn record_commit(channel: &str, outcome: &'static str, took: Duration) {
     counter!(COMMITS_TOTAL, "channel" => channel.to_string(), "outcome" => outcome).increment(1);
     histogram!(COMMIT_DURATION_SECONDS, "channel" => channel.to_string())
         .record(took.as_secs_f64());
+}
+
+/// Records a shard found gone from the stream before its checkpoint reached `SHARD_END`.
+pub fn record_shard_expired(channel: &str) {
+    counter!(SHARDS_EXPIRED_TOTAL, "channel" => channel.to_string()).increment(1);
 }
 
 /// Records a rejected batch, by reason (`duplicate` or `stale_lease`).

@@ -85,3 +85,41 @@ fn bench_quick_prints_every_figure_and_the_ratio_last() {
         "{stdout}"
     );
 }
+
+/// `floe bench commits --shards N --positions sequence` (issue 17): the table's
+/// `floe.checkpoints` holds one 56-digit sequence number per shard, and every commit lands.
+#[test]
+fn bench_commits_with_many_shards_keeps_a_checkpoint_per_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["bench", "commits", "--dir"])
+        .arg(dir.path().join("b"))
+        .args([
+            "--commits",
+            "6",
+            "--shards",
+            "200",
+            "--positions",
+            "sequence",
+            "--maintenance",
+            "off",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let shape: serde_json::Value = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l.get("snapshots").is_some())
+        .unwrap_or_else(|| panic!("no shape line in {stdout}"));
+    assert_eq!(shape["shards"], 200, "{shape}");
+    assert_eq!(shape["snapshots"], 6, "{shape}");
+    // Per shard: `"shardId-…":"<56 digits>"` and a separator.
+    let bytes = shape["checkpoints_bytes"].as_u64().unwrap();
+    assert!((200 * 56..200 * 100).contains(&bytes), "{shape}");
+}

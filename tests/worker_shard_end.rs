@@ -230,3 +230,69 @@ async fn a_shard_end_committed_without_its_hint_is_repaired_and_the_child_then_l
         "the child was never leased"
     );
 }
+
+/// Issue 17: a closed shard that has left the stream (ListShards no longer returns it: its
+/// records are past retention) while its checkpoint is not `SHARD_END` made opening its reader
+/// fail with `NotFound` at every loop restart, which stopped the worker's other shards too and
+/// kept the child from ever being leased. Now the shard is ended (a `SHARD_END` with no rows,
+/// logged as an error and counted) and the child is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_gone_past_retention_is_ended_and_its_child_then_read() {
+    let rig = common::WorkerRig::new("rg").await;
+    let (catalog, ident, store) = (rig.catalog.clone(), rig.ident.clone(), rig.store.clone());
+    let (p, c) = (ShardId("shardId-p".into()), ShardId("shardId-c".into()));
+    let source = Arc::new(MemorySource::new());
+    source.add_shard(p.clone(), Vec::new());
+    source.add_shard(c.clone(), vec![p.clone()]);
+    append(&source, &p, 0..3);
+    source.close(&p);
+    let specs = [
+        LeaseSpec::new(LeaseKey::Shard(p.clone())),
+        LeaseSpec::new(LeaseKey::Shard(c.clone())).with_parents(vec![p.clone()]),
+    ];
+    store.ensure_leases("rg", &specs).await.unwrap();
+    // The channel was down for longer than the stream's retention: p is gone, unread.
+    source.remove_shard(&p);
+    append(&source, &c, 200..204);
+    let mut manager = LeaseManager::new(
+        store.clone(),
+        LeaseManagerConfig::new("rg", "w1", Duration::from_secs(30)),
+    );
+    for _ in 0..3 {
+        manager.tick().await.unwrap();
+    }
+    assert!(manager.held().shards.contains_key(&p));
+    let epoch = manager.held().committer.as_ref().unwrap().lease_counter;
+    let (stop, worker_task) = rig.spawn_worker(
+        source.clone(),
+        Duration::from_millis(300),
+        Duration::from_secs(2),
+        manager.subscribe(),
+    );
+    let committer = rig.committer(epoch);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        committer.run_round().await.unwrap();
+        manager.tick().await.unwrap();
+        let cp = table_checkpoints(&catalog.load_table(&ident).await.unwrap()).unwrap();
+        if cp.get(&c) == Some(&Position::Offset(3)) {
+            assert_eq!(cp.get(&p), Some(&Position::ShardEnd), "{cp:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gone shard stalled its child: {cp:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    worker_task.await.unwrap().unwrap();
+    let table = catalog.load_table(&ident).await.unwrap();
+    let mut ids = floe::tools::quickstart::table_ids(&table).await.unwrap();
+    ids.sort();
+    assert_eq!(
+        ids,
+        (200..204).collect::<Vec<i64>>(),
+        "the child's records, once"
+    );
+}

@@ -6,6 +6,7 @@
 //! floe bench commits --dir DIR [--commits 2000] [--maintenance on|off] [--rows 20]
 //!                    [--freshness 10s] [--look-every 6]
 //!                    [--snapshot-retention 60s] [--min-snapshots 10]
+//!                    [--shards 1] [--positions offset|sequence]
 //! ```
 //!
 //! Each round writes one small batch of `Event` rows (the quickstart's schema) as data files of an
@@ -18,6 +19,12 @@
 //! delay, manifest limit and target file size. Snapshot timestamps are real, so
 //! `--snapshot-retention` is wall time, scaled down to keep the number of snapshots a 1 h
 //! retention keeps at 10 s.
+//!
+//! With `--shards N`, the first batch starts every shard's checkpoint, so `floe.checkpoints`
+//! holds N entries from then on, and each later batch continues one shard (in turn), as at a
+//! fleet of many shards where each worker's batch covers a few of them. `--positions sequence`
+//! writes 56-digit Kinesis sequence numbers instead of Kafka offsets. The shape line then also
+//! gives `checkpoints_bytes`, the size of the `floe.checkpoints` property.
 //!
 //! Prints one JSON line per window (`{"window": "commit 100", "p50_ms": …, "p99_ms": …}` over the
 //! 100 commits up to it, for commit 100 and the last; commit time only), one with the maintenance
@@ -55,6 +62,15 @@ pub enum OnOff {
     Off,
 }
 
+/// The kind of positions the benchmark's checkpoints hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PositionKind {
+    /// Kafka offsets.
+    Offset,
+    /// Kinesis sequence numbers, 56 digits.
+    Sequence,
+}
+
 /// Arguments of `floe bench commits`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct BenchCommitsArgs {
@@ -82,6 +98,32 @@ pub struct BenchCommitsArgs {
     /// Commits between two maintenance looks (6 at 10 s: the default 1 min interval).
     #[arg(long, default_value_t = 6)]
     pub look_every: u64,
+    /// Shards in the table's checkpoints (each later batch continues one of them, in turn).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub shards: u32,
+    /// What the checkpoints hold: Kafka offsets or 56-digit Kinesis sequence numbers.
+    #[arg(long, value_enum, default_value = "offset")]
+    pub positions: PositionKind,
+}
+
+/// The position of record `n` of a shard: offset `n`, or a 56-digit sequence number growing
+/// with `n` (Kinesis sequence numbers are 56 digits on current streams).
+fn position(kind: PositionKind, n: u64) -> Position {
+    match kind {
+        PositionKind::Offset => Position::Offset(n as i64),
+        PositionKind::Sequence => Position::Sequence(
+            crate::model::SequenceNumber::try_new(&format!("4959{n:052}"))
+                .expect("56 ASCII digits without a leading zero"),
+        ),
+    }
+}
+
+/// Shard `i` of the benchmark's stream.
+fn shard(kind: PositionKind, i: u32) -> ShardId {
+    match kind {
+        PositionKind::Offset => ShardId::kafka_partition(i as i32),
+        PositionKind::Sequence => ShardId(format!("shardId-{i:012}")),
+    }
 }
 
 /// Errors of the benchmark.
@@ -183,7 +225,8 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         1,
     );
     let mut durations = Vec::with_capacity(args.commits as usize);
-    let mut after: Option<Position> = None;
+    // Per shard: the last position committed, and the next record number.
+    let mut after: Vec<(Option<Position>, u64)> = vec![(None, 0); args.shards as usize];
     let mut looks = Vec::new();
     for n in 0..args.commits {
         let now = start_ms + (n as i64 + 1) * step_ms;
@@ -203,19 +246,31 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         let written = write_data_files(&table, &writer, batch_id, conv.finish())
             .await
             .map_err(err)?;
-        let last = Position::Offset((first + args.rows - 1) as i64);
+        // The first batch starts every shard; later ones continue one shard each, in turn.
+        let covered: Vec<u32> = if n == 0 {
+            (0..args.shards).collect()
+        } else {
+            vec![(n % args.shards as u64) as u32]
+        };
+        let mut ranges = Vec::with_capacity(covered.len());
+        for &i in &covered {
+            let (prev, next) = &mut after[i as usize];
+            *next += args.rows;
+            let last = position(args.positions, *next - 1);
+            ranges.push(ShardRange {
+                shard: shard(args.positions, i),
+                range: CheckpointRange {
+                    after_exclusive: prev.replace(last.clone()),
+                    last_inclusive: last,
+                },
+                lease_counter: 0,
+            });
+        }
         let batch = PendingBatch {
             channel: "bench".into(),
             batch_id,
             worker_id: "bench".into(),
-            shards: vec![ShardRange {
-                shard: ShardId::kafka_partition(0),
-                range: CheckpointRange {
-                    after_exclusive: after.clone(),
-                    last_inclusive: last.clone(),
-                },
-                lease_counter: 0,
-            }],
+            shards: ranges,
             files: BatchFiles::Iceberg {
                 data_files: written.data_files_json,
                 dlq_staged: None,
@@ -238,7 +293,6 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         if report.committed != 1 {
             return Err(err(format!("round {n} committed {report:?}")));
         }
-        after = Some(last);
         if n + 1 == 100.min(args.commits) {
             println!(
                 "{}",
@@ -317,6 +371,12 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
             "data_files_per_hour_max": per_hour.values().max().copied().unwrap_or(0),
             "closed_hour_files_max": closed_max,
             "hours": per_hour.len(),
+            "shards": args.shards,
+            "checkpoints_bytes": table
+                .metadata()
+                .properties()
+                .get(crate::iceberg::table_state::PROP_CHECKPOINTS)
+                .map_or(0, |v| v.len()),
             "table": format!("{}#{}", catalog_path.display(), ident),
         })
     );

@@ -116,6 +116,13 @@ impl MemorySource {
         self.appended.notify_waiters();
     }
 
+    /// Removes the shard from the stream, as Kinesis does with a closed shard once its records
+    /// are past retention: ListShards no longer returns it and reading it is `NotFound`.
+    pub fn remove_shard(&self, shard: &ShardId) {
+        self.lock().shards.remove(shard);
+        self.appended.notify_waiters();
+    }
+
     /// Removes records below `offset` (retention).
     pub fn trim(&self, shard: &ShardId, offset: i64) {
         let mut state = self.lock();

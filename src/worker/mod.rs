@@ -165,6 +165,7 @@ const READ_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(30);
 /// A reader of `id` after `after` (the table's checkpoint or the last handed-off position), or
 /// from the channel's initial position; nothing to read after `SHARD_END`.
 async fn open_reader(
+    channel: &str,
     source: &dyn Source,
     initial: &InitialPosition,
     id: &ShardId,
@@ -173,8 +174,32 @@ async fn open_reader(
     if after == Some(&Position::ShardEnd) {
         return Ok(Box::new(FinishedShard));
     }
-    let start = resolve_start(source, id, after, initial).await?;
-    Ok(source.open(id, start).await?)
+    let opened = match resolve_start(source, id, after, initial).await {
+        Ok(start) => source.open(id, start).await,
+        Err(e) => Err(e),
+    };
+    match opened {
+        Ok(reader) => Ok(reader),
+        Err(SourceError::NotFound { what }) if shard_left_the_stream(source, id).await => {
+            // A closed Kinesis shard whose records are all past retention leaves ListShards and
+            // cannot be read any more. Its unread records are gone whatever floe does; stopping
+            // here would stall its children until they expire too. So the shard ends (its
+            // checkpoint becomes SHARD_END with no rows), loudly.
+            tracing::error!(channel = %channel, shard = %id, checkpoint = ?after, error = %what, "shard gone from the stream (past retention) before its checkpoint reached SHARD_END: its records after the checkpoint expired unread; ending it so that its children are read (raise the stream's retention above the channel's longest outage)");
+            telemetry::record_shard_expired(channel);
+            Ok(Box::new(FinishedShard))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether `id` is absent from a successful listing of the stream's shards: a `NotFound` for the
+/// whole stream (deleted, or a wrong name) or a failed listing is not a gone shard.
+async fn shard_left_the_stream(source: &dyn Source, id: &ShardId) -> bool {
+    match source.list_shards().await {
+        Ok(shards) => !shards.is_empty() && shards.iter().all(|s| s.id != *id),
+        Err(_) => false,
+    }
 }
 
 /// The reader of a shard whose checkpoint is already `SHARD_END`: nothing left to read.
@@ -498,6 +523,7 @@ impl ChannelWorker {
                     self.io.source.check_checkpoint(&id, checkpoint, by).await?;
                 }
                 let reader = open_reader(
+                    &self.settings.channel,
                     self.io.source.as_ref(),
                     &self.settings.initial_position,
                     &id,
@@ -523,6 +549,7 @@ impl ChannelWorker {
         let restart = self.drop_buffer();
         for (id, after) in restart {
             let reader = open_reader(
+                &self.settings.channel,
                 self.io.source.as_ref(),
                 &self.settings.initial_position,
                 &id,
