@@ -418,3 +418,62 @@ async fn a_worker_loads_the_table_only_when_a_batch_leaves_the_pending_set() {
     task.await.unwrap().unwrap();
     assert_eq!(rig.sorted_table_ids().await, (0..10).collect::<Vec<i64>>());
 }
+
+/// Issue 17 (freshness during handoffs): losing any lease dropped the whole buffer and reopened
+/// every shard, even when the lost shard had nothing buffered or in flight (a finished shard,
+/// an idle partition). Now only a lost shard with rows in the buffer or in flight costs that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_an_idle_shard_keeps_the_buffer_of_the_others() {
+    let rig = common::WorkerRig::new("wi").await;
+    let (s0, s1) = (ShardId::kafka_partition(0), ShardId::kafka_partition(1));
+    let mut leases = rig.take_shard_leases(&[s0.clone(), s1.clone()]).await;
+    let source = Arc::new(MemorySource::with_partitions(2));
+    let base = 1_783_627_200_000;
+    let (held_tx, held_rx) = watch::channel(HeldLeases {
+        shards: leases.clone(),
+        committer: None,
+    });
+    // A long freshness: what s0 reads stays buffered for the whole test.
+    let (stop, task) = rig.spawn_worker(
+        source.clone(),
+        Duration::from_secs(30),
+        Duration::from_secs(5),
+        held_rx,
+    );
+    for id in 0..10 {
+        source.append(&s0, None, event_json(id, 3, base, 1).into_bytes(), base);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while source.opens(&s0) == 0 || source.opens(&s1) == 0 {
+        assert!(Instant::now() < deadline, "readers never opened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // s1 (nothing read from it) goes to another worker.
+    let l1 = leases.remove(&s1).unwrap();
+    rig.store.take_lease(&l1, "w2").await.unwrap();
+    held_tx
+        .send(HeldLeases {
+            shards: leases.clone(),
+            committer: None,
+        })
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        source.opens(&s0),
+        1,
+        "s0's buffer was dropped and its reader reopened"
+    );
+    // Drain: what s0 buffered is handed off and committed once.
+    stop.cancel();
+    let committer = rig.committer(1);
+    rig.wait_for_checkpoint(
+        &s0,
+        Position::Offset(9),
+        Duration::from_secs(20),
+        Some(&committer),
+    )
+    .await;
+    task.await.unwrap().unwrap();
+    assert_eq!(rig.sorted_table_ids().await, (0..10).collect::<Vec<i64>>());
+}

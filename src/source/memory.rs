@@ -33,6 +33,8 @@ struct ShardLog {
     low: i64,
     /// Closed (Kinesis resharding): no more appends; readers end after the last record.
     closed: bool,
+    /// Readers opened on this shard.
+    opens: usize,
 }
 
 #[derive(Default)]
@@ -67,6 +69,12 @@ impl MemorySource {
             s.add_shard(ShardId::kafka_partition(p), Vec::new());
         }
         s
+    }
+
+    /// How many readers were opened on `shard` (a worker reopens them when it drops its
+    /// buffer); 0 for an unknown shard.
+    pub fn opens(&self, shard: &ShardId) -> usize {
+        self.lock().shards.get(shard).map_or(0, |l| l.opens)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -197,9 +205,13 @@ impl Source for MemorySource {
         start: StartAt,
     ) -> Result<Box<dyn ShardReader>, SourceError> {
         let next = {
-            let state = self.lock();
+            let mut state = self.lock();
             Self::check_available(&state)?;
-            let log = state.shards.get(shard).ok_or_else(|| not_found(shard))?;
+            let log = state
+                .shards
+                .get_mut(shard)
+                .ok_or_else(|| not_found(shard))?;
+            log.opens += 1;
             match &start {
                 StartAt::After(Position::Offset(o)) => o + 1,
                 StartAt::At(Position::Offset(o)) => *o,

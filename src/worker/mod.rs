@@ -492,15 +492,29 @@ impl ChannelWorker {
         let held = self.held_counters();
         let lost = self.progress.lost(&held);
         if !lost.is_empty() {
-            tracing::info!(channel = %self.settings.channel, shards = ?lost, "lease lost: dropping buffered rows");
+            // The buffer mixes every shard's rows, so rows of a lost shard in it mean dropping it
+            // whole. A lost shard with nothing buffered and no batch in flight (a finished shard,
+            // an idle partition, one just taken) costs the others nothing.
+            let buffered = lost.iter().any(|id| {
+                self.progress
+                    .shards()
+                    .get(id)
+                    .is_some_and(|st| st.buffered_last.is_some())
+            });
             for id in &lost {
                 self.readers.remove(id);
             }
-            if self.progress.lose(&lost) {
+            let in_flight = self.progress.lose(&lost);
+            if in_flight {
                 let cp = self.table_checkpoints().await?;
                 self.progress.rewind_to(&cp);
             }
-            self.restart_from_handoff().await?;
+            if in_flight || buffered {
+                tracing::info!(channel = %self.settings.channel, shards = ?lost, "lease lost: dropping buffered rows");
+                self.restart_from_handoff().await?;
+            } else {
+                tracing::info!(channel = %self.settings.channel, shards = ?lost, "lease lost: nothing of it buffered or in flight");
+            }
         }
         if !open_new {
             return Ok(());
