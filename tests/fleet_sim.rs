@@ -29,6 +29,12 @@ fn check(report: &Report) {
         report.moves_after_converge, 0,
         "{name}: leases moved after convergence"
     );
+    // Finished shards' rows are deleted once the source no longer lists them (reshard_100
+    // drops the parents from the listing after convergence); no other scenario finishes shards.
+    assert_eq!(
+        report.finished_rows, 0,
+        "{name}: finished shards' rows left"
+    );
     let periods = report
         .periods_to_converge
         .unwrap_or_else(|| panic!("{name}: never converged"));

@@ -43,6 +43,7 @@ macro_rules! lease_store_conformance_tests {
                 renew_of_released_or_unowned_lease_is_lost,
                 release_clears_owner_and_bumps_counter,
                 release_after_steal_is_lost,
+                delete_is_conditional_on_the_counter,
                 concurrent_takers_exactly_one_wins,
                 checkpoint_hint_round_trips_and_does_not_touch_the_lease,
                 get_lease_reads_one_row,
@@ -82,6 +83,7 @@ pub async fn run_all<S: LeaseStore + BatchStore>(store: &S) {
     renew_of_released_or_unowned_lease_is_lost(store).await;
     release_clears_owner_and_bumps_counter(store).await;
     release_after_steal_is_lost(store).await;
+    delete_is_conditional_on_the_counter(store).await;
     concurrent_takers_exactly_one_wins(store).await;
     checkpoint_hint_round_trips_and_does_not_touch_the_lease(store).await;
     get_lease_reads_one_row(store).await;
@@ -320,6 +322,20 @@ pub async fn release_after_steal_is_lost<S: LeaseStore>(store: &S) {
     let by_w2 = store.take_lease(&by_w1, "w2").await.unwrap();
     assert_lost(store.release_lease(&by_w1).await);
     assert_eq!(find(store, &ch, &listed.key).await, by_w2);
+}
+
+/// Delete removes the row only while its counter is the one listed (owned or not), and a deleted
+/// row is gone from the listing; deleting it again conflicts.
+pub async fn delete_is_conditional_on_the_counter<S: LeaseStore>(store: &S) {
+    let ch = fresh_channel("delete");
+    let listed = one_lease(store, &ch, LeaseKey::shard("0")).await;
+    let held = store.take_lease(&listed, "w1").await.unwrap();
+    assert_conflict(store.delete_lease(&listed).await);
+    assert_eq!(find(store, &ch, &listed.key).await, held);
+    store.delete_lease(&held).await.unwrap();
+    assert!(store.list_leases(&ch).await.unwrap().is_empty());
+    assert_eq!(store.get_lease(&ch, &listed.key).await.unwrap(), None);
+    assert_conflict(store.delete_lease(&held).await);
 }
 
 /// Eight workers take the same listed lease at once: exactly one wins, the others conflict.

@@ -684,6 +684,27 @@ impl LeaseStore for DynamoDbLeaseStore {
         .map(|_| ())
     }
 
+    async fn delete_lease(&self, lease: &Lease) -> Result<(), LeaseError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(
+                self.key(&lease.channel, format!("{LEASE_PREFIX}{}", lease.key)),
+            ))
+            .condition_expression("lease_counter = :counter")
+            .expression_attribute_values(":counter", n(lease.lease_counter))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if code(&e) == Some("ConditionalCheckFailedException") => {
+                Err(LeaseError::conflict(&lease.channel, &lease.key))
+            }
+            Err(e) => Err(map_err(e, &self.table)),
+        }
+    }
+
     async fn get_lease(&self, channel: &str, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
         let out = self
             .client

@@ -940,19 +940,54 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 return Ok(());
             }
         };
+        let removed = self.remove_finished(leases, &specs).await;
         let known: BTreeSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
         let missing: Vec<LeaseSpec> = specs
             .into_iter()
             .filter(|s| !known.contains(&s.key))
             .collect();
-        if missing.is_empty() {
+        if missing.is_empty() && removed == 0 {
             return Ok(());
         }
-        tracing::info!(channel = %channel, new_shards = missing.len(), "new shards discovered");
-        self.store.ensure_leases(channel, &missing).await?;
+        if !missing.is_empty() {
+            tracing::info!(channel = %channel, new_shards = missing.len(), "new shards discovered");
+            self.store.ensure_leases(channel, &missing).await?;
+        }
         *leases = self.store.list_leases(channel).await?;
         b.leases.observe_leases(leases, now);
         Ok(())
+    }
+
+    /// Deletes the rows of finished shards (checkpoint hint `SHARD_END`) that the source no
+    /// longer lists (a closed Kinesis shard past retention), so a long-lived stream's lease table
+    /// does not grow with every resharding. A finished shard still listed keeps its row: deleted,
+    /// discovery would create it again as a new shard. A child whose parent row is gone counts
+    /// that parent as finished ([`active_shards`]). Returns how many rows were deleted; a failed
+    /// delete (the row changed) is tried again at the next discovery.
+    async fn remove_finished(&self, leases: &[Lease], listed: &[LeaseSpec]) -> usize {
+        if listed.is_empty() {
+            // An empty listing is more likely a fault than a stream without shards.
+            return 0;
+        }
+        let channel = &self.config.channel;
+        let listed: BTreeSet<&LeaseKey> = listed.iter().map(|s| &s.key).collect();
+        let mut removed = 0;
+        for lease in leases {
+            if lease.key.shard_id().is_none() || !is_finished(lease) || listed.contains(&lease.key)
+            {
+                continue;
+            }
+            match self.store.delete_lease(lease).await {
+                Ok(()) => {
+                    removed += 1;
+                    tracing::info!(channel = %channel, lease = %lease.key, "finished shard left the stream: its lease row is deleted");
+                }
+                Err(err) => {
+                    tracing::warn!(channel = %channel, lease = %lease.key, error = %err, "deleting a finished shard's lease row failed; tried again at the next discovery");
+                }
+            }
+        }
+        removed
     }
 
     /// Notifies every live worker that gained a lease or is asked for a new handoff since its
@@ -1494,6 +1529,52 @@ mod tests {
         assert_eq!(shard_rows(&before), shard_rows(&after));
     }
 
+    struct Listed(std::sync::Mutex<Vec<LeaseSpec>>);
+
+    #[async_trait::async_trait]
+    impl ShardDiscovery for Listed {
+        async fn shards(&self) -> Result<Vec<LeaseSpec>, String> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+    }
+
+    /// Issue 17: finished shards' rows were kept forever, so a long-lived stream's lease table
+    /// (and every listing) grew with every resharding.
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_shards_row_is_deleted_once_the_source_no_longer_lists_it() {
+        let store = Arc::new(MemoryLeaseStore::new());
+        let (p, c) = (LeaseKey::shard("p"), LeaseKey::shard("c"));
+        let specs = vec![
+            LeaseSpec::new(p.clone()),
+            LeaseSpec::new(c.clone()).with_parents(vec![ShardId("p".into())]),
+        ];
+        store.ensure_leases("c", &specs).await.unwrap();
+        store
+            .set_checkpoint_hint("c", &p, &Position::ShardEnd)
+            .await
+            .unwrap();
+        let listed = Arc::new(Listed(std::sync::Mutex::new(specs.clone())));
+        let mut a = manager(&store, "a").with_discovery(listed.clone(), INTERVAL);
+        periods(&mut a, 4).await;
+        // Still listed (within the stream's retention): kept, or discovery would recreate it.
+        assert!(store.get_lease("c", &p).await.unwrap().is_some());
+        assert!(a.held().shards.contains_key(&ShardId("c".into())));
+        // Gone from the listing: deleted; the child stays active and held.
+        listed.0.lock().unwrap().remove(0);
+        periods(&mut a, 2).await;
+        assert_eq!(store.get_lease("c", &p).await.unwrap(), None);
+        assert!(a.held().shards.contains_key(&ShardId("c".into())));
+        // A shard not finished is never deleted, listed or not.
+        listed.0.lock().unwrap().clear();
+        listed
+            .0
+            .lock()
+            .unwrap()
+            .push(LeaseSpec::new(LeaseKey::shard("other")));
+        periods(&mut a, 2).await;
+        assert!(store.get_lease("c", &c).await.unwrap().is_some());
+    }
+
     /// Found by the multi-process test (tests/aws_kafka.rs): a balancer that assigned shards to
     /// itself in its last period, before its worker side read them, stopped with those rows
     /// still in its name; they waited a lease_duration for the next balancer.
@@ -1664,6 +1745,9 @@ mod tests {
         }
         async fn release_lease(&self, l: &Lease) -> Result<(), LeaseError> {
             self.inner.release_lease(l).await
+        }
+        async fn delete_lease(&self, l: &Lease) -> Result<(), LeaseError> {
+            self.inner.delete_lease(l).await
         }
         async fn get_lease(&self, c: &str, k: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
             self.inner.get_lease(c, k).await

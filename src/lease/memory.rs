@@ -134,6 +134,17 @@ impl LeaseStore for MemoryLeaseStore {
         }
     }
 
+    async fn delete_lease(&self, lease: &Lease) -> Result<(), LeaseError> {
+        let mut state = self.state()?;
+        match state.leases.get(&row_key(lease)) {
+            Some(row) if row.lease_counter == lease.lease_counter => {
+                state.leases.remove(&row_key(lease));
+                Ok(())
+            }
+            _ => Err(LeaseError::conflict(&lease.channel, &lease.key)),
+        }
+    }
+
     async fn get_lease(&self, channel: &str, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
         let state = self.state()?;
         Ok(state

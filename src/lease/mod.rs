@@ -385,6 +385,12 @@ pub trait LeaseStore: Send + Sync {
     /// Errors: [`LeaseError::Lost`] as for [`LeaseStore::renew_lease`].
     async fn release_lease(&self, lease: &Lease) -> Result<(), LeaseError>;
 
+    /// Deletes the row of `lease`, on condition that its `lease_counter` is still the one in
+    /// `lease` (whoever owns it). The balancer deletes finished shards' rows this way.
+    ///
+    /// Errors: [`LeaseError::Conflict`] when the row changed or does not exist.
+    async fn delete_lease(&self, lease: &Lease) -> Result<(), LeaseError>;
+
     /// The lease row `key` of `channel`, `None` when it does not exist (one item read).
     async fn get_lease(&self, channel: &str, key: &LeaseKey) -> Result<Option<Lease>, LeaseError>;
 

@@ -98,6 +98,10 @@ pub struct Report {
     /// Catalog loads per second: not simulated yet (the committer and the workers' reconcile
     /// loads are outside the lease manager); always `None`.
     pub catalog_loads_per_s: Option<f64>,
+    /// Rows of finished shards (`SHARD_END`) left in the lease table at the end. In
+    /// `reshard_100` the parents leave the source's listing after convergence (past retention),
+    /// so their rows must be gone.
+    pub finished_rows: usize,
     /// Writes, items read and failed conditional writes during the whole scenario.
     pub total_writes: u64,
     /// Items read during the whole scenario.
@@ -218,6 +222,15 @@ impl<S: LeaseStore + ?Sized + 'static> LeaseStore for CountingStore<S> {
         let l = lease.clone();
         let result = self
             .call(move |st| Box::pin(async move { st.renew_lease(&l).await }))
+            .await;
+        self.outcome(result)
+    }
+
+    async fn delete_lease(&self, lease: &Lease) -> Result<(), LeaseError> {
+        self.write()?;
+        let l = lease.clone();
+        let result = self
+            .call(move |st| Box::pin(async move { st.delete_lease(&l).await }))
             .await;
         self.outcome(result)
     }
@@ -635,6 +648,17 @@ pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
                 }
                 let offset = (Instant::now() - start).as_secs_f64();
                 let (p, held) = fleet.until_converged(limit).await;
+                // Later the parents pass the stream's retention and leave the listing: the
+                // balancer deletes their rows during the steady window.
+                let parents: BTreeSet<LeaseKey> = (0..parents)
+                    .map(|i| LeaseKey::Shard(shard_name(i)))
+                    .collect();
+                fleet
+                    .shards
+                    .0
+                    .lock()
+                    .expect("shards")
+                    .retain(|s| !parents.contains(&s.key));
                 let period = size.period().as_secs_f64();
                 (p.map(|p| p + offset / period), held.map(|h| h + offset))
             }
@@ -680,6 +704,13 @@ pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
     let (writes, reads, conflicts, moves) = fleet.steady(window).await;
     let totals = fleet.counters.snapshot();
     let per = |n: u64| n as f64 / window.as_secs_f64() / size.shards as f64;
+    let finished_rows = setup
+        .list_leases(CHANNEL)
+        .await
+        .map_err(|e| e.to_string())?
+        .iter()
+        .filter(|l| l.checkpoint_hint == Some(Position::ShardEnd))
+        .count();
     let report = Report {
         scenario: name.to_string(),
         store: store_name.to_string(),
@@ -696,6 +727,7 @@ pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
         reads_per_shard_s: per(reads),
         conflicts_per_s: conflicts as f64 / window.as_secs_f64(),
         catalog_loads_per_s: None,
+        finished_rows,
         total_writes: totals.0,
         total_reads: totals.1,
         total_conflicts: totals.2,

@@ -345,6 +345,23 @@ impl LeaseStore for SqliteLeaseStore {
         }
     }
 
+    async fn delete_lease(&self, lease: &Lease) -> Result<(), LeaseError> {
+        let done = sqlx::query(
+            "DELETE FROM floe_leases WHERE channel = ? AND lease_key = ? AND lease_counter = ?",
+        )
+        .bind(&lease.channel)
+        .bind(lease.key.to_string())
+        .bind(to_i64(lease.lease_counter)?)
+        .execute(&self.pool)
+        .await
+        .map_err(map_err)?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(LeaseError::conflict(&lease.channel, &lease.key))
+        }
+    }
+
     async fn get_lease(&self, channel: &str, key: &LeaseKey) -> Result<Option<Lease>, LeaseError> {
         let row = sqlx::query(&format!(
             "SELECT {LEASE_COLUMNS} FROM floe_leases WHERE channel = ? AND lease_key = ?"
