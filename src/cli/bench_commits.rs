@@ -106,11 +106,12 @@ pub struct BenchCommitsArgs {
     pub positions: PositionKind,
 }
 
-/// The position of record `n` of a shard: offset `n`, or a 56-digit sequence number growing
-/// with `n` (Kinesis sequence numbers are 56 digits on current streams).
+/// The position of record `n` of a shard: a 10-digit offset, or a 56-digit sequence number
+/// growing with `n` (Kinesis sequence numbers are 56 digits on current streams).
 fn position(kind: PositionKind, n: u64) -> Position {
     match kind {
-        PositionKind::Offset => Position::Offset(n as i64),
+        // Ten digits, as on a topic that has taken a billion records.
+        PositionKind::Offset => Position::Offset(1_000_000_000 + n as i64),
         PositionKind::Sequence => Position::Sequence(
             crate::model::SequenceNumber::try_new(&format!("4959{n:052}"))
                 .expect("56 ASCII digits without a leading zero"),

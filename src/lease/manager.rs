@@ -1044,15 +1044,30 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         Ok(())
     }
 
-    /// Hands every held lease back at once (graceful shutdown): first publishes an empty set,
-    /// then releases each lease (conditional; a lease already lost is skipped) and removes this
-    /// worker's presence row.
+    /// Hands every held lease back (graceful shutdown): publishes an empty set, removes this
+    /// worker's presence row, waits until a balancer period that listed the row is over (one
+    /// period, at most 1 s), then releases each lease (conditional; a lease already lost is
+    /// skipped) and every other row still in its name. In the other order a balancer could
+    /// assign a released lease straight back to this departing worker, which still looked live.
     pub async fn release_all(&mut self) {
         let shards = std::mem::take(&mut self.shards);
         let committer = self.committer.take();
         self.balancer = None;
         self.publish();
         let channel = self.config.channel.clone();
+        if let Err(err) = self
+            .store
+            .remove_presence(&channel, &self.config.worker_id)
+            .await
+        {
+            tracing::warn!(channel = %channel, error = %err, "removing the worker's presence failed");
+        }
+        tokio::time::sleep(
+            self.config
+                .effective_renew_interval()
+                .min(Duration::from_secs(1)),
+        )
+        .await;
         let mut released: HashSet<LeaseKey> = HashSet::new();
         for (lease, _) in shards.into_values().chain(committer) {
             released.insert(lease.key.clone());
@@ -1073,13 +1088,6 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 channel = %channel, error = %err,
                 "listing leases at shutdown failed; rows assigned since the last sync wait for lease_duration"
             ),
-        }
-        if let Err(err) = self
-            .store
-            .remove_presence(&channel, &self.config.worker_id)
-            .await
-        {
-            tracing::warn!(channel = %channel, error = %err, "removing the worker's presence failed");
         }
     }
 
@@ -1715,12 +1723,51 @@ mod tests {
         assert!(store.list_presence("c").await.unwrap().is_empty());
     }
 
+    /// A departing worker released its leases and only then removed its presence row: a
+    /// balancer period in between still saw it live and could assign a released shard straight
+    /// back to it, where it waited a lease_duration. It now removes its presence first.
+    #[tokio::test(start_paused = true)]
+    async fn a_departing_worker_is_given_nothing_back_by_a_balancer_acting_meanwhile() {
+        let inner = store_with_shards(2).await;
+        let a: SharedManager = Arc::new(tokio::sync::Mutex::new(manager(&inner, "a")));
+        let store = Arc::new(FailTakes {
+            inner: inner.clone(),
+            fail_takes: 0.into(),
+            tick_after_list: Default::default(),
+        });
+        let mut config = LeaseManagerConfig::new("c", "w", DURATION);
+        config.renew_interval = INTERVAL;
+        let mut w = LeaseManager::new(store.clone(), config);
+        a.lock().await.tick().await.unwrap();
+        for _ in 0..8 {
+            w.tick().await.unwrap();
+            a.lock().await.tick().await.unwrap();
+            tokio::time::advance(INTERVAL).await;
+        }
+        assert_eq!(w.held().shards.len(), 1, "balanced: one shard each");
+        // The balancer acts while w shuts down, on what it listed before w's rows changed.
+        *store.tick_after_list.lock().unwrap() = Some(a.clone());
+        w.release_all().await;
+        for _ in 0..2 {
+            tokio::time::advance(INTERVAL).await;
+            a.lock().await.tick().await.unwrap();
+        }
+        let rows = inner.list_leases("c").await.unwrap();
+        assert!(rows.iter().all(|l| !l.is_owned_by("w")), "{rows:?}");
+        assert_eq!(a.lock().await.held().shards.len(), 2, "{rows:?}");
+    }
+
     /// The memory store, whose next `fail_takes` lease takes fail as unavailable (the outcome of
     /// a write the network lost).
     struct FailTakes {
         inner: Arc<MemoryLeaseStore>,
         fail_takes: std::sync::atomic::AtomicUsize,
+        /// When set, the next lease listing runs one period of this (other) manager after it
+        /// read the rows and before it returns them: a balancer acting on a stale view.
+        tick_after_list: std::sync::Mutex<Option<SharedManager>>,
     }
+
+    type SharedManager = Arc<tokio::sync::Mutex<LeaseManager<MemoryLeaseStore>>>;
 
     #[async_trait]
     impl LeaseStore for FailTakes {
@@ -1728,7 +1775,12 @@ mod tests {
             self.inner.ensure_leases(c, s).await
         }
         async fn list_leases(&self, c: &str) -> Result<Vec<Lease>, LeaseError> {
-            self.inner.list_leases(c).await
+            let rows = self.inner.list_leases(c).await;
+            let other = self.tick_after_list.lock().unwrap().take();
+            if let Some(other) = other {
+                other.lock().await.tick().await?;
+            }
+            rows
         }
         async fn take_lease(&self, l: &Lease, w: &str) -> Result<Lease, LeaseError> {
             let left = self.fail_takes.load(Ordering::SeqCst);
@@ -1785,6 +1837,7 @@ mod tests {
         let store = Arc::new(FailTakes {
             inner: inner.clone(),
             fail_takes: 0.into(),
+            tick_after_list: Default::default(),
         });
         // "boss" holds the committer lease (and would balance): the test plays it by hand.
         inner

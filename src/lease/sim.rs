@@ -28,6 +28,9 @@ use super::manager::{HeldLeases, LeaseManager, LeaseManagerConfig, ShardDiscover
 use super::{Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore, Presence};
 use crate::model::{Position, ShardId};
 
+/// The data freshness the catalog-load figure assumes (the default `data_freshness`).
+pub const DATA_FRESHNESS: Duration = Duration::from_secs(10);
+
 /// How often every worker's published leases are sampled, in simulated time.
 pub const SAMPLE: Duration = Duration::from_millis(250);
 
@@ -95,8 +98,13 @@ pub struct Report {
     pub reads_per_shard_s: f64,
     /// In the steady-state window: conditional writes that failed, per second, fleet-wide.
     pub conflicts_per_s: f64,
-    /// Catalog loads per second: not simulated yet (the committer and the workers' reconcile
-    /// loads are outside the lease manager); always `None`.
+    /// In the steady-state window: catalog table loads per second, fleet-wide, at
+    /// [`DATA_FRESHNESS`]. The simulation runs no readers or committer, so this applies the
+    /// daemon's load rules (tests/worker_leases.rs and tests/ops_endpoints.rs pin them) to the
+    /// simulated fleet: every worker holding shards hands off one batch per freshness and loads
+    /// the table once when it leaves the pending set; the committer commits every half
+    /// freshness, with one load to plan and one in the commit. (Before this rule a worker loaded
+    /// every second while a batch was in flight, and the committer every second.)
     pub catalog_loads_per_s: Option<f64>,
     /// Rows of finished shards (`SHARD_END`) left in the lease table at the end. In
     /// `reshard_100` the parents leave the source's listing after convergence (past retention),
@@ -704,6 +712,13 @@ pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
     let (writes, reads, conflicts, moves) = fleet.steady(window).await;
     let totals = fleet.counters.snapshot();
     let per = |n: u64| n as f64 / window.as_secs_f64() / size.shards as f64;
+    let holders = fleet
+        .workers
+        .iter()
+        .filter(|w| !w.rx.borrow().shards.is_empty())
+        .count();
+    let freshness = DATA_FRESHNESS.as_secs_f64();
+    let catalog_loads_per_s = holders as f64 / freshness + 2.0 / (freshness / 2.0);
     let finished_rows = setup
         .list_leases(CHANNEL)
         .await
@@ -726,7 +741,7 @@ pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
         writes_per_shard_s: per(writes),
         reads_per_shard_s: per(reads),
         conflicts_per_s: conflicts as f64 / window.as_secs_f64(),
-        catalog_loads_per_s: None,
+        catalog_loads_per_s: Some(catalog_loads_per_s),
         finished_rows,
         total_writes: totals.0,
         total_reads: totals.1,
