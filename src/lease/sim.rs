@@ -486,6 +486,21 @@ impl<S: LeaseStore + ?Sized + 'static> Fleet<S> {
         w.id
     }
 
+    /// Stops the first `n` workers gracefully at once (as a deployment that restarts a batch
+    /// does), and returns their ids.
+    async fn stop_gracefully_at_once(&mut self, n: usize) -> Vec<String> {
+        let stopping: Vec<Worker> = self.workers.drain(..n.min(self.workers.len())).collect();
+        for w in &stopping {
+            w.token.cancel();
+        }
+        let mut ids = Vec::with_capacity(stopping.len());
+        for w in stopping {
+            let _ = w.task.await;
+            ids.push(w.id);
+        }
+        ids
+    }
+
     fn crash(&mut self, index: usize) {
         let w = self.workers.remove(index);
         w.task.abort();
@@ -576,10 +591,9 @@ pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
                 let start = Instant::now();
                 let mut restarted = 0;
                 while restarted < size.workers {
-                    let mut ids = Vec::new();
-                    for _ in 0..batch.min(size.workers - restarted) {
-                        ids.push(fleet.stop_gracefully(0).await);
-                    }
+                    let ids = fleet
+                        .stop_gracefully_at_once(batch.min(size.workers - restarted))
+                        .await;
                     restarted += ids.len();
                     for id in ids {
                         fleet.start_worker(id);

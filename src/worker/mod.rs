@@ -323,7 +323,14 @@ pub struct ChannelWorker {
     /// worker that failed (say, the schema registry was unavailable): counted in the freshness
     /// until a batch of this loop is committed.
     carried_oldest: Option<Instant>,
+    /// When this worker last loaded the table (for its checkpoints).
+    last_table_load: Option<Instant>,
 }
+
+/// How long batches may wait in the pending set before a worker loads the table anyway (at
+/// least `data_freshness`): a batch that is not committed for that long may be waiting on a
+/// table that was dropped or replaced, which only a load finds (and which suspends the channel).
+const STUCK_BATCH_CHECK: Duration = Duration::from_secs(30);
 
 impl ChannelWorker {
     /// A worker loop for one channel.
@@ -350,6 +357,7 @@ impl ChannelWorker {
             configured_freshness: None,
             backpressure_carry: Duration::ZERO,
             carried_oldest: None,
+            last_table_load: None,
         }
     }
 
@@ -456,6 +464,7 @@ impl ChannelWorker {
     }
 
     async fn open_sink(&mut self) -> Result<(), WorkerError> {
+        self.last_table_load = Some(Instant::now());
         self.sink = Some(
             self.io
                 .destination
@@ -468,6 +477,7 @@ impl ChannelWorker {
     /// The committed checkpoints, from where the destination keeps them (never the lease
     /// hints).
     async fn table_checkpoints(&mut self) -> Result<Checkpoints, WorkerError> {
+        self.last_table_load = Some(Instant::now());
         Ok(self
             .sink
             .as_mut()
@@ -797,12 +807,18 @@ impl ChannelWorker {
             .collect();
         // Every batch in flight still pending: nothing can have settled, and the table is not
         // loaded. A worker so loads the table once per batch that leaves the pending set, not
-        // once per second (at 100 workers that was ~100 metadata.json reads a second).
+        // once per second (at 100 workers that was ~100 metadata.json reads a second) — except
+        // every STUCK_BATCH_CHECK (at least data_freshness) while batches stay pending, which
+        // finds a dropped or replaced table.
+        let stuck_check = STUCK_BATCH_CHECK.max(self.settings.data_freshness);
         if self
             .progress
             .in_flight()
             .iter()
             .all(|f| pending.contains(&f.batch_id))
+            && self
+                .last_table_load
+                .is_some_and(|t| t.elapsed() < stuck_check)
         {
             return Ok(());
         }
