@@ -48,7 +48,8 @@ for mode in ("on", "off"):
     looks = next(l for l in lines if "maintenance_looks" in l)
     shape = next(l for l in lines if "snapshots" in l)
     plan = next(l for l in lines if "plan_s" in l)
-    a, b = w["commit 100"], w[f"commit {n}"]
+    b = w[f"commit {n}"]
+    a = w.get("commit 100", b)
     look = f"{looks['p50_ms']}/{looks['p99_ms']}/{looks['max_ms']}" if looks["maintenance_looks"] and mode == "on" else "-"
     print(f"| {mode} | {a['p50_ms']}/{a['p99_ms']} | {b['p50_ms']}/{b['p99_ms']} | {look} | {shape['snapshots']} "
           f"| {shape['manifests']} | {shape['metadata_json_bytes']} B | {shape['closed_hour_files_max']} "

@@ -122,4 +122,16 @@ fn bench_commits_with_many_shards_keeps_a_checkpoint_per_shard() {
     // Per shard: `"shardId-…":"<56 digits>"` and a separator.
     let bytes = shape["checkpoints_bytes"].as_u64().unwrap();
     assert!((200 * 56..200 * 100).contains(&bytes), "{shape}");
+    // A second run into the same directory is refused instead of appending to that table.
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["bench", "commits", "--commits", "1", "--dir"])
+        .arg(dir.path().join("b"))
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already holds a benchmark table"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
 }

@@ -27,7 +27,7 @@
 //! gives `checkpoints_bytes`, the size of the `floe.checkpoints` property.
 //!
 //! Prints one JSON line per window (`{"window": "commit 100", "p50_ms": …, "p99_ms": …}` over the
-//! 100 commits up to it, for commit 100 and the last; commit time only), one with the maintenance
+//! 100 commits up to it, for commit 100 when the run is longer, and the last; commit time only), one with the maintenance
 //! looks' times (`{"maintenance_looks": N, "p50_ms", "p99_ms", "max_ms"}`), then one with the
 //! table's shape: `{"snapshots": S, "manifests": M, "metadata_json_bytes": B, "data_files": D,
 //! "data_files_per_hour_max": H, "closed_hour_files_max": C, "table": "<catalog uri>#<ident>"}`.
@@ -83,8 +83,8 @@ pub struct BenchCommitsArgs {
     /// Table maintenance.
     #[arg(long, value_enum, default_value = "on")]
     pub maintenance: OnOff,
-    /// Rows per batch.
-    #[arg(long, default_value_t = 20)]
+    /// Rows per batch (at least 1).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
     pub rows: u64,
     /// Snapshots older than this are expired (with `--maintenance on`).
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
@@ -160,8 +160,16 @@ fn window(label: &str, durations: &[Duration]) -> String {
 ///
 /// Errors: the catalog, storage or lease store failed, or a commit round failed.
 pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError> {
-    std::fs::create_dir_all(&args.dir).map_err(err)?;
     let catalog_path = args.dir.join("catalog.sqlite");
+    if catalog_path.exists() {
+        // Appending to an earlier run's table would mix its figures into this one's.
+        return Err(err(format!(
+            "--dir {} already holds a benchmark table ({}): give an empty or new directory",
+            args.dir.display(),
+            catalog_path.display()
+        )));
+    }
+    std::fs::create_dir_all(&args.dir).map_err(err)?;
     let catalog = open_sql_catalog(&catalog_path, &args.dir.join("warehouse"), "floe")
         .await
         .map_err(err)?;
@@ -286,7 +294,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         let started = Instant::now();
         let report = committer.commit_round().await.map_err(err)?;
         durations.push(started.elapsed());
-        if args.look_every > 0 && (n + 1) % args.look_every == 0 {
+        if args.maintenance == OnOff::On && args.look_every > 0 && (n + 1) % args.look_every == 0 {
             let started = Instant::now();
             committer.maintain().await;
             looks.push(started.elapsed());
@@ -294,7 +302,8 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         if report.committed != 1 {
             return Err(err(format!("round {n} committed {report:?}")));
         }
-        if n + 1 == 100.min(args.commits) {
+        // The early window, when the run is longer (otherwise the last window is the same).
+        if n + 1 == 100 && args.commits > 100 {
             println!(
                 "{}",
                 window(

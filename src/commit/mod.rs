@@ -137,6 +137,17 @@ impl Committer {
         }
     }
 
+    /// Whether an idle round is due to check the `SHARD_END` hints ([`IDLE_HINT_CHECK`]);
+    /// `true` marks the check as done now.
+    fn take_idle_hint_check(&self) -> bool {
+        let mut checked = self.hints_checked.lock().expect("not poisoned");
+        let due = checked.is_none_or(|t| t.elapsed() >= IDLE_HINT_CHECK);
+        if due {
+            *checked = Some(std::time::Instant::now());
+        }
+        due
+    }
+
     /// The committer lease counter this committer writes as `floe.committer-epoch`.
     pub fn epoch(&self) -> u64 {
         self.epoch
@@ -175,16 +186,8 @@ impl Committer {
         // commits, so listing before loading changes no decision; a newer committer is still
         // found at the next round with work, and by the lease manager.
         let pending = self.batches.list_pending(&self.channel).await?;
-        let hints_due = || {
-            let mut checked = self.hints_checked.lock().expect("not poisoned");
-            let due = checked.is_none_or(|t| t.elapsed() >= IDLE_HINT_CHECK);
-            if due {
-                *checked = Some(std::time::Instant::now());
-            }
-            due
-        };
-        let idle = pending.is_empty() && self.epoch_in_table.load(Ordering::Relaxed);
-        if idle && !hints_due() {
+        let check_hints = pending.is_empty() && self.take_idle_hint_check();
+        if pending.is_empty() && self.epoch_in_table.load(Ordering::Relaxed) && !check_hints {
             return Ok(RoundReport::default());
         }
         let loaded = self.target.load().await?;
@@ -199,7 +202,7 @@ impl Committer {
             self.epoch_in_table.store(true, Ordering::Relaxed);
         }
         if pending.is_empty() && t_epoch == self.epoch {
-            if idle || hints_due() {
+            if check_hints {
                 let leases = self.leases.list_leases(&self.channel).await?;
                 self.repair_shard_end_hints(&loaded.checkpoints()?, &leases)
                     .await;

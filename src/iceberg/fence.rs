@@ -62,6 +62,14 @@ impl FencedCatalog {
         *self.fence.lock().expect("fence lock") = None;
     }
 
+    /// Loads `table` from the wrapped catalog, ignoring the fence (the committer's loads
+    /// outside a commit: planning, after maintenance, reconciling an unknown outcome). Counted
+    /// like [`Catalog::load_table`].
+    pub async fn load_unfenced(&self, table: &TableIdent) -> iceberg::Result<Table> {
+        crate::telemetry::record_catalog_table_load(&self.channel, "committer");
+        self.inner.load_table(table).await
+    }
+
     /// The wrapped catalog.
     pub fn inner(&self) -> &Arc<dyn Catalog> {
         &self.inner

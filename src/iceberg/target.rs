@@ -291,11 +291,9 @@ impl IcebergTarget {
     /// The table, refused (`Unavailable`) when it is not the table first loaded (replaced
     /// under its name).
     async fn load_same_table(&self) -> Result<Table, CommitError> {
-        telemetry::record_catalog_table_load(&self.channel, "committer");
         let table = self
             .catalog
-            .inner()
-            .load_table(&self.ident)
+            .load_unfenced(&self.ident)
             .await
             .map_err(|e| CommitError::unavailable("load table", e))?;
         let first = self.uuid.get_or_init(|| table.metadata().uuid());
@@ -358,8 +356,7 @@ impl IcebergTarget {
             .await
             .map_err(|e| CommitError::unavailable("maintain the table", e))?;
         if report.snapshot_id.is_some() {
-            telemetry::record_catalog_table_load(&self.channel, "committer");
-            if let Ok(after) = self.catalog.inner().load_table(&self.ident).await {
+            if let Ok(after) = self.catalog.load_unfenced(&self.ident).await {
                 // A maintenance commit also expires (a table that only gets maintenance commits,
                 // with no data arriving, would keep every one of its snapshots otherwise).
                 self.delete_expired(table, &after);
@@ -566,8 +563,7 @@ impl LoadedTarget for LoadedTable<'_> {
             Err(e) => {
                 // Unknown outcome: the table decides.
                 tracing::warn!(channel = %self.target.channel, table = %ident, error = %e, %commit_id, "commit outcome unknown, reconciling");
-                telemetry::record_catalog_table_load(&self.target.channel, "committer");
-                let fresh = catalog.inner().load_table(ident).await.map_err(|e2| {
+                let fresh = catalog.load_unfenced(ident).await.map_err(|e2| {
                     CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}"))
                 })?;
                 if last_commit_id(fresh.metadata().properties()) == Some(commit_id) {

@@ -651,7 +651,23 @@ pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
                     );
                     next += 1;
                 }
+                let children: BTreeSet<LeaseKey> =
+                    new_specs.iter().map(|s| s.key.clone()).collect();
                 fleet.shards.0.lock().expect("shards").extend(new_specs);
+                // Until the balancer's discovery has created the children's rows, the fleet
+                // would count as converged on the parents alone (found by a break test: at 5
+                // shards, convergence was sometimes measured before discovery, and the
+                // children's assignment then counted as moves after convergence).
+                for _ in 0..30 {
+                    let rows = setup
+                        .list_leases(CHANNEL)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if children.iter().all(|k| rows.iter().any(|l| &l.key == k)) {
+                        break;
+                    }
+                    fleet.steady(size.period()).await;
+                }
                 // The parents' readers reach SHARD_END a few periods later, one after the
                 // other, and the committer records it.
                 let start = Instant::now();

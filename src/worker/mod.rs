@@ -174,11 +174,11 @@ async fn open_reader(
     if after == Some(&Position::ShardEnd) {
         return Ok(Box::new(FinishedShard));
     }
-    let opened = match resolve_start(source, id, after, initial).await {
-        Ok(start) => source.open(id, start).await,
-        Err(e) => Err(e),
+    let opened = async {
+        let start = resolve_start(source, id, after, initial).await?;
+        source.open(id, start).await
     };
-    match opened {
+    match opened.await {
         Ok(reader) => Ok(reader),
         Err(SourceError::NotFound { what }) if shard_left_the_stream(source, id).await => {
             // A closed Kinesis shard whose records are all past retention leaves ListShards and
