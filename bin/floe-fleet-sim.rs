@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
 use floe::lease::sim::{self, FleetSize, SCENARIOS};
-use floe::lease::{memory::MemoryLeaseStore, SqliteLeaseStore};
+use floe::lease::{memory::MemoryLeaseStore, SqlLeaseStore};
 
 #[derive(Parser)]
 #[command(
@@ -105,7 +105,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     let dir = std::env::temp_dir()
                         .join(format!("floe-fleet-sim-{}-{name}", std::process::id()));
                     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-                    let store = SqliteLeaseStore::open(dir.join("leases.sqlite"))
+                    let store = SqlLeaseStore::open_sqlite(dir.join("leases.sqlite"))
                         .await
                         .map_err(|e| e.to_string())?;
                     tokio::time::pause();

@@ -2,6 +2,9 @@
 # floe's test command (README.md): installs what the tests need, builds, runs every test.
 #   - a Python virtualenv in .venv with PyIceberg (the independent Iceberg reader)
 #   - the Rust build (librdkafka is compiled from source by rdkafka; needs gcc and make)
+#   - a PostgreSQL server on loopback (deploy/local/postgres.sh: Debian's packages, port 55432),
+#     for the PostgreSQL lease store and SQL catalog tests; its URL exported
+#     (FLOE_TEST_POSTGRES_URL); stopped on exit unless it was already running
 #   - the local AWS emulators (deploy/local/README.md): patched moto and kinesalite, started here,
 #     checked by deploy/local/smoke.py, their endpoints exported (FLOE_TEST_AWS_ENDPOINT,
 #     FLOE_TEST_KINESALITE_ENDPOINT, AWS_*), stopped on exit unless they were already running
@@ -10,16 +13,26 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
-if ! .venv/bin/python -c 'import pyiceberg, pyarrow, sqlalchemy' 2>/dev/null; then
+if ! .venv/bin/python -c 'import pyiceberg, pyarrow, sqlalchemy, psycopg2' 2>/dev/null; then
   echo "setting up .venv with PyIceberg"
   python3 -m venv .venv
-  .venv/bin/pip install --quiet --disable-pip-version-check 'pyiceberg[sql-sqlite,pyarrow]==0.12.0'
+  .venv/bin/pip install --quiet --disable-pip-version-check \
+    'pyiceberg[sql-sqlite,sql-postgres,pyarrow]==0.12.0'
 fi
 export FLOE_PYTHON="$root/.venv/bin/python"
 
+stop_on_exit=()
 if ! deploy/local/aws-emulators.sh status >/dev/null 2>&1; then
-  trap 'deploy/local/aws-emulators.sh stop >/dev/null' EXIT
+  stop_on_exit+=("deploy/local/aws-emulators.sh stop >/dev/null")
 fi
+if ! deploy/local/postgres.sh status >/dev/null 2>&1; then
+  stop_on_exit+=("deploy/local/postgres.sh stop >/dev/null")
+fi
+if [ ${#stop_on_exit[@]} -gt 0 ]; then
+  trap "$(IFS=';'; echo "${stop_on_exit[*]}")" EXIT
+fi
+deploy/local/postgres.sh start
+eval "$(deploy/local/postgres.sh env)"
 deploy/local/aws-emulators.sh start
 eval "$(deploy/local/aws-emulators.sh env)"
 .venv/bin/python deploy/local/smoke.py

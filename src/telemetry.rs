@@ -83,6 +83,10 @@ pub const TABLE_DATA_FILES: &str = "floe_table_data_files";
 /// leases it reassigns, by the taker for the committer lease. Handoffs for balance are not
 /// counted.
 pub const LEASE_TAKEOVERS_TOTAL: &str = "floe_lease_takeovers_total";
+/// Counter `floe_lease_store_errors_total{kind}`: lease-store calls that failed in the store
+/// itself (`kind` = `unavailable`: unreachable, restarting, locked, retried with backoff;
+/// `throttled`; `fatal`), not lost races (conditional-write conflicts are the protocol working).
+pub const LEASE_STORE_ERRORS_TOTAL: &str = "floe_lease_store_errors_total";
 /// Time reading was paused because the buffer was full, seconds.
 pub const BACKPRESSURE_SECONDS_TOTAL: &str = "floe_backpressure_seconds_total";
 /// Kafka offsets skipped because retention deleted them before floe read them
@@ -264,6 +268,11 @@ pub fn describe() {
         "leases taken over from a worker that stopped renewing (shard leases counted by the balancer)"
     );
     describe_counter!(
+        LEASE_STORE_ERRORS_TOTAL,
+        Unit::Count,
+        "lease-store calls that failed in the store itself, by kind (unavailable and throttled are retried with backoff; fatal stops the caller); lost conditional writes are not counted"
+    );
+    describe_counter!(
         BACKPRESSURE_SECONDS_TOTAL,
         Unit::Seconds,
         "time reading was paused because the buffer was full"
@@ -385,6 +394,12 @@ pub fn set_table_shape(channel: &str, manifests: usize, data_files: usize) {
 /// Records a lease taken over from another worker.
 pub fn record_lease_takeover(channel: &str) {
     counter!(LEASE_TAKEOVERS_TOTAL, "channel" => channel.to_string()).increment(1);
+}
+
+/// Records a lease-store call that failed in the store (`kind`: `unavailable`, `throttled`,
+/// `fatal`).
+pub fn record_lease_store_error(kind: &'static str) {
+    counter!(LEASE_STORE_ERRORS_TOTAL, "kind" => kind).increment(1);
 }
 
 /// Records time spent with reading paused on a full buffer. Counters count whole units, so

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::*;
-use floe::lease::sqlite::SqliteLeaseStore;
+use floe::lease::sql::SqlLeaseStore;
 use floe::lease::{BatchStore, ChannelState, ChannelStatus};
 
 /// A broker nobody listens on: activation never needs one.
@@ -45,7 +45,7 @@ fn stderr(o: &Output) -> String {
 }
 
 async fn state_of(dir: &Path) -> Option<ChannelState> {
-    let store = SqliteLeaseStore::open(dir.join("leases.sqlite"))
+    let store = SqlLeaseStore::open_sqlite(dir.join("leases.sqlite"))
         .await
         .unwrap();
     store.get_channel_state("it").await.unwrap()
@@ -102,7 +102,7 @@ async fn an_unreadable_recorded_schema_version_is_refused_through_either_entry()
                 "[aws]\nregion = \"us-east-1\"\nendpoint_url = \"http://127.0.0.1:9\"\n\n[lease_store]",
             );
         std::fs::write(dir.path().join("floe.toml"), config).unwrap();
-        let store = SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+        let store = SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
             .await
             .unwrap();
         let seeded = ChannelState {
@@ -195,7 +195,7 @@ async fn a_source_the_worker_refuses_is_refused_before_the_channel_is_activated(
             "{entry:?}: {}",
             stderr(&o)
         );
-        let store = SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+        let store = SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
             .await
             .unwrap();
         assert_eq!(

@@ -17,7 +17,7 @@ use floe::config::{CatalogConfig, GlueCatalogConfig, S3TablesCatalogConfig};
 use floe::dlq::LocalDlq;
 use floe::iceberg::fence::FencedCatalog;
 use floe::iceberg::table_state::committed_batch_ids;
-use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
+use floe::lease::{BatchStore, LeaseStore, SqlLeaseStore};
 use floe::model::PendingBatch;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -262,7 +262,7 @@ async fn racing_committers_commit_each_batch_once(c: &AwsCatalog) {
     let dir = tempfile::tempdir().unwrap();
     let (ident, schema) = event_table_in(c.catalog.as_ref(), &c.namespace, "race").await;
     let store = Arc::new(
-        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+        SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
             .await
             .unwrap(),
     );

@@ -97,7 +97,7 @@ impl Fleet {
             ..Default::default()
         };
         let catalog = floe::catalog::open_sql_catalog_s3(
-            &dir.join("catalog.sqlite"),
+            &floe::config::CatalogDatabase::Sqlite(dir.join("catalog.sqlite")),
             &format!("s3://{}/floe", self.warehouse_bucket),
             "floe",
             &config,

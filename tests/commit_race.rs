@@ -12,7 +12,7 @@ use floe::commit::Committer;
 use floe::dlq::LocalDlq;
 use floe::iceberg::fence::FencedCatalog;
 use floe::iceberg::table_state::{committed_batch_ids, table_checkpoints};
-use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
+use floe::lease::{BatchStore, LeaseStore, SqlLeaseStore};
 use floe::model::{PendingBatch, Position, ShardId};
 use floe::schema::MappedSchema;
 use iceberg::table::Table;
@@ -20,26 +20,58 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, TableIdent};
 use uuid::Uuid;
 
+/// The database under the catalog and the lease store: the embedded SQLite files, or the test
+/// PostgreSQL server (`deploy/local/postgres.sh`; a fresh catalog name and lease schema per test).
+#[derive(Debug, Clone, Copy)]
+enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// A lease store on `db`: a file in `dir`, or a fresh schema of the test server.
+async fn lease_store(db: Db, dir: &std::path::Path) -> SqlLeaseStore {
+    match db {
+        Db::Sqlite => SqlLeaseStore::open_sqlite(dir.join(format!("{}.sqlite", Uuid::new_v4())))
+            .await
+            .unwrap(),
+        Db::Postgres => SqlLeaseStore::open_postgres(&common::postgres_options())
+            .await
+            .unwrap(),
+    }
+}
+
 struct Fixture {
     _dir: tempfile::TempDir,
+    db: Db,
     catalog: Arc<dyn Catalog>,
     ident: TableIdent,
-    store: Arc<SqliteLeaseStore>,
+    store: Arc<SqlLeaseStore>,
     dlq: LocalDlq,
     schema: Arc<MappedSchema>,
 }
 
-async fn fixture() -> Fixture {
+async fn fixture(db: Db) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let (catalog, ident, schema) = common::event_table(dir.path(), "race").await;
-    let store = Arc::new(
-        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+    let (catalog, ident, schema) = match db {
+        Db::Sqlite => common::event_table(dir.path(), "race").await,
+        Db::Postgres => {
+            // Rows of the SQL catalog are keyed by the catalog name: a fresh one per test.
+            let catalog = floe::catalog::open_sql_catalog_local(
+                &floe::config::CatalogDatabase::Postgres(common::postgres_url()),
+                &dir.path().join("wh"),
+                &common::unique_name("race"),
+            )
             .await
-            .unwrap(),
-    );
+            .unwrap();
+            let (ident, schema) = common::event_table_in(catalog.as_ref(), "race", "race").await;
+            (catalog, ident, schema)
+        }
+    };
+    let store = Arc::new(lease_store(db, dir.path()).await);
     let dlq = LocalDlq::new(dir.path().join("dlq"), "race");
     Fixture {
         _dir: dir,
+        db,
         catalog,
         ident,
         store,
@@ -71,9 +103,8 @@ fn committer(f: &Fixture, epoch: u64) -> Committer {
     )
 }
 
-#[tokio::test]
-async fn fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_rebase() {
-    let f = fixture().await;
+async fn fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_rebase(db: Db) {
+    let f = fixture(db).await;
     let stale = f.catalog.load_table(&f.ident).await.unwrap();
     let b1 = batch(&f, &stale, None, 0, 10).await;
     let b2 = batch(&f, &stale, None, 10, 20).await;
@@ -120,9 +151,8 @@ async fn fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_reb
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_committers_racing_on_the_same_batches_commit_each_exactly_once() {
-    let f = fixture().await;
+async fn two_committers_racing_on_the_same_batches_commit_each_exactly_once(db: Db) {
+    let f = fixture(db).await;
     let a = committer(&f, 1);
     let b = committer(&f, 1);
     let mut after = None;
@@ -162,9 +192,8 @@ async fn two_committers_racing_on_the_same_batches_commit_each_exactly_once() {
     assert_eq!(ids.len(), 80);
 }
 
-#[tokio::test]
-async fn stale_committer_is_fenced_by_a_newer_epoch_and_a_duplicate_batch_is_rejected() {
-    let f = fixture().await;
+async fn stale_committer_is_fenced_by_a_newer_epoch_and_a_duplicate_batch_is_rejected(db: Db) {
+    let f = fixture(db).await;
     let old = committer(&f, 1);
     let new = committer(&f, 2);
     let table = f.catalog.load_table(&f.ident).await.unwrap();
@@ -193,19 +222,14 @@ async fn stale_committer_is_fenced_by_a_newer_epoch_and_a_duplicate_batch_is_rej
     assert_eq!(total_records(&table), 10);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn committers_with_different_lease_views_validating_the_same_snapshot_commit_once() {
+async fn committers_with_different_lease_views_validating_the_same_snapshot_commit_once(db: Db) {
     // Worker 1 read offsets 0..=9 under lease counter 1; worker 2 took the lease (counter 2)
     // and read 0..=11 again. Committer A's lease view is stale (it sees counter 1: batch X is
     // current), committer B's is fresh (X is stale, Z is current). Both validate against the
     // empty table; without the fence both commits would land and rows 0..=9 would be doubled.
-    let f = fixture().await;
+    let f = fixture(db).await;
     let other = tempfile::tempdir().unwrap();
-    let store_a = Arc::new(
-        SqliteLeaseStore::open(other.path().join("a.sqlite"))
-            .await
-            .unwrap(),
-    );
+    let store_a = Arc::new(lease_store(f.db, other.path()).await);
     let table = f.catalog.load_table(&f.ident).await.unwrap();
     let mut x = batch(&f, &table, None, 0, 10).await;
     x.shards[0].lease_counter = 1;
@@ -225,7 +249,7 @@ async fn committers_with_different_lease_views_validating_the_same_snapshot_comm
             .unwrap();
     }
     // Store B's lease moved to counter 2 (two takes); store A still shows counter 1 (one take).
-    let lease = |s: &Arc<SqliteLeaseStore>| {
+    let lease = |s: &Arc<SqlLeaseStore>| {
         let s = s.clone();
         async move {
             s.list_leases("race")
@@ -293,12 +317,11 @@ async fn committers_with_different_lease_views_validating_the_same_snapshot_comm
     assert_eq!(distinct.len(), ids.len(), "no row twice");
 }
 
-#[tokio::test]
-async fn files_the_table_references_are_never_deleted_even_if_no_summary_names_the_batch() {
+async fn files_the_table_references_are_never_deleted_even_if_no_summary_names_the_batch(db: Db) {
     // As after snapshot expiration removed the summary that named a committed batch, and a
     // committer crash left that batch pending: it looks like a duplicate, but its files are
     // live data.
-    let f = fixture().await;
+    let f = fixture(db).await;
     let c = committer(&f, 1);
     let table = f.catalog.load_table(&f.ident).await.unwrap();
     let first = batch(&f, &table, None, 0, 10).await;
@@ -344,3 +367,34 @@ async fn a_committer_never_commits_into_a_table_replaced_under_its_name() {
         "nothing committed into the new table"
     );
 }
+
+/// Every race above, on SQLite and on PostgreSQL (the catalog's swap and the lease store's
+/// conditional writes are the database's own on each).
+macro_rules! on_both_databases {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Db::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Db::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_databases!(
+    fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_rebase,
+    two_committers_racing_on_the_same_batches_commit_each_exactly_once,
+    stale_committer_is_fenced_by_a_newer_epoch_and_a_duplicate_batch_is_rejected,
+    committers_with_different_lease_views_validating_the_same_snapshot_commit_once,
+    files_the_table_references_are_never_deleted_even_if_no_summary_names_the_batch
+);

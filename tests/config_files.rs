@@ -59,7 +59,7 @@ fn quickstart_config_validates_with_the_quickstart_settings() {
     assert_eq!(catalog.name, "floe");
     assert_eq!(
         catalog.database,
-        config_dir().join("floe-quickstart/catalog.sqlite")
+        floe::config::CatalogDatabase::Sqlite(config_dir().join("floe-quickstart/catalog.sqlite"))
     );
 }
 
@@ -104,10 +104,80 @@ fn kafka_sql_config_without_credentials_names_the_missing_variables() {
 }
 
 #[test]
+fn kafka_postgres_config_validates_with_its_urls_from_the_environment() {
+    let url = "postgresql://ingest:Pg-s3cret-7@db.internal:5432/lake";
+    let env = env_with(&[
+        ("FLOE_POSTGRES_URL", url),
+        ("KAFKA_SASL_USERNAME", "floe"),
+        ("KAFKA_SASL_PASSWORD", "kafka-s3cret"),
+    ]);
+    let config = load_with("kafka-postgres.toml", &env).unwrap();
+    assert_eq!(config.worker.id, "test-host-7");
+    let LeaseStoreBackend::Postgres(options) = &config.lease_store.backend else {
+        panic!("postgres lease store expected")
+    };
+    assert_eq!(options.url, url);
+    assert_eq!(options.ssl_mode, floe::lease::SslMode::VerifyFull);
+    assert_eq!(options.pool_size, 4);
+    assert_eq!(options.schema, "floe");
+    assert!(!options.create_tables);
+    assert_eq!(config.lease_store.lease_duration, Duration::from_secs(10));
+    assert_eq!(config.lease_store.renew_interval, Duration::from_secs(3));
+    assert_eq!(config.aws.region.as_deref(), Some("us-east-1"));
+    assert_eq!(
+        config.aws.endpoint_url.as_deref(),
+        Some("https://minio.internal:9000")
+    );
+    let SourceConfig::Kafka(kafka) = &config.channels[0].source else {
+        panic!("kafka source expected")
+    };
+    assert_eq!(kafka.properties["sasl.password"].value(), "kafka-s3cret");
+    let DestinationConfig::Iceberg(d) = &config.channels[0].destination else {
+        panic!("iceberg destination expected")
+    };
+    let CatalogConfig::Sql(catalog) = &d.catalog else {
+        panic!("an sql catalog")
+    };
+    assert_eq!(catalog.name, "floe");
+    assert_eq!(
+        catalog.database,
+        floe::config::CatalogDatabase::Postgres(url.into())
+    );
+    assert_eq!(
+        catalog.warehouse,
+        floe::config::Warehouse::S3("s3://lake/warehouse".into())
+    );
+    assert!(matches!(
+        config.channels[0].dlq.as_ref().unwrap().location,
+        floe::config::DlqLocation::S3(_)
+    ));
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("Pg-s3cret-7"), "password in Debug: {debug}");
+    assert!(!debug.contains("kafka-s3cret"), "secret in Debug");
+
+    // Without the variable, both keys that read it are named.
+    let env = env_with(&[
+        ("KAFKA_SASL_USERNAME", "floe"),
+        ("KAFKA_SASL_PASSWORD", "kafka-s3cret"),
+    ]);
+    let errors = load_with("kafka-postgres.toml", &env).unwrap_err().0;
+    let mut lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "channel[0].destination.catalog.uri: environment variable FLOE_POSTGRES_URL is not set",
+            "lease_store.url: environment variable FLOE_POSTGRES_URL is not set",
+        ]
+    );
+}
+
+#[test]
 fn every_key_in_the_shipped_files_carries_a_comment() {
     for name in [
         "quickstart.toml",
         "kafka-sql.toml",
+        "kafka-postgres.toml",
         "rest-catalog.toml",
         "raw-s3.toml",
     ] {
@@ -303,6 +373,10 @@ fn every_shipped_config_passes_floe_validate_and_the_checks_floe_run_makes_first
         ("KAFKA_SASL_USERNAME", "floe"),
         ("KAFKA_SASL_PASSWORD", "dummy"),
         ("POLARIS_CREDENTIAL", "floe:dummy"),
+        (
+            "FLOE_POSTGRES_URL",
+            "postgresql://ingest:dummy@db.internal:5432/lake",
+        ),
     ] {
         std::env::set_var(name, value);
     }

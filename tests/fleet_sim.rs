@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use floe::lease::memory::MemoryLeaseStore;
 use floe::lease::sim::{self, FleetSize, Report, SCENARIOS};
-use floe::lease::SqliteLeaseStore;
+use floe::lease::SqlLeaseStore;
 
 const SIZE: FleetSize = FleetSize {
     shards: 200,
@@ -97,7 +97,7 @@ async fn every_scenario_on_the_memory_store_is_safe_and_converges() {
 async fn cold_start_and_crash_on_sqlite_are_safe_and_converge() {
     for name in ["cold_start", "crash_20pct"] {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+        let store = SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
             .await
             .unwrap();
         tokio::time::pause();

@@ -244,7 +244,7 @@ async fn deliver(
         .into_iter()
         .map(|e| (e.key.unwrap().parse().unwrap(), e.error_code))
         .collect();
-    let store = floe::lease::SqliteLeaseStore::open(dir.join("leases.sqlite"))
+    let store = floe::lease::SqlLeaseStore::open_sqlite(dir.join("leases.sqlite"))
         .await
         .unwrap();
     let state = store.get_channel_state("it").await.unwrap().unwrap();
@@ -362,7 +362,7 @@ async fn a_schema_glue_does_not_have_fails_the_channel_at_create() {
         let text = glue_config(&sub, "127.0.0.1:9", &endpoint, "json", schema_lines);
         let config = floe::config::Config::from_toml_str(&text, &sub).unwrap();
         let aws = floe::aws::AwsClients::load(&config.aws).await;
-        let store = floe::lease::SqliteLeaseStore::open(sub.join("leases.sqlite"))
+        let store = floe::lease::SqlLeaseStore::open_sqlite(sub.join("leases.sqlite"))
             .await
             .unwrap();
         let e = floe::channel::create(&config, "it", &store, &aws)
@@ -409,7 +409,7 @@ async fn a_schema_glue_does_not_have_fails_the_channel_at_create() {
     assert!(!status.success());
     let log = log_of(&sub, "w1");
     assert!(log.contains("FAILED") && log.contains("not found"), "{log}");
-    let store = floe::lease::SqliteLeaseStore::open(sub.join("leases.sqlite"))
+    let store = floe::lease::SqlLeaseStore::open_sqlite(sub.join("leases.sqlite"))
         .await
         .unwrap();
     let state = store.get_channel_state("it").await.unwrap().unwrap();

@@ -1,5 +1,7 @@
-//! The lease-store conformance suite against the in-memory fake and the SQLite store, plus
-//! SQLite races between separate connection pools and separate processes sharing one file.
+//! The lease-store conformance suite against the in-memory fake, the SQLite store, DynamoDB (the
+//! emulator) and PostgreSQL (a real server, `deploy/local/postgres.sh`), plus SQLite races
+//! between separate connection pools and separate processes sharing one file, and PostgreSQL's
+//! refusals (missing tables, bad login, a newer floe's tables) and large batches.
 //!
 //! Needs the `testsuite` feature: `cargo test --features testsuite --test lease_conformance`.
 #![cfg(feature = "testsuite")]
@@ -8,11 +10,11 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use floe::lease::memory::MemoryLeaseStore;
-use floe::lease::{Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore, SqliteLeaseStore};
+use floe::lease::{Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore, SqlLeaseStore};
 
-async fn sqlite_store() -> (tempfile::TempDir, SqliteLeaseStore) {
+async fn sqlite_store() -> (tempfile::TempDir, SqlLeaseStore) {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+    let store = SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
         .await
         .unwrap();
     (dir, store)
@@ -39,6 +41,146 @@ async fn dynamodb_store() -> ((), DynamoDbLeaseStore) {
 floe::lease_store_conformance_tests!(memory, async { ((), MemoryLeaseStore::new()) });
 floe::lease_store_conformance_tests!(sqlite, sqlite_store());
 floe::lease_store_conformance_tests!(dynamodb, dynamodb_store());
+floe::lease_store_conformance_tests!(postgres, postgres_store());
+
+/// A PostgreSQL store in a fresh schema of the test server (`deploy/local/postgres.sh`).
+async fn postgres_store() -> ((), SqlLeaseStore) {
+    let store = SqlLeaseStore::open_postgres(&common::postgres_options())
+        .await
+        .unwrap();
+    ((), store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_missing_tables_are_refused_naming_floe_setup() {
+    let options = floe::lease::PostgresOptions {
+        create_tables: false,
+        ..common::postgres_options()
+    };
+    let err = SqlLeaseStore::open_postgres(&options).await.unwrap_err();
+    assert!(matches!(err, LeaseError::Fatal { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("floe setup") && message.contains(&options.schema),
+        "{message}"
+    );
+    // Created once, the same options open.
+    SqlLeaseStore::open_postgres(&floe::lease::PostgresOptions {
+        create_tables: true,
+        ..options.clone()
+    })
+    .await
+    .unwrap();
+    SqlLeaseStore::open_postgres(&options).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_wrong_password_or_database_is_fatal_naming_the_key_without_the_password() {
+    let good = url::Url::parse(&common::postgres_url()).unwrap();
+    let mut wrong_password = good.clone();
+    wrong_password
+        .set_password(Some("not-the-password"))
+        .unwrap();
+    let mut wrong_database = good.clone();
+    wrong_database.set_path("/no_such_database");
+    for url in [wrong_password, wrong_database] {
+        let options = floe::lease::PostgresOptions {
+            url: url.to_string(),
+            ..common::postgres_options()
+        };
+        let err = SqlLeaseStore::open_postgres(&options).await.unwrap_err();
+        assert!(matches!(err, LeaseError::Fatal { .. }), "{url}: {err:?}");
+        let message = err.to_string();
+        assert!(message.contains("lease_store.url"), "{message}");
+        assert!(!message.contains("not-the-password"), "{message}");
+    }
+}
+
+/// A newer floe's tables (a higher version in `floe_schema_version`) are refused, not used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_tables_of_a_newer_floe_are_refused() {
+    let options = common::postgres_options();
+    SqlLeaseStore::open_postgres(&options).await.unwrap();
+    let pool = sqlx::PgPool::connect(&common::postgres_url())
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "UPDATE \"{}\".floe_schema_version SET version = version + 1",
+        options.schema
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let err = SqlLeaseStore::open_postgres(&options).await.unwrap_err();
+    assert!(err.to_string().contains("newer floe"), "{err}");
+}
+
+/// Processes starting at once against an empty schema all open it (the DDL is serialised).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_concurrent_first_opens_all_succeed() {
+    let options = common::postgres_options();
+    let opens = (0..6).map(|_| SqlLeaseStore::open_postgres(&options));
+    for result in futures::future::join_all(opens).await {
+        result.unwrap();
+    }
+}
+
+/// A pending batch of 50 MB (200,000 data files) round-trips and is finished (PostgreSQL has no
+/// item limit to split around; `TEXT` holds up to 1 GB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_batch_of_50_mb_round_trips() {
+    use floe::lease::BatchStore;
+    let (_, store) = postgres_store().await;
+    let batch = big_batch("big", 200_000);
+    let size = serde_json::to_string(&batch).unwrap().len();
+    assert!(size >= 50_000_000, "{size} bytes");
+    store.put_batch(&batch).await.unwrap();
+    store.put_batch(&batch).await.unwrap(); // idempotent
+    assert_eq!(
+        store.list_pending("big").await.unwrap(),
+        vec![batch.clone()]
+    );
+    store
+        .finish_batches("big", &[batch.batch_id], &[])
+        .await
+        .unwrap();
+    assert!(store.list_pending("big").await.unwrap().is_empty());
+}
+
+/// A pending batch of one shard whose files are `files` data-file JSON strings of ~250 bytes.
+fn big_batch(channel: &str, files: usize) -> floe::model::PendingBatch {
+    use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
+    PendingBatch {
+        channel: channel.into(),
+        batch_id: uuid::Uuid::now_v7(),
+        worker_id: "w".into(),
+        shards: vec![ShardRange {
+            shard: ShardId("shardId-000000000000".into()),
+            range: CheckpointRange {
+                after_exclusive: None,
+                last_inclusive: Position::Offset(9),
+            },
+            lease_counter: 1,
+        }],
+        files: floe::model::BatchFiles::Iceberg {
+            data_files: (0..files)
+                .map(|i| {
+                    format!(
+                        "{{\"file_path\":\"s3://bucket/warehouse/db/table/data/event_time_hour=2026-12-02-17/{}-{i:08}.parquet\",\"record_count\":1000,\"file_size_in_bytes\":123456,\"pad\":\"{}\"}}",
+                        uuid::Uuid::new_v4(),
+                        "x".repeat(80)
+                    )
+                })
+                .collect(),
+            dlq_staged: None,
+        },
+        num_rows: 10,
+        num_dead_lettered: 0,
+        dead_lettered_by_code: BTreeMap::new(),
+        data_bytes: 1,
+        oldest_read_at_ms: 0,
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamodb_missing_table_is_refused_with_how_to_create_it() {
@@ -95,37 +237,8 @@ async fn dynamodb_table_with_another_key_schema_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamodb_batch_beyond_the_item_limit_round_trips() {
     use floe::lease::BatchStore;
-    use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
     let (_, store) = dynamodb_store().await;
-    let batch = PendingBatch {
-        channel: "big".into(),
-        batch_id: uuid::Uuid::now_v7(),
-        worker_id: "w".into(),
-        shards: vec![ShardRange {
-            shard: ShardId("shardId-000000000000".into()),
-            range: CheckpointRange {
-                after_exclusive: None,
-                last_inclusive: Position::Offset(9),
-            },
-            lease_counter: 1,
-        }],
-        files: floe::model::BatchFiles::Iceberg {
-            data_files: (0..30_000)
-                .map(|i| {
-                    format!(
-                        "{{\"file_path\":\"s3://b/t/data/{}-{i}.parquet\"}}",
-                        uuid::Uuid::new_v4()
-                    )
-                })
-                .collect(),
-            dlq_staged: None,
-        },
-        num_rows: 10,
-        num_dead_lettered: 0,
-        dead_lettered_by_code: BTreeMap::new(),
-        data_bytes: 1,
-        oldest_read_at_ms: 0,
-    };
+    let batch = big_batch("big", 30_000);
     store.put_batch(&batch).await.unwrap();
     store.put_batch(&batch).await.unwrap(); // idempotent
     assert_eq!(
@@ -162,7 +275,7 @@ async fn store_items(store: &DynamoDbLeaseStore, channel: &str) -> usize {
 async fn sqlite_reopen_keeps_rows_and_schema() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.sqlite");
-    let store = SqliteLeaseStore::open(&path).await.unwrap();
+    let store = SqlLeaseStore::open_sqlite(&path).await.unwrap();
     store
         .ensure_leases("c", &[LeaseSpec::new(LeaseKey::shard("0"))])
         .await
@@ -170,7 +283,7 @@ async fn sqlite_reopen_keeps_rows_and_schema() {
     let lease = store.list_leases("c").await.unwrap().remove(0);
     let held = store.take_lease(&lease, "w1").await.unwrap();
     store.close().await;
-    let again = SqliteLeaseStore::open(&path).await.unwrap();
+    let again = SqlLeaseStore::open_sqlite(&path).await.unwrap();
     assert_eq!(again.list_leases("c").await.unwrap(), vec![held]);
 }
 
@@ -180,8 +293,8 @@ async fn sqlite_reopen_keeps_rows_and_schema() {
 async fn sqlite_two_pools_on_one_file_take_each_lease_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.sqlite");
-    let a = SqliteLeaseStore::open(&path).await.unwrap();
-    let b = SqliteLeaseStore::open(&path).await.unwrap();
+    let a = SqlLeaseStore::open_sqlite(&path).await.unwrap();
+    let b = SqlLeaseStore::open_sqlite(&path).await.unwrap();
     let specs: Vec<_> = (0..40)
         .map(|i| LeaseSpec::new(LeaseKey::shard(i.to_string())))
         .collect();
@@ -230,7 +343,7 @@ async fn child_racer() {
     let (Ok(db), Ok(worker)) = (std::env::var(CHILD_DB_ENV), std::env::var(CHILD_ID_ENV)) else {
         return;
     };
-    let store = SqliteLeaseStore::open(&db).await.unwrap();
+    let store = SqlLeaseStore::open_sqlite(&db).await.unwrap();
     let listed = store.list_leases("c").await.unwrap();
     assert_eq!(listed.len(), NUM_RACE_LEASES);
     for lease in &listed {
@@ -266,7 +379,7 @@ async fn sqlite_processes_race_for_leases() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.sqlite");
-    let store = SqliteLeaseStore::open(&path).await.unwrap();
+    let store = SqlLeaseStore::open_sqlite(&path).await.unwrap();
     let specs: Vec<_> = (0..NUM_RACE_LEASES)
         .map(|i| LeaseSpec::new(LeaseKey::shard(format!("{i:03}"))))
         .collect();

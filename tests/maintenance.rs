@@ -14,7 +14,7 @@ use floe::config::MaintenanceConfig;
 use floe::dlq::{DlqEntry, LocalDlq};
 use floe::iceberg::table_state::{table_checkpoints, PROP_UNFINISHED_BATCH_IDS};
 use floe::iceberg::target::IcebergTarget;
-use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
+use floe::lease::{BatchStore, LeaseStore, SqlLeaseStore};
 use floe::model::{BatchFiles, CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
 use floe::schema::MappedSchema;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -25,7 +25,7 @@ struct Fixture {
     dir: tempfile::TempDir,
     catalog: Arc<dyn Catalog>,
     ident: TableIdent,
-    store: Arc<SqliteLeaseStore>,
+    store: Arc<SqlLeaseStore>,
     dlq: LocalDlq,
     schema: Arc<MappedSchema>,
 }
@@ -34,7 +34,7 @@ async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let (catalog, ident, schema) = common::event_table(dir.path(), "m").await;
     let store = Arc::new(
-        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+        SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
             .await
             .unwrap(),
     );
@@ -337,7 +337,7 @@ fn writer_settings(target_file_size: u64) -> floe::iceberg::writer::WriterSettin
 async fn maintaining(f: &Fixture, m: MaintenanceConfig) -> Committer {
     let swap = floe::catalog::swap::SqlSwap::open(
         f.catalog.clone(),
-        &f.dir.path().join("catalog.sqlite"),
+        &floe::config::CatalogDatabase::Sqlite(f.dir.path().join("catalog.sqlite")),
         "floe",
     )
     .await
@@ -648,7 +648,7 @@ async fn a_rewrite_built_on_a_stale_snapshot_is_refused_by_the_sql_catalog() {
     commit_rounds(&f, &c, 2..3).await;
     let swap = floe::catalog::swap::SqlSwap::open(
         f.catalog.clone(),
-        &f.dir.path().join("catalog.sqlite"),
+        &floe::config::CatalogDatabase::Sqlite(f.dir.path().join("catalog.sqlite")),
         "floe",
     )
     .await

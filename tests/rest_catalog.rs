@@ -21,7 +21,7 @@ use floe::config::{PropertyValue, RestAuth, RestCatalogConfig};
 use floe::dlq::LocalDlq;
 use floe::iceberg::fence::FencedCatalog;
 use floe::iceberg::table_state::committed_batch_ids;
-use floe::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
+use floe::lease::{BatchStore, LeaseStore, SqlLeaseStore};
 use floe::model::PendingBatch;
 use floe::schema::MappedSchema;
 use floe::tools::sample_events::event_json;
@@ -117,7 +117,7 @@ struct Fixture {
     /// The swap of the same client settings (maintenance commits).
     swap: Arc<floe::catalog::rest::RestSwap>,
     ident: TableIdent,
-    store: Arc<SqliteLeaseStore>,
+    store: Arc<SqlLeaseStore>,
     dlq: LocalDlq,
     schema: Arc<MappedSchema>,
 }
@@ -180,7 +180,7 @@ async fn fixture_with(signed: bool) -> Fixture {
     let ident = TableIdent::new(NamespaceIdent::new("race".into()), "events".into());
     ensure_event_table(catalog.as_ref(), &ident, &schema).await;
     let store = Arc::new(
-        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+        SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
             .await
             .unwrap(),
     );
@@ -474,7 +474,7 @@ async fn lost_race_is_refused_by_the_server(f: Fixture) {
     f.store.put_batch(&x).await.unwrap();
     let other = tempfile::tempdir().unwrap();
     let store_a = Arc::new(
-        SqliteLeaseStore::open(other.path().join("a.sqlite"))
+        SqlLeaseStore::open_sqlite(other.path().join("a.sqlite"))
             .await
             .unwrap(),
     );
@@ -670,7 +670,7 @@ async fn oauth2_tokens_are_fetched_renewed_when_refused_and_a_wrong_secret_is_re
     let ident = TableIdent::new(NamespaceIdent::new("auth".into()), "events".into());
     let table = ensure_event_table(catalog.as_ref(), &ident, &schema).await;
     let store = Arc::new(
-        SqliteLeaseStore::open(dir.path().join("l.sqlite"))
+        SqlLeaseStore::open_sqlite(dir.path().join("l.sqlite"))
             .await
             .unwrap(),
     );
@@ -822,7 +822,7 @@ async fn s3_table_locations_are_written_with_the_storage_settings_the_server_ven
         .starts_with(&format!("s3://{bucket}/")));
     let batch = event_batch(&schema, "lake", &table, None, 0, 25).await;
     let store = Arc::new(
-        SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+        SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
             .await
             .unwrap(),
     );

@@ -239,7 +239,7 @@ async fn dead_lettered_records_fill_the_buffer_like_rows() {
 /// worker's reconciliation: a committer round runs whenever the worker lists the pending batches,
 /// before they are listed. Counts what the rounds rejected.
 struct CommitWhileListing {
-    inner: Arc<floe::lease::SqliteLeaseStore>,
+    inner: Arc<floe::lease::SqlLeaseStore>,
     committer: floe::commit::Committer,
     rejected: std::sync::atomic::AtomicUsize,
 }

@@ -36,7 +36,7 @@ use crate::iceberg::writer::{ParquetCompression, WriterSettings};
 use crate::iceberg::IcebergIo;
 use crate::lease::dynamodb::{DynamoDbLeaseStore, MissingTable};
 use crate::lease::manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
-use crate::lease::sqlite::SqliteLeaseStore;
+use crate::lease::sql::SqlLeaseStore;
 use crate::lease::Store;
 use crate::lease::{BatchStore, ChannelState, ChannelStatus, LeaseKey, LeaseSpec, LeaseStore};
 use crate::raw::target::RawTarget;
@@ -177,7 +177,7 @@ pub async fn open_lease_store(
                     AppError::LeaseStoreRefused(format!("cannot create {}: {e}", dir.display()))
                 })?;
             }
-            SqliteLeaseStore::open(path)
+            SqlLeaseStore::open_sqlite(path)
                 .await
                 .map(|s| Arc::new(s) as Arc<dyn Store>)
                 .map_err(AppError::lease_store)
@@ -196,6 +196,10 @@ pub async fn open_lease_store(
                 .map(|s| Arc::new(s) as Arc<dyn Store>)
                 .map_err(AppError::lease_store)
         }
+        LeaseStoreBackend::Postgres(options) => SqlLeaseStore::open_postgres(options)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn Store>)
+            .map_err(AppError::lease_store),
     }
 }
 
@@ -206,11 +210,12 @@ pub async fn open_lease_store(
 pub async fn setup(config: &Config) -> Result<String, AppError> {
     let aws = AwsClients::for_config(config).await;
     let mut lease_store = config.lease_store.clone();
-    if let LeaseStoreBackend::Dynamodb {
-        create_lease_table, ..
-    } = &mut lease_store.backend
-    {
-        *create_lease_table = true;
+    match &mut lease_store.backend {
+        LeaseStoreBackend::Dynamodb {
+            create_lease_table, ..
+        } => *create_lease_table = true,
+        LeaseStoreBackend::Postgres(options) => options.create_tables = true,
+        LeaseStoreBackend::Sqlite { .. } => {}
     }
     open_lease_store(&lease_store, &aws).await?;
     Ok(match &lease_store.backend {
@@ -220,6 +225,12 @@ pub async fn setup(config: &Config) -> Result<String, AppError> {
         LeaseStoreBackend::Dynamodb { table, .. } => format!(
             "lease store ready: DynamoDB table {table} in {}",
             aws.region().unwrap_or("the default region")
+        ),
+        LeaseStoreBackend::Postgres(options) => format!(
+            "lease store ready: PostgreSQL schema {} at {} (tables at version {})",
+            options.schema,
+            crate::lease::sql::redact_url(&options.url),
+            crate::lease::sql::SCHEMA_VERSION
         ),
     })
 }

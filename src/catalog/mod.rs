@@ -56,68 +56,99 @@ pub async fn open_sql_catalog(
     warehouse: &Path,
     name: &str,
 ) -> Result<Arc<dyn Catalog>, CatalogError> {
-    if let Some(parent) = sqlite_path.parent() {
-        std::fs::create_dir_all(parent).map_err(io_error)?;
-    }
-    std::fs::create_dir_all(warehouse).map_err(io_error)?;
-    let warehouse = std::fs::canonicalize(warehouse).map_err(io_error)?;
-    let uri = format!("sqlite:{}?mode=rwc", sqlite_path.display());
-    let props = HashMap::from([
-        (SQL_CATALOG_PROP_URI.to_string(), uri),
-        (
-            SQL_CATALOG_PROP_WAREHOUSE.to_string(),
-            warehouse.display().to_string(),
-        ),
-    ]);
-    let catalog = SqlCatalogBuilder::default()
-        .with_storage_factory(Arc::new(LocalFsStorageFactory))
-        .load(name, props)
-        .await?;
-    Ok(Arc::new(catalog))
+    open_sql_catalog_local(
+        &crate::config::CatalogDatabase::Sqlite(sqlite_path.to_path_buf()),
+        warehouse,
+        name,
+    )
+    .await
 }
 
-/// Opens an SQL catalog (SQLite file `sqlite_path`, created if missing) whose warehouse is the
-/// S3 location `warehouse` (`s3://bucket/prefix`), written through iceberg-rust's OpenDAL S3
-/// file IO. Region and endpoint come from `aws` (path-style addressing when the endpoint is
-/// overridden, as emulators need); credentials from the environment chain OpenDAL reads
-/// (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE` files, web identity, instance
-/// metadata).
+/// Opens an SQL catalog in `database` (an SQLite file, created when missing, or a PostgreSQL
+/// database) with a local warehouse directory (created when missing).
+///
+/// Errors: [`CatalogError::Unavailable`] when the database cannot be opened.
+pub async fn open_sql_catalog_local(
+    database: &crate::config::CatalogDatabase,
+    warehouse: &Path,
+    name: &str,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
+    std::fs::create_dir_all(warehouse).map_err(io_error)?;
+    let warehouse = std::fs::canonicalize(warehouse).map_err(io_error)?;
+    let props = HashMap::from([(
+        SQL_CATALOG_PROP_WAREHOUSE.to_string(),
+        warehouse.display().to_string(),
+    )]);
+    open_sql(database, name, props, Arc::new(LocalFsStorageFactory)).await
+}
+
+/// Opens an SQL catalog in `database` (an SQLite file, created if missing, or a PostgreSQL
+/// database) whose warehouse is the S3 location `warehouse` (`s3://bucket/prefix`), written
+/// through iceberg-rust's OpenDAL S3 file IO. Region and endpoint come from `aws` (path-style
+/// addressing when the endpoint is overridden, as emulators and S3-compatible stores need);
+/// credentials from the environment chain OpenDAL reads (`AWS_ACCESS_KEY_ID`/
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE` files, web identity, instance metadata).
 ///
 /// With `kms_key_arn`, every file is written with SSE-KMS under that key.
 ///
 /// Errors: [`CatalogError::Unavailable`] when the database cannot be opened.
 pub async fn open_sql_catalog_s3(
-    sqlite_path: &Path,
+    database: &crate::config::CatalogDatabase,
     warehouse: &str,
     name: &str,
     aws: &crate::config::aws::AwsConfig,
     region: Option<&str>,
     kms_key_arn: Option<&str>,
 ) -> Result<Arc<dyn Catalog>, CatalogError> {
-    if let Some(parent) = sqlite_path.parent() {
-        std::fs::create_dir_all(parent).map_err(io_error)?;
-    }
-    let uri = format!("sqlite:{}?mode=rwc", sqlite_path.display());
-    let mut props = HashMap::from([
-        (SQL_CATALOG_PROP_URI.to_string(), uri),
-        (
-            SQL_CATALOG_PROP_WAREHOUSE.to_string(),
-            warehouse.to_string(),
-        ),
-    ]);
+    let mut props = HashMap::from([(
+        SQL_CATALOG_PROP_WAREHOUSE.to_string(),
+        warehouse.to_string(),
+    )]);
     props.extend(crate::catalog::aws::s3_file_io_props(
         aws,
         region,
         kms_key_arn,
     ));
+    open_sql(
+        database,
+        name,
+        props,
+        Arc::new(iceberg_storage_opendal::OpenDalStorageFactory::S3 {
+            customized_credential_load: None,
+        }),
+    )
+    .await
+}
+
+/// The SQL catalog (iceberg-catalog-sql over sqlx's `Any` driver) in `database` with `props`
+/// (warehouse and file IO) and `storage`. An SQLite file's directory is created when missing.
+async fn open_sql(
+    database: &crate::config::CatalogDatabase,
+    name: &str,
+    mut props: HashMap<String, String>,
+    storage: Arc<dyn iceberg::io::StorageFactory>,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
+    if let crate::config::CatalogDatabase::Sqlite(path) = database {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io_error)?;
+        }
+    }
+    props.insert(SQL_CATALOG_PROP_URI.to_string(), database.url());
     let catalog = SqlCatalogBuilder::default()
-        .with_storage_factory(Arc::new(
-            iceberg_storage_opendal::OpenDalStorageFactory::S3 {
-                customized_credential_load: None,
-            },
-        ))
+        .with_storage_factory(storage)
         .load(name, props)
-        .await?;
+        .await
+        .map_err(|e| {
+            let message = format!("sql catalog {database}: {e}");
+            if refused_login(&e.to_string()) {
+                CatalogError::Refused {
+                    key: "uri",
+                    message,
+                }
+            } else {
+                CatalogError::Unavailable(Error::new(e.kind(), message))
+            }
+        })?;
     Ok(Arc::new(catalog))
 }
 
@@ -169,7 +200,7 @@ pub async fn open_channel_catalog_and_swap(
     };
     let opened = match &sql.warehouse {
         crate::config::Warehouse::Local(dir) => {
-            open_sql_catalog(&sql.database, dir, &sql.name).await
+            open_sql_catalog_local(&sql.database, dir, &sql.name).await
         }
         crate::config::Warehouse::S3(uri) => {
             if let Some(owner) = &sql.expected_bucket_owner {
@@ -231,6 +262,17 @@ pub(crate) async fn check_bucket_owner(
             ),
         ))),
     }
+}
+
+/// Whether a PostgreSQL connection error says no retry helps: the server refused the login
+/// (SQLSTATE class 28: bad password, unknown role, no `pg_hba.conf` entry) or the database does
+/// not exist (3D000). iceberg-catalog-sql hands sqlx's error over as text, so the server's
+/// message texts (PostgreSQL's `auth.c`/`postinit.c`, stable across versions) are matched.
+fn refused_login(message: &str) -> bool {
+    message.contains("password authentication failed")
+        || message.contains("no pg_hba.conf entry")
+        || (message.contains("does not exist")
+            && (message.contains("role \"") || message.contains("database \"")))
 }
 
 fn io_error(e: std::io::Error) -> CatalogError {

@@ -101,35 +101,41 @@ pub async fn write_staged(staged: &Table) -> iceberg::Result<()> {
 
 /// The swap of an SQL catalog (`iceberg-catalog-sql`'s `iceberg_tables` table): one
 /// conditional `UPDATE` on the row's `metadata_location`, the statement the crate's own
-/// `update_table` runs. The catalog database is SQLite (the file `[channel.destination.catalog]
-/// database` names).
+/// `update_table` runs. The catalog database is SQLite or PostgreSQL (the
+/// `[channel.destination.catalog] uri`), through sqlx's `Any` driver as the crate itself uses it.
 pub struct SqlSwap {
     catalog: Arc<dyn Catalog>,
     name: String,
-    pool: sqlx::SqlitePool,
+    pool: sqlx::AnyPool,
 }
 
 impl SqlSwap {
-    /// The swap of the SQL catalog `catalog` named `name` (the `catalog_name` of its rows) in the
-    /// SQLite database `database`.
+    /// The swap of the SQL catalog `catalog` named `name` (the `catalog_name` of its rows) in
+    /// `database`.
     ///
     /// Errors: the database cannot be opened.
     pub async fn open(
         catalog: Arc<dyn Catalog>,
-        database: &std::path::Path,
+        database: &crate::config::CatalogDatabase,
         name: &str,
     ) -> iceberg::Result<Self> {
-        let options = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(database)
-            .busy_timeout(std::time::Duration::from_secs(10));
-        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::any::AnyPoolOptions::new()
             .max_connections(1)
-            .connect_with(options)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    if conn.backend_name() == "SQLite" {
+                        sqlx::Executor::execute(&mut *conn, "PRAGMA busy_timeout = 10000").await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&database.url())
             .await
             .map_err(|e| {
                 Error::new(
                     ErrorKind::Unexpected,
-                    format!("sql catalog {}: {e}", database.display()),
+                    format!("sql catalog {database}: {e}"),
                 )
             })?;
         Ok(SqlSwap {
@@ -154,9 +160,9 @@ impl TableSwap for SqlSwap {
         write_staged(&staged).await?;
         let next = staged.metadata_location_result()?.to_string();
         let done = sqlx::query(
-            "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
-             WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? \
-             AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) AND metadata_location = ?",
+            "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
+             WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5 \
+             AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) AND metadata_location = $6",
         )
         .bind(&next)
         .bind(&previous)

@@ -48,7 +48,7 @@ use crate::dlq::LocalDlq;
 use crate::iceberg::table::{ensure_table, referenced_data_files, TableSpec};
 use crate::iceberg::target::IcebergTarget;
 use crate::iceberg::writer::{write_data_files, ParquetCompression, WriterSettings};
-use crate::lease::{BatchStore, LeaseStore, SqliteLeaseStore};
+use crate::lease::{BatchStore, LeaseStore, SqlLeaseStore};
 use crate::model::{BatchFiles, CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
 use crate::schema::MappedSchema;
 use crate::tools::sample_events::event_json;
@@ -187,7 +187,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         .await
         .map_err(err)?;
     let store = Arc::new(
-        SqliteLeaseStore::open(args.dir.join("leases.sqlite"))
+        SqlLeaseStore::open_sqlite(args.dir.join("leases.sqlite"))
             .await
             .map_err(err)?,
     );
@@ -204,9 +204,13 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         compression: ParquetCompression::Zstd(3),
         target_file_size: 128 << 20,
     };
-    let swap = crate::catalog::swap::SqlSwap::open(catalog.clone(), &catalog_path, "floe")
-        .await
-        .map_err(err)?;
+    let swap = crate::catalog::swap::SqlSwap::open(
+        catalog.clone(),
+        &crate::config::CatalogDatabase::Sqlite(catalog_path.clone()),
+        "floe",
+    )
+    .await
+    .map_err(err)?;
     // The replayed stream's clock: hour-aligned, ending an hour before the wall clock.
     let step_ms = args.freshness.as_millis() as i64;
     let span_ms = step_ms * args.commits as i64;

@@ -87,9 +87,46 @@ pub struct AwsSection {
 #[derive(Debug)]
 pub enum LeaseStoreSection {
     /// `kind = "sqlite"`: an SQLite file shared by the workers of one machine (embedded mode).
-    Sqlite(SqliteLeaseStoreSection),
+    Sqlite(SqlLeaseStoreSection),
     /// `kind = "dynamodb"`: a DynamoDB table shared by a fleet.
     Dynamodb(DynamodbLeaseStoreSection),
+    /// `kind = "postgres"`: a PostgreSQL schema shared by a fleet of hosts (no AWS needed).
+    Postgres(PostgresLeaseStoreSection),
+}
+
+/// `[lease_store]` with `kind = "postgres"`: floe's lease tables in one schema of a PostgreSQL
+/// server (9.5 or later) shared by every worker of the fleet and by several channels (rows are
+/// keyed by channel). Every lease operation is one conditional statement, so the lease counter is
+/// the fencing token exactly as on DynamoDB.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresLeaseStoreSection {
+    /// Connection URL `"postgresql://USER@HOST:PORT/DATABASE"`, or `"env:VARNAME"` to read the
+    /// whole URL (password included) from the environment. A URL written in the file must not
+    /// hold a password: give it in `PGPASSWORD` or `~/.pgpass`. What the URL leaves out comes from
+    /// the standard `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE` variables, as with
+    /// libpq. Required.
+    pub url: String,
+    /// TLS, by libpq's `sslmode` names: `"disable"`, `"prefer"` (TLS when the server offers it),
+    /// `"require"` (TLS, certificate not checked) or `"verify-full"` (TLS, certificate and host
+    /// name checked; a private CA through `sslrootcert=PATH` in the URL). Wins over an `sslmode`
+    /// in the URL. Default: `"prefer"`.
+    pub ssl_mode: Option<String>,
+    /// Most connections each `floe` process keeps open, 1 to 100. Default: `4`.
+    pub pool_size: Option<WholeNumber>,
+    /// Schema of floe's tables, 1 to 63 characters from `a-z 0-9 _`, not starting with a
+    /// digit. Default: `"floe"`.
+    pub schema: Option<String>,
+    /// Create the schema and tables when missing. Default `true`; with `false`, missing tables
+    /// are refused at start (create them with `floe setup`, e.g. run once by an administrator
+    /// whose role may create schemas).
+    pub create_tables: Option<bool>,
+    /// As for `kind = "sqlite"`. Default: `"10s"`.
+    pub lease_duration: Option<DurationText>,
+    /// As for `kind = "sqlite"`. Default: `lease_duration / 3`.
+    pub renew_interval: Option<DurationText>,
+    /// As for `kind = "sqlite"`. Default: `1`.
+    pub max_leases_to_steal: Option<WholeNumber>,
 }
 
 /// `[lease_store]` with `kind = "dynamodb"`: one DynamoDB table shared by the fleet (and by
@@ -116,7 +153,7 @@ pub struct DynamodbLeaseStoreSection {
 /// `[lease_store]` with `kind = "sqlite"`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SqliteLeaseStoreSection {
+pub struct SqlLeaseStoreSection {
     /// Path of the SQLite database file, created if missing. Every worker sharing the channels
     /// must use the same file. Required.
     pub path: String,
@@ -424,7 +461,8 @@ pub enum CompressionCodec {
 /// `[channel.destination.catalog]`: the Iceberg catalog. Tagged by `kind`.
 #[derive(Debug)]
 pub enum CatalogSection {
-    /// `kind = "sql"`: an SQL catalog in an SQLite database (the embedded default).
+    /// `kind = "sql"`: an SQL catalog in an SQLite database (the embedded default) or in
+    /// PostgreSQL.
     Sql(SqlCatalogSection),
     /// `kind = "rest"`: an Iceberg REST catalog (Polaris, Lakekeeper, Nessie, Gravitino, …).
     Rest(RestCatalogSection),
@@ -476,8 +514,13 @@ pub struct SqlCatalogSection {
     /// Catalog name recorded in the SQL catalog's tables (readers such as PyIceberg must use the
     /// same name). 1 to 255 characters from `A-Z a-z 0-9 _ -`. Default: `"floe"`.
     pub name: Option<String>,
-    /// The SQLite database: `"sqlite:PATH"` or a plain path (relative to this file's directory),
-    /// created if missing. Other databases are not supported yet in this build. Required.
+    /// The catalog database: an SQLite file, `"sqlite:PATH"` or a plain path (relative to this
+    /// file's directory), created if missing; or a PostgreSQL database,
+    /// `"postgresql://USER@HOST:PORT/DATABASE"` (no password in the file: `PGPASSWORD` or
+    /// `~/.pgpass`; TLS with `?sslmode=require` or `verify-full`) or `"env:VARNAME"` holding such
+    /// a URL, password included. On PostgreSQL the catalog's tables (`iceberg_tables`,
+    /// `iceberg_namespace_properties`, as Spark's JdbcCatalog and PyIceberg's SqlCatalog name
+    /// them) are created in the URL's default schema when missing. Required.
     pub uri: String,
     /// Directory under which table data and metadata files are written (relative to this file's
     /// directory), or an S3 location `"s3://bucket/prefix"` written through the `[aws]` settings.
@@ -785,7 +828,11 @@ macro_rules! tagged_section {
     (@parse $section:ident $variant:ident struct $table:ident) => { variant($table).map($section::$variant) };
 }
 
-tagged_section!(LeaseStoreSection { "sqlite" => Sqlite(struct), "dynamodb" => Dynamodb(struct) });
+tagged_section!(LeaseStoreSection {
+    "sqlite" => Sqlite(struct),
+    "dynamodb" => Dynamodb(struct),
+    "postgres" => Postgres(struct),
+});
 tagged_section!(SourceSection { "kafka" => Kafka(struct), "kinesis" => Kinesis(struct) });
 tagged_section!(DestinationSection { "iceberg" => Iceberg(struct), "s3" => S3(struct) });
 tagged_section!(CatalogSection {

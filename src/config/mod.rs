@@ -116,6 +116,8 @@ pub enum LeaseStoreBackend {
         /// Create the table when missing (otherwise refuse to start).
         create_lease_table: bool,
     },
+    /// `kind = "postgres"`: a PostgreSQL schema shared by the fleet.
+    Postgres(crate::lease::PostgresOptions),
 }
 
 /// `[[channel]]`, see [`file::ChannelSection`].
@@ -480,7 +482,7 @@ impl CatalogConfig {
     /// "default">`).
     pub fn identity(&self) -> String {
         match self {
-            CatalogConfig::Sql(sql) => format!("sql:{}:{}", sql.name, sql.database.display()),
+            CatalogConfig::Sql(sql) => format!("sql:{}:{}", sql.name, sql.database),
             CatalogConfig::Rest(rest) => format!(
                 "rest:{}:{}",
                 rest.uri,
@@ -576,8 +578,8 @@ pub struct GlueCatalogConfig {
 pub struct SqlCatalogConfig {
     /// Catalog name (default `"floe"`).
     pub name: String,
-    /// SQLite database file of the catalog, path resolved.
-    pub database: PathBuf,
+    /// The catalog database.
+    pub database: CatalogDatabase,
     /// Where table files are written.
     pub warehouse: Warehouse,
     /// KMS key ARN for SSE-KMS of an `s3://` warehouse's files.
@@ -586,11 +588,46 @@ pub struct SqlCatalogConfig {
     pub expected_bucket_owner: Option<String>,
 }
 
-impl SqlCatalogConfig {
-    /// The sqlx connection URL of the catalog database, created if missing
-    /// (`sqlite:<path>?mode=rwc`).
-    pub fn sqlite_url(&self) -> String {
-        format!("sqlite:{}?mode=rwc", self.database.display())
+/// The database of an SQL catalog (`[channel.destination.catalog] uri`).
+#[derive(Clone, PartialEq, Eq)]
+pub enum CatalogDatabase {
+    /// An SQLite file, path resolved (the embedded default).
+    Sqlite(PathBuf),
+    /// A PostgreSQL database: its `postgresql://` URL (may hold a password when it came from
+    /// the environment: never logged, see the `Debug` impl).
+    Postgres(String),
+}
+
+impl std::fmt::Debug for CatalogDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CatalogDatabase::Sqlite(path) => f.debug_tuple("Sqlite").field(path).finish(),
+            CatalogDatabase::Postgres(url) => f
+                .debug_tuple("Postgres")
+                .field(&crate::lease::sql::redact_url(url))
+                .finish(),
+        }
+    }
+}
+
+impl CatalogDatabase {
+    /// The sqlx connection URL: `sqlite:<path>?mode=rwc` (created if missing) or the PostgreSQL
+    /// URL as configured.
+    pub fn url(&self) -> String {
+        match self {
+            CatalogDatabase::Sqlite(path) => format!("sqlite:{}?mode=rwc", path.display()),
+            CatalogDatabase::Postgres(url) => url.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for CatalogDatabase {
+    /// The path, or the URL without its password: for messages and the catalog's identity.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CatalogDatabase::Sqlite(path) => write!(f, "{}", path.display()),
+            CatalogDatabase::Postgres(url) => f.write_str(&crate::lease::sql::redact_url(url)),
+        }
     }
 }
 

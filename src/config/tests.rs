@@ -136,7 +136,7 @@ fn minimal_config_takes_every_default() {
         IcebergDestinationConfig {
             catalog: CatalogConfig::Sql(SqlCatalogConfig {
                 name: "floe".to_owned(),
-                database: "/etc/floe/catalog.sqlite".into(),
+                database: CatalogDatabase::Sqlite("/etc/floe/catalog.sqlite".into()),
                 warehouse: Warehouse::Local("/etc/floe/warehouse".into()),
                 kms_key_arn: None,
                 expected_bucket_owner: None,
@@ -177,8 +177,11 @@ fn absolute_paths_are_kept_and_plain_catalog_paths_accepted() {
     let CatalogConfig::Sql(sql) = &iceberg(&config).catalog else {
         panic!("an sql catalog")
     };
-    assert_eq!(sql.database, PathBuf::from("/data/catalog.db"));
-    assert_eq!(sql.sqlite_url(), "sqlite:/data/catalog.db?mode=rwc");
+    assert_eq!(
+        sql.database,
+        CatalogDatabase::Sqlite(PathBuf::from("/data/catalog.db"))
+    );
+    assert_eq!(sql.database.url(), "sqlite:/data/catalog.db?mode=rwc");
 }
 
 #[test]
@@ -803,11 +806,11 @@ fn kafka_endpoints_and_topic_are_checked() {
 }
 
 #[test]
-fn catalog_uri_must_be_a_sqlite_file() {
+fn catalog_uri_must_be_a_sqlite_file_or_a_postgresql_database() {
     refused(
-        &replaced("sqlite:catalog.sqlite", "postgres://db/floe"),
+        &replaced("sqlite:catalog.sqlite", "mysql://db/floe"),
         "channel[0].destination.catalog.uri",
-        "only SQLite catalogs",
+        "an SQL catalog is an SQLite file",
     );
     refused(
         &replaced("sqlite:catalog.sqlite", "sqlite::memory:"),
@@ -1598,4 +1601,134 @@ fn record_retention_on_s3tables_is_refused_with_its_key() {
             && e.contains("S3 Tables"),
         "{e}"
     );
+}
+
+/// `MINIMAL` with `[lease_store] kind = "postgres"` and `lines`.
+fn postgres_lease_store(lines: &str) -> String {
+    replaced(
+        "kind = \"sqlite\"\npath = \"state/leases.sqlite\"",
+        &format!("kind = \"postgres\"\n{lines}"),
+    )
+}
+
+fn env_with(var: &str, value: &str) -> ConfigEnv {
+    let mut env = env();
+    env.vars.insert(var.to_owned(), value.to_owned());
+    env
+}
+
+#[test]
+fn postgres_lease_store_reads_its_url_from_the_environment_with_defaults() {
+    let text = postgres_lease_store("url = \"env:FLOE_PG\"");
+    let config = Config::from_toml_str_with_env(
+        &text,
+        Path::new("/etc/floe"),
+        &env_with("FLOE_PG", "postgresql://floe:secret@db:5432/floe"),
+    )
+    .unwrap();
+    assert_eq!(
+        config.lease_store.backend,
+        LeaseStoreBackend::Postgres(crate::lease::PostgresOptions {
+            url: "postgresql://floe:secret@db:5432/floe".into(),
+            ssl_mode: crate::lease::SslMode::Prefer,
+            pool_size: 4,
+            schema: "floe".into(),
+            create_tables: true,
+        })
+    );
+    assert!(!format!("{:?}", config.lease_store).contains("secret"));
+}
+
+#[test]
+fn postgres_lease_store_keys_are_validated_by_name() {
+    let text = postgres_lease_store(
+        "url = \"postgresql://floe@db/floe\"\nssl_mode = \"verify-ca\"\npool_size = 0\nschema = \"Floe-1\"\ncreate_tables = false",
+    );
+    let paths: Vec<String> = errors(&text).into_iter().map(|e| e.path).collect();
+    assert_eq!(
+        paths,
+        [
+            "lease_store.ssl_mode",
+            "lease_store.pool_size",
+            "lease_store.schema"
+        ]
+    );
+    let config = parse(&postgres_lease_store(
+        "url = \"postgresql://floe@db/floe\"\nssl_mode = \"verify-full\"\npool_size = 8\nschema = \"floe_prod\"\ncreate_tables = false",
+    ))
+    .unwrap();
+    let LeaseStoreBackend::Postgres(options) = &config.lease_store.backend else {
+        panic!("postgres")
+    };
+    assert_eq!(options.ssl_mode, crate::lease::SslMode::VerifyFull);
+    assert_eq!(
+        (options.pool_size, options.schema.as_str()),
+        (8, "floe_prod")
+    );
+    assert!(!options.create_tables);
+}
+
+#[test]
+fn postgres_url_with_a_password_in_the_file_or_another_scheme_is_refused() {
+    refused(
+        &postgres_lease_store("url = \"postgresql://floe:hunter2@db/floe\""),
+        "lease_store.url",
+        "PGPASSWORD",
+    );
+    refused(
+        &postgres_lease_store("url = \"mysql://floe@db/floe\""),
+        "lease_store.url",
+        "is not postgresql://",
+    );
+    refused(
+        &postgres_lease_store("url = \"env:UNSET_PG\""),
+        "lease_store.url",
+        "UNSET_PG is not set",
+    );
+}
+
+#[test]
+fn sql_catalog_on_postgres_is_accepted_by_url_or_environment() {
+    let text = replaced(
+        "uri = \"sqlite:catalog.sqlite\"",
+        "uri = \"postgresql://floe@db:5432/catalog\"",
+    );
+    let config = parse(&text).unwrap();
+    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog else {
+        panic!("an sql catalog")
+    };
+    assert_eq!(
+        sql.database,
+        CatalogDatabase::Postgres("postgresql://floe@db:5432/catalog".into())
+    );
+    assert_eq!(
+        iceberg(&config).catalog.identity(),
+        "sql:floe:postgresql://floe@db:5432/catalog"
+    );
+    refused(
+        &replaced(
+            "uri = \"sqlite:catalog.sqlite\"",
+            "uri = \"postgresql://floe:pw@db/catalog\"",
+        ),
+        "channel[0].destination.catalog.uri",
+        "secrets must not be written",
+    );
+    let text = replaced(
+        "uri = \"sqlite:catalog.sqlite\"",
+        "uri = \"env:FLOE_CATALOG\"",
+    );
+    let config = Config::from_toml_str_with_env(
+        &text,
+        Path::new("/etc/floe"),
+        &env_with("FLOE_CATALOG", "postgresql://floe:pw@db/catalog"),
+    )
+    .unwrap();
+    let CatalogConfig::Sql(sql) = &iceberg(&config).catalog else {
+        panic!("an sql catalog")
+    };
+    assert_eq!(
+        iceberg(&config).catalog.identity(),
+        "sql:floe:postgresql://floe:***@db/catalog"
+    );
+    assert!(!format!("{sql:?}").contains("pw@"));
 }

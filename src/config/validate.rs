@@ -431,6 +431,12 @@ impl Checker<'_> {
                     s.max_leases_to_steal,
                 )
             }
+            LeaseStoreSection::Postgres(s) => (
+                self.postgres_lease_store(&s),
+                s.lease_duration,
+                s.renew_interval,
+                s.max_leases_to_steal,
+            ),
         };
         let lease_duration = self.duration(
             "lease_store.lease_duration",
@@ -473,6 +479,83 @@ impl Checker<'_> {
             renew_interval: renew_interval.filter(|_| renew_ok)?,
             max_leases_to_steal: max_leases_to_steal?,
         })
+    }
+
+    /// `[lease_store] kind = "postgres"`: the URL (literal without a password, or from the
+    /// environment), TLS mode, pool size and schema.
+    fn postgres_lease_store(
+        &mut self,
+        s: &crate::config::file::PostgresLeaseStoreSection,
+    ) -> Option<LeaseStoreBackend> {
+        let url = self.postgres_url("lease_store.url", &s.url);
+        let ssl_mode = match s.ssl_mode.as_deref().unwrap_or("prefer").parse() {
+            Ok(mode) => Some(mode),
+            Err(message) => {
+                self.error("lease_store.ssl_mode", message);
+                None
+            }
+        };
+        let pool_size = self.number("lease_store.pool_size", s.pool_size.clone(), 4, 1..=100);
+        let schema = s.schema.clone().unwrap_or_else(|| "floe".to_string());
+        let schema_ok = !schema.is_empty()
+            && schema.len() <= 63
+            && !schema.starts_with(|c: char| c.is_ascii_digit())
+            && schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !schema_ok {
+            self.error(
+                "lease_store.schema",
+                format!("\"{schema}\" is not a schema name: 1 to 63 characters from a-z 0-9 _, not starting with a digit"),
+            );
+        }
+        Some(LeaseStoreBackend::Postgres(crate::lease::PostgresOptions {
+            url: url?,
+            ssl_mode: ssl_mode?,
+            pool_size: pool_size?,
+            schema: schema_ok.then_some(schema)?,
+            create_tables: s.create_tables.unwrap_or(true),
+        }))
+    }
+
+    /// A PostgreSQL connection URL at `path`: `"env:VARNAME"` (read from the environment, may
+    /// hold a password) or a literal `postgres://`/`postgresql://` URL without a password.
+    fn postgres_url(&mut self, path: &str, text: &str) -> Option<String> {
+        let from_env = text.starts_with("env:");
+        let value = self.property_value(path, text.to_string(), false)?;
+        let url = value.value().to_string();
+        match url::Url::parse(&url) {
+            Ok(parsed) if matches!(parsed.scheme(), "postgres" | "postgresql") => {
+                if parsed.password().is_some() && !from_env {
+                    self.error(
+                        path,
+                        "the URL holds a password: secrets must not be written in the file; give it in PGPASSWORD or ~/.pgpass, or write \"env:VARNAME\" with the whole URL in VARNAME",
+                    );
+                    return None;
+                }
+                Some(url)
+            }
+            Ok(parsed) => {
+                self.error(
+                    path,
+                    format!(
+                        "scheme \"{}\" is not postgresql:// (e.g. \"postgresql://floe@db.internal:5432/floe\")",
+                        parsed.scheme()
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                self.error(
+                    path,
+                    format!(
+                        "not a URL ({e}); write \"postgresql://USER@HOST:PORT/DATABASE\"{}",
+                        if from_env { " in the variable" } else { "" }
+                    ),
+                );
+                None
+            }
+        }
     }
 
     fn channel(&mut self, i: usize, section: Section<ChannelSection>) -> Option<ChannelConfig> {
@@ -1165,15 +1248,26 @@ impl Checker<'_> {
                 );
                 None
             }
-            Some(rest) => self.local_path(&uri_path, rest),
+            Some(rest) => self
+                .local_path(&uri_path, rest)
+                .map(CatalogDatabase::Sqlite),
+            None if sql.uri.starts_with("env:")
+                || sql.uri.starts_with("postgres://")
+                || sql.uri.starts_with("postgresql://") =>
+            {
+                self.postgres_url(&uri_path, &sql.uri)
+                    .map(CatalogDatabase::Postgres)
+            }
             None if sql.uri.contains("://") => {
                 self.error(
                     &uri_path,
-                    format!("\"{}\": only SQLite catalogs (\"sqlite:PATH\" or a plain path) are supported in this build", sql.uri),
+                    format!("\"{}\": an SQL catalog is an SQLite file (\"sqlite:PATH\" or a plain path) or a PostgreSQL database (\"postgresql://USER@HOST:PORT/DATABASE\" or \"env:VARNAME\")", sql.uri),
                 );
                 None
             }
-            None => self.local_path(&uri_path, &sql.uri),
+            None => self
+                .local_path(&uri_path, &sql.uri)
+                .map(CatalogDatabase::Sqlite),
         };
         let warehouse = match sql.warehouse.starts_with("s3://") {
             true => self

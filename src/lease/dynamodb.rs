@@ -416,7 +416,7 @@ fn map_err<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::D
         other => format!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(other)),
     };
     let message = format!("DynamoDB table {table:?}: {message}");
-    match &e {
+    let mapped = match &e {
         SdkError::ServiceError(_) => match code(&e) {
             Some(
                 "ProvisionedThroughputExceededException"
@@ -430,7 +430,13 @@ fn map_err<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::D
         },
         // Timeouts, connection failures, unparseable responses: the outcome is unknown.
         _ => LeaseError::Unavailable { message },
-    }
+    };
+    crate::telemetry::record_lease_store_error(match mapped {
+        LeaseError::Throttled { .. } => "throttled",
+        LeaseError::Unavailable { .. } => "unavailable",
+        _ => "fatal",
+    });
+    mapped
 }
 
 fn corrupt(what: &str, detail: impl std::fmt::Display) -> LeaseError {

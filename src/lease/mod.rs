@@ -27,8 +27,8 @@
 //!                                   +-----------------+
 //! ```
 //!
-//! Implementations: [`sqlite::SqliteLeaseStore`] (embedded: one file, several processes on one
-//! machine), the in-memory [`memory::MemoryLeaseStore`] (tests and the fleet simulation), the
+//! Implementations: [`sql::SqlLeaseStore`] (SQLite, embedded: one file, several processes on one
+//! machine; PostgreSQL: a fleet of hosts without AWS), the in-memory [`memory::MemoryLeaseStore`] (tests and the fleet simulation), the
 //! conformance suite `conformance` (with `cfg(test)` or the `testsuite` feature), and
 //! [`dynamodb::DynamoDbLeaseStore`] (a fleet on AWS), which passes the same suite against the
 //! local emulator (`tests/lease_conformance.rs`).
@@ -49,11 +49,11 @@ pub mod dynamodb;
 pub mod manager;
 pub mod memory;
 pub mod sim;
-pub mod sqlite;
+pub mod sql;
 
 pub use dynamodb::DynamoDbLeaseStore;
 pub use manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
-pub use sqlite::SqliteLeaseStore;
+pub use sql::{PostgresOptions, SqlBackend, SqlLeaseStore, SslMode};
 
 /// How often a running channel re-reads its state in the lease store (deletion, updated
 /// settings): workers and the committer pick up `floe channel update`/`delete` within it.
@@ -489,9 +489,9 @@ impl<T: LeaseStore + BatchStore + ?Sized> Store for T {}
 mod tests {
     use super::*;
 
-    async fn sqlite_store() -> (tempfile::TempDir, SqliteLeaseStore) {
+    async fn sqlite_store() -> (tempfile::TempDir, SqlLeaseStore) {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+        let store = SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
             .await
             .unwrap();
         (dir, store)

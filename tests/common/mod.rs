@@ -47,6 +47,27 @@ pub fn kinesalite_endpoint() -> String {
     emulator_env("FLOE_TEST_KINESALITE_ENDPOINT")
 }
 
+/// The test PostgreSQL server's URL (`deploy/local/postgres.sh env`), from
+/// `FLOE_TEST_POSTGRES_URL`.
+pub fn postgres_url() -> String {
+    std::env::var("FLOE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "FLOE_TEST_POSTGRES_URL is not set: start PostgreSQL with `deploy/local/postgres.sh start` and `eval \"$(deploy/local/postgres.sh env)\"` (scripts/test.sh does both)"
+        )
+    })
+}
+
+/// Options of a PostgreSQL lease store in a fresh schema of the test server.
+pub fn postgres_options() -> floe::lease::PostgresOptions {
+    floe::lease::PostgresOptions {
+        url: postgres_url(),
+        ssl_mode: floe::lease::SslMode::Disable,
+        pool_size: 4,
+        schema: unique_name("floe").replace('-', "_"),
+        create_tables: true,
+    }
+}
+
 fn emulator_env(var: &str) -> String {
     for needed in [var, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
         assert!(
@@ -503,7 +524,7 @@ pub struct WorkerRig {
     /// The mapped `Event` schema.
     pub schema: std::sync::Arc<floe::schema::MappedSchema>,
     /// The lease and batch store.
-    pub store: std::sync::Arc<floe::lease::SqliteLeaseStore>,
+    pub store: std::sync::Arc<floe::lease::SqlLeaseStore>,
     /// The channel's DLQ.
     pub dlq: LocalDlq,
 }
@@ -514,7 +535,7 @@ impl WorkerRig {
         let dir = tempfile::tempdir().unwrap();
         let (catalog, ident, schema) = event_table(dir.path(), channel).await;
         let store = std::sync::Arc::new(
-            floe::lease::SqliteLeaseStore::open(dir.path().join("leases.sqlite"))
+            floe::lease::SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
                 .await
                 .unwrap(),
         );

@@ -2,7 +2,7 @@
 """Independent reader for floe's integration tests: opens floe's SQLite catalog with PyIceberg
 and prints, as one JSON object, what the Rust tests assert on.
 
-Usage: read_table.py CATALOG_SQLITE WAREHOUSE_DIR|s3://BUCKET/PREFIX NAMESPACE.TABLE [--catalog-name floe]
+Usage: read_table.py CATALOG_SQLITE|SQLALCHEMY_URL WAREHOUSE_DIR|s3://BUCKET/PREFIX NAMESPACE.TABLE [--catalog-name floe]
        [--ids 1,2,3] [--s3-endpoint URL]
        read_table.py - - NAMESPACE.TABLE --rest-uri URI [--rest-token TOKEN | --rest-sigv4 REGION:NAME]
        [--ids 1,2,3] (an Iceberg REST catalog, read with PyIceberg's RestCatalog; SigV4 signed by
@@ -50,7 +50,9 @@ def open_catalog(catalog, warehouse, name="floe", s3_endpoint=""):
             }
     else:
         warehouse = f"file://{os.path.abspath(warehouse)}"
-    return SqlCatalog(name, uri=f"sqlite:///{catalog}", warehouse=warehouse, **props)
+    # A SQLAlchemy URL (postgresql+psycopg2://…) is the catalog database itself; a path is SQLite.
+    uri = catalog if "://" in catalog else f"sqlite:///{catalog}"
+    return SqlCatalog(name, uri=uri, warehouse=warehouse, **props)
 
 
 def main():
