@@ -415,3 +415,35 @@ async fn sqlite_processes_race_for_leases() {
         assert_eq!((lease.lease_counter, lease.heartbeat), (1, 3));
     }
 }
+
+/// An SQL catalog on PostgreSQL whose login is refused stops `floe run` at start with exit 78,
+/// naming the key and not the password (no retry helps).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_catalog_with_a_wrong_password_is_refused_at_start_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut url = url::Url::parse(&common::postgres_url()).unwrap();
+    url.set_password(Some("not-the-password")).unwrap();
+    let sqlite_uri = format!("uri = \"{}/catalog.sqlite\"", dir.path().display());
+    let text = common::config_toml(dir.path(), "127.0.0.1:9", "w1", 4);
+    assert!(text.contains(&sqlite_uri));
+    let config = dir.path().join("w1.toml");
+    std::fs::write(
+        &config,
+        text.replacen(&sqlite_uri, "uri = \"env:FLOE_TEST_CATALOG_URL\"", 1),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("FLOE_TEST_CATALOG_URL", url.as_str())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("channel[0].destination.catalog.uri")
+            && stderr.contains("password authentication failed"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not-the-password"), "{stderr}");
+}

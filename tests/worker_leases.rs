@@ -235,30 +235,44 @@ async fn dead_lettered_records_fill_the_buffer_like_rows() {
     }
 }
 
-/// The lease store's pending set with the committer committing at the worst moment for the
-/// worker's reconciliation: a committer round runs whenever the worker lists the pending batches,
-/// before they are listed. Counts what the rounds rejected.
-struct CommitWhileListing {
+/// The lease store's pending set with faults at the worst moments for the worker: with a
+/// `committer`, a committer round runs whenever the worker lists the pending batches, before they
+/// are listed (counting what the rounds rejected); while `failing_puts` is above 0, a hand-off
+/// fails as an unreachable store's does (and counts down).
+struct HookedBatches {
     inner: Arc<floe::lease::SqlLeaseStore>,
-    committer: floe::commit::Committer,
+    committer: Option<floe::commit::Committer>,
     rejected: std::sync::atomic::AtomicUsize,
+    failing_puts: std::sync::atomic::AtomicUsize,
 }
 
 #[async_trait::async_trait]
-impl floe::lease::BatchStore for CommitWhileListing {
+impl floe::lease::BatchStore for HookedBatches {
     async fn put_batch(
         &self,
         batch: &floe::model::PendingBatch,
     ) -> Result<(), floe::lease::LeaseError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let failing = self
+            .failing_puts
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Err(floe::lease::LeaseError::Unavailable {
+                message: "connection refused (test)".into(),
+            });
+        }
         self.inner.put_batch(batch).await
     }
     async fn list_pending(
         &self,
         channel: &str,
     ) -> Result<Vec<floe::model::PendingBatch>, floe::lease::LeaseError> {
-        let report = self.committer.run_round().await.unwrap();
-        self.rejected
-            .fetch_add(report.rejected, std::sync::atomic::Ordering::SeqCst);
+        if let Some(committer) = &self.committer {
+            let report = committer.run_round().await.unwrap();
+            self.rejected
+                .fetch_add(report.rejected, std::sync::atomic::Ordering::SeqCst);
+        }
         self.inner.list_pending(channel).await
     }
     async fn finish_batches(
@@ -311,10 +325,11 @@ async fn a_batch_committed_while_the_worker_reconciles_is_not_taken_for_rejected
         shards: leases,
         committer: None,
     });
-    let store = Arc::new(CommitWhileListing {
+    let store = Arc::new(HookedBatches {
         inner: rig.store.clone(),
-        committer: rig.committer(1),
+        committer: Some(rig.committer(1)),
         rejected: std::sync::atomic::AtomicUsize::new(0),
+        failing_puts: std::sync::atomic::AtomicUsize::new(0),
     });
     let source = Arc::new(MemorySource::with_partitions(1));
     let (stop, task) = rig.spawn_worker_on(
@@ -476,4 +491,57 @@ async fn losing_an_idle_shard_keeps_the_buffer_of_the_others() {
     .await;
     task.await.unwrap().unwrap();
     assert_eq!(rig.sorted_table_ids().await, (0..10).collect::<Vec<i64>>());
+}
+
+/// A lease store unreachable for a few hand-offs (a PostgreSQL restart) costs the worker nothing
+/// but time: the hand-off is retried with backoff while the leases are held, the buffer is kept
+/// and no reader is reopened; every record lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_hand_off_is_retried_keeping_the_buffer() {
+    let rig = common::WorkerRig::new("wu").await;
+    let s0 = ShardId::kafka_partition(0);
+    let leases = rig.take_shard_leases(std::slice::from_ref(&s0)).await;
+    let (_held_tx, held_rx) = watch::channel(HeldLeases {
+        shards: leases,
+        committer: None,
+    });
+    let store = Arc::new(HookedBatches {
+        inner: rig.store.clone(),
+        committer: None,
+        rejected: std::sync::atomic::AtomicUsize::new(0),
+        failing_puts: std::sync::atomic::AtomicUsize::new(3),
+    });
+    let source = Arc::new(MemorySource::with_partitions(1));
+    let (stop, task) = rig.spawn_worker_on(
+        common::worker_settings(&rig.channel, Duration::from_millis(200)),
+        source.clone(),
+        store.clone(),
+        Duration::from_secs(5),
+        held_rx,
+    );
+    let base = 1_783_627_200_000;
+    for id in 0..20 {
+        source.append(&s0, None, event_json(id, 3, base, 1).into_bytes(), base);
+    }
+    let committer = rig.committer(1);
+    rig.wait_for_checkpoint(
+        &s0,
+        Position::Offset(19),
+        Duration::from_secs(30),
+        Some(&committer),
+    )
+    .await;
+    assert_eq!(
+        store.failing_puts.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "every failing hand-off was tried"
+    );
+    assert_eq!(
+        source.opens(&s0),
+        1,
+        "the reader was reopened: the buffer was dropped instead of the hand-off retried"
+    );
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(rig.sorted_table_ids().await, (0..20).collect::<Vec<i64>>());
 }

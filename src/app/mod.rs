@@ -460,7 +460,7 @@ fn activate_err(channel: &str, e: ActivateError) -> AppError {
         ActivateError::Unavailable(m) => channel_unavailable(channel, m),
         ActivateError::Failed { reason, .. } => channel_err(channel, format!("FAILED: {reason}")),
         ActivateError::Suspended(reason) => channel_err(channel, format!("suspended: {reason}")),
-        ActivateError::Refused { message, .. } => channel_err(channel, message),
+        ActivateError::Refused { path, message } => channel_err(channel, format!("{path}: {message}")),
     }
 }
 

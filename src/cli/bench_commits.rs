@@ -40,7 +40,6 @@ use std::time::{Duration, Instant};
 
 use iceberg::{NamespaceIdent, TableIdent};
 
-use crate::catalog::open_sql_catalog;
 use crate::commit::Committer;
 use crate::config::MaintenanceConfig;
 use crate::convert::Converter;
@@ -104,6 +103,11 @@ pub struct BenchCommitsArgs {
     /// What the checkpoints hold: Kafka offsets or 56-digit Kinesis sequence numbers.
     #[arg(long, value_enum, default_value = "offset")]
     pub positions: PositionKind,
+    /// Put the SQL catalog and the lease store on this PostgreSQL database
+    /// (`postgresql://USER:PASSWORD@HOST:PORT/DB`) instead of SQLite files in `--dir`: a fresh
+    /// catalog name and lease schema per run; the warehouse stays in `--dir`.
+    #[arg(long, value_name = "URL", env = "FLOE_BENCH_POSTGRES_URL")]
+    pub postgres_url: Option<String>,
 }
 
 /// The position of record `n` of a shard: a 10-digit offset, or a 56-digit sequence number
@@ -161,16 +165,29 @@ fn window(label: &str, durations: &[Duration]) -> String {
 /// Errors: the catalog, storage or lease store failed, or a commit round failed.
 pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError> {
     let catalog_path = args.dir.join("catalog.sqlite");
-    if catalog_path.exists() {
+    let warehouse = args.dir.join("warehouse");
+    if catalog_path.exists() || warehouse.exists() {
         // Appending to an earlier run's table would mix its figures into this one's.
         return Err(err(format!(
             "--dir {} already holds a benchmark table ({}): give an empty or new directory",
             args.dir.display(),
-            catalog_path.display()
+            warehouse.display()
         )));
     }
     std::fs::create_dir_all(&args.dir).map_err(err)?;
-    let catalog = open_sql_catalog(&catalog_path, &args.dir.join("warehouse"), "floe")
+    // On PostgreSQL, one run's rows are told apart by the catalog name and the lease schema.
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let (database, catalog_name) = match &args.postgres_url {
+        Some(url) => (
+            crate::config::CatalogDatabase::Postgres(url.clone()),
+            format!("bench_{run_id}"),
+        ),
+        None => (
+            crate::config::CatalogDatabase::Sqlite(catalog_path.clone()),
+            "floe".to_string(),
+        ),
+    };
+    let catalog = crate::catalog::open_sql_catalog_local(&database, &warehouse, &catalog_name)
         .await
         .map_err(err)?;
     let schema_json: serde_json::Value =
@@ -186,11 +203,20 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
     ensure_table(catalog.as_ref(), &spec, &schema)
         .await
         .map_err(err)?;
-    let store = Arc::new(
-        SqlLeaseStore::open_sqlite(args.dir.join("leases.sqlite"))
+    let store = Arc::new(match &args.postgres_url {
+        Some(url) => SqlLeaseStore::open_postgres(&crate::lease::PostgresOptions {
+            url: url.clone(),
+            ssl_mode: crate::lease::SslMode::Prefer,
+            pool_size: 4,
+            schema: format!("bench_{run_id}"),
+            create_tables: true,
+        })
+        .await
+        .map_err(err)?,
+        None => SqlLeaseStore::open_sqlite(args.dir.join("leases.sqlite"))
             .await
             .map_err(err)?,
-    );
+    });
     let maintenance = MaintenanceConfig {
         enabled: args.maintenance == OnOff::On,
         snapshot_retention: args.snapshot_retention,
@@ -204,11 +230,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         compression: ParquetCompression::Zstd(3),
         target_file_size: 128 << 20,
     };
-    let swap = crate::catalog::swap::SqlSwap::open(
-        catalog.clone(),
-        &crate::config::CatalogDatabase::Sqlite(catalog_path.clone()),
-        "floe",
-    )
+    let swap = crate::catalog::swap::SqlSwap::open(catalog.clone(), &database, &catalog_name)
     .await
     .map_err(err)?;
     // The replayed stream's clock: hour-aligned, ending an hour before the wall clock.

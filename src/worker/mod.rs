@@ -159,6 +159,15 @@ struct ShardReaderState {
     read_error_logged_at: Option<Instant>,
 }
 
+/// First wait before retrying a failed hand-off of a batch to the lease store; doubled at
+/// every failure up to [`HANDOFF_RETRY_MAX`].
+const HANDOFF_RETRY_FIRST: Duration = Duration::from_millis(250);
+/// Longest wait between two hand-off attempts.
+const HANDOFF_RETRY_MAX: Duration = Duration::from_secs(4);
+/// How long a hand-off is retried at most (while its leases are held) before the worker loop
+/// restarts with backoff from the committed checkpoints.
+const HANDOFF_RETRY_BOUND: Duration = Duration::from_secs(120);
+
 /// At most one log line per this interval for the retryable read errors of one shard.
 const READ_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -740,7 +749,8 @@ impl ChannelWorker {
             .expect("sink open")
             .write(batch_id, &self.dlq_entries)
             .await?;
-        // Never hand off a shard whose lease was lost while writing.
+        // Never hand off a shard whose lease was lost while writing (or while the hand-off was
+        // being retried, below).
         if !Progress::still_held(&shards, &self.held_counters()) {
             self.sink
                 .as_mut()
@@ -772,7 +782,40 @@ impl ChannelWorker {
             data_bytes: written.num_bytes,
             oldest_read_at_ms: self.oldest_read_ms,
         };
-        self.batches.put_batch(&batch).await?;
+        // The lease store may be briefly unreachable (a PostgreSQL restart or failover, a
+        // DynamoDB hiccup): the hand-off is idempotent, so it is retried with backoff while
+        // every shard of the batch is still held, keeping the buffer and the written files
+        // instead of re-reading from the last hand-off. Reading waits meanwhile. Once a lease
+        // is gone (the lease manager drops what it could not renew within lease_duration), the
+        // readers are rewound as above.
+        let mut backoff = HANDOFF_RETRY_FIRST;
+        let retrying_since = Instant::now();
+        loop {
+            match self.batches.put_batch(&batch).await {
+                Ok(()) => break,
+                Err(e) if e.is_retryable() && retrying_since.elapsed() < HANDOFF_RETRY_BOUND => {
+                    // Leases may have changed while the store was away.
+                    self.held.borrow_and_update();
+                    if !Progress::still_held(&shards, &self.held_counters()) {
+                        tracing::warn!(channel = %self.settings.channel, batch_id = %batch_id, error = %e, "a lease of the batch was lost while its hand-off was retried; re-reading from the last hand-off");
+                        // The files stay: a failed put's outcome is unknown, and a batch that
+                        // did land needs them until the committer decides it. The orphan sweep
+                        // removes them otherwise.
+                        self.sync_leases(false).await?;
+                        return self.restart_from_handoff().await;
+                    }
+                    if backoff == HANDOFF_RETRY_FIRST {
+                        tracing::warn!(channel = %self.settings.channel, batch_id = %batch_id, error = %e, "handing the batch off failed; retrying with backoff while its leases are held");
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(HANDOFF_RETRY_MAX);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if backoff != HANDOFF_RETRY_FIRST {
+            tracing::info!(channel = %self.settings.channel, batch_id = %batch_id, retried_for_s = retrying_since.elapsed().as_secs_f64(), "batch handed off after retries");
+        }
         telemetry::record_files(&self.settings.channel, written.sizes.iter().copied());
         tracing::debug!(channel = %self.settings.channel, batch_id = %batch_id, rows = written.num_rows, dead_lettered = batch.num_dead_lettered, files = written.sizes.len(), "batch handed off");
         self.progress.handed_off(
