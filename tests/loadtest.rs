@@ -91,10 +91,9 @@ fn bench_quick_prints_every_figure_and_the_ratio_last() {
 #[test]
 fn bench_commits_with_many_shards_keeps_a_checkpoint_per_shard() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args(["bench", "commits", "--dir"])
-        .arg(dir.path().join("b"))
-        .args([
+    let shape = bench_commits_shape(
+        &dir.path().join("b"),
+        &[
             "--commits",
             "6",
             "--shards",
@@ -103,20 +102,8 @@ fn bench_commits_with_many_shards_keeps_a_checkpoint_per_shard() {
             "sequence",
             "--maintenance",
             "off",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let shape: serde_json::Value = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|l| l.get("snapshots").is_some())
-        .unwrap_or_else(|| panic!("no shape line in {stdout}"));
     assert_eq!(shape["shards"], 200, "{shape}");
     assert_eq!(shape["snapshots"], 6, "{shape}");
     // Per shard: `"shardId-…":"<56 digits>"` and a separator.
@@ -134,4 +121,52 @@ fn bench_commits_with_many_shards_keeps_a_checkpoint_per_shard() {
         "{}",
         String::from_utf8_lossy(&again.stderr)
     );
+}
+
+/// `floe bench commits --postgres-url` commits into a table whose SQL catalog and lease store
+/// are on PostgreSQL (the test server), leaving no catalog file in `--dir`.
+#[test]
+fn bench_commits_on_postgres_commits_into_a_postgres_catalog() {
+    let url = std::env::var("FLOE_TEST_POSTGRES_URL")
+        .expect("FLOE_TEST_POSTGRES_URL (deploy/local/postgres.sh env)");
+    let dir = tempfile::tempdir().unwrap();
+    let shape = bench_commits_shape(
+        &dir.path().join("b"),
+        &[
+            "--commits",
+            "5",
+            "--maintenance",
+            "off",
+            "--postgres-url",
+            &url,
+        ],
+    );
+    assert_eq!(shape["snapshots"], 5, "{shape}");
+    let table = shape["table"].as_str().unwrap();
+    assert!(
+        table.starts_with("postgresql://") && !table.contains(":floe@"),
+        "{table}"
+    );
+    assert!(!dir.path().join("b/catalog.sqlite").exists());
+}
+
+/// Runs `floe bench commits --dir DIR ARGS`; returns its shape line (the one with `snapshots`).
+fn bench_commits_shape(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["bench", "commits", "--dir"])
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l.get("snapshots").is_some())
+        .unwrap_or_else(|| panic!("no shape line in {stdout}"))
 }

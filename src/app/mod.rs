@@ -460,7 +460,9 @@ fn activate_err(channel: &str, e: ActivateError) -> AppError {
         ActivateError::Unavailable(m) => channel_unavailable(channel, m),
         ActivateError::Failed { reason, .. } => channel_err(channel, format!("FAILED: {reason}")),
         ActivateError::Suspended(reason) => channel_err(channel, format!("suspended: {reason}")),
-        ActivateError::Refused { path, message } => channel_err(channel, format!("{path}: {message}")),
+        ActivateError::Refused { path, message } => {
+            channel_err(channel, format!("{path}: {message}"))
+        }
     }
 }
 

@@ -231,8 +231,8 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         target_file_size: 128 << 20,
     };
     let swap = crate::catalog::swap::SqlSwap::open(catalog.clone(), &database, &catalog_name)
-    .await
-    .map_err(err)?;
+        .await
+        .map_err(err)?;
     // The replayed stream's clock: hour-aligned, ending an hour before the wall clock.
     let step_ms = args.freshness.as_millis() as i64;
     let span_ms = step_ms * args.commits as i64;
@@ -413,7 +413,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
                 .properties()
                 .get(crate::iceberg::table_state::PROP_CHECKPOINTS)
                 .map_or(0, |v| v.len()),
-            "table": format!("{}#{}", catalog_path.display(), ident),
+            "table": format!("{database}#{catalog_name}.{ident}"),
         })
     );
     Ok(ExitCode::SUCCESS)
