@@ -55,7 +55,7 @@ enum Command {
         ready: bool,
     },
     /// Create what the fleet shares before the first worker starts: the lease store (the DynamoDB
-    /// lease table, or the SQLite file). Idempotent.
+    /// lease table, the PostgreSQL schema and tables, or the SQLite file). Idempotent.
     Setup {
         /// The TOML config file.
         #[arg(long)]

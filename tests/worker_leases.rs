@@ -237,13 +237,27 @@ async fn dead_lettered_records_fill_the_buffer_like_rows() {
 
 /// The lease store's pending set with faults at the worst moments for the worker: with a
 /// `committer`, a committer round runs whenever the worker lists the pending batches, before they
-/// are listed (counting what the rounds rejected); while `failing_puts` is above 0, a hand-off
-/// fails as an unreachable store's does (and counts down).
+/// are listed (counting what the rounds rejected); while `failing_puts` (`failing_lists`) is
+/// above 0, a hand-off (a listing of the pending set) fails as an unreachable store's does, and
+/// counts down.
 struct HookedBatches {
     inner: Arc<floe::lease::SqlLeaseStore>,
     committer: Option<floe::commit::Committer>,
     rejected: std::sync::atomic::AtomicUsize,
     failing_puts: std::sync::atomic::AtomicUsize,
+    failing_lists: std::sync::atomic::AtomicUsize,
+}
+
+/// Takes one from `n` unless it is 0; whether it did (the call should fail).
+fn count_down(n: &std::sync::atomic::AtomicUsize) -> bool {
+    use std::sync::atomic::Ordering::SeqCst;
+    n.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()
+}
+
+fn unreachable() -> floe::lease::LeaseError {
+    floe::lease::LeaseError::Unavailable {
+        message: "connection refused (test)".into(),
+    }
 }
 
 #[async_trait::async_trait]
@@ -252,15 +266,8 @@ impl floe::lease::BatchStore for HookedBatches {
         &self,
         batch: &floe::model::PendingBatch,
     ) -> Result<(), floe::lease::LeaseError> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let failing = self
-            .failing_puts
-            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if failing {
-            return Err(floe::lease::LeaseError::Unavailable {
-                message: "connection refused (test)".into(),
-            });
+        if count_down(&self.failing_puts) {
+            return Err(unreachable());
         }
         self.inner.put_batch(batch).await
     }
@@ -268,6 +275,9 @@ impl floe::lease::BatchStore for HookedBatches {
         &self,
         channel: &str,
     ) -> Result<Vec<floe::model::PendingBatch>, floe::lease::LeaseError> {
+        if count_down(&self.failing_lists) {
+            return Err(unreachable());
+        }
         if let Some(committer) = &self.committer {
             let report = committer.run_round().await.unwrap();
             self.rejected
@@ -330,6 +340,7 @@ async fn a_batch_committed_while_the_worker_reconciles_is_not_taken_for_rejected
         committer: Some(rig.committer(1)),
         rejected: std::sync::atomic::AtomicUsize::new(0),
         failing_puts: std::sync::atomic::AtomicUsize::new(0),
+        failing_lists: std::sync::atomic::AtomicUsize::new(0),
     });
     let source = Arc::new(MemorySource::with_partitions(1));
     let (stop, task) = rig.spawn_worker_on(
@@ -493,9 +504,10 @@ async fn losing_an_idle_shard_keeps_the_buffer_of_the_others() {
     assert_eq!(rig.sorted_table_ids().await, (0..10).collect::<Vec<i64>>());
 }
 
-/// A lease store unreachable for a few hand-offs (a PostgreSQL restart) costs the worker nothing
-/// but time: the hand-off is retried with backoff while the leases are held, the buffer is kept
-/// and no reader is reopened; every record lands once.
+/// A lease store unreachable for a few calls (a PostgreSQL restart) costs the worker nothing but
+/// time: a hand-off is retried with backoff while the leases are held, a failed listing of the
+/// pending set postpones the reconciliation; the buffer is kept and no reader is reopened; every
+/// record lands once. (Found by a break test: the first listing failure restarted the loop.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_hand_off_is_retried_keeping_the_buffer() {
     let rig = common::WorkerRig::new("wu").await;
@@ -510,6 +522,7 @@ async fn a_failed_hand_off_is_retried_keeping_the_buffer() {
         committer: None,
         rejected: std::sync::atomic::AtomicUsize::new(0),
         failing_puts: std::sync::atomic::AtomicUsize::new(3),
+        failing_lists: std::sync::atomic::AtomicUsize::new(1),
     });
     let source = Arc::new(MemorySource::with_partitions(1));
     let (stop, task) = rig.spawn_worker_on(
@@ -520,8 +533,12 @@ async fn a_failed_hand_off_is_retried_keeping_the_buffer() {
         held_rx,
     );
     let base = 1_783_627_200_000;
+    // Three waves, so several batches are in flight and listed in turn.
     for id in 0..20 {
         source.append(&s0, None, event_json(id, 3, base, 1).into_bytes(), base);
+        if id % 7 == 6 {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+        }
     }
     let committer = rig.committer(1);
     rig.wait_for_checkpoint(
@@ -531,11 +548,16 @@ async fn a_failed_hand_off_is_retried_keeping_the_buffer() {
         Some(&committer),
     )
     .await;
-    assert_eq!(
-        store.failing_puts.load(std::sync::atomic::Ordering::SeqCst),
-        0,
-        "every failing hand-off was tried"
-    );
+    for (left, what) in [
+        (&store.failing_puts, "hand-off"),
+        (&store.failing_lists, "listing"),
+    ] {
+        assert_eq!(
+            left.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "every failing {what} was tried"
+        );
+    }
     assert_eq!(
         source.opens(&s0),
         1,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # floe's local PostgreSQL (deploy/local/README.md): Debian's PostgreSQL server (the `postgresql` package),
-# one throw-away cluster on loopback, with role `floe` (password `floe`, LOGIN CREATEDB) owning database `floe`.
+# one throw-away cluster on loopback, with role `floe` (password `floe`, LOGIN CREATEDB CREATEROLE: it may create the least-privilege roles of docs/operations.md) owning database `floe`.
 #
 #   deploy/local/postgres.sh start     install the server when missing, create the cluster the first time, start
 #                                      it, wait until floe logs in; a no-op when it already runs
@@ -217,8 +217,11 @@ super_psql() {
 ensure_floe() {
   local p="$1"
   if [ "$(super_psql "$p" -tAc "select 1 from pg_roles where rolname = '$DB_USER'")" != 1 ]; then
-    say "creating role $DB_USER (LOGIN CREATEDB, password $DB_PASSWORD)"
-    super_psql "$p" -c "create role $DB_USER login createdb password '$DB_PASSWORD'" || return 1
+    say "creating role $DB_USER (LOGIN CREATEDB CREATEROLE, password $DB_PASSWORD)"
+    super_psql "$p" -c "create role $DB_USER login createdb createrole password '$DB_PASSWORD'" || return 1
+  else
+    # Clusters made before the role could create roles (a test-only server).
+    super_psql "$p" -qc "alter role $DB_USER createrole" || return 1
   fi
   if [ "$(super_psql "$p" -tAc "select 1 from pg_database where datname = '$DB_NAME'")" != 1 ]; then
     say "creating database $DB_NAME owned by $DB_USER"

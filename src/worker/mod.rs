@@ -334,6 +334,9 @@ pub struct ChannelWorker {
     carried_oldest: Option<Instant>,
     /// When this worker last loaded the table (for its checkpoints).
     last_table_load: Option<Instant>,
+    /// Since when listing the pending batches fails (lease store unreachable), for one log line
+    /// per outage.
+    pending_unreachable_since: Option<Instant>,
 }
 
 /// How long batches may wait in the pending set before a worker loads the table anyway (at
@@ -367,6 +370,7 @@ impl ChannelWorker {
             backpressure_carry: Duration::ZERO,
             carried_oldest: None,
             last_table_load: None,
+            pending_unreachable_since: None,
         }
     }
 
@@ -841,13 +845,25 @@ impl ChannelWorker {
         // in the checkpoints read after, or rejected. In the other order, a commit landing
         // between the two reads made a committed batch look rejected (found by a break test:
         // false "rejected" warnings and re-reads).
-        let pending: HashSet<Uuid> = self
-            .batches
-            .list_pending(&self.settings.channel)
-            .await?
-            .into_iter()
-            .map(|b| b.batch_id)
-            .collect();
+        // An unreachable lease store (a PostgreSQL restart) only postpones the reconciliation:
+        // the buffer and the batches in flight are kept, reading goes on until the leases
+        // lapse, and the next loop tries again.
+        let pending: HashSet<Uuid> = match self.batches.list_pending(&self.settings.channel).await {
+            Ok(pending) => {
+                if self.pending_unreachable_since.take().is_some() {
+                    tracing::info!(channel = %self.settings.channel, "pending batches readable again");
+                }
+                pending.into_iter().map(|b| b.batch_id).collect()
+            }
+            Err(e) if e.is_retryable() => {
+                if self.pending_unreachable_since.is_none() {
+                    self.pending_unreachable_since = Some(Instant::now());
+                    tracing::warn!(channel = %self.settings.channel, error = %e, "cannot list the pending batches; keeping the buffer and trying again");
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
         // Every batch in flight still pending: nothing can have settled, and the table is not
         // loaded. A worker so loads the table once per batch that leaves the pending set, not
         // once per second (at 100 workers that was ~100 metadata.json reads a second) — except
