@@ -19,6 +19,7 @@
 
 pub mod aws;
 pub mod file;
+pub mod postgres;
 pub mod raw;
 pub(crate) mod units;
 pub(crate) mod validate;
@@ -117,7 +118,7 @@ pub enum LeaseStoreBackend {
         create_lease_table: bool,
     },
     /// `kind = "postgres"`: a PostgreSQL schema shared by the fleet.
-    Postgres(crate::lease::PostgresOptions),
+    Postgres(postgres::PostgresOptions),
 }
 
 /// `[[channel]]`, see [`file::ChannelSection`].
@@ -604,7 +605,7 @@ impl std::fmt::Debug for CatalogDatabase {
             CatalogDatabase::Sqlite(path) => f.debug_tuple("Sqlite").field(path).finish(),
             CatalogDatabase::Postgres(url) => f
                 .debug_tuple("Postgres")
-                .field(&crate::lease::sql::redact_url(url))
+                .field(&crate::config::postgres::redact_url(url))
                 .finish(),
         }
     }
@@ -626,7 +627,9 @@ impl std::fmt::Display for CatalogDatabase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CatalogDatabase::Sqlite(path) => write!(f, "{}", path.display()),
-            CatalogDatabase::Postgres(url) => f.write_str(&crate::lease::sql::redact_url(url)),
+            CatalogDatabase::Postgres(url) => {
+                f.write_str(&crate::config::postgres::redact_url(url))
+            }
         }
     }
 }

@@ -1628,9 +1628,9 @@ fn postgres_lease_store_reads_its_url_from_the_environment_with_defaults() {
     .unwrap();
     assert_eq!(
         config.lease_store.backend,
-        LeaseStoreBackend::Postgres(crate::lease::PostgresOptions {
+        LeaseStoreBackend::Postgres(crate::config::postgres::PostgresOptions {
             url: "postgresql://floe:secret@db:5432/floe".into(),
-            ssl_mode: crate::lease::SslMode::Prefer,
+            ssl_mode: crate::config::postgres::SslMode::Prefer,
             pool_size: 4,
             schema: "floe".into(),
             create_tables: true,
@@ -1660,7 +1660,10 @@ fn postgres_lease_store_keys_are_validated_by_name() {
     let LeaseStoreBackend::Postgres(options) = &config.lease_store.backend else {
         panic!("postgres")
     };
-    assert_eq!(options.ssl_mode, crate::lease::SslMode::VerifyFull);
+    assert_eq!(
+        options.ssl_mode,
+        crate::config::postgres::SslMode::VerifyFull
+    );
     assert_eq!(
         (options.pool_size, options.schema.as_str()),
         (8, "floe_prod")

@@ -509,13 +509,15 @@ impl Checker<'_> {
                 format!("\"{schema}\" is not a schema name: 1 to 63 characters from a-z 0-9 _, not starting with a digit"),
             );
         }
-        Some(LeaseStoreBackend::Postgres(crate::lease::PostgresOptions {
-            url: url?,
-            ssl_mode: ssl_mode?,
-            pool_size: pool_size?,
-            schema: schema_ok.then_some(schema)?,
-            create_tables: s.create_tables.unwrap_or(true),
-        }))
+        Some(LeaseStoreBackend::Postgres(
+            crate::config::postgres::PostgresOptions {
+                url: url?,
+                ssl_mode: ssl_mode?,
+                pool_size: pool_size?,
+                schema: schema_ok.then_some(schema)?,
+                create_tables: s.create_tables.unwrap_or(true),
+            },
+        ))
     }
 
     /// A PostgreSQL connection URL at `path`: `"env:VARNAME"` (read from the environment, may
