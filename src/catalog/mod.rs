@@ -133,21 +133,16 @@ async fn open_sql(
             std::fs::create_dir_all(parent).map_err(io_error)?;
         }
     }
+    if let crate::config::CatalogDatabase::Postgres(url) = database {
+        check_postgres_login(url, database).await?;
+    }
     props.insert(SQL_CATALOG_PROP_URI.to_string(), database.url());
     let catalog = SqlCatalogBuilder::default()
         .with_storage_factory(storage)
         .load(name, props)
         .await
         .map_err(|e| {
-            let message = format!("sql catalog {database}: {e}");
-            if refused_login(&e.to_string()) {
-                CatalogError::Refused {
-                    key: "uri",
-                    message,
-                }
-            } else {
-                CatalogError::Unavailable(Error::new(e.kind(), message))
-            }
+            CatalogError::Unavailable(Error::new(e.kind(), format!("sql catalog {database}: {e}")))
         })?;
     Ok(Arc::new(catalog))
 }
@@ -264,15 +259,33 @@ pub(crate) async fn check_bucket_owner(
     }
 }
 
-/// Whether a PostgreSQL connection error says no retry helps: the server refused the login
-/// (SQLSTATE class 28: bad password, unknown role, no `pg_hba.conf` entry) or the database does
-/// not exist (3D000). iceberg-catalog-sql hands sqlx's error over as text, so the server's
-/// message texts (PostgreSQL's `auth.c`/`postinit.c`, stable across versions) are matched.
-fn refused_login(message: &str) -> bool {
-    message.contains("password authentication failed")
-        || message.contains("no pg_hba.conf entry")
-        || (message.contains("does not exist")
-            && (message.contains("role \"") || message.contains("database \"")))
+/// Connects once to the catalog's PostgreSQL database before iceberg-catalog-sql does (which
+/// hands sqlx's error over as text only): an error no retry fixes (a refused login, a missing
+/// database, a TLS mode the server refuses; the lease store's rules,
+/// [`crate::lease::sql::is_retryable`]) is [`CatalogError::Refused`] naming `uri`; an unreachable
+/// server is [`CatalogError::Unavailable`] (retried).
+async fn check_postgres_login(
+    url: &str,
+    database: &crate::config::CatalogDatabase,
+) -> Result<(), CatalogError> {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    match sqlx::AnyConnection::connect(url).await {
+        Ok(connection) => {
+            let _ = connection.close().await;
+            Ok(())
+        }
+        Err(e) if crate::lease::sql::is_retryable(&e) => {
+            Err(CatalogError::Unavailable(Error::new(
+                ErrorKind::Unexpected,
+                format!("sql catalog {database}: {e}"),
+            )))
+        }
+        Err(e) => Err(CatalogError::Refused {
+            key: "uri",
+            message: format!("sql catalog {database}: {e}"),
+        }),
+    }
 }
 
 fn io_error(e: std::io::Error) -> CatalogError {

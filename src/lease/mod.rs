@@ -53,7 +53,7 @@ pub mod sql;
 
 pub use dynamodb::DynamoDbLeaseStore;
 pub use manager::{HeldLeases, LeaseManager, LeaseManagerConfig};
-pub use sql::{PostgresOptions, SqlBackend, SqlLeaseStore, SslMode};
+pub use sql::{PostgresOptions, SqlLeaseStore, SslMode};
 
 /// How often a running channel re-reads its state in the lease store (deletion, updated
 /// settings): workers and the committer pick up `floe channel update`/`delete` within it.

@@ -102,21 +102,11 @@ const LEASE_COLUMNS: &str =
 
 const PRESENCE_COLUMNS: &str = "channel, worker, heartbeat, notice, handoffs";
 
-/// Which database a [`SqlLeaseStore`] runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SqlBackend {
-    /// One SQLite file.
-    Sqlite,
-    /// A PostgreSQL server.
-    Postgres,
-}
-
 /// A [`LeaseStore`] and [`BatchStore`] in SQL: an SQLite file safe for several processes of one
 /// machine, or a PostgreSQL schema safe for a fleet of hosts.
 #[derive(Debug, Clone)]
 pub struct SqlLeaseStore {
     pool: AnyPool,
-    backend: SqlBackend,
 }
 
 impl SqlLeaseStore {
@@ -148,10 +138,7 @@ impl SqlLeaseStore {
             .connect(&url)
             .await
             .map_err(map_err)?;
-        let store = SqlLeaseStore {
-            pool,
-            backend: SqlBackend::Sqlite,
-        };
+        let store = SqlLeaseStore { pool };
         store.create_schema(None).await?;
         Ok(store)
     }
@@ -183,10 +170,7 @@ impl SqlLeaseStore {
             .connect(&url)
             .await
             .map_err(|e| at_url(map_err(e), &options.url))?;
-        let store = SqlLeaseStore {
-            pool,
-            backend: SqlBackend::Postgres,
-        };
+        let store = SqlLeaseStore { pool };
         if options.create_tables {
             store.create_schema(Some(&options.schema)).await?;
         }
@@ -202,11 +186,6 @@ impl SqlLeaseStore {
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// The database this store runs on.
-    pub fn backend(&self) -> SqlBackend {
-        self.backend
     }
 
     /// Creates the tables (and, on PostgreSQL, `schema`) when missing and records
@@ -339,7 +318,23 @@ impl SqlLeaseStore {
 /// after a failover). Anything else (refused login, missing database or table, undecodable
 /// value) is [`LeaseError::Fatal`].
 fn map_err(err: sqlx::Error) -> LeaseError {
-    let retryable = match &err {
+    let retryable = is_retryable(&err);
+    crate::telemetry::record_lease_store_error(if retryable { "unavailable" } else { "fatal" });
+    if retryable {
+        LeaseError::Unavailable {
+            message: err.to_string(),
+        }
+    } else {
+        LeaseError::Fatal {
+            message: err.to_string(),
+        }
+    }
+}
+
+/// Whether a retry of the failed sqlx call may succeed, by the rules of [`map_err`]; shared with
+/// the SQL catalog's connection check ([`crate::catalog`]).
+pub(crate) fn is_retryable(err: &sqlx::Error) -> bool {
+    match err {
         sqlx::Error::Database(db) => {
             let code = db.code().unwrap_or_default().to_string();
             if db
@@ -360,16 +355,6 @@ fn map_err(err: sqlx::Error) -> LeaseError {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         _ => false,
-    };
-    crate::telemetry::record_lease_store_error(if retryable { "unavailable" } else { "fatal" });
-    if retryable {
-        LeaseError::Unavailable {
-            message: err.to_string(),
-        }
-    } else {
-        LeaseError::Fatal {
-            message: err.to_string(),
-        }
     }
 }
 

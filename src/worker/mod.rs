@@ -334,9 +334,9 @@ pub struct ChannelWorker {
     carried_oldest: Option<Instant>,
     /// When this worker last loaded the table (for its checkpoints).
     last_table_load: Option<Instant>,
-    /// Since when listing the pending batches fails (lease store unreachable), for one log line
-    /// per outage.
-    pending_unreachable_since: Option<Instant>,
+    /// Whether the last listing of the pending batches failed (lease store unreachable): one
+    /// log line per outage.
+    pending_unreachable: bool,
 }
 
 /// How long batches may wait in the pending set before a worker loads the table anyway (at
@@ -370,7 +370,7 @@ impl ChannelWorker {
             backpressure_carry: Duration::ZERO,
             carried_oldest: None,
             last_table_load: None,
-            pending_unreachable_since: None,
+            pending_unreachable: false,
         }
     }
 
@@ -792,7 +792,8 @@ impl ChannelWorker {
         // instead of re-reading from the last hand-off. Reading waits meanwhile. Once a lease
         // is gone (the lease manager drops what it could not renew within lease_duration), the
         // readers are rewound as above.
-        let mut backoff = HANDOFF_RETRY_FIRST;
+        let mut backoff = crate::retry::Backoff::new(HANDOFF_RETRY_FIRST, HANDOFF_RETRY_MAX);
+        let mut failures = 0u32;
         let retrying_since = Instant::now();
         loop {
             match self.batches.put_batch(&batch).await {
@@ -808,17 +809,17 @@ impl ChannelWorker {
                         self.sync_leases(false).await?;
                         return self.restart_from_handoff().await;
                     }
-                    if backoff == HANDOFF_RETRY_FIRST {
+                    if failures == 0 {
                         tracing::warn!(channel = %self.settings.channel, batch_id = %batch_id, error = %e, "handing the batch off failed; retrying with backoff while its leases are held");
                     }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(HANDOFF_RETRY_MAX);
+                    failures += 1;
+                    tokio::time::sleep(backoff.next_delay()).await;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        if backoff != HANDOFF_RETRY_FIRST {
-            tracing::info!(channel = %self.settings.channel, batch_id = %batch_id, retried_for_s = retrying_since.elapsed().as_secs_f64(), "batch handed off after retries");
+        if failures > 0 {
+            tracing::info!(channel = %self.settings.channel, batch_id = %batch_id, failures, retried_for_s = retrying_since.elapsed().as_secs_f64(), "batch handed off after retries");
         }
         telemetry::record_files(&self.settings.channel, written.sizes.iter().copied());
         tracing::debug!(channel = %self.settings.channel, batch_id = %batch_id, rows = written.num_rows, dead_lettered = batch.num_dead_lettered, files = written.sizes.len(), "batch handed off");
@@ -850,14 +851,13 @@ impl ChannelWorker {
         // lapse, and the next loop tries again.
         let pending: HashSet<Uuid> = match self.batches.list_pending(&self.settings.channel).await {
             Ok(pending) => {
-                if self.pending_unreachable_since.take().is_some() {
+                if std::mem::take(&mut self.pending_unreachable) {
                     tracing::info!(channel = %self.settings.channel, "pending batches readable again");
                 }
                 pending.into_iter().map(|b| b.batch_id).collect()
             }
             Err(e) if e.is_retryable() => {
-                if self.pending_unreachable_since.is_none() {
-                    self.pending_unreachable_since = Some(Instant::now());
+                if !std::mem::replace(&mut self.pending_unreachable, true) {
                     tracing::warn!(channel = %self.settings.channel, error = %e, "cannot list the pending batches; keeping the buffer and trying again");
                 }
                 return Ok(());
