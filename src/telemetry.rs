@@ -87,6 +87,12 @@ pub const LEASE_TAKEOVERS_TOTAL: &str = "floe_lease_takeovers_total";
 /// itself (`kind` = `unavailable`: unreachable, restarting, locked, retried with backoff;
 /// `throttled`; `fatal`), not lost races (conditional-write conflicts are the protocol working).
 pub const LEASE_STORE_ERRORS_TOTAL: &str = "floe_lease_store_errors_total";
+/// Counter `floe_schema_changes_total{channel,outcome}`: schema versions applied to the table
+/// by `evolution = "compatible"` (`outcome` = `evolved`: the table's schema changed; `recorded`:
+/// the version fit the table as it was and was only recorded; `incompatible`: refused, its
+/// records go to the DLQ as `SCHEMA_MISMATCH`). Counted by the worker that made the commit, or
+/// that refused the version.
+pub const SCHEMA_CHANGES_TOTAL: &str = "floe_schema_changes_total";
 /// Time reading was paused because the buffer was full, seconds.
 pub const BACKPRESSURE_SECONDS_TOTAL: &str = "floe_backpressure_seconds_total";
 /// Kafka offsets skipped because retention deleted them before floe read them
@@ -155,7 +161,12 @@ pub fn describe() {
     describe_counter!(
         SCHEMA_MISMATCH_TOTAL,
         Unit::Count,
-        "records of a schema version other than the channel's committed to the DLQ (SCHEMA_MISMATCH; no schema evolution)"
+        "records of a schema version the channel's table cannot take committed to the DLQ (SCHEMA_MISMATCH: evolution = none, another schema, or an incompatible version)"
+    );
+    describe_counter!(
+        SCHEMA_CHANGES_TOTAL,
+        Unit::Count,
+        "schema versions applied to the table by evolution = compatible (outcome: evolved, recorded) or refused (incompatible)"
     );
     describe_counter!(
         COMMITS_TOTAL,
@@ -394,6 +405,13 @@ pub fn set_table_shape(channel: &str, manifests: usize, data_files: usize) {
 /// Records a lease taken over from another worker.
 pub fn record_lease_takeover(channel: &str) {
     counter!(LEASE_TAKEOVERS_TOTAL, "channel" => channel.to_string()).increment(1);
+}
+
+/// Records a schema version applied to (`evolved`, `recorded`) or refused by (`incompatible`)
+/// the channel's table.
+pub fn record_schema_change(channel: &str, outcome: &'static str) {
+    counter!(SCHEMA_CHANGES_TOTAL, "channel" => channel.to_string(), "outcome" => outcome)
+        .increment(1);
 }
 
 /// Records a lease-store call that failed in the store (`kind`: `unavailable`, `throttled`,

@@ -179,6 +179,7 @@ fn run_case(case: &Value, schema: &Value) -> (usize, Vec<String>) {
             .map(str::to_string),
         format,
         schema_versions: versions,
+        evolution: floe::cli::records::Evolution::None,
         encoding,
         input: "-".into(),
     };
@@ -323,6 +324,7 @@ fn minimal_setup(
         partition_field: Some("event_time".into()),
         format,
         schema_versions: versions,
+        evolution: floe::cli::records::Evolution::None,
         encoding: InputEncoding::Lines,
         input: "-".into(),
     };

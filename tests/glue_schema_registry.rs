@@ -125,16 +125,7 @@ fn produce_payloads(bootstrap: &str, records: &[(u64, Vec<u8>)]) {
 }
 
 fn frame(version: Uuid, zlib: bool, json: &[u8]) -> Vec<u8> {
-    let mut r = vec![3u8, if zlib { 5 } else { 0 }];
-    r.extend_from_slice(version.as_bytes());
-    if zlib {
-        let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-        e.write_all(json).unwrap();
-        r.extend_from_slice(&e.finish().unwrap());
-    } else {
-        r.extend_from_slice(json);
-    }
-    r
+    gsr_frame(version, zlib, json)
 }
 
 /// A registered schema, a broker and a channel config (metrics served on `metrics`).

@@ -383,7 +383,7 @@ async fn prepare_iceberg(
             .map_err(|e| activate_err(name, e))?,
     };
     let schema = Arc::new(channel_schema.mapped);
-    activate::ensure_channel_table(
+    let table = activate::ensure_channel_table(
         index,
         config,
         store,
@@ -394,6 +394,31 @@ async fn prepare_iceberg(
     )
     .await
     .map_err(|e| activate_err(name, e))?;
+    let evolution = match (schema_config, &registry) {
+        (
+            SchemaConfig::Glue {
+                schema_arn,
+                evolution: crate::config::SchemaEvolution::Compatible,
+                poll_interval,
+                ..
+            },
+            Some(registry),
+        ) => {
+            activate::follow_table_version(store, &mut state, &table).await;
+            Some(crate::iceberg::EvolutionSettings {
+                schema_arn: schema_arn.clone(),
+                registry: registry.clone(),
+                base: match (channel_schema.version_id, channel_schema.version_number) {
+                    (Some(id), Some(number)) => {
+                        Some(crate::iceberg::evolve::VersionRef { id, number })
+                    }
+                    _ => None,
+                },
+                poll_latest: (config.record.format == RecordFormat::Json).then_some(*poll_interval),
+            })
+        }
+        _ => None,
+    };
     let initial_position = initial_position_of(config, &state);
     let dlq: Dlq = match &dlq_config.location {
         DlqLocation::Local(path) => LocalDlq::new(path, name).into(),
@@ -428,6 +453,7 @@ async fn prepare_iceberg(
                 maintenance: dest.maintenance,
                 swap,
                 lister: orphan_lister(&dest.catalog, aws),
+                evolution,
             },
         ),
         initial_position,

@@ -218,6 +218,29 @@ pub async fn resolve_schema(
     Ok(resolved)
 }
 
+/// With `evolution = "compatible"`: records in `state` the schema version the table was last
+/// evolved for (`floe.schema-version-id`), so that the channel's recorded version follows the
+/// table and the next start resolves the schema from it. Best effort: a lost write (another
+/// worker's) is logged, and the next start tries again.
+pub async fn follow_table_version(store: &dyn Store, state: &mut ChannelState, table: &Table) {
+    let Some(current) = crate::iceberg::evolve::current_version(table) else {
+        return;
+    };
+    let current = current.to_string();
+    if state.schema_version_id.as_deref() == Some(current.as_str()) {
+        return;
+    }
+    let was = state.schema_version_id.replace(current.clone());
+    match put(store, state).await {
+        Ok(()) => {
+            tracing::info!(channel = %state.channel, from = ?was, to = %current, "the channel's recorded schema version follows the table")
+        }
+        Err(e) => {
+            tracing::debug!(channel = %state.channel, error = %e, "recording the table's schema version: lost to another worker");
+        }
+    }
+}
+
 /// Opens channel `channel[index]`'s catalog.
 ///
 /// Errors: `Refused` naming the catalog key to fix (and for a raw channel, which has none);

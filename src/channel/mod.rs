@@ -509,6 +509,7 @@ async fn check_active_glue_schema(
     let Some(crate::config::SchemaConfig::Glue {
         version,
         schema_arn,
+        ..
     }) = &channel.schema
     else {
         return Ok(());
@@ -718,6 +719,25 @@ pub struct ChannelDescription {
     pub catalog_error: Option<String>,
     /// The table's shape (Iceberg destinations whose table could be read).
     pub table_health: Option<crate::iceberg::maintenance::TableHealth>,
+    /// The table's schema history (`floe.schema-history`, oldest first): the versions applied
+    /// by `evolution = "compatible"`; empty when the table never evolved.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub schema_history: Vec<SchemaHistoryEntry>,
+}
+
+/// One schema version of the table's history, as `floe channel describe` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SchemaHistoryEntry {
+    /// Glue `SchemaVersionId`.
+    pub version_id: String,
+    /// Glue `VersionNumber`.
+    pub version_number: i64,
+    /// The table's schema id from then on.
+    pub schema_id: i32,
+    /// When it was applied (RFC 3339).
+    pub applied_at: String,
+    /// What changed (empty: the channel's first version, or one that fit the table as it was).
+    pub changes: Vec<String>,
 }
 
 /// `floe channel describe`: state, leases, checkpoints and commits of one channel. A catalog
@@ -875,7 +895,21 @@ async fn describe_with(
         },
         _ => (None, catalog_error),
     };
+    let schema_history = table
+        .as_ref()
+        .and_then(|t| crate::iceberg::evolve::schema_history(t).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| SchemaHistoryEntry {
+            version_id: v.version_id.to_string(),
+            version_number: v.version_number,
+            schema_id: v.schema_id,
+            applied_at: crate::time::rfc3339_ms(v.applied_at_ms),
+            changes: v.changes,
+        })
+        .collect();
     Ok(ChannelDescription {
+        schema_history,
         channel: name.to_string(),
         state: state
             .as_ref()

@@ -345,6 +345,26 @@ pub fn describe_text(d: &ChannelDescription) -> String {
     if let Some(e) = &d.catalog_error {
         row("catalog_error", e.clone());
     }
+    if !d.schema_history.is_empty() {
+        out.push_str(
+            "  schema history (evolution = compatible):
+",
+        );
+        for v in &d.schema_history {
+            out.push_str(&format!(
+                "    version {:<4} {}  schema {:<3} applied {}  {}\n",
+                v.version_number,
+                v.version_id,
+                v.schema_id,
+                v.applied_at,
+                if v.changes.is_empty() {
+                    "(no change)".to_string()
+                } else {
+                    v.changes.join("; ")
+                }
+            ));
+        }
+    }
     out.push_str(&format!(
         "  {:<8} {:<24} {:>13} {:>12} {:>10}  {}\n",
         "SHARD", "OWNER", "LEASE_COUNTER", "CHECKPOINT", "LAG", "LAST_COMMIT"

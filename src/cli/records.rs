@@ -17,7 +17,12 @@
 //!
 //! For `gsr_json`, `--schema-version UUID=FILE` lists the registry's versions; the channel's version is
 //! the one whose schema document equals `--schema`; any other listed version is `SCHEMA_MISMATCH`, an
-//! unlisted one `INVALID_SCHEMA`.
+//! unlisted one `INVALID_SCHEMA`. With `--evolution compatible`, a listed version is checked as the
+//! daemon would under `evolution = "compatible"`, against a table that starts at `--schema` and
+//! evolves as the input meets versions: the first record of a version that evolves the table
+//! carries `"evolution": {"schema_version": "…", "changes": ["added …", "widened …"]}` beside its
+//! row; a version that is not a compatible evolution is `SCHEMA_MISMATCH` naming the first
+//! difference.
 //!
 //! Exit status: 0 when every record was examined (whatever the outcome), 2 when the setup is refused
 //! (schema refused, unreadable file, bad flag value; the reason on stderr).
@@ -46,6 +51,17 @@ pub enum RecordFormat {
     GsrJson,
 }
 
+/// `--evolution`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Evolution {
+    /// Records of another version are `SCHEMA_MISMATCH`.
+    #[value(name = "none")]
+    None,
+    /// Compatible versions evolve the table.
+    #[value(name = "compatible")]
+    Compatible,
+}
+
 /// How the input file holds the records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum InputEncoding {
@@ -71,6 +87,10 @@ pub struct RecordsCheckArgs {
     /// A schema version of the registry, for `gsr_json` (repeatable): `UUID=FILE`.
     #[arg(long = "schema-version", value_name = "UUID=FILE")]
     pub schema_versions: Vec<String>,
+    /// Schema evolution, as `[channel.schema] evolution` (`gsr_json` only): `none` or
+    /// `compatible`.
+    #[arg(long, value_enum, default_value = "none")]
+    pub evolution: Evolution,
     /// Input encoding.
     #[arg(long, value_enum, default_value = "lines")]
     pub encoding: InputEncoding,
@@ -105,6 +125,20 @@ pub struct CheckSetup {
     pub schema: Arc<MappedSchema>,
     /// For `gsr_json`: the decoder (channel version and other known versions).
     pub gsr: Option<GsrDecoder>,
+    /// With `--evolution compatible`: the simulated table and the listed versions.
+    pub evolution: Option<CheckEvolution>,
+    /// Per record index, the table evolution its version made (printed beside its row).
+    pub notes: Vec<(usize, Value)>,
+}
+
+/// The table a check under `--evolution compatible` evolves, and the versions it may meet.
+pub struct CheckEvolution {
+    channel: Option<Uuid>,
+    /// The listed versions, mapped (or why they cannot be).
+    versions: std::collections::HashMap<Uuid, Result<Arc<MappedSchema>, String>>,
+    table: iceberg::spec::Schema,
+    last_column_id: i32,
+    applied: std::collections::HashSet<Uuid>,
 }
 
 fn read_json(path: &Path) -> Result<Value, Refusal> {
@@ -139,8 +173,14 @@ pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
     };
     let schema = MappedSchema::from_json_schema(&doc, &partition)
         .map_err(|e| Refusal(format!("schema refused: {e}")))?;
+    let mut evolution = None;
     let gsr = match args.format {
         RecordFormat::Json => {
+            if args.evolution == Evolution::Compatible {
+                return Err(Refusal(
+                    "--evolution compatible applies to --format gsr_json (each record names its version)".to_string(),
+                ));
+            }
             if !args.schema_versions.is_empty() {
                 return Err(Refusal(
                     "--schema-version applies to --format gsr_json only".to_string(),
@@ -158,7 +198,27 @@ pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
                     .map_err(|e| Refusal(format!("--schema-version {sv:?}: bad uuid: {e}")))?;
                 listed.push((id, read_json(Path::new(file))?));
             }
+            let mapped: Vec<(Uuid, Result<Arc<MappedSchema>, String>)> = listed
+                .iter()
+                .map(|(id, doc)| {
+                    (
+                        *id,
+                        MappedSchema::from_json_schema(doc, &partition)
+                            .map(Arc::new)
+                            .map_err(|e| e.to_string()),
+                    )
+                })
+                .collect();
             let (channel, known) = split_versions(&doc, listed);
+            if args.evolution == Evolution::Compatible {
+                evolution = Some(CheckEvolution {
+                    channel,
+                    versions: mapped.into_iter().collect(),
+                    table: schema.iceberg_schema().clone(),
+                    last_column_id: schema.iceberg_schema().highest_field_id(),
+                    applied: channel.into_iter().collect(),
+                });
+            }
             Some(GsrDecoder::new(
                 channel,
                 known,
@@ -169,6 +229,8 @@ pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
     Ok(CheckSetup {
         schema: Arc::new(schema),
         gsr,
+        evolution,
+        notes: Vec::new(),
     })
 }
 
@@ -256,6 +318,12 @@ pub fn check_records(
                 }
             }
         };
+        if let (Some(evo), Some(g)) = (&mut setup.evolution, &mut setup.gsr) {
+            let index = out.len();
+            let outcome = check_evolving(evo, g, record, &mut setup.notes, index);
+            out.push(outcome);
+            continue;
+        }
         let pushed = match &mut setup.gsr {
             Some(g) => match g.decode(record) {
                 Ok(payload) => conv.push(payload),
@@ -269,6 +337,73 @@ pub fn check_records(
         }));
     }
     out
+}
+
+/// One `gsr_json` record under `--evolution compatible`: its version is applied to the simulated
+/// table when it is new and compatible (the change noted under the record's index), then the
+/// record is converted into the table's columns by its version's rules.
+fn check_evolving(
+    evo: &mut CheckEvolution,
+    gsr: &mut GsrDecoder,
+    record: &[u8],
+    notes: &mut Vec<(usize, Value)>,
+    index: usize,
+) -> Result<(Value, i64), DlqReason> {
+    let (header, _) = crate::gsr::wire::parse_header(record)?;
+    let id = header.schema_version;
+    let mapped = match evo.versions.get(&id) {
+        None if Some(id) == evo.channel => {
+            return Err(DlqReason::record(
+                DlqCode::InvalidSchema,
+                "the channel's version is not among --schema-version",
+            ))
+        }
+        None => {
+            return Err(DlqReason::record(
+                DlqCode::InvalidSchema,
+                format!("unknown schema version {id}"),
+            ))
+        }
+        Some(Err(e)) => {
+            return Err(DlqReason::record(
+                DlqCode::SchemaMismatch,
+                format!("schema version {id} cannot be mapped to an Iceberg schema: {e}"),
+            ))
+        }
+        Some(Ok(m)) => m.clone(),
+    };
+    if !evo.applied.contains(&id) {
+        let e = crate::schema::evolution::evolve(
+            &evo.table,
+            evo.last_column_id,
+            mapped.iceberg_schema(),
+            mapped.partition_field(),
+        )
+        .map_err(|why| {
+            DlqReason::record(
+                DlqCode::SchemaMismatch,
+                format!("schema version {id} is not a compatible evolution of the table: {why}"),
+            )
+        })?;
+        evo.applied.insert(id);
+        notes.push((
+            index,
+            json!({
+                "schema_version": id.to_string(),
+                "changes": e.changes.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+            }),
+        ));
+        evo.table = e.schema;
+        evo.last_column_id = e.last_column_id;
+    }
+    let arrow = iceberg::arrow::schema_to_arrow_schema(&evo.table)
+        .map_err(|e| DlqReason::record(DlqCode::InvalidSchema, e.to_string()))?;
+    let mut conv = Converter::for_evolved_table(mapped, Arc::new(arrow))
+        .map_err(|e| DlqReason::record(DlqCode::SchemaMismatch, e.to_string()))?;
+    let payload = gsr.payload_of(record)?;
+    let hour = conv.push(payload)?;
+    let batch = conv.finish();
+    Ok((Value::Object(row_to_json(&batch, 0)), hour))
 }
 
 /// Runs `floe records check`: prints one JSON line per record on stdout. Returns exit status 0, or 2
@@ -297,8 +432,13 @@ pub fn run(args: &RecordsCheckArgs) -> Result<ExitCode, CheckError> {
     let stdout = std::io::stdout();
     let mut w = BufWriter::new(stdout.lock());
     let pf = setup.schema.partition_field().to_string();
+    let notes: std::collections::HashMap<usize, Value> = setup.notes.iter().cloned().collect();
     for (i, o) in outcomes.iter().enumerate() {
-        serde_json::to_writer(&mut w, &outcome_json(i, o, &pf)).map_err(std::io::Error::from)?;
+        let mut line = outcome_json(i, o, &pf);
+        if let (Some(note), Some(obj)) = (notes.get(&i), line.as_object_mut()) {
+            obj.insert("evolution".into(), note.clone());
+        }
+        serde_json::to_writer(&mut w, &line).map_err(std::io::Error::from)?;
         w.write_all(b"\n")?;
     }
     w.flush()?;

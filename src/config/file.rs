@@ -285,8 +285,8 @@ pub struct SchemaSection {
     pub file: Option<String>,
     /// The schema in the Glue Schema Registry,
     /// `"arn:aws:glue:REGION:ACCOUNT:schema/REGISTRY/SCHEMA"`; its data format must be `JSON`. The
-    /// version chosen at activation is recorded with the channel and used from then on (no schema
-    /// evolution).
+    /// version chosen at activation is recorded with the channel and used from then on (with
+    /// `evolution = "compatible"`, the table follows compatible new versions).
     pub glue_schema_arn: Option<String>,
     /// With `glue_schema_arn`: the schema version number (at least 1) or `"latest"`. Default:
     /// `"latest"` (the latest version at the channel's activation).
@@ -297,6 +297,13 @@ pub struct SchemaSection {
     /// `INVALID_SCHEMA`.
     #[serde(default)]
     pub versions: BTreeMap<String, String>,
+    /// With `glue_schema_arn`: `"none"` (default; a record of another version is
+    /// `SCHEMA_MISMATCH`) or `"compatible"` (a compatible new version of the schema evolves the
+    /// table; docs/schema-mapping.md "Schema evolution").
+    pub evolution: Option<String>,
+    /// With `evolution = "compatible"`, `record.format = "json"` and `version = "latest"`: how
+    /// often the registry is asked for a new latest version. Default `"60s"`, from 1 s to 1 h.
+    pub poll_interval: Option<DurationText>,
 }
 
 /// `channel.schema.version` as written: a number or a string (`"latest"`).

@@ -291,8 +291,39 @@ pub enum SchemaConfig {
         schema_arn: String,
         /// Which version the channel takes at activation.
         version: GlueSchemaVersion,
+        /// `evolution`: whether later versions evolve the table.
+        evolution: SchemaEvolution,
+        /// `poll_interval`: how often a `json` channel with `version = "latest"` and
+        /// `evolution = "compatible"` asks the registry for a new latest version.
+        poll_interval: std::time::Duration,
     },
 }
+
+impl SchemaConfig {
+    /// The channel's `evolution` setting (`None` for a schema file: no evolution).
+    pub fn evolution(&self) -> SchemaEvolution {
+        match self {
+            SchemaConfig::Glue { evolution, .. } => *evolution,
+            _ => SchemaEvolution::None,
+        }
+    }
+}
+
+/// `channel.schema.evolution` (docs/schema-mapping.md "Schema evolution").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SchemaEvolution {
+    /// `"none"` (default): records of another schema version than the channel's go to the DLQ
+    /// as `SCHEMA_MISMATCH`; the table's schema never changes.
+    #[default]
+    None,
+    /// `"compatible"`: a new version of the channel's schema whose mapped Iceberg schema is a
+    /// compatible evolution of the table's evolves the table (one fenced schema commit) and its
+    /// records are delivered; an incompatible one is `SCHEMA_MISMATCH`, naming the difference.
+    Compatible,
+}
+
+/// Default of `channel.schema.poll_interval`.
+pub const DEFAULT_SCHEMA_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl SchemaConfig {
     /// The key path (below `channel[i].schema`) that names the schema's origin in errors.

@@ -851,7 +851,9 @@ fn schema_from_glue_by_arn_and_version() {
         latest.channels[0].schema,
         Some(SchemaConfig::Glue {
             schema_arn: SCHEMA_ARN.into(),
-            version: GlueSchemaVersion::Latest
+            version: GlueSchemaVersion::Latest,
+            evolution: crate::config::SchemaEvolution::None,
+            poll_interval: crate::config::DEFAULT_SCHEMA_POLL_INTERVAL,
         })
     );
     for (v, want) in [
@@ -1734,4 +1736,61 @@ fn sql_catalog_on_postgres_is_accepted_by_url_or_environment() {
         "sql:floe:postgresql://floe:***@db/catalog"
     );
     assert!(!format!("{sql:?}").contains("pw@"));
+}
+
+#[test]
+fn schema_evolution_is_read_and_refused_where_it_cannot_apply() {
+    use crate::config::SchemaEvolution;
+    let arn = format!("glue_schema_arn = \"{SCHEMA_ARN}\"");
+    let c = parse(&gsr(&format!(
+        "{arn}\nversion = 1\nevolution = \"compatible\""
+    )))
+    .unwrap();
+    assert_eq!(
+        c.channels[0].schema.as_ref().unwrap().evolution(),
+        SchemaEvolution::Compatible
+    );
+    let c = parse(&schema(&format!(
+        "{arn}\nevolution = \"compatible\"\npoll_interval = \"5s\""
+    )))
+    .unwrap();
+    assert!(matches!(
+        c.channels[0].schema,
+        Some(SchemaConfig::Glue { poll_interval, evolution: SchemaEvolution::Compatible, .. })
+            if poll_interval == std::time::Duration::from_secs(5)
+    ));
+    let c = parse(&schema(&arn)).unwrap();
+    assert_eq!(
+        c.channels[0].schema.as_ref().unwrap().evolution(),
+        SchemaEvolution::None
+    );
+    refused(
+        &schema(&format!("{arn}\nevolution = \"backward\"")),
+        "channel[0].schema.evolution",
+        "\"none\" or \"compatible\"",
+    );
+    refused(
+        &schema("file = \"event.schema.json\"\nevolution = \"compatible\""),
+        "channel[0].schema.evolution",
+        "glue_schema_arn",
+    );
+    refused(
+        &schema(&format!("{arn}\nversion = 2\nevolution = \"compatible\"")),
+        "channel[0].schema.version",
+        "set version = \"latest\"",
+    );
+    refused(
+        &gsr(&format!(
+            "{arn}\nevolution = \"compatible\"\npoll_interval = \"5s\""
+        )),
+        "channel[0].schema.poll_interval",
+        "applies only",
+    );
+    refused(
+        &schema(&format!(
+            "{arn}\nevolution = \"compatible\"\npoll_interval = \"0s\""
+        )),
+        "channel[0].schema.poll_interval",
+        "",
+    );
 }

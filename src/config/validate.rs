@@ -623,6 +623,17 @@ impl Checker<'_> {
                 return None;
             }
         }
+        if let (Some(Some(schema)), Some(DestinationConfig::Iceberg(d))) = (&schema, &destination) {
+            if schema.evolution() == SchemaEvolution::Compatible
+                && matches!(d.catalog, CatalogConfig::S3Tables(_))
+            {
+                self.error(
+                    format!("{p}.schema.evolution"),
+                    "\"compatible\" needs a catalog floe commits schema changes to (sql, rest or glue); S3 Tables has no compare-and-swap floe can use",
+                );
+                return None;
+            }
+        }
         Some(ChannelConfig {
             name: name?,
             source: source?,
@@ -865,6 +876,21 @@ impl Checker<'_> {
             }
             (Some(file), None) => {
                 let mut ok = true;
+                for (present, key) in [
+                    (
+                        s.evolution.as_deref().is_some_and(|e| e != "none"),
+                        "evolution",
+                    ),
+                    (s.poll_interval.is_some(), "poll_interval"),
+                ] {
+                    if present {
+                        self.error(
+                            format!("{p}.{key}"),
+                            "schema evolution follows the Glue Schema Registry: it applies to `glue_schema_arn` only",
+                        );
+                        ok = false;
+                    }
+                }
                 if s.version.is_some() {
                     self.error(
                         format!("{p}.version"),
@@ -949,9 +975,46 @@ impl Checker<'_> {
                         None
                     }
                 };
+                let evolution = match s.evolution.as_deref() {
+                    None | Some("none") => Some(SchemaEvolution::None),
+                    Some("compatible") => Some(SchemaEvolution::Compatible),
+                    Some(other) => {
+                        self.error(
+                            format!("{p}.evolution"),
+                            format!(
+                                "\"{other}\" is not a schema evolution: \"none\" or \"compatible\""
+                            ),
+                        );
+                        None
+                    }
+                };
+                let polls = evolution == Some(SchemaEvolution::Compatible)
+                    && format == Some(RecordFormat::Json);
+                if polls && matches!(version, Some(GlueSchemaVersion::Number(_))) {
+                    self.error(
+                        format!("{p}.version"),
+                        "with record.format = \"json\" and evolution = \"compatible\" the table follows the latest version: set version = \"latest\" (or record.format = \"gsr_json\", where each record names its version)",
+                    );
+                    ok = false;
+                }
+                if s.poll_interval.is_some() && !polls {
+                    self.error(
+                        format!("{p}.poll_interval"),
+                        "applies only with evolution = \"compatible\" on a record.format = \"json\" channel (a gsr_json record names its version)",
+                    );
+                    ok = false;
+                }
+                let poll_interval = self.duration(
+                    &format!("{p}.poll_interval"),
+                    s.poll_interval,
+                    DEFAULT_SCHEMA_POLL_INTERVAL,
+                    Duration::from_secs(1)..=Duration::from_secs(3600),
+                );
                 ok.then_some(SchemaConfig::Glue {
                     schema_arn: arn,
                     version: version?,
+                    evolution: evolution?,
+                    poll_interval: poll_interval?,
                 })
             }
         }

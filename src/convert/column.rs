@@ -34,6 +34,20 @@ pub(crate) struct Meta {
     pub admits_null: bool,
     /// The partition field.
     pub is_partition: bool,
+    /// A table column the record's schema version does not have ([`BuildMode::Evolved`]): never
+    /// matched by a key (a key of that name is an unknown key of the version), always null.
+    pub absent: bool,
+}
+
+/// How the converter's columns are matched to the table's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BuildMode {
+    /// The table has exactly the schema's structure (names, types, nullability).
+    Exact,
+    /// The table's schema is an evolution of the schema's (docs/schema-mapping.md "Schema
+    /// evolution"): it may have more fields (null in these records), `long` where the schema has
+    /// `int`, and optional fields where the schema's are required.
+    Evolved,
 }
 
 pub(crate) struct Col {
@@ -176,11 +190,14 @@ impl StructCol {
     #[inline]
     pub fn lookup(&self, key: &[u8], hint: usize) -> Option<usize> {
         if let Some(n) = self.names.get(hint) {
-            if &**n == key {
+            if &**n == key && !self.children[hint].meta.absent {
                 return Some(hint);
             }
         }
-        self.names.iter().position(|n| &**n == key)
+        self.names
+            .iter()
+            .zip(&self.children)
+            .position(|(n, c)| &**n == key && !c.meta.absent)
     }
 }
 
@@ -283,10 +300,12 @@ impl Col {
         field: &FieldRef,
         ptr: &str,
         names: &mut Vec<Box<str>>,
+        mode: BuildMode,
     ) -> Result<Col, SchemaError> {
         let name_id = names.len() as u32;
         names.push(spec.name.clone().into_boxed_str());
-        if field.is_nullable() != spec.nullable() {
+        let relaxed = mode == BuildMode::Evolved && field.is_nullable();
+        if field.is_nullable() != spec.nullable() && !relaxed {
             return Err(mismatch(
                 ptr,
                 format!(
@@ -300,6 +319,11 @@ impl Col {
             FieldType::Boolean => {
                 expect_type(ptr, field, &DataType::Boolean)?;
                 Data::Bool(BooleanBufferBuilder::new(0))
+            }
+            FieldType::Int(s)
+                if mode == BuildMode::Evolved && field.data_type() == &DataType::Int64 =>
+            {
+                Data::Long(Vec::new(), s.clone())
             }
             FieldType::Int(s) => {
                 expect_type(ptr, field, &DataType::Int32)?;
@@ -368,7 +392,7 @@ impl Col {
                         format!("expected a struct, the table has {}", field.data_type()),
                     ));
                 };
-                Data::Struct(Box::new(StructCol::build(s, fields, ptr, names)?))
+                Data::Struct(Box::new(StructCol::build(s, fields, ptr, names, mode)?))
             }
             FieldType::List(l) => {
                 let DataType::List(elem) = field.data_type() else {
@@ -377,7 +401,7 @@ impl Col {
                         format!("expected a list, the table has {}", field.data_type()),
                     ));
                 };
-                Data::List(Box::new(ListCol::build(l, elem, ptr, names)?))
+                Data::List(Box::new(ListCol::build(l, elem, ptr, names, mode)?))
             }
             FieldType::Map(m) => {
                 let DataType::Map(entries, _) = field.data_type() else {
@@ -386,7 +410,7 @@ impl Col {
                         format!("expected a map, the table has {}", field.data_type()),
                     ));
                 };
-                Data::Map(Box::new(MapCol::build(m, entries, ptr, names)?))
+                Data::Map(Box::new(MapCol::build(m, entries, ptr, names, mode)?))
             }
         };
         Ok(Col {
@@ -395,11 +419,28 @@ impl Col {
                 required: spec.required,
                 admits_null: spec.admits_null,
                 is_partition: spec.is_partition,
+                absent: false,
             },
             validity: field.is_nullable().then(|| BooleanBufferBuilder::new(0)),
             data,
             field: field.clone(),
         })
+    }
+
+    /// A column of the table that the record's schema version lacks: always null, its key never
+    /// matched. It must be nullable (an evolution makes a field it drops optional).
+    fn absent(field: &FieldRef, ptr: &str, names: &mut Vec<Box<str>>) -> Result<Col, SchemaError> {
+        if !field.is_nullable() {
+            return Err(mismatch(
+                ptr,
+                "the table's column is required, the schema version does not have it",
+            ));
+        }
+        let spec = spec_of_arrow(field, ptr)?;
+        let mut col = Col::build(&spec, field, ptr, names, BuildMode::Evolved)?;
+        col.meta.absent = true;
+        col.meta.required = false;
+        Ok(col)
     }
 
     /// Number of values.
@@ -632,8 +673,9 @@ impl StructCol {
         fields: &Fields,
         ptr: &str,
         names: &mut Vec<Box<str>>,
+        mode: BuildMode,
     ) -> Result<StructCol, SchemaError> {
-        if fields.len() != spec.fields.len() {
+        if fields.len() != spec.fields.len() && mode == BuildMode::Exact {
             let table: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
             let schema: Vec<&str> = spec.fields.iter().map(|f| f.name.as_ref()).collect();
             let extra: Vec<&&str> = table.iter().filter(|n| !schema.contains(n)).collect();
@@ -656,7 +698,7 @@ impl StructCol {
                 ));
             };
             let cptr = format!("{ptr}/{}", crate::schema::escape_pointer_token(&f.name));
-            children.push(Col::build(f, af, &cptr, names)?);
+            children.push(Col::build(f, af, &cptr, names, mode)?);
         }
         // Keep the table's field order for the arrays.
         let mut ordered = Vec::with_capacity(children.len());
@@ -665,6 +707,10 @@ impl StructCol {
             let idx = spec.fields.iter().position(|f| &f.name == af.name());
             match idx.and_then(|i| pool[i].take()) {
                 Some(c) => ordered.push(c),
+                None if idx.is_none() && mode == BuildMode::Evolved => {
+                    let cptr = format!("{ptr}/{}", crate::schema::escape_pointer_token(af.name()));
+                    ordered.push(Col::absent(af, &cptr, names)?);
+                }
                 None => return Err(mismatch(ptr, format!("duplicate field {:?}", af.name()))),
             }
         }
@@ -674,9 +720,10 @@ impl StructCol {
             .collect();
         let plain_names = names_b
             .iter()
-            .map(|n| {
+            .zip(&ordered)
+            .map(|(n, c)| {
                 let plain = n.iter().all(|&c| c >= 0x20 && c != b'"' && c != b'\\');
-                plain.then(|| KeyPattern::new(n))
+                (plain && !c.meta.absent).then(|| KeyPattern::new(n))
             })
             .collect();
         let n = names_b.len();
@@ -718,8 +765,9 @@ impl ListCol {
         elem: &FieldRef,
         ptr: &str,
         names: &mut Vec<Box<str>>,
+        mode: BuildMode,
     ) -> Result<ListCol, SchemaError> {
-        let mut child = Col::build(&spec.element, elem, &format!("{ptr}/element"), names)?;
+        let mut child = Col::build(&spec.element, elem, &format!("{ptr}/element"), names, mode)?;
         child.meta.required = false;
         Ok(ListCol {
             offsets: vec![0],
@@ -736,6 +784,7 @@ impl MapCol {
         entries: &FieldRef,
         ptr: &str,
         names: &mut Vec<Box<str>>,
+        mode: BuildMode,
     ) -> Result<MapCol, SchemaError> {
         let DataType::Struct(kv) = entries.data_type() else {
             return Err(mismatch(ptr, "map entries are not a struct"));
@@ -743,7 +792,7 @@ impl MapCol {
         if kv.len() != 2 || kv[0].data_type() != &DataType::Utf8 {
             return Err(mismatch(ptr, "map entries must be (key: string, value)"));
         }
-        let mut values = Col::build(&spec.value, &kv[1], &format!("{ptr}/value"), names)?;
+        let mut values = Col::build(&spec.value, &kv[1], &format!("{ptr}/value"), names, mode)?;
         values.meta.required = false;
         Ok(MapCol {
             offsets: vec![0],
@@ -754,4 +803,75 @@ impl MapCol {
             entries_field: entries.clone(),
         })
     }
+}
+
+/// A field spec without constraints for the Arrow field `field` (iceberg-rust's Arrow mapping of
+/// the Iceberg types floe maps to), for a column built only to hold nulls.
+fn spec_of_arrow(field: &FieldRef, ptr: &str) -> Result<FieldSpec, SchemaError> {
+    let any_int = |lo: i128, hi: i128| IntSpec {
+        lo,
+        hi,
+        multiple_of: None,
+    };
+    let ty = match field.data_type() {
+        DataType::Boolean => FieldType::Boolean,
+        DataType::Int32 => FieldType::Int(any_int(i32::MIN as i128, i32::MAX as i128)),
+        DataType::Int64 => FieldType::Long(any_int(i64::MIN as i128, i64::MAX as i128)),
+        DataType::Float64 => FieldType::Double(NumSpec::default()),
+        DataType::Decimal128(_, scale) if *scale >= 0 => FieldType::Decimal {
+            scale: *scale as u32,
+            spec: NumSpec::default(),
+        },
+        DataType::Utf8 => FieldType::String(StrSpec::default()),
+        DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => {
+            FieldType::Timestamptz(StrSpec::default())
+        }
+        DataType::Date32 => FieldType::Date(StrSpec::default()),
+        DataType::Time64(TimeUnit::Microsecond) => FieldType::Time(StrSpec::default()),
+        DataType::FixedSizeBinary(16) => FieldType::Uuid(StrSpec::default()),
+        DataType::LargeBinary => FieldType::Binary(StrSpec::default()),
+        DataType::Struct(fields) => FieldType::Struct(StructSpec {
+            fields: fields
+                .iter()
+                .map(|f| spec_of_arrow(f, ptr))
+                .collect::<Result<_, _>>()?,
+            additional: crate::schema::Additional::Drop,
+            min_props: None,
+            max_props: None,
+        }),
+        DataType::List(elem) => FieldType::List(ListSpec {
+            element: Box::new(spec_of_arrow(elem, ptr)?),
+            min_items: None,
+            max_items: None,
+        }),
+        DataType::Map(entries, _) => {
+            let DataType::Struct(kv) = entries.data_type() else {
+                return Err(mismatch(ptr, "map entries are not a struct"));
+            };
+            if kv.len() != 2 {
+                return Err(mismatch(ptr, "map entries must be (key, value)"));
+            }
+            FieldType::Map(MapSpec {
+                value: Box::new(spec_of_arrow(&kv[1], ptr)?),
+                key_id: 0,
+                min_props: None,
+                max_props: None,
+            })
+        }
+        other => {
+            return Err(mismatch(
+                ptr,
+                format!("the table's column has type {other}, which floe does not write"),
+            ))
+        }
+    };
+    Ok(FieldSpec {
+        id: 0,
+        name: field.name().clone(),
+        required: !field.is_nullable(),
+        admits_null: field.is_nullable(),
+        is_partition: false,
+        ty,
+        doc: None,
+    })
 }

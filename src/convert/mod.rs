@@ -39,7 +39,7 @@ use arrow_array::{RecordBatch, RecordBatchOptions};
 use arrow_schema::SchemaRef;
 
 use crate::schema::{MappedSchema, SchemaError};
-use column::StructCol;
+use column::{BuildMode, StructCol};
 use decode::{Ctx, Scratch};
 
 /// Default largest record accepted, in bytes (10 MiB, the Kinesis record limit).
@@ -79,8 +79,31 @@ impl Converter {
     ///
     /// Errors: [`SchemaError::TableMismatch`] when `arrow` does not have that structure.
     pub fn try_new(schema: Arc<MappedSchema>, arrow: SchemaRef) -> Result<Self, SchemaError> {
+        Self::build(schema, arrow, BuildMode::Exact)
+    }
+
+    /// A converter for records of `schema` (one schema version) into batches of a table whose
+    /// schema is an evolution of it (docs/schema-mapping.md "Schema evolution"): the table may
+    /// have fields the version lacks (null in its rows; a key of that name is an unknown key of
+    /// the version), `long` where the version has `int`, and optional fields where the version's
+    /// are required. Records are validated by the version's rules alone.
+    ///
+    /// Errors: [`SchemaError::TableMismatch`] when the table is not such an evolution (a field of
+    /// the version missing from the table, another type, a required column the version lacks).
+    pub fn for_evolved_table(
+        schema: Arc<MappedSchema>,
+        arrow: SchemaRef,
+    ) -> Result<Self, SchemaError> {
+        Self::build(schema, arrow, BuildMode::Evolved)
+    }
+
+    fn build(
+        schema: Arc<MappedSchema>,
+        arrow: SchemaRef,
+        mode: BuildMode,
+    ) -> Result<Self, SchemaError> {
         let mut names = Vec::new();
-        let root = StructCol::build(schema.root(), arrow.fields(), "", &mut names)?;
+        let root = StructCol::build(schema.root(), arrow.fields(), "", &mut names, mode)?;
         Ok(Converter {
             schema,
             arrow,

@@ -1034,3 +1034,78 @@ fn a_large_buffer_keeps_every_row_and_counts_its_bytes() {
     assert_eq!(ids.value(0), 0);
     assert_eq!(ids.value(n as usize - 1), n as i64 - 1);
 }
+
+/// A converter for records of version `v` into a table evolved from it to `table` (docs
+/// schema-mapping.md "Schema evolution").
+fn evolved_conv(v: &Value, table: &Value) -> Converter {
+    let vm = MappedSchema::from_json_schema(v, "event_time").unwrap();
+    let tm = MappedSchema::from_json_schema(table, "event_time").unwrap();
+    let e = crate::schema::evolution::evolve(
+        vm.iceberg_schema(),
+        vm.iceberg_schema().highest_field_id(),
+        tm.iceberg_schema(),
+        "event_time",
+    )
+    .unwrap();
+    let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&e.schema).unwrap());
+    Converter::for_evolved_table(Arc::new(vm), arrow).unwrap()
+}
+
+#[test]
+fn an_old_version_converts_into_an_evolved_table_with_nulls_and_wider_columns() {
+    let v1 = with_props(json!({
+        "n": {"type": "integer", "minimum": 0, "maximum": 10},
+        "s": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    }));
+    let v2 = with_props(json!({
+        "n": {"type": "integer"},
+        "s": {"type": "object", "properties": {
+            "a": {"type": "string"},
+            "b": {"type": "object", "properties": {"x": {"type": "boolean"}}}
+        }},
+        "extra": {"type": "array", "items": {"type": "string"}}
+    }));
+    let mut c = evolved_conv(&v1, &v2);
+    let r = row(&mut c, r#""n":7,"s":{"a":"x"}"#).unwrap();
+    assert_eq!(r["n"], json!(7), "the int goes into the long column");
+    assert_eq!(r["s"], json!({"a": "x", "b": null}));
+    assert_eq!(r["extra"], Value::Null);
+    // Validated by version 1's rules: its bound, its required key.
+    assert_eq!(code(&mut c, r#""n":11"#), ValueOutOfRange);
+    assert_eq!(code(&mut c, r#""s":{}"#), MissingRequiredField);
+    // A key of a column version 1 does not have is an unknown key of version 1: dropped.
+    let r = row(&mut c, r#""extra":["a"],"s":{"a":"y","b":{"x":true}}"#).unwrap();
+    assert_eq!(r["extra"], Value::Null);
+    assert_eq!(r["s"]["b"], Value::Null);
+    // The batch has the table's Arrow schema.
+    c.push(format!("{{{ET}}}").as_bytes()).unwrap();
+    let b = c.finish();
+    assert_eq!(b.schema().fields().len(), 4);
+}
+
+#[test]
+fn an_unknown_key_that_is_an_evolved_column_is_refused_under_additional_properties_false() {
+    let mut v1 = with_props(json!({"n": {"type": "integer"}}));
+    v1["additionalProperties"] = json!(false);
+    let v2 = with_props(json!({"n": {"type": "integer"}, "m": {"type": "string"}}));
+    let mut c = evolved_conv(&v1, &v2);
+    assert_eq!(code(&mut c, r#""m":"x""#), ValueOutOfRange);
+    assert_eq!(val(&mut c, r#""n":1"#, "m"), Value::Null);
+}
+
+#[test]
+fn the_exact_converter_still_refuses_an_evolved_table() {
+    let v1 = with_props(json!({"n": {"type": "integer", "minimum": 0, "maximum": 10}}));
+    let v2 = with_props(json!({"n": {"type": "integer"}, "m": {"type": "string"}}));
+    let vm = Arc::new(MappedSchema::from_json_schema(&v1, "event_time").unwrap());
+    let tm = MappedSchema::from_json_schema(&v2, "event_time").unwrap();
+    assert!(Converter::try_new(vm.clone(), tm.arrow_schema()).is_err());
+    // A version with a field the table lacks is not convertible even when evolved.
+    let e = Converter::for_evolved_table(
+        Arc::new(tm),
+        MappedSchema::from_json_schema(&with_props(json!({})), "event_time")
+            .unwrap()
+            .arrow_schema(),
+    );
+    assert!(e.is_err());
+}

@@ -529,6 +529,7 @@ pub async fn load_channel_schema(
         SchemaConfig::Glue {
             schema_arn,
             version,
+            ..
         } => {
             let registry = registry
                 .ok_or_else(|| SchemaLoadError::Unavailable("no Glue client".to_string()))?;

@@ -184,6 +184,22 @@ impl GsrDecoder {
         self.known_versions.insert(id);
     }
 
+    /// The JSON payload of a GSR record of any schema version (borrowed when uncompressed): the
+    /// caller has decided the version from [`parse_header`].
+    ///
+    /// Errors: the header's `INVALID_SCHEMA`, an inflate error's `DESERIALIZATION_ERROR` or
+    /// `RECORD_TOO_LARGE`.
+    pub fn payload_of<'a>(&'a mut self, record: &'a [u8]) -> Result<&'a [u8], DlqReason> {
+        let (h, payload) = parse_header(record)?;
+        match h.compression {
+            COMPRESSION_ZLIB => {
+                inflate(payload, self.max_record_size, &mut self.buf)?;
+                Ok(&self.buf)
+            }
+            _ => Ok(payload),
+        }
+    }
+
     /// The JSON payload of a GSR record (borrowed when uncompressed).
     pub fn decode<'a>(&'a mut self, record: &'a [u8]) -> Result<&'a [u8], DlqReason> {
         let (h, payload) = parse_header(record)?;

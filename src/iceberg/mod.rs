@@ -14,6 +14,7 @@ use crate::gsr::wire::RecordDecoder;
 use crate::schema::MappedSchema;
 use writer::WriterSettings;
 
+pub mod evolve;
 pub mod fence;
 pub mod maintenance;
 pub mod orphans;
@@ -45,4 +46,21 @@ pub struct IcebergIo {
     pub swap: Option<Arc<dyn crate::catalog::swap::TableSwap>>,
     /// How the orphan sweep lists the table location (`None`: no sweep on this catalog).
     pub lister: Option<orphans::FileLister>,
+    /// `evolution = "compatible"`: how the worker evolves the table (`None`: it never does).
+    pub evolution: Option<EvolutionSettings>,
+}
+
+/// What a worker needs to evolve its channel's table (`[channel.schema] evolution =
+/// "compatible"`, [`evolve`]).
+#[derive(Clone)]
+pub struct EvolutionSettings {
+    /// The channel's schema (`glue_schema_arn`): versions of another schema are never applied.
+    pub schema_arn: String,
+    /// The registry versions are looked up in.
+    pub registry: Arc<crate::gsr::RegistryClient>,
+    /// The channel's version as activation resolved it (recorded first in the history).
+    pub base: Option<evolve::VersionRef>,
+    /// `record.format = "json"` with `version = "latest"`: how often to ask for a new latest
+    /// version (`None` on `gsr_json`, where each record names its version).
+    pub poll_latest: Option<std::time::Duration>,
 }

@@ -2,22 +2,36 @@
 //! format) and converted into the columns of the table's current schema; a batch is written as
 //! Parquet data files under the table location plus one staged DLQ object (docs/design.md,
 //! protocol step 2). Nothing is referenced by the table until the committer commits the batch.
+//!
+//! With `evolution = "compatible"` the sink keeps one converter per schema version it has met,
+//! all writing the columns of the table's current schema; a version not yet in the table's
+//! schema history is applied first ([`super::evolve`]). When the table's schema changes (this
+//! worker's change or another's, seen on a reload), the rows converted so far are sealed with
+//! the table they were converted for and written as data files of that schema: a batch may then
+//! hold files of two schemas, which the table reads alike by field id.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
+use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use iceberg::table::Table;
 use uuid::Uuid;
 
+use super::evolve::{apply_version, is_applied, EvolveError, VersionRef};
 use super::table::check_same_table;
 use super::table_state::table_checkpoints;
-use super::writer::{data_file_paths, write_data_files};
-use super::IcebergIo;
+use super::writer::{data_file_paths, write_data_files, WrittenFiles};
+use super::{EvolutionSettings, IcebergIo};
+use crate::config::GlueSchemaVersion;
 use crate::convert::Converter;
 use crate::destination::{BatchSink, Pushed, SinkError, Written};
 use crate::dlq::DlqEntry;
-use crate::gsr::wire::PayloadError;
-use crate::model::{BatchFiles, Checkpoints, ShardId};
+use crate::gsr::wire::{parse_header, PayloadError, RecordDecoder};
+use crate::gsr::RegistryError;
+use crate::model::{BatchFiles, Checkpoints, DlqCode, DlqReason, ShardId};
+use crate::schema::MappedSchema;
 use crate::source::SourceRecord;
 use crate::telemetry;
 
@@ -27,7 +41,37 @@ pub struct IcebergSink {
     io: IcebergIo,
     /// The table as last loaded: its uuid is the one every later load must still have.
     table: Box<Table>,
+    /// The converter of the channel's version (with evolution on a `json` channel: the latest
+    /// version applied).
     converter: Box<Converter>,
+    max_record_size: usize,
+    /// Rows converted for an earlier schema of the table, with that table.
+    sealed: Vec<(Table, RecordBatch)>,
+    evolving: Option<Box<Evolving>>,
+}
+
+/// The sink's state under `evolution = "compatible"`.
+struct Evolving {
+    settings: EvolutionSettings,
+    /// The version id [`IcebergSink::converter`] validates.
+    base_id: Option<Uuid>,
+    /// The other versions met, each with its converter for the table's current schema.
+    others: HashMap<Uuid, Converter>,
+    /// Versions whose records go to the DLQ, with the reason (cleared when the schema changes).
+    refused: HashMap<Uuid, DlqReason>,
+    /// When a `json` channel next asks for the latest version.
+    next_poll: Option<Instant>,
+}
+
+fn arrow_of(table: &Table) -> Result<arrow_schema::SchemaRef, SinkError> {
+    Ok(Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
+            .map_err(|e| SinkError::Incompatible(e.to_string()))?,
+    ))
+}
+
+fn mismatch(message: String) -> DlqReason {
+    DlqReason::record(DlqCode::SchemaMismatch, message)
 }
 
 impl IcebergSink {
@@ -47,29 +91,89 @@ impl IcebergSink {
             .load_table(&io.ident)
             .await
             .map_err(|e| SinkError::from_iceberg("load table", e))?;
-        let arrow = Arc::new(
-            iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
-                .map_err(|e| SinkError::Incompatible(e.to_string()))?,
-        );
-        let converter = Converter::try_new(io.schema.clone(), arrow)
-            .map_err(|e| SinkError::Incompatible(e.to_string()))?
-            .with_max_record_size(max_record_size);
+        let arrow = arrow_of(&table)?;
+        // A table that evolved once keeps its evolved schema when evolution is switched off.
+        let evolved = table
+            .metadata()
+            .properties()
+            .contains_key(super::evolve::PROP_SCHEMA_HISTORY);
+        let converter = if io.evolution.is_some() || evolved {
+            Converter::for_evolved_table(io.schema.clone(), arrow)
+        } else {
+            Converter::try_new(io.schema.clone(), arrow)
+        }
+        .map_err(|e| SinkError::Incompatible(e.to_string()))?
+        .with_max_record_size(max_record_size);
+        let evolving = io.evolution.clone().map(|settings| {
+            Box::new(Evolving {
+                base_id: settings.base.map(|b| b.id),
+                next_poll: settings.poll_latest.map(|every| Instant::now() + every),
+                settings,
+                others: HashMap::new(),
+                refused: HashMap::new(),
+            })
+        });
         Ok(IcebergSink {
             channel: channel.to_string(),
             io,
             table: Box::new(table),
             converter: Box::new(converter),
+            max_record_size,
+            sealed: Vec::new(),
+            evolving,
         })
     }
-}
 
-#[async_trait]
-impl BatchSink for IcebergSink {
-    fn buffered_bytes(&self) -> usize {
-        self.converter.buffered_bytes()
+    fn evolved_converter(&self, schema: Arc<MappedSchema>) -> Result<Converter, SinkError> {
+        Ok(Converter::for_evolved_table(schema, arrow_of(&self.table)?)
+            .map_err(|e| SinkError::Incompatible(e.to_string()))?
+            .with_max_record_size(self.max_record_size))
     }
 
-    async fn committed_checkpoints(&mut self) -> Result<Checkpoints, SinkError> {
+    /// Takes `fresh` (a reload of the same table) as the sink's table. When its schema differs
+    /// from the one the converters write, the rows converted so far are sealed with the old
+    /// table and every converter is rebuilt for the new schema (evolution only: without it the
+    /// schema never changes under floe).
+    fn switch_table(&mut self, fresh: Table) -> Result<(), SinkError> {
+        let same =
+            fresh.metadata().current_schema_id() == self.table.metadata().current_schema_id();
+        if same || self.evolving.is_none() {
+            *self.table = fresh;
+            return Ok(());
+        }
+        let old = std::mem::replace(&mut *self.table, fresh);
+        let arrow = arrow_of(&self.table)?;
+        let mut sealed = Vec::new();
+        let rebuild = |c: &mut Converter, sealed: &mut Vec<RecordBatch>| -> Result<(), SinkError> {
+            if c.num_rows() > 0 {
+                sealed.push(c.finish());
+            }
+            *c = Converter::for_evolved_table(c.schema().clone(), arrow.clone())
+                .map_err(|e| SinkError::Incompatible(e.to_string()))?
+                .with_max_record_size(c.max_record_size());
+            Ok(())
+        };
+        rebuild(&mut self.converter, &mut sealed)?;
+        let evo = self.evolving.as_mut().expect("evolving");
+        for c in evo.others.values_mut() {
+            rebuild(c, &mut sealed)?;
+        }
+        evo.refused.clear();
+        for batch in sealed {
+            self.sealed.push((old.clone(), batch));
+        }
+        tracing::info!(
+            channel = %self.channel,
+            schema_id = self.table.metadata().current_schema_id(),
+            "the table's schema changed: converting for the new schema"
+        );
+        Ok(())
+    }
+
+    /// Loads the table again, checking it is still the one the sink opened.
+    ///
+    /// Errors: `TableGone` for a replaced or dropped table; `Unavailable`.
+    async fn load_fresh(&self) -> Result<Table, SinkError> {
         telemetry::record_catalog_table_load(&self.channel, "worker");
         let fresh = self
             .io
@@ -79,8 +183,249 @@ impl BatchSink for IcebergSink {
             .map_err(|e| SinkError::from_iceberg("load table", e))?;
         check_same_table(&self.io.ident, &self.table.metadata().uuid(), &fresh)
             .map_err(|e| SinkError::TableGone(e.to_string()))?;
+        Ok(fresh)
+    }
+
+    /// Reloads the table (same uuid) and switches to it.
+    async fn reload(&mut self) -> Result<(), SinkError> {
+        let fresh = self.load_fresh().await?;
+        self.switch_table(fresh)
+    }
+
+    /// Makes version `id` usable: its converter exists when this returns `Ok(Ok(()))`, after
+    /// applying it to the table when it is not in the schema history yet. `Ok(Err(reason))`:
+    /// its records go to the DLQ with `reason`.
+    ///
+    /// Errors: `Unavailable` (registry or catalog), `TableGone`, `Incompatible`.
+    async fn prepare_version(&mut self, id: Uuid) -> Result<Result<(), DlqReason>, SinkError> {
+        let evo = self.evolving.as_ref().expect("evolving");
+        if evo.base_id == Some(id) || evo.others.contains_key(&id) {
+            return Ok(Ok(()));
+        }
+        if let Some(reason) = evo.refused.get(&id) {
+            return Ok(Err(reason.clone()));
+        }
+        let info = match evo.settings.registry.by_id(id).await {
+            Ok(info) => info,
+            Err(RegistryError::NotFound(_)) => {
+                return Ok(Err(DlqReason::record(
+                    DlqCode::InvalidSchema,
+                    format!("unknown schema version {id}"),
+                )))
+            }
+            Err(e) => {
+                telemetry::record_schema_lookup_error(&self.channel);
+                return Err(SinkError::unavailable(
+                    "schema registry",
+                    PayloadError::Registry { id, error: e },
+                ));
+            }
+        };
+        let version = VersionRef {
+            id,
+            number: info.version_number,
+        };
+        match self.apply(&info, version).await? {
+            Ok(mapped) => {
+                let conv = self.evolved_converter(mapped)?;
+                let evo = self.evolving.as_mut().expect("evolving");
+                evo.others.insert(id, conv);
+                Ok(Ok(()))
+            }
+            Err(reason) => {
+                let evo = self.evolving.as_mut().expect("evolving");
+                evo.refused.insert(id, reason.clone());
+                Ok(Err(reason))
+            }
+        }
+    }
+
+    /// Maps version `info` and applies it to the table unless it is there already; returns its
+    /// mapped schema, or why its records go to the DLQ.
+    async fn apply(
+        &mut self,
+        info: &crate::gsr::SchemaVersionInfo,
+        version: VersionRef,
+    ) -> Result<Result<Arc<MappedSchema>, DlqReason>, SinkError> {
+        let evo = self.evolving.as_ref().expect("evolving");
+        let base = evo.settings.base;
+        let label = format!("schema version {} ({})", info.version_number, version.id);
+        if info.schema_arn != evo.settings.schema_arn {
+            return Ok(Err(mismatch(format!(
+                "{label} is a version of {}, not of the channel's schema {}",
+                info.schema_arn, evo.settings.schema_arn
+            ))));
+        }
+        let doc = match crate::gsr::json_schema_of(info) {
+            Ok(d) => d,
+            Err(e) => return Ok(Err(mismatch(format!("{label}: {e}")))),
+        };
+        let mapped = match MappedSchema::from_json_schema(&doc, self.io.schema.partition_field()) {
+            Ok(m) => Arc::new(m),
+            Err(e) => {
+                return Ok(Err(mismatch(format!(
+                    "{label} cannot be mapped to an Iceberg schema: {e}"
+                ))))
+            }
+        };
+        // Another worker may have applied it since this table was loaded.
+        if !is_applied(&self.table, version.id) {
+            self.reload().await?;
+        }
+        if !is_applied(&self.table, version.id) {
+            let Some(swap) = self.io.swap.clone() else {
+                return Err(SinkError::Incompatible(
+                    "schema evolution needs a catalog floe can commit schema changes to".into(),
+                ));
+            };
+            let applied = apply_version(
+                &self.channel,
+                self.io.catalog.as_ref(),
+                swap.as_ref(),
+                &self.io.ident,
+                self.table.metadata().uuid(),
+                base,
+                version,
+                &mapped,
+            )
+            .await;
+            match applied {
+                Ok(applied) => self.switch_table(applied.table())?,
+                Err(EvolveError::Incompatible(why)) => {
+                    telemetry::record_schema_change(&self.channel, "incompatible");
+                    tracing::warn!(
+                        channel = %self.channel,
+                        schema_version_id = %version.id,
+                        version_number = version.number,
+                        difference = %why,
+                        "schema version refused: not a compatible evolution of the table; its records go to the DLQ as SCHEMA_MISMATCH"
+                    );
+                    return Ok(Err(mismatch(format!(
+                        "{label} is not a compatible evolution of the table: {why}"
+                    ))));
+                }
+                Err(e @ EvolveError::Unavailable { .. }) => {
+                    return Err(SinkError::unavailable("schema change", e))
+                }
+            }
+        }
+        Ok(Ok(mapped))
+    }
+
+    /// `json` channels with `version = "latest"`: when the poll is due, asks the registry for
+    /// the latest version and, when it is new, applies it and validates the records from then
+    /// on by it. A failed poll is logged and retried at the next one.
+    async fn poll_latest(&mut self) -> Result<(), SinkError> {
+        let Some(evo) = self.evolving.as_mut() else {
+            return Ok(());
+        };
+        let (Some(at), Some(every)) = (evo.next_poll, evo.settings.poll_latest) else {
+            return Ok(());
+        };
+        if Instant::now() < at {
+            return Ok(());
+        }
+        evo.next_poll = Some(Instant::now() + every);
+        let registry = evo.settings.registry.clone();
+        let arn = evo.settings.schema_arn.clone();
+        let latest = match registry.by_arn(&arn, GlueSchemaVersion::Latest).await {
+            Ok(v) => v,
+            Err(e) => {
+                telemetry::record_schema_lookup_error(&self.channel);
+                tracing::warn!(channel = %self.channel, error = %e, "could not ask the registry for the latest schema version; asking again at the next poll");
+                return Ok(());
+            }
+        };
+        let evo = self.evolving.as_ref().expect("evolving");
+        if evo.base_id == Some(latest.version_id) || evo.refused.contains_key(&latest.version_id) {
+            return Ok(());
+        }
+        let version = VersionRef {
+            id: latest.version_id,
+            number: latest.version_number,
+        };
+        match self.apply(&latest, version).await? {
+            Ok(mapped) => {
+                let conv = self.evolved_converter(mapped)?;
+                let old = std::mem::replace(&mut *self.converter, conv);
+                let mut old = old;
+                if old.num_rows() > 0 {
+                    self.sealed.push(((*self.table).clone(), old.finish()));
+                }
+                let evo = self.evolving.as_mut().expect("evolving");
+                evo.base_id = Some(version.id);
+                tracing::info!(channel = %self.channel, schema_version_id = %version.id, version_number = version.number, "records are validated by the new latest schema version");
+            }
+            Err(reason) => {
+                tracing::warn!(channel = %self.channel, schema_version_id = %version.id, reason = %reason.message, "the latest schema version is not applied; records are still validated by the channel's version");
+                let evo = self.evolving.as_mut().expect("evolving");
+                evo.refused.insert(version.id, reason);
+            }
+        }
+        Ok(())
+    }
+
+    /// One record of a `gsr_json` channel under evolution: its version decides the converter.
+    async fn push_versioned(&mut self, record: &[u8]) -> Result<Result<i64, DlqReason>, SinkError> {
+        let id = match parse_header(record) {
+            Ok((h, _)) => h.schema_version,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        if let Err(reason) = self.prepare_version(id).await? {
+            return Ok(Err(reason));
+        }
+        let RecordDecoder::Gsr { decoder, .. } = &mut self.io.record_decoder else {
+            unreachable!("push_versioned is for gsr_json channels");
+        };
+        let payload = match decoder.payload_of(record) {
+            Ok(p) => p,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        let evo = self.evolving.as_mut().expect("evolving");
+        let conv = if evo.base_id == Some(id) {
+            &mut *self.converter
+        } else {
+            evo.others.get_mut(&id).expect("prepared")
+        };
+        Ok(conv.push(payload))
+    }
+
+    /// Every converter's rows, sealed ones first, each with the table it was converted for.
+    fn take_rows(&mut self) -> Vec<(Table, RecordBatch)> {
+        let mut groups = std::mem::take(&mut self.sealed);
+        let mut current = vec![self.converter.finish()];
+        if let Some(evo) = self.evolving.as_mut() {
+            current.extend(evo.others.values_mut().map(|c| c.finish()));
+        }
+        for batch in current {
+            if batch.num_rows() > 0 {
+                groups.push(((*self.table).clone(), batch));
+            }
+        }
+        groups
+    }
+}
+
+#[async_trait]
+impl BatchSink for IcebergSink {
+    fn buffered_bytes(&self) -> usize {
+        let others: usize = self
+            .evolving
+            .as_ref()
+            .map(|e| e.others.values().map(|c| c.buffered_bytes()).sum())
+            .unwrap_or(0);
+        let sealed: usize = self
+            .sealed
+            .iter()
+            .map(|(_, b)| b.get_array_memory_size())
+            .sum();
+        self.converter.buffered_bytes() + others + sealed
+    }
+
+    async fn committed_checkpoints(&mut self) -> Result<Checkpoints, SinkError> {
+        let fresh = self.load_fresh().await?;
         let cp = table_checkpoints(&fresh).map_err(|e| SinkError::Incompatible(e.to_string()))?;
-        *self.table = fresh;
+        self.switch_table(fresh)?;
         Ok(cp)
     }
 
@@ -112,7 +457,18 @@ impl BatchSink for IcebergSink {
         records: Vec<SourceRecord>,
     ) -> Result<Vec<Pushed>, SinkError> {
         let mut out = Vec::with_capacity(records.len());
+        self.poll_latest().await?;
+        let versioned =
+            self.evolving.is_some() && matches!(self.io.record_decoder, RecordDecoder::Gsr { .. });
         for record in records {
+            if versioned {
+                let pushed = self.push_versioned(&record.payload).await?;
+                out.push(match pushed {
+                    Ok(_hour) => Pushed::Buffered(record.position),
+                    Err(reason) => Pushed::Rejected { reason, record },
+                });
+                continue;
+            }
             let pushed = match self.io.record_decoder.payload(&record.payload).await {
                 Ok(payload) => self.converter.push(payload),
                 Err(PayloadError::Record(reason)) => Err(reason),
@@ -130,7 +486,7 @@ impl BatchSink for IcebergSink {
     }
 
     fn clear(&mut self) {
-        let _ = self.converter.finish();
+        let _ = self.take_rows();
     }
 
     async fn write(
@@ -138,10 +494,28 @@ impl BatchSink for IcebergSink {
         batch_id: Uuid,
         dlq_entries: &[DlqEntry],
     ) -> Result<Written, SinkError> {
-        let rows = self.converter.finish();
-        let files = write_data_files(&self.table, &self.io.writer, batch_id, rows)
-            .await
-            .map_err(|e| SinkError::from_iceberg("write data files", e))?;
+        // The rows of each schema are written as files of that schema. The first group is named
+        // after the batch; the others after fresh UUIDv7s, never older than the batch id (the
+        // orphan sweep's age rule holds for them too).
+        let mut files = WrittenFiles::default();
+        for (i, (table, rows)) in self.take_rows().into_iter().enumerate() {
+            let file_id = if i == 0 { batch_id } else { Uuid::now_v7() };
+            match write_data_files(&table, &self.io.writer, file_id, rows).await {
+                Ok(w) => {
+                    files.data_files_json.extend(w.data_files_json);
+                    files.paths.extend(w.paths);
+                    files.sizes.extend(w.sizes);
+                    files.num_rows += w.num_rows;
+                    files.num_bytes += w.num_bytes;
+                }
+                Err(e) => {
+                    for p in &files.paths {
+                        let _ = self.table.file_io().delete(p).await;
+                    }
+                    return Err(SinkError::from_iceberg("write data files", e));
+                }
+            }
+        }
         let dlq_staged = self.io.dlq.stage(batch_id, dlq_entries).await;
         if !dlq_entries.is_empty() {
             telemetry::record_dlq_write(&self.channel, "stage", dlq_staged.is_ok());

@@ -155,6 +155,26 @@ fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result
             schema.partition_field()
         )));
     }
+    // A table evolved by `evolution = "compatible"` (it has a schema history) takes the
+    // channel's version when its records convert into the table's schema: the table may have
+    // more fields, wider types, optional fields where the version's are required.
+    if md
+        .properties()
+        .contains_key(super::evolve::PROP_SCHEMA_HISTORY)
+    {
+        let arrow = iceberg::arrow::schema_to_arrow_schema(current)
+            .map_err(|e| incompatible(format!("its schema has no Arrow form: {e}")))?;
+        crate::convert::Converter::for_evolved_table(
+            std::sync::Arc::new(schema.clone()),
+            std::sync::Arc::new(arrow),
+        )
+        .map_err(|e| {
+            incompatible(format!(
+                "its schema is not an evolution of the channel's schema version: {e}"
+            ))
+        })?;
+        return Ok(());
+    }
     if let Some(difference) =
         struct_difference(schema.iceberg_schema().as_struct(), current.as_struct(), "")
     {

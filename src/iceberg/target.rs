@@ -404,6 +404,29 @@ struct LoadedTable<'a> {
     table: Table,
 }
 
+impl LoadedTable<'_> {
+    /// The error for a batch whose data files do not parse against the table as loaded. A
+    /// worker writes files of a new schema only after its schema change is committed
+    /// (`evolution = "compatible"`, [`super::evolve`]), so when the table's schema moved since
+    /// this round loaded it, the files are of the newer schema: a conflict, re-planned on the
+    /// fresh table. Otherwise the batch does not fit the table.
+    async fn unparsable(&self, batch_id: Uuid, e: iceberg::Error) -> CommitError {
+        let loaded = self.table.metadata().current_schema_id();
+        match self.target.catalog.inner().load_table(&self.target.ident).await {
+            Ok(fresh) if fresh.metadata().current_schema_id() != loaded => {
+                CommitError::Conflict(format!(
+                    "the table's schema changed (schema {loaded} -> {}) since the round was planned",
+                    fresh.metadata().current_schema_id()
+                ))
+            }
+            Ok(_) => CommitError::Incompatible(format!(
+                "batch {batch_id}: its data files do not fit the table: {e}"
+            )),
+            Err(load) => CommitError::unavailable("load table", load),
+        }
+    }
+}
+
 /// What snapshot `child` removed from its parent `parent`.
 struct Removed {
     /// Manifests `parent` lists and `child` does not.
@@ -494,10 +517,10 @@ impl LoadedTarget for LoadedTable<'_> {
                     b.files.kind()
                 )));
             };
-            files.extend(
-                parse_data_files(table, data_files)
-                    .map_err(|e| CommitError::Incompatible(e.to_string()))?,
-            );
+            match parse_data_files(table, data_files) {
+                Ok(parsed) => files.extend(parsed),
+                Err(e) => return Err(self.unparsable(b.batch_id, e).await),
+            }
         }
         let summary = commit_summary(commit_id, accepted);
         let unfinished: Vec<Uuid> = accepted
@@ -522,7 +545,8 @@ impl LoadedTarget for LoadedTable<'_> {
         }
         // No duplicate check: it reads every manifest of the current snapshot on every commit
         // (commit time growing with the table's age), and floe cannot add a file twice: every
-        // data file name carries its batch's UUIDv7 (`<channel>-<batch id>-<n>.parquet`), and a
+        // data file name carries its batch's UUIDv7 (`<channel>-<batch id>-<n>.parquet`; the files of
+        // rows sealed by a schema change carry a fresh UUIDv7 instead), and a
         // batch's range is accepted only if it continues the checkpoint this same fenced commit
         // advances, so a committed batch is never accepted again (docs/design.md, step 3).
         let tx = tx

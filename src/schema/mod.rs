@@ -58,6 +58,7 @@
 //! - Numeric keywords are read exactly from their JSON text (integers) or from the shortest text of
 //!   the double `serde_json` read (so `0.01` is the decimal 0.01).
 
+pub mod evolution;
 mod number;
 
 pub(crate) use number::{cmp_parts, normalize_number};

@@ -637,6 +637,7 @@ impl WorkerRig {
                 maintenance: Default::default(),
                 swap: None,
                 lister: None,
+                evolution: None,
             },
         );
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);
@@ -753,6 +754,20 @@ pub fn sum(s: &BTreeMap<String, f64>, name: &str, filters: &[&str]) -> f64 {
         })
         .map(|(_, v)| v)
         .sum()
+}
+
+/// `json` in the GSR wire format: header version 3, compression 0 or zlib (5), `version`.
+pub fn gsr_frame(version: uuid::Uuid, zlib: bool, json: &[u8]) -> Vec<u8> {
+    let mut r = vec![3u8, if zlib { 5 } else { 0 }];
+    r.extend_from_slice(version.as_bytes());
+    if zlib {
+        let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut e, json).unwrap();
+        r.extend_from_slice(&e.finish().unwrap());
+    } else {
+        r.extend_from_slice(json);
+    }
+    r
 }
 
 /// A TCP port free on 127.0.0.1 right now.
