@@ -6,7 +6,8 @@
 //! - `two_workers_meeting_a_new_version_make_one_schema_change`;
 //! - `concurrent_schema_changes_of_one_version_commit_once` (the catalog swap, in process);
 //! - `a_worker_killed_at_each_step_of_a_change_loses_and_doubles_nothing` (SIGKILL at the
-//!   decision, after the swap, and of the committer after the change).
+//!   decision, after the swap, and of the committer after the change);
+//! - `compaction_after_a_schema_change_reads_no_file_of_an_older_schema_as_the_new_one`.
 
 mod common;
 
@@ -528,4 +529,63 @@ async fn a_worker_killed_at_each_step_of_a_change_loses_and_doubles_nothing() {
         }
         vs.delete().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_after_a_schema_change_reads_no_file_of_an_older_schema_as_the_new_one() {
+    let endpoint = aws_endpoint();
+    let vs = register(&endpoint).await;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    let text = config(dir.path(), "w1", &broker.bootstrap, &endpoint, &vs.arn).replacen(
+        "  [channel.dlq]",
+        "    [channel.destination.maintenance]\n    interval = \"1s\"\n    compaction_delay = \"0s\"\n  [channel.dlq]",
+        1,
+    );
+    let worker = Worker::start_with(dir.path(), "w1", &text);
+    // In several hand-offs, so that every hour has files of both schemas.
+    for ids in [0..200, 200..400, 400..600] {
+        produce_all(&broker.bootstrap, &vs, ids.clone());
+        wait_delivered(dir.path(), ids.end, Duration::from_secs(90)).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let table = read(dir.path());
+        let replaced = table["snapshots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["operation"] == "replace")
+            .count();
+        // Compacted after the last hand-off: a replace snapshot newer than every append.
+        let last = table["snapshots"].as_array().unwrap().last().cloned();
+        if replaced > 0 && last.is_some_and(|s| s["operation"] == "replace") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compaction\n{}",
+            log_of(dir.path(), "w1")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(worker.terminate().success());
+    let log = log_of(dir.path(), "w1");
+    assert!(log.contains("compaction written"), "{log}");
+    assert!(!log.contains("compaction failed"), "{log}");
+    let table = assert_delivered_once(dir.path(), &vs, &log);
+    let sample = &table["sample"];
+    assert!(sample["150"]["note"].is_null(), "{}", sample["150"]);
+    assert_eq!(
+        sample["250"]["user"]["device"]["os"], "ios",
+        "{}",
+        sample["250"]
+    );
+    assert_eq!(
+        sample["250"]["user"]["tier"],
+        json!(5_000_000_250u64),
+        "{}",
+        sample["250"]
+    );
+    vs.delete().await;
 }

@@ -268,6 +268,61 @@ pub struct Compacted {
     pub file_id: Uuid,
     /// Commit attempts so far.
     attempts: u32,
+    /// Planned inputs left out: written with an earlier schema of the table (see [`compact`]).
+    pub older_schema: Vec<String>,
+}
+
+/// Whether the data file `entry` of `table` was written with the columns of `current` (names,
+/// types, nullability, nesting), read from its Parquet footer.
+///
+/// Compaction only merges such files: iceberg-rust 0.10.1's reader projects a file of an
+/// earlier schema onto the current one only for top-level changes, and fails on a struct that
+/// gained a field (`Incorrect number of arrays for StructArray fields`, found by
+/// tests/schema_evolution.rs). Files written before a schema change
+/// (`evolution = "compatible"`) are left as they are, readable by every engine.
+///
+/// Errors: the file cannot be read.
+async fn written_with(
+    table: &Table,
+    entry: &ManifestEntryRef,
+    current: &arrow_schema::Schema,
+) -> iceberg::Result<bool> {
+    let file = entry.data_file();
+    let input = table.file_io().new_input(file.file_path())?;
+    let reader = iceberg::arrow::ArrowFileReader::new(
+        iceberg::io::FileMetadata {
+            size: file.file_size_in_bytes(),
+        },
+        Box::new(input.reader().await?),
+    );
+    let builder = parquet::arrow::ParquetRecordBatchStreamBuilder::new(reader)
+        .await
+        .map_err(|e| {
+            iceberg::Error::new(ErrorKind::DataInvalid, "parquet footer").with_source(e)
+        })?;
+    Ok(same_shape(builder.schema().fields(), current.fields()))
+}
+
+/// The same names, types, nullability and nesting (field metadata not compared).
+fn same_shape(a: &arrow_schema::Fields, b: &arrow_schema::Fields) -> bool {
+    use arrow_schema::DataType;
+    fn ty(a: &DataType, b: &DataType) -> bool {
+        match (a, b) {
+            (DataType::Struct(x), DataType::Struct(y)) => same_shape(x, y),
+            (DataType::List(x), DataType::List(y))
+            | (DataType::LargeList(x), DataType::LargeList(y))
+            | (DataType::Map(x, _), DataType::Map(y, _)) => {
+                x.is_nullable() == y.is_nullable() && ty(x.data_type(), y.data_type())
+            }
+            (x, y) => x == y,
+        }
+    }
+    a.len() == b.len()
+        && a.iter().zip(b.iter()).all(|(x, y)| {
+            x.name() == y.name()
+                && x.is_nullable() == y.is_nullable()
+                && ty(x.data_type(), y.data_type())
+        })
 }
 
 /// Reads the rows of `inputs` (data files of `table`'s current schema) and writes them again as
@@ -282,6 +337,29 @@ pub async fn compact(
     let md = table.metadata();
     let schema = md.current_schema().clone();
     let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
+    let file_id = Uuid::now_v7();
+    let current_arrow = iceberg::arrow::schema_to_arrow_schema(&schema)?;
+    let mut older_schema = Vec::new();
+    let mut kept = Vec::with_capacity(inputs.len());
+    for e in inputs {
+        if written_with(&table, &e, &current_arrow).await? {
+            kept.push(e);
+        } else {
+            older_schema.push(e.file_path().to_string());
+        }
+    }
+    let inputs = kept;
+    if inputs.len() < 2 {
+        tracing::info!(table = %table.identifier(), older_schema = older_schema.len(), "compaction skipped: the planned files are of an earlier schema of the table");
+        return Ok(Compacted {
+            inputs: HashSet::new(),
+            rows: 0,
+            outputs: Vec::new(),
+            file_id,
+            attempts: 0,
+            older_schema,
+        });
+    }
     let rows: u64 = inputs.iter().map(|e| e.record_count()).sum();
     let mut tasks = Vec::with_capacity(inputs.len());
     for e in &inputs {
@@ -311,7 +389,6 @@ pub async fn compact(
     let stream = reader
         .read(futures::stream::iter(tasks.into_iter().map(Ok)).boxed())?
         .stream();
-    let file_id = Uuid::now_v7();
     let outputs = rewrite_data_files(&table, &settings, file_id, stream).await?;
     let written: u64 = outputs.iter().map(|f| f.record_count()).sum();
     if written != rows {
@@ -331,6 +408,7 @@ pub async fn compact(
         outputs,
         file_id,
         attempts: 0,
+        older_schema,
     })
 }
 
@@ -346,6 +424,8 @@ struct State {
     sweep: Option<JoinHandle<()>>,
     /// When the next orphan sweep is due (`None`: not planned yet).
     next_sweep: Option<Instant>,
+    /// Data files compaction leaves alone: written with an earlier schema ([`compact`]).
+    older_schema: HashSet<String>,
 }
 
 /// The first orphan sweep runs this long after the committer starts.
@@ -561,7 +641,7 @@ impl Maintainer {
         let mut st = self.state.lock().await;
         if st.job.as_ref().is_some_and(|j| j.is_finished()) {
             let job = st.job.take().expect("checked");
-            st.ready = self.finished(job.await);
+            st.ready = self.finished(&mut st, job.await);
         }
         let due = st.next_look.is_none_or(|t| Instant::now() >= t);
         if st.ready.is_none() && !due {
@@ -730,8 +810,20 @@ impl Maintainer {
         let Some(writer) = &self.writer else {
             return false;
         };
+        // Files of an earlier schema are not compaction inputs (see `compact`).
+        let hours: BTreeMap<i32, Vec<&ManifestEntryRef>> = hours
+            .iter()
+            .map(|(h, files)| {
+                let files = files
+                    .iter()
+                    .copied()
+                    .filter(|e| !st.older_schema.contains(e.file_path()))
+                    .collect();
+                (*h, files)
+            })
+            .collect();
         let inputs = plan_compaction(
-            hours,
+            &hours,
             writer.target_file_size,
             self.config.compaction_delay.as_millis() as i64,
             now,
@@ -762,8 +854,9 @@ impl Maintainer {
     pub async fn wait_for_compaction(&self) {
         let job = self.state.lock().await.job.take();
         if let Some(job) = job {
-            let ready = self.finished(job.await);
-            self.state.lock().await.ready = ready;
+            let outcome = job.await;
+            let mut st = self.state.lock().await;
+            st.ready = self.finished(&mut st, outcome);
         }
     }
 
@@ -771,10 +864,14 @@ impl Maintainer {
     /// are planned again at the next look).
     fn finished(
         &self,
+        st: &mut State,
         outcome: Result<iceberg::Result<Compacted>, tokio::task::JoinError>,
     ) -> Option<Compacted> {
         let e = match outcome {
-            Ok(Ok(c)) => return Some(c),
+            Ok(Ok(mut c)) => {
+                st.older_schema.extend(c.older_schema.drain(..));
+                return (!c.inputs.is_empty()).then_some(c);
+            }
             Ok(Err(e)) => e.to_string(),
             Err(e) => format!("the task ended abnormally: {e}"),
         };
