@@ -589,3 +589,210 @@ async fn compaction_after_a_schema_change_reads_no_file_of_an_older_schema_as_th
     );
     vs.delete().await;
 }
+
+/// Waits until `w1`'s log contains `needle`.
+async fn wait_log(dir: &Path, needle: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !log_of(dir, "w1").contains(needle) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {needle:?} in\n{}",
+            log_of(dir, "w1")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_channel_follows_the_latest_compatible_version() {
+    let endpoint = aws_endpoint();
+    let glue = aws_clients(&endpoint).await.glue();
+    let vs = register(&endpoint).await;
+    // Start from a schema of version 1 only: versions 2 and 3 are registered while it runs.
+    let only_v1 = glue
+        .create_schema()
+        .registry_id(RegistryId::builder().registry_name(REGISTRY).build())
+        .schema_name(unique_name("latest"))
+        .data_format(DataFormat::Json)
+        .compatibility(Compatibility::None)
+        .schema_definition(floe::tools::quickstart::EVENT_SCHEMA)
+        .send()
+        .await
+        .unwrap();
+    let arn = only_v1.schema_arn().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    let text = config(dir.path(), "w1", &broker.bootstrap, &endpoint, &arn)
+        .replacen("format = \"gsr_json\"", "format = \"json\"", 1)
+        .replacen(
+            "  version = 1\n  evolution = \"compatible\"",
+            "  evolution = \"compatible\"\n  poll_interval = \"1s\"",
+            1,
+        );
+    let worker = Worker::start_with(dir.path(), "w1", &text);
+    // The JSON of each record, without the GSR header.
+    let json_of = |v: u8, id: u64| record(&vs, v, id)[18..].to_vec();
+    let plain = |v: u8, id: u64| {
+        let framed = json_of(v, id);
+        if id.is_multiple_of(2) {
+            let mut d = flate2::read::ZlibDecoder::new(&framed[..]);
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(&mut d, &mut out).unwrap();
+            out
+        } else {
+            framed
+        }
+    };
+    produce_payloads(&broker.bootstrap, 0..200, |id| plain(1, id));
+    wait_delivered(dir.path(), 200, Duration::from_secs(90)).await;
+    let register = |doc: Value| {
+        let glue = glue.clone();
+        let arn = arn.clone();
+        async move {
+            glue.register_schema_version()
+                .schema_id(SchemaId::builder().schema_arn(&arn).build())
+                .schema_definition(doc.to_string())
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    register(v2_schema()).await;
+    wait_log(
+        dir.path(),
+        "records are validated by the new latest schema version",
+    )
+    .await;
+    produce_payloads(&broker.bootstrap, 200..400, |id| plain(2, id));
+    wait_delivered(dir.path(), 400, Duration::from_secs(90)).await;
+    // An incompatible latest version changes nothing: records of version 2 are still taken.
+    register(v3_schema()).await;
+    wait_log(dir.path(), "the latest schema version is not applied").await;
+    produce_payloads(&broker.bootstrap, 400..450, |id| plain(2, id));
+    let (rows, dead) = wait_delivered(dir.path(), 450, Duration::from_secs(90)).await;
+    assert!(worker.terminate().success());
+    let log = log_of(dir.path(), "w1");
+    assert_eq!((rows, dead), (450, 0), "{log}");
+    let ids: Vec<u64> = (0..450).collect();
+    let table = read_with_pyiceberg(dir.path(), &ids);
+    assert_eq!(table["rows"], 450);
+    assert_eq!(table["distinct_ids"], 450);
+    let sample = &table["sample"];
+    assert!(sample["10"]["note"].is_null(), "{}", sample["10"]);
+    for id in [200u64, 420] {
+        assert_eq!(sample[id.to_string()]["note"], json!(format!("n{id}")));
+        assert_eq!(sample[id.to_string()]["user"]["device"]["os"], "ios");
+    }
+    let h = history(&table);
+    assert_eq!(h.len(), 2, "{h:?}");
+    assert_eq!(h[1]["version-number"], 2);
+    vs.delete().await;
+    let _ = glue
+        .delete_schema()
+        .schema_id(SchemaId::builder().schema_arn(&arn).build())
+        .send()
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_round_planned_before_a_schema_change_re_plans_instead_of_refusing() {
+    use floe::destination::{CommitError, CommitTarget};
+    use floe::iceberg::evolve::{apply_version, VersionRef};
+    use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
+    let dir = tempfile::tempdir().unwrap();
+    let database = floe::config::CatalogDatabase::Sqlite(dir.path().join("catalog.sqlite"));
+    let catalog =
+        floe::catalog::open_sql_catalog_local(&database, &dir.path().join("warehouse"), "floe")
+            .await
+            .unwrap();
+    let swap = floe::catalog::swap::SqlSwap::open(catalog.clone(), &database, "floe")
+        .await
+        .unwrap();
+    let (ident, _v1) = event_table_in(catalog.as_ref(), "it", "it").await;
+    let target = floe::iceberg::target::IcebergTarget::new(
+        "it",
+        ident.clone(),
+        catalog.clone(),
+        floe::dlq::LocalDlq::new(dir.path().join("dlq"), "it"),
+    );
+    // The committer's round loads the table at schema 0 ...
+    let loaded = target.load().await.unwrap();
+    // ... a worker evolves it (user.tier int -> long) and hands off a batch of the new schema.
+    let v2 = floe::schema::MappedSchema::from_json_schema(&v2_schema(), "event_time").unwrap();
+    let uuid = catalog.load_table(&ident).await.unwrap().metadata().uuid();
+    let version = |number| VersionRef {
+        id: Uuid::now_v7(),
+        number,
+    };
+    let evolved = apply_version(
+        "it",
+        catalog.as_ref(),
+        &swap,
+        &ident,
+        uuid,
+        Some(version(1)),
+        version(2),
+        &v2,
+    )
+    .await
+    .unwrap()
+    .table();
+    let arrow = Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(evolved.metadata().current_schema()).unwrap(),
+    );
+    let mut conv = floe::convert::Converter::for_evolved_table(Arc::new(v2), arrow).unwrap();
+    for id in 0..10 {
+        conv.push(event_json(id, SEED, BASE_MS, 1).as_bytes())
+            .unwrap();
+    }
+    let settings = floe::iceberg::writer::WriterSettings {
+        channel: "it".into(),
+        compression: floe::iceberg::writer::ParquetCompression::Zstd(3),
+        target_file_size: 128 << 20,
+    };
+    let batch_id = Uuid::now_v7();
+    let written =
+        floe::iceberg::writer::write_data_files(&evolved, &settings, batch_id, conv.finish())
+            .await
+            .unwrap();
+    let batch = PendingBatch {
+        channel: "it".into(),
+        batch_id,
+        worker_id: "w".into(),
+        shards: vec![ShardRange {
+            shard: ShardId::kafka_partition(0),
+            range: CheckpointRange {
+                after_exclusive: None,
+                last_inclusive: Position::Offset(9),
+            },
+            lease_counter: 0,
+        }],
+        files: floe::model::BatchFiles::Iceberg {
+            data_files: written.data_files_json,
+            dlq_staged: None,
+        },
+        num_rows: written.num_rows,
+        num_dead_lettered: 0,
+        dead_lettered_by_code: Default::default(),
+        data_bytes: written.num_bytes,
+        oldest_read_at_ms: 0,
+    };
+    let checkpoints =
+        floe::model::Checkpoints([(ShardId::kafka_partition(0), Position::Offset(9))].into());
+    // The round's commit does not parse the new schema's files against schema 0: a conflict
+    // (re-planned on the fresh table), not a refusal that would stop the committer.
+    let err = loaded
+        .commit(&[&batch], &[], &checkpoints, 1, Uuid::now_v7())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CommitError::Conflict(_)), "{err}");
+    drop(loaded);
+    // The next round, on the fresh table, commits it.
+    let fresh = target.load().await.unwrap();
+    fresh
+        .commit(&[&batch], &[], &checkpoints, 1, Uuid::now_v7())
+        .await
+        .unwrap();
+    let t = catalog.load_table(&ident).await.unwrap();
+    assert_eq!(floe::tools::quickstart::total_records(&t), 10);
+}
