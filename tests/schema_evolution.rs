@@ -796,3 +796,104 @@ async fn a_committer_round_planned_before_a_schema_change_re_plans_instead_of_re
     let t = catalog.load_table(&ident).await.unwrap();
     assert_eq!(floe::tools::quickstart::total_records(&t), 10);
 }
+
+#[test]
+fn records_check_shows_how_a_new_version_would_evolve_the_table_or_why_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2, v3) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let vs = Versions {
+        arn: String::new(),
+        v1,
+        v2,
+        v3,
+        endpoint: String::new(),
+    };
+    let file = |name: &str, doc: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, doc).unwrap();
+        p
+    };
+    let f1 = file("v1.json", floe::tools::quickstart::EVENT_SCHEMA);
+    let f2 = file("v2.json", &v2_schema().to_string());
+    let f3 = file("v3.json", &v3_schema().to_string());
+    let hex = |b: Vec<u8>| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let input: String = [(1, 1), (2, 201), (2, 203), (3, 501), (1, 401)]
+        .iter()
+        .map(|&(v, id)| hex(record(&vs, v, id)) + "\n")
+        .collect();
+    let run = |evolution: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args([
+                "records",
+                "check",
+                "--format",
+                "gsr_json",
+                "--encoding",
+                "hex",
+            ])
+            .args(["--evolution", evolution, "--schema"])
+            .arg(&f1)
+            .arg("--schema-version")
+            .arg(format!("{v1}={}", f1.display()))
+            .arg("--schema-version")
+            .arg(format!("{v2}={}", f2.display()))
+            .arg("--schema-version")
+            .arg(format!("{v3}={}", f3.display()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let lines = run("compatible");
+    assert_eq!(lines.len(), 5);
+    assert!(lines[0]["row"].is_object() && lines[0].get("evolution").is_none());
+    let evolution = &lines[1]["evolution"];
+    assert_eq!(evolution["schema_version"], json!(v2.to_string()));
+    let changes: Vec<&str> = evolution["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(
+        changes.contains(&"widened user.tier from int to long"),
+        "{changes:?}"
+    );
+    assert_eq!(lines[1]["row"]["note"], "n201");
+    assert!(
+        lines[2].get("evolution").is_none(),
+        "applied once: {}",
+        lines[2]
+    );
+    assert_eq!(lines[3]["dlq"]["code"], "SCHEMA_MISMATCH");
+    assert!(
+        lines[3]["dlq"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("source: the type changes from string to long"),
+        "{}",
+        lines[3]
+    );
+    assert!(lines[4]["row"]["note"].is_null(), "{}", lines[4]);
+    // Without evolution, every record of another version is SCHEMA_MISMATCH.
+    let lines = run("none");
+    let codes: Vec<&Value> = lines.iter().map(|l| &l["dlq"]["code"]).collect();
+    assert_eq!(
+        codes,
+        [
+            &Value::Null,
+            &json!("SCHEMA_MISMATCH"),
+            &json!("SCHEMA_MISMATCH"),
+            &json!("SCHEMA_MISMATCH"),
+            &Value::Null
+        ]
+    );
+}

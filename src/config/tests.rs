@@ -1794,3 +1794,18 @@ fn schema_evolution_is_read_and_refused_where_it_cannot_apply() {
         "",
     );
 }
+
+#[test]
+fn schema_evolution_is_refused_on_s3_tables() {
+    let text = replaced(
+        SQL_CATALOG,
+        &format!("kind = \"s3tables\"\ntable_bucket_arn = \"{BUCKET_ARN}\""),
+    )
+    .replacen(
+        "file = \"event.schema.json\"",
+        &format!("glue_schema_arn = \"{SCHEMA_ARN}\"\nevolution = \"compatible\""),
+        1,
+    );
+    assert!(text.contains("evolution"));
+    refused(&text, "channel[0].schema.evolution", "S3 Tables");
+}
