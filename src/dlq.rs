@@ -43,7 +43,8 @@ pub struct DlqEntry {
     /// Kafka message key as text (lossy UTF-8), if any: lets users reconcile by key.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub key: Option<String>,
-    /// Schema version the record was checked against (file path or GSR version id).
+    /// Schema version the record was checked against: the version id in a GSR record's header,
+    /// otherwise the channel's schema (file path or GSR version id at the worker's start).
     pub schema_version: String,
     /// Error code (docs/schema-mapping.md "DLQ error codes").
     pub error_code: String,

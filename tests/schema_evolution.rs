@@ -201,6 +201,11 @@ fn assert_delivered_once(dir: &Path, vs: &Versions, logs: &str) -> Value {
     assert_eq!(dlq.len(), 50, "one DLQ entry per v3 record");
     for e in &dlq {
         assert_eq!(e.error_code, "SCHEMA_MISMATCH");
+        assert_eq!(
+            e.schema_version,
+            vs.v3.to_string(),
+            "the record's own version"
+        );
         assert!(
             e.message
                 .contains("is not a compatible evolution of the table: source: the type changes from string to long"),
@@ -262,6 +267,15 @@ async fn compatible_versions_evolve_the_table_once_and_an_incompatible_one_is_de
     assert!(!required.contains(&"note") && !required.contains(&"user.device"));
     // Old rows read the new columns as null, new rows have values; v1 rows after v2 too.
     let sample = &table["sample"];
+    // What the run shows (`--nocapture`): the history and a row of each version.
+    eprintln!(
+        "schema history: {}\nschema: {}\nv1 row 0: {}\nv2 row 200: {}\nv1 row 450: {}",
+        serde_json::to_string_pretty(&history(&table)).unwrap(),
+        table["schema"],
+        sample["0"],
+        sample["200"],
+        sample["450"]
+    );
     for id in [0u64, 150, 450] {
         let row = &sample[id.to_string()];
         assert!(row["note"].is_null(), "v1 row {id}: {row}");
@@ -336,6 +350,31 @@ async fn compatible_versions_evolve_the_table_once_and_an_incompatible_one_is_de
         "{scrape}"
     );
     assert!(log.contains("schema evolved"), "{log}");
+
+    // Evolution switched off: the table keeps its evolved schema and its current version (2)
+    // stays the channel's; version 1's records are SCHEMA_MISMATCH again.
+    let off = text.replacen("evolution = \"compatible\"", "evolution = \"none\"", 1);
+    let worker = Worker::start_with(dir.path(), "w1", &off);
+    produce_all(&broker.bootstrap, &vs, 550..560);
+    produce_payloads(&broker.bootstrap, 600..610, |id| record(&vs, 1, id));
+    let (rows, dead) = wait_delivered(dir.path(), TOTAL + 20, Duration::from_secs(90)).await;
+    assert!(worker.terminate().success());
+    let log = log_of(dir.path(), "w1");
+    assert_eq!((rows, dead), (TOTAL - 50 + 10, 50 + 10), "{log}");
+    assert!(!log.contains("differs from the version recorded"), "{log}");
+    let dlq = floe::dlq::LocalDlq::new(dir.path().join("dlq"), "it")
+        .read_published()
+        .unwrap();
+    let off_dead: Vec<_> = dlq
+        .iter()
+        .filter(|e| e.key.as_ref().unwrap().parse::<u64>().unwrap() >= 600)
+        .collect();
+    assert_eq!(off_dead.len(), 10);
+    for e in off_dead {
+        assert_eq!(e.error_code, "SCHEMA_MISMATCH");
+        assert_eq!(e.schema_version, vs.v1.to_string());
+        assert!(e.message.contains("evolution is \"none\""), "{}", e.message);
+    }
     vs.delete().await;
 }
 
@@ -673,13 +712,21 @@ async fn a_json_channel_follows_the_latest_compatible_version() {
     assert!(worker.terminate().success());
     let log = log_of(dir.path(), "w1");
     assert_eq!((rows, dead), (450, 0), "{log}");
-    let ids: Vec<u64> = (0..450).collect();
+    // A restart converts by the table's current version from the first record on, long before
+    // its first poll (the channel state still names version 1 until this start).
+    let text = text.replacen("poll_interval = \"1s\"", "poll_interval = \"1h\"", 1);
+    let worker = Worker::start_with(dir.path(), "w1", &text);
+    produce_payloads(&broker.bootstrap, 450..500, |id| plain(2, id));
+    let (rows, dead) = wait_delivered(dir.path(), 500, Duration::from_secs(90)).await;
+    assert!(worker.terminate().success());
+    assert_eq!((rows, dead), (500, 0), "{}", log_of(dir.path(), "w1"));
+    let ids: Vec<u64> = (0..500).collect();
     let table = read_with_pyiceberg(dir.path(), &ids);
-    assert_eq!(table["rows"], 450);
-    assert_eq!(table["distinct_ids"], 450);
+    assert_eq!(table["rows"], 500);
+    assert_eq!(table["distinct_ids"], 500);
     let sample = &table["sample"];
     assert!(sample["10"]["note"].is_null(), "{}", sample["10"]);
-    for id in [200u64, 420] {
+    for id in [200u64, 420, 470] {
         assert_eq!(sample[id.to_string()]["note"], json!(format!("n{id}")));
         assert_eq!(sample[id.to_string()]["user"]["device"]["os"], "ios");
     }

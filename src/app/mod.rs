@@ -382,7 +382,7 @@ async fn prepare_iceberg(
             .await
             .map_err(|e| activate_err(name, e))?,
     };
-    let schema = Arc::new(channel_schema.mapped);
+    let mut schema = Arc::new(channel_schema.mapped);
     let table = activate::ensure_channel_table(
         index,
         config,
@@ -394,6 +394,26 @@ async fn prepare_iceberg(
     )
     .await
     .map_err(|e| activate_err(name, e))?;
+    let mut base = match (channel_schema.version_id, channel_schema.version_number) {
+        (Some(id), Some(number)) => Some(crate::iceberg::evolve::VersionRef { id, number }),
+        _ => None,
+    };
+    let mut schema_label = channel_schema.label;
+    if let Some(registry) = &registry {
+        // The table evolved past the version this start resolved (evolution on now, or before
+        // it was switched off): the channel's version is the table's current one, from the
+        // first record on.
+        if let Some((mapped, current)) =
+            activate::table_version_schema(index, registry, &table, base, &dest.partition_field)
+                .await
+                .map_err(|e| activate_err(name, e))?
+        {
+            schema = Arc::new(mapped);
+            base = Some(current);
+            schema_label = current.id.to_string();
+        }
+        activate::follow_table_version(store, &mut state, &table).await;
+    }
     let evolution = match (schema_config, &registry) {
         (
             SchemaConfig::Glue {
@@ -403,20 +423,12 @@ async fn prepare_iceberg(
                 ..
             },
             Some(registry),
-        ) => {
-            activate::follow_table_version(store, &mut state, &table).await;
-            Some(crate::iceberg::EvolutionSettings {
-                schema_arn: schema_arn.clone(),
-                registry: registry.clone(),
-                base: match (channel_schema.version_id, channel_schema.version_number) {
-                    (Some(id), Some(number)) => {
-                        Some(crate::iceberg::evolve::VersionRef { id, number })
-                    }
-                    _ => None,
-                },
-                poll_latest: (config.record.format == RecordFormat::Json).then_some(*poll_interval),
-            })
-        }
+        ) => Some(crate::iceberg::EvolutionSettings {
+            schema_arn: schema_arn.clone(),
+            registry: registry.clone(),
+            base,
+            poll_latest: (config.record.format == RecordFormat::Json).then_some(*poll_interval),
+        }),
         _ => None,
     };
     let initial_position = initial_position_of(config, &state);
@@ -428,7 +440,7 @@ async fn prepare_iceberg(
         RecordFormat::Json => RecordDecoder::Json,
         RecordFormat::GsrJson => RecordDecoder::Gsr {
             decoder: GsrDecoder::new(
-                channel_schema.version_id,
+                base.map(|b| b.id).or(channel_schema.version_id),
                 channel_schema.other_versions,
                 config.record.max_record_size as usize,
             ),
@@ -457,7 +469,7 @@ async fn prepare_iceberg(
             },
         ),
         initial_position,
-        schema_label: channel_schema.label,
+        schema_label,
     })
 }
 

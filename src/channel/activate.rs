@@ -25,7 +25,9 @@ use iceberg::table::Table;
 use iceberg::Catalog;
 
 use crate::catalog::CatalogError;
-use crate::config::{CatalogConfig, ChannelConfig, GlueSchemaVersion, SchemaConfig};
+use crate::config::{
+    CatalogConfig, ChannelConfig, GlueSchemaVersion, SchemaConfig, SchemaEvolution,
+};
 use crate::gsr::{load_channel_schema, ChannelSchema, RegistryClient, SchemaLoadError};
 use crate::iceberg::table::{ensure_table, TableSpec};
 use crate::iceberg::writer::ParquetCompression;
@@ -194,11 +196,13 @@ pub async fn resolve_schema(
         Some(_),
         Some(SchemaConfig::Glue {
             version: GlueSchemaVersion::Number(n),
+            evolution,
             ..
         }),
     ) = (recorded, &config.schema)
     {
-        if resolved.version_number != Some(*n) {
+        // With evolution the channel's version follows its table: nothing to warn about.
+        if resolved.version_number != Some(*n) && *evolution == SchemaEvolution::None {
             tracing::warn!(
                 channel = %config.name,
                 configured = n,
@@ -239,6 +243,53 @@ pub async fn follow_table_version(store: &dyn Store, state: &mut ChannelState, t
             tracing::debug!(channel = %state.channel, error = %e, "recording the table's schema version: lost to another worker");
         }
     }
+}
+
+/// With `evolution = "compatible"`: the mapped schema of the version the table was last evolved
+/// for, when it is not `resolved` (the version this start resolved from the channel state);
+/// `None` when they are the same or the table never evolved.
+///
+/// Errors: `Unavailable` when the registry cannot be asked; `Refused` (this worker stops) when
+/// the version cannot be used.
+pub async fn table_version_schema(
+    index: usize,
+    registry: &crate::gsr::RegistryClient,
+    table: &Table,
+    resolved: Option<crate::iceberg::evolve::VersionRef>,
+    partition_field: &str,
+) -> Result<
+    Option<(
+        crate::schema::MappedSchema,
+        crate::iceberg::evolve::VersionRef,
+    )>,
+    ActivateError,
+> {
+    let Some(current) = crate::iceberg::evolve::current_version(table) else {
+        return Ok(None);
+    };
+    if resolved.is_some_and(|r| r.id == current) {
+        return Ok(None);
+    }
+    let refused = |message: String| ActivateError::Refused {
+        path: format!("channel[{index}].schema.glue_schema_arn"),
+        message,
+    };
+    let info = registry.by_id(current).await.map_err(|e| match e {
+        crate::gsr::RegistryError::Unavailable(_) => ActivateError::Unavailable(e.to_string()),
+        e => refused(format!(
+            "schema version {current}, the table's current one (floe.schema-version-id): {e}"
+        )),
+    })?;
+    let doc = crate::gsr::json_schema_of(&info).map_err(|e| refused(e.to_string()))?;
+    let mapped = crate::schema::MappedSchema::from_json_schema(&doc, partition_field)
+        .map_err(|e| refused(format!("schema version {current}: {e}")))?;
+    Ok(Some((
+        mapped,
+        crate::iceberg::evolve::VersionRef {
+            id: current,
+            number: info.version_number,
+        },
+    )))
 }
 
 /// Opens channel `channel[index]`'s catalog.

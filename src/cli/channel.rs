@@ -347,7 +347,7 @@ pub fn describe_text(d: &ChannelDescription) -> String {
     }
     if !d.schema_history.is_empty() {
         out.push_str(
-            "  schema history (evolution = compatible):
+            "  schema history:
 ",
         );
         for v in &d.schema_history {

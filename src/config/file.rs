@@ -297,9 +297,9 @@ pub struct SchemaSection {
     /// `INVALID_SCHEMA`.
     #[serde(default)]
     pub versions: BTreeMap<String, String>,
-    /// With `glue_schema_arn`: `"none"` (default; a record of another version is
-    /// `SCHEMA_MISMATCH`) or `"compatible"` (a compatible new version of the schema evolves the
-    /// table; docs/schema-mapping.md "Schema evolution").
+    /// With `glue_schema_arn`: `"none"` (a record of another version than the table's current
+    /// one is `SCHEMA_MISMATCH`) or `"compatible"` (a compatible new version of the schema evolves
+    /// the table; docs/glue-schema-registry.md "Schema evolution"). Default: `"none"`.
     pub evolution: Option<String>,
     /// With `evolution = "compatible"`, `record.format = "json"` and `version = "latest"`: how
     /// often the registry is asked for a new latest version. Default `"60s"`, from 1 s to 1 h.

@@ -208,7 +208,7 @@ impl GsrDecoder {
                 return Err(DlqReason::record(
                     DlqCode::SchemaMismatch,
                     format!(
-                        "schema version {} is not the channel's (schema evolution is not supported)",
+                        "schema version {} is not the channel's (channel.schema.evolution is \"none\")",
                         h.schema_version
                     ),
                 ));

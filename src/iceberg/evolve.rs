@@ -205,7 +205,14 @@ pub async fn apply_version(
                     version_id: base.id,
                     version_number: base.number,
                     schema_id: md.current_schema_id(),
-                    applied_at_ms: md.last_updated_ms().min(at),
+                    // When the table was created, as far as its metadata log reaches.
+                    applied_at_ms: md
+                        .metadata_log()
+                        .iter()
+                        .map(|l| l.timestamp_ms)
+                        .chain([md.last_updated_ms(), at])
+                        .min()
+                        .unwrap_or(at),
                     changes: Vec::new(),
                 });
             }

@@ -350,7 +350,7 @@ pub async fn compact(
     }
     let inputs = kept;
     if inputs.len() < 2 {
-        tracing::info!(table = %table.identifier(), older_schema = older_schema.len(), "compaction skipped: the planned files are of an earlier schema of the table");
+        tracing::info!(table = %table.identifier(), older_schema_files = older_schema.len(), "compaction skipped: the planned files were written with an earlier schema of the table (they stay as they are)");
         return Ok(Compacted {
             inputs: HashSet::new(),
             rows: 0,

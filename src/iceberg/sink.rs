@@ -249,6 +249,7 @@ impl IcebergSink {
     ) -> Result<Result<Arc<MappedSchema>, DlqReason>, SinkError> {
         let evo = self.evolving.as_ref().expect("evolving");
         let base = evo.settings.base;
+        let evo_polls = evo.settings.poll_latest.is_some();
         let label = format!("schema version {} ({})", info.version_number, version.id);
         if info.schema_arn != evo.settings.schema_arn {
             return Ok(Err(mismatch(format!(
@@ -293,12 +294,17 @@ impl IcebergSink {
                 Ok(applied) => self.switch_table(applied.table())?,
                 Err(EvolveError::Incompatible(why)) => {
                     telemetry::record_schema_change(&self.channel, "incompatible");
+                    let outcome = if evo_polls {
+                        "records are still validated by the version applied before it"
+                    } else {
+                        "its records go to the DLQ as SCHEMA_MISMATCH"
+                    };
                     tracing::warn!(
                         channel = %self.channel,
                         schema_version_id = %version.id,
                         version_number = version.number,
                         difference = %why,
-                        "schema version refused: not a compatible evolution of the table; its records go to the DLQ as SCHEMA_MISMATCH"
+                        "schema version refused: not a compatible evolution of the table; {outcome}"
                     );
                     return Ok(Err(mismatch(format!(
                         "{label} is not a compatible evolution of the table: {why}"

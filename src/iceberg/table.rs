@@ -120,7 +120,8 @@ pub fn check_same_table(ident: &TableIdent, was: &uuid::Uuid, table: &Table) -> 
 }
 
 /// Refuses a table floe did not create for this channel, or whose schema or partition spec
-/// differs from the channel's (docs/design.md "Iceberg table"; schema evolution is not supported).
+/// differs from the channel's (docs/design.md "Iceberg table"; a table with a schema history
+/// evolved under `evolution = "compatible"` only has to take the channel's version).
 fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result<(), CatalogError> {
     let incompatible = |reason: String| CatalogError::Incompatible {
         table: spec.ident.to_string(),
