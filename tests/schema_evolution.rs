@@ -7,6 +7,7 @@
 //! - `concurrent_schema_changes_of_one_version_commit_once` (the catalog swap, in process);
 //! - `a_worker_killed_at_each_step_of_a_change_loses_and_doubles_nothing` (SIGKILL at the
 //!   decision, after the swap, and of the committer after the change);
+//! - `the_committer_killed_while_a_worker_changes_the_schema_loses_and_doubles_nothing`;
 //! - `compaction_after_a_schema_change_reads_no_file_of_an_older_schema_as_the_new_one`.
 
 mod common;
@@ -413,6 +414,56 @@ async fn two_workers_meeting_a_new_version_make_one_schema_change() {
     assert_eq!(evolved, 1, "one schema change in the fleet\n{logs}");
     let schemas = table_schema_ids(dir.path()).await;
     assert_eq!(schemas, vec![0, 1], "one schema added");
+    vs.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_committer_killed_while_a_worker_changes_the_schema_loses_and_doubles_nothing() {
+    let endpoint = aws_endpoint();
+    let vs = register(&endpoint).await;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start();
+    let pause = [("FLOE_PAUSE_AT", "evolution-decided")];
+    let text = |w: &str| config(dir.path(), w, &broker.bootstrap, &endpoint, &vs.arn);
+    let w1 = Worker::start_with_env(dir.path(), "w1", &text("w1"), &pause);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !log_of(dir.path(), "w1").contains("lease=committer") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            log_of(dir.path(), "w1")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let w2 = Worker::start_with_env(dir.path(), "w2", &text("w2"), &pause);
+    produce_all(&broker.bootstrap, &vs, 0..200);
+    wait_delivered(dir.path(), 200, Duration::from_secs(90)).await;
+    produce_all(&broker.bootstrap, &vs, 200..TOTAL);
+    // A worker holds its schema change between the decision and the swap: SIGKILL the
+    // committer (w1) then, with batches of both workers pending, and start it again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let paused = |w: &str| log_of(dir.path(), w).contains("FLOE_PAUSE_AT=evolution-decided");
+    while !paused("w1") && !paused("w2") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no schema change began"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    w1.signal("KILL");
+    let first = log_of(dir.path(), "w1");
+    let w1 = Worker::start_with(dir.path(), "w1", &text("w1"));
+    let (rows, dead) = wait_delivered(dir.path(), TOTAL, Duration::from_secs(120)).await;
+    assert!(w1.terminate().success());
+    assert!(w2.terminate().success());
+    let logs = format!(
+        "w1 (killed):\n{first}\nw1:\n{}\nw2:\n{}",
+        log_of(dir.path(), "w1"),
+        log_of(dir.path(), "w2")
+    );
+    assert_eq!(rows + dead, TOTAL, "{logs}");
+    assert_delivered_once(dir.path(), &vs, &logs);
+    assert_eq!(table_schema_ids(dir.path()).await, vec![0, 1], "{logs}");
     vs.delete().await;
 }
 
