@@ -520,8 +520,11 @@ async fn check_active_glue_schema(
     let registry = RegistryClient::glue(aws.glue(), schema_arn);
     match load_channel_schema(channel, Some(recorded), Some(&registry)).await {
         Ok(resolved) => {
+            // Under evolution the channel's version follows its table: nothing to warn about.
+            let evolving = channel.schema.as_ref().map(|s| s.evolution())
+                == Some(crate::config::SchemaEvolution::Compatible);
             if let crate::config::GlueSchemaVersion::Number(n) = version {
-                if resolved.version_number != Some(*n) {
+                if resolved.version_number != Some(*n) && !evolving {
                     tracing::warn!(
                         channel = %channel.name,
                         configured = n,
@@ -693,7 +696,8 @@ pub struct ChannelDescription {
     pub table: String,
     /// The table's UUID recorded at creation.
     pub table_uuid: Option<String>,
-    /// The Glue schema version id recorded at activation (Glue schemas only).
+    /// The channel's Glue schema version id (Glue schemas only): the table's current version
+    /// when it evolved (`floe.schema-version-id`), otherwise the one recorded at activation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema_version_id: Option<String>,
     /// The configured Glue schema ARN (Glue schemas only).
@@ -925,7 +929,13 @@ async fn describe_with(
             .map(|s| crate::time::rfc3339_ms(s.updated_at_ms)),
         table: destination_name(channel),
         table_uuid: state.as_ref().and_then(|s| s.table_uuid.clone()),
-        schema_version_id: state.as_ref().and_then(|s| s.schema_version_id.clone()),
+        // An evolved table's current version is the channel's (workers record it in the
+        // channel state at their next start).
+        schema_version_id: table
+            .as_ref()
+            .and_then(crate::iceberg::evolve::current_version)
+            .map(|id| id.to_string())
+            .or_else(|| state.as_ref().and_then(|s| s.schema_version_id.clone())),
         glue_schema_arn: match &channel.schema {
             Some(crate::config::SchemaConfig::Glue { schema_arn, .. }) => Some(schema_arn.clone()),
             _ => None,

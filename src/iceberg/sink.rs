@@ -363,7 +363,11 @@ impl IcebergSink {
                 tracing::info!(channel = %self.channel, schema_version_id = %version.id, version_number = version.number, "records are validated by the new latest schema version");
             }
             Err(reason) => {
-                tracing::warn!(channel = %self.channel, schema_version_id = %version.id, reason = %reason.message, "the latest schema version is not applied; records are still validated by the channel's version");
+                // An incompatible version was logged by `apply`; the other reasons (another
+                // schema, not mappable) are logged here.
+                if !reason.message.contains("is not a compatible evolution") {
+                    tracing::warn!(channel = %self.channel, schema_version_id = %version.id, reason = %reason.message, "the latest schema version is not applied; records are still validated by the version applied before it");
+                }
                 let evo = self.evolving.as_mut().expect("evolving");
                 evo.refused.insert(version.id, reason);
             }
