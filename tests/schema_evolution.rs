@@ -67,8 +67,9 @@ fn v3_schema() -> Value {
     v
 }
 
-async fn register(endpoint: &str) -> Versions {
-    let glue = aws_clients(endpoint).await.glue();
+/// A new schema (unique name) in [`REGISTRY`] whose version 1 is the Event schema: its ARN and
+/// version 1's id.
+async fn create_schema(glue: &aws_sdk_glue::Client, prefix: &str) -> (String, Uuid) {
     if let Err(e) = glue.create_registry().registry_name(REGISTRY).send().await {
         let exists = e
             .as_service_error()
@@ -78,15 +79,21 @@ async fn register(endpoint: &str) -> Versions {
     let created = glue
         .create_schema()
         .registry_id(RegistryId::builder().registry_name(REGISTRY).build())
-        .schema_name(unique_name("evolving"))
+        .schema_name(unique_name(prefix))
         .data_format(DataFormat::Json)
         .compatibility(Compatibility::None)
         .schema_definition(floe::tools::quickstart::EVENT_SCHEMA)
         .send()
         .await
         .unwrap();
-    let arn = created.schema_arn().unwrap().to_string();
-    let mut ids = vec![Uuid::parse_str(created.schema_version_id().unwrap()).unwrap()];
+    let id = Uuid::parse_str(created.schema_version_id().unwrap()).unwrap();
+    (created.schema_arn().unwrap().to_string(), id)
+}
+
+async fn register(endpoint: &str) -> Versions {
+    let glue = aws_clients(endpoint).await.glue();
+    let (arn, v1) = create_schema(&glue, "evolving").await;
+    let mut ids = vec![v1];
     for doc in [v2_schema(), v3_schema()] {
         let r = glue
             .register_schema_version()
@@ -126,9 +133,15 @@ fn config(dir: &Path, worker: &str, bootstrap: &str, endpoint: &str, arn: &str) 
 
 /// The record of `id` in version `v` (1, 2 or 3) of the schema, GSR-framed.
 fn record(vs: &Versions, v: u8, id: u64) -> Vec<u8> {
+    let version = [vs.v1, vs.v2, vs.v3][usize::from(v.clamp(1, 3)) - 1];
+    gsr_frame(version, id.is_multiple_of(2), &payload(v, id))
+}
+
+/// The JSON of the record of `id` in version `v` (1, 2 or 3) of the schema.
+fn payload(v: u8, id: u64) -> Vec<u8> {
     let mut r: Value = serde_json::from_str(&event_json(id, SEED, BASE_MS, 3)).unwrap();
-    let version = match v {
-        1 => vs.v1,
+    match v {
+        1 => {}
         2 => {
             r["user"] = json!({
                 "country": "DE",
@@ -136,14 +149,10 @@ fn record(vs: &Versions, v: u8, id: u64) -> Vec<u8> {
                 "device": {"os": "ios", "build": id}
             });
             r["note"] = json!(format!("n{id}"));
-            vs.v2
         }
-        _ => {
-            r["source"] = json!(id);
-            vs.v3
-        }
-    };
-    gsr_frame(version, id.is_multiple_of(2), r.to_string().as_bytes())
+        _ => r["source"] = json!(id),
+    }
+    r.to_string().into_bytes()
 }
 
 /// The version of each id: 0..200 v1, 200..400 v2, 400..500 v1, 500..550 v3, 550..600 v2.
@@ -704,19 +713,8 @@ async fn wait_log(dir: &Path, needle: &str) {
 async fn a_json_channel_follows_the_latest_compatible_version() {
     let endpoint = aws_endpoint();
     let glue = aws_clients(&endpoint).await.glue();
-    let vs = register(&endpoint).await;
     // Start from a schema of version 1 only: versions 2 and 3 are registered while it runs.
-    let only_v1 = glue
-        .create_schema()
-        .registry_id(RegistryId::builder().registry_name(REGISTRY).build())
-        .schema_name(unique_name("latest"))
-        .data_format(DataFormat::Json)
-        .compatibility(Compatibility::None)
-        .schema_definition(floe::tools::quickstart::EVENT_SCHEMA)
-        .send()
-        .await
-        .unwrap();
-    let arn = only_v1.schema_arn().unwrap().to_string();
+    let (arn, _) = create_schema(&glue, "latest").await;
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start();
     let text = config(dir.path(), "w1", &broker.bootstrap, &endpoint, &arn)
@@ -727,20 +725,7 @@ async fn a_json_channel_follows_the_latest_compatible_version() {
             1,
         );
     let worker = Worker::start_with(dir.path(), "w1", &text);
-    // The JSON of each record, without the GSR header.
-    let json_of = |v: u8, id: u64| record(&vs, v, id)[18..].to_vec();
-    let plain = |v: u8, id: u64| {
-        let framed = json_of(v, id);
-        if id.is_multiple_of(2) {
-            let mut d = flate2::read::ZlibDecoder::new(&framed[..]);
-            let mut out = Vec::new();
-            std::io::Read::read_to_end(&mut d, &mut out).unwrap();
-            out
-        } else {
-            framed
-        }
-    };
-    produce_payloads(&broker.bootstrap, 0..200, |id| plain(1, id));
+    produce_payloads(&broker.bootstrap, 0..200, |id| payload(1, id));
     wait_delivered(dir.path(), 200, Duration::from_secs(90)).await;
     let register = |doc: Value| {
         let glue = glue.clone();
@@ -760,7 +745,7 @@ async fn a_json_channel_follows_the_latest_compatible_version() {
         "records are validated by the new latest schema version",
     )
     .await;
-    produce_payloads(&broker.bootstrap, 200..400, |id| plain(2, id));
+    produce_payloads(&broker.bootstrap, 200..400, |id| payload(2, id));
     wait_delivered(dir.path(), 400, Duration::from_secs(90)).await;
     // An incompatible latest version changes nothing: records of version 2 are still taken.
     register(v3_schema()).await;
@@ -769,7 +754,7 @@ async fn a_json_channel_follows_the_latest_compatible_version() {
         "records are still validated by the version applied before it",
     )
     .await;
-    produce_payloads(&broker.bootstrap, 400..450, |id| plain(2, id));
+    produce_payloads(&broker.bootstrap, 400..450, |id| payload(2, id));
     let (rows, dead) = wait_delivered(dir.path(), 450, Duration::from_secs(90)).await;
     assert!(worker.terminate().success());
     let log = log_of(dir.path(), "w1");
@@ -778,7 +763,7 @@ async fn a_json_channel_follows_the_latest_compatible_version() {
     // its first poll (the channel state still names version 1 until this start).
     let text = text.replacen("poll_interval = \"1s\"", "poll_interval = \"1h\"", 1);
     let worker = Worker::start_with(dir.path(), "w1", &text);
-    produce_payloads(&broker.bootstrap, 450..500, |id| plain(2, id));
+    produce_payloads(&broker.bootstrap, 450..500, |id| payload(2, id));
     let (rows, dead) = wait_delivered(dir.path(), 500, Duration::from_secs(90)).await;
     assert!(worker.terminate().success());
     assert_eq!((rows, dead), (500, 0), "{}", log_of(dir.path(), "w1"));
@@ -795,7 +780,6 @@ async fn a_json_channel_follows_the_latest_compatible_version() {
     let h = history(&table);
     assert_eq!(h.len(), 2, "{h:?}");
     assert_eq!(h[1]["version-number"], 2);
-    vs.delete().await;
     let _ = glue
         .delete_schema()
         .schema_id(SchemaId::builder().schema_arn(&arn).build())
@@ -807,7 +791,7 @@ async fn a_json_channel_follows_the_latest_compatible_version() {
 async fn a_committer_round_planned_before_a_schema_change_re_plans_instead_of_refusing() {
     use floe::destination::{CommitError, CommitTarget};
     use floe::iceberg::evolve::{apply_version, VersionRef};
-    use floe::model::{CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
+    use floe::model::{Position, ShardId};
     let dir = tempfile::tempdir().unwrap();
     let database = floe::config::CatalogDatabase::Sqlite(dir.path().join("catalog.sqlite"));
     let catalog =
@@ -846,46 +830,7 @@ async fn a_committer_round_planned_before_a_schema_change_re_plans_instead_of_re
     .await
     .unwrap()
     .table();
-    let arrow = Arc::new(
-        iceberg::arrow::schema_to_arrow_schema(evolved.metadata().current_schema()).unwrap(),
-    );
-    let mut conv = floe::convert::Converter::for_evolved_table(Arc::new(v2), arrow).unwrap();
-    for id in 0..10 {
-        conv.push(event_json(id, SEED, BASE_MS, 1).as_bytes())
-            .unwrap();
-    }
-    let settings = floe::iceberg::writer::WriterSettings {
-        channel: "it".into(),
-        compression: floe::iceberg::writer::ParquetCompression::Zstd(3),
-        target_file_size: 128 << 20,
-    };
-    let batch_id = Uuid::now_v7();
-    let written =
-        floe::iceberg::writer::write_data_files(&evolved, &settings, batch_id, conv.finish())
-            .await
-            .unwrap();
-    let batch = PendingBatch {
-        channel: "it".into(),
-        batch_id,
-        worker_id: "w".into(),
-        shards: vec![ShardRange {
-            shard: ShardId::kafka_partition(0),
-            range: CheckpointRange {
-                after_exclusive: None,
-                last_inclusive: Position::Offset(9),
-            },
-            lease_counter: 0,
-        }],
-        files: floe::model::BatchFiles::Iceberg {
-            data_files: written.data_files_json,
-            dlq_staged: None,
-        },
-        num_rows: written.num_rows,
-        num_dead_lettered: 0,
-        dead_lettered_by_code: Default::default(),
-        data_bytes: written.num_bytes,
-        oldest_read_at_ms: 0,
-    };
+    let batch = common::race::event_batch(&Arc::new(v2), "it", &evolved, None, 0, 10).await;
     let checkpoints =
         floe::model::Checkpoints([(ShardId::kafka_partition(0), Position::Offset(9))].into());
     // The round's commit does not parse the new schema's files against schema 0: a conflict

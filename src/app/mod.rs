@@ -403,14 +403,17 @@ async fn prepare_iceberg(
         // The table evolved past the version this start resolved (evolution on now, or before
         // it was switched off): the channel's version is the table's current one, from the
         // first record on.
-        if let Some((mapped, current)) =
-            activate::table_version_schema(index, registry, &table, base, &dest.partition_field)
+        if let Some(current) =
+            activate::table_version_schema(index, config, registry, &table, base.map(|b| b.id))
                 .await
                 .map_err(|e| activate_err(name, e))?
         {
-            schema = Arc::new(mapped);
-            base = Some(current);
-            schema_label = current.id.to_string();
+            schema = Arc::new(current.mapped);
+            base = current
+                .version_id
+                .zip(current.version_number)
+                .map(|(id, number)| crate::iceberg::evolve::VersionRef { id, number });
+            schema_label = current.label;
         }
         activate::follow_table_version(store, &mut state, &table).await;
     }

@@ -245,51 +245,36 @@ pub async fn follow_table_version(store: &dyn Store, state: &mut ChannelState, t
     }
 }
 
-/// With `evolution = "compatible"`: the mapped schema of the version the table was last evolved
-/// for, when it is not `resolved` (the version this start resolved from the channel state);
-/// `None` when they are the same or the table never evolved.
+/// The schema of the version the table was last evolved for (`floe.schema-version-id`), when
+/// it is not `resolved` (the version this start resolved from the channel state); `None` when
+/// they are the same or the table never evolved. Loaded as activation loads a recorded version
+/// ([`load_channel_schema`]: same schema ARN, JSON, mappable).
 ///
 /// Errors: `Unavailable` when the registry cannot be asked; `Refused` (this worker stops) when
 /// the version cannot be used.
 pub async fn table_version_schema(
     index: usize,
-    registry: &crate::gsr::RegistryClient,
+    config: &ChannelConfig,
+    registry: &RegistryClient,
     table: &Table,
-    resolved: Option<crate::iceberg::evolve::VersionRef>,
-    partition_field: &str,
-) -> Result<
-    Option<(
-        crate::schema::MappedSchema,
-        crate::iceberg::evolve::VersionRef,
-    )>,
-    ActivateError,
-> {
+    resolved: Option<uuid::Uuid>,
+) -> Result<Option<ChannelSchema>, ActivateError> {
     let Some(current) = crate::iceberg::evolve::current_version(table) else {
         return Ok(None);
     };
-    if resolved.is_some_and(|r| r.id == current) {
+    if resolved == Some(current) {
         return Ok(None);
     }
-    let refused = |message: String| ActivateError::Refused {
-        path: format!("channel[{index}].schema.glue_schema_arn"),
-        message,
-    };
-    let info = registry.by_id(current).await.map_err(|e| match e {
-        crate::gsr::RegistryError::Unavailable(_) => ActivateError::Unavailable(e.to_string()),
-        e => refused(format!(
-            "schema version {current}, the table's current one (floe.schema-version-id): {e}"
-        )),
-    })?;
-    let doc = crate::gsr::json_schema_of(&info).map_err(|e| refused(e.to_string()))?;
-    let mapped = crate::schema::MappedSchema::from_json_schema(&doc, partition_field)
-        .map_err(|e| refused(format!("schema version {current}: {e}")))?;
-    Ok(Some((
-        mapped,
-        crate::iceberg::evolve::VersionRef {
-            id: current,
-            number: info.version_number,
-        },
-    )))
+    match load_channel_schema(config, Some(current), Some(registry)).await {
+        Ok(schema) => Ok(Some(schema)),
+        Err(SchemaLoadError::Unavailable(m)) => Err(ActivateError::Unavailable(m)),
+        Err(SchemaLoadError::Refused(reason)) => Err(ActivateError::Refused {
+            path: format!("channel[{index}].schema.glue_schema_arn"),
+            message: format!(
+                "the table's current schema version (floe.schema-version-id): {reason}"
+            ),
+        }),
+    }
 }
 
 /// Opens channel `channel[index]`'s catalog.

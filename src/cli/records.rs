@@ -139,6 +139,8 @@ pub struct CheckEvolution {
     table: iceberg::spec::Schema,
     last_column_id: i32,
     applied: std::collections::HashSet<Uuid>,
+    /// A converter per version met, for the table as it is (dropped when it evolves).
+    converters: std::collections::HashMap<Uuid, Converter>,
 }
 
 fn read_json(path: &Path) -> Result<Value, Refusal> {
@@ -217,6 +219,7 @@ pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
                     table: schema.iceberg_schema().clone(),
                     last_column_id: schema.iceberg_schema().highest_field_id(),
                     applied: channel.into_iter().collect(),
+                    converters: Default::default(),
                 });
             }
             Some(GsrDecoder::new(
@@ -393,13 +396,23 @@ fn check_evolving(
                 "changes": e.changes.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
             }),
         ));
+        if !e.changes.is_empty() {
+            evo.converters.clear();
+        }
         evo.table = e.schema;
         evo.last_column_id = e.last_column_id;
     }
-    let arrow = iceberg::arrow::schema_to_arrow_schema(&evo.table)
-        .map_err(|e| DlqReason::record(DlqCode::InvalidSchema, e.to_string()))?;
-    let mut conv = Converter::for_evolved_table(mapped, Arc::new(arrow))
-        .map_err(|e| DlqReason::record(DlqCode::SchemaMismatch, e.to_string()))?;
+    let conv = match evo.converters.entry(id) {
+        std::collections::hash_map::Entry::Occupied(c) => c.into_mut(),
+        std::collections::hash_map::Entry::Vacant(slot) => {
+            let arrow = iceberg::arrow::schema_to_arrow_schema(&evo.table)
+                .map_err(|e| DlqReason::record(DlqCode::InvalidSchema, e.to_string()))?;
+            slot.insert(
+                Converter::for_evolved_table(mapped, Arc::new(arrow))
+                    .map_err(|e| DlqReason::record(DlqCode::SchemaMismatch, e.to_string()))?,
+            )
+        }
+    };
     let payload = gsr.payload_of(record)?;
     let hour = conv.push(payload)?;
     let batch = conv.finish();

@@ -242,14 +242,41 @@ impl IcebergSink {
 
     /// Maps version `info` and applies it to the table unless it is there already; returns its
     /// mapped schema, or why its records go to the DLQ.
+    /// A refused version is logged here, once per version and worker (the caller remembers it).
     async fn apply(
+        &mut self,
+        info: &crate::gsr::SchemaVersionInfo,
+        version: VersionRef,
+    ) -> Result<Result<Arc<MappedSchema>, DlqReason>, SinkError> {
+        let decided = self.decide(info, version).await?;
+        if let Err(reason) = &decided {
+            let polls = self
+                .evolving
+                .as_ref()
+                .is_some_and(|e| e.settings.poll_latest.is_some());
+            let outcome = if polls {
+                "records are still validated by the version applied before it"
+            } else {
+                "its records go to the DLQ as SCHEMA_MISMATCH"
+            };
+            tracing::warn!(
+                channel = %self.channel,
+                schema_version_id = %version.id,
+                version_number = version.number,
+                reason = %reason.message,
+                "schema version refused; {outcome}"
+            );
+        }
+        Ok(decided)
+    }
+
+    async fn decide(
         &mut self,
         info: &crate::gsr::SchemaVersionInfo,
         version: VersionRef,
     ) -> Result<Result<Arc<MappedSchema>, DlqReason>, SinkError> {
         let evo = self.evolving.as_ref().expect("evolving");
         let base = evo.settings.base;
-        let evo_polls = evo.settings.poll_latest.is_some();
         let label = format!("schema version {} ({})", info.version_number, version.id);
         if info.schema_arn != evo.settings.schema_arn {
             return Ok(Err(mismatch(format!(
@@ -294,18 +321,6 @@ impl IcebergSink {
                 Ok(applied) => self.switch_table(applied.table())?,
                 Err(EvolveError::Incompatible(why)) => {
                     telemetry::record_schema_change(&self.channel, "incompatible");
-                    let outcome = if evo_polls {
-                        "records are still validated by the version applied before it"
-                    } else {
-                        "its records go to the DLQ as SCHEMA_MISMATCH"
-                    };
-                    tracing::warn!(
-                        channel = %self.channel,
-                        schema_version_id = %version.id,
-                        version_number = version.number,
-                        difference = %why,
-                        "schema version refused: not a compatible evolution of the table; {outcome}"
-                    );
                     return Ok(Err(mismatch(format!(
                         "{label} is not a compatible evolution of the table: {why}"
                     ))));
@@ -363,11 +378,6 @@ impl IcebergSink {
                 tracing::info!(channel = %self.channel, schema_version_id = %version.id, version_number = version.number, "records are validated by the new latest schema version");
             }
             Err(reason) => {
-                // An incompatible version was logged by `apply`; the other reasons (another
-                // schema, not mappable) are logged here.
-                if !reason.message.contains("is not a compatible evolution") {
-                    tracing::warn!(channel = %self.channel, schema_version_id = %version.id, reason = %reason.message, "the latest schema version is not applied; records are still validated by the version applied before it");
-                }
                 let evo = self.evolving.as_mut().expect("evolving");
                 evo.refused.insert(version.id, reason);
             }
