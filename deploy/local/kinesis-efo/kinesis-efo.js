@@ -1,17 +1,19 @@
 #!/usr/bin/env node
-// kinesis-efo.js: a local Kinesis with enhanced fan-out (prototype for floe).
+// kinesis-efo.js: a local Kinesis with enhanced fan-out, for floe's tests.
 //
-// Ordinary Kinesis operations go to kinesalite 3.3.3, which runs in this process on an internal
-// 127.0.0.1 port. The EFO operations are implemented here: RegisterStreamConsumer,
-// DescribeStreamConsumer, DeregisterStreamConsumer, ListStreamConsumers and SubscribeToShard
-// (AWS event stream over HTTP/2 or HTTP/1.1; records come from kinesalite's
-// GetShardIterator/GetRecords, so they are exactly those of the polling path).
+// Ordinary Kinesis operations go to kinesalite 3.3.3: by default one that runs in this process on
+// an internal 127.0.0.1 port, or, with --upstream URL (FLOE_EFO_UPSTREAM), an already running
+// kinesalite at URL (then kinesalite is not loaded here; only Node builtins are needed). The EFO
+// operations are implemented here: RegisterStreamConsumer, DescribeStreamConsumer,
+// DeregisterStreamConsumer, ListStreamConsumers and SubscribeToShard (AWS event stream over HTTP/2
+// or HTTP/1.1; records come from kinesalite's GetShardIterator/GetRecords, so they are exactly
+// those of the polling path).
 //
 // One port serves HTTP/1.1 and cleartext HTTP/2 with prior knowledge (h2c), told apart by the
 // first bytes of each connection; with FLOE_EFO_TLS=1 it serves TLS instead (ALPN h2 and
 // http/1.1) with a generated CA + server certificate. See README.md.
 //
-//   node kinesis-efo.js [--port N] [--host 127.0.0.1]
+//   node kinesis-efo.js [--port N] [--host 127.0.0.1] [--upstream http://127.0.0.1:4567]
 //
 // Prints "Listening at http://HOST:PORT" (or https) once it accepts connections.
 'use strict'
@@ -20,6 +22,7 @@ const fs = require('fs')
 const path = require('path')
 const net = require('net')
 const http = require('http')
+const https = require('https')
 const http2 = require('http2')
 const crypto = require('crypto')
 const { execFileSync } = require('child_process')
@@ -42,12 +45,13 @@ const S = {
   port: num(args.port || env.FLOE_EFO_PORT, 4568),
   tls: /^(1|true|yes)$/i.test(args.tls || env.FLOE_EFO_TLS || ''),
   tlsDir: args.tlsDir || env.FLOE_EFO_TLS_DIR || path.join(__dirname, '.tls'),
+  upstream: args.upstream || env.FLOE_EFO_UPSTREAM || '', // empty: kinesalite in this process
   consumerCreateMs: num(env.FLOE_EFO_CONSUMER_CREATE_MS, 500),
   consumerDeleteMs: num(env.FLOE_EFO_CONSUMER_DELETE_MS, 500),
   maxConsumers: num(env.FLOE_EFO_MAX_CONSUMERS, 20),
   subscriptionMs: num(env.FLOE_EFO_SUBSCRIPTION_SECONDS, 300) * 1000,
   pushMs: num(env.FLOE_EFO_PUSH_MS, 250), // poll period when idle; an (empty) event per poll
-  resubscribeCooldownMs: num(env.FLOE_EFO_RESUBSCRIBE_COOLDOWN_MS, 0), // AWS: 5000
+  resubscribeCooldownMs: num(env.FLOE_EFO_RESUBSCRIBE_COOLDOWN_MS, 5000), // as on AWS
   maxEventBytes: num(env.FLOE_EFO_MAX_EVENT_BYTES, 1024 * 1024),
   getRecordsLimit: num(env.FLOE_EFO_GET_RECORDS_LIMIT, 10000),
   verbose: /^(1|true|yes)$/i.test(env.FLOE_EFO_VERBOSE || ''),
@@ -58,8 +62,6 @@ const S = {
     updateStreamMs: num(env.FLOE_EFO_UPDATE_STREAM_MS, 50),
   },
 }
-// The ports of floe's other local servers (moto, kinesalite, their CI alternates, PostgreSQL).
-const FORBIDDEN_PORTS = new Set([5056, 4567, 5156, 4667, 55432])
 const log = (...a) => S.verbose && console.error(new Date().toISOString(), ...a)
 
 function requireKinesalite(sub) {
@@ -75,10 +77,23 @@ function requireKinesalite(sub) {
       if (e.code !== 'MODULE_NOT_FOUND') throw e
     }
   }
-  throw new Error('kinesalite not found: npm install kinesalite@3.3.3')
+  throw new Error('kinesalite not found: npm install kinesalite@3.3.3 (or give --upstream URL)')
 }
-const kinesalite = requireKinesalite()
-const kdb = requireKinesalite('db')
+
+let upstream = null // {mod, agent, host, port, base}: where ordinary operations go
+function setUpstream(url) {
+  const u = new URL(url)
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`upstream ${url}: http:// or https:// expected`)
+  const secure = u.protocol === 'https:'
+  upstream = {
+    url: u.origin + u.pathname.replace(/\/$/, ''),
+    mod: secure ? https : http,
+    agent: new (secure ? https : http).Agent({ keepAlive: true, maxSockets: 64 }),
+    host: u.hostname.replace(/^\[|\]$/g, ''),
+    port: Number(u.port) || (secure ? 443 : 80),
+    base: u.pathname.replace(/\/$/, ''),
+  }
+}
 
 // ---- AWS event stream encoding -------------------------------------------------------------------
 const CRC_TABLE = (() => {
@@ -142,17 +157,16 @@ function exceptionMessage(type, message) {
   )
 }
 
-// ---- kinesalite (in process, internal port) ------------------------------------------------------
-let kPort
-const kAgent = new http.Agent({ keepAlive: true, maxSockets: 64 })
+// ---- kinesalite (the upstream, or in process on an internal port) --------------------------------
 const AMZ_JSON = 'application/x-amz-json-1.1'
 const DUMMY_AUTH =
   'AWS4-HMAC-SHA256 Credential=test/20200101/us-east-1/kinesis/aws4_request, SignedHeaders=host, Signature=0'
 
-function kRequest(headers, body) {
+function kRequest(headers, body, method, url) {
   return new Promise((resolve, reject) => {
-    const req = http.request(
-      { host: '127.0.0.1', port: kPort, method: 'POST', path: '/', headers, agent: kAgent },
+    const u = upstream
+    const req = u.mod.request(
+      { host: u.host, port: u.port, method: method || 'POST', path: u.base + (url || '/'), headers, agent: u.agent },
       (res) => {
         const chunks = []
         res.on('data', (c) => chunks.push(c))
@@ -242,9 +256,18 @@ function findConsumer(data, opName) {
   return c
 }
 
+// Also forgets the consumers of an earlier stream of this name: with an upstream, a DeleteStream
+// (and a re-create) can go to the upstream directly, where this front does not see it.
 async function streamSummary(name) {
   const r = await kcall('DescribeStreamSummary', { StreamName: name })
-  return r.StreamDescriptionSummary
+  const summary = r.StreamDescriptionSummary
+  for (const c of [...(byStream.get(name) || new Map()).values()]) {
+    if (c.streamCreated !== summary.StreamCreationTimestamp) {
+      cutSubscriptions({ ConsumerARN: c.arn, Mode: 'close' })
+      dropConsumer(c)
+    }
+  }
+  return summary
 }
 
 async function registerStreamConsumer(data) {
@@ -272,6 +295,7 @@ async function registerStreamConsumer(data) {
     arn: `${data.StreamARN}/consumer/${data.ConsumerName}:${Math.floor(createdMs / 1000)}`,
     status: 'CREATING',
     createdMs,
+    streamCreated: summary.StreamCreationTimestamp,
     timer: null,
   }
   m.set(c.name, c)
@@ -285,6 +309,7 @@ async function registerStreamConsumer(data) {
 function dropConsumer(c) {
   clearTimeout(c.timer)
   consumers.delete(c.arn)
+  for (const key of [...lastSubscribed.keys()]) if (key.startsWith(`${c.arn}|`)) lastSubscribed.delete(key)
   const m = byStream.get(c.streamName)
   if (m && m.get(c.name) === c) {
     m.delete(c.name)
@@ -347,26 +372,35 @@ async function listStreamConsumers(data) {
 // key `${ConsumerARN}|${ShardId}` -> subscription
 const subscriptions = new Map()
 const lastSubscribed = new Map() // key -> ms of the last successful SubscribeToShard
+const pending = new Set() // keys whose SubscribeToShard is taking its first iterator
 let subSeq = 0
+
+// kinesalite 3.3.3's iterator encoding (db/index.js, createShardIterator): 8 bytes 0…01, then
+// AES-256-CBC under this fixed key and IV of "epoch ms/stream/shard/position/0…". Written out here
+// (not taken from kinesalite's module) so that upstream mode needs no kinesalite in this process.
+const KINESALITE_ITERATOR_KEY = Buffer.from('1133a5a833666b49abf28c8ba302930f0b2fb240dccd43cf4dfbc0ca91f17751', 'hex')
+const KINESALITE_ITERATOR_IV = Buffer.from('7bf139dbabbea2d9995d6fcae1dff7da', 'hex')
 
 // The position an iterator reads from (inclusive), from kinesalite's (known-key) iterator encoding.
 function iteratorPosition(iterator) {
   const buf = Buffer.from(iterator, 'base64')
-  const d = crypto.createDecipheriv('aes-256-cbc', kdb.ITERATOR_PWD_KEY, kdb.ITERATOR_PWD_IV)
+  const d = crypto.createDecipheriv('aes-256-cbc', KINESALITE_ITERATOR_KEY, KINESALITE_ITERATOR_IV)
   const pieces = Buffer.concat([d.update(buf.subarray(8)), d.final()]).toString('utf8').split('/')
+  if (pieces.length < 5 || !/^\d+$/.test(pieces[3])) throw new Error('not a kinesalite 3.3.3 shard iterator')
   return pieces[3]
 }
 
 // A sequence number C with AFTER_SEQUENCE_NUMBER C == AT_SEQUENCE_NUMBER pos in kinesalite
-// (kinesalite's "after" keeps the index and adds one second to the time field).
+// (kinesalite's "after" keeps the index and adds one second to the time field). kinesalite's
+// positions are its version-2 sequence numbers, 47 hex digits: '2' | shard create secs (9) |
+// shard index, last digit (1) | sequence index (16) | byte1 (2) | time secs (9) | shard index (8) |
+// '2'. The same as kinesalite's stringifySequence({...parseSequence(pos), seqTime: seqTime - 1000})
+// (which also zeroes byte1).
 function predecessor(pos) {
-  const o = kdb.parseSequence(pos)
-  return kdb.stringifySequence({
-    shardCreateTime: o.shardCreateTime,
-    seqIx: o.seqIx,
-    seqTime: o.seqTime - 1000,
-    shardIx: o.shardIx,
-  })
+  const hex = BigInt(pos).toString(16)
+  if (hex.length !== 47 || hex[0] !== '2' || hex[46] !== '2') throw new Error(`not a kinesalite sequence number: ${pos}`)
+  const t = parseInt(hex.slice(29, 38), 16) - 1
+  return BigInt('0x' + hex.slice(0, 27) + '00' + t.toString(16).padStart(9, '0') + hex.slice(38)).toString()
 }
 
 async function childShardsOf(streamName, shardId) {
@@ -413,30 +447,36 @@ async function subscribeToShard(data, req, res, requestId) {
     throw new AwsError('ResourceInUseException', `Consumer ${data.ConsumerARN} is ${c.status}; it must be ACTIVE.`)
   }
   const key = `${c.arn}|${data.ShardId}`
-  if (subscriptions.has(key)) {
-    throw new AwsError('ResourceInUseException', `Another active subscription exists for consumer ${c.arn} on shard ${data.ShardId}.`)
-  }
+  // AWS: a call within 5 s of the previous successful one for this consumer and shard (open or
+  // not) is refused; a later one takes over an open subscription, which fails with
+  // ResourceInUseException.
   const last = lastSubscribed.get(key)
   if (S.resubscribeCooldownMs > 0 && last !== undefined && Date.now() - last < S.resubscribeCooldownMs) {
-    throw new AwsError('ResourceInUseException', `Consumer ${c.arn} subscribed to shard ${data.ShardId} less than ${S.resubscribeCooldownMs} ms ago.`)
+    throw new AwsError('ResourceInUseException', `Consumer ${c.arn} subscribed to shard ${data.ShardId} ${Date.now() - last} ms ago; a new SubscribeToShard is accepted ${S.resubscribeCooldownMs} ms after the previous successful one.`)
+  }
+  if (pending.has(key)) {
+    throw new AwsError('ResourceInUseException', `Another SubscribeToShard for consumer ${c.arn} on shard ${data.ShardId} is in progress.`)
   }
   const sp = data.StartingPosition
   const gsi = { StreamName: c.streamName, ShardId: data.ShardId, ShardIteratorType: sp.Type }
   if (sp.SequenceNumber != null) gsi.StartingSequenceNumber = sp.SequenceNumber
   if (sp.Type === 'AT_TIMESTAMP') gsi.Timestamp = Math.min(sp.Timestamp, Date.now() / 1000)
-  subscriptions.set(key, null) // reserve while the iterator is taken
+  pending.add(key) // reserved while the iterator is taken (no await between the checks and here)
   let iterator
   try {
     iterator = (await kcall('GetShardIterator', gsi)).ShardIterator
-  } catch (e) {
-    subscriptions.delete(key)
-    throw e
+  } finally {
+    pending.delete(key)
   }
-  if (res.destroyed || res.writableEnded || (req.socket && req.socket.destroyed)) {
-    subscriptions.delete(key)
-    return
+  if (consumers.get(c.arn) !== c || c.status !== 'ACTIVE') {
+    throw new AwsError('ResourceInUseException', `Consumer ${data.ConsumerARN} is ${c.status}; it must be ACTIVE.`)
   }
+  if (res.destroyed || res.writableEnded || (req.socket && req.socket.destroyed)) return
   lastSubscribed.set(key, Date.now())
+  const old = subscriptions.get(key)
+  if (old) {
+    endSubscription(old, 'error', `The subscription of consumer ${c.arn} to shard ${data.ShardId} was taken over by a newer SubscribeToShard.`, 'ResourceInUseException')
+  }
   const sub = {
     id: ++subSeq,
     key,
@@ -676,8 +716,8 @@ async function handle(req, res) {
   }
 }
 
-// Everything else goes to kinesalite, with StreamARN turned into StreamName (kinesalite 3.3.3
-// refuses StreamARN alone).
+// Everything else goes to kinesalite (the upstream or the in-process one), byte for byte except
+// that StreamARN is turned into StreamName (kinesalite 3.3.3 refuses StreamARN alone).
 async function forward(req, res, body, op) {
   const headers = {}
   for (const [k, v] of Object.entries(req.headers)) {
@@ -701,7 +741,7 @@ async function forward(req, res, body, op) {
     }
   }
   headers['content-length'] = String(body.length)
-  const r = await kRequest(headers, body)
+  const r = await kRequest(headers, body, req.method, req.url)
   if (op === 'DeleteStream' && r.status === 200) {
     // AWS deletes a stream's consumers with it
     try {
@@ -727,17 +767,11 @@ async function forward(req, res, body, op) {
 // ---- start ---------------------------------------------------------------------------------------
 function listenInternal(server) {
   return new Promise((resolve, reject) => {
-    const attempt = (n) => {
-      server.once('error', reject)
-      server.listen(0, '127.0.0.1', () => {
-        server.removeListener('error', reject)
-        const p = server.address().port
-        if (FORBIDDEN_PORTS.has(p) && n < 10) {
-          server.close(() => attempt(n + 1))
-        } else resolve(p)
-      })
-    }
-    attempt(0)
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      server.removeListener('error', reject)
+      resolve(server.address().port)
+    })
   })
 }
 
@@ -765,12 +799,13 @@ function ensureTls(dir) {
 }
 
 async function main() {
-  if (FORBIDDEN_PORTS.has(S.port)) {
-    console.error(`kinesis-efo.js: port ${S.port} is reserved here; choose another`)
-    process.exit(2)
+  let k = null // the in-process kinesalite, when there is no upstream
+  if (S.upstream) {
+    setUpstream(S.upstream)
+  } else {
+    k = requireKinesalite()(S.kinesalite)
+    setUpstream(`http://127.0.0.1:${await listenInternal(k)}`)
   }
-  const k = kinesalite(S.kinesalite)
-  kPort = await listenInternal(k)
   const onErr = (e) => log(`connection error: ${e.message}`)
   let front
   const h2opts = { settings: { maxConcurrentStreams: 1000, initialWindowSize: 1 << 20 } }
@@ -812,13 +847,15 @@ async function main() {
   })
   front.listen(S.port, S.host, () => {
     const a = front.address()
-    console.log(`Listening at ${S.tls ? 'https' : 'http'}://${a.address}:${a.port} (kinesalite on 127.0.0.1:${kPort})`)
+    const behind = k ? `kinesalite on ${upstream.host}:${upstream.port}` : `upstream ${upstream.url}`
+    console.log(`Listening at ${S.tls ? 'https' : 'http'}://${a.address}:${a.port} (${behind})`)
   })
   for (const sig of ['SIGINT', 'SIGTERM']) {
     process.on(sig, () => {
       for (const sub of [...subscriptions.values()]) if (sub) endSubscription(sub, 'close', 'shutdown')
       front.close()
-      k.close(() => process.exit(0))
+      if (k) k.close(() => process.exit(0))
+      else setTimeout(() => process.exit(0), 100) // lets the ends of open subscriptions go out
       setTimeout(() => process.exit(0), 500).unref()
     })
   }

@@ -1,6 +1,8 @@
 // Smoke test of kinesis-efo.js with the official AWS SDK for JavaScript v3 (@aws-sdk/client-kinesis).
-//   node smoke.mjs            starts kinesis-efo.js on a free port (or FLOE_EFO_PORT), runs the checks, stops it
-//   FLOE_EFO_ENDPOINT=http://127.0.0.1:N node smoke.mjs   uses a running emulator (lifetime check skipped)
+//   node smoke.mjs            starts kinesis-efo.js on a free port (or FLOE_EFO_PORT), runs the checks, stops it;
+//                             then a TLS one, and one in upstream mode in front of a plain kinesalite
+//   FLOE_EFO_ENDPOINT=http://127.0.0.1:N node smoke.mjs   uses a running emulator (lifetime, TLS and upstream
+//                             checks skipped); set FLOE_EFO_RESUBSCRIBE_COOLDOWN_MS to that emulator's (default 5000)
 // Prints one PASS/FAIL line per check; exits 1 on any FAIL.
 import { spawn } from 'node:child_process'
 import net from 'node:net'
@@ -19,8 +21,9 @@ import {
 import { NodeHttpHandler, NodeHttp2Handler } from '@smithy/node-http-handler'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
-const FORBIDDEN = new Set([5056, 4567, 5156, 4667, 55432])
 const LIFETIME_S = 4
+// The re-subscribe cooldown: short for the emulators started here (speed), the emulator's own for a running one.
+const COOLDOWN_MS = Number(process.env.FLOE_EFO_RESUBSCRIBE_COOLDOWN_MS || (process.env.FLOE_EFO_ENDPOINT ? 5000 : 600))
 let failures = 0
 const pass = (name, extra) => console.log(`PASS ${name}${extra ? ` (${extra})` : ''}`)
 const fail = (name, why) => {
@@ -40,40 +43,44 @@ const assert = (c, msg) => {
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
-async function freePort() {
-  for (;;) {
-    const p = await new Promise((res, rej) => {
-      const s = net.createServer()
-      s.once('error', rej)
-      s.listen(0, '127.0.0.1', () => {
-        const port = s.address().port
-        s.close(() => res(port))
-      })
+function freePort() {
+  return new Promise((res, rej) => {
+    const s = net.createServer()
+    s.once('error', rej)
+    s.listen(0, '127.0.0.1', () => {
+      const port = s.address().port
+      s.close(() => res(port))
     })
-    if (!FORBIDDEN.has(p)) return p
-  }
+  })
 }
 
-function startEmulator(port, extraEnv) {
+// Starts a node script and resolves once it prints "Listening at URL".
+function startNode(script, args, env) {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(here, 'kinesis-efo.js'), '--port', String(port)], {
-      env: {
-        ...process.env,
-        FLOE_EFO_SUBSCRIPTION_SECONDS: String(LIFETIME_S),
-        FLOE_EFO_CONSUMER_CREATE_MS: '300',
-        FLOE_EFO_CONSUMER_DELETE_MS: '300',
-        ...extraEnv,
-      },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    })
+    const child = spawn(process.execPath, [script, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] })
     let out = ''
     child.stdout.on('data', (d) => {
       out += d
       const m = /Listening at (\S+)/.exec(out)
       if (m) resolve({ child, url: m[1], out })
     })
-    child.on('exit', (code) => reject(new Error(`emulator exited (${code}): ${out}`)))
+    child.on('exit', (code) => reject(new Error(`${path.basename(script)} exited (${code}): ${out}`)))
   })
+}
+function startEmulator(port, extraEnv, { script = path.join(here, 'kinesis-efo.js'), args = [] } = {}) {
+  return startNode(script, ['--port', String(port), ...args], {
+    ...process.env,
+    FLOE_EFO_SUBSCRIPTION_SECONDS: String(LIFETIME_S),
+    FLOE_EFO_CONSUMER_CREATE_MS: '300',
+    FLOE_EFO_CONSUMER_DELETE_MS: '300',
+    FLOE_EFO_RESUBSCRIBE_COOLDOWN_MS: String(COOLDOWN_MS),
+    ...extraEnv,
+  })
+}
+function stopChild(p) {
+  if (!p) return
+  p.child.removeAllListeners('exit')
+  p.child.kill('SIGTERM')
 }
 
 const creds = { accessKeyId: 'test', secretAccessKey: 'test' }
@@ -168,11 +175,12 @@ async function subscribe(k, params, { stop = () => false, timeoutMs = 10000 } = 
   st.ms = Date.now() - t0
   return st
 }
-// SubscribeToShard, retrying ResourceInUseException for a moment (a just-closed subscription).
+// SubscribeToShard, retrying ResourceInUseException while the re-subscribe cooldown runs.
 async function subscribeRetry(k, params, opts) {
-  for (let i = 0; ; i++) {
+  const until = Date.now() + COOLDOWN_MS + 2000
+  for (;;) {
     const st = await subscribe(k, params, opts)
-    if (st.end === 'error' && st.error.name === 'ResourceInUseException' && i < 20) {
+    if (st.end === 'error' && st.error.name === 'ResourceInUseException' && !st.events.length && Date.now() < until) {
       await sleep(100)
       continue
     }
@@ -227,9 +235,80 @@ async function tlsChecks() {
   } finally {
     k.destroy()
     k1.destroy()
-    emu.child.removeAllListeners('exit')
-    emu.child.kill('SIGTERM')
+    stopChild(emu)
     fs.rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+// Upstream mode (as deploy/local/aws-emulators.sh runs it): a plain kinesalite (deploy/local/kinesalite.js)
+// and kinesis-efo.js --upstream in front of it. The emulator runs from a copy in a directory without
+// node_modules, so it must not need kinesalite itself.
+async function upstreamChecks() {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'efo-upstream-'))
+  let kl, emu
+  try {
+    kl = await startNode(path.join(here, '..', 'kinesalite.js'),
+      ['--host', '127.0.0.1', '--port', String(await freePort()), '--shardLimit', '100', '--createStreamMs', '50', '--deleteStreamMs', '50', '--updateStreamMs', '50'],
+      { ...process.env, NODE_PATH: path.join(here, 'node_modules') })
+    fs.copyFileSync(path.join(here, 'kinesis-efo.js'), path.join(tmp, 'kinesis-efo.js'))
+    emu = await startEmulator(await freePort(), {}, { script: path.join(tmp, 'kinesis-efo.js'), args: ['--upstream', kl.url] })
+  } catch (e) {
+    stopChild(kl)
+    fs.rmSync(tmp, { recursive: true, force: true })
+    return fail('upstream mode: start', e.message)
+  }
+  const kk = makeClient(kl.url, new NodeHttpHandler()) // kinesalite itself speaks HTTP/1.1 only
+  const k = makeClient(emu.url)
+  const stream = `efo-up-${Date.now()}`
+  const shard0 = 'shardId-000000000000'
+  try {
+    let arn, consumerARN
+    await check(`upstream mode (${emu.url} in front of ${kl.url}, started without kinesalite in its directory): a stream created and written on kinesalite is listed, registered for and subscribed through the front, same records as GetRecords on kinesalite`, async () => {
+      assert(emu.out.includes(`upstream ${kl.url}`), emu.out.trim())
+      await kk.send(new CreateStreamCommand({ StreamName: stream, ShardCount: 1 }))
+      arn = (await waitStream(kk, stream)).StreamARN
+      const put = await putN(kk, stream, 25, 'u')
+      const shards = (await k.send(new ListShardsCommand({ StreamARN: arn }))).Shards
+      assert(shards.length === 1 && shards[0].ShardId === shard0, JSON.stringify(shards))
+      consumerARN = (await k.send(new RegisterStreamConsumerCommand({ StreamARN: arn, ConsumerName: 'floe' }))).Consumer.ConsumerARN
+      await waitConsumer(k, consumerARN, 'ACTIVE')
+      const st = await subscribe(k, { ConsumerARN: consumerARN, ShardId: shard0, StartingPosition: { Type: 'TRIM_HORIZON' } }, { stop: (s) => s.records.length >= 25 })
+      const polled = await pollAll(kk, stream, shard0)
+      assert(st.end === 'abort' && st.records.length === 25 && polled.length === 25, `${st.end} ${st.error} ${st.records.length} ${polled.length}`)
+      assert(st.records.every((r, i) => r.SequenceNumber === polled[i].SequenceNumber && r.SequenceNumber === put[i].seq && dataStr(r) === dataStr(polled[i])), 'records differ')
+      return `${st.records.length} records`
+    })
+    await check('upstream mode: SplitShard on kinesalite -> the parent subscription through the front ends with ChildShards (from the upstream ListShards)', async () => {
+      await kk.send(new SplitShardCommand({ StreamName: stream, ShardToSplit: shard0, NewStartingHashKey: (2n ** 127n).toString() }))
+      await waitStream(kk, stream)
+      const st = await subscribeRetry(k, { ConsumerARN: consumerARN, ShardId: shard0, StartingPosition: { Type: 'TRIM_HORIZON' } }, { timeoutMs: 8000 })
+      const last = st.events[st.events.length - 1]
+      assert(st.end === 'end' && st.records.length === 25 && last.ChildShards && last.ChildShards.length === 2, `${st.end} ${st.error} ${st.records.length} ${JSON.stringify(last && last.ChildShards)}`)
+      return last.ChildShards.map((c) => c.ShardId).join(', ')
+    })
+    await check('upstream mode: a stream deleted and re-created on kinesalite directly has none of the old consumers', async () => {
+      await kk.send(new DeleteStreamCommand({ StreamName: stream }))
+      for (let i = 0; i < 100; i++) {
+        try {
+          await kk.send(new DescribeStreamSummaryCommand({ StreamName: stream }))
+          await sleep(50)
+        } catch (e) {
+          break
+        }
+      }
+      await sleep(1100) // a later creation second
+      await kk.send(new CreateStreamCommand({ StreamName: stream, ShardCount: 1 }))
+      const arn2 = (await waitStream(kk, stream)).StreamARN
+      const r = await k.send(new ListStreamConsumersCommand({ StreamARN: arn2 }))
+      assert(r.Consumers.length === 0, JSON.stringify(r.Consumers))
+      await kk.send(new DeleteStreamCommand({ StreamName: stream }))
+    })
+  } finally {
+    k.destroy()
+    kk.destroy()
+    stopChild(emu)
+    stopChild(kl)
+    fs.rmSync(tmp, { recursive: true, force: true })
   }
 }
 
@@ -342,17 +421,6 @@ async function main() {
       return `${st.events.length} event(s), ${st.ms} ms`
     })
 
-    await check('second SubscribeToShard while one is open -> ResourceInUseException', async () => {
-      const a = subscribe(k, { ConsumerARN: consumerARN, ShardId: shard0, StartingPosition: { Type: 'LATEST' } }, { stop: (s) => s.events.length >= 4 })
-      await sleep(300)
-      const b = await subscribe(k, { ConsumerARN: consumerARN, ShardId: shard0, StartingPosition: { Type: 'LATEST' } }, { timeoutMs: 3000 })
-      const sa = await a
-      assert(b.end === 'error' && b.error.name === 'ResourceInUseException', `${b.end} ${b.error && b.error.name}`)
-      assert(b.error.$metadata.httpStatusCode === 400, String(b.error.$metadata.httpStatusCode))
-      assert(sa.end === 'abort', `first: ${sa.end}`)
-      return `empty events every ~${Math.round(sa.ms / sa.events.length)} ms`
-    })
-
     let contEmpty
     await check('AFTER_SEQUENCE_NUMBER with a record continuation: the next 20, no gap, no repeat', async () => {
       sent.push(...(await putN(k, stream, 20, 'b')))
@@ -396,14 +464,45 @@ async function main() {
       assert(st.records.length === 2 && dataStr(st.records[0]).startsWith('e-0'), st.records.map(dataStr).join())
     })
 
+    await check(`SubscribeToShard again within FLOE_EFO_RESUBSCRIBE_COOLDOWN_MS=${COOLDOWN_MS} -> HTTP 400 ResourceInUseException, the open one keeps running; after it the new call takes over and the old one fails with ResourceInUseException`, async () => {
+      const p = { ConsumerARN: consumerARN, ShardId: shard0, StartingPosition: { Type: 'LATEST' } }
+      let sa = null
+      const a = subscribeRetry(k, p, { stop: (s) => ((sa = s), false), timeoutMs: COOLDOWN_MS + 10000 })
+      for (const until = Date.now() + COOLDOWN_MS + 3000; Date.now() < until && !(sa && sa.events.length); ) await sleep(20)
+      assert(sa && sa.events.length, 'first subscription got no event')
+      const tA = Date.now() // a's successful call was before this
+      const b = await subscribe(k, p, { timeoutMs: 3000 })
+      assert(Date.now() - tA < COOLDOWN_MS, 'the refusal check itself took longer than the cooldown')
+      assert(b.end === 'error' && b.error.name === 'ResourceInUseException' && !b.events.length, `within the cooldown: ${b.end} ${b.error && b.error.name}`)
+      assert(b.error.$metadata.httpStatusCode === 400, String(b.error.$metadata.httpStatusCode))
+      const n = sa.events.length
+      await sleep(Math.max(0, tA + COOLDOWN_MS + 100 - Date.now()))
+      assert(sa.events.length > n && !sa.end, `the first one stopped after the refused call: ${sa.end}, ${sa.events.length} events`)
+      let putDone = false
+      const c = subscribe(k, p, {
+        stop: (s) => {
+          if (!putDone) {
+            putDone = true
+            putN(k, stream, 2, 'tk').then((x) => sent.push(...x))
+          }
+          return s.records.length >= 2
+        },
+      })
+      const ra = await a
+      assert(ra.end === 'error' && ra.error.name === 'ResourceInUseException', `old one after the takeover: ${ra.end} ${ra.error && ra.error.name}`)
+      const rc = await c
+      assert(rc.end === 'abort' && rc.records.length === 2 && dataStr(rc.records[0]).startsWith('tk-0'), `new one: ${rc.end} ${rc.error} ${rc.records.map(dataStr)}`)
+      return `refused in ${b.ms} ms; old one: ${ra.error.name}: ${ra.error.message}; idle events every ~${Math.round(ra.ms / ra.events.length)} ms`
+    })
+
     await check('Floe_CutSubscriptions (POST /_floe/cut): close mode ends the SDK iterator cleanly, error mode throws', async () => {
       const a = subscribeRetry(k, { ConsumerARN: consumerARN, ShardId: shard0, StartingPosition: { Type: 'LATEST' } })
-      await sleep(400)
+      await sleep(COOLDOWN_MS + 400) // past the cooldown of the previous check's subscription
       const r = await fetch(`${endpoint}/_floe/cut`, { method: 'POST', body: JSON.stringify({ ConsumerARN: consumerARN }) }).then((x) => x.json())
       const sa = await a
       assert(r.Cut === 1 && sa.end === 'end', `cut ${r.Cut}, ${sa.end} ${sa.error}`)
       const b = subscribeRetry(k, { ConsumerARN: consumerARN, ShardId: shard0, StartingPosition: { Type: 'LATEST' } })
-      await sleep(400)
+      await sleep(COOLDOWN_MS + 400)
       // the same through the JSON API target, with an exception event
       const k1r = await fetch(endpoint, {
         method: 'POST',
@@ -475,12 +574,10 @@ async function main() {
   } finally {
     k.destroy()
     k1.destroy()
-    if (emu) {
-      emu.child.removeAllListeners('exit')
-      emu.child.kill('SIGTERM')
-    }
+    stopChild(emu)
   }
   if (emu) await tlsChecks()
+  if (emu) await upstreamChecks()
   console.log(failures ? `${failures} FAILED` : 'ALL PASSED')
   process.exit(failures ? 1 : 0)
 }
