@@ -8,11 +8,14 @@
 #
 #   loadtest/chaos.sh [--source kafka|kinesis] [--quick] [--duration S] [--records N]
 #                     [--warehouse local|s3] [--seed N] [--dir DIR] [--release] [--keep]
+#                     [--read-mode polling|enhanced_fan_out]
 #
 #   kafka:   floe-mock-kafka (8 partitions, more above ~160,000 records) + SQLite lease store + local warehouse and DLQ
 #   kinesis: the local emulators' moto (Kinesis 4 shards, DynamoDB leases; warehouse and DLQ local
 #            or, with --warehouse s3, in S3 buckets); needs `deploy/local/aws-emulators.sh start`
-#            (started here if not running) and the .venv (boto3, PyIceberg)
+#            (started here if not running) and the .venv (boto3, PyIceberg);
+#            --read-mode enhanced_fan_out: the stream on the emulators' kinesalite, read with
+#            SubscribeToShard through the EFO emulator in front of it (HTTPS, its CA as aws.ca_bundle)
 #
 # Defaults: 240 s of faults, 200,000 records (one fault every ~9 s: >= 20 faults). --quick: 50 s,
 # 15,000 records (~7 faults), under 5 minutes with the drain. Bounded: the drain waits at most
@@ -24,7 +27,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
 source_kind=kafka quick=0 duration="" records="" warehouse=local seed=1 dir="" profile=debug keep=0
-drain_timeout=""
+drain_timeout="" read_mode=polling
 while [ $# -gt 0 ]; do
   case "$1" in
     --source) source_kind="$2"; shift 2 ;;
@@ -36,13 +39,16 @@ while [ $# -gt 0 ]; do
     --dir) dir="$2"; shift 2 ;;
     --release) profile=release; shift ;;
     --keep) keep=1; shift ;;
+    --read-mode) read_mode="$2"; shift 2 ;;
     --drain-timeout) drain_timeout="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "chaos: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 case "$source_kind" in kafka|kinesis) ;; *) echo "chaos: --source kafka|kinesis" >&2; exit 2 ;; esac
 case "$warehouse" in local|s3) ;; *) echo "chaos: --warehouse local|s3" >&2; exit 2 ;; esac
+case "$read_mode" in polling|enhanced_fan_out) ;; *) echo "chaos: --read-mode polling|enhanced_fan_out" >&2; exit 2 ;; esac
+[ "$read_mode" = polling ] || [ "$source_kind" = kinesis ] || { echo "chaos: --read-mode enhanced_fan_out needs --source kinesis" >&2; exit 2; }
 if [ "$quick" = 1 ]; then
   duration="${duration:-50}" records="${records:-15000}" drain_timeout="${drain_timeout:-120}"
 else
@@ -100,6 +106,9 @@ aws_env() {
   export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
   export AWS_REGION="${AWS_REGION:-us-east-1}" AWS_EC2_METADATA_DISABLED=true
   endpoint="$FLOE_TEST_AWS_ENDPOINT"
+  # The stream's emulator: moto, or for enhanced fan-out the kinesalite behind the EFO emulator.
+  kinesis_endpoint="$endpoint"
+  [ "$read_mode" = polling ] || kinesis_endpoint="$FLOE_TEST_KINESALITE_ENDPOINT"
 }
 channel=chaos
 uniq="$(date +%s)-$$"
@@ -124,7 +133,7 @@ else
   aws_env
   stream="chaos-$uniq"
   lease_table="floe-chaos-$uniq"
-  "$py" - "$endpoint" "$stream" <<'PY'
+  "$py" - "$kinesis_endpoint" "$stream" <<'PY'
 import sys, time, boto3
 endpoint, stream = sys.argv[1:]
 k = boto3.client("kinesis", endpoint_url=endpoint, region_name="us-east-1")
@@ -132,18 +141,32 @@ k.create_stream(StreamName=stream, ShardCount=4)
 while k.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamStatus"] != "ACTIVE":
     time.sleep(0.2)
 PY
-  say "Kinesis stream $stream (4 shards) and DynamoDB lease table $lease_table on $endpoint"
+  say "Kinesis stream $stream (4 shards) on $kinesis_endpoint, DynamoDB lease table $lease_table on $endpoint, read with $read_mode"
   aws_block="[aws]
 region = \"us-east-1\"
 endpoint_url = \"$endpoint\"
 "
   lease_block="kind = \"dynamodb\"
 table = \"$lease_table\""
-  source_block="kind = \"kinesis\"
+  if [ "$read_mode" = polling ]; then
+    source_block="kind = \"kinesis\"
   stream_name = \"$stream\"
   initial_position = \"trim_horizon\"
   max_records_per_call = 10000
   poll_interval = \"200ms\""
+  else
+    aws_block="[aws]
+region = \"us-east-1\"
+endpoint_url = \"$endpoint\"
+ca_bundle = \"$FLOE_TEST_KINESIS_EFO_CA\"
+[aws.endpoints]
+kinesis = \"$FLOE_TEST_KINESIS_EFO_ENDPOINT\"
+"
+    source_block="kind = \"kinesis\"
+  stream_name = \"$stream\"
+  initial_position = \"trim_horizon\"
+  read_mode = \"enhanced_fan_out\""
+  fi
 fi
 dlq_location="$dir/dlq"
 dlq_block="kind = \"local\"
@@ -237,7 +260,7 @@ if [ "$source_kind" = kafka ]; then
     --seed "$seed" --spread-hours 3 --bad-share 0.01 --manifest "$manifest" --progress-s 30 \
     >"$dir/loadgen.out" 2>"$dir/loadgen.log" &
 else
-  "$loadgen" kinesis --stream "$stream" --endpoint-url "$endpoint" --region us-east-1 \
+  "$loadgen" kinesis --stream "$stream" --endpoint-url "$kinesis_endpoint" --region us-east-1 \
     --records "$records" --rate "$rate" --seed "$seed" --spread-hours 3 --bad-share 0.01 \
     --manifest "$manifest" --progress-s 30 >"$dir/loadgen.out" 2>"$dir/loadgen.log" &
 fi
@@ -265,7 +288,7 @@ reap() { # a running worker that exited by itself is reported and restarted like
   done
 }
 reshard() { # split | merge, with boto3 (no aws CLI needed)
-  "$py" - "$endpoint" "$stream" "$1" <<'PY'
+  "$py" - "$kinesis_endpoint" "$stream" "$1" <<'PY'
 import sys, boto3, time
 endpoint, stream, op = sys.argv[1:]
 k = boto3.client("kinesis", endpoint_url=endpoint, region_name="us-east-1")
@@ -357,7 +380,8 @@ vrc=0
 cat "$dir/verify.out"
 summary=$(grep '^records ' "$dir/verify.out" || echo "verify produced no figures")
 kinds=""; for k in "${!fault_counts[@]}"; do kinds+="$k=${fault_counts[$k]} "; done
-echo "chaos: $source_kind ($warehouse warehouse) $summary, faults $faults (${kinds% }), workers that exited by themselves $unexpected_exits, $((SECONDS - t0)) s"
+label="$source_kind"; [ "$read_mode" = polling ] || label="$source_kind $read_mode"
+echo "chaos: $label ($warehouse warehouse) $summary, faults $faults (${kinds% }), workers that exited by themselves $unexpected_exits, $((SECONDS - t0)) s"
 if [ "$vrc" = 0 ] && [ "$stop_rc" = 0 ] && [ "$lg_rc" = 0 ]; then chaos_ok=1; echo "chaos: PASS"; exit 0; fi
 echo "chaos: FAIL (verify $vrc, worker stop $stop_rc, loadgen $lg_rc); logs in $dir"
 exit 1

@@ -101,6 +101,11 @@ pub const SOURCE_OFFSETS_SKIPPED_TOTAL: &str = "floe_source_offsets_skipped_tota
 /// Start offsets a Kafka broker answered for the activation time that contradicted the records'
 /// own timestamps and were corrected.
 pub const SOURCE_START_CORRECTIONS_TOTAL: &str = "floe_source_start_corrections_total";
+/// Kinesis enhanced fan-out subscriptions, by outcome: `started`, `expired` (ended by the
+/// service after ~5 minutes), `shard_end`, `taken_over` (another subscription of the consumer
+/// took the shard), `refused` (SubscribeToShard refused, retried), `idle` (no event within the
+/// idle bound), `failed`.
+pub const KINESIS_SUBSCRIPTIONS_TOTAL: &str = "floe_kinesis_subscriptions_total";
 
 /// Buckets of [`COMMIT_DURATION_SECONDS`], seconds.
 pub const COMMIT_DURATION_BUCKETS: &[f64] = &[
@@ -294,6 +299,11 @@ pub fn describe() {
         "Kafka offsets skipped because retention deleted them before floe read them (on_position_lost = \"skip\"), by shard"
     );
     describe_counter!(
+        KINESIS_SUBSCRIPTIONS_TOTAL,
+        Unit::Count,
+        "Kinesis enhanced fan-out subscriptions by outcome (started, expired, shard_end, taken_over, refused, idle, failed)"
+    );
+    describe_counter!(
         SOURCE_START_CORRECTIONS_TOTAL,
         Unit::Count,
         "Kafka start offsets for the activation time that contradicted the records' timestamps and were corrected"
@@ -465,6 +475,12 @@ pub fn record_offsets_skipped(channel: &str, shard: &str, n: u64) {
 /// Counts a corrected start offset ([`SOURCE_START_CORRECTIONS_TOTAL`]).
 pub fn record_start_position_corrected(channel: &str) {
     counter!(SOURCE_START_CORRECTIONS_TOTAL, "channel" => channel.to_string()).increment(1);
+}
+
+/// Counts a Kinesis subscription event ([`KINESIS_SUBSCRIPTIONS_TOTAL`]).
+pub fn record_kinesis_subscription(channel: &str, outcome: &'static str) {
+    counter!(KINESIS_SUBSCRIPTIONS_TOTAL, "channel" => channel.to_string(), "outcome" => outcome)
+        .increment(1);
 }
 
 /// Sets the Kafka lag gauge of a channel (sum over the partitions this worker reads).

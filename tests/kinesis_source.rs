@@ -21,20 +21,66 @@ use floe::source::kinesis::KinesisSource;
 use floe::source::{ShardReader, Source, SourceError, SourceRecord, StartAt};
 use md5::Digest;
 
-/// A stream created for one test, with a unique name; [`TestStream::delete`] removes it.
+/// Where a check runs: the emulator its stream is created on, and how the source reads it.
+#[derive(Debug, Clone)]
+struct Target {
+    /// The emulator the test stream lives on (and that a polling source calls).
+    endpoint: String,
+    /// Read with enhanced fan-out through the EFO emulator in front of kinesalite.
+    efo: bool,
+}
 
-/// Runs the check `$check(endpoint)` as two tests, `$check::moto` and `$check::kinesalite`.
-macro_rules! on_both_emulators {
+impl Target {
+    fn moto() -> Self {
+        Target {
+            endpoint: aws_endpoint(),
+            efo: false,
+        }
+    }
+
+    fn kinesalite() -> Self {
+        Target {
+            endpoint: kinesalite_endpoint(),
+            efo: false,
+        }
+    }
+
+    fn efo() -> Self {
+        Target {
+            endpoint: kinesalite_endpoint(),
+            efo: true,
+        }
+    }
+
+    /// The source reading `stream`: polling with `max_records_per_call`, or with enhanced
+    /// fan-out as a consumer registered for this test.
+    async fn source(&self, stream: &TestStream, max_records_per_call: u32) -> KinesisSource {
+        if self.efo {
+            stream.fan_out_source().await
+        } else {
+            stream.source(max_records_per_call)
+        }
+    }
+}
+
+/// Runs the check `$check(target)` as three tests: `$check::moto` and `$check::kinesalite`
+/// (polling) and `$check::efo` (enhanced fan-out, kinesalite behind the EFO emulator).
+macro_rules! on_every_emulator {
     ($check:ident) => {
         mod $check {
             #[tokio::test]
             async fn moto() {
-                super::$check(&super::aws_endpoint()).await;
+                super::$check(super::Target::moto()).await;
             }
 
             #[tokio::test]
             async fn kinesalite() {
-                super::$check(&super::kinesalite_endpoint()).await;
+                super::$check(super::Target::kinesalite()).await;
+            }
+
+            #[tokio::test]
+            async fn efo() {
+                super::$check(super::Target::efo()).await;
             }
         }
     };
@@ -60,14 +106,51 @@ async fn read(reader: &mut Box<dyn ShardReader>, n: usize, batch: usize) -> Vec<
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut out = Vec::new();
     while out.len() < n && !reader.shard_ended() && Instant::now() < deadline {
-        out.extend(
-            reader
-                .next_batch(batch, Duration::from_millis(500))
-                .await
-                .unwrap(),
-        );
+        out.extend(batch_of(reader, batch, 500).await);
     }
     out
+}
+
+/// One `next_batch(max, wait_ms)`. A retryable error leaves a reader usable (the
+/// [`ShardReader`] contract) and counts as an empty batch: an enhanced fan-out reader reports
+/// a refused re-subscription once and goes on by itself. Any other error fails the test.
+async fn batch_of(
+    reader: &mut Box<dyn ShardReader>,
+    max: usize,
+    wait_ms: u64,
+) -> Vec<SourceRecord> {
+    match reader.next_batch(max, Duration::from_millis(wait_ms)).await {
+        Ok(batch) => batch,
+        Err(e) if e.is_retryable() => Vec::new(),
+        Err(e) => panic!("next_batch: {e}"),
+    }
+}
+
+/// Reads whatever comes until `until`.
+async fn read_until(reader: &mut Box<dyn ShardReader>, until: Instant) -> Vec<SourceRecord> {
+    let mut out = Vec::new();
+    while Instant::now() < until {
+        out.extend(batch_of(reader, 50, 200).await);
+    }
+    out
+}
+
+/// The error a reader of `shard` from `start` fails with: from `open` (polling), or from its
+/// first `next_batch` calls (enhanced fan-out subscribes in the background), within 20 s.
+async fn open_error(source: &KinesisSource, shard: &ShardId, start: StartAt) -> SourceError {
+    let mut reader = match source.open(shard, start).await {
+        Err(e) => return e,
+        Ok(reader) => reader,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match reader.next_batch(10, Duration::from_millis(500)).await {
+            Err(e) if !e.is_retryable() => return e,
+            Ok(batch) => assert!(batch.is_empty(), "records from a refused start"),
+            Err(_) => {}
+        }
+        assert!(Instant::now() < deadline, "{shard} opened without an error");
+    }
 }
 
 /// Polls a reader that returned its shard's last record until it ends (10 s at most), checking
@@ -75,10 +158,7 @@ async fn read(reader: &mut Box<dyn ShardReader>, n: usize, batch: usize) -> Vec<
 async fn ends_without_another_record(reader: &mut Box<dyn ShardReader>) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !reader.shard_ended() {
-        let got = reader
-            .next_batch(2, Duration::from_millis(300))
-            .await
-            .unwrap();
+        let got = batch_of(reader, 2, 300).await;
         assert!(
             got.is_empty(),
             "a record after the last: {:?}",
@@ -109,8 +189,8 @@ fn assert_increasing(records: &[SourceRecord]) {
 
 // ---- shard listing ---------------------------------------------------------------------------
 
-async fn lists_shards_with_parents_after_a_split_and_a_merge(endpoint: &str) {
-    let stream = TestStream::create(endpoint, 2).await;
+async fn lists_shards_with_parents_after_a_split_and_a_merge(target: Target) {
+    let stream = TestStream::create(&target.endpoint, 2).await;
     stream.split_in_half("shardId-000000000000").await;
     // Open now: 2 and 3 (the halves of 0) and 1; 3 and 1 are adjacent.
     let open: Vec<String> = stream
@@ -131,7 +211,12 @@ async fn lists_shards_with_parents_after_a_split_and_a_merge(endpoint: &str) {
         .merge("shardId-000000000003", "shardId-000000000001")
         .await;
 
-    let mut listed = stream.source(100).list_shards().await.unwrap();
+    let mut listed = target
+        .source(&stream, 100)
+        .await
+        .list_shards()
+        .await
+        .unwrap();
     listed.sort_by(|a, b| a.id.cmp(&b.id));
     let parents: Vec<(ShardId, Vec<ShardId>)> =
         listed.into_iter().map(|s| (s.id, s.parents)).collect();
@@ -148,14 +233,12 @@ async fn lists_shards_with_parents_after_a_split_and_a_merge(endpoint: &str) {
     stream.delete().await;
 }
 
-on_both_emulators!(lists_shards_with_parents_after_a_split_and_a_merge);
+on_every_emulator!(lists_shards_with_parents_after_a_split_and_a_merge);
 
-async fn refusals_map_to_source_errors(endpoint: &str) {
-    let stream = TestStream::create(endpoint, 2).await;
-    let source = stream.source(10);
-    let Err(err) = source.open(&shard(7), StartAt::Earliest).await else {
-        panic!("opened a shard that does not exist");
-    };
+async fn refusals_map_to_source_errors(target: Target) {
+    let stream = TestStream::create(&target.endpoint, 2).await;
+    let source = target.source(&stream, 10).await;
+    let err = open_error(&source, &shard(7), StartAt::Earliest).await;
     assert!(matches!(err, SourceError::NotFound { .. }), "{err}");
     // A checkpoint that is not this shard's: a corrupted checkpoint, not retryable.
     let (other, other_seq) = loop {
@@ -165,12 +248,7 @@ async fn refusals_map_to_source_errors(endpoint: &str) {
         }
     };
     assert_eq!(other, shard(1));
-    let Err(err) = source
-        .open(&shard(0), StartAt::After(seq(&other_seq)))
-        .await
-    else {
-        panic!("opened shard 0 after a sequence number of shard 1");
-    };
+    let err = open_error(&source, &shard(0), StartAt::After(seq(&other_seq))).await;
     assert!(
         matches!(err, SourceError::InvalidPosition { .. }) && !err.is_retryable(),
         "{err}"
@@ -178,19 +256,20 @@ async fn refusals_map_to_source_errors(endpoint: &str) {
     stream.delete().await;
 
     let missing = TestStream {
-        client: aws_clients(endpoint).await.kinesis(),
+        client: aws_clients(&target.endpoint).await.kinesis(),
         name: unique_name("floe-missing"),
     };
+    // Shards are listed by ListShards in both read modes.
     let err = missing.source(10).list_shards().await.unwrap_err();
     assert!(matches!(err, SourceError::NotFound { .. }), "{err}");
 }
 
-on_both_emulators!(refusals_map_to_source_errors);
+on_every_emulator!(refusals_map_to_source_errors);
 
 // ---- start positions -------------------------------------------------------------------------
 
-async fn reads_from_trim_horizon_a_timestamp_and_after_a_checkpoint(endpoint: &str) {
-    let stream = TestStream::create(endpoint, 1).await;
+async fn reads_from_trim_horizon_a_timestamp_and_after_a_checkpoint(target: Target) {
+    let stream = TestStream::create(&target.endpoint, 1).await;
     let mut seqs = Vec::new();
     for i in 0..3 {
         seqs.push(stream.put("k", format!("r{i}").as_bytes()).await.1);
@@ -205,7 +284,7 @@ async fn reads_from_trim_horizon_a_timestamp_and_after_a_checkpoint(endpoint: &s
         seqs.iter().all(|s| s.len() == 56),
         "realistic sequence numbers: {seqs:?}"
     );
-    let source = stream.source(2);
+    let source = target.source(&stream, 2).await;
     let s0 = shard(0);
 
     let mut reader = open(&source, &s0, StartAt::Earliest).await;
@@ -221,23 +300,22 @@ async fn reads_from_trim_horizon_a_timestamp_and_after_a_checkpoint(endpoint: &s
     assert!(!reader.shard_ended(), "an open shard never ends");
     assert!(matches!(reader.lag(), Some(floe::source::Lag::Millis(_))));
 
+    drop(reader);
     let mut reader = open(&source, &s0, StartAt::AtTimestamp(between)).await;
     assert_eq!(
         payloads(&read(&mut reader, 3, 10).await),
         ["r3", "r4", "r5"]
     );
 
+    drop(reader);
     let mut reader = open(&source, &s0, StartAt::After(seq(&seqs[1]))).await;
     let resumed = read(&mut reader, 4, 10).await;
     assert_eq!(payloads(&resumed), ["r2", "r3", "r4", "r5"]);
 
     // Resuming after the newest record waits for new ones.
+    drop(reader);
     let mut reader = open(&source, &s0, StartAt::After(seq(&seqs[5]))).await;
-    assert!(reader
-        .next_batch(10, Duration::from_millis(500))
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(batch_of(&mut reader, 10, 500).await.is_empty());
     stream.put("k", b"r6").await;
     assert_eq!(payloads(&read(&mut reader, 1, 10).await), ["r6"]);
     stream.delete().await;
@@ -250,12 +328,12 @@ fn floe_now_ms() -> i64 {
         .as_millis() as i64
 }
 
-on_both_emulators!(reads_from_trim_horizon_a_timestamp_and_after_a_checkpoint);
+on_every_emulator!(reads_from_trim_horizon_a_timestamp_and_after_a_checkpoint);
 
 // ---- the end of a closed shard ---------------------------------------------------------------
 
-async fn a_closed_shard_ends_exactly_after_its_last_record(endpoint: &str) {
-    let stream = TestStream::create(endpoint, 1).await;
+async fn a_closed_shard_ends_exactly_after_its_last_record(target: Target) {
+    let stream = TestStream::create(&target.endpoint, 1).await;
     let mut parent_seqs = Vec::new();
     for i in 0..5 {
         parent_seqs.push(
@@ -278,18 +356,13 @@ async fn a_closed_shard_ends_exactly_after_its_last_record(endpoint: &str) {
         );
         child_seqs.push(s);
     }
-    let source = stream.source(2);
+    let source = target.source(&stream, 2).await;
 
     let mut reader = open(&source, &shard(0), StartAt::Earliest).await;
     let mut got = Vec::new();
     while got.len() < 5 {
         assert!(!reader.shard_ended(), "ended before its last record");
-        got.extend(
-            reader
-                .next_batch(2, Duration::from_millis(500))
-                .await
-                .unwrap(),
-        );
+        got.extend(batch_of(&mut reader, 2, 500).await);
     }
     assert_eq!(payloads(&got), ["p0", "p1", "p2", "p3", "p4"]);
     // The end is known with the last records (moto) or with the next, empty, response
@@ -297,6 +370,7 @@ async fn a_closed_shard_ends_exactly_after_its_last_record(endpoint: &str) {
     ends_without_another_record(&mut reader).await;
 
     // A reader resuming after the last record ends without a record.
+    drop(reader);
     let mut reader = open(&source, &shard(0), StartAt::After(seq(&parent_seqs[4]))).await;
     ends_without_another_record(&mut reader).await;
 
@@ -311,12 +385,7 @@ async fn a_closed_shard_ends_exactly_after_its_last_record(endpoint: &str) {
     while per_child.iter().map(Vec::len).sum::<usize>() < 4 {
         assert!(Instant::now() < deadline, "children records missing");
         for (reader, got) in readers.iter_mut().zip(per_child.iter_mut()) {
-            got.extend(
-                reader
-                    .next_batch(10, Duration::from_millis(100))
-                    .await
-                    .unwrap(),
-            );
+            got.extend(batch_of(reader, 10, 100).await);
             assert!(!reader.shard_ended());
         }
     }
@@ -334,7 +403,7 @@ async fn a_closed_shard_ends_exactly_after_its_last_record(endpoint: &str) {
     stream.delete().await;
 }
 
-on_both_emulators!(a_closed_shard_ends_exactly_after_its_last_record);
+on_every_emulator!(a_closed_shard_ends_exactly_after_its_last_record);
 
 // ---- KPL aggregation -------------------------------------------------------------------------
 
@@ -373,8 +442,8 @@ fn kpl_aggregate(keys: &[&str], records: &[(u64, &str)]) -> Vec<u8> {
     out
 }
 
-async fn kpl_aggregate_deaggregates_and_resumes_after_a_sub_record(endpoint: &str) {
-    let stream = TestStream::create(endpoint, 1).await;
+async fn kpl_aggregate_deaggregates_and_resumes_after_a_sub_record(target: Target) {
+    let stream = TestStream::create(&target.endpoint, 1).await;
     let (_, first) = stream.put("plain", b"before").await;
     let aggregate = kpl_aggregate(
         &["a", "b"],
@@ -386,7 +455,7 @@ async fn kpl_aggregate_deaggregates_and_resumes_after_a_sub_record(endpoint: &st
     let (_, bad) = stream.put("plain", &corrupt).await;
     let (_, last) = stream.put("plain", b"after").await;
 
-    let source = stream.source(100);
+    let source = target.source(&stream, 100).await;
     let mut reader = open(&source, &shard(0), StartAt::Earliest).await;
     let got = read(&mut reader, 8, 100).await;
     let sub =
@@ -417,6 +486,7 @@ async fn kpl_aggregate_deaggregates_and_resumes_after_a_sub_record(endpoint: &st
     );
 
     // A checkpoint after user record k resumes at k + 1, each once, then the next record.
+    drop(reader);
     for k in 0..5u64 {
         let mut reader = open(&source, &shard(0), StartAt::After(sub(k))).await;
         let resumed = read(&mut reader, 6 - k as usize, 100).await;
@@ -427,21 +497,32 @@ async fn kpl_aggregate_deaggregates_and_resumes_after_a_sub_record(endpoint: &st
     stream.delete().await;
 }
 
-on_both_emulators!(kpl_aggregate_deaggregates_and_resumes_after_a_sub_record);
+on_every_emulator!(kpl_aggregate_deaggregates_and_resumes_after_a_sub_record);
 
 // ---- resharding end to end -------------------------------------------------------------------
 
 /// `floe run` config: channel "it" reads `stream` from TRIM_HORIZON on the emulator at
-/// `endpoint` into it.events under `dir` (SQLite leases and catalog, local DLQ).
-fn kinesis_config(dir: &Path, endpoint: &str, stream: &str, worker_id: &str) -> String {
+/// `endpoint` into it.events under `dir` (SQLite leases and catalog, local DLQ); with `efo`,
+/// with enhanced fan-out through the EFO emulator instead (trusting its CA).
+fn kinesis_config(dir: &Path, endpoint: &str, stream: &str, worker_id: &str, efo: bool) -> String {
     let kafka = config_toml(dir, "unused:9092", worker_id, 4);
     let kafka_source = "  kind = \"kafka\"\n  bootstrap_servers = \"unused:9092\"\n  topic = \"events\"\n  initial_position = \"earliest\"\n";
     assert!(kafka.contains(kafka_source));
-    let kinesis_source = format!(
-        "  kind = \"kinesis\"\n  stream_name = \"{stream}\"\n  initial_position = \"trim_horizon\"\n  max_records_per_call = 500\n  poll_interval = \"200ms\"\n"
-    );
-    let aws =
-        format!("[aws]\nregion = \"us-east-1\"\nendpoint_url = \"{endpoint}\"\n\n[lease_store]");
+    let (kinesis_source, aws) = if efo {
+        (
+            format!("  kind = \"kinesis\"\n  stream_name = \"{stream}\"\n  initial_position = \"trim_horizon\"\n  read_mode = \"enhanced_fan_out\"\n"),
+            format!(
+                "[aws]\nregion = \"us-east-1\"\nendpoint_url = \"{}\"\nca_bundle = \"{}\"\n\n[lease_store]",
+                kinesis_efo_endpoint(),
+                kinesis_efo_ca()
+            ),
+        )
+    } else {
+        (
+            format!("  kind = \"kinesis\"\n  stream_name = \"{stream}\"\n  initial_position = \"trim_horizon\"\n  max_records_per_call = 500\n  poll_interval = \"200ms\"\n"),
+            format!("[aws]\nregion = \"us-east-1\"\nendpoint_url = \"{endpoint}\"\n\n[lease_store]"),
+        )
+    };
     kafka
         .replacen(kafka_source, &kinesis_source, 1)
         .replacen("[lease_store]", &aws, 1)
@@ -468,8 +549,19 @@ async fn produce(stream: &TestStream, counters: &mut [u64], next_id: &mut u64, p
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resharding_end_to_end_delivers_each_record_once_in_per_key_order() {
-    let endpoint = aws_endpoint();
-    let python = python();
+    resharding_end_to_end(Target::moto()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn efo_resharding_end_to_end_delivers_each_record_once_in_per_key_order() {
+    resharding_end_to_end(Target::efo()).await;
+}
+
+/// Two `floe run` workers deliver a 2-shard stream while shard 0 is split and a child merged
+/// with shard 1: each record once, per-key order across parents and children, parents
+/// checkpointed at SHARD_END.
+async fn resharding_end_to_end(target: Target) {
+    let endpoint = target.endpoint.clone();
     let dir = tempfile::tempdir().unwrap();
     let stream = TestStream::create(&endpoint, 2).await;
     let (mut counters, mut next_id) = (vec![0u64; 12], 0u64);
@@ -479,7 +571,7 @@ async fn resharding_end_to_end_delivers_each_record_once_in_per_key_order() {
         Worker::start_with(
             dir.path(),
             id,
-            &kinesis_config(dir.path(), &endpoint, &stream.name, id),
+            &kinesis_config(dir.path(), &endpoint, &stream.name, id, target.efo),
         )
     };
     let (w1, w2) = (start("w1"), start("w2"));
@@ -525,48 +617,8 @@ async fn resharding_end_to_end_delivers_each_record_once_in_per_key_order() {
         log_of(dir.path(), "w1")
     );
 
-    // The independent reader: every row, in commit order.
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_order.py");
-    let out = Command::new(python)
-        .arg(script)
-        .arg(dir.path().join("catalog.sqlite"))
-        .arg(dir.path().join("warehouse"))
-        .arg("it.events")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "PyIceberg reader failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let table: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rows = table["rows"].as_array().unwrap();
-    let mut ids: Vec<u64> = rows.iter().map(|r| r[3].as_u64().unwrap()).collect();
-    ids.sort();
-    assert_eq!(
-        ids,
-        (0..total).collect::<Vec<_>>(),
-        "each record exactly once"
-    );
-
-    // Per partition key, commit order (snapshot, data file, row) is production order, which is
-    // sequence-number order across the parent and child shards.
-    let mut by_key: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for r in rows {
-        let attrs = &r[4];
-        by_key
-            .entry(attrs["pk"].as_str().unwrap().to_string())
-            .or_default()
-            .push(attrs["n"].as_str().unwrap().parse().unwrap());
-    }
-    assert_eq!(by_key.len(), counters.len());
-    for (key, ns) in &by_key {
-        assert_eq!(
-            ns,
-            &(0..40).collect::<Vec<u64>>(),
-            "rows of {key} out of sequence order"
-        );
-    }
+    let table = read_rows_in_commit_order(dir.path());
+    assert_each_record_once_in_key_order(&table, total, counters.len(), 40);
 
     // The parents are checkpointed at SHARD_END; the open shards at a sequence number.
     let checkpoints: BTreeMap<String, serde_json::Value> =
@@ -582,5 +634,297 @@ async fn resharding_end_to_end_delivers_each_record_once_in_per_key_order() {
         let v = checkpoints[&shard(open).0].as_str().unwrap();
         assert_eq!(v.len(), 56, "{checkpoints:?}");
     }
+    stream.delete().await;
+}
+
+/// The independent reader: it.events under `dir` read by PyIceberg, rows in commit order
+/// (snapshot, data file, row), with the table's properties.
+fn read_rows_in_commit_order(dir: &Path) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/read_order.py");
+    let out = Command::new(python())
+        .arg(script)
+        .arg(dir.join("catalog.sqlite"))
+        .arg(dir.join("warehouse"))
+        .arg("it.events")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "PyIceberg reader failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Every id `0..total` exactly once, and per partition key (`keys` of them, `per_key` records
+/// each, see [`produce`]) commit order is production order, which is sequence-number order
+/// across parent and child shards.
+fn assert_each_record_once_in_key_order(
+    table: &serde_json::Value,
+    total: u64,
+    keys: usize,
+    per_key: u64,
+) {
+    let rows = table["rows"].as_array().unwrap();
+    let mut ids: Vec<u64> = rows.iter().map(|r| r[3].as_u64().unwrap()).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        (0..total).collect::<Vec<_>>(),
+        "each record exactly once"
+    );
+    let mut by_key: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for r in rows {
+        let attrs = &r[4];
+        by_key
+            .entry(attrs["pk"].as_str().unwrap().to_string())
+            .or_default()
+            .push(attrs["n"].as_str().unwrap().parse().unwrap());
+    }
+    assert_eq!(by_key.len(), keys);
+    for (key, ns) in &by_key {
+        assert_eq!(
+            ns,
+            &(0..per_key).collect::<Vec<u64>>(),
+            "rows of {key} out of sequence order"
+        );
+    }
+}
+
+// ---- enhanced fan-out: subscriptions that end, zombies, back-pressure --------------------------
+
+/// Calls the EFO emulator's test hooks (`POST /_floe/cut`, `GET /_floe/subscriptions`;
+/// deploy/local/kinesis-efo/README.md) over HTTPS, trusting its CA.
+async fn efo_hook(method: &str, path: &str, body: serde_json::Value) -> serde_json::Value {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let ca = std::fs::read(kinesis_efo_ca()).unwrap();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .build()
+        .unwrap();
+    let url = format!("{}{path}", kinesis_efo_endpoint());
+    let request = match method {
+        "POST" => client.post(&url).json(&body),
+        _ => client.get(&url),
+    };
+    let response = request.send().await.unwrap();
+    assert!(
+        response.status().is_success(),
+        "{method} {path}: {}",
+        response.status()
+    );
+    response.json().await.unwrap()
+}
+
+/// The emulator's subscriptions of `consumer_arn` (oldest first): `EndReason` is `null` while
+/// open, else `expired`, `cut`, `taken_over`, `client_gone`, `shard_end`, ….
+async fn subscriptions_of(consumer_arn: &str) -> Vec<serde_json::Value> {
+    let all = efo_hook("GET", "/_floe/subscriptions", serde_json::Value::Null).await;
+    all["Subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["ConsumerARN"] == consumer_arn)
+        .cloned()
+        .collect()
+}
+
+fn consumer_arn_of(source: &KinesisSource) -> String {
+    let debug = format!("{source:?}");
+    let start = debug
+        .find("consumer_arn: \"")
+        .expect("an enhanced fan-out source")
+        + 15;
+    debug[start..start + debug[start..].find('"').unwrap()].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn efo_subscriptions_that_expire_or_are_cut_resume_without_gap_or_repeat() {
+    let target = Target::efo();
+    let stream = TestStream::create(&target.endpoint, 1).await;
+    let source = stream.fan_out_source().await;
+    let consumer = consumer_arn_of(&source);
+    // The producer puts a record every 40 ms until told to stop.
+    let producing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let producer = {
+        let (stream, producing) = (
+            TestStream {
+                client: stream.client.clone(),
+                name: stream.name.clone(),
+            },
+            producing.clone(),
+        );
+        tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            while producing.load(std::sync::atomic::Ordering::SeqCst) {
+                let n = seqs.len();
+                seqs.push(stream.put("k", format!("r{n}").as_bytes()).await.1);
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            seqs
+        })
+    };
+    let mut reader = open(&source, &shard(0), StartAt::Earliest).await;
+    let mut got: Vec<SourceRecord> = Vec::new();
+    let started = Instant::now();
+    // The emulator ends each subscription after FLOE_EFO_SUBSCRIPTION_SECONDS (20 s in
+    // deploy/local/aws-emulators.sh): read across that end first, then cut three times.
+    let expiry = Duration::from_secs(23);
+    got.extend(read_until(&mut reader, started + expiry).await);
+    let mut at = expiry;
+    for mode in ["close", "error", "reset"] {
+        let cut = efo_hook(
+            "POST",
+            "/_floe/cut",
+            serde_json::json!({"ConsumerARN": consumer, "Mode": mode}),
+        )
+        .await;
+        assert_eq!(cut["Cut"], 1, "one open subscription to cut ({mode})");
+        at += Duration::from_secs(4);
+        got.extend(read_until(&mut reader, started + at).await);
+    }
+    producing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let seqs = producer.await.unwrap();
+    got.extend(read(&mut reader, seqs.len() - got.len(), 100).await);
+
+    assert_eq!(
+        positions(&got),
+        seqs.iter().map(|s| seq(s)).collect::<Vec<_>>(),
+        "every record once, in order, across {} subscriptions",
+        subscriptions_of(&consumer).await.len()
+    );
+    let ends: Vec<String> = subscriptions_of(&consumer)
+        .await
+        .iter()
+        .map(|s| s["EndReason"].as_str().unwrap_or("open").to_string())
+        .collect();
+    assert!(
+        ends.iter().filter(|e| *e == "expired").count() >= 1
+            && ends.iter().filter(|e| *e == "cut").count() == 3,
+        "the subscriptions ended by expiry and by the three cuts: {ends:?}"
+    );
+    drop(reader);
+    stream.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn efo_a_reader_that_is_not_pulled_stops_the_subscription_within_its_bound() {
+    let target = Target::efo();
+    let stream = TestStream::create(&target.endpoint, 1).await;
+    // 24 MiB in 96 records of 256 KiB: far more than the reader may hold.
+    let records: Vec<(String, Vec<u8>)> = (0..96)
+        .map(|i| {
+            (
+                format!("k{i}"),
+                format!("{i:>8}").repeat(32 * 1024).into_bytes(),
+            )
+        })
+        .collect();
+    stream.put_all(&records).await;
+    let source = stream.fan_out_source().await;
+    let consumer = consumer_arn_of(&source);
+    let mut reader = open(&source, &shard(0), StartAt::Earliest).await;
+    let first = read(&mut reader, 1, 1).await;
+    assert_eq!(first.len(), 1);
+    // The worker stops pulling (its buffer is full): the event stream must stop too.
+    let sent = || async {
+        subscriptions_of(&consumer).await[0]["Bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = sent().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = sent().await;
+    assert_eq!(
+        held, later,
+        "the emulator kept sending to a reader nobody pulls"
+    );
+    // The documented bound (floe::source::kinesis::efo): BUFFERED_EVENTS + 2 events plus the
+    // HTTP/2 stream window (2 MiB). Events of this emulator are at most ~1 MiB of JSON.
+    let bound = (floe::source::kinesis::efo::BUFFERED_EVENTS as u64 + 2) * (1 << 20) + (2 << 20);
+    assert!(
+        held <= bound + (1 << 20),
+        "{held} bytes sent while the worker pulled one record (bound {bound})"
+    );
+    assert!(
+        held < 24 << 20,
+        "back-pressure reached the emulator: {held} bytes sent"
+    );
+    // Pulling again gets everything, in order.
+    let mut all = first;
+    all.extend(read(&mut reader, 95, 10).await);
+    assert_eq!(
+        payloads(&all).iter().map(|p| p.len()).collect::<Vec<_>>(),
+        vec![256 * 1024; 96]
+    );
+    assert_increasing(&all);
+    drop(reader);
+    stream.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn efo_a_worker_stopped_past_its_lease_makes_the_new_owner_lose_or_repeat_nothing() {
+    let target = Target::efo();
+    let dir = tempfile::tempdir().unwrap();
+    let stream = TestStream::create(&target.endpoint, 2).await;
+    let (mut counters, mut next_id) = (vec![0u64; 8], 0u64);
+    produce(&stream, &mut counters, &mut next_id, 5).await;
+    let start = |id: &str| {
+        Worker::start_with(
+            dir.path(),
+            id,
+            &kinesis_config(dir.path(), &target.endpoint, &stream.name, id, true),
+        )
+    };
+    let (w1, w2) = (start("w1"), start("w2"));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    produce(&stream, &mut counters, &mut next_id, 5).await;
+    // w1 freezes holding its subscriptions; its leases (4 s) expire and w2 takes its shards,
+    // subscribing as the same consumer while the zombie's subscriptions are still open.
+    w1.signal("STOP");
+    produce(&stream, &mut counters, &mut next_id, 5).await;
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    produce(&stream, &mut counters, &mut next_id, 5).await;
+    w1.signal("CONT");
+    produce(&stream, &mut counters, &mut next_id, 5).await;
+    let total = next_id;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let (rows, dlq) = delivered(dir.path()).await;
+        if rows + dlq >= total || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Let the resumed zombie run on for a while: it must not deliver anything twice.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (s1, s2) = (w1.terminate(), w2.terminate());
+    let logs = format!(
+        "--- w1\n{}\n--- w2\n{}",
+        log_of(dir.path(), "w1"),
+        log_of(dir.path(), "w2")
+    );
+    assert!(
+        s1.success() && s2.success(),
+        "workers exit 0 on SIGTERM:\n{logs}"
+    );
+    assert_eq!(delivered(dir.path()).await, (total, 0), "{logs}");
+    let table = read_rows_in_commit_order(dir.path());
+    assert_each_record_once_in_key_order(&table, total, counters.len(), 25);
+    // The zombie's subscription was taken over by the new owner's (same consumer, same shard).
+    let consumer = format!("stream/{}/consumer/floe-it:", stream.name);
+    let all = efo_hook("GET", "/_floe/subscriptions", serde_json::Value::Null).await;
+    let ends: Vec<&str> = all["Subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["ConsumerARN"].as_str().unwrap().contains(&consumer))
+        .filter_map(|s| s["EndReason"].as_str())
+        .collect();
+    assert!(
+        ends.contains(&"taken_over"),
+        "no subscription was taken over: {ends:?}\n{logs}"
+    );
     stream.delete().await;
 }

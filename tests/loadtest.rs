@@ -67,6 +67,25 @@ fn chaos_quick_on_kinesis_with_s3_warehouse_delivers_every_record_exactly_once()
 }
 
 #[test]
+fn chaos_quick_on_kinesis_efo_delivers_every_record_exactly_once() {
+    let _ = common::kinesis_efo_endpoint(); // fails with instructions without the EFO emulator
+    let stdout = run_script(
+        "loadtest/chaos.sh",
+        &[
+            "--quick",
+            "--source",
+            "kinesis",
+            "--read-mode",
+            "enhanced_fan_out",
+        ],
+    );
+    assert_chaos_passed(&stdout);
+    assert!(stdout.contains("read with enhanced_fan_out"), "{stdout}");
+    assert!(stdout.contains("reshard split"), "{stdout}");
+    assert!(stdout.contains("reshard merged"), "{stdout}");
+}
+
+#[test]
 fn bench_quick_prints_every_figure_and_the_ratio_last() {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().to_str().unwrap();

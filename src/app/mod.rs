@@ -44,7 +44,8 @@ use crate::raw::RawIo;
 use crate::raw::RawStore;
 use crate::retry::Backoff;
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
-use crate::source::kinesis::KinesisSource;
+use crate::source::kinesis::api::StreamRef;
+use crate::source::kinesis::{efo, KinesisSource};
 use crate::source::{InitialPosition, Source};
 use crate::worker::{
     commit_spacing, ChannelIo, ChannelWorker, DestinationIo, WorkerError, WorkerSettings,
@@ -284,6 +285,7 @@ async fn prepare_raw(
     {
         return Err(channel_err(name, message));
     }
+    let source = register_fan_out(config, aws, source).await?;
     let initial_position = initial_position_of(config, &state);
     Ok(PreparedChannel {
         config: config.clone(),
@@ -312,6 +314,45 @@ fn open_source(config: &ChannelConfig, aws: &AwsClients) -> Result<Arc<dyn Sourc
         ),
         SourceConfig::Kinesis(kinesis) => Arc::new(KinesisSource::new(aws.kinesis(), kinesis)),
     })
+}
+
+/// The source a channel reads with, once its state lets it run: for a Kinesis channel with
+/// `read_mode = "enhanced_fan_out"`, registers its stream consumer (idempotent; waits until it is
+/// ACTIVE) and returns the source subscribing as it; `source` unchanged otherwise. Registered
+/// only after the run decision, so a worker of a deleted channel does not register the consumer
+/// `floe channel delete` deregistered.
+///
+/// Errors: [`AppError::ChannelRefused`] for a stream with its 20 consumers, a consumer being
+/// deleted, a missing stream or access denied; [`AppError::ChannelUnavailable`] when the service
+/// fails.
+async fn register_fan_out(
+    config: &ChannelConfig,
+    aws: &AwsClients,
+    source: Arc<dyn Source>,
+) -> Result<Arc<dyn Source>, AppError> {
+    let name = config.name.as_str();
+    let SourceConfig::Kinesis(kinesis) = &config.source else {
+        return Ok(source);
+    };
+    let Some(consumer_name) = kinesis.read_mode.consumer_name(name) else {
+        return Ok(source);
+    };
+    let client = aws.kinesis();
+    let consumer = efo::register_consumer(
+        &client,
+        &StreamRef::from(&kinesis.stream),
+        &consumer_name,
+        "channel.source.consumer_name",
+        efo::CONSUMER_ACTIVE_TIMEOUT,
+    )
+    .await
+    .map_err(|e| match e {
+        efo::ConsumerError::Refused(m) => channel_err(name, m),
+        efo::ConsumerError::Unavailable(m) => channel_unavailable(name, m),
+    })?;
+    Ok(Arc::new(
+        KinesisSource::new(client, kinesis).with_fan_out(consumer.arn, name),
+    ))
 }
 
 /// Where the shards of a channel without a checkpoint start, from its recorded state.
@@ -376,6 +417,7 @@ async fn prepare_iceberg(
     {
         return Err(channel_err(name, message));
     }
+    let source = register_fan_out(config, aws, source).await?;
     let channel_schema = match file_schema {
         Some(s) => s,
         None => activate::resolve_schema(index, config, store, &mut state, registry.as_deref())

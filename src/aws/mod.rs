@@ -32,6 +32,32 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on one attempt of an AWS call (a Kinesis GetRecords returns at most 10 MiB).
 pub const OPERATION_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The SDK's default HTTPS client (rustls with aws-lc, HTTP/2 where the endpoint negotiates it)
+/// trusting the PEM certificates of `ca_bundle` besides the system's roots. The file was
+/// checked when the configuration was validated; one that became unreadable since is logged
+/// and the system's roots are used alone.
+fn https_client_trusting(ca_bundle: &std::path::Path) -> aws_sdk_kinesis::config::SharedHttpClient {
+    use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
+    let mut trust = TrustStore::default();
+    match std::fs::read(ca_bundle) {
+        Ok(pem) => {
+            trust = trust.with_pem_certificate(pem);
+        }
+        Err(e) => {
+            tracing::error!(ca_bundle = %ca_bundle.display(), error = %e, "aws.ca_bundle unreadable; trusting the system's roots only")
+        }
+    }
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
+        .tls_context(
+            TlsContext::builder()
+                .with_trust_store(trust)
+                .build()
+                .expect("a trust store of PEM certificates"),
+        )
+        .build_https()
+}
+
 /// The SDK configuration resolved once for the process, and a constructor per client.
 #[derive(Debug, Clone)]
 pub struct AwsClients {
@@ -56,6 +82,9 @@ impl AwsClients {
         }
         if let Some(profile) = &config.profile {
             loader = loader.profile_name(profile);
+        }
+        if let Some(path) = &config.ca_bundle {
+            loader = loader.http_client(https_client_trusting(path));
         }
         AwsClients {
             sdk: loader.load().await,

@@ -631,6 +631,38 @@ pub async fn delete(
     put(store, state, expected).await
 }
 
+/// After `floe channel delete`: deregisters the stream consumer of a Kinesis channel that reads
+/// with `read_mode = "enhanced_fan_out"` (AWS bills each consumer per shard hour while it is
+/// registered). Returns the consumer's name when one was registered, `None` for any other
+/// channel or when none was. Idempotent; workers still draining lose their subscriptions and
+/// stop reading, which a deleted channel does anyway.
+///
+/// Errors: [`ControlError::Unavailable`] when the Kinesis service fails or refuses (run the
+/// delete again).
+pub async fn deregister_consumer(
+    config: &Config,
+    name: &str,
+    aws: &crate::aws::AwsClients,
+) -> Result<Option<String>, ControlError> {
+    let (_, channel) = find_channel(config, name)?;
+    let crate::config::SourceConfig::Kinesis(kinesis) = &channel.source else {
+        return Ok(None);
+    };
+    let Some(consumer) = kinesis.read_mode.consumer_name(name) else {
+        return Ok(None);
+    };
+    let stream = crate::source::kinesis::api::StreamRef::from(&kinesis.stream);
+    match crate::source::kinesis::efo::deregister_consumer(&aws.kinesis(), &stream, &consumer)
+        .await
+    {
+        Ok(true) => Ok(Some(consumer)),
+        Ok(false) => Ok(None),
+        Err(e) => Err(ControlError::Unavailable(format!(
+            "channel {name} is DELETING but its stream consumer \"{consumer}\" was not deregistered ({e}); run `floe channel delete` again"
+        ))),
+    }
+}
+
 /// Waits until no worker holds a lease of `name` (after a delete), up to `timeout`.
 /// Returns whether that happened.
 ///

@@ -241,7 +241,11 @@ async fn execute(
                     )));
                 }
             }
+            let consumer = control::deregister_consumer(config, name, aws).await?;
             print_states(&[state], json);
+            if let (Some(consumer), false) = (consumer, json) {
+                println!("deregistered the stream consumer \"{consumer}\"");
+            }
         }
     }
     Ok(())

@@ -62,6 +62,9 @@ pub struct AwsConfig {
     pub endpoint_url: Option<String>,
     /// Per-service endpoint URLs; win over `endpoint_url`.
     pub endpoints: BTreeMap<AwsService, String>,
+    /// A PEM file of CA certificates trusted for HTTPS endpoints besides the system's roots
+    /// (an endpoint behind a private CA); `None`: the system's roots only.
+    pub ca_bundle: Option<std::path::PathBuf>,
 }
 
 impl AwsConfig {

@@ -81,6 +81,11 @@ pub struct AwsSection {
     /// `dynamodb`, `kinesis`, `s3`, `glue`, `s3tables`.
     #[serde(default)]
     pub endpoints: BTreeMap<crate::config::aws::AwsService, String>,
+    /// A PEM file of CA certificates to trust for HTTPS calls to AWS services besides the
+    /// system's roots (as the AWS CLI's `ca_bundle`): endpoints behind a private CA, such as a
+    /// TLS-intercepting proxy or a local emulator serving HTTPS. Relative to this file.
+    /// Default: the system's roots only.
+    pub ca_bundle: Option<String>,
 }
 
 /// `[lease_store]`: the store where workers take and renew leases. Tagged by `kind`.
@@ -223,8 +228,19 @@ pub struct KinesisSourceSection {
     /// Most records per GetRecords call, 1 to 10000. Default 10000.
     pub max_records_per_call: Option<WholeNumber>,
     /// Pause between GetRecords calls on a shard that returned no records, e.g. `"1s"`; from
-    /// 200ms (Kinesis allows 5 calls per second per shard, shared by all consumers). Default 1s.
+    /// 200ms (Kinesis allows 5 calls per second per shard, shared by all consumers). Polling
+    /// only. Default 1s.
     pub poll_interval: Option<DurationText>,
+    /// How the channel reads its shards: `"polling"` (GetRecords; shares each shard's 2 MB/s
+    /// and 5 calls/s with the stream's other polling consumers) or `"enhanced_fan_out"`
+    /// (SubscribeToShard as a registered consumer with its own 2 MB/s per shard, pushed over
+    /// HTTP/2; billed per consumer-shard hour and per GB read; docs/kinesis.md). Default:
+    /// `"polling"`.
+    pub read_mode: Option<String>,
+    /// The stream consumer an `"enhanced_fan_out"` channel registers at start and
+    /// `floe channel delete` deregisters: 1 to 128 characters from `A-Z a-z 0-9 _ . -`, unique
+    /// per stream (AWS allows 20 consumers per stream). Default: `"floe-<channel name>"`.
+    pub consumer_name: Option<String>,
 }
 
 /// `[channel.source]` with `kind = "kafka"`.

@@ -158,6 +158,38 @@ pub struct KinesisSourceConfig {
     pub max_records_per_call: u32,
     /// Pause after an empty GetRecords, at least 200 ms.
     pub poll_interval: Duration,
+    /// How shards are read: GetRecords polling or enhanced fan-out.
+    pub read_mode: KinesisReadMode,
+}
+
+/// `channel.source.read_mode` of a Kinesis source: how the channel reads its shards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KinesisReadMode {
+    /// `"polling"`: GetRecords, sharing each shard's 2 MB/s and 5 calls/s with every other
+    /// polling consumer of the stream.
+    Polling,
+    /// `"enhanced_fan_out"`: SubscribeToShard as a registered stream consumer, with its own
+    /// 2 MB/s per shard pushed over HTTP/2.
+    EnhancedFanOut {
+        /// `channel.source.consumer_name` as written; `None` for the default
+        /// ([`KinesisReadMode::consumer_name`]).
+        consumer_name: Option<String>,
+    },
+}
+
+impl KinesisReadMode {
+    /// The stream consumer name channel `channel` registers: `consumer_name` when configured,
+    /// else `floe-<channel>`. `None` for polling.
+    pub fn consumer_name(&self, channel: &str) -> Option<String> {
+        match self {
+            KinesisReadMode::Polling => None,
+            KinesisReadMode::EnhancedFanOut { consumer_name } => Some(
+                consumer_name
+                    .clone()
+                    .unwrap_or_else(|| format!("floe-{channel}")),
+            ),
+        }
+    }
 }
 
 /// How a Kinesis stream is named in API calls.

@@ -417,6 +417,102 @@ fn aws_settings_are_refused_naming_the_field() {
 }
 
 #[test]
+fn kinesis_read_mode_defaults_to_polling_and_enhanced_fan_out_names_its_consumer() {
+    let base = aws_config();
+    let source = |text: &str| match parse(text).unwrap().channels[0].source.clone() {
+        SourceConfig::Kinesis(k) => k,
+        _ => panic!("kinesis source expected"),
+    };
+    assert_eq!(source(&base).read_mode, KinesisReadMode::Polling);
+    let efo = base.replacen(
+        "poll_interval = \"500ms\"",
+        "read_mode = \"enhanced_fan_out\"",
+        1,
+    );
+    let mode = source(&efo).read_mode;
+    assert_eq!(
+        mode,
+        KinesisReadMode::EnhancedFanOut {
+            consumer_name: None
+        }
+    );
+    assert_eq!(mode.consumer_name("orders").as_deref(), Some("floe-orders"));
+    let named = efo.replacen(
+        "read_mode = \"enhanced_fan_out\"",
+        "read_mode = \"enhanced_fan_out\"\nconsumer_name = \"analytics.floe-1\"",
+        1,
+    );
+    assert_eq!(
+        source(&named).read_mode.consumer_name("orders").as_deref(),
+        Some("analytics.floe-1")
+    );
+    assert_eq!(KinesisReadMode::Polling.consumer_name("orders"), None);
+}
+
+#[test]
+fn kinesis_read_mode_settings_are_refused_naming_the_key() {
+    let base = aws_config();
+    let efo = base.replacen(
+        "poll_interval = \"500ms\"",
+        "read_mode = \"enhanced_fan_out\"",
+        1,
+    );
+    refused(
+        &base.replacen("poll_interval = \"500ms\"", "read_mode = \"fan_out\"", 1),
+        "channel[0].source.read_mode",
+        "\"polling\" or \"enhanced_fan_out\"",
+    );
+    refused(
+        &base.replacen("poll_interval = \"500ms\"", "consumer_name = \"c\"", 1),
+        "channel[0].source.consumer_name",
+        "enhanced_fan_out",
+    );
+    refused(
+        &efo.replacen("read_mode", "consumer_name = \"bad name\"\nread_mode", 1),
+        "channel[0].source.consumer_name",
+        "not a Kinesis consumer name",
+    );
+    refused(
+        &efo.replacen("read_mode", "poll_interval = \"1s\"\nread_mode", 1),
+        "channel[0].source.poll_interval",
+        "polling",
+    );
+    refused(
+        &efo.replacen("read_mode", "max_records_per_call = 100\nread_mode", 1),
+        "channel[0].source.max_records_per_call",
+        "polling",
+    );
+}
+
+#[test]
+fn aws_ca_bundle_must_be_a_readable_pem_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("ca.pem");
+    std::fs::write(
+        &pem,
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let with = |path: &str| {
+        aws_config().replacen(
+            "region = \"us-east-1\"",
+            &format!("region = \"us-east-1\"\nca_bundle = \"{path}\""),
+            1,
+        )
+    };
+    let config = parse(&with(&pem.display().to_string())).unwrap();
+    assert_eq!(config.aws.ca_bundle.as_deref(), Some(pem.as_path()));
+    refused(&with("/nonexistent/ca.pem"), "aws.ca_bundle", "cannot read");
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate").unwrap();
+    refused(
+        &with(&empty.display().to_string()),
+        "aws.ca_bundle",
+        "no PEM certificate",
+    );
+}
+
+#[test]
 fn data_freshness_is_bounded() {
     refused(
         &with("[channel.destination]", "data_freshness = \"5s\""),

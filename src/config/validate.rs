@@ -391,11 +391,43 @@ impl Checker<'_> {
         for (service, url) in &s.endpoints {
             ok &= endpoint_ok(format!("aws.endpoints.{service}"), url);
         }
+        let ca_bundle = match &s.ca_bundle {
+            None => None,
+            Some(text) => match self.local_path("aws.ca_bundle", text) {
+                None => {
+                    ok = false;
+                    None
+                }
+                Some(path) => match std::fs::read_to_string(&path) {
+                    Ok(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => Some(path),
+                    Ok(_) => {
+                        ok = false;
+                        self.error(
+                            "aws.ca_bundle",
+                            format!(
+                                "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                                path.display()
+                            ),
+                        );
+                        None
+                    }
+                    Err(e) => {
+                        ok = false;
+                        self.error(
+                            "aws.ca_bundle",
+                            format!("cannot read {}: {e}", path.display()),
+                        );
+                        None
+                    }
+                },
+            },
+        };
         ok.then_some(crate::config::aws::AwsConfig {
             region: s.region,
             profile: s.profile,
             endpoint_url: s.endpoint_url,
             endpoints: s.endpoints,
+            ca_bundle,
         })
     }
 
@@ -692,6 +724,10 @@ impl Checker<'_> {
                 None
             }
         };
+        let polling_keys_set = [
+            ("max_records_per_call", s.max_records_per_call.is_some()),
+            ("poll_interval", s.poll_interval.is_some()),
+        ];
         let max_records_per_call = self.number(
             &format!("{p}.max_records_per_call"),
             s.max_records_per_call,
@@ -704,11 +740,56 @@ impl Checker<'_> {
             DEFAULT_KINESIS_POLL_INTERVAL,
             Duration::from_millis(200)..=Duration::from_secs(60),
         );
+        let read_mode = match s.read_mode.as_deref() {
+            None | Some("polling") => {
+                if s.consumer_name.is_some() {
+                    self.error(
+                        format!("{p}.consumer_name"),
+                        "applies to read_mode = \"enhanced_fan_out\" only (the channel reads with polling)",
+                    );
+                }
+                Some(KinesisReadMode::Polling)
+            }
+            Some("enhanced_fan_out") => {
+                for (key, set) in polling_keys_set {
+                    if set {
+                        self.error(
+                            format!("{p}.{key}"),
+                            "applies to read_mode = \"polling\" only: enhanced fan-out is pushed by the service",
+                        );
+                    }
+                }
+                match s.consumer_name {
+                    Some(name)
+                        if name.is_empty()
+                            || name.len() > 128
+                            || !name.chars().all(|c| {
+                                c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+                            }) =>
+                    {
+                        self.error(
+                            format!("{p}.consumer_name"),
+                            format!("\"{name}\" is not a Kinesis consumer name: 1 to 128 characters from A-Z a-z 0-9 _ . -"),
+                        );
+                        None
+                    }
+                    consumer_name => Some(KinesisReadMode::EnhancedFanOut { consumer_name }),
+                }
+            }
+            Some(other) => {
+                self.error(
+                    format!("{p}.read_mode"),
+                    format!("\"{other}\" is not a read mode: \"polling\" or \"enhanced_fan_out\""),
+                );
+                None
+            }
+        };
         Some(KinesisSourceConfig {
             stream: stream?,
             initial_position: s.initial_position,
             max_records_per_call: max_records_per_call?,
             poll_interval: poll_interval?,
+            read_mode: read_mode?,
         })
     }
 

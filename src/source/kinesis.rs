@@ -42,34 +42,16 @@
 //! - Lag is `MillisBehindLatest` of the last response ([`Lag::Millis`]); arrival time is
 //!   `ApproximateArrivalTimestamp`.
 //!
-//! # Enhanced fan-out (designed, not built)
+//! # Enhanced fan-out
 //!
-//! SubscribeToShard gives each registered consumer its own 2 MiB/s per shard, pushed over HTTP/2,
-//! so floe would not share read throughput with other consumers. How it fits this seam:
-//! - Configuration: `consumer_name` on the Kinesis source; at start the channel registers the
-//!   consumer (RegisterStreamConsumer, idempotent: DescribeStreamConsumer first) and waits for
-//!   it to become ACTIVE. Discovery (ListShards) and the lease store are unchanged.
-//! - `open(shard, start)` returns an `EfoShardReader` that owns a task: SubscribeToShard(consumer
-//!   ARN, shard, StartingPosition from the same cursor rules as here: AFTER_SEQUENCE_NUMBER,
-//!   AT_SEQUENCE_NUMBER + drop ≤ sub-sequence, AT_TIMESTAMP, TRIM_HORIZON). The task forwards each
-//!   SubscribeToShardEvent, de-aggregated exactly as [`KinesisShardReader`] does, into a **bounded**
-//!   channel (back-pressure: when the worker stops pulling, the task stops reading the event
-//!   stream and HTTP/2 flow control stops the service). `next_batch(max, wait)` pulls from the
-//!   channel with a `wait` timeout, so the worker loop needs no change.
-//! - A subscription lasts 5 minutes: the task re-subscribes with AFTER_SEQUENCE_NUMBER of the
-//!   event's `ContinuationSequenceNumber` (or of the last record handed to the channel, whichever
-//!   is later) — the cursor plays the part of the iterator. `ResourceInUseException` (a previous
-//!   subscription of this consumer to the shard still open, e.g. after a lease moved) is retried
-//!   with backoff; `LimitExceededException` (more than one subscribe per second per shard and
-//!   consumer) too.
-//! - An event with `ChildShards` and no `ContinuationSequenceNumber` ends a closed shard:
-//!   `shard_ended()` becomes true once the channel is drained. `MillisBehindLatest` is in every
-//!   event, so lag works the same.
-//! - Not built: the local emulators do not serve it (moto 5.2.1 has RegisterStreamConsumer but no
-//!   SubscribeToShard; kinesalite has neither), and untested code on the exactly-once path is not
-//!   shipped.
+//! With `read_mode = "enhanced_fan_out"` the channel registers a stream consumer at start
+//! ([`efo::register_consumer`]) and [`KinesisSource::open`] returns an [`efo::EfoShardReader`]:
+//! SubscribeToShard pushes records over HTTP/2 with the consumer's own 2 MB/s per shard, from
+//! the same cursor rules, KPL de-aggregation and shard-end handling as polling (see [`efo`]).
+//! Discovery (ListShards) and the lease store are the same in both modes.
 
 pub mod api;
+pub mod efo;
 pub mod kpl;
 
 use crate::time::now_ms;
@@ -85,7 +67,7 @@ use self::api::{ApiError, IteratorStart, KinesisApi, RawRecord, SdkKinesis, Stre
 use super::{
     InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord, StartAt,
 };
-use crate::config::{KinesisSourceConfig, KinesisStream};
+use crate::config::KinesisSourceConfig;
 use crate::model::{Position, SequenceNumber, ShardId};
 
 /// Least time between two GetRecords calls on one shard: 4 calls per second, under the service's
@@ -116,6 +98,14 @@ pub struct KinesisSource {
     api: Arc<dyn KinesisApi>,
     stream: String,
     settings: ReaderSettings,
+    fan_out: Option<FanOut>,
+}
+
+/// The registered consumer an enhanced fan-out source subscribes as.
+#[derive(Debug, Clone)]
+struct FanOut {
+    consumer_arn: String,
+    channel: String,
 }
 
 impl fmt::Debug for KinesisSource {
@@ -123,6 +113,7 @@ impl fmt::Debug for KinesisSource {
         f.debug_struct("KinesisSource")
             .field("stream", &self.stream)
             .field("settings", &self.settings)
+            .field("fan_out", &self.fan_out)
             .finish()
     }
 }
@@ -131,10 +122,7 @@ impl KinesisSource {
     /// The source for the stream `config` names, called through `client` (see
     /// [`crate::aws::AwsClients::kinesis`]). No network call.
     pub fn new(client: aws_sdk_kinesis::Client, config: &KinesisSourceConfig) -> Self {
-        let stream = match &config.stream {
-            KinesisStream::Name(name) => StreamRef::Name(name.clone()),
-            KinesisStream::Arn(arn) => StreamRef::Arn(arn.clone()),
-        };
+        let stream = StreamRef::from(&config.stream);
         let settings = ReaderSettings {
             max_records_per_call: config.max_records_per_call.clamp(1, 10_000) as i32,
             poll_interval: config.poll_interval,
@@ -153,7 +141,22 @@ impl KinesisSource {
             api,
             stream: stream.into(),
             settings,
+            fan_out: None,
         }
+    }
+
+    /// This source read with enhanced fan-out as the registered consumer `consumer_arn` (see
+    /// [`efo::register_consumer`]); `channel` labels the subscription metrics. No network call.
+    pub fn with_fan_out(
+        mut self,
+        consumer_arn: impl Into<String>,
+        channel: impl Into<String>,
+    ) -> Self {
+        self.fan_out = Some(FanOut {
+            consumer_arn: consumer_arn.into(),
+            channel: channel.into(),
+        });
+        self
     }
 
     /// The stream's name or ARN, as configured.
@@ -212,15 +215,27 @@ impl Source for KinesisSource {
         })
     }
 
-    /// Takes the first shard iterator at once, so a missing shard ([`SourceError::NotFound`])
-    /// or a refused checkpoint ([`SourceError::InvalidPosition`]) fails here; a throttled or
-    /// unavailable service does not: the reader retries it.
+    /// Polling: takes the first shard iterator at once, so a missing shard
+    /// ([`SourceError::NotFound`]) or a refused checkpoint ([`SourceError::InvalidPosition`])
+    /// fails here; a throttled or unavailable service does not: the reader retries it.
+    /// Enhanced fan-out: starts the subscription task and returns at once; those errors come
+    /// from the first [`ShardReader::next_batch`] calls.
     async fn open(
         &self,
         shard: &ShardId,
         start: StartAt,
     ) -> Result<Box<dyn ShardReader>, SourceError> {
         let cursor = Cursor::from_start(shard, &start)?;
+        if let Some(fan_out) = &self.fan_out {
+            tracing::info!(stream = %self.stream, shard = %shard, start = ?start, consumer_arn = %fan_out.consumer_arn, "kinesis enhanced fan-out reader opened");
+            return Ok(Box::new(efo::EfoShardReader::start(
+                self.api.clone(),
+                fan_out.consumer_arn.clone(),
+                shard.clone(),
+                cursor,
+                fan_out.channel.clone(),
+            )));
+        }
         let mut reader = KinesisShardReader {
             api: self.api.clone(),
             shard: shard.clone(),
@@ -299,6 +314,59 @@ impl Cursor {
             _ => true,
         }
     }
+}
+
+/// De-aggregates one Kinesis record of `shard` into `out` (KPL user records at their
+/// sub-sequence numbers), dropping what `cursor` already passed, and moves `cursor` after it.
+/// Shared by the polling and the enhanced fan-out readers, so both deliver the same records at
+/// the same positions.
+///
+/// Errors: [`SourceError::Fatal`] for a sequence number that is not decimal digits.
+fn accept(
+    shard: &ShardId,
+    cursor: &mut Cursor,
+    raw: RawRecord,
+    out: &mut Vec<SourceRecord>,
+) -> Result<(), SourceError> {
+    let seq = SequenceNumber::try_new(&raw.sequence_number).map_err(|e| SourceError::Fatal {
+        message: format!("shard {shard}: the service returned {e}"),
+    })?;
+    let read_at = std::time::Instant::now();
+    let arrival_ms = raw.arrival_ms.unwrap_or_else(now_ms);
+    let record = |position: SequenceNumber, key: String, payload: Vec<u8>| SourceRecord {
+        shard: shard.clone(),
+        position: Position::Sequence(position),
+        key: Some(key.into_bytes()),
+        payload,
+        arrival_ms,
+        read_at,
+    };
+    let last = match kpl::deaggregate(&raw.data) {
+        None => {
+            if cursor.admits(&seq) {
+                out.push(record(seq.clone(), raw.partition_key, raw.data));
+            }
+            seq
+        }
+        Some(users) => {
+            let num = users.len() as u64;
+            for (i, user) in users.into_iter().enumerate() {
+                let position = seq.clone().with_sub_sequence(i as u64);
+                if cursor.admits(&position) {
+                    out.push(record(position, user.partition_key, user.data));
+                }
+            }
+            match num {
+                // An aggregate without user records: continue after the Kinesis record.
+                0 => seq,
+                n => seq.with_sub_sequence(n - 1),
+            }
+        }
+    };
+    if cursor.admits(&last) {
+        *cursor = Cursor::After(last);
+    }
+    Ok(())
 }
 
 /// Reads one shard with GetShardIterator + GetRecords (see the module docs).
@@ -420,46 +488,8 @@ impl KinesisShardReader {
 
     /// De-aggregates one Kinesis record into `pending`, dropping what the cursor already passed.
     fn accept(&mut self, raw: RawRecord) -> Result<(), SourceError> {
-        let seq =
-            SequenceNumber::try_new(&raw.sequence_number).map_err(|e| SourceError::Fatal {
-                message: format!("shard {}: the service returned {e}", self.shard),
-            })?;
-        let read_at = std::time::Instant::now();
-        let arrival_ms = raw.arrival_ms.unwrap_or_else(now_ms);
-        let record = |position: SequenceNumber, key: String, payload: Vec<u8>| SourceRecord {
-            shard: self.shard.clone(),
-            position: Position::Sequence(position),
-            key: Some(key.into_bytes()),
-            payload,
-            arrival_ms,
-            read_at,
-        };
-        let mut out: Vec<SourceRecord> = Vec::new();
-        let last = match kpl::deaggregate(&raw.data) {
-            None => {
-                if self.cursor.admits(&seq) {
-                    out.push(record(seq.clone(), raw.partition_key, raw.data));
-                }
-                seq
-            }
-            Some(users) => {
-                let num = users.len() as u64;
-                for (i, user) in users.into_iter().enumerate() {
-                    let position = seq.clone().with_sub_sequence(i as u64);
-                    if self.cursor.admits(&position) {
-                        out.push(record(position, user.partition_key, user.data));
-                    }
-                }
-                match num {
-                    // An aggregate without user records: continue after the Kinesis record.
-                    0 => seq,
-                    n => seq.with_sub_sequence(n - 1),
-                }
-            }
-        };
-        if self.cursor.admits(&last) {
-            self.cursor = Cursor::After(last);
-        }
+        let mut out = Vec::new();
+        accept(&self.shard, &mut self.cursor, raw, &mut out)?;
         self.pending.extend(out);
         Ok(())
     }

@@ -171,8 +171,39 @@ impl TestStream {
                 initial_position: InitialPosition::Earliest,
                 max_records_per_call,
                 poll_interval: Duration::from_millis(200),
+                read_mode: floe::config::KinesisReadMode::Polling,
             },
         )
+    }
+
+    /// A source reading this stream with enhanced fan-out through the EFO emulator
+    /// ([`super::kinesis_efo_endpoint`], the same kinesalite streams), as a stream consumer
+    /// registered for the caller (a unique name).
+    pub async fn fan_out_source(&self) -> KinesisSource {
+        use floe::source::kinesis::{api::StreamRef, efo};
+        let client = super::kinesis_efo_clients().await.kinesis();
+        let consumer = efo::register_consumer(
+            &client,
+            &StreamRef::Name(self.name.clone()),
+            &unique_name("floe-test"),
+            "test consumer",
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("register a consumer of {}: {e}", self.name));
+        KinesisSource::new(
+            client,
+            &KinesisSourceConfig {
+                stream: KinesisStream::Name(self.name.clone()),
+                initial_position: InitialPosition::Earliest,
+                max_records_per_call: 10_000,
+                poll_interval: Duration::from_secs(1),
+                read_mode: floe::config::KinesisReadMode::EnhancedFanOut {
+                    consumer_name: Some(consumer.name.clone()),
+                },
+            },
+        )
+        .with_fan_out(consumer.arn, "test")
     }
 
     pub async fn delete(self) {

@@ -47,6 +47,30 @@ pub fn kinesalite_endpoint() -> String {
     emulator_env("FLOE_TEST_KINESALITE_ENDPOINT")
 }
 
+/// The Kinesis emulator with enhanced fan-out (deploy/local/kinesis-efo, HTTPS with HTTP/2, in
+/// front of the kinesalite of [`kinesalite_endpoint`]: the same streams), from
+/// `FLOE_TEST_KINESIS_EFO_ENDPOINT`.
+pub fn kinesis_efo_endpoint() -> String {
+    emulator_env("FLOE_TEST_KINESIS_EFO_ENDPOINT")
+}
+
+/// The CA certificate (PEM) the EFO emulator's HTTPS certificate is signed with, from
+/// `FLOE_TEST_KINESIS_EFO_CA`: `[aws] ca_bundle` of configurations that call it.
+pub fn kinesis_efo_ca() -> String {
+    emulator_env("FLOE_TEST_KINESIS_EFO_CA")
+}
+
+/// AWS clients pointed at the EFO emulator, trusting its CA.
+pub async fn kinesis_efo_clients() -> floe::aws::AwsClients {
+    floe::aws::AwsClients::load(&floe::config::aws::AwsConfig {
+        region: Some("us-east-1".into()),
+        endpoint_url: Some(kinesis_efo_endpoint()),
+        ca_bundle: Some(kinesis_efo_ca().into()),
+        ..Default::default()
+    })
+    .await
+}
+
 /// The test PostgreSQL server's URL (`deploy/local/postgres.sh env`), from
 /// `FLOE_TEST_POSTGRES_URL`.
 pub fn postgres_url() -> String {

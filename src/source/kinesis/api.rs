@@ -22,6 +22,15 @@ pub enum StreamRef {
     Arn(String),
 }
 
+impl From<&crate::config::KinesisStream> for StreamRef {
+    fn from(stream: &crate::config::KinesisStream) -> Self {
+        match stream {
+            crate::config::KinesisStream::Name(name) => StreamRef::Name(name.clone()),
+            crate::config::KinesisStream::Arn(arn) => StreamRef::Arn(arn.clone()),
+        }
+    }
+}
+
 impl std::fmt::Display for StreamRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -81,6 +90,33 @@ pub struct RecordsPage {
     pub child_shards: Vec<ShardId>,
 }
 
+/// One `SubscribeToShardEvent` of an enhanced fan-out subscription (before KPL de-aggregation).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShardEvent {
+    /// Records, in sequence-number order; often empty (the service sends events while idle).
+    pub records: Vec<RawRecord>,
+    /// `ContinuationSequenceNumber`: `AFTER_SEQUENCE_NUMBER` of it resumes exactly after this
+    /// event. `None` (absent or empty in the event) when the shard is closed and every record
+    /// was sent: the event then lists the child shards.
+    pub continuation: Option<String>,
+    /// `MillisBehindLatest`.
+    pub millis_behind_latest: i64,
+    /// Child shards, listed in the last event of a closed shard.
+    pub child_shards: Vec<ShardId>,
+}
+
+/// An open SubscribeToShard event stream (one HTTP/2 response; the service ends it after about
+/// 5 minutes).
+#[async_trait]
+pub trait Subscription: Send {
+    /// The next event; `Ok(None)` once the service ended the stream cleanly (re-subscribe from
+    /// the last continuation). Errors: `ResourceInUseException` (another subscription of the
+    /// same consumer took the shard over) and transport failures are retryable
+    /// ([`SourceError::Unavailable`]); `ResourceNotFoundException` (consumer deregistered, stream
+    /// deleted) is [`SourceError::NotFound`].
+    async fn next_event(&mut self) -> Result<Option<ShardEvent>, SourceError>;
+}
+
 /// An error of a Kinesis call: an expired token the caller renews, or a [`SourceError`].
 #[derive(Debug)]
 pub enum ApiError {
@@ -112,6 +148,24 @@ pub trait KinesisApi: Send + Sync {
 
     /// GetRecords: at most `limit` records from `iterator`.
     async fn get_records(&self, iterator: &str, limit: i32) -> Result<RecordsPage, ApiError>;
+
+    /// SubscribeToShard as the registered consumer `consumer_arn`, from `start` (the same
+    /// starting positions as GetShardIterator). Returns once the service accepted the
+    /// subscription (its `initial-response`). Errors as [`KinesisApi::get_shard_iterator`], and
+    /// `ResourceInUseException` (a subscription of this consumer to the shard started less than
+    /// 5 s ago) and `LimitExceededException` as retryable. The default refuses: a source without
+    /// enhanced fan-out.
+    async fn subscribe_to_shard(
+        &self,
+        consumer_arn: &str,
+        shard: &ShardId,
+        start: &IteratorStart,
+    ) -> Result<Box<dyn Subscription>, SourceError> {
+        let _ = (consumer_arn, start);
+        Err(SourceError::Fatal {
+            message: format!("shard {shard}: this Kinesis API has no enhanced fan-out"),
+        })
+    }
 }
 
 /// [`KinesisApi`] over the AWS SDK client, for one stream.
@@ -192,26 +246,7 @@ impl KinesisApi for SdkKinesis {
                 .starting_sequence_number(seq),
         };
         let out = call.send().await.map_err(|e| {
-            let class = match classify(&e) {
-                // A sequence number the shard refuses (not from this shard, malformed): a bad
-                // checkpoint, not something a retry fixes.
-                Class::InvalidArgument
-                    if matches!(
-                        start,
-                        IteratorStart::AtSequence(_) | IteratorStart::AfterSequence(_)
-                    ) =>
-                {
-                    return SourceError::InvalidPosition {
-                        shard: shard.clone(),
-                        message: format!(
-                            "get shard iterator {start:?}: {}",
-                            e.message().unwrap_or("invalid argument")
-                        ),
-                    }
-                }
-                class => class,
-            };
-            class.into_error(&e, || {
+            start_error(&e, shard, start, || {
                 format!(
                     "get shard iterator for shard {shard} of stream {}",
                     self.stream
@@ -242,18 +277,7 @@ impl KinesisApi for SdkKinesis {
                 class.into_error(&e, || format!("get records from stream {}", self.stream)),
             ),
         })?;
-        let records = out
-            .records()
-            .iter()
-            .map(|r| RawRecord {
-                sequence_number: r.sequence_number().to_string(),
-                partition_key: r.partition_key().unwrap_or_default().to_string(),
-                data: r.data().as_ref().to_vec(),
-                arrival_ms: r
-                    .approximate_arrival_timestamp()
-                    .and_then(|t| t.to_millis().ok()),
-            })
-            .collect();
+        let records = out.records().iter().map(raw_record).collect();
         Ok(RecordsPage {
             records,
             next_iterator: out.next_shard_iterator().map(str::to_string),
@@ -264,6 +288,164 @@ impl KinesisApi for SdkKinesis {
                 .map(|c| ShardId(c.shard_id().to_string()))
                 .collect(),
         })
+    }
+
+    async fn subscribe_to_shard(
+        &self,
+        consumer_arn: &str,
+        shard: &ShardId,
+        start: &IteratorStart,
+    ) -> Result<Box<dyn Subscription>, SourceError> {
+        let out = self
+            .client
+            .subscribe_to_shard()
+            .consumer_arn(consumer_arn)
+            .shard_id(shard.as_str())
+            .starting_position(starting_position(start))
+            .customize()
+            // The SDK's stalled-stream protection would also count the time the reader holds
+            // the stream on purpose (back-pressure); the reader bounds idle streams itself.
+            .config_override(
+                aws_sdk_kinesis::config::Config::builder().stalled_stream_protection(
+                    aws_sdk_kinesis::config::StalledStreamProtectionConfig::disabled(),
+                ),
+            )
+            .send()
+            .await
+            .map_err(|e| {
+                start_error(&e, shard, start, || {
+                    format!(
+                        "subscribe to shard {shard} of stream {} as {consumer_arn}",
+                        self.stream
+                    )
+                })
+            })?;
+        Ok(Box::new(SdkSubscription {
+            shard: shard.clone(),
+            events: out.event_stream,
+        }))
+    }
+}
+
+/// The error of a call that starts reading `shard` at `start` (GetShardIterator,
+/// SubscribeToShard).
+fn start_error<E: ProvideErrorMetadata + std::fmt::Debug>(
+    e: &SdkError<E, HttpResponse>,
+    shard: &ShardId,
+    start: &IteratorStart,
+    what: impl FnOnce() -> String,
+) -> SourceError {
+    match classify(e) {
+        // A sequence number the shard refuses (not from this shard, malformed): a bad
+        // checkpoint, not something a retry fixes.
+        Class::InvalidArgument
+            if matches!(
+                start,
+                IteratorStart::AtSequence(_) | IteratorStart::AfterSequence(_)
+            ) =>
+        {
+            SourceError::InvalidPosition {
+                shard: shard.clone(),
+                message: format!(
+                    "{}: start {start:?}: {}",
+                    what(),
+                    e.message().unwrap_or("invalid argument")
+                ),
+            }
+        }
+        class => class.into_error(e, what),
+    }
+}
+
+/// SubscribeToShard's `StartingPosition` for `start`.
+fn starting_position(start: &IteratorStart) -> aws_sdk_kinesis::types::StartingPosition {
+    let builder = aws_sdk_kinesis::types::StartingPosition::builder();
+    let builder = match start {
+        IteratorStart::TrimHorizon => builder.r#type(ShardIteratorType::TrimHorizon),
+        IteratorStart::Latest => builder.r#type(ShardIteratorType::Latest),
+        IteratorStart::AtTimestamp(ms) => builder
+            .r#type(ShardIteratorType::AtTimestamp)
+            .timestamp(DateTime::from_millis(*ms)),
+        IteratorStart::AtSequence(seq) => builder
+            .r#type(ShardIteratorType::AtSequenceNumber)
+            .sequence_number(seq),
+        IteratorStart::AfterSequence(seq) => builder
+            .r#type(ShardIteratorType::AfterSequenceNumber)
+            .sequence_number(seq),
+    };
+    builder.build().expect("the type is always set")
+}
+
+/// A SubscribeToShard event stream of the SDK.
+struct SdkSubscription {
+    shard: ShardId,
+    events: aws_sdk_kinesis::primitives::event_stream::EventReceiver<
+        aws_sdk_kinesis::types::SubscribeToShardEventStream,
+        aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError,
+    >,
+}
+
+#[async_trait]
+impl Subscription for SdkSubscription {
+    async fn next_event(&mut self) -> Result<Option<ShardEvent>, SourceError> {
+        use aws_sdk_kinesis::types::SubscribeToShardEventStream as Stream;
+        loop {
+            let event = match self.events.recv().await {
+                Ok(Some(Stream::SubscribeToShardEvent(event))) => event,
+                // A newer kind of event this SDK does not know: nothing to deliver.
+                Ok(Some(_)) => continue,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    let what = format!("subscription to shard {}", self.shard);
+                    return Err(match &e {
+                        SdkError::ServiceError(s) => {
+                            let code = s.err().code().unwrap_or("unknown error");
+                            let message =
+                                format!("{what}: {code}: {}", s.err().message().unwrap_or(""));
+                            match code {
+                                "ResourceNotFoundException" => {
+                                    SourceError::NotFound { what: message }
+                                }
+                                "KMSThrottlingException" => SourceError::Throttled { message },
+                                "ResourceInUseException" | "InternalFailureException" => {
+                                    SourceError::Unavailable { message }
+                                }
+                                _ => SourceError::Fatal { message },
+                            }
+                        }
+                        // The connection broke or the stream was reset: subscribe again.
+                        other => SourceError::Unavailable {
+                            message: format!("{what}: {other:?}"),
+                        },
+                    });
+                }
+            };
+            let continuation = match event.continuation_sequence_number() {
+                "" => None,
+                c => Some(c.to_string()),
+            };
+            return Ok(Some(ShardEvent {
+                records: event.records().iter().map(raw_record).collect(),
+                continuation,
+                millis_behind_latest: event.millis_behind_latest(),
+                child_shards: event
+                    .child_shards()
+                    .iter()
+                    .map(|c| ShardId(c.shard_id().to_string()))
+                    .collect(),
+            }));
+        }
+    }
+}
+
+fn raw_record(r: &aws_sdk_kinesis::types::Record) -> RawRecord {
+    RawRecord {
+        sequence_number: r.sequence_number().to_string(),
+        partition_key: r.partition_key().unwrap_or_default().to_string(),
+        data: r.data().as_ref().to_vec(),
+        arrival_ms: r
+            .approximate_arrival_timestamp()
+            .and_then(|t| t.to_millis().ok()),
     }
 }
 
