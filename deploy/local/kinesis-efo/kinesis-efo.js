@@ -7,7 +7,13 @@
 // operations are implemented here: RegisterStreamConsumer, DescribeStreamConsumer,
 // DeregisterStreamConsumer, ListStreamConsumers and SubscribeToShard (AWS event stream over HTTP/2
 // or HTTP/1.1; records come from kinesalite's GetShardIterator/GetRecords, so they are exactly
-// those of the polling path).
+// those of the polling path). A subscription stops when its client stops reading (it waits for
+// 'drain' before each message and each internal GetRecords).
+//
+// For tests: GET /_floe/subscriptions (a record of every subscription and how it ended), GET
+// /_floe/stats (per-shard counters of GetRecords through the front and of SubscribeToShard),
+// POST /_floe/cut (end subscriptions), and FLOE_EFO_POLLING_LIMITS=1 (AWS's per-shard GetRecords
+// limits for polling consumers; the internal reads of SubscribeToShard are not limited).
 //
 // One port serves HTTP/1.1 and cleartext HTTP/2 with prior knowledge (h2c), told apart by the
 // first bytes of each connection; with FLOE_EFO_TLS=1 it serves TLS instead (ALPN h2 and
@@ -54,6 +60,7 @@ const S = {
   resubscribeCooldownMs: num(env.FLOE_EFO_RESUBSCRIBE_COOLDOWN_MS, 5000), // as on AWS
   maxEventBytes: num(env.FLOE_EFO_MAX_EVENT_BYTES, 1024 * 1024),
   getRecordsLimit: num(env.FLOE_EFO_GET_RECORDS_LIMIT, 10000),
+  pollingLimits: /^(1|true|yes)$/i.test(env.FLOE_EFO_POLLING_LIMITS || ''),
   verbose: /^(1|true|yes)$/i.test(env.FLOE_EFO_VERBOSE || ''),
   kinesalite: {
     shardLimit: num(env.FLOE_EFO_SHARD_LIMIT, 100),
@@ -263,7 +270,7 @@ async function streamSummary(name) {
   const summary = r.StreamDescriptionSummary
   for (const c of [...(byStream.get(name) || new Map()).values()]) {
     if (c.streamCreated !== summary.StreamCreationTimestamp) {
-      cutSubscriptions({ ConsumerARN: c.arn, Mode: 'close' })
+      cutSubscriptions({ ConsumerARN: c.arn, Mode: 'close', Message: 'stream deleted' }, 'stream_deleted')
       dropConsumer(c)
     }
   }
@@ -322,7 +329,7 @@ async function deregisterStreamConsumer(data) {
   if (c.status !== 'DELETING') {
     c.status = 'DELETING'
     clearTimeout(c.timer)
-    cutSubscriptions({ ConsumerARN: c.arn, Mode: 'close' })
+    cutSubscriptions({ ConsumerARN: c.arn, Mode: 'close', Message: 'consumer deregistered' }, 'deregistered')
     c.timer = setTimeout(() => dropConsumer(c), S.consumerDeleteMs)
   }
   return {}
@@ -438,6 +445,27 @@ function validateSubscribe(data) {
   }
 }
 
+// ---- records of subscriptions and per-shard counters --------------------------------------------
+// Every subscription since the process started (the last SUB_LOG_MAX), oldest first; the objects
+// are updated in place while a subscription runs. GET /_floe/subscriptions.
+const SUB_LOG_MAX = 10000
+const subLog = []
+// GET /_floe/stats: "<stream>/<shardId>" -> counters, for the polling path (GetRecords through the
+// front) and for SubscribeToShard (the events this emulator wrote).
+const stats = { GetRecords: new Map(), SubscribeToShard: new Map() }
+function statOf(kind, streamName, shardId) {
+  const key = `${streamName}/${shardId}`
+  let st = stats[kind].get(key)
+  if (!st) {
+    st = kind === 'GetRecords' ? { Calls: 0, Throttled: 0, Records: 0, Bytes: 0 } : { Subscriptions: 0, Events: 0, Records: 0, Bytes: 0 }
+    stats[kind].set(key, st)
+  }
+  return st
+}
+function statsView() {
+  return { GetRecords: Object.fromEntries(stats.GetRecords), SubscribeToShard: Object.fromEntries(stats.SubscribeToShard) }
+}
+
 // Validates, takes the first iterator and only then answers 200 and starts the event stream.
 async function subscribeToShard(data, req, res, requestId) {
   validateSubscribe(data)
@@ -475,8 +503,23 @@ async function subscribeToShard(data, req, res, requestId) {
   lastSubscribed.set(key, Date.now())
   const old = subscriptions.get(key)
   if (old) {
-    endSubscription(old, 'error', `The subscription of consumer ${c.arn} to shard ${data.ShardId} was taken over by a newer SubscribeToShard.`, 'ResourceInUseException')
+    endSubscription(old, 'error', `The subscription of consumer ${c.arn} to shard ${data.ShardId} was taken over by a newer SubscribeToShard.`, 'ResourceInUseException', 'taken_over')
   }
+  const rec = {
+    ConsumerARN: c.arn,
+    ShardId: data.ShardId,
+    StreamName: c.streamName,
+    StartedAt: Date.now(),
+    EndedAt: null,
+    EndReason: null,
+    Events: 0,
+    Records: 0,
+    Bytes: 0,
+  }
+  subLog.push(rec)
+  if (subLog.length > SUB_LOG_MAX) subLog.splice(0, subLog.length - SUB_LOG_MAX)
+  const st = statOf('SubscribeToShard', c.streamName, data.ShardId)
+  st.Subscriptions++
   const sub = {
     id: ++subSeq,
     key,
@@ -484,9 +527,14 @@ async function subscribeToShard(data, req, res, requestId) {
     shardId: data.ShardId,
     streamName: c.streamName,
     iterator,
+    limit: Math.min(S.getRecordsLimit, 10), // the internal GetRecords' Limit, adapted to record sizes
     res,
     req,
+    rec,
+    st,
     done: false,
+    needDrain: false, // the last write() returned false and 'drain' has not come yet
+    wake: null, // resolves the pump's current wait (drain, idle period) early
     timer: null,
     deadline: null,
   }
@@ -497,33 +545,49 @@ async function subscribeToShard(data, req, res, requestId) {
     'x-amzn-requestid': requestId,
   })
   if (res.flushHeaders) res.flushHeaders()
-  res.write(eventMessage('initial-response', {}))
-  const onGone = () => finish(sub, 'client gone')
-  res.on('close', onGone)
-  sub.deadline = setTimeout(() => endSubscription(sub, 'close', 'subscription lifetime reached'), S.subscriptionMs)
-  pump(sub)
+  res.on('close', () => finish(sub, 'client_gone', 'client gone'))
+  res.on('drain', () => {
+    sub.needDrain = false
+    wakeUp(sub)
+  })
+  send(sub, eventMessage('initial-response', {}))
+  sub.deadline = setTimeout(() => endSubscription(sub, 'close', 'subscription lifetime reached', null, 'expired'), S.subscriptionMs)
+  pump(sub).catch((e) => {
+    console.error(e.stack || e)
+    endSubscription(sub, 'error', `internal error: ${e.message}`, 'InternalFailureException', 'error')
+  })
 }
 
-function finish(sub, why) {
+function wakeUp(sub) {
+  const w = sub.wake
+  sub.wake = null
+  if (w) w()
+}
+
+// reason: the EndReason of the subscription's record (see README.md)
+function finish(sub, reason, why) {
   if (sub.done) return
   sub.done = true
+  sub.rec.EndedAt = Date.now()
+  sub.rec.EndReason = reason
   clearTimeout(sub.timer)
   clearTimeout(sub.deadline)
   if (subscriptions.get(sub.key) === sub) subscriptions.delete(sub.key)
-  log(`subscription #${sub.id} ${sub.key} ended: ${why}`)
+  log(`subscription #${sub.id} ${sub.key} ended (${reason}): ${why}`)
+  wakeUp(sub)
 }
 
 // mode: close (end the stream cleanly), error (an exception event, then end), reset (abort)
-function endSubscription(sub, mode, why, errType) {
+function endSubscription(sub, mode, why, errType, reason) {
   if (sub.done) return
-  finish(sub, `${mode}: ${why}`)
+  finish(sub, reason || 'error', `${mode}: ${why}`)
   const res = sub.res
   try {
     if (mode === 'reset') {
       if (res.stream) res.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR)
       else if (sub.req.socket) sub.req.socket.destroy()
     } else {
-      if (mode === 'error') res.write(exceptionMessage(errType || 'InternalFailureException', why))
+      if (mode === 'error') send(sub, exceptionMessage(errType || 'InternalFailureException', why))
       res.end()
     }
   } catch (e) {
@@ -531,22 +595,45 @@ function endSubscription(sub, mode, why, errType) {
   }
 }
 
-function cutSubscriptions(data) {
+// reason: 'cut' for the test hook; the emulator's own uses give theirs
+function cutSubscriptions(data, reason) {
   let n = 0
   for (const sub of [...subscriptions.values()]) {
     if (!sub) continue
     if (data.ConsumerARN && sub.consumer.arn !== data.ConsumerARN) continue
     if (data.ShardId && sub.shardId !== data.ShardId) continue
     if (data.StreamName && sub.streamName !== data.StreamName) continue
-    endSubscription(sub, data.Mode || 'close', data.Message || 'subscription cut by Floe_CutSubscriptions', data.ErrorType)
+    endSubscription(sub, data.Mode || 'close', data.Message || 'subscription cut by Floe_CutSubscriptions', data.ErrorType, reason || 'cut')
     n++
   }
   return { Cut: n }
 }
 
-function writeEvent(sub, obj) {
-  if (sub.done) return false
-  return sub.res.write(eventMessage('SubscribeToShardEvent', obj))
+// Writes one event-stream message; counts it. Returns write()'s answer (false: wait for 'drain').
+function send(sub, msg, records) {
+  if (sub.res.destroyed || sub.res.writableEnded) return false
+  sub.rec.Bytes += msg.length
+  sub.st.Bytes += msg.length
+  if (records !== undefined) {
+    sub.rec.Events++
+    sub.rec.Records += records
+    sub.st.Events++
+    sub.st.Records += records
+  }
+  const ok = sub.res.write(msg)
+  if (!ok) sub.needDrain = true
+  return ok
+}
+
+// Resolves when the transport takes more (after 'drain'), or at once; also when the subscription ends.
+async function writable(sub) {
+  while (sub.needDrain && !sub.done) await new Promise((r) => (sub.wake = r))
+}
+function idle(sub, ms) {
+  return new Promise((r) => {
+    sub.wake = r
+    sub.timer = setTimeout(() => wakeUp(sub), ms)
+  })
 }
 
 // Splits records into events of at most maxEventBytes (roughly: the JSON of the records).
@@ -568,64 +655,72 @@ function chunkRecords(records) {
   return chunks
 }
 
+// One subscription's loop: GetRecords, then its events one by one. Back-pressure: when write()
+// returns false the loop waits for 'drain' before the next event and before the next GetRecords,
+// so a client that stops reading (HTTP/2 flow control, TCP) stops it; nothing is read ahead. The
+// internal GetRecords' Limit follows the record sizes seen (about one event's worth per call, at
+// most FLOE_EFO_GET_RECORDS_LIMIT), so at most about one event of records is held here.
 async function pump(sub) {
-  if (sub.done) return
-  let r
-  try {
-    r = await kcall('GetRecords', { ShardIterator: sub.iterator, Limit: S.getRecordsLimit })
-  } catch (e) {
-    if (e.type === 'ResourceNotFoundException') return endSubscription(sub, 'error', e.message, e.type)
-    return endSubscription(sub, 'error', `GetRecords: ${e.type}: ${e.message}`, 'InternalFailureException')
-  }
-  if (sub.done) return
-  const records = (r.Records || []).map((x) => {
-    const o = {
-      SequenceNumber: x.SequenceNumber,
-      ApproximateArrivalTimestamp: x.ApproximateArrivalTimestamp,
-      Data: x.Data,
-      PartitionKey: x.PartitionKey,
-    }
-    if (x.EncryptionType) o.EncryptionType = x.EncryptionType
-    return o
-  })
-  const millis = r.MillisBehindLatest || 0
-  const chunks = chunkRecords(records)
-  if (r.NextShardIterator == null) {
-    // the end of a closed shard: the last event carries ChildShards and no continuation
-    let children = []
+  for (;;) {
+    await writable(sub)
+    if (sub.done) return
+    let r
     try {
-      children = await childShardsOf(sub.streamName, sub.shardId)
+      r = await kcall('GetRecords', { ShardIterator: sub.iterator, Limit: sub.limit })
     } catch (e) {
-      log(`ListShards: ${e.message}`)
+      if (e.type === 'ResourceNotFoundException') return endSubscription(sub, 'error', e.message, e.type, 'stream_deleted')
+      return endSubscription(sub, 'error', `GetRecords: ${e.type}: ${e.message}`, 'InternalFailureException', 'error')
     }
-    const last = chunks.pop() || []
-    for (const ch of chunks) {
-      writeEvent(sub, { Records: ch, ContinuationSequenceNumber: ch[ch.length - 1].SequenceNumber, MillisBehindLatest: millis })
+    if (sub.done) return
+    const records = (r.Records || []).map((x) => {
+      const o = {
+        SequenceNumber: x.SequenceNumber,
+        ApproximateArrivalTimestamp: x.ApproximateArrivalTimestamp,
+        Data: x.Data,
+        PartitionKey: x.PartitionKey,
+      }
+      if (x.EncryptionType) o.EncryptionType = x.EncryptionType
+      return o
+    })
+    if (records.length) {
+      const avg = records.reduce((n, x) => n + (x.Data ? x.Data.length : 0) + 160, 0) / records.length
+      sub.limit = Math.max(1, Math.min(S.getRecordsLimit, Math.floor(S.maxEventBytes / avg), sub.limit * 10))
     }
-    writeEvent(sub, { Records: last, MillisBehindLatest: 0, ChildShards: children })
-    return endSubscription(sub, 'close', 'shard end reached')
+    const millis = r.MillisBehindLatest || 0
+    const chunks = chunkRecords(records)
+    const events = []
+    const closed = r.NextShardIterator == null
+    if (closed) {
+      // the end of a closed shard: the last event carries ChildShards and no continuation
+      let children = []
+      try {
+        children = await childShardsOf(sub.streamName, sub.shardId)
+      } catch (e) {
+        log(`ListShards: ${e.message}`)
+      }
+      const last = chunks.pop() || []
+      for (const ch of chunks) events.push({ Records: ch, ContinuationSequenceNumber: ch[ch.length - 1].SequenceNumber, MillisBehindLatest: millis })
+      events.push({ Records: last, MillisBehindLatest: 0, ChildShards: children })
+    } else if (chunks.length) {
+      for (const ch of chunks) events.push({ Records: ch, ContinuationSequenceNumber: ch[ch.length - 1].SequenceNumber, MillisBehindLatest: millis })
+    } else {
+      let cont
+      try {
+        cont = predecessor(iteratorPosition(r.NextShardIterator))
+      } catch (e) {
+        return endSubscription(sub, 'error', `cannot read iterator: ${e.message}`, 'InternalFailureException', 'error')
+      }
+      events.push({ Records: [], ContinuationSequenceNumber: cont, MillisBehindLatest: millis })
+    }
+    for (const ev of events) {
+      await writable(sub)
+      if (sub.done) return
+      send(sub, eventMessage('SubscribeToShardEvent', ev), ev.Records.length)
+    }
+    if (closed) return endSubscription(sub, 'close', 'shard end reached', null, 'shard_end')
+    sub.iterator = r.NextShardIterator
+    if (!records.length) await idle(sub, S.pushMs)
   }
-  sub.iterator = r.NextShardIterator
-  let ok = true
-  if (chunks.length) {
-    for (const ch of chunks) {
-      ok = writeEvent(sub, { Records: ch, ContinuationSequenceNumber: ch[ch.length - 1].SequenceNumber, MillisBehindLatest: millis }) && ok
-    }
-  } else {
-    let cont
-    try {
-      cont = predecessor(iteratorPosition(sub.iterator))
-    } catch (e) {
-      return endSubscription(sub, 'error', `cannot read iterator: ${e.message}`, 'InternalFailureException')
-    }
-    ok = writeEvent(sub, { Records: [], ContinuationSequenceNumber: cont, MillisBehindLatest: millis })
-  }
-  if (sub.done) return
-  const next = () => {
-    if (!sub.done) sub.timer = setTimeout(() => pump(sub), records.length ? 0 : S.pushMs)
-  }
-  if (ok) next()
-  else sub.res.once('drain', next) // the client is slow: wait for it
 }
 
 // ---- HTTP front ----------------------------------------------------------------------------------
@@ -634,7 +729,9 @@ const EFO_OPS = {
   DescribeStreamConsumer: describeStreamConsumer,
   DeregisterStreamConsumer: deregisterStreamConsumer,
   ListStreamConsumers: listStreamConsumers,
-  Floe_CutSubscriptions: async (data) => cutSubscriptions(data),
+  Floe_CutSubscriptions: async (data) => cutSubscriptions(data, 'cut'),
+  Floe_ListSubscriptions: async () => ({ Subscriptions: subLog }),
+  Floe_Stats: async () => statsView(),
 }
 const HOP_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'upgrade', 'proxy-connection', 'http2-settings', 'host', 'te'])
 
@@ -689,9 +786,12 @@ async function handle(req, res) {
   const url = req.url || '/'
   const target = String(req.headers['x-amz-target'] || '')
   const op = target.startsWith('Kinesis_20131202.') ? target.slice('Kinesis_20131202.'.length) : null
-  const isCut = req.method === 'POST' && url.split('?')[0] === '/_floe/cut'
+  const urlPath = url.split('?')[0]
+  const isCut = req.method === 'POST' && urlPath === '/_floe/cut'
   log(`${req.httpVersion} ${req.method} ${url} ${target}`)
   try {
+    if (req.method === 'GET' && urlPath === '/_floe/subscriptions') return sendJson(res, 200, { Subscriptions: subLog }, requestId)
+    if (req.method === 'GET' && urlPath === '/_floe/stats') return sendJson(res, 200, statsView(), requestId)
     if (isCut || (op && (op in EFO_OPS || op === 'SubscribeToShard'))) {
       let data = {}
       if (body.length) {
@@ -702,11 +802,11 @@ async function handle(req, res) {
         }
         if (typeof data !== 'object' || data === null) throw new AwsError('SerializationException', 'Expected a JSON object.')
       }
-      if (isCut) return sendJson(res, 200, cutSubscriptions(data), requestId)
+      if (isCut) return sendJson(res, 200, cutSubscriptions(data, 'cut'), requestId)
       if (op === 'SubscribeToShard') return await subscribeToShard(data, req, res, requestId)
       return sendJson(res, 200, await EFO_OPS[op](data), requestId)
     }
-    return await forward(req, res, body, op)
+    return await forward(req, res, body, op, requestId)
   } catch (e) {
     if (!(e instanceof AwsError)) {
       console.error(e.stack || e)
@@ -716,18 +816,73 @@ async function handle(req, res) {
   }
 }
 
+// ---- the polling path: which shard a GetRecords reads, counters, AWS's per-shard limits ---------
+// iterator -> {stream, shard}, from the GetShardIterator and GetRecords responses this front passed
+// on (insertion order; the oldest are forgotten beyond ITERATORS_MAX).
+const ITERATORS_MAX = 100000
+const iterators = new Map()
+function rememberIterator(it, stream, shard) {
+  if (typeof it !== 'string' || !stream || !shard) return
+  iterators.delete(it)
+  iterators.set(it, { stream, shard })
+  if (iterators.size > ITERATORS_MAX) iterators.delete(iterators.keys().next().value)
+}
+// An iterator the front did not hand out (e.g. taken from the upstream directly): kinesalite's
+// iterator names its stream and shard (epoch ms/stream/shard/position/…, see iteratorPosition).
+function shardOfIterator(it) {
+  const known = iterators.get(it)
+  if (known) return known
+  try {
+    const buf = Buffer.from(it, 'base64')
+    const d = crypto.createDecipheriv('aes-256-cbc', KINESALITE_ITERATOR_KEY, KINESALITE_ITERATOR_IV)
+    const p = Buffer.concat([d.update(buf.subarray(8)), d.final()]).toString('utf8').split('/')
+    if (p.length >= 5 && NAME_RE.test(p[1]) && NAME_RE.test(p[2])) return { stream: p[1], shard: p[2] }
+  } catch (e) {
+    /* not a kinesalite iterator: not counted */
+  }
+  return null
+}
+
+// AWS: per shard, 5 GetRecords calls per second and 2 MiB of record data per second, shared by
+// every polling consumer (FLOE_EFO_POLLING_LIMITS=1). Sliding 1 s window over the accepted calls.
+const LIMIT_CALLS = 5
+const LIMIT_BYTES = 2 * 1024 * 1024
+const WINDOW_MS = 1000
+const limiters = new Map() // "<stream>/<shard>" -> [{t, bytes}] of accepted calls, oldest first
+function limiterOf(where) {
+  const key = `${where.stream}/${where.shard}`
+  let l = limiters.get(key)
+  if (!l) limiters.set(key, (l = []))
+  const now = Date.now()
+  while (l.length && now - l[0].t >= WINDOW_MS) l.shift()
+  return l
+}
+const bytesOf = (l) => l.reduce((n, x) => n + x.bytes, 0)
+function throughputExceeded(where) {
+  return new AwsError('ProvisionedThroughputExceededException', `Rate exceeded for shard ${where.shard} in stream ${where.stream} under account 000000000000.`)
+}
+// The bytes of record data of a GetRecords answer (Data is base64).
+function recordBytes(records) {
+  let n = 0
+  for (const r of records || []) if (typeof r.Data === 'string') n += Buffer.byteLength(r.Data, 'base64')
+  return n
+}
+
 // Everything else goes to kinesalite (the upstream or the in-process one), byte for byte except
 // that StreamARN is turned into StreamName (kinesalite 3.3.3 refuses StreamARN alone).
-async function forward(req, res, body, op) {
+// GetShardIterator and GetRecords are watched on the way: which shard an iterator reads, the
+// GetRecords counters and (FLOE_EFO_POLLING_LIMITS=1) AWS's per-shard limits.
+async function forward(req, res, body, op, requestId) {
   const headers = {}
   for (const [k, v] of Object.entries(req.headers)) {
     if (k.startsWith(':') || HOP_HEADERS.has(k.toLowerCase())) continue
     headers[k] = v
   }
   const ct = String(req.headers['content-type'] || '').split(';')[0].trim()
+  let data = null
   if (ct === AMZ_JSON && body.length) {
     try {
-      const data = JSON.parse(body.toString('utf8'))
+      data = JSON.parse(body.toString('utf8'))
       if (data && typeof data === 'object' && typeof data.StreamARN === 'string' && data.StreamName == null) {
         const m = STREAM_ARN_RE.exec(data.StreamARN)
         if (m) {
@@ -740,14 +895,58 @@ async function forward(req, res, body, op) {
       /* kinesalite answers the SerializationException */
     }
   }
+  let where = null // GetRecords: the shard it reads
+  let stat = null
+  let lim = null
+  if (op === 'GetRecords' && data && typeof data.ShardIterator === 'string') {
+    where = shardOfIterator(data.ShardIterator)
+    if (where) {
+      stat = statOf('GetRecords', where.stream, where.shard)
+      stat.Calls++
+      if (S.pollingLimits) {
+        lim = limiterOf(where)
+        if (lim.length >= LIMIT_CALLS || bytesOf(lim) > LIMIT_BYTES) {
+          stat.Throttled++
+          throw throughputExceeded(where)
+        }
+      }
+    }
+  }
   headers['content-length'] = String(body.length)
   const r = await kRequest(headers, body, req.method, req.url)
+  if (r.status === 200 && (op === 'GetRecords' || op === 'GetShardIterator') && data) {
+    let out = null
+    try {
+      out = JSON.parse(r.body.toString('utf8'))
+    } catch (e) {
+      /* passed on as it is */
+    }
+    if (out && op === 'GetShardIterator') rememberIterator(out.ShardIterator, data.StreamName, data.ShardId)
+    if (out && op === 'GetRecords' && stat) {
+      const n = (out.Records || []).length
+      const bytes = recordBytes(out.Records)
+      if (lim) {
+        lim = limiterOf(where) // the window moved while kinesalite answered
+        const used = bytesOf(lim)
+        if (lim.length >= LIMIT_CALLS || used > LIMIT_BYTES || (used > 0 && used + bytes > LIMIT_BYTES)) {
+          // this call would exceed the budget: refused, its records are not passed on (kinesalite's
+          // iterators hold no state, so the caller retries with the same one)
+          stat.Throttled++
+          throw throughputExceeded(where)
+        }
+        lim.push({ t: Date.now(), bytes })
+      }
+      stat.Records += n
+      stat.Bytes += bytes
+      if (out.NextShardIterator) rememberIterator(out.NextShardIterator, where.stream, where.shard)
+    }
+  }
   if (op === 'DeleteStream' && r.status === 200) {
     // AWS deletes a stream's consumers with it
     try {
       const name = JSON.parse(body.toString('utf8')).StreamName
       for (const c of [...(byStream.get(name) || new Map()).values()]) {
-        cutSubscriptions({ ConsumerARN: c.arn, Mode: 'close' })
+        cutSubscriptions({ ConsumerARN: c.arn, Mode: 'close', Message: 'stream deleted' }, 'stream_deleted')
         dropConsumer(c)
       }
     } catch (e) {
@@ -847,12 +1046,12 @@ async function main() {
   })
   front.listen(S.port, S.host, () => {
     const a = front.address()
-    const behind = k ? `kinesalite on ${upstream.host}:${upstream.port}` : `upstream ${upstream.url}`
+    const behind = (k ? `kinesalite on ${upstream.host}:${upstream.port}` : `upstream ${upstream.url}`) + (S.pollingLimits ? '; polling limits on' : '')
     console.log(`Listening at ${S.tls ? 'https' : 'http'}://${a.address}:${a.port} (${behind})`)
   })
   for (const sig of ['SIGINT', 'SIGTERM']) {
     process.on(sig, () => {
-      for (const sub of [...subscriptions.values()]) if (sub) endSubscription(sub, 'close', 'shutdown')
+      for (const sub of [...subscriptions.values()]) if (sub) endSubscription(sub, 'close', 'shutdown', null, 'error')
       front.close()
       if (k) k.close(() => process.exit(0))
       else setTimeout(() => process.exit(0), 100) // lets the ends of open subscriptions go out

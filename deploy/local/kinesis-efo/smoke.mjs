@@ -9,6 +9,8 @@ import net from 'node:net'
 import fs from 'node:fs'
 import os from 'node:os'
 import tls from 'node:tls'
+import http from 'node:http'
+import http2 from 'node:http2'
 import https from 'node:https'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -34,8 +36,10 @@ async function check(name, fn) {
   try {
     const extra = await fn()
     pass(name, extra)
+    return true
   } catch (e) {
     fail(name, e && e.stack ? e.stack.split('\n').slice(0, 3).join(' | ') : e)
+    return false
   }
 }
 const assert = (c, msg) => {
@@ -192,6 +196,104 @@ const lastCont = (st) => {
   return evs.length ? evs[evs.length - 1].ContinuationSequenceNumber : undefined
 }
 const dataStr = (r) => Buffer.from(r.Data).toString('utf8')
+const MiB = 1024 * 1024
+const mib = (n) => `${(n / MiB).toFixed(2)} MiB`
+const getJson = (url) => fetch(url).then((x) => x.json())
+const subscriptionsOf = async (endpoint, f) => (await getJson(`${endpoint}/_floe/subscriptions`)).Subscriptions.filter(f)
+
+// AWS event stream messages in buf: [{headers: {name: value}, payload: Buffer}], and the bytes left over.
+function decodeMessages(buf) {
+  const out = []
+  let off = 0
+  while (buf.length - off >= 12 && buf.length - off >= buf.readUInt32BE(off)) {
+    const total = buf.readUInt32BE(off)
+    const hlen = buf.readUInt32BE(off + 4)
+    const headers = {}
+    for (let h = off + 12; h < off + 12 + hlen; ) {
+      const n = buf.readUInt8(h)
+      const name = buf.toString('utf8', h + 1, h + 1 + n)
+      const vlen = buf.readUInt16BE(h + 2 + n)
+      headers[name] = buf.toString('utf8', h + 4 + n, h + 4 + n + vlen)
+      h += 4 + n + vlen
+    }
+    out.push({ headers, payload: buf.subarray(off + 12 + hlen, off + total - 4) })
+    off += total
+  }
+  return { messages: out, rest: buf.subarray(off) }
+}
+
+// A raw SubscribeToShard (JSON built by hand, no signature) over HTTP/2 (h2c or TLS, node:http2 with
+// the given session settings) or HTTP/1.1 (node:http). The client reads the first message, then
+// pauses for pauseMs (no reads); the emulator's record of the subscription (Bytes, Events) is read
+// at 2 s and at the end of the pause. Then it reads on until `want` records have come, and closes.
+async function pausedSubscribe(endpoint, { consumerARN, shardId, want, h1 = false, settings, sessionWindow, pauseMs = 5000, ca }) {
+  const body = JSON.stringify({ ConsumerARN: consumerARN, ShardId: shardId, StartingPosition: { Type: 'TRIM_HORIZON' } })
+  const headers = { 'content-type': 'application/x-amz-json-1.1', 'x-amz-target': 'Kinesis_20131202.SubscribeToShard' }
+  let session = null
+  let stream
+  const t0 = Date.now()
+  if (h1) {
+    const req = (endpoint.startsWith('https:') ? https : http).request(endpoint, { method: 'POST', headers: { ...headers, 'content-length': Buffer.byteLength(body) } })
+    req.end(body)
+    stream = await new Promise((res, rej) => {
+      req.on('response', res)
+      req.on('error', rej)
+    })
+    assert(stream.statusCode === 200, `HTTP ${stream.statusCode}`)
+  } else {
+    session = http2.connect(endpoint, { ...(settings ? { settings } : {}), ...(ca ? { ca } : {}) })
+    session.on('error', () => {})
+    if (sessionWindow) session.on('connect', () => session.setLocalWindowSize(sessionWindow))
+    stream = session.request({ ':method': 'POST', ':path': '/', ...headers })
+    stream.end(body)
+    const h = await new Promise((res, rej) => {
+      stream.on('response', res)
+      stream.on('error', rej)
+    })
+    assert(h[':status'] === 200, `HTTP ${h[':status']}`)
+  }
+  stream.on('error', () => {})
+  let buf = Buffer.alloc(0)
+  const records = []
+  const types = []
+  let first = null
+  let done = null
+  const allIn = new Promise((r) => (done = r))
+  stream.on('data', (d) => {
+    const { messages, rest } = decodeMessages(Buffer.concat([buf, d]))
+    buf = rest
+    for (const m of messages) {
+      types.push(m.headers[':event-type'] || m.headers[':exception-type'])
+      if (m.headers[':event-type'] === 'SubscribeToShardEvent') records.push(...JSON.parse(m.payload.toString('utf8')).Records)
+    }
+    if (!first && types.length) {
+      first = Date.now()
+      stream.pause() // no more reads: the client's receive window (HTTP/2) or TCP buffers fill up
+    }
+    if (records.length >= want) done()
+  })
+  while (!first) await sleep(5)
+  const mine = async () => {
+    const l = await subscriptionsOf(endpoint, (x) => x.ConsumerARN === consumerARN && x.ShardId === shardId && x.StartedAt >= t0 - 1000)
+    return l[l.length - 1]
+  }
+  await sleep(first + 2000 - Date.now())
+  const at2 = await mine()
+  await sleep(first + pauseMs - Date.now())
+  const at5 = await mine()
+  const readBeforeResume = records.length
+  stream.resume()
+  const tr = Date.now()
+  await Promise.race([allIn, sleep(30000)])
+  const resumedMs = Date.now() - tr
+  if (session) {
+    stream.close()
+    session.close()
+  } else stream.destroy()
+  await sleep(200)
+  const end = await mine()
+  return { types, records, at2, at5, end, readBeforeResume, resumedMs }
+}
 
 // FLOE_EFO_TLS=1: a second emulator with a generated CA + server certificate; h2 by ALPN.
 async function tlsChecks() {
@@ -237,6 +339,185 @@ async function tlsChecks() {
     k1.destroy()
     stopChild(emu)
     fs.rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+// Back-pressure: 96 records of 256 KiB (24 MiB, 32 MiB as base64 in the events) on one shard, read by
+// raw clients that pause after the first message. The emulator's subscription must stop (no more
+// writes, so no more internal GetRecords) until the client reads again.
+async function backPressureChecks(endpoint, k) {
+  const N = 96
+  const SIZE = 256 * 1024
+  const stream = `efo-bp-${Date.now()}`
+  const shard = 'shardId-000000000000'
+  let consumerARN
+  const put = []
+  const ok = await check(`back-pressure setup: ${N} records of 256 KiB (${(N * SIZE) / MiB} MiB) on one shard, PutRecords of 4`, async () => {
+    await k.send(new CreateStreamCommand({ StreamName: stream, ShardCount: 1 }))
+    const arn = (await waitStream(k, stream)).StreamARN
+    for (let i = 0; i < N; i += 4) {
+      const batch = []
+      for (let j = i; j < i + 4; j++) {
+        const d = Buffer.alloc(SIZE, 'x')
+        d.write(`bp-${j}-`)
+        batch.push({ Data: d, PartitionKey: `pk-${j}` })
+      }
+      const r = await k.send(new PutRecordsCommand({ StreamName: stream, Records: batch }))
+      assert(r.FailedRecordCount === 0, 'failed records')
+      put.push(...r.Records.map((x) => x.SequenceNumber))
+    }
+    consumerARN = (await k.send(new RegisterStreamConsumerCommand({ StreamARN: arn, ConsumerName: 'bp' }))).Consumer.ConsumerARN
+    await waitConsumer(k, consumerARN, 'ACTIVE')
+  })
+  if (!ok) return
+  const h2 = http2.getDefaultSettings()
+  const variants = [
+    [`HTTP/2, node:http2 default settings (initialWindowSize ${h2.initialWindowSize})`, {}, 4 * MiB],
+    ['HTTP/2, initialWindowSize 65535 given explicitly', { settings: { initialWindowSize: 65535 } }, 4 * MiB],
+    ['HTTP/2, 8 MiB stream window and 8 MiB connection window', { settings: { initialWindowSize: 8 * MiB }, sessionWindow: 8 * MiB }, 12 * MiB],
+    ['HTTP/1.1 (only TCP stops it)', { h1: true }, 16 * MiB],
+  ]
+  for (const [label, opts, bound] of variants) {
+    await check(`back-pressure, ${label}: the client reads the first message, then pauses 5 s: the subscription's Bytes stay below ${mib(bound)} and do not grow from 2 s to 5 s; after resume all ${N} records, in order; EndReason client_gone`, async () => {
+      await sleep(COOLDOWN_MS + 100)
+      const r = await pausedSubscribe(endpoint, { consumerARN, shardId: shard, want: N, ...opts })
+      assert(r.at2 && r.at5 && r.end, 'no record of the subscription in /_floe/subscriptions')
+      assert(r.types[0] === 'initial-response', `first message ${r.types[0]}`)
+      assert(r.at5.Bytes === r.at2.Bytes && r.at5.Events === r.at2.Events, `grew while paused: ${r.at2.Bytes} B / ${r.at2.Events} events at 2 s, ${r.at5.Bytes} B / ${r.at5.Events} events at 5 s`)
+      assert(r.at5.Bytes <= bound, `${mib(r.at5.Bytes)} written while paused`)
+      assert(r.at5.EndedAt === null, `ended while paused: ${r.at5.EndReason}`)
+      assert(r.records.length === N, `${r.records.length} records after resume`)
+      assert(r.records.every((x, i) => x.SequenceNumber === put[i] && Buffer.from(x.Data, 'base64').toString('utf8', 0, 12).startsWith(`bp-${i}-`)), 'records differ or out of order')
+      assert(r.end.EndReason === 'client_gone', `EndReason ${r.end.EndReason}`)
+      return `Bytes ${r.at2.Bytes} (${mib(r.at2.Bytes)}) at 2 s and ${r.at5.Bytes} at 5 s, ${r.at5.Events} events (${r.at5.Records} records) written while paused, ${r.readBeforeResume} records read by the client before resume; all ${N} ${r.resumedMs} ms after resume; ${mib(r.end.Bytes)} in all`
+    })
+  }
+}
+
+// FLOE_EFO_POLLING_LIMITS=1: AWS's GetRecords limits per shard, shared by the polling callers; EFO
+// does not count. Also the back-pressure checks (this emulator's subscriptions last 60 s).
+async function limitsChecks() {
+  let emu
+  try {
+    emu = await startEmulator(await freePort(), { FLOE_EFO_POLLING_LIMITS: '1', FLOE_EFO_SUBSCRIPTION_SECONDS: '60' })
+  } catch (e) {
+    return fail('polling limits: start', e.message)
+  }
+  const endpoint = emu.url
+  const k = makeClient(endpoint)
+  const stream = `efo-limits-${Date.now()}`
+  const s0 = 'shardId-000000000000'
+  const s1 = 'shardId-000000000001'
+  const statsOf = async () => getJson(`${endpoint}/_floe/stats`)
+  try {
+    let it
+    let grBefore
+    await check(`FLOE_EFO_POLLING_LIMITS=1 (${endpoint}): 10 GetRecords in a tight loop on one shard -> 5 served, 5 ProvisionedThroughputExceededException; one more, raw: HTTP 400 with x-amzn-errortype; /_floe/stats counts them`, async () => {
+      assert(emu.out.includes('polling limits on'), emu.out.trim())
+      await k.send(new CreateStreamCommand({ StreamName: stream, ShardCount: 2 }))
+      await waitStream(k, stream)
+      for (let i = 0; i < 20; i++) await k.send(new PutRecordCommand({ StreamName: stream, Data: Buffer.from(`l-${i}`), PartitionKey: 'p', ExplicitHashKey: '0' }))
+      it = (await k.send(new GetShardIteratorCommand({ StreamName: stream, ShardId: s0, ShardIteratorType: 'TRIM_HORIZON' }))).ShardIterator
+      let served = 0
+      let refused = 0
+      let records = 0
+      let bytes = 0
+      let msg = ''
+      const t0 = Date.now()
+      for (let i = 0; i < 10; i++) {
+        try {
+          const r = await k.send(new GetRecordsCommand({ ShardIterator: it, Limit: 2 }))
+          served++
+          records += r.Records.length
+          bytes += r.Records.reduce((n, x) => n + x.Data.length, 0)
+          it = r.NextShardIterator
+        } catch (e) {
+          assert(e.name === 'ProvisionedThroughputExceededException' && e.$metadata.httpStatusCode === 400, `${e.name} ${e.$metadata && e.$metadata.httpStatusCode}`)
+          msg = e.message
+          refused++
+        }
+      }
+      const ms = Date.now() - t0
+      assert(ms < 1000, `the loop took ${ms} ms`)
+      assert(served === 5 && refused === 5, `${served} served, ${refused} refused`)
+      assert(msg === `Rate exceeded for shard ${s0} in stream ${stream} under account 000000000000.`, msg)
+      const raw = await fetch(endpoint, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-amz-json-1.1', 'x-amz-target': 'Kinesis_20131202.GetRecords' },
+        body: JSON.stringify({ ShardIterator: it }),
+      })
+      const rb = await raw.json()
+      assert(raw.status === 400 && raw.headers.get('x-amzn-errortype') === 'ProvisionedThroughputExceededException' && rb.__type === 'ProvisionedThroughputExceededException', `${raw.status} ${raw.headers.get('x-amzn-errortype')} ${JSON.stringify(rb)}`)
+      grBefore = (await statsOf()).GetRecords[`${stream}/${s0}`]
+      const want = { Calls: 11, Throttled: 6, Records: records, Bytes: bytes }
+      assert(JSON.stringify(grBefore) === JSON.stringify(want), `stats ${JSON.stringify(grBefore)}, counted here ${JSON.stringify(want)}`)
+      return `${ms} ms; ${msg}; stats ${JSON.stringify(grBefore)}`
+    })
+    await check('FLOE_EFO_POLLING_LIMITS=1: 2 MiB per second: 3 records of 900 KiB read with Limit 1: the 3rd call (would be 2.6 MiB in the last second) is refused, and served after a second', async () => {
+      for (let i = 0; i < 3; i++) await k.send(new PutRecordCommand({ StreamName: stream, Data: Buffer.alloc(900 * 1024, 48 + i), PartitionKey: 'p', ExplicitHashKey: (2n ** 127n).toString() }))
+      let it1 = (await k.send(new GetShardIteratorCommand({ StreamName: stream, ShardId: s1, ShardIteratorType: 'TRIM_HORIZON' }))).ShardIterator
+      const got = []
+      for (let i = 0; i < 2; i++) {
+        const r = await k.send(new GetRecordsCommand({ ShardIterator: it1, Limit: 1 }))
+        got.push(...r.Records)
+        it1 = r.NextShardIterator
+      }
+      let name = 'served'
+      try {
+        await k.send(new GetRecordsCommand({ ShardIterator: it1, Limit: 1 }))
+      } catch (e) {
+        name = e.name
+      }
+      assert(name === 'ProvisionedThroughputExceededException', `3rd call: ${name}`)
+      await sleep(1050)
+      const r = await k.send(new GetRecordsCommand({ ShardIterator: it1, Limit: 1 }))
+      got.push(...r.Records)
+      assert(got.length === 3 && got.every((x, i) => x.Data.length === 900 * 1024 && x.Data[0] === 48 + i), 'records')
+      const st = (await statsOf()).GetRecords[`${stream}/${s1}`]
+      assert(st.Calls === 4 && st.Throttled === 1 && st.Records === 3 && st.Bytes === 3 * 900 * 1024, JSON.stringify(st))
+      return JSON.stringify(st)
+    })
+    await check('FLOE_EFO_POLLING_LIMITS=1: a SubscribeToShard on that shard reads past the limits and is not counted under GetRecords; while it runs, 5 polling GetRecords a second are still served; /_floe/stats SubscribeToShard matches the subscription record', async () => {
+      const arn = (await k.send(new DescribeStreamSummaryCommand({ StreamName: stream }))).StreamDescriptionSummary.StreamARN
+      const c = (await k.send(new RegisterStreamConsumerCommand({ StreamARN: arn, ConsumerName: 'efo' }))).Consumer.ConsumerARN
+      await waitConsumer(k, c, 'ACTIVE')
+      await sleep(1050) // the polling window of the previous check is over
+      let polled = 0
+      let polledBytes = 0
+      const st = await subscribe(k, { ConsumerARN: c, ShardId: s0, StartingPosition: { Type: 'TRIM_HORIZON' } }, {
+        stop: (x) => {
+          if (x.events.length === 1) {
+            // while the subscription runs (it polls kinesalite every 250 ms, and read 20 records at once)
+            ;(async () => {
+              let i0 = (await k.send(new GetShardIteratorCommand({ StreamName: stream, ShardId: s0, ShardIteratorType: 'TRIM_HORIZON' }))).ShardIterator
+              for (let i = 0; i < 5; i++) {
+                const r = await k.send(new GetRecordsCommand({ ShardIterator: i0, Limit: 4 }))
+                polled += r.Records.length
+                polledBytes += r.Records.reduce((n, x) => n + x.Data.length, 0)
+                i0 = r.NextShardIterator
+              }
+            })().catch((e) => (polled = e.name))
+          }
+          return x.events.length >= 8
+        },
+      })
+      assert(st.end === 'abort' && st.records.length === 20, `${st.end} ${st.error} ${st.records.length}`)
+      assert(polled === 20, `polling during the subscription: ${polled}`)
+      await sleep(200)
+      const stats = await statsOf()
+      const gr = stats.GetRecords[`${stream}/${s0}`]
+      const want = { Calls: grBefore.Calls + 5, Throttled: grBefore.Throttled, Records: grBefore.Records + 20, Bytes: grBefore.Bytes + polledBytes }
+      assert(JSON.stringify(gr) === JSON.stringify(want), `GetRecords ${JSON.stringify(gr)}, want ${JSON.stringify(want)} (the 5 polling calls only)`)
+      const rec = (await subscriptionsOf(endpoint, (x) => x.ConsumerARN === c && x.ShardId === s0))
+      const es = stats.SubscribeToShard[`${stream}/${s0}`]
+      assert(rec.length === 1 && rec[0].EndReason === 'client_gone', JSON.stringify(rec))
+      assert(es.Subscriptions === 1 && es.Events === rec[0].Events && es.Records === rec[0].Records && es.Bytes === rec[0].Bytes && es.Records === 20 && es.Events >= 8, JSON.stringify(es))
+      return `GetRecords ${JSON.stringify(gr)}; SubscribeToShard ${JSON.stringify(es)}`
+    })
+    await backPressureChecks(endpoint, k)
+  } finally {
+    k.destroy()
+    stopChild(emu)
   }
 }
 
@@ -562,8 +843,31 @@ async function main() {
       assert(b.end === 'error' && b.error.name === 'ResourceInUseException', `${b.end} ${b.error && b.error.name}`)
     })
 
-    await check('DeleteStream drops its consumers', async () => {
+    await check('Floe_CutSubscriptions Mode reset ends with RST_STREAM (EndReason cut); DeregisterStreamConsumer closes an open subscription (EndReason deregistered)', async () => {
+      let s0 = null
+      const a = subscribeRetry(k, { ConsumerARN: consumerARN, ShardId: children[0], StartingPosition: { Type: 'LATEST' } }, { stop: (x) => ((s0 = x), false) })
+      while (!(s0 && s0.events.length)) await sleep(20) // past the cooldown, running
+      const r = await fetch(`${endpoint}/_floe/cut`, { method: 'POST', body: JSON.stringify({ ConsumerARN: consumerARN, Mode: 'reset' }) }).then((x) => x.json())
+      const sa = await a
+      assert(r.Cut === 1 && sa.end === 'error', `cut ${r.Cut}, ${sa.end} ${sa.error}`)
+      const g = (await k.send(new RegisterStreamConsumerCommand({ StreamARN: streamARN, ConsumerName: 'gone' }))).Consumer.ConsumerARN
+      await waitConsumer(k, g, 'ACTIVE')
+      let s1 = null
+      const b = subscribe(k, { ConsumerARN: g, ShardId: children[0], StartingPosition: { Type: 'LATEST' } }, { stop: (x) => ((s1 = x), false) })
+      while (!(s1 && s1.events.length)) await sleep(20)
+      await k.send(new DeregisterStreamConsumerCommand({ ConsumerARN: g }))
+      const sb = await b
+      assert(sb.end === 'end', `${sb.end} ${sb.error}`)
+      return `reset: ${sa.error.name}: ${sa.error.message}`
+    })
+
+    await check('DeleteStream drops its consumers and closes their subscriptions (EndReason stream_deleted)', async () => {
+      let s0 = null
+      const a = subscribeRetry(k, { ConsumerARN: consumerARN, ShardId: children[1], StartingPosition: { Type: 'LATEST' } }, { stop: (x) => ((s0 = x), false) })
+      while (!(s0 && s0.events.length)) await sleep(20)
       await k.send(new DeleteStreamCommand({ StreamName: stream }))
+      const sa = await a
+      assert(sa.end === 'end', `${sa.end} ${sa.error}`)
       try {
         await k.send(new DescribeStreamConsumerCommand({ ConsumerARN: consumerARN }))
         throw new Error('still there')
@@ -571,10 +875,51 @@ async function main() {
         assert(e.name === 'ResourceNotFoundException', e.name)
       }
     })
+
+    await check('GET /_floe/subscriptions (and Floe_ListSubscriptions): every subscription of this run, oldest first, with the EndReason of the way it ended; counters add up', async () => {
+      await sleep(200)
+      const all = await subscriptionsOf(endpoint, (x) => x.StreamName === stream)
+      const viaTarget = await fetch(endpoint, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-amz-json-1.1', 'x-amz-target': 'Kinesis_20131202.Floe_ListSubscriptions' },
+        body: '{}',
+      }).then((x) => x.json())
+      assert(JSON.stringify(viaTarget.Subscriptions.filter((x) => x.StreamName === stream)) === JSON.stringify(all), 'Floe_ListSubscriptions differs')
+      const want = [
+        'client_gone', 'client_gone', 'client_gone', 'client_gone', 'client_gone', 'client_gone', // TRIM_HORIZON .. AT_TIMESTAMP
+        'taken_over', 'client_gone', // the takeover check
+        'cut', 'cut', // cut: close and error modes
+        ...(emu ? ['expired'] : []),
+        'shard_end', // SplitShard
+        'client_gone', 'client_gone', // HTTP/1.1, the two children
+        'cut', 'deregistered', // reset mode; deregistration
+        'stream_deleted',
+      ]
+      const got = all.map((x) => x.EndReason)
+      assert(JSON.stringify(got) === JSON.stringify(want), `EndReasons ${got.join(',')}, want ${want.join(',')}`)
+      assert(all.every((x, i) => x.ConsumerARN && x.ShardId && typeof x.StartedAt === 'number' && x.EndedAt >= x.StartedAt && (i === 0 || x.StartedAt >= all[i - 1].StartedAt)), 'times')
+      assert(all[0].Records === 30 && all[0].ShardId === shard0 && all[0].Bytes > all[0].Records * 10, JSON.stringify(all[0]))
+      const split = all[want.indexOf('shard_end')]
+      assert(split.Records === sent.length, `shard_end record: ${split.Records} records`)
+      const stats = await getJson(`${endpoint}/_floe/stats`)
+      const s0 = stats.SubscribeToShard[`${stream}/${shard0}`]
+      const mine = all.filter((x) => x.ShardId === shard0)
+      const sum = (f) => mine.reduce((n, x) => n + x[f], 0)
+      assert(s0.Subscriptions === mine.length && s0.Events === sum('Events') && s0.Records === sum('Records') && s0.Bytes === sum('Bytes'), `stats ${JSON.stringify(s0)}`)
+      const g0 = stats.GetRecords[`${stream}/${shard0}`]
+      assert(g0 && g0.Calls > 0 && g0.Throttled === 0, `GetRecords ${JSON.stringify(g0)}`)
+      return `${all.length} subscriptions; ${shard0}: SubscribeToShard ${JSON.stringify(s0)}, GetRecords (pollAll) ${JSON.stringify(g0)}`
+    })
   } finally {
     k.destroy()
     k1.destroy()
     stopChild(emu)
+  }
+  if (emu) await limitsChecks()
+  else {
+    const kb = makeClient(endpoint)
+    await backPressureChecks(endpoint, kb)
+    kb.destroy()
   }
   if (emu) await tlsChecks()
   if (emu) await upstreamChecks()
