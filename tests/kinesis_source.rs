@@ -812,15 +812,10 @@ async fn efo_a_reader_that_is_not_pulled_stops_the_subscription_within_its_bound
     let target = Target::efo();
     let stream = TestStream::create(&target.endpoint, 1).await;
     // 24 MiB in 96 records of 256 KiB: far more than the reader may hold.
-    let records: Vec<(String, Vec<u8>)> = (0..96)
-        .map(|i| {
-            (
-                format!("k{i}"),
-                format!("{i:>8}").repeat(32 * 1024).into_bytes(),
-            )
-        })
-        .collect();
-    stream.put_all(&records).await;
+    for i in 0..96 {
+        let data = format!("{i:>8}").repeat(32 * 1024);
+        stream.put(&format!("k{i}"), data.as_bytes()).await;
+    }
     let source = stream.fan_out_source().await;
     let consumer = consumer_arn_of(&source);
     let mut reader = open(&source, &shard(0), StartAt::Earliest).await;
@@ -843,6 +838,7 @@ async fn efo_a_reader_that_is_not_pulled_stops_the_subscription_within_its_bound
     // The documented bound (floe::source::kinesis::efo): BUFFERED_EVENTS + 2 events plus the
     // HTTP/2 stream window (2 MiB). Events of this emulator are at most ~1 MiB of JSON.
     let bound = (floe::source::kinesis::efo::BUFFERED_EVENTS as u64 + 2) * (1 << 20) + (2 << 20);
+    eprintln!("efo back-pressure: {held} bytes sent to a reader that stopped pulling (bound {bound} + one event)");
     assert!(
         held <= bound + (1 << 20),
         "{held} bytes sent while the worker pulled one record (bound {bound})"
@@ -925,6 +921,148 @@ async fn efo_a_worker_stopped_past_its_lease_makes_the_new_owner_lose_or_repeat_
     assert!(
         ends.contains(&"taken_over"),
         "no subscription was taken over: {ends:?}\n{logs}"
+    );
+    stream.delete().await;
+}
+
+/// `floe ARGS` to completion.
+fn floe_cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+async fn consumer_status(stream: &TestStream, name: &str) -> Option<String> {
+    let client = kinesis_efo_clients().await.kinesis();
+    let arn = client
+        .describe_stream_summary()
+        .stream_name(&stream.name)
+        .send()
+        .await
+        .unwrap()
+        .stream_description_summary()
+        .unwrap()
+        .stream_arn()
+        .to_string();
+    match client
+        .describe_stream_consumer()
+        .stream_arn(arn)
+        .consumer_name(name)
+        .send()
+        .await
+    {
+        Ok(out) => Some(
+            out.consumer_description()
+                .unwrap()
+                .consumer_status()
+                .as_str()
+                .to_string(),
+        ),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn efo_the_channel_registers_its_consumer_and_channel_delete_deregisters_it() {
+    let target = Target::efo();
+    let dir = tempfile::tempdir().unwrap();
+    let stream = TestStream::create(&target.endpoint, 1).await;
+    stream.put("k", b"{}").await;
+    let toml = kinesis_config(dir.path(), &target.endpoint, &stream.name, "w1", true);
+    let config = dir.path().join("floe.toml");
+    std::fs::write(&config, &toml).unwrap();
+    assert_eq!(consumer_status(&stream, "floe-it").await, None);
+
+    let worker = Worker::start_with(dir.path(), "w1", &toml);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while consumer_status(&stream, "floe-it").await.as_deref() != Some("ACTIVE") {
+        assert!(
+            Instant::now() < deadline,
+            "no ACTIVE consumer:\n{}",
+            log_of(dir.path(), "w1")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let config = config.display().to_string();
+    let out = floe_cli(&[
+        "channel", "delete", "--config", &config, "it", "--wait", "30s",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("deregistered the stream consumer \"floe-it\""),
+        "{stdout}"
+    );
+    assert!(worker.terminate().success(), "{}", log_of(dir.path(), "w1"));
+    let status = consumer_status(&stream, "floe-it").await;
+    assert!(
+        matches!(status.as_deref(), None | Some("DELETING")),
+        "{status:?}"
+    );
+    // Deleting again is harmless; a worker of the deleted channel does not register it again.
+    let again = floe_cli(&["channel", "delete", "--config", &config, "it"]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let w2 = floe_cli(&["run", "--config", &config]);
+    assert_eq!(
+        w2.status.code(),
+        Some(78),
+        "{}",
+        String::from_utf8_lossy(&w2.stderr)
+    );
+    assert_eq!(consumer_status(&stream, "floe-it").await, None);
+    stream.delete().await;
+}
+
+#[tokio::test]
+async fn efo_a_stream_with_20_consumers_or_a_deleting_consumer_is_refused_naming_the_key() {
+    use floe::source::kinesis::{api::StreamRef, efo};
+    let target = Target::efo();
+    let stream = TestStream::create(&target.endpoint, 1).await;
+    let client = kinesis_efo_clients().await.kinesis();
+    let name = StreamRef::Name(stream.name.clone());
+    let key = "channel.source.consumer_name";
+    let wait = Duration::from_secs(30);
+    // Registering twice is one consumer.
+    let first = efo::register_consumer(&client, &name, "c0", key, wait)
+        .await
+        .unwrap();
+    let again = efo::register_consumer(&client, &name, "c0", key, wait)
+        .await
+        .unwrap();
+    assert_eq!(first, again);
+    // A consumer being deleted.
+    assert!(efo::deregister_consumer(&client, &name, "c0")
+        .await
+        .unwrap());
+    let e = efo::register_consumer(&client, &name, "c0", key, wait)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, efo::ConsumerError::Refused(m) if m.contains(key) && m.contains("DELETING")),
+        "{e}"
+    );
+    // The stream's 20 consumers.
+    for i in 1..=20 {
+        efo::register_consumer(&client, &name, &format!("c{i}"), key, wait)
+            .await
+            .unwrap();
+    }
+    let e = efo::register_consumer(&client, &name, "c21", key, wait)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, efo::ConsumerError::Refused(m) if m.contains(key) && m.contains("20 registered consumers")),
+        "{e}"
     );
     stream.delete().await;
 }

@@ -66,7 +66,8 @@ pub enum ChannelCommand {
         #[arg(long, value_enum)]
         delivery_log: Option<DeliveryLogArg>,
     },
-    /// Stop delivering a channel (DELETING); the table and the DLQ keep what was delivered.
+    /// Stop delivering a channel (DELETING); the table and the DLQ keep what was delivered. A
+    /// Kinesis channel with enhanced fan-out also deregisters its stream consumer.
     Delete {
         /// `--config`, `--json`.
         #[command(flatten)]

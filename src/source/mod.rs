@@ -3,7 +3,7 @@
 //! A [`Source`] lists the shards of one stream (Kafka partitions of a topic, Kinesis shards of a
 //! stream), resolves where a shard without a committed checkpoint starts, and opens one
 //! [`ShardReader`] per leased shard. Implementations: [`kafka`] (rdkafka, manual `assign()`), [`kinesis`] (aws-sdk-kinesis,
-//! GetRecords polling, KPL de-aggregation) and,
+//! GetRecords polling or enhanced fan-out with SubscribeToShard, KPL de-aggregation) and,
 //! for tests, `memory` (with the `testsuite` feature).
 //!
 //! ```text

@@ -399,18 +399,49 @@ impl Subscription for SdkSubscription {
                     let what = format!("subscription to shard {}", self.shard);
                     return Err(match &e {
                         SdkError::ServiceError(s) => {
-                            let code = s.err().code().unwrap_or("unknown error");
+                            use aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError as E;
+                            // Exceptions of an event stream carry their type in the variant; the
+                            // error metadata's code is not set for them.
+                            let (code, class) = match s.err() {
+                                E::ResourceNotFoundException(_) => {
+                                    ("ResourceNotFoundException", Class::NotFound)
+                                }
+                                E::ResourceInUseException(_) => {
+                                    ("ResourceInUseException", Class::Unavailable)
+                                }
+                                E::InternalFailureException(_) => {
+                                    ("InternalFailureException", Class::Unavailable)
+                                }
+                                E::KmsThrottlingException(_) => {
+                                    ("KMSThrottlingException", Class::Throttled)
+                                }
+                                E::KmsDisabledException(_) => {
+                                    ("KMSDisabledException", Class::Fatal)
+                                }
+                                E::KmsInvalidStateException(_) => {
+                                    ("KMSInvalidStateException", Class::Fatal)
+                                }
+                                E::KmsAccessDeniedException(_) => {
+                                    ("KMSAccessDeniedException", Class::Fatal)
+                                }
+                                E::KmsNotFoundException(_) => {
+                                    ("KMSNotFoundException", Class::Fatal)
+                                }
+                                E::KmsOptInRequired(_) => ("KMSOptInRequired", Class::Fatal),
+                                // An exception this SDK does not model: the stream is over; a
+                                // new subscription may work.
+                                other => (
+                                    other.code().unwrap_or("unknown exception"),
+                                    Class::Unavailable,
+                                ),
+                            };
                             let message =
                                 format!("{what}: {code}: {}", s.err().message().unwrap_or(""));
-                            match code {
-                                "ResourceNotFoundException" => {
-                                    SourceError::NotFound { what: message }
-                                }
-                                "KMSThrottlingException" => SourceError::Throttled { message },
-                                "ResourceInUseException" | "InternalFailureException" => {
-                                    SourceError::Unavailable { message }
-                                }
-                                _ => SourceError::Fatal { message },
+                            match class {
+                                Class::NotFound => SourceError::NotFound { what: message },
+                                Class::Throttled => SourceError::Throttled { message },
+                                Class::Fatal => SourceError::Fatal { message },
+                                _ => SourceError::Unavailable { message },
                             }
                         }
                         // The connection broke or the stream was reset: subscribe again.
