@@ -66,11 +66,14 @@ impl Subscription for Scripted {
     }
 }
 
+/// Scripted subscriptions, each a list of steps or a refusal of SubscribeToShard.
+type Script = Arc<Mutex<VecDeque<Result<Vec<Step>, SourceError>>>>;
+
 /// Answers each SubscribeToShard with the next scripted subscription (or a refusal), and
 /// records where each one started.
 #[derive(Clone, Default)]
 struct FakeFanOut {
-    subscriptions: Arc<Mutex<VecDeque<Result<Vec<Step>, SourceError>>>>,
+    subscriptions: Script,
     starts: Arc<Mutex<Vec<IteratorStart>>>,
     pulled: Arc<AtomicUsize>,
     endless: bool,
