@@ -218,8 +218,8 @@ impl Source for KinesisSource {
     /// Polling: takes the first shard iterator at once, so a missing shard
     /// ([`SourceError::NotFound`]) or a refused checkpoint ([`SourceError::InvalidPosition`])
     /// fails here; a throttled or unavailable service does not: the reader retries it.
-    /// Enhanced fan-out: starts the subscription task and returns at once; those errors come
-    /// from the first [`ShardReader::next_batch`] calls.
+    /// Enhanced fan-out: subscribes at once, with the same errors here; then the reader's task
+    /// forwards the events and re-subscribes.
     async fn open(
         &self,
         shard: &ShardId,
@@ -227,6 +227,21 @@ impl Source for KinesisSource {
     ) -> Result<Box<dyn ShardReader>, SourceError> {
         let cursor = Cursor::from_start(shard, &start)?;
         if let Some(fan_out) = &self.fan_out {
+            // The first subscription is made here, so that a missing shard or a refused
+            // checkpoint fails `open` as with polling; a refused or unavailable one is retried
+            // by the reader.
+            let first = match self
+                .api
+                .subscribe_to_shard(&fan_out.consumer_arn, shard, &cursor.iterator_start())
+                .await
+            {
+                Ok(subscription) => Some(subscription),
+                Err(e) if e.is_retryable() => {
+                    tracing::warn!(stream = %self.stream, shard = %shard, error = %e, "no subscription yet; the reader retries");
+                    None
+                }
+                Err(e) => return Err(e),
+            };
             tracing::info!(stream = %self.stream, shard = %shard, start = ?start, consumer_arn = %fan_out.consumer_arn, "kinesis enhanced fan-out reader opened");
             return Ok(Box::new(efo::EfoShardReader::start(
                 self.api.clone(),
@@ -234,6 +249,7 @@ impl Source for KinesisSource {
                 shard.clone(),
                 cursor,
                 fan_out.channel.clone(),
+                first,
             )));
         }
         let mut reader = KinesisShardReader {

@@ -32,8 +32,9 @@
 //!   seconds) is abandoned and re-subscribed.
 //! - Retryable errors are also returned once from [`ShardReader::next_batch`], so the worker
 //!   counts and logs them as for polling; the task goes on by itself.
-//! - `ResourceNotFoundException` (the consumer was deregistered, the stream deleted) and
-//!   refused positions end the reader with that error.
+//! - `ResourceNotFoundException` (a shard gone past retention, the consumer deregistered, the
+//!   stream deleted) and refused positions fail [`super::KinesisSource::open`], which subscribes
+//!   once itself, as polling does; later, they end the reader with that error.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -351,24 +352,29 @@ impl Drop for EfoShardReader {
 }
 
 impl EfoShardReader {
-    /// Starts the subscription task of `shard` for consumer `consumer_arn` from `cursor`; no
-    /// remote call before it returns. `channel` labels the metrics.
+    /// Starts the subscription task of `shard` for consumer `consumer_arn` from `cursor`, with
+    /// `first`, the subscription already opened from `cursor` (see [`super::KinesisSource::open`]),
+    /// or `None` to subscribe in the task. `channel` labels the metrics.
     pub(super) fn start(
         api: Arc<dyn KinesisApi>,
         consumer_arn: String,
         shard: ShardId,
         cursor: Cursor,
         channel: String,
+        first: Option<Box<dyn super::api::Subscription>>,
     ) -> Self {
         let (tx, rx) = mpsc::channel(BUFFERED_EVENTS);
-        let task = tokio::spawn(subscribe_loop(SubscriptionTask {
-            api,
-            consumer_arn,
-            shard: shard.clone(),
-            cursor,
-            channel,
-            tx,
-        }));
+        let task = tokio::spawn(subscribe_loop(
+            SubscriptionTask {
+                api,
+                consumer_arn,
+                shard: shard.clone(),
+                cursor,
+                channel,
+                tx,
+            },
+            first,
+        ));
         EfoShardReader {
             shard,
             deliveries: rx,
@@ -491,15 +497,22 @@ enum Ended {
 }
 
 /// The subscription task: subscribes, forwards events, re-subscribes from the cursor.
-async fn subscribe_loop(mut t: SubscriptionTask) {
+async fn subscribe_loop(
+    mut t: SubscriptionTask,
+    mut first: Option<Box<dyn super::api::Subscription>>,
+) {
     let mut backoff = FIRST_BACKOFF;
     loop {
         let start = t.cursor.iterator_start();
-        let pause = match t
-            .api
-            .subscribe_to_shard(&t.consumer_arn, &t.shard, &start)
-            .await
-        {
+        let subscribed = match first.take() {
+            Some(subscription) => Ok(subscription),
+            None => {
+                t.api
+                    .subscribe_to_shard(&t.consumer_arn, &t.shard, &start)
+                    .await
+            }
+        };
+        let pause = match subscribed {
             Ok(subscription) => {
                 crate::telemetry::record_kinesis_subscription(&t.channel, "started");
                 tracing::debug!(shard = %t.shard, start = ?start, "kinesis subscription started");

@@ -106,6 +106,7 @@ impl FakeFanOut {
             shard,
             cursor,
             "it".into(),
+            None,
         )
     }
 }
@@ -319,4 +320,57 @@ async fn a_reader_that_is_not_pulled_stops_taking_events() {
     let _ = reader.next_batch(1, Duration::from_secs(1)).await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(fake.pulled.load(Ordering::SeqCst) > pulled);
+}
+
+fn fan_out_source(fake: &FakeFanOut) -> super::super::KinesisSource {
+    super::super::KinesisSource::with_api(
+        Arc::new(fake.clone()),
+        "s",
+        super::super::ReaderSettings {
+            max_records_per_call: 10_000,
+            poll_interval: Duration::from_secs(1),
+        },
+    )
+    .with_fan_out("arn:consumer", "it")
+}
+
+#[tokio::test(start_paused = true)]
+async fn open_fails_for_a_missing_shard_as_polling_does_and_retries_a_refused_subscription() {
+    use crate::source::Source;
+    let shard = ShardId("shardId-000000000000".into());
+    // A shard gone from the stream: `open` fails, so the worker can tell it left the stream.
+    let gone = FakeFanOut::default().refuse(SourceError::NotFound {
+        what: "shard".into(),
+    });
+    let Err(e) = fan_out_source(&gone).open(&shard, StartAt::Earliest).await else {
+        panic!("opened a missing shard");
+    };
+    assert!(matches!(e, SourceError::NotFound { .. }), "{e}");
+    // A refused subscription (another one started less than 5 s ago): opened, retried.
+    let busy = FakeFanOut::default()
+        .refuse(SourceError::Unavailable {
+            message: "ResourceInUseException".into(),
+        })
+        .script(vec![event(vec![raw(1, b"a")], Some(1))]);
+    let mut reader = fan_out_source(&busy)
+        .open(&shard, StartAt::Earliest)
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        if let Ok(batch) = reader.next_batch(10, Duration::from_secs(1)).await {
+            got.extend(batch);
+        }
+        if !got.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(positions(&got), vec![seq_text(1)]);
+    assert_eq!(
+        busy.starts(),
+        vec![IteratorStart::TrimHorizon; 2]
+            .into_iter()
+            .chain([IteratorStart::AfterSequence(seq_text(1))])
+            .collect::<Vec<_>>()
+    );
 }
