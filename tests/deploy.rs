@@ -178,9 +178,37 @@ fn ecs_and_iam_files_are_json_and_the_health_check_asks_floe() {
     assert!(read("deploy/Dockerfile")
         .contains(r#"CMD ["/usr/local/bin/floe", "healthcheck", "--address", "127.0.0.1:9464"]"#));
     // No IAM statement allows every action of a service.
-    let policy = read("deploy/iam/floe-worker-policy.json");
+    let policy: serde_json::Value =
+        serde_json::from_str(&read("deploy/iam/floe-worker-policy.json")).unwrap();
+    let actions: Vec<&str> = policy["Statement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| match &s["Action"] {
+            serde_json::Value::Array(a) => a.iter().map(|a| a.as_str().unwrap()).collect(),
+            a => vec![a.as_str().unwrap()],
+        })
+        .collect();
+    assert!(actions.len() > 10, "{actions:?}");
     assert!(
-        !policy.contains(":*\""),
-        "wildcard action in the worker policy"
+        actions.iter().all(|a| !a.contains('*')),
+        "wildcard action in the worker policy: {actions:?}"
     );
+    // Enhanced fan-out: every Kinesis action floe calls (src/source/kinesis/) is allowed.
+    for action in [
+        "kinesis:ListShards",
+        "kinesis:GetShardIterator",
+        "kinesis:GetRecords",
+        "kinesis:DescribeStreamSummary",
+        "kinesis:RegisterStreamConsumer",
+        "kinesis:ListStreamConsumers",
+        "kinesis:DescribeStreamConsumer",
+        "kinesis:SubscribeToShard",
+        "kinesis:DeregisterStreamConsumer",
+    ] {
+        assert!(
+            actions.contains(&action),
+            "{action} missing from the worker policy"
+        );
+    }
 }
