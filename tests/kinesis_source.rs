@@ -985,6 +985,26 @@ async fn efo_the_channel_registers_its_consumer_and_channel_delete_deregisters_i
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let config = config.display().to_string();
+    let described = |out: std::process::Output| -> serde_json::Value {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()[0]["stream_consumer"]
+            .clone()
+    };
+    let describe = ["channel", "describe", "--config", &config, "it", "--json"];
+    let consumer = described(floe_cli(&describe));
+    assert_eq!(consumer["name"], "floe-it");
+    assert_eq!(consumer["status"], "ACTIVE");
+    assert!(
+        consumer["arn"]
+            .as_str()
+            .unwrap()
+            .contains("/consumer/floe-it:"),
+        "{consumer}"
+    );
     let out = floe_cli(&[
         "channel", "delete", "--config", &config, "it", "--wait", "30s",
     ]);
@@ -1020,6 +1040,8 @@ async fn efo_the_channel_registers_its_consumer_and_channel_delete_deregisters_i
         String::from_utf8_lossy(&w2.stderr)
     );
     assert_eq!(consumer_status(&stream, "floe-it").await, None);
+    let consumer = described(floe_cli(&describe));
+    assert_eq!(consumer["status"], "NOT_REGISTERED", "{consumer}");
     stream.delete().await;
 }
 

@@ -347,7 +347,9 @@ async fn register_fan_out(
     )
     .await
     .map_err(|e| match e {
-        efo::ConsumerError::Refused(m) => channel_err(name, m),
+        efo::ConsumerError::Refused(m) | efo::ConsumerError::MissingStream(m) => {
+            channel_err(name, m)
+        }
         efo::ConsumerError::Unavailable(m) => channel_unavailable(name, m),
     })?;
     Ok(Arc::new(

@@ -759,6 +759,25 @@ pub struct ChannelDescription {
     /// by `evolution = "compatible"`; empty when the table never evolved.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub schema_history: Vec<SchemaHistoryEntry>,
+    /// The Kinesis stream consumer of a channel with `read_mode = "enhanced_fan_out"`; absent
+    /// for other channels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_consumer: Option<StreamConsumerDescription>,
+}
+
+/// The stream consumer of an enhanced fan-out channel, as `floe channel describe` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StreamConsumerDescription {
+    /// `ConsumerName` (`channel.source.consumer_name`, default `floe-<channel>`).
+    pub name: String,
+    /// `ACTIVE`, `CREATING`, `DELETING`, `NOT_REGISTERED` (workers register it at start), or
+    /// `UNKNOWN` when Kinesis could not be asked (see `error`).
+    pub status: String,
+    /// `ConsumerARN`, when registered.
+    pub arn: Option<String>,
+    /// Why the status is `UNKNOWN`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One schema version of the table's history, as `floe channel describe` shows it.
@@ -817,7 +836,7 @@ pub async fn describe(
         .as_ref()
         .and_then(|d| d.last_commit_id)
         .and_then(|id| crate::time::uuid_v7_ms(&id));
-    describe_with(
+    let mut description = describe_with(
         name,
         channel,
         state,
@@ -829,7 +848,38 @@ pub async fn describe(
         raw_commit_ms,
         catalog_error,
     )
+    .await?;
+    description.stream_consumer = describe_stream_consumer(channel, &aws).await;
+    Ok(description)
+}
+
+/// The stream consumer of an enhanced fan-out Kinesis channel, `None` for other channels.
+async fn describe_stream_consumer(
+    channel: &ChannelConfig,
+    aws: &crate::aws::AwsClients,
+) -> Option<StreamConsumerDescription> {
+    let crate::config::SourceConfig::Kinesis(kinesis) = &channel.source else {
+        return None;
+    };
+    let name = kinesis.read_mode.consumer_name(&channel.name)?;
+    let stream = crate::source::kinesis::api::StreamRef::from(&kinesis.stream);
+    let (status, arn, error) = match crate::source::kinesis::efo::describe_consumer(
+        &aws.kinesis(),
+        &stream,
+        &name,
+    )
     .await
+    {
+        Ok(Some((arn, status))) => (status, Some(arn), None),
+        Ok(None) => ("NOT_REGISTERED".to_string(), None, None),
+        Err(e) => ("UNKNOWN".to_string(), None, Some(e.to_string())),
+    };
+    Some(StreamConsumerDescription {
+        name,
+        status,
+        arn,
+        error,
+    })
 }
 
 async fn load_described_table(
@@ -946,6 +996,7 @@ async fn describe_with(
         .collect();
     Ok(ChannelDescription {
         schema_history,
+        stream_consumer: None,
         channel: name.to_string(),
         state: state
             .as_ref()

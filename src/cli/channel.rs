@@ -320,6 +320,17 @@ pub fn describe_text(d: &ChannelDescription) -> String {
         "delivery_log",
         format!("{:?}", d.delivery_log).to_lowercase(),
     );
+    if let Some(c) = &d.stream_consumer {
+        let detail = match (&c.arn, &c.error) {
+            (_, Some(e)) => format!(" ({e})"),
+            (Some(arn), None) => format!(" ({arn})"),
+            (None, None) => String::new(),
+        };
+        row(
+            "stream_consumer",
+            format!("{} {}{detail}", c.name, c.status),
+        );
+    }
     row("committer", d.committer.clone().unwrap_or_else(dash));
     row("pending_batches", d.pending_batches.to_string());
     row(

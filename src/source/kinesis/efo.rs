@@ -85,6 +85,9 @@ pub enum ConsumerError {
     /// The service failed or throttled; retry later.
     #[error("{0}")]
     Unavailable(String),
+    /// The stream does not exist (a wrong name, or deleted).
+    #[error("{0}")]
+    MissingStream(String),
 }
 
 fn sdk_error<E: ProvideErrorMetadata + fmt::Debug, R: fmt::Debug>(
@@ -117,7 +120,8 @@ fn other_error(code: &str, message: String) -> ConsumerError {
 
 /// The ARN of `stream`: as configured, or from DescribeStreamSummary.
 ///
-/// Errors: [`ConsumerError::Refused`] for a missing stream.
+/// Errors: [`ConsumerError::MissingStream`]; [`ConsumerError::Refused`] for access denied;
+/// [`ConsumerError::Unavailable`].
 pub async fn stream_arn(
     client: &aws_sdk_kinesis::Client,
     stream: &StreamRef,
@@ -134,7 +138,7 @@ pub async fn stream_arn(
         .map_err(|e| {
             let (code, message) = sdk_error(&format!("describe stream {name}"), &e);
             match code.as_str() {
-                "ResourceNotFoundException" => ConsumerError::Refused(message),
+                "ResourceNotFoundException" => ConsumerError::MissingStream(message),
                 _ => other_error(&code, message),
             }
         })?;
@@ -171,14 +175,33 @@ async fn describe(
     }
 }
 
+/// The ARN and status (`ACTIVE`, `CREATING`, `DELETING`) of the stream consumer `name` of
+/// `stream` (`floe channel describe`); `None` when it is not registered or the stream is missing.
+///
+/// Errors: [`ConsumerError`] when Kinesis fails or refuses.
+pub async fn describe_consumer(
+    client: &aws_sdk_kinesis::Client,
+    stream: &StreamRef,
+    name: &str,
+) -> Result<Option<(String, String)>, ConsumerError> {
+    let stream_arn = match stream_arn(client, stream).await {
+        Ok(arn) => arn,
+        Err(ConsumerError::MissingStream(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(describe(client, &stream_arn, name)
+        .await?
+        .map(|(arn, status)| (arn, status.as_str().to_string())))
+}
+
 /// Registers the stream consumer `name` of `stream` if it is not registered yet, and waits up
 /// to `wait` for it to be ACTIVE (idempotent: every worker of a channel calls it at start, and
 /// all of them end up with the same consumer). `key` is the configuration key that named the
 /// consumer, for the errors (`channel[0].source.consumer_name`).
 ///
 /// Errors: [`ConsumerError::Refused`] when the stream has its 20 consumers (AWS's limit) or the
-/// consumer is DELETING (after `floe channel delete`, or by another tool), or for a missing
-/// stream; [`ConsumerError::Unavailable`] when the service fails or the consumer is not ACTIVE
+/// consumer is DELETING (after `floe channel delete`, or by another tool), or for access denied;
+/// [`ConsumerError::MissingStream`]; [`ConsumerError::Unavailable`] when the service fails or the consumer is not ACTIVE
 /// within `wait`.
 pub async fn register_consumer(
     client: &aws_sdk_kinesis::Client,
@@ -233,7 +256,7 @@ pub async fn register_consumer(
                                 // Throttled (5 registrations per second per account).
                             }
                             "ResourceNotFoundException" => {
-                                return Err(ConsumerError::Refused(message))
+                                return Err(ConsumerError::MissingStream(message))
                             }
                             _ => return Err(other_error(&code, message)),
                         }
@@ -282,7 +305,7 @@ pub async fn deregister_consumer(
     let stream_arn = match stream_arn(client, stream).await {
         Ok(arn) => arn,
         // No stream, no consumer.
-        Err(ConsumerError::Refused(_)) => return Ok(false),
+        Err(ConsumerError::MissingStream(_)) => return Ok(false),
         Err(e) => return Err(e),
     };
     match client
