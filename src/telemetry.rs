@@ -101,8 +101,8 @@ pub const SOURCE_OFFSETS_SKIPPED_TOTAL: &str = "floe_source_offsets_skipped_tota
 /// Start offsets a Kafka broker answered for the activation time that contradicted the records'
 /// own timestamps and were corrected.
 pub const SOURCE_START_CORRECTIONS_TOTAL: &str = "floe_source_start_corrections_total";
-/// Kinesis enhanced fan-out subscriptions, by outcome: `started`, `expired` (ended by the
-/// service after ~5 minutes), `shard_end`, `taken_over` (another subscription of the consumer
+/// Kinesis enhanced fan-out subscriptions, by outcome: `started`, `ended` (ended cleanly by the
+/// service, after ~5 minutes or earlier), `shard_end`, `taken_over` (another subscription of the consumer
 /// took the shard), `refused` (SubscribeToShard refused, retried), `idle` (no event within the
 /// idle bound), `failed`.
 pub const KINESIS_SUBSCRIPTIONS_TOTAL: &str = "floe_kinesis_subscriptions_total";
@@ -301,7 +301,7 @@ pub fn describe() {
     describe_counter!(
         KINESIS_SUBSCRIPTIONS_TOTAL,
         Unit::Count,
-        "Kinesis enhanced fan-out subscriptions by outcome (started, expired, shard_end, taken_over, refused, idle, failed)"
+        "Kinesis enhanced fan-out subscriptions by outcome (started, ended, shard_end, taken_over, refused, idle, failed)"
     );
     describe_counter!(
         SOURCE_START_CORRECTIONS_TOTAL,

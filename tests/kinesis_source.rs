@@ -772,11 +772,18 @@ async fn efo_subscriptions_that_expire_or_are_cut_resume_without_gap_or_repeat()
     let expiry = Duration::from_secs(23);
     got.extend(read_until(&mut reader, started + expiry).await);
     let mut at = expiry;
-    for mode in ["close", "error", "reset"] {
+    // The last one ends the stream with ResourceNotFoundException, as a deregistered consumer
+    // does: retried like the others, not an error that stops the worker.
+    for (mode, error) in [
+        ("close", "InternalFailureException"),
+        ("error", "InternalFailureException"),
+        ("reset", "InternalFailureException"),
+        ("error", "ResourceNotFoundException"),
+    ] {
         let cut = efo_hook(
             "POST",
             "/_floe/cut",
-            serde_json::json!({"ConsumerARN": consumer, "Mode": mode}),
+            serde_json::json!({"ConsumerARN": consumer, "Mode": mode, "ErrorType": error}),
         )
         .await;
         assert_eq!(cut["Cut"], 1, "one open subscription to cut ({mode})");
@@ -800,8 +807,8 @@ async fn efo_subscriptions_that_expire_or_are_cut_resume_without_gap_or_repeat()
         .collect();
     assert!(
         ends.iter().filter(|e| *e == "expired").count() >= 1
-            && ends.iter().filter(|e| *e == "cut").count() == 3,
-        "the subscriptions ended by expiry and by the three cuts: {ends:?}"
+            && ends.iter().filter(|e| *e == "cut").count() == 4,
+        "the subscriptions ended by expiry and by the four cuts: {ends:?}"
     );
     drop(reader);
     stream.delete().await;

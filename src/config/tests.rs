@@ -488,11 +488,7 @@ fn kinesis_read_mode_settings_are_refused_naming_the_key() {
 fn aws_ca_bundle_must_be_a_readable_pem_file() {
     let dir = tempfile::tempdir().unwrap();
     let pem = dir.path().join("ca.pem");
-    std::fs::write(
-        &pem,
-        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-    )
-    .unwrap();
+    std::fs::write(&pem, TEST_CA_PEM).unwrap();
     let with = |path: &str| {
         aws_config().replacen(
             "region = \"us-east-1\"",
@@ -510,7 +506,33 @@ fn aws_ca_bundle_must_be_a_readable_pem_file() {
         "aws.ca_bundle",
         "no PEM certificate",
     );
+    // PEM armour around bytes that are not a certificate (the SDK's client would panic on it).
+    let bad = dir.path().join("bad.pem");
+    std::fs::write(
+        &bad,
+        "-----BEGIN CERTIFICATE-----\nZm9vYmFy\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    refused(
+        &with(&bad.display().to_string()),
+        "aws.ca_bundle",
+        "certificate 1 is not",
+    );
 }
+
+/// A self-signed CA certificate (`openssl req -x509 -newkey ec`, P-256, CA:TRUE).
+const TEST_CA_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBkjCCATigAwIBAgIUFxjgiP3VNdAR17kqGLFFoTUi3J4wCgYIKoZIzj0EAwIw
+FzEVMBMGA1UEAwwMZmxvZSB0ZXN0IENBMCAXDTI2MTIwMzExNTAxNFoYDzIxMjYx
+MTA5MTE1MDE0WjAXMRUwEwYDVQQDDAxmbG9lIHRlc3QgQ0EwWTATBgcqhkjOPQIB
+BggqhkjOPQMBBwNCAARBYggQV6xhHMv+Mz8l2QOHlEiUUo5o9Tr3i5E0+3/5fHVZ
+pKS+k4wicCM3Yp2QCK01zCNLA8BK0maW+DBL/4XAo2AwXjAdBgNVHQ4EFgQULwSZ
+BowkS7CNh1w/Knj8V2wYtBMwHwYDVR0jBBgwFoAULwSZBowkS7CNh1w/Knj8V2wY
+tBMwDwYDVR0TAQH/BAUwAwEB/zALBgNVHQ8EBAMCAgQwCgYIKoZIzj0EAwIDSAAw
+RQIhALmDImAPsz1IYuzoOMixJbtj++CruAfFzpZVhw7RxO92AiA53R8WSSJhWxuo
+AOaeCTmIcKHfzuhtVpB94m6P9Y4Oiw==
+-----END CERTIFICATE-----
+";
 
 #[test]
 fn data_freshness_is_bounded() {

@@ -399,7 +399,16 @@ impl Checker<'_> {
                     None
                 }
                 Some(path) => match std::fs::read_to_string(&path) {
-                    Ok(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => Some(path),
+                    Ok(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => {
+                        match check_ca_bundle(pem.as_bytes()) {
+                            Ok(()) => Some(path),
+                            Err(why) => {
+                                ok = false;
+                                self.error("aws.ca_bundle", format!("{}: {why}", path.display()));
+                                None
+                            }
+                        }
+                    }
                     Ok(_) => {
                         ok = false;
                         self.error(
@@ -1669,6 +1678,23 @@ pub(crate) fn check_table_bucket_arn(arn: &str) -> Result<(), String> {
 }
 
 /// Whether a client property holds a secret that must come from the environment.
+/// Whether every certificate of a PEM bundle is one a TLS client can trust: the same check
+/// the AWS SDK's HTTPS client makes when it builds its trust store (where a bad one panics).
+fn check_ca_bundle(pem: &[u8]) -> Result<(), String> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut store = rustls::RootCertStore::empty();
+    for (i, cert) in CertificateDer::pem_slice_iter(pem).enumerate() {
+        let cert = cert.map_err(|e| format!("certificate {} is not valid PEM: {e:?}", i + 1))?;
+        store.add(cert).map_err(|e| {
+            format!(
+                "certificate {} is not a usable X.509 certificate: {e}",
+                i + 1
+            )
+        })?;
+    }
+    Ok(())
+}
+
 fn is_secret_property(key: &str) -> bool {
     key.contains("password")
         || key.contains("secret")

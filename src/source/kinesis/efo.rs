@@ -34,7 +34,9 @@
 //!   counts and logs them as for polling; the task goes on by itself.
 //! - `ResourceNotFoundException` (a shard gone past retention, the consumer deregistered, the
 //!   stream deleted) and refused positions fail [`super::KinesisSource::open`], which subscribes
-//!   once itself, as polling does; later, they end the reader with that error.
+//!   once itself, as polling does. Later, a `ResourceNotFoundException` is retried like the
+//!   errors above (reported as [`SourceError::Unavailable`]): one shard must not stop the
+//!   worker; other failures end the reader with their error.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -535,7 +537,7 @@ async fn subscribe_loop(
                     .await
             }
         };
-        let pause = match subscribed {
+        let pause = match subscribed.map_err(retried_in_the_task) {
             Ok(subscription) => {
                 crate::telemetry::record_kinesis_subscription(&t.channel, "started");
                 tracing::debug!(shard = %t.shard, start = ?start, "kinesis subscription started");
@@ -546,12 +548,20 @@ async fn subscribe_loop(
             }
             Err(e) if e.is_retryable() => {
                 crate::telemetry::record_kinesis_subscription(&t.channel, "refused");
-                tracing::warn!(shard = %t.shard, error = %e, retry_in = ?backoff, "kinesis SubscribeToShard refused; retrying");
+                // A subscription of this consumer to the shard started less than 5 s ago (this
+                // worker's previous one, dropped when the worker reopened its readers): accepted
+                // again after those 5 s, at AWS's rate of one call per second.
+                let recent = e.to_string().contains("ResourceInUseException");
+                let pause = if recent { FIRST_BACKOFF } else { backoff };
+                if recent {
+                    tracing::debug!(shard = %t.shard, error = %e, retry_in = ?pause, "kinesis SubscribeToShard refused: a subscription started less than 5 s ago; retrying");
+                } else {
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    tracing::warn!(shard = %t.shard, error = %e, retry_in = ?pause, "kinesis SubscribeToShard refused; retrying");
+                }
                 if t.tx.send(Delivery::Failed(e)).await.is_err() {
                     return;
                 }
-                let pause = backoff;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
                 pause
             }
             Err(e) => {
@@ -567,6 +577,19 @@ async fn subscribe_loop(
     }
 }
 
+/// What the task retries by itself: retryable errors, and a `ResourceNotFoundException` once the
+/// reader has subscribed (the consumer deregistered by someone, a stream deleted: the worker
+/// must not stop the channel for it; `open` already reported a shard gone from the stream).
+/// The latter is reported to the worker as [`SourceError::Unavailable`].
+fn retried_in_the_task(e: SourceError) -> SourceError {
+    match e {
+        SourceError::NotFound { what } => SourceError::Unavailable {
+            message: format!("{what} (is the stream consumer deregistered or the stream deleted? retrying; a restarted worker registers the consumer again)"),
+        },
+        other => other,
+    }
+}
+
 /// Forwards the events of one subscription until it ends.
 async fn forward(
     t: &mut SubscriptionTask,
@@ -575,7 +598,8 @@ async fn forward(
 ) -> Ended {
     let opened = Instant::now();
     loop {
-        let event = match tokio::time::timeout(IDLE_TIMEOUT, subscription.next_event()).await {
+        let next = tokio::time::timeout(IDLE_TIMEOUT, subscription.next_event()).await;
+        let event = match next.map(|r| r.map_err(retried_in_the_task)) {
             Err(_) => {
                 crate::telemetry::record_kinesis_subscription(&t.channel, "idle");
                 tracing::warn!(shard = %t.shard, idle = ?IDLE_TIMEOUT, "kinesis subscription sent no event; subscribing again");
@@ -584,7 +608,7 @@ async fn forward(
             Ok(Ok(Some(event))) => event,
             Ok(Ok(None)) => {
                 // The service ends every subscription after about 5 minutes.
-                crate::telemetry::record_kinesis_subscription(&t.channel, "expired");
+                crate::telemetry::record_kinesis_subscription(&t.channel, "ended");
                 tracing::debug!(shard = %t.shard, after = ?opened.elapsed(), cursor = ?t.cursor, "kinesis subscription ended; subscribing again from the cursor");
                 return Ended::Again(Duration::ZERO);
             }
@@ -598,7 +622,11 @@ async fn forward(
                     *backoff
                 };
                 *backoff = (*backoff * 2).min(MAX_BACKOFF);
-                tracing::warn!(shard = %t.shard, error = %e, retry_in = ?pause, "kinesis subscription broke; subscribing again from the cursor");
+                if taken_over {
+                    tracing::info!(shard = %t.shard, error = %e, retry_in = ?pause, "kinesis subscription taken over by another of the consumer's (this worker may have lost the shard's lease); subscribing again from the cursor");
+                } else {
+                    tracing::warn!(shard = %t.shard, error = %e, retry_in = ?pause, "kinesis subscription broke; subscribing again from the cursor");
+                }
                 if t.tx.send(Delivery::Failed(e)).await.is_err() {
                     return Ended::Dropped;
                 }

@@ -286,15 +286,15 @@ async fn a_takeover_and_a_refusal_are_reported_once_and_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn a_fatal_failure_ends_the_reader_with_the_error() {
-    let fake = FakeFanOut::default().refuse(SourceError::NotFound {
-        what: "consumer".into(),
+    let fake = FakeFanOut::default().refuse(SourceError::Fatal {
+        message: "AccessDeniedException".into(),
     });
     let mut reader = fake.reader(StartAt::Earliest);
     let e = reader
         .next_batch(10, Duration::from_secs(1))
         .await
         .unwrap_err();
-    assert!(matches!(e, SourceError::NotFound { .. }), "{e}");
+    assert!(matches!(e, SourceError::Fatal { .. }), "{e}");
     let again = reader
         .next_batch(10, Duration::from_secs(1))
         .await
@@ -373,4 +373,33 @@ async fn open_fails_for_a_missing_shard_as_polling_does_and_retries_a_refused_su
             .chain([IteratorStart::AfterSequence(seq_text(1))])
             .collect::<Vec<_>>()
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_not_found_after_subscribing_is_retried_not_fatal() {
+    let not_found = || SourceError::NotFound {
+        what: "ResourceNotFoundException".into(),
+    };
+    let fake = FakeFanOut::default()
+        .script(vec![
+            event(vec![raw(1, b"a")], Some(1)),
+            Step::Fail(not_found()),
+        ])
+        .refuse(not_found())
+        .script(vec![event(vec![raw(2, b"b")], Some(2))]);
+    let mut reader = fake.reader(StartAt::Earliest);
+    let mut got = Vec::new();
+    for _ in 0..50 {
+        match reader.next_batch(10, Duration::from_secs(1)).await {
+            Ok(batch) => got.extend(batch),
+            Err(e) => assert!(
+                e.is_retryable(),
+                "the worker must not stop the channel: {e}"
+            ),
+        }
+        if got.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(positions(&got), vec![seq_text(1), seq_text(2)]);
 }
