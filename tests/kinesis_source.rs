@@ -729,21 +729,12 @@ async fn subscriptions_of(consumer_arn: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn consumer_arn_of(source: &KinesisSource) -> String {
-    let debug = format!("{source:?}");
-    let start = debug
-        .find("consumer_arn: \"")
-        .expect("an enhanced fan-out source")
-        + 15;
-    debug[start..start + debug[start..].find('"').unwrap()].to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn efo_subscriptions_that_expire_or_are_cut_resume_without_gap_or_repeat() {
     let target = Target::efo();
     let stream = TestStream::create(&target.endpoint, 1).await;
     let source = stream.fan_out_source().await;
-    let consumer = consumer_arn_of(&source);
+    let consumer = source.consumer_arn().unwrap().to_string();
     // The producer puts a record every 40 ms until told to stop.
     let producing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let producer = {
@@ -824,7 +815,7 @@ async fn efo_a_reader_that_is_not_pulled_stops_the_subscription_within_its_bound
         stream.put(&format!("k{i}"), data.as_bytes()).await;
     }
     let source = stream.fan_out_source().await;
-    let consumer = consumer_arn_of(&source);
+    let consumer = source.consumer_arn().unwrap().to_string();
     let mut reader = open(&source, &shard(0), StartAt::Earliest).await;
     let first = read(&mut reader, 1, 1).await;
     assert_eq!(first.len(), 1);
@@ -940,34 +931,14 @@ fn floe_cli(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// The status of the stream consumer `name` of `stream` (`ACTIVE`, …), `None` when there is none.
 async fn consumer_status(stream: &TestStream, name: &str) -> Option<String> {
+    use floe::source::kinesis::{api::StreamRef, efo};
     let client = kinesis_efo_clients().await.kinesis();
-    let arn = client
-        .describe_stream_summary()
-        .stream_name(&stream.name)
-        .send()
+    efo::describe_consumer(&client, &StreamRef::Name(stream.name.clone()), name)
         .await
         .unwrap()
-        .stream_description_summary()
-        .unwrap()
-        .stream_arn()
-        .to_string();
-    match client
-        .describe_stream_consumer()
-        .stream_arn(arn)
-        .consumer_name(name)
-        .send()
-        .await
-    {
-        Ok(out) => Some(
-            out.consumer_description()
-                .unwrap()
-                .consumer_status()
-                .as_str()
-                .to_string(),
-        ),
-        Err(_) => None,
-    }
+        .map(|(_, status)| status)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -44,7 +44,6 @@ use crate::raw::RawIo;
 use crate::raw::RawStore;
 use crate::retry::Backoff;
 use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
-use crate::source::kinesis::api::StreamRef;
 use crate::source::kinesis::{efo, KinesisSource};
 use crate::source::{InitialPosition, Source};
 use crate::worker::{
@@ -331,16 +330,13 @@ async fn register_fan_out(
     source: Arc<dyn Source>,
 ) -> Result<Arc<dyn Source>, AppError> {
     let name = config.name.as_str();
-    let SourceConfig::Kinesis(kinesis) = &config.source else {
-        return Ok(source);
-    };
-    let Some(consumer_name) = kinesis.read_mode.consumer_name(name) else {
+    let Some((kinesis, stream, consumer_name)) = efo::channel_consumer(config) else {
         return Ok(source);
     };
     let client = aws.kinesis();
     let consumer = efo::register_consumer(
         &client,
-        &StreamRef::from(&kinesis.stream),
+        &stream,
         &consumer_name,
         "channel.source.consumer_name",
         efo::CONSUMER_ACTIVE_TIMEOUT,

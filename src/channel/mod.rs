@@ -645,13 +645,9 @@ pub async fn deregister_consumer(
     aws: &crate::aws::AwsClients,
 ) -> Result<Option<String>, ControlError> {
     let (_, channel) = find_channel(config, name)?;
-    let crate::config::SourceConfig::Kinesis(kinesis) = &channel.source else {
+    let Some((_, stream, consumer)) = crate::source::kinesis::efo::channel_consumer(channel) else {
         return Ok(None);
     };
-    let Some(consumer) = kinesis.read_mode.consumer_name(name) else {
-        return Ok(None);
-    };
-    let stream = crate::source::kinesis::api::StreamRef::from(&kinesis.stream);
     match crate::source::kinesis::efo::deregister_consumer(&aws.kinesis(), &stream, &consumer)
         .await
     {
@@ -858,11 +854,7 @@ async fn describe_stream_consumer(
     channel: &ChannelConfig,
     aws: &crate::aws::AwsClients,
 ) -> Option<StreamConsumerDescription> {
-    let crate::config::SourceConfig::Kinesis(kinesis) = &channel.source else {
-        return None;
-    };
-    let name = kinesis.read_mode.consumer_name(&channel.name)?;
-    let stream = crate::source::kinesis::api::StreamRef::from(&kinesis.stream);
+    let (_, stream, name) = crate::source::kinesis::efo::channel_consumer(channel)?;
     let (status, arn, error) = match crate::source::kinesis::efo::describe_consumer(
         &aws.kinesis(),
         &stream,

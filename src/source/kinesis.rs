@@ -159,6 +159,11 @@ impl KinesisSource {
         self
     }
 
+    /// The consumer ARN an enhanced fan-out source subscribes as; `None` when it polls.
+    pub fn consumer_arn(&self) -> Option<&str> {
+        self.fan_out.as_ref().map(|f| f.consumer_arn.as_str())
+    }
+
     /// The stream's name or ARN, as configured.
     pub fn stream(&self) -> &str {
         &self.stream

@@ -435,14 +435,10 @@ impl Subscription for SdkSubscription {
                                     Class::Unavailable,
                                 ),
                             };
-                            let message =
-                                format!("{what}: {code}: {}", s.err().message().unwrap_or(""));
-                            match class {
-                                Class::NotFound => SourceError::NotFound { what: message },
-                                Class::Throttled => SourceError::Throttled { message },
-                                Class::Fatal => SourceError::Fatal { message },
-                                _ => SourceError::Unavailable { message },
-                            }
+                            class.source_error(format!(
+                                "{what}: {code}: {}",
+                                s.err().message().unwrap_or("")
+                            ))
                         }
                         // The connection broke or the stream was reset: subscribe again.
                         other => SourceError::Unavailable {
@@ -497,22 +493,32 @@ impl Class {
         e: &SdkError<E, HttpResponse>,
         what: impl FnOnce() -> String,
     ) -> SourceError {
-        let what = what();
-        let detail = match e {
-            SdkError::ServiceError(s) => format!(
-                "{}: {}",
-                s.err().code().unwrap_or("unknown error"),
-                s.err().message().unwrap_or("")
-            ),
-            other => format!("{other:?}"),
-        };
-        let message = format!("{what}: {detail}");
+        self.source_error(format!("{}: {}", what(), error_detail(e)))
+    }
+
+    /// The [`SourceError`] of this class with `message`.
+    fn source_error(self, message: String) -> SourceError {
         match self {
             Class::NotFound => SourceError::NotFound { what: message },
             Class::Throttled => SourceError::Throttled { message },
             Class::Unavailable | Class::Expired => SourceError::Unavailable { message },
             Class::InvalidArgument | Class::Fatal => SourceError::Fatal { message },
         }
+    }
+}
+
+/// An SDK error as `code: message` for a service error, its debug form otherwise (timeouts,
+/// connection failures): the text every Kinesis error message of floe ends with.
+pub(super) fn error_detail<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
+    e: &SdkError<E, R>,
+) -> String {
+    match e {
+        SdkError::ServiceError(s) => format!(
+            "{}: {}",
+            s.err().code().unwrap_or("unknown error"),
+            s.err().message().unwrap_or("")
+        ),
+        other => format!("{other:?}"),
     }
 }
 

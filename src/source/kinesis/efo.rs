@@ -63,6 +63,19 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 const TAKEOVER_BACKOFF: Duration = Duration::from_secs(5);
 /// How long [`register_consumer`] waits for a consumer to become ACTIVE.
 pub const CONSUMER_ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
+/// The stream and consumer name of a channel that reads Kinesis with enhanced fan-out; `None`
+/// for any other channel. The one place app (registration), `floe channel delete`
+/// (deregistration) and `floe channel describe` take them from.
+pub fn channel_consumer(
+    channel: &crate::config::ChannelConfig,
+) -> Option<(&crate::config::KinesisSourceConfig, StreamRef, String)> {
+    let crate::config::SourceConfig::Kinesis(kinesis) = &channel.source else {
+        return None;
+    };
+    let name = kinesis.read_mode.consumer_name(&channel.name)?;
+    Some((kinesis, StreamRef::from(&kinesis.stream), name))
+}
+
 /// Registered consumers AWS allows per stream.
 pub const MAX_CONSUMERS_PER_STREAM: usize = 20;
 
@@ -92,21 +105,19 @@ pub enum ConsumerError {
     MissingStream(String),
 }
 
+/// The service's error code (empty when the call did not reach the service) and the message.
 fn sdk_error<E: ProvideErrorMetadata + fmt::Debug, R: fmt::Debug>(
     what: &str,
     e: &SdkError<E, R>,
 ) -> (String, String) {
-    match e {
-        SdkError::ServiceError(s) => (
-            s.err().code().unwrap_or("").to_string(),
-            format!(
-                "{what}: {}: {}",
-                s.err().code().unwrap_or("unknown error"),
-                s.err().message().unwrap_or("")
-            ),
-        ),
-        other => (String::new(), format!("{what}: {other:?}")),
-    }
+    let code = match e {
+        SdkError::ServiceError(s) => s.err().code().unwrap_or(""),
+        _ => "",
+    };
+    (
+        code.to_string(),
+        format!("{what}: {}", super::api::error_detail(e)),
+    )
 }
 
 /// A failed call whose code says nothing specific: refused for authorization and validation
