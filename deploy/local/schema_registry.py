@@ -509,7 +509,8 @@ def proto_options(options, indent, inline=False):
     """`option name = value;` lines (or `name = value` items for inline field options)."""
     out = []
     for field, value in options.ListFields():
-        if field.label == field.LABEL_REPEATED:
+        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+        if repeated:
             continue
         rendered = proto_option_value(field, value)
         if rendered is None:
@@ -1143,6 +1144,9 @@ class Handler(BaseHTTPRequestHandler):
     """One request; routes by method and path (segments percent-decoded: subjects may hold '/')."""
 
     protocol_version = "HTTP/1.1"
+    # Headers and body are two writes: without TCP_NODELAY, Nagle holds the body until the client's
+    # delayed ACK (40 ms per request on keep-alive connections).
+    disable_nagle_algorithm = True
     server_version = "floe-schema-registry/1"
     registry = None  # set by main
     basic_auth = None  # "user:password"
@@ -1239,7 +1243,7 @@ class Handler(BaseHTTPRequestHandler):
                             out.append(reg.version_body(subject, v))
                     return ok(out)
                 if n == 2 and segs[1] == "types" and method == "GET":
-                    return ok(list(SCHEMA_TYPES))
+                    return ok(["JSON", "PROTOBUF", "AVRO"])  # Confluent's order
                 if n >= 3 and segs[1] == "ids" and method == "GET":
                     try:
                         schema_id = int(segs[2])
