@@ -8,6 +8,10 @@
 #   - the local AWS emulators (deploy/local/README.md): patched moto and kinesalite, started here,
 #     checked by deploy/local/smoke.py, their endpoints exported (FLOE_TEST_AWS_ENDPOINT,
 #     FLOE_TEST_KINESALITE_ENDPOINT, AWS_*), stopped on exit unless they were already running
+#   - the local Confluent-compatible schema registry (deploy/local/schema-registry.sh), with the pinned
+#     Confluent serializers installed into .venv (deploy/local/schema-registry-requirements.txt), checked
+#     by deploy/local/schema_registry_smoke.py with those serializers, its URL exported
+#     (FLOE_TEST_SCHEMA_REGISTRY_URL), stopped on exit unless it was already running
 # Then: unit, conformance, shared-case, integration and crash tests (cargo test).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -20,6 +24,8 @@ if ! .venv/bin/python -c 'import pyiceberg, pyarrow, sqlalchemy, psycopg2' 2>/de
     'pyiceberg[sql-sqlite,sql-postgres,pyarrow]==0.12.0'
 fi
 export FLOE_PYTHON="$root/.venv/bin/python"
+# The Confluent serializers the tests produce Avro, Protobuf and JSON Schema records with (pinned).
+deploy/local/schema-registry.sh install
 
 stop_on_exit=()
 if ! deploy/local/aws-emulators.sh status >/dev/null 2>&1; then
@@ -27,6 +33,9 @@ if ! deploy/local/aws-emulators.sh status >/dev/null 2>&1; then
 fi
 if ! deploy/local/postgres.sh status >/dev/null 2>&1; then
   stop_on_exit+=("deploy/local/postgres.sh stop >/dev/null")
+fi
+if ! deploy/local/schema-registry.sh status >/dev/null 2>&1; then
+  stop_on_exit+=("deploy/local/schema-registry.sh stop >/dev/null")
 fi
 if [ ${#stop_on_exit[@]} -gt 0 ]; then
   trap "$(IFS=';'; echo "${stop_on_exit[*]}")" EXIT
@@ -36,6 +45,9 @@ eval "$(deploy/local/postgres.sh env)"
 deploy/local/aws-emulators.sh start
 eval "$(deploy/local/aws-emulators.sh env)"
 .venv/bin/python deploy/local/smoke.py
+deploy/local/schema-registry.sh start
+eval "$(deploy/local/schema-registry.sh env)"
+.venv/bin/python deploy/local/schema_registry_smoke.py
 
 # `cargo test` builds the binaries the tests spawn (target/debug/floe, floe-mock-kafka,
 # floe-loadgen, floe-fleet-sim) with the tests' feature set.
