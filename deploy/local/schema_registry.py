@@ -33,6 +33,18 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from schema_registry_proto import (
+    WELL_KNOWN_MODULES,
+    looks_base64_descriptor,
+    ProtoParser,
+    ProtoSchemaError,
+    ProtoUnsupported,
+    proto_compat,
+    proto_decode_descriptor,
+    proto_descriptor_to_text,
+    proto_text_canonical,
+)
+
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 SCHEMA_TYPES = ("AVRO", "PROTOBUF", "JSON")
 LEVELS = (
@@ -433,302 +445,6 @@ def json_compat(reader, writer, path, errors):
         json_compat(reader["items"], writer["items"], f"{path}/items", errors)
 
 
-# ---- Protobuf ------------------------------------------------------------------------------------
-
-PROTO_TOKEN = re.compile(
-    r'\s+|//[^\n]*|/\*.*?\*/|("(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[A-Za-z_][\w.]*|'
-    r"[0-9][\w.+-]*|\.[\w.]+|[{}()\[\];=<>,:+-])",
-    re.S,
-)
-
-
-def proto_tokens(text):
-    """Tokens of .proto text, comments and whitespace dropped; raises ApiError on stray characters."""
-    tokens, pos = [], 0
-    while pos < len(text):
-        m = PROTO_TOKEN.match(text, pos)
-        if not m:
-            raise invalid_schema(f"unexpected character {text[pos]!r} at offset {pos} of the .proto text")
-        if m.group(1) is not None:
-            tokens.append(m.group(1))
-        pos = m.end()
-    return tokens
-
-
-def proto_text_canonical(text):
-    """Normalised .proto text (comments dropped, one space between tokens) and the checks a parser
-    would make first: balanced braces and a message, enum or service."""
-    tokens = proto_tokens(text)
-    depth = 0
-    for t in tokens:
-        depth += {"{": 1, "}": -1}.get(t, 0)
-        if depth < 0:
-            raise invalid_schema("unbalanced '}' in the .proto text")
-    if depth != 0:
-        raise invalid_schema("unbalanced '{' in the .proto text")
-    if not any(t in ("message", "enum", "service") for t in tokens):
-        raise invalid_schema("the .proto text defines no message, enum or service")
-    return " ".join(tokens)
-
-
-def looks_base64_descriptor(text):
-    s = text.strip()
-    return bool(s) and re.fullmatch(r"[A-Za-z0-9+/=\s]+", s) is not None and "{" not in s
-
-
-PROTO_TYPES = {
-    1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fixed64", 7: "fixed32", 8: "bool",
-    9: "string", 10: "group", 11: "message", 12: "bytes", 13: "uint32", 14: "enum", 15: "sfixed32",
-    16: "sfixed64", 17: "sint32", 18: "sint64",
-}
-
-
-def proto_quote(s):
-    if isinstance(s, bytes):
-        s = s.decode("latin-1")
-    return '"' + "".join(
-        c if 32 <= ord(c) < 127 and c not in '"\\' else ("\\" + c if c in '"\\' else f"\\{ord(c):03o}")
-        for c in s) + '"'
-
-
-def proto_option_value(field, value):
-    from google.protobuf.descriptor import FieldDescriptor
-
-    if field.type == FieldDescriptor.TYPE_BOOL:
-        return "true" if value else "false"
-    if field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
-        return proto_quote(value)
-    if field.type == FieldDescriptor.TYPE_ENUM:
-        return field.enum_type.values_by_number[value].name
-    if field.type in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_GROUP):
-        return None  # aggregate options are not printed
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def proto_options(options, indent, inline=False):
-    """`option name = value;` lines (or `name = value` items for inline field options)."""
-    out = []
-    for field, value in options.ListFields():
-        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
-        if repeated:
-            continue
-        rendered = proto_option_value(field, value)
-        if rendered is None:
-            continue
-        name = f"({field.full_name})" if field.is_extension else field.name
-        out.append(f"{name} = {rendered}" if inline else f"{indent}option {name} = {rendered};")
-    return out
-
-
-def default_json_name(name):
-    parts = name.split("_")
-    return parts[0] + "".join(p[:1].upper() + p[1:] for p in parts[1:])
-
-
-def proto_descriptor_to_text(fdp):
-    """.proto text of a FileDescriptorProto (type names fully qualified, with a leading dot)."""
-    lines = [f'syntax = "{fdp.syntax or "proto2"}";']
-    proto3 = fdp.syntax == "proto3"
-    if fdp.package:
-        lines.append(f"package {fdp.package};")
-    if fdp.dependency:
-        lines.append("")
-        public, weak = set(fdp.public_dependency), set(fdp.weak_dependency)
-        for i, dep in enumerate(fdp.dependency):
-            kind = "public " if i in public else "weak " if i in weak else ""
-            lines.append(f"import {kind}{proto_quote(dep)};")
-    file_options = proto_options(fdp.options, "")
-    if file_options:
-        lines.append("")
-        lines.extend(file_options)
-
-    def field_line(f, maps, indent, in_oneof=False):
-        if f.type_name and f.type_name in maps:
-            key, value = maps[f.type_name]
-            ftype = f"map<{type_of(key)}, {type_of(value)}>"
-            label = ""
-        else:
-            ftype = type_of(f)
-            if f.label == 3:
-                label = "repeated "
-            elif in_oneof:
-                label = ""
-            elif proto3:
-                label = "optional " if f.proto3_optional else ""
-            else:
-                label = "required " if f.label == 2 else "optional "
-        opts = proto_options(f.options, "", inline=True)
-        if f.HasField("default_value"):
-            dv = f.default_value
-            opts.insert(0, f"default = {proto_quote(dv) if f.type in (9, 12) else dv}")
-        if f.HasField("json_name") and f.json_name != default_json_name(f.name):
-            opts.append(f"json_name = {proto_quote(f.json_name)}")
-        suffix = f" [{', '.join(opts)}]" if opts else ""
-        return f"{indent}{label}{ftype} {f.name} = {f.number}{suffix};"
-
-    def type_of(f):
-        return f.type_name if f.type in (10, 11, 14) else PROTO_TYPES[f.type]
-
-    def enum_lines(e, indent):
-        out = [f"{indent}enum {e.name} {{"]
-        out.extend(proto_options(e.options, indent + "  "))
-        for v in e.value:
-            opts = proto_options(v.options, "", inline=True)
-            out.append(f"{indent}  {v.name} = {v.number}{' [' + ', '.join(opts) + ']' if opts else ''};")
-        for r in e.reserved_range:
-            out.append(f"{indent}  reserved {r.start}{'' if r.end == r.start else f' to {r.end}'};")
-        if e.reserved_name:
-            out.append(f"{indent}  reserved {', '.join(proto_quote(n) for n in e.reserved_name)};")
-        out.append(f"{indent}}}")
-        return out
-
-    def message_lines(m, scope, indent):
-        full = f"{scope}.{m.name}"
-        maps = {}
-        for n in m.nested_type:
-            if n.options.map_entry:
-                fields = {f.name: f for f in n.field}
-                maps[f"{full}.{n.name}"] = (fields["key"], fields["value"])
-        out = [f"{indent}message {m.name} {{"]
-        inner = indent + "  "
-        out.extend(proto_options(m.options, inner))
-        synthetic = {f.oneof_index for f in m.field if f.proto3_optional and f.HasField("oneof_index")}
-        printed_oneofs = set()
-        for f in m.field:
-            if f.HasField("oneof_index") and f.oneof_index not in synthetic:
-                idx = f.oneof_index
-                if idx in printed_oneofs:
-                    continue
-                printed_oneofs.add(idx)
-                out.append(f"{inner}oneof {m.oneof_decl[idx].name} {{")
-                for g in m.field:
-                    if g.HasField("oneof_index") and g.oneof_index == idx:
-                        out.append(field_line(g, maps, inner + "  ", in_oneof=True))
-                out.append(f"{inner}}}")
-            else:
-                out.append(field_line(f, maps, inner))
-        for n in m.nested_type:
-            if not n.options.map_entry:
-                out.extend(message_lines(n, full, inner))
-        for e in m.enum_type:
-            out.extend(enum_lines(e, inner))
-        for r in m.extension_range:
-            out.append(f"{inner}extensions {r.start} to {'max' if r.end >= 536870912 else r.end - 1};")
-        for r in m.reserved_range:
-            out.append(f"{inner}reserved {r.start}{'' if r.end - 1 == r.start else f' to {r.end - 1}'};")
-        if m.reserved_name:
-            out.append(f"{inner}reserved {', '.join(proto_quote(n) for n in m.reserved_name)};")
-        out.extend(extension_lines(m.extension, inner))
-        out.append(f"{indent}}}")
-        return out
-
-    def extension_lines(extensions, indent):
-        out = []
-        by_extendee = {}
-        for f in extensions:
-            by_extendee.setdefault(f.extendee, []).append(f)
-        for extendee, fields in by_extendee.items():
-            out.append(f"{indent}extend {extendee} {{")
-            out.extend(field_line(f, {}, indent + "  ") for f in fields)
-            out.append(f"{indent}}}")
-        return out
-
-    scope = f".{fdp.package}" if fdp.package else ""
-    for m in fdp.message_type:
-        lines.append("")
-        lines.extend(message_lines(m, scope, ""))
-    for e in fdp.enum_type:
-        lines.append("")
-        lines.extend(enum_lines(e, ""))
-    for s in fdp.service:
-        lines.append("")
-        lines.append(f"service {s.name} {{")
-        lines.extend(proto_options(s.options, "  "))
-        for rpc in s.method:
-            cs = "stream " if rpc.client_streaming else ""
-            ss = "stream " if rpc.server_streaming else ""
-            lines.append(f"  rpc {rpc.name}({cs}{rpc.input_type}) returns ({ss}{rpc.output_type});")
-        lines.append("}")
-    if fdp.extension:
-        lines.append("")
-        lines.extend(extension_lines(fdp.extension, ""))
-    return "\n".join(lines) + "\n"
-
-
-def proto_decode_descriptor(text):
-    """FileDescriptorProto of a base64 schema; raises ApiError when it is not one."""
-    try:
-        from google.protobuf import descriptor_pb2
-        from google.protobuf.message import DecodeError
-    except ImportError:
-        raise invalid_schema(
-            "sent as a base64 FileDescriptorProto: this registry needs the `protobuf` Python package "
-            "to read it (run it with the project's .venv)"
-        )
-    try:
-        raw = base64.b64decode("".join(text.split()), validate=True)
-        fdp = descriptor_pb2.FileDescriptorProto()
-        fdp.ParseFromString(raw)
-    except (binascii.Error, DecodeError, ValueError) as e:
-        raise invalid_schema(f"neither .proto text nor a base64 FileDescriptorProto: {e}")
-    if not (fdp.message_type or fdp.enum_type or fdp.service):
-        raise invalid_schema("the FileDescriptorProto defines no message, enum or service")
-    return fdp
-
-
-PROTO_WIRE_GROUPS = [
-    {"int32", "int64", "uint32", "uint64", "bool"},
-    {"sint32", "sint64"},
-    {"fixed32", "sfixed32"},
-    {"fixed64", "sfixed64"},
-    {"string", "bytes"},
-]
-
-
-def proto_messages(fdp):
-    """{full message name: {field number: (type, type_name, label)}} of a FileDescriptorProto."""
-    out = {}
-
-    def walk(m, scope):
-        full = f"{scope}.{m.name}"
-        out[full] = {f.number: (PROTO_TYPES[f.type], f.type_name, f.label) for f in m.field}
-        for n in m.nested_type:
-            walk(n, full)
-
-    for m in fdp.message_type:
-        walk(m, f".{fdp.package}" if fdp.package else "")
-    return out
-
-
-def proto_compat(new_fdp, old_fdp, errors):
-    """Simplified Protobuf compatibility (both directions alike, as wire compatibility is symmetric):
-    a message of the old file missing from the new one, the first message renamed (a record's message
-    index 0 would name another), or a field number whose type changed between wire-incompatible kinds
-    or to another message or enum type. Adding or removing fields is compatible."""
-    new, old = proto_messages(new_fdp), proto_messages(old_fdp)
-    if old_fdp.message_type and new_fdp.message_type and old_fdp.message_type[0].name != new_fdp.message_type[0].name:
-        errors.append(
-            f"MESSAGE_MOVED: the first message was {old_fdp.message_type[0].name}, is now "
-            f"{new_fdp.message_type[0].name}"
-        )
-    for name, old_fields in old.items():
-        if name not in new:
-            errors.append(f"MESSAGE_REMOVED: {name.lstrip('.')}")
-            continue
-        for number, (otype, oname, olabel) in old_fields.items():
-            if number not in new[name]:
-                continue
-            ntype, nname, nlabel = new[name][number]
-            where = f"{name.lstrip('.')} field {number}"
-            if otype in ("message", "group", "enum") or ntype in ("message", "group", "enum"):
-                if otype != ntype or oname != nname:
-                    errors.append(f"FIELD_NAMED_TYPE_CHANGED: {where}: {oname or otype} -> {nname or ntype}")
-            elif otype != ntype and not any(otype in g and ntype in g for g in PROTO_WIRE_GROUPS):
-                errors.append(f"FIELD_SCALAR_KIND_CHANGED: {where}: {otype} -> {ntype}")
-            if (olabel == 3) != (nlabel == 3) and not (otype in ("string", "bytes", "message")):
-                errors.append(f"FIELD_KIND_CHANGED: {where}: repeated changed")
-
-
 # ---- the registry --------------------------------------------------------------------------------
 
 
@@ -815,8 +531,8 @@ class Registry:
                 raise ApiError(
                     422,
                     42201,
-                    f"Schema {schema_id} was registered as .proto text: this registry serves format=serialized "
-                    "only for schemas registered as a FileDescriptorProto (deploy/local/README.md)",
+                    f"Schema {schema_id} is .proto text this registry cannot compile (groups, editions, or no "
+                    "`protobuf` package): format=serialized is not available for it (deploy/local/README.md)",
                 )
             body["schema"] = s["serialized"]
         if s["schemaType"] != "AVRO":
@@ -906,15 +622,63 @@ class Registry:
         else:
             if looks_base64_descriptor(text):
                 fdp = proto_decode_descriptor(text)
-                stored = proto_descriptor_to_text(fdp)
                 serialized = "".join(text.split())
-                parsed = fdp
             else:
-                stored = text
-                parsed = None
-            key_text = proto_text_canonical(stored)
+                fdp = self.parse_proto(text, refs)
+                if fdp is not None:
+                    serialized = base64.b64encode(fdp.SerializeToString()).decode("ascii")
+            if fdp is not None:
+                # Text and descriptor alike are served, and compared, as the text printed from the descriptor.
+                stored = key_text = proto_descriptor_to_text(fdp)
+            else:
+                stored, key_text = text, proto_text_canonical(text)
+            parsed = fdp
         key = json.dumps([stype, key_text, refs], separators=(",", ":"))
         return stype, stored, refs, key, serialized, parsed
+
+    def proto_file(self, schema_id):
+        """The FileDescriptorProto of a stored Protobuf schema, or None (text this parser cannot read)."""
+        s = self.schemas[schema_id]
+        if s.get("serialized"):
+            return proto_decode_descriptor(s["serialized"])
+        return self.parse_proto(s["schema"], s["references"])
+
+    def parse_proto(self, text, refs):
+        """FileDescriptorProto of .proto text, its imports taken from the references and the well-known
+        types; None when the `protobuf` package is missing or the text uses what the parser lacks."""
+        try:
+            import importlib
+
+            from google.protobuf import descriptor_pb2, descriptor_pool
+        except ImportError:
+            return None
+        proto_text_canonical(text)  # the basic checks, with their messages
+        imports = {}
+        for r in refs:
+            v = self.find_version(r["subject"], str(r["version"]), deleted=True)
+            dep = self.proto_file(v["id"])
+            if dep is None:
+                return None
+            dep.name = r["name"]
+            imports[r["name"]] = dep
+        pool = descriptor_pool.Default()
+        for module in WELL_KNOWN_MODULES:
+            try:
+                importlib.import_module(f"google.protobuf.{module}_pb2")
+            except ImportError:
+                pass
+        for t in re.findall(r'import\s+(?:public\s+|weak\s+)?"(google/protobuf/[\w/]+\.proto)"', text):
+            if t not in imports:
+                try:
+                    fdp = descriptor_pb2.FileDescriptorProto()
+                    pool.FindFileByName(t).CopyToProto(fdp)
+                    imports[t] = fdp
+                except KeyError:
+                    pass
+        try:
+            return ProtoParser(text, imports).parse()
+        except ProtoUnsupported:
+            return None
 
     def parsed_of(self, schema_id):
         """The compatibility form of a stored schema."""
@@ -1217,6 +981,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send(status, payload, raw)
         except ApiError as e:
             self.send(e.status, {"error_code": e.code, "message": e.message})
+        except ProtoSchemaError as e:
+            self.send(422, {"error_code": 42201, "message": f"Invalid schema {e}"})
         except Exception as e:  # noqa: BLE001: a bug answers 500 with its text, as Confluent's 50001
             self.log_message("internal error: %r", e)
             self.send(500, {"error_code": 50001, "message": f"Error in the backend data store: {e!r}"})

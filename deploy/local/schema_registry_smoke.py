@@ -85,7 +85,7 @@ def framed_id(data):
     return struct.unpack(">I", data[1:5])[0]
 
 
-client = SchemaRegistryClient({"url": URL})
+client = SchemaRegistryClient({"url": URL}) if URL else None
 
 # ---- Avro ----------------------------------------------------------------------------------------
 
@@ -394,14 +394,25 @@ def protobuf():
     status, common = http("GET", f"/subjects/floe%2Fcommon.proto/versions/{refs[0]['version']}")
     expect(status == 200 and "enum Level {" in common["schema"] and "message Address {" in common["schema"], f"{common}")
 
-    # Registering the same file as text under another subject is one more schema (text and
-    # descriptor forms are not unified), but the same text twice is one id.
+    # The same file sent as .proto text (comments, other whitespace, relative type names) is the
+    # same schema: the same id under another subject, and format=serialized gives its descriptor.
     text_subject = f"smoke-proto-text-{RUN}"
-    body = {"schemaType": "PROTOBUF", "schema": EXPECTED_EVENT_PROTO, "references": refs}
-    _, a = http("POST", f"/subjects/{text_subject}/versions", body)
-    spaced = dict(body, schema="// a comment\n" + EXPECTED_EVENT_PROTO.replace("\n", "\n\n").replace("  ", "\t"))
-    _, b = http("POST", f"/subjects/{text_subject}/versions", spaced)
-    expect("id" in a and a == b, f"text registrations {a} {b}")
+    relative = (EXPECTED_EVENT_PROTO.replace(".floe.test.Event.Inner", "Inner").replace(".floe.common.", "floe.common.")
+                .replace(".google.protobuf.", "google.protobuf."))
+    body = {"schemaType": "PROTOBUF", "schema": "// Event, by hand\n" + relative.replace("  ", "\t"), "references": refs}
+    status, a = http("POST", f"/subjects/{text_subject}/versions", body)
+    expect(status == 200 and a == {"id": schema_id}, f"text registration {status} {a}, descriptor id {schema_id}")
+    own = dict(body, schema=relative.replace("message Envelope", "message Wrapper"))
+    _, b = http("POST", f"/subjects/{text_subject}-2/versions", own)
+    _, served = http("GET", f"/schemas/ids/{b['id']}?format=serialized")
+    got = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(served["schema"]))
+    want = descriptor_pb2.FileDescriptorProto()
+    descriptor_pool.Default().FindFileByName("floe/event.proto").CopyToProto(want)
+    want.message_type[0].name = "Wrapper"
+    got.name, want.name = "", ""
+    expect(got == want, f"the text's descriptor differs:\n{got}\nwant\n{want}")
+    expect_error(422, 42201, "POST", f"/subjects/{text_subject}/versions",
+                 {"schemaType": "PROTOBUF", "schema": "syntax = \"proto3\"; message X { Missing m = 1; }"})
     expect_error(422, 42201, "POST", f"/subjects/{text_subject}/versions",
                  {"schemaType": "PROTOBUF", "schema": "message X { int32 a = 1;"})
 
