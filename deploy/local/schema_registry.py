@@ -125,28 +125,45 @@ AVRO_FIELD_KEY_ORDER = ("name", "type", "doc", "default", "order", "aliases")
 
 def avro_canonical(node):
     """Whitespace- and key-order-free text of an Avro schema, keeping every attribute (doc, default,
-    logicalType, ...): {"type": "string"} and "string" are one schema, as in Avro's Schema.toString."""
+    logicalType, ...), in the form of Avro's Schema.toString: {"type": "string"} is "string", a named
+    type's full name is split into "name" and a "namespace" written only where it differs from the
+    enclosing one, and a reference to a type of the enclosing namespace is its short name."""
 
-    def norm(n, in_field=False):
+    def norm(n, ns, in_field=False):
+        if isinstance(n, str):
+            if "." in n and n.rsplit(".", 1)[0] == ns:
+                return n.rsplit(".", 1)[1]
+            return n
         if isinstance(n, list):
-            return [norm(x) for x in n]
+            return [norm(x, ns) for x in n]
         if not isinstance(n, dict):
             return n
         if not in_field and set(n) == {"type"} and isinstance(n["type"], str):
-            return n["type"]
+            return norm(n["type"], ns)
+        n = dict(n)
+        inner = ns
+        if not in_field and n.get("type") in ("record", "error", "enum", "fixed") and isinstance(n.get("name"), str):
+            name = n["name"]
+            space = name.rsplit(".", 1)[0] if "." in name else (n.get("namespace") if "namespace" in n else ns)
+            space = space or ""  # null and "" are the null namespace
+            n["name"] = name.rsplit(".", 1)[-1]
+            n.pop("namespace", None)
+            if space != ns:
+                n["namespace"] = space
+            inner = space
         out = {}
         keys = AVRO_FIELD_KEY_ORDER if in_field else AVRO_KEY_ORDER
         order = [k for k in keys if k in n] + sorted(k for k in n if k not in keys)
         for k in order:
             v = n[k]
             if k == "fields" and isinstance(v, list):
-                v = [norm(f, in_field=True) for f in v]
+                v = [norm(f, inner, in_field=True) for f in v]
             elif k in ("type", "items", "values"):
-                v = norm(v)
+                v = norm(v, inner)
             out[k] = v
         return out
 
-    return json.dumps(norm(node), separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(norm(node, ""), separators=(",", ":"), ensure_ascii=False)
 
 
 class AvroSchemaParser:

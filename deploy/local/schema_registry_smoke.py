@@ -129,6 +129,11 @@ def avro_same_schema_same_id():
     spaced = json.dumps(EVENT_V1, indent=4)  # other whitespace, same schema
     expect(client.register_schema(avro_subject, Schema(spaced, "AVRO")) == v1_id, "re-registration got a new id")
     expect(client.get_versions(avro_subject) == [1], "re-registration added a version")
+    full_names = json.loads(json.dumps(EVENT_V1))
+    del full_names["namespace"]
+    full_names["name"] = "floe.smoke.Event"  # the same name, written whole
+    full_names["fields"][3]["type"]["name"] = "floe.smoke.Kind"
+    expect(client.register_schema(avro_subject, Schema(json.dumps(full_names), "AVRO")) == v1_id, "full names: a new id")
     other = f"smoke-avro-other-{RUN}-value"
     expect(client.register_schema(other, Schema(spaced, "AVRO")) == v1_id, "another subject got another id")
     found = client.lookup_schema(other, Schema(json.dumps(EVENT_V1), "AVRO"))
