@@ -189,7 +189,10 @@ EOF
 }
 
 case "${1:-}" in
-  install) cmd_install ;;
+  install)
+    lock
+    cmd_install
+    ;;
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
