@@ -1141,15 +1141,16 @@ class Handler(BaseHTTPRequestHandler):
                     n_version = parse_version(segs[4])
                     vs = reg.versions(subject)
                     if n_version == -1:
-                        against = vs[-1:]
+                        # As Confluent: every live version, the level deciding between the latest and all.
+                        against, transitive = vs, None
                     else:
+                        transitive = False
                         if not vs:
                             raise subject_not_found(subject)
                         against = [v for v in vs if v["version"] == n_version]
                         if not against:
                             raise version_not_found(n_version)
-                    # One version named: checked against it alone, in the level's directions.
-                    errors = reg.compatibility_errors(subject, stype, parsed, against, transitive=False)
+                    errors = reg.compatibility_errors(subject, stype, parsed, against, transitive=transitive)
                 elif n == 4:
                     # Every live version, whatever the level's transitivity (Confluent's "all versions").
                     errors = reg.compatibility_errors(subject, stype, parsed, reg.versions(subject), transitive=True)

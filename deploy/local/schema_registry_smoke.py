@@ -236,6 +236,9 @@ def avro_transitive():
     client.register_schema(subject, Schema(json.dumps(v2), "AVRO"))
     expect(client.test_compatibility(subject, Schema(json.dumps(v3), "AVRO")), "BACKWARD checks the latest only")
     http("PUT", f"/config/{subject}", {"compatibility": "BACKWARD_TRANSITIVE"})
+    expect(not client.test_compatibility(subject, Schema(json.dumps(v3), "AVRO")), "latest under a transitive level: all")
+    _, one = http("POST", f"/compatibility/subjects/{subject}/versions/2", {"schema": json.dumps(v3)})
+    expect(one == {"is_compatible": True}, f"a named version is checked alone: {one}")
     try:
         client.register_schema(subject, Schema(json.dumps(v3), "AVRO"))
     except SchemaRegistryError as e:
