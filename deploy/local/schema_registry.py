@@ -953,12 +953,21 @@ class Handler(BaseHTTPRequestHandler):
     def send(self, status, payload, raw=False):
         data = payload.encode() if raw else json.dumps(payload).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "text/plain" if raw else CONTENT_TYPE)
+        self.send_header("Content-Type", "text/plain" if raw else self.response_type())
         self.send_header("Content-Length", str(len(data)))
         if status == 401:
             self.send_header("WWW-Authenticate", 'Basic realm="floe-schema-registry"')
         self.end_headers()
         self.wfile.write(data)
+
+    def response_type(self):
+        """Confluent's content negotiation: the first of its JSON types the Accept header names,
+        else application/vnd.schemaregistry.v1+json."""
+        for item in self.headers.get("Accept", "").split(","):
+            kind = item.split(";")[0].strip().lower()
+            if kind in (CONTENT_TYPE, "application/vnd.schemaregistry+json", "application/json"):
+                return kind
+        return CONTENT_TYPE
 
     def authorized(self):
         if not self.basic_auth and not self.bearer_token:
