@@ -12,6 +12,7 @@ use common::race::{event_batch, records_at};
 use floe::commit::Committer;
 use floe::config::MaintenanceConfig;
 use floe::dlq::{DlqEntry, LocalDlq};
+use floe::iceberg::fence::DeletionFence;
 use floe::iceberg::table_state::{table_checkpoints, PROP_UNFINISHED_BATCH_IDS};
 use floe::iceberg::target::IcebergTarget;
 use floe::lease::{BatchStore, LeaseStore, SqlLeaseStore};
@@ -764,9 +765,18 @@ async fn the_orphan_sweep_removes_only_old_unreferenced_floe_files() {
         .unwrap();
     assert!(referenced.len() > 5, "{referenced:?}");
 
-    let report = sweep(&table, "m", &FileLister::Local, &pending, 86_400_000, now)
-        .await
-        .unwrap();
+    let fence = DeletionFence::new("m", f.ident.clone(), f.catalog.clone(), 1);
+    let report = sweep(
+        &table,
+        "m",
+        &FileLister::Local,
+        &pending,
+        86_400_000,
+        now,
+        &fence,
+    )
+    .await
+    .unwrap();
     assert_eq!(report.deleted, 2, "{report:?}");
     assert_eq!(report.young, 1, "{report:?}");
     for gone in [&old_data, &old_manifest] {
@@ -906,4 +916,341 @@ async fn record_expiry_at_every_look_does_not_starve_compaction() {
         compacted,
         "the recent closed hour was compacted: {history:?}"
     );
+}
+
+// ---- each maintenance snapshot tells the truth; a committer that lost its epoch deletes nothing ----
+
+/// Operation, tasks and record counts of every snapshot of `table`, oldest first.
+fn history(table: &iceberg::table::Table) -> Vec<floe::iceberg::maintenance::MaintenanceSnapshot> {
+    let mut snapshots: Vec<_> = table.metadata().snapshots().collect();
+    snapshots.sort_by_key(|s| s.sequence_number());
+    snapshots
+        .iter()
+        .map(|s| floe::iceberg::maintenance::MaintenanceSnapshot::of(table, s.snapshot_id()))
+        .collect()
+}
+
+/// Record expiration and compaction due in the same look: the expired hour goes in a `delete`
+/// snapshot (deleted-records = its rows, nothing added), then the compaction in a `replace`
+/// whose added and deleted records are equal; the totals are exact in each, and PyIceberg reads
+/// each snapshot with exactly those rows. Before, both went into one `replace` that dropped the
+/// expired rows (deleted-records > added-records), a change incremental readers skip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_expiry_and_compaction_in_one_look_commit_a_delete_then_a_replace() {
+    let f = fixture().await;
+    let swap = floe::catalog::swap::SqlSwap::open(
+        f.catalog.clone(),
+        &floe::config::CatalogDatabase::Sqlite(f.dir.path().join("catalog.sqlite")),
+        "floe",
+    )
+    .await
+    .unwrap();
+    let target = Arc::new(
+        IcebergTarget::new("m", f.ident.clone(), f.catalog.clone(), f.dlq.clone())
+            .with_maintenance(MaintenanceConfig {
+                record_retention: Some(Duration::from_secs(3600)),
+                ..eager()
+            })
+            .with_rewrites(Some(Arc::new(swap)), writer_settings(128 << 20)),
+    );
+    let leases: Arc<dyn LeaseStore> = f.store.clone();
+    let c = Committer::new("m", target.clone(), leases, f.store.clone(), 1);
+    let last_hour = (floe::time::now_ms() / 3_600_000 - 1) * 3_600_000 + 60_000;
+    let july = 1_783_627_200_000;
+    let put = |from: u64, base: i64| {
+        let f = &f;
+        async move {
+            let table = f.catalog.load_table(&f.ident).await.unwrap();
+            let after = (from > 0).then(|| from as i64 - 1);
+            let b = common::race::event_batch_at(
+                &f.schema,
+                "m",
+                &table,
+                after,
+                from,
+                from + 10,
+                base,
+                0,
+            )
+            .await;
+            f.store.put_batch(&b).await.unwrap();
+        }
+    };
+    // Two writes into the hour before the current one (closed, within the retention): the look
+    // after the second starts their compaction.
+    put(0, last_hour).await;
+    c.run_round().await.unwrap();
+    put(10, last_hour).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    c.run_round().await.unwrap();
+    target.maintainer().wait_for_compaction().await;
+    // Late July records (expired) arrive before the next look, which then has both to commit.
+    put(20, july).await;
+    assert_eq!(c.commit_round().await.unwrap().committed, 1);
+    let before = f.catalog.load_table(&f.ident).await.unwrap();
+    let before_id = before.metadata().current_snapshot_id().unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    c.maintain().await;
+
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let history = history(&table);
+    eprintln!(
+        "snapshot | operation | floe.maintenance | added-records | deleted-records | total-records"
+    );
+    for s in &history {
+        eprintln!(
+            "{} | {} | {} | {} | {} | {}",
+            s.snapshot_id,
+            s.operation,
+            s.tasks,
+            s.added_records,
+            s.deleted_records,
+            s.total_records
+        );
+    }
+    let at = history
+        .iter()
+        .position(|s| s.snapshot_id == before_id)
+        .unwrap();
+    let new = &history[at + 1..];
+    assert_eq!(new.len(), 2, "a delete, then a replace: {history:?}");
+    let (delete, replace) = (&new[0], &new[1]);
+    assert_eq!(
+        (delete.operation.as_str(), delete.tasks.as_str()),
+        ("delete", "record-expiry")
+    );
+    assert_eq!(
+        (
+            delete.added_records,
+            delete.deleted_records,
+            delete.total_records
+        ),
+        (0, 10, 20)
+    );
+    assert_eq!(
+        (replace.operation.as_str(), replace.tasks.as_str()),
+        ("replace", "compaction")
+    );
+    assert_eq!(
+        (
+            replace.added_records,
+            replace.deleted_records,
+            replace.total_records
+        ),
+        (20, 20, 20)
+    );
+    for s in history.iter().filter(|s| s.operation == "replace") {
+        assert_eq!(s.added_records, s.deleted_records, "{s:?}");
+    }
+
+    let py = snapshots_py(&f);
+    let (old, deleted, replaced) = (
+        py_snapshot(&py, before_id),
+        py_snapshot(&py, delete.snapshot_id),
+        py_snapshot(&py, replace.snapshot_id),
+    );
+    assert_eq!(old["rows"], 30);
+    assert_eq!(deleted["operation"], "delete");
+    assert_eq!(deleted["summary"]["deleted-records"], "10");
+    assert_eq!(deleted["summary"]["total-records"], "20");
+    let ids: Vec<u64> = serde_json::from_value(deleted["ids"].clone()).unwrap();
+    assert_eq!(ids, (0..20).collect::<Vec<u64>>(), "the July rows are gone");
+    assert_eq!(replaced["operation"], "replace");
+    assert_eq!(replaced["summary"]["added-records"], "20");
+    assert_eq!(replaced["summary"]["deleted-records"], "20");
+    assert_eq!(replaced["rows"], 20);
+    assert_eq!(
+        deleted["digest"], replaced["digest"],
+        "the replace keeps every row of the delete before it"
+    );
+    assert_eq!(replaced["files_by_partition"].as_object().unwrap().len(), 1);
+}
+
+/// A swap that, once armed, lets a newer committer take the table over right after its next
+/// successful swap and before the swap returns: the committer that swapped goes on as a zombie
+/// (what a committer paused past its lease at that point sees when it resumes).
+struct TakeoverAfterSwap {
+    inner: floe::catalog::swap::SqlSwap,
+    takeover: tokio::sync::Mutex<Option<futures::future::BoxFuture<'static, ()>>>,
+}
+
+#[async_trait::async_trait]
+impl floe::catalog::swap::TableSwap for TakeoverAfterSwap {
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        requirements: Vec<iceberg::TableRequirement>,
+        updates: Vec<iceberg::TableUpdate>,
+    ) -> iceberg::Result<iceberg::table::Table> {
+        let swapped = self.inner.swap(ident, requirements, updates).await?;
+        let takeover = self.takeover.lock().await.take();
+        if let Some(takeover) = takeover {
+            takeover.await;
+        }
+        Ok(swapped)
+    }
+}
+
+/// Every file under the table location.
+fn table_files(f: &Fixture) -> std::collections::BTreeSet<std::path::PathBuf> {
+    walk(&f.dir.path().join("wh/m/events"))
+        .into_iter()
+        .collect()
+}
+
+/// Committer A (epoch 1) commits a manifest rewrite that expires 4 snapshots; right after its
+/// swap, committer B takes the committer lease (counter 2; with `lease_fence` off, A's fence
+/// checks the table only) and commits, expiring snapshots and deleting their files. A, now a
+/// zombie, must delete nothing — not the files of the snapshots its own commit expired, not
+/// those B deleted — and the table loses nothing.
+async fn a_zombie_committer_deletes_nothing(lease_fence: bool) {
+    use floe::lease::{LeaseKey, LeaseSpec};
+    use futures::FutureExt;
+    let f = fixture().await;
+    let p = committer(
+        &f,
+        f.store.clone(),
+        MaintenanceConfig {
+            snapshot_expiry: false,
+            ..MaintenanceConfig::default()
+        },
+    );
+    commit_rounds(&f, &p, 0..6).await;
+    drop(p);
+    let expiring = MaintenanceConfig {
+        snapshot_expiry: true,
+        snapshot_retention: Duration::from_millis(1),
+        min_snapshots: 2,
+        compaction: false,
+        manifest_rewrite: true,
+        max_manifests: 3,
+        ..eager()
+    };
+    f.store
+        .ensure_leases("m", &[LeaseSpec::new(LeaseKey::Committer)])
+        .await
+        .unwrap();
+    let row = f
+        .store
+        .get_lease("m", &LeaseKey::Committer)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        f.store.take_lease(&row, "a").await.unwrap().lease_counter,
+        1
+    );
+
+    // B, armed to take over inside A's next swap.
+    let b_target = {
+        let t = IcebergTarget::new("m", f.ident.clone(), f.catalog.clone(), f.dlq.clone())
+            .with_maintenance(expiring);
+        Arc::new(if lease_fence {
+            t.with_lease_fence(f.store.clone())
+        } else {
+            t
+        })
+    };
+    let b_leases: Arc<dyn LeaseStore> = f.store.clone();
+    let b = Committer::new("m", b_target.clone(), b_leases, f.store.clone(), 2);
+    let after_b: Arc<std::sync::Mutex<Option<std::collections::BTreeSet<std::path::PathBuf>>>> =
+        Arc::default();
+    let takeover = {
+        let (store, after_b, root) = (
+            f.store.clone(),
+            after_b.clone(),
+            f.dir.path().join("wh/m/events"),
+        );
+        async move {
+            if lease_fence {
+                let row = store
+                    .get_lease("m", &LeaseKey::Committer)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(store.take_lease(&row, "b").await.unwrap().lease_counter, 2);
+            }
+            b.commit_round().await.unwrap();
+            b_target.wait_for_cleanup().await;
+            *after_b.lock().unwrap() = Some(walk(&root).into_iter().collect());
+        }
+        .boxed()
+    };
+    let swap = TakeoverAfterSwap {
+        inner: floe::catalog::swap::SqlSwap::open(
+            f.catalog.clone(),
+            &floe::config::CatalogDatabase::Sqlite(f.dir.path().join("catalog.sqlite")),
+            "floe",
+        )
+        .await
+        .unwrap(),
+        takeover: tokio::sync::Mutex::new(Some(takeover)),
+    };
+    let a_target = {
+        let t = IcebergTarget::new("m", f.ident.clone(), f.catalog.clone(), f.dlq.clone())
+            .with_maintenance(expiring)
+            .with_rewrites(Some(Arc::new(swap)), writer_settings(128 << 20));
+        Arc::new(if lease_fence {
+            t.with_lease_fence(f.store.clone())
+        } else {
+            t
+        })
+    };
+    let a_leases: Arc<dyn LeaseStore> = f.store.clone();
+    let a = Committer::new("m", a_target.clone(), a_leases, f.store.clone(), 1);
+    let before_a = f.catalog.load_table(&f.ident).await.unwrap();
+    assert_eq!(before_a.metadata().snapshots().count(), 6);
+
+    let report = a_target.maintain_once(a.epoch()).await.unwrap();
+    a_target.wait_for_cleanup().await;
+    assert_eq!(report.tasks, vec!["manifest-rewrite"], "{report:?}");
+    let after_b = after_b.lock().unwrap().clone().expect("B took over");
+    let after_a = table_files(&f);
+    assert_eq!(
+        after_a.symmetric_difference(&after_b).collect::<Vec<_>>(),
+        Vec::<&std::path::PathBuf>::new(),
+        "the zombie deleted files"
+    );
+    // What A's commit expired is still on disk (an orphan for B's sweep), never deleted by A.
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let a_expired: Vec<_> = before_a
+        .metadata()
+        .snapshots()
+        .filter(|s| table.metadata().snapshot_by_id(s.snapshot_id()).is_none())
+        .map(|s| s.manifest_list().to_string())
+        .collect();
+    assert!(a_expired.len() >= 4, "{a_expired:?}");
+    assert!(
+        a_expired
+            .iter()
+            .filter(|p| std::path::Path::new(p.trim_start_matches("file://")).exists())
+            .count()
+            >= 4,
+        "the manifest lists of the snapshots A expired stay: {a_expired:?}"
+    );
+    // The table loses nothing: every file it reaches exists, every snapshot reads every row.
+    assert_eq!(floe::iceberg::table_state::table_epoch(&table), 2);
+    for path in floe::iceberg::orphans::reachable_files(&table)
+        .await
+        .unwrap()
+    {
+        assert!(
+            table.file_io().exists(&path).await.unwrap(),
+            "{path} is referenced"
+        );
+    }
+    let py = snapshots_py(&f);
+    for s in py["snapshots"].as_array().unwrap() {
+        assert_eq!(s["rows"], 60, "{s}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_whose_lease_moved_deletes_nothing_and_the_table_loses_nothing() {
+    a_zombie_committer_deletes_nothing(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committer_whose_epoch_the_table_no_longer_carries_deletes_nothing() {
+    a_zombie_committer_deletes_nothing(false).await;
 }

@@ -128,13 +128,14 @@ async fn maintain_channel(
         interval: Duration::ZERO,
         ..io.maintenance
     };
+    let leases: Arc<dyn LeaseStore> = store.clone();
     let target = Arc::new(
         IcebergTarget::new(&name, io.ident.clone(), io.catalog.clone(), io.dlq.clone())
             .with_maintenance(maintenance)
             .with_rewrites(io.swap.clone(), io.writer.clone())
-            .with_orphan_sweep_if(io.lister.clone()),
+            .with_orphan_sweep_if(io.lister.clone())
+            .with_lease_fence(leases.clone()),
     );
-    let leases: Arc<dyn LeaseStore> = store.clone();
     let batches: Arc<dyn BatchStore> = store.clone();
     let committer = Committer::new(
         name.clone(),
@@ -149,12 +150,19 @@ async fn maintain_channel(
             .await
             .map_err(|e| unavailable(format!("commit round: {e}")))?;
         let mut tasks: Vec<&'static str> = Vec::new();
+        let mut snapshots: Vec<String> = Vec::new();
         for _ in 0..MAX_LOOKS {
             let report = target
                 .maintain_once(lease.lease_counter)
                 .await
                 .map_err(|e| unavailable(format!("maintenance: {e}")))?;
             tasks.extend(report.tasks.iter().copied());
+            snapshots.extend(report.snapshots.iter().map(|s| {
+                format!(
+                    "{} {} ({}: +{}/-{} records)",
+                    s.operation, s.snapshot_id, s.tasks, s.added_records, s.deleted_records
+                )
+            }));
             if report.compaction_started {
                 target.maintainer().wait_for_compaction().await;
                 continue;
@@ -168,14 +176,20 @@ async fn maintain_channel(
             .await
             .map_err(|e| unavailable(format!("orphan sweep: {e}")))?;
         target.maintainer().wait_for_sweep().await;
+        target.wait_for_cleanup().await;
         tasks.dedup();
         Ok::<_, AppError>(format!(
-            "committed {} pending batches; maintenance: {}; orphan sweep: {}",
+            "committed {} pending batches; maintenance: {}{}; orphan sweep: {}",
             round.committed,
             if tasks.is_empty() {
                 "nothing to do".to_string()
             } else {
                 tasks.join(", ")
+            },
+            if snapshots.is_empty() {
+                String::new()
+            } else {
+                format!(" (snapshots: {})", snapshots.join(", "))
             },
             if swept { "done (see the log)" } else { "off" }
         ))

@@ -837,7 +837,8 @@ async fn committer_loop(
                         )
                         .with_maintenance(io.maintenance)
                         .with_rewrites(io.swap.clone(), io.writer.clone())
-                        .with_orphan_sweep_if(io.lister.clone()),
+                        .with_orphan_sweep_if(io.lister.clone())
+                        .with_lease_fence(leases.clone()),
                         leases,
                         batches,
                         l.lease_counter,

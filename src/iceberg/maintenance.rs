@@ -1,14 +1,22 @@
 //! Table maintenance by the committer, beside the data commits (docs/operations.md, "Table
 //! maintenance"): compaction of closed hour partitions, manifest rewrite and record expiration,
-//! committed as `replace` or `delete` snapshots ([`super::rewrite`]) through the catalog's
+//! committed as `delete` and `replace` snapshots ([`super::rewrite`]) through the catalog's
 //! [`TableSwap`]. Snapshot expiry itself rides in the data commits ([`super::target`]).
+//!
+//! Each snapshot's operation tells the truth about its rows, because incremental readers act
+//! on it (Spark's and Flink's skip `replace` snapshots): record expiration removes rows, so it is
+//! a `delete` of its own; compaction and manifest rewrite keep every row, so they are one
+//! `replace` with equal added and deleted records. When both are due in one look, the `delete`
+//! commits first and the `replace` is built on it; [`super::rewrite::check_operation`] refuses
+//! any snapshot that breaks the rule before it reaches the catalog.
 //!
 //! The committer calls [`Maintainer::maintain`] after each round, on the table as it left it,
 //! only while it holds the committer lease and only when the table carries its epoch; the
 //! rewrite's `assert-ref-snapshot-id` makes the commit conditional on exactly that snapshot, so a
-//! committer that lost its lease (a newer epoch committed since) can never land one. The heavy
-//! part of compaction (reading and writing data files) runs in a background task; the
-//! committer's loop only plans it and, once the files are written, commits them:
+//! committer that lost its lease (a newer epoch committed since) can never land one, and every
+//! file it deletes goes through its [`DeletionFence`]. The heavy part of compaction (reading and
+//! writing data files) runs in a background task; the committer's loop only plans it and, once
+//! the files are written, commits them:
 //!
 //! ```text
 //!  look (every `interval`): manifests of the current snapshot, files by hour partition
@@ -16,8 +24,11 @@
 //!    manifests > max_manifests                                  -> merge the small ones
 //!    compaction:     closed hours (+ compaction_delay) with >= 2 small files
 //!                    -> background task: read them, write files of ~target_file_size
-//!  task done: inputs still live? -> one replace snapshot: remove inputs, add outputs
-//!             no (another rewrite won) -> outputs deleted
+//!  commit: record expiry            -> delete snapshot  (deleted-records = rows expired)
+//!          then, on the table it left:
+//!          compaction inputs still live? + manifest merge
+//!                                   -> replace snapshot (added-records = deleted-records)
+//!          inputs gone (another rewrite won) -> outputs deleted (through the fence)
 //! ```
 //!
 //! A kill at any step leaves at worst data files no snapshot references (compaction outputs
@@ -36,6 +47,7 @@ use iceberg::ErrorKind;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use super::fence::DeletionFence;
 use super::rewrite::{commit_rewrite, hour_of, CurrentFiles, Rewrite};
 use super::writer::{rewrite_data_files, WriterSettings};
 use crate::catalog::swap::TableSwap;
@@ -434,10 +446,12 @@ const SWEEP_FIRST_DELAY: std::time::Duration = std::time::Duration::from_secs(36
 const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(86_400);
 
 /// What one [`Maintainer::maintain`] call did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct MaintenanceReport {
-    /// The replace or delete snapshot committed, if any.
+    /// The last replace or delete snapshot committed, if any.
     pub snapshot_id: Option<i64>,
+    /// Every snapshot committed, in order (a `delete` of record expiry first, then a `replace`).
+    pub snapshots: Vec<MaintenanceSnapshot>,
     /// The tasks it did (`compaction`, `manifest-rewrite`, `record-expiry`).
     pub tasks: Vec<&'static str>,
     /// Data files removed from the table (compacted or expired).
@@ -446,6 +460,55 @@ pub struct MaintenanceReport {
     pub files_added: usize,
     /// Whether a compaction task was started.
     pub compaction_started: bool,
+    /// The table as the last snapshot committed it (what follow-up cleanup works from: never a
+    /// reload, which may show a newer committer's table).
+    pub table: Option<Table>,
+}
+
+/// One maintenance snapshot as committed: what its summary says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaintenanceSnapshot {
+    /// The snapshot id.
+    pub snapshot_id: i64,
+    /// Its operation (`delete`, `replace`).
+    pub operation: String,
+    /// Its `floe.maintenance` tasks.
+    pub tasks: String,
+    /// `added-records`.
+    pub added_records: u64,
+    /// `deleted-records`.
+    pub deleted_records: u64,
+    /// `total-records`.
+    pub total_records: u64,
+}
+
+impl MaintenanceSnapshot {
+    /// Snapshot `snapshot_id` of `table` as its summary describes it (zeros where a key is
+    /// missing).
+    pub fn of(table: &Table, snapshot_id: i64) -> Self {
+        let snapshot = table.metadata().snapshot_by_id(snapshot_id);
+        let summary = snapshot.map(|s| s.summary());
+        let number = |key: &str| -> u64 {
+            summary
+                .and_then(|s| s.additional_properties.get(key))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_default()
+        };
+        MaintenanceSnapshot {
+            snapshot_id,
+            operation: summary.map_or(String::new(), |s| s.operation.as_str().to_string()),
+            tasks: summary
+                .and_then(|s| {
+                    s.additional_properties
+                        .get(super::rewrite::SUMMARY_MAINTENANCE)
+                })
+                .cloned()
+                .unwrap_or_default(),
+            added_records: number("added-records"),
+            deleted_records: number("deleted-records"),
+            total_records: number("total-records"),
+        }
+    }
 }
 
 /// The maintenance of one channel's table by its committer (see the module docs). Dropping it
@@ -519,13 +582,14 @@ impl Maintainer {
     }
 
     /// Starts an orphan sweep of `table` in the background when one is due (or `now`), unless
-    /// one is running: pending batches' files (`batches`) are spared. Logs one line when it
-    /// ends; counted in `floe_maintenance_files_deleted_total{kind="orphan"}`.
+    /// one is running: pending batches' files (`batches`) are spared, and it deletes through
+    /// `fence`. Logs one line when it ends; counted in `floe_maintenance_files_deleted_total{kind="orphan"}`.
     pub async fn sweep_if_due(
         &self,
         table: &Table,
         batches: &dyn crate::lease::BatchStore,
         now: bool,
+        fence: &DeletionFence,
     ) -> iceberg::Result<bool> {
         let Some(lister) = self
             .lister
@@ -563,9 +627,12 @@ impl Maintainer {
             self.config.orphan_age.as_millis() as i64,
         );
         let now_ms = (self.clock)();
+        let fence = fence.clone();
         st.sweep = Some(tokio::spawn(async move {
             let started = Instant::now();
-            match super::orphans::sweep(&table, &channel, &lister, &pending, age, now_ms).await {
+            match super::orphans::sweep(&table, &channel, &lister, &pending, age, now_ms, &fence)
+                .await
+            {
                 Ok(r) => {
                     telemetry::record_maintenance_files_deleted(
                         &channel,
@@ -627,13 +694,21 @@ impl Maintainer {
     }
 
     /// One look at `table` (as the committer's last round left it, carrying its epoch): commits
-    /// a finished compaction, record expiration and manifest rewrite as one snapshot when there
-    /// is work, and starts a compaction task for closed hours with small files. Cheap when
-    /// nothing is due (no I/O before `interval` passed or a task finished).
+    /// record expiration as a `delete` snapshot, then a finished compaction and manifest rewrite
+    /// as one `replace` snapshot (never one snapshot for both: a `replace` must not change the
+    /// rows, see [`super::rewrite::check_operation`]), and starts a compaction task for closed
+    /// hours with small files. Cheap when nothing is due (no I/O before `interval` passed or a
+    /// task finished). Compaction outputs given up are deleted through `fence`.
     ///
-    /// Errors: reading the manifests, writing the new ones, or the swap; a lost swap
-    /// (`CatalogCommitConflicts` or a failed requirement) is retried at the next call.
-    pub async fn maintain(&self, table: &Table) -> iceberg::Result<MaintenanceReport> {
+    /// Errors: reading the manifests, writing the new ones, or the swap of the first snapshot
+    /// of the look; a lost swap (`CatalogCommitConflicts` or a failed requirement) is retried
+    /// at the next call. When the `delete` committed and the `replace` failed, the report says
+    /// what committed and the failure is logged.
+    pub async fn maintain(
+        &self,
+        table: &Table,
+        fence: &DeletionFence,
+    ) -> iceberg::Result<MaintenanceReport> {
         let mut report = MaintenanceReport::default();
         let Some(swap) = self.swap.as_deref().filter(|_| self.active()) else {
             return Ok(report);
@@ -660,33 +735,36 @@ impl Maintainer {
         let now = (self.clock)();
         let live: HashSet<&str> = current.live().map(|e| e.file_path()).collect();
 
-        let mut rewrite = Rewrite::default();
+        // Record expiration: whole files removed, a `delete` snapshot of its own.
+        let mut expiry = Rewrite::default();
         let mut expired: HashSet<i32> = HashSet::new();
         if let (true, Some(retention)) = (due, self.config.record_retention) {
             if !current.has_deletes {
                 for h in expired_hours(&hours, retention.as_millis() as i64, now) {
                     expired.insert(h);
-                    rewrite
+                    expiry
                         .remove
                         .extend(hours[&h].iter().map(|e| e.file_path().to_string()));
                 }
                 if !expired.is_empty() {
-                    rewrite.tasks.push("record-expiry");
+                    expiry.tasks.push("record-expiry");
                 }
             }
         }
+        // Compaction and manifest rewrite: the same rows in other files, a `replace`.
+        let mut rewrite = Rewrite::default();
         let mut compacted = st.ready.take();
         if let Some(c) = &compacted {
             let committed = c.outputs.iter().any(|f| live.contains(f.file_path()));
             let usable = c.inputs.iter().all(|p| live.contains(p.as_str()))
-                && !c.inputs.iter().any(|p| rewrite.remove.contains(p))
+                && !c.inputs.iter().any(|p| expiry.remove.contains(p))
                 && !current.has_deletes;
             if committed || !usable {
                 // Committed by an earlier call whose outcome was unknown, or overtaken (record
                 // expiry, another engine's rewrite): never delete a file the table references.
                 let c = compacted.take().expect("checked");
                 if !committed {
-                    self.abandon(table, c, "its inputs changed");
+                    self.abandon(table, c, "its inputs changed", fence);
                 }
             } else {
                 rewrite.remove.extend(c.inputs.iter().cloned());
@@ -702,98 +780,122 @@ impl Maintainer {
             rewrite.tasks.push("manifest-rewrite");
         }
 
-        if !rewrite.is_empty() {
-            rewrite.expire = expirable(table, &self.config, now_ms());
-            let commit_id = Uuid::now_v7();
-            let started = Instant::now();
-            match commit_rewrite(table, &current, &rewrite, swap, commit_id).await {
+        let steps: Vec<Rewrite> = [expiry, rewrite]
+            .into_iter()
+            .filter(|r| !r.is_empty())
+            .collect();
+        if steps.is_empty() {
+            if due
+                && self.config.compaction
+                && st.job.is_none()
+                && st.ready.is_none()
+                && !current.has_deletes
+            {
+                report.compaction_started =
+                    self.start_compaction(&mut st, table, &hours, now, &expired);
+            }
+            return Ok(report);
+        }
+        let manifests_before = current.manifests.len();
+        let started = Instant::now();
+        let last = steps.len() - 1;
+        let (mut base, mut base_files) = (table.clone(), current);
+        for (i, mut step) in steps.into_iter().enumerate() {
+            if i > 0 {
+                base_files = CurrentFiles::load(&base).await?;
+            }
+            // Snapshot expiry rides in the look's last snapshot.
+            if i == last {
+                step.expire = expirable(&base, &self.config, now_ms());
+            }
+            let with_compaction = step.tasks.contains(&"compaction");
+            match commit_rewrite(&base, &base_files, &step, swap, Uuid::now_v7()).await {
                 Ok(done) => {
-                    for t in &rewrite.tasks {
+                    for t in &step.tasks {
                         telemetry::record_maintenance_run(
                             &self.channel,
                             task_label(t),
                             "committed",
                         );
                     }
-                    if let Some(c) = &compacted {
+                    if let Some(c) = compacted.as_ref().filter(|_| with_compaction) {
                         telemetry::record_compaction_files(
                             &self.channel,
                             c.inputs.len() as u64,
                             c.outputs.len() as u64,
                         );
                     }
-                    telemetry::set_table_shape(
-                        &self.channel,
-                        done.manifests,
-                        live.len() + rewrite.add.len() - rewrite.remove.len(),
-                    );
+                    let snapshot = MaintenanceSnapshot::of(&done.table, done.snapshot_id);
                     tracing::info!(
                         channel = %self.channel,
                         table = %table.identifier(),
-                        tasks = %rewrite.tasks.join(","),
+                        tasks = %step.tasks.join(","),
                         snapshot_id = done.snapshot_id,
-                        files_removed = rewrite.remove.len(),
-                        files_added = rewrite.add.len(),
-                        rows_compacted = compacted.as_ref().map_or(0, |c| c.rows),
-                        hours_expired = expired.len(),
-                        manifests_before = current.manifests.len(),
+                        operation = %snapshot.operation,
+                        added_records = snapshot.added_records,
+                        deleted_records = snapshot.deleted_records,
+                        files_removed = step.remove.len(),
+                        files_added = step.add.len(),
+                        rows_compacted = compacted.as_ref().filter(|_| with_compaction).map_or(0, |c| c.rows),
+                        hours_expired = if step.tasks.contains(&"record-expiry") { expired.len() } else { 0 },
+                        manifests_before,
                         manifests_after = done.manifests,
                         took_ms = started.elapsed().as_millis() as u64,
                         "table maintained"
                     );
                     report.snapshot_id = Some(done.snapshot_id);
-                    report.tasks = rewrite.tasks.clone();
-                    report.files_removed = rewrite.remove.len();
-                    report.files_added = rewrite.add.len();
-                    // Plan the next compaction on the table as committed, in this same look: a
-                    // look that always commits something (record expiry of late records) must
-                    // not keep compaction from ever starting (found by a fresh-user test).
-                    if due && self.config.compaction && st.job.is_none() && st.ready.is_none() {
-                        let after = CurrentFiles::load(&done.table).await?;
-                        if !after.has_deletes {
-                            report.compaction_started = self.start_compaction(
-                                &mut st,
-                                &done.table,
-                                &files_by_hour(&after),
-                                now,
-                                &expired,
-                            );
-                        }
+                    report.snapshots.push(snapshot);
+                    report.tasks.extend(step.tasks.iter().copied());
+                    report.files_removed += step.remove.len();
+                    report.files_added += step.add.len();
+                    if with_compaction {
+                        compacted = None;
                     }
-                    return Ok(report);
+                    base = done.table;
                 }
                 Err(e) => {
                     let outcome = match e.kind() {
                         ErrorKind::CatalogCommitConflicts | ErrorKind::DataInvalid => "conflict",
                         _ => "failed",
                     };
-                    for t in &rewrite.tasks {
+                    for t in &step.tasks {
                         telemetry::record_maintenance_run(&self.channel, task_label(t), outcome);
                     }
                     if let Some(mut c) = compacted.take() {
-                        c.attempts += 1;
+                        if with_compaction {
+                            c.attempts += 1;
+                        }
                         if c.attempts >= MAX_COMMIT_ATTEMPTS && outcome == "conflict" {
-                            self.abandon(table, c, "its commit was refused too often");
+                            self.abandon(&base, c, "its commit was refused too often", fence);
                         } else {
                             st.ready = Some(c);
                         }
                     }
                     // Look again at the next call rather than after a whole interval.
                     st.next_look = None;
-                    return Err(e);
+                    if report.snapshots.is_empty() {
+                        return Err(e);
+                    }
+                    tracing::warn!(channel = %self.channel, table = %table.identifier(), tasks = %step.tasks.join(","), error = %e, "maintenance snapshot not committed after the record expiry before it; tried again at the next look");
+                    break;
                 }
             }
         }
-
+        let after = CurrentFiles::load(&base).await?;
+        telemetry::set_table_shape(&self.channel, after.manifests.len(), after.live().count());
+        // Plan the next compaction on the table as committed, in this same look: a look that
+        // always commits something (record expiry of late records) must not keep compaction
+        // from ever starting (found by a fresh-user test).
         if due
             && self.config.compaction
             && st.job.is_none()
             && st.ready.is_none()
-            && !current.has_deletes
+            && !after.has_deletes
         {
             report.compaction_started =
-                self.start_compaction(&mut st, table, &hours, now, &expired);
+                self.start_compaction(&mut st, &base, &files_by_hour(&after), now, &expired);
         }
+        report.table = Some(base);
         Ok(report)
     }
 
@@ -838,15 +940,21 @@ impl Maintainer {
         true
     }
 
-    /// Gives up compaction `c`: its outputs are deleted (no snapshot references them).
-    fn abandon(&self, table: &Table, c: Compacted, why: &str) {
+    /// Gives up compaction `c`: its outputs are deleted through `fence` (no snapshot
+    /// references them; a committer that lost the table deletes nothing).
+    fn abandon(&self, table: &Table, c: Compacted, why: &str, fence: &DeletionFence) {
         telemetry::record_maintenance_run(&self.channel, "compaction", "abandoned");
         tracing::info!(channel = %self.channel, files = c.outputs.len(), why, "compaction abandoned, its files deleted");
-        let file_io = table.file_io().clone();
+        let (file_io, fence) = (table.file_io().clone(), fence.clone());
+        let paths: Vec<String> = c
+            .outputs
+            .iter()
+            .map(|f| f.file_path().to_string())
+            .collect();
         tokio::spawn(async move {
-            for f in &c.outputs {
-                let _ = file_io.delete(f.file_path()).await;
-            }
+            fence
+                .delete(&file_io, "abandoned compaction outputs", &paths)
+                .await;
         });
     }
 

@@ -23,6 +23,8 @@ use std::collections::HashSet;
 use iceberg::table::Table;
 use uuid::Uuid;
 
+use super::fence::DeletionFence;
+
 /// Minimum safety age of the sweep (`orphan_age`): 1 h.
 pub const MIN_ORPHAN_AGE_MS: i64 = 3_600_000;
 
@@ -172,9 +174,10 @@ pub struct SweepReport {
     pub young: usize,
 }
 
-/// Sweeps `table`'s location at `now_ms` (see the module docs): deletes floe-named files of
-/// channel `channel` older than `min_age_ms` that `table` does not reach and `pending` (paths
-/// named by pending batches) does not name.
+/// Sweeps `table`'s location at `now_ms` (see the module docs): deletes, through `fence` (not
+/// at all when this committer no longer owns the table), floe-named files of channel `channel`
+/// older than `min_age_ms` that `table` does not reach and `pending` (paths named by pending
+/// batches) does not name.
 ///
 /// Errors: listing or reading the metadata failed (nothing deleted then); a failed delete is
 /// counted as not deleted.
@@ -185,6 +188,7 @@ pub async fn sweep(
     pending: &HashSet<String>,
     min_age_ms: i64,
     now_ms: i64,
+    fence: &DeletionFence,
 ) -> iceberg::Result<SweepReport> {
     let min_age_ms = min_age_ms.max(MIN_ORPHAN_AGE_MS);
     let reachable = reachable_files(table).await?;
@@ -201,6 +205,7 @@ pub async fn sweep(
         listed: listed.len(),
         ..SweepReport::default()
     };
+    let mut orphans = Vec::new();
     for path in listed {
         if reachable.contains(&path) || pending.contains(&path) {
             continue;
@@ -212,10 +217,12 @@ pub async fn sweep(
             report.young += 1;
             continue;
         }
-        if table.file_io().delete(&path).await.is_ok() {
-            report.deleted += 1;
-        }
+        orphans.push(path);
     }
+    report.deleted = fence
+        .delete(table.file_io(), "orphan sweep", &orphans)
+        .await
+        .len();
     Ok(report)
 }
 

@@ -1,8 +1,9 @@
 //! Replace and delete snapshots, built by floe and committed through a
 //! [`crate::catalog::swap::TableSwap`]: the commit of compaction (data files of a
-//! closed hour replaced by fewer, larger ones), manifest rewrite (many small manifests
-//! bin-packed into few) and record expiration (whole hour partitions deleted), in any
-//! combination, as one snapshot.
+//! closed hour replaced by fewer, larger ones) and manifest rewrite (many small manifests
+//! bin-packed into few), together one `replace`, and record expiration (whole hour partitions
+//! deleted), a `delete`. Every snapshot passes [`check_operation`] before the swap: a `replace`
+//! that would change the rows (record expiration mixed into it) is refused.
 //!
 //! A rewrite never changes what a reader sees beyond what it says: every live data file of the
 //! current snapshot that the rewrite does not remove is carried over with its data and file
@@ -147,10 +148,12 @@ enum Item<'a> {
 
 /// Commits `rewrite` on `table`'s current snapshot (whose data manifests `current` holds) as
 /// one `replace` snapshot (`delete` when it only removes files), through `swap`. The new
-/// manifests and manifest list are named after `commit_id`; on a refusal they are deleted.
+/// manifests and manifest list are named after `commit_id`; on a refusal they are deleted (this
+/// call's own files, which no snapshot references: not a maintenance deletion, so not fenced).
 ///
-/// Errors: `ErrorKind::DataInvalid` when a file to remove is not live in the current snapshot or
-/// the snapshot has delete files; the swap's errors (`CatalogCommitConflicts` or a failed
+/// Errors: `ErrorKind::DataInvalid` when a file to remove is not live in the current snapshot,
+/// the snapshot has delete files, or [`check_operation`] refuses the snapshot (a `replace` that
+/// adds and deletes different record counts: nothing is written); the swap's errors (`CatalogCommitConflicts` or a failed
 /// requirement: the table moved, nothing was committed; anything else: outcome unknown, the
 /// caller reloads the table and looks for the new snapshot id).
 pub async fn commit_rewrite(
@@ -186,6 +189,8 @@ pub async fn commit_rewrite(
             format!("data file {missing} is not live in snapshot {parent}"),
         ));
     }
+    let summary = summary(current, rewrite, commit_id);
+    check_operation(&summary, current.live().map(|e| e.record_count()).sum())?;
     let snapshot_id = unique_snapshot_id(table);
     let sequence_number = md.next_sequence_number();
 
@@ -255,7 +260,7 @@ pub async fn commit_rewrite(
             .with_timestamp_ms(now_ms().max(md.last_updated_ms()))
             .with_manifest_list(list_path)
             .with_schema_id(md.current_schema_id())
-            .with_summary(summary(current, rewrite, commit_id))
+            .with_summary(summary)
             .build();
         let requirements = vec![
             TableRequirement::UuidMatch { uuid: md.uuid() },
@@ -310,6 +315,53 @@ pub async fn commit_rewrite(
         }
     }
     result
+}
+
+/// The guard every maintenance snapshot passes before it reaches the catalog: its operation
+/// must tell the truth about its rows (Iceberg spec, "Snapshots": a `replace` changes files
+/// "without changing table data"; incremental readers of Spark and Flink skip it). A `replace`
+/// adds exactly the records it deletes and keeps `total-records` at `parent_total_records`; a
+/// `delete` adds nothing; `total-records` is always the parent's plus added minus deleted.
+///
+/// Errors: `ErrorKind::DataInvalid` naming the operation, the tasks and the counts (a bug in the
+/// snapshot's planning: nothing is committed).
+pub fn check_operation(summary: &Summary, parent_total_records: u64) -> iceberg::Result<()> {
+    let props = &summary.additional_properties;
+    let number = |key: &str| -> u64 {
+        props
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default()
+    };
+    let (added, deleted, total) = (
+        number("added-records"),
+        number("deleted-records"),
+        number("total-records"),
+    );
+    let tasks = props.get(SUMMARY_MAINTENANCE).map_or("", String::as_str);
+    let refuse = |why: String| {
+        Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!(
+                "maintenance snapshot ({tasks}) refused: {why} (added-records {added}, deleted-records {deleted}, total-records {parent_total_records} -> {total})"
+            ),
+        ))
+    };
+    if parent_total_records + added != total + deleted {
+        return refuse("its total-records do not follow from its parent's".into());
+    }
+    match summary.operation {
+        Operation::Replace if added != deleted => refuse(format!(
+            "a replace must not change the table's rows, this one {} {} records",
+            if added > deleted { "adds" } else { "removes" },
+            added.abs_diff(deleted)
+        )),
+        Operation::Delete if added > 0 || number("added-data-files") > 0 => {
+            refuse("a delete must not add data".into())
+        }
+        Operation::Append => refuse("floe's maintenance never appends".into()),
+        _ => Ok(()),
+    }
 }
 
 /// A random positive snapshot id no snapshot of `table` has (iceberg-rust's rule).
@@ -446,5 +498,61 @@ pub fn hour_of(entry: &ManifestEntryRef) -> Option<i32> {
             Some(*h)
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary_of(operation: Operation, added: u64, deleted: u64, total: u64) -> Summary {
+        Summary {
+            operation,
+            additional_properties: [
+                ("added-records", added.to_string()),
+                ("deleted-records", deleted.to_string()),
+                ("total-records", total.to_string()),
+                (SUMMARY_MAINTENANCE, "record-expiry,compaction".to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        }
+    }
+
+    /// The snapshot a chaos run committed (record expiry inside a compaction's `replace`:
+    /// 10,706 rows down to 10,626) is refused before it reaches the catalog; the two truthful
+    /// snapshots that replace it pass.
+    #[test]
+    fn a_replace_that_changes_the_row_count_is_refused() {
+        let e = check_operation(
+            &summary_of(Operation::Replace, 6_034, 6_114, 10_626),
+            10_706,
+        )
+        .expect_err("a replace removing 80 rows");
+        assert_eq!(e.kind(), ErrorKind::DataInvalid);
+        let message = e.to_string();
+        for part in [
+            "replace",
+            "removes 80 records",
+            "record-expiry,compaction",
+            "added-records 6034",
+            "deleted-records 6114",
+        ] {
+            assert!(message.contains(part), "{part:?} in {message}");
+        }
+        // The same look as two snapshots: the delete of the expired hour, then the compaction.
+        check_operation(&summary_of(Operation::Delete, 0, 80, 10_626), 10_706).unwrap();
+        check_operation(
+            &summary_of(Operation::Replace, 6_034, 6_034, 10_626),
+            10_626,
+        )
+        .unwrap();
+        // A replace that adds rows, a delete that adds, totals that do not add up, an append.
+        check_operation(&summary_of(Operation::Replace, 11, 10, 101), 100).unwrap_err();
+        check_operation(&summary_of(Operation::Delete, 5, 10, 95), 100).unwrap_err();
+        check_operation(&summary_of(Operation::Replace, 10, 10, 90), 100).unwrap_err();
+        check_operation(&summary_of(Operation::Delete, 0, 10, 100), 100).unwrap_err();
+        check_operation(&summary_of(Operation::Append, 10, 0, 110), 100).unwrap_err();
     }
 }

@@ -5,16 +5,18 @@
 //! and reading `floe.last-commit-id`. After the commit, the batches' staged DLQ objects are
 //! published; a rejected batch's data files and staged DLQ object are deleted.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, TableIdent};
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use super::fence::FencedCatalog;
+use super::fence::{DeletionFence, FencedCatalog};
 use super::maintenance::{Maintainer, MaintenanceReport};
 use super::table::{check_same_table, referenced_data_files};
 use super::table_state::{
@@ -27,6 +29,7 @@ use crate::catalog::swap::TableSwap;
 use crate::config::MaintenanceConfig;
 use crate::destination::{CommitError, CommitTarget, LoadedTarget};
 use crate::dlq::Dlq;
+use crate::lease::LeaseStore;
 use crate::model::{BatchFiles, Checkpoints, PendingBatch};
 use crate::telemetry;
 use crate::time::now_ms;
@@ -51,6 +54,13 @@ pub struct IcebergTarget {
     lister: Option<super::orphans::FileLister>,
     /// The table's uuid at the first load: a table replaced under the name is never written.
     uuid: OnceLock<Uuid>,
+    /// The lease store whose committer lease the deletion fence renews (`None`: the fence
+    /// checks the table's epoch only).
+    leases: Option<Arc<dyn LeaseStore>>,
+    /// Whether the deletion fence found this committer's epoch lost (for good).
+    fence_lost: Arc<AtomicBool>,
+    /// The cleanup tasks (deletions after commits) still running.
+    cleanup: TaskTracker,
 }
 
 impl IcebergTarget {
@@ -74,7 +84,40 @@ impl IcebergTarget {
             clock: None,
             lister: None,
             uuid: OnceLock::new(),
+            leases: None,
+            fence_lost: Arc::new(AtomicBool::new(false)),
+            cleanup: TaskTracker::new(),
         }
+    }
+
+    /// The same target deleting files (expired snapshots', dropped metadata, orphans,
+    /// abandoned compaction outputs) only after renewing the committer lease in `leases` with
+    /// its epoch as counter ([`DeletionFence`]); without it only the table's epoch is checked.
+    pub fn with_lease_fence(mut self, leases: Arc<dyn LeaseStore>) -> Self {
+        self.leases = Some(leases);
+        self
+    }
+
+    /// The fence every deletion of the committer of `epoch` goes through.
+    fn fence(&self, epoch: u64) -> DeletionFence {
+        let fence = DeletionFence::new(
+            &self.channel,
+            self.ident.clone(),
+            self.catalog.inner().clone(),
+            epoch,
+        )
+        .sharing(self.fence_lost.clone());
+        match &self.leases {
+            Some(leases) => fence.with_leases(leases.clone()),
+            None => fence,
+        }
+    }
+
+    /// Waits for the deletions started after commits to end (for tests and `floe maintain`).
+    pub async fn wait_for_cleanup(&self) {
+        self.cleanup.close();
+        self.cleanup.wait().await;
+        self.cleanup.reopen();
     }
 
     /// The same target maintaining the table as `maintenance` says (default: on, snapshots
@@ -145,18 +188,26 @@ impl IcebergTarget {
 }
 
 impl IcebergTarget {
-    /// After a commit from `before_table` to `after`: counts and logs the snapshots it expired
-    /// and, off the committer's loop, deletes the files that only expired snapshots reached:
+    /// After this committer's commit from `before_table` to `after` (the table as that commit
+    /// left it, never a reload: a reload may show a newer committer's table): counts and logs
+    /// the snapshots it expired and, off the committer's loop, deletes through the committer of
+    /// `epoch`'s [`DeletionFence`] (one check for all of them) the files that only expired
+    /// snapshots reached:
     /// - each expired snapshot's manifest list (it belongs to that snapshot alone);
     /// - where an expired snapshot's child is not an `append` (a replace or delete, floe's own
     ///   maintenance or another engine's): the manifests of the expired snapshot the child no
-    ///   longer lists, and the data files the child's own manifests mark `DELETED`.
+    ///   longer lists, and the data files the child's own manifests mark `DELETED`;
+    /// - the metadata files `before_table`'s metadata log named that `after`'s no longer does
+    ///   (the log keeps the newest `write.metadata.previous-versions-max`, 100 by default) —
+    ///   what Java's `write.metadata.delete-after-commit.enabled` does — only where floe writes
+    ///   the metadata files itself (SQL, Glue: [`TableSwap::client_writes_metadata`]) and
+    ///   maintenance is on; a REST server or S3 Tables owns its metadata files.
     ///
     /// History is linear (floe writes `main` only) and a file, once removed, never comes back,
     /// so a file an expired snapshot reached that its child dropped is reached by no retained
     /// snapshot: retained snapshots are the newest ones, descendants of that child. Only files
     /// under the table location are deleted.
-    pub(crate) fn delete_expired(&self, before_table: &Table, after: &Table) {
+    pub(crate) fn clean_up_after_commit(&self, before_table: &Table, after: &Table, epoch: u64) {
         let retained: HashSet<i64> = after
             .metadata()
             .snapshots()
@@ -170,11 +221,14 @@ impl IcebergTarget {
             .collect();
         let channel = self.channel.clone();
         telemetry::set_table_snapshots(&channel, retained.len());
-        if expired.is_empty() {
+        if !expired.is_empty() {
+            telemetry::record_snapshots_expired(&channel, expired.len() as u64);
+            tracing::info!(channel = %channel, table = %self.ident, expired = expired.len(), retained = retained.len(), "snapshots expired");
+        }
+        let metadata = self.dropped_metadata(before_table, after);
+        if expired.is_empty() && metadata.is_empty() {
             return;
         }
-        telemetry::record_snapshots_expired(&channel, expired.len() as u64);
-        tracing::info!(channel = %channel, table = %self.ident, expired = expired.len(), retained = retained.len(), "snapshots expired");
         // (expired snapshot, its child) where the child removed something.
         let pairs: Vec<_> = expired
             .iter()
@@ -187,7 +241,8 @@ impl IcebergTarget {
             })
             .collect();
         let table = before_table.clone();
-        tokio::spawn(async move {
+        let fence = self.fence(epoch);
+        self.cleanup.spawn(async move {
             let file_io = table.file_io();
             let location = table.metadata().location().to_string();
             // What each child removed is read first: it needs the expired manifest lists.
@@ -200,61 +255,62 @@ impl IcebergTarget {
                     }
                 }
             }
-            let mut lists = 0u64;
-            for e in &expired {
-                match file_io.delete(e.manifest_list()).await {
-                    Ok(()) => lists += 1,
-                    Err(err) => {
-                        tracing::warn!(channel = %channel, path = e.manifest_list(), error = %err, "could not delete an expired snapshot's manifest list (an orphan now)")
-                    }
-                }
-            }
-            telemetry::record_maintenance_files_deleted(&channel, "manifest_list", lists);
-            let (mut manifests, mut data_files, mut bytes) = (0u64, 0u64, 0u64);
-            for dropped in &removed {
-                for path in dropped
-                    .manifests
-                    .iter()
-                    .filter(|p| p.starts_with(&location))
-                {
-                    if file_io.delete(path).await.is_ok() {
-                        manifests += 1;
-                    }
-                }
-                for (path, size) in dropped
-                    .data_files
-                    .iter()
-                    .filter(|(p, _)| p.starts_with(&location))
-                {
-                    if file_io.delete(path).await.is_ok() {
-                        data_files += 1;
-                        bytes += size;
-                    }
-                }
-            }
-            telemetry::record_maintenance_files_deleted(&channel, "manifest", manifests);
-            telemetry::record_maintenance_files_deleted(&channel, "data_file", data_files);
+            let lists: HashSet<String> = expired
+                .iter()
+                .map(|e| e.manifest_list().to_string())
+                .collect();
+            let manifests: HashSet<String> = removed
+                .iter()
+                .flat_map(|r| r.manifests.iter())
+                .filter(|p| p.starts_with(&location))
+                .cloned()
+                .collect();
+            let data_files: HashMap<String, u64> = removed
+                .iter()
+                .flat_map(|r| r.data_files.iter())
+                .filter(|(p, _)| p.starts_with(&location))
+                .cloned()
+                .collect();
+            let paths: Vec<String> = lists
+                .iter()
+                .chain(&manifests)
+                .chain(data_files.keys())
+                .chain(&metadata)
+                .cloned()
+                .collect();
+            let deleted = fence
+                .delete(file_io, "files of expired snapshots, dropped metadata", &paths)
+                .await;
+            let count = |kind: &dyn Fn(&String) -> bool| deleted.iter().filter(|p| kind(p)).count() as u64;
+            let lists_deleted = count(&|p| lists.contains(p));
+            let manifests_deleted = count(&|p| manifests.contains(p));
+            let data_deleted = count(&|p| data_files.contains_key(p));
+            let bytes: u64 = deleted.iter().filter_map(|p| data_files.get(p)).sum();
+            telemetry::record_maintenance_files_deleted(&channel, "manifest_list", lists_deleted);
+            telemetry::record_maintenance_files_deleted(&channel, "manifest", manifests_deleted);
+            telemetry::record_maintenance_files_deleted(&channel, "data_file", data_deleted);
             telemetry::record_maintenance_bytes_deleted(&channel, bytes);
-            if manifests + data_files > 0 {
-                tracing::info!(channel = %channel, manifests, data_files, bytes, "files of expired snapshots deleted");
+            telemetry::record_maintenance_files_deleted(
+                &channel,
+                "metadata",
+                count(&|p| metadata.contains(p)),
+            );
+            if manifests_deleted + data_deleted > 0 {
+                tracing::info!(channel = %channel, manifests = manifests_deleted, data_files = data_deleted, bytes, "files of expired snapshots deleted");
             }
         });
     }
 
-    /// After a commit from `before` to `after`: deletes, off the committer's loop, the metadata
-    /// files `before`'s metadata log named that `after`'s no longer does (the log keeps the
-    /// newest `write.metadata.previous-versions-max`, 100 by default) — what Java's
-    /// `write.metadata.delete-after-commit.enabled` does. Only where floe writes the metadata
-    /// files itself (SQL, Glue: [`TableSwap::client_writes_metadata`]) and maintenance is on; a
-    /// REST server or S3 Tables owns its metadata files.
-    pub(crate) fn delete_dropped_metadata(&self, before: &Table, after: &Table) {
+    /// The metadata files `before`'s metadata log named that `after`'s no longer does, where
+    /// floe writes them and maintenance is on (see [`IcebergTarget::clean_up_after_commit`]).
+    fn dropped_metadata(&self, before: &Table, after: &Table) -> Vec<String> {
         if !self.maintenance.enabled
             || !self
                 .swap
                 .as_ref()
                 .is_some_and(|s| s.client_writes_metadata())
         {
-            return;
+            return Vec::new();
         }
         let kept: HashSet<&str> = after
             .metadata()
@@ -263,7 +319,7 @@ impl IcebergTarget {
             .map(|m| m.metadata_file.as_str())
             .chain(after.metadata_location())
             .collect();
-        let dropped: Vec<String> = before
+        before
             .metadata()
             .metadata_log()
             .iter()
@@ -271,21 +327,7 @@ impl IcebergTarget {
             .chain(before.metadata_location())
             .filter(|f| !kept.contains(f))
             .map(str::to_string)
-            .collect();
-        if dropped.is_empty() {
-            return;
-        }
-        let file_io = after.file_io().clone();
-        let channel = self.channel.clone();
-        tokio::spawn(async move {
-            let mut deleted = 0u64;
-            for path in &dropped {
-                if file_io.delete(path).await.is_ok() {
-                    deleted += 1;
-                }
-            }
-            telemetry::record_maintenance_files_deleted(&channel, "metadata", deleted);
-        });
+            .collect()
     }
 
     /// The table, refused (`Unavailable`) when it is not the table first loaded (replaced
@@ -333,11 +375,12 @@ impl CommitTarget for IcebergTarget {
         let Some(table) = self.table_at_epoch(epoch).await? else {
             return Ok(());
         };
+        let fence = self.fence(epoch);
         self.maintainer
-            .sweep_if_due(&table, batches, false)
+            .sweep_if_due(&table, batches, false, &fence)
             .await
             .map_err(|e| CommitError::unavailable("sweep orphans", e))?;
-        self.maintain_table(&table).await.map(|_| ())
+        self.maintain_table(&table, &fence).await.map(|_| ())
     }
 }
 
@@ -349,19 +392,20 @@ impl IcebergTarget {
         Ok((table_epoch(&table) == epoch).then_some(table))
     }
 
-    async fn maintain_table(&self, table: &Table) -> Result<MaintenanceReport, CommitError> {
+    async fn maintain_table(
+        &self,
+        table: &Table,
+        fence: &DeletionFence,
+    ) -> Result<MaintenanceReport, CommitError> {
         let report = self
             .maintainer
-            .maintain(table)
+            .maintain(table, fence)
             .await
             .map_err(|e| CommitError::unavailable("maintain the table", e))?;
-        if report.snapshot_id.is_some() {
-            if let Ok(after) = self.catalog.load_unfenced(&self.ident).await {
-                // A maintenance commit also expires (a table that only gets maintenance commits,
-                // with no data arriving, would keep every one of its snapshots otherwise).
-                self.delete_expired(table, &after);
-                self.delete_dropped_metadata(table, &after);
-            }
+        if let Some(after) = &report.table {
+            // A maintenance commit also expires (a table that only gets maintenance commits,
+            // with no data arriving, would keep every one of its snapshots otherwise).
+            self.clean_up_after_commit(table, after, fence.epoch());
         }
         Ok(report)
     }
@@ -374,7 +418,7 @@ impl IcebergTarget {
     pub async fn maintain_once(&self, epoch: u64) -> Result<MaintenanceReport, CommitError> {
         self.maintainer.look_now().await;
         match self.table_at_epoch(epoch).await? {
-            Some(table) => self.maintain_table(&table).await,
+            Some(table) => self.maintain_table(&table, &self.fence(epoch)).await,
             None => Ok(MaintenanceReport::default()),
         }
     }
@@ -392,7 +436,7 @@ impl IcebergTarget {
             return Ok(false);
         };
         self.maintainer
-            .sweep_if_due(&table, batches, true)
+            .sweep_if_due(&table, batches, true, &self.fence(epoch))
             .await
             .map_err(|e| CommitError::unavailable("sweep orphans", e))
     }
@@ -570,8 +614,7 @@ impl LoadedTarget for LoadedTable<'_> {
         catalog.clear_fence();
         match result {
             Ok(t) => {
-                self.target.delete_expired(&self.table, &t);
-                self.target.delete_dropped_metadata(&self.table, &t);
+                self.target.clean_up_after_commit(&self.table, &t, epoch);
                 Ok(t.metadata().current_snapshot_id())
             }
             Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
@@ -591,8 +634,8 @@ impl LoadedTarget for LoadedTable<'_> {
                     CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}"))
                 })?;
                 if last_commit_id(fresh.metadata().properties()) == Some(commit_id) {
-                    self.target.delete_expired(&self.table, &fresh);
-                    self.target.delete_dropped_metadata(&self.table, &fresh);
+                    self.target
+                        .clean_up_after_commit(&self.table, &fresh, epoch);
                     Ok(fresh.metadata().current_snapshot_id())
                 } else {
                     Err(CommitError::OutcomeUnknown(e.to_string()))
