@@ -36,7 +36,7 @@ use uuid::Uuid;
 
 use crate::destination::CommitTarget;
 use crate::lease::{BatchStore, DeliveryLog, LeaseKey, LeaseStore};
-use crate::model::{Checkpoints, Lineage, PendingBatch, Position, ShardId};
+use crate::model::{Checkpoints, PendingBatch, Position, ShardId};
 use crate::telemetry;
 
 pub use crate::destination::CommitError;
@@ -117,7 +117,7 @@ impl Committer {
         checkpoints: &Checkpoints,
         leases: &[crate::lease::Lease],
     ) {
-        let checkpoints = checkpoints.with_pruned_ended(&lineage_of(leases));
+        let checkpoints = checkpoints.with_pruned_ended(&crate::lease::lineage(leases));
         for lease in leases {
             let Some(shard) = lease.key.shard_id() else {
                 continue;
@@ -217,7 +217,7 @@ impl Committer {
         let committed_ids = loaded.committed_batch_ids();
         let leases = self.leases.list_leases(&self.channel).await?;
         self.repair_shard_end_hints(&checkpoints, &leases).await;
-        let lineage = lineage_of(&leases);
+        let lineage = crate::lease::lineage(&leases);
         let lease_counters: HashMap<ShardId, u64> = leases
             .into_iter()
             .filter_map(|l| match &l.key {
@@ -403,21 +403,6 @@ impl Committer {
             );
         }
     }
-}
-
-/// The parents and children of the channel's shards, as their lease rows name them, and the
-/// shards whose lease has an owner.
-fn lineage_of(leases: &[crate::lease::Lease]) -> Lineage {
-    let shards = || {
-        leases
-            .iter()
-            .filter_map(|l| l.key.shard_id().map(|s| (s, l)))
-    };
-    Lineage::from_parents(shards().map(|(s, l)| (s, l.parents.as_slice()))).with_held(
-        shards()
-            .filter(|(_, l)| l.owner.is_some())
-            .map(|(s, _)| s.clone()),
-    )
 }
 
 fn pick<'a>(
