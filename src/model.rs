@@ -935,7 +935,7 @@ mod tests {
                     }
                     self.held.insert(i);
                     let closed = !self.open.contains(&i);
-                    let position = if closed && b % 2 == 0 {
+                    let position = if closed && b.is_multiple_of(2) {
                         Position::ShardEnd
                     } else {
                         self.next_sequence += 1;
