@@ -109,16 +109,7 @@ async fn a_lease_that_flaps_during_flushes_loses_no_record() {
         held_rx,
     );
     let committer = rig.committer(1);
-    let committing = CancellationToken::new();
-    let committer_task = {
-        let committing = committing.clone();
-        tokio::spawn(async move {
-            while !committing.is_cancelled() {
-                committer.run_round().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let (committing, committer_task) = run_committer(committer, Duration::from_millis(20));
 
     // Records arrive while another thread drops the lease from the held set and puts it back
     // after 0–300 µs: some flushes see it missing and their lease sync (microseconds later)
@@ -871,17 +862,7 @@ async fn a_graceful_move_reads_nothing_twice_and_loses_nothing() {
         "held until its batches are committed"
     );
     // The committer now runs.
-    let committing = CancellationToken::new();
-    let committer_task = {
-        let committer = rig.committer(1);
-        let committing = committing.clone();
-        tokio::spawn(async move {
-            while !committing.is_cancelled() {
-                committer.run_round().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
+    let (committing, committer_task) = run_committer(rig.committer(1), Duration::from_millis(200));
     wait_until("w2 holds the moved shard", Duration::from_secs(20), || {
         w2.held.borrow().shards.contains_key(&moving)
     })
@@ -913,4 +894,22 @@ async fn a_graceful_move_reads_nothing_twice_and_loses_nothing() {
             "shard {s}: records read twice (moved: {moving})"
         );
     }
+}
+
+/// Runs a commit round with `committer` every `every` until the token is cancelled.
+fn run_committer(
+    committer: floe::commit::Committer,
+    every: Duration,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let committing = CancellationToken::new();
+    let task = {
+        let committing = committing.clone();
+        tokio::spawn(async move {
+            while !committing.is_cancelled() {
+                committer.run_round().await.unwrap();
+                tokio::time::sleep(every).await;
+            }
+        })
+    };
+    (committing, task)
 }
