@@ -59,20 +59,11 @@ fault_every=$(( duration / 26 )); [ "$fault_every" -ge 3 ] || fault_every=3   # 
 rate=$(( records * 10 / (duration * 9) + 1 ))   # production ends at ~90% of the fault window
 RANDOM=$seed
 
-target="${CARGO_TARGET_DIR:-$root/target}/$profile"
-floe="${FLOE_BIN:-$target/floe}"
-loadgen="${FLOE_LOADGEN_BIN:-$target/floe-loadgen}"
-mock_kafka="${FLOE_MOCK_KAFKA_BIN:-$target/floe-mock-kafka}"
-py="${FLOE_PYTHON:-$root/.venv/bin/python}"
-for b in "$floe" "$loadgen" "$mock_kafka" "$py"; do
-  [ -x "$b" ] || { echo "chaos: $b is missing (cargo build --bins)" >&2; exit 2; }
-done
+# shellcheck source=loadtest/lib.sh
+. "$root/loadtest/lib.sh"
+lt_binaries chaos "$profile"
 
-dir="${dir:-$(mktemp -d /tmp/floe-chaos.XXXXXX)}"
-mkdir -p "$dir"
-dir="$(cd "$dir" && pwd)"
-t0=$SECONDS
-say() { printf 'chaos [%4ds] %s\n' "$((SECONDS - t0))" "$*"; }
+lt_workdir chaos "$dir"
 
 # ---- processes we start, cleaned up on exit -----------------------------------------------------
 declare -A wpid=() wstate=()   # worker id -> pid; running|stopped|dead
@@ -118,10 +109,7 @@ if [ "$source_kind" = kafka ]; then
   # (records are ~190 B), so no record is deleted before the workers read it.
   partitions=$(( (records * 200 + 4194303) / 4194304 ))
   [ "$partitions" -ge 8 ] || partitions=8
-  coproc BROKER { exec "$mock_kafka" --topic events --partitions "$partitions" --exit-on-stdin-eof 2>"$dir/broker.log"; }
-  broker_pid=$BROKER_PID
-  read -r line <&"${BROKER[0]}"
-  bootstrap="${line#bootstrap=}"
+  lt_start_mock_kafka "$dir/broker.log" events "$partitions"
   say "floe-mock-kafka at $bootstrap (topic events, $partitions partitions)"
   lease_block="kind = \"sqlite\"
 path = \"$dir/leases.sqlite\""

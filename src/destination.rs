@@ -3,7 +3,8 @@
 //! round plan — and name no destination; each destination implements both sides:
 //!
 //! ```text
-//!   worker ──BatchSink──> buffer records, write a batch, undo it, read committed checkpoints
+//!   worker ──BatchSink──> buffer records (per shard), write a batch of some shards, drop one
+//!                         shard's records, undo a batch, read committed checkpoints
 //!   committer ──CommitTarget::load──> LoadedTarget: epoch, checkpoints, commit, publish, discard
 //!
 //!              | Iceberg (crate::iceberg)                 | Raw S3 (crate::raw)
@@ -16,7 +17,7 @@
 //! Errors are shaped by what the caller does next ([`SinkError`], [`CommitError`]), mapped where
 //! the dependency is called.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -133,11 +134,17 @@ pub trait BatchSink: Send {
     /// Drops everything buffered.
     fn clear(&mut self);
 
-    /// Writes the buffer (and the DLQ entries, where the destination has a DLQ) as batch
-    /// `batch_id`; the buffer is empty afterwards. On error nothing stays written.
+    /// Drops the records of `shard` buffered so far (its lease was lost, or its reader
+    /// rewinds); the other shards' records stay buffered.
+    fn drop_shard(&mut self, shard: &ShardId);
+
+    /// Writes the records of `shards` buffered (and `dlq_entries`, where the destination has a
+    /// DLQ) as batch `batch_id`; the other shards' records stay buffered. On error nothing stays
+    /// written.
     async fn write(
         &mut self,
         batch_id: Uuid,
+        shards: &BTreeSet<ShardId>,
         dlq_entries: &[DlqEntry],
     ) -> Result<Written, SinkError>;
 

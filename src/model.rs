@@ -12,7 +12,7 @@
 //! ```
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -341,6 +341,117 @@ impl Checkpoints {
     /// The `floe.checkpoints` table property value.
     pub fn to_property(&self) -> String {
         serde_json::to_string(self).expect("checkpoints serialize")
+    }
+}
+
+/// Which shards a Kinesis split or merge made out of which: parent → children, from the parents
+/// each child names (ListShards' `ParentShardId` and `AdjacentParentShardId`, as the shard lease
+/// rows keep them), and which shards' leases a worker holds. Kafka partitions have no parents.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lineage {
+    children: BTreeMap<ShardId, BTreeSet<ShardId>>,
+    held: BTreeSet<ShardId>,
+}
+
+impl Lineage {
+    /// The lineage of `(child, parents)` pairs.
+    pub fn from_parents<'a>(pairs: impl IntoIterator<Item = (&'a ShardId, &'a [ShardId])>) -> Self {
+        let mut lineage = Lineage::default();
+        for (child, parents) in pairs {
+            for parent in parents {
+                lineage
+                    .children
+                    .entry(parent.clone())
+                    .or_default()
+                    .insert(child.clone());
+            }
+        }
+        lineage
+    }
+
+    /// The same lineage, with the shards whose lease a worker holds: their `SHARD_END` is never
+    /// pruned, since the holder starts again from the table's checkpoint after a rewind (a
+    /// rejected batch, a lost lease), and from no checkpoint it would read the shard again. A
+    /// finished shard's lease is released when its holder stops and is never assigned again.
+    pub fn with_held(mut self, held: impl IntoIterator<Item = ShardId>) -> Self {
+        self.held.extend(held);
+        self
+    }
+
+    /// The shards that name `shard` as a parent.
+    pub fn children(&self, shard: &ShardId) -> impl Iterator<Item = &ShardId> {
+        self.children.get(shard).into_iter().flatten()
+    }
+}
+
+/// Pruning of ended shards (docs/design.md, protocol step 8): a long-lived, resharding stream
+/// would otherwise keep a `SHARD_END` entry in `floe.checkpoints` for every shard it ever had.
+///
+/// ```text
+///   before: {P: SHARD_END, C1: 4959…, C2: SHARD_END, G: 4961…}    P -> C1, C2;  C2 -> G
+///   pruned: {C1: 4959…, G: 4961…}       every child of P and of C2 has a checkpoint
+///   ended:  P (C1 has one), C2 (G has one): a shard without a checkpoint whose child has one
+///           is ended, since a child is only ever read once all its parents ended
+/// ```
+impl Checkpoints {
+    /// The shards without a checkpoint that have ended all the same: a child of theirs
+    /// ([`Lineage`]) has a checkpoint or has ended in turn (their `SHARD_END` was pruned).
+    pub fn pruned_ended(&self, lineage: &Lineage) -> BTreeSet<ShardId> {
+        let mut ended = BTreeSet::new();
+        // Up the lineage, one generation per pass: a fixpoint in at most as many passes as
+        // there are generations.
+        loop {
+            let found: Vec<ShardId> = lineage
+                .children
+                .iter()
+                .filter(|(parent, children)| {
+                    !self.0.contains_key(*parent)
+                        && !ended.contains(*parent)
+                        && children
+                            .iter()
+                            .any(|c| self.0.contains_key(c) || ended.contains(c))
+                })
+                .map(|(parent, _)| parent.clone())
+                .collect();
+            if found.is_empty() {
+                return ended;
+            }
+            ended.extend(found);
+        }
+    }
+
+    /// These checkpoints with `SHARD_END` for every shard whose `SHARD_END` was pruned
+    /// ([`Checkpoints::pruned_ended`]): the view to judge ranges against, so that a range of a
+    /// pruned shard is a duplicate, never a shard's first range.
+    pub fn with_pruned_ended(&self, lineage: &Lineage) -> Checkpoints {
+        let mut full = self.clone();
+        for shard in self.pruned_ended(lineage) {
+            full.0.insert(shard, Position::ShardEnd);
+        }
+        full
+    }
+
+    /// Whether `shard` has ended: its checkpoint is `SHARD_END`, or it was pruned.
+    pub fn is_ended(&self, shard: &ShardId, lineage: &Lineage) -> bool {
+        match self.0.get(shard) {
+            Some(p) => *p == Position::ShardEnd,
+            None => self.pruned_ended(lineage).contains(shard),
+        }
+    }
+
+    /// Drops every `SHARD_END` entry whose shard has children and each of them a checkpoint
+    /// (a position, `SHARD_END`, or pruned in turn), unless a worker holds the shard's lease.
+    /// What stays: every live shard's position, and the `SHARD_END` of a parent with a child
+    /// not yet committed (or still leased). A dropped shard stays ended for
+    /// [`Checkpoints::is_ended`] as long as the lineage names it.
+    pub fn prune_ended(&mut self, lineage: &Lineage) {
+        let full = self.with_pruned_ended(lineage);
+        self.0.retain(|shard, position| {
+            *position != Position::ShardEnd || lineage.held.contains(shard) || {
+                let mut children = lineage.children(shard).peekable();
+                children.peek().is_none() || !children.all(|c| full.0.contains_key(c))
+            }
+        });
     }
 }
 
@@ -733,6 +844,168 @@ mod tests {
             RangeVerdict::Contiguous,
             "a shard never checkpointed may end with no record"
         );
+    }
+
+    /// One random resharding history, replayed step by step (see the proptest below): the
+    /// unpruned checkpoints (`truth`), the table's (pruned at every commit), the lineage and
+    /// the held leases (now, and at the last commit: a release prunes nothing by itself).
+    struct History {
+        parents: Vec<Vec<usize>>,
+        open: Vec<usize>,
+        held: BTreeSet<usize>,
+        held_at_commit: BTreeSet<usize>,
+        truth: Checkpoints,
+        table: Checkpoints,
+        next_sequence: u64,
+    }
+
+    fn sid(i: usize) -> ShardId {
+        ShardId(format!("shardId-{i:012}"))
+    }
+
+    impl History {
+        fn lineage(&self) -> Lineage {
+            let ids: Vec<(ShardId, Vec<ShardId>)> = self
+                .parents
+                .iter()
+                .enumerate()
+                .map(|(c, ps)| (sid(c), ps.iter().map(|p| sid(*p)).collect()))
+                .collect();
+            Lineage::from_parents(ids.iter().map(|(c, ps)| (c, ps.as_slice())))
+                .with_held(self.held.iter().map(|i| sid(*i)))
+        }
+
+        fn startable(&self, i: usize) -> bool {
+            self.parents[i]
+                .iter()
+                .all(|p| self.truth.get(&sid(*p)) == Some(&Position::ShardEnd))
+        }
+
+        /// One commit of `shard` to `position`, as the committer applies it: judged against
+        /// the table's view with pruned shards restored, then pruned.
+        fn commit(&mut self, i: usize, position: Position) {
+            let lineage = self.lineage();
+            let range = CheckpointRange {
+                after_exclusive: self.truth.get(&sid(i)).cloned(),
+                last_inclusive: position,
+            };
+            let mut view = self.table.with_pruned_ended(&lineage);
+            assert_eq!(view.verdict(&sid(i), &range), RangeVerdict::Contiguous);
+            // A first range of an ended shard (read again from its start) is a duplicate.
+            for ended in self
+                .truth
+                .0
+                .iter()
+                .filter(|(_, p)| **p == Position::ShardEnd)
+            {
+                let again = CheckpointRange {
+                    after_exclusive: None,
+                    last_inclusive: Position::ShardEnd,
+                };
+                assert_eq!(view.verdict(ended.0, &again), RangeVerdict::Duplicate);
+            }
+            view.advance(&sid(i), &range);
+            self.truth.advance(&sid(i), &range);
+            let pruned_before = self.table.pruned_ended(&lineage);
+            view.prune_ended(&lineage);
+            view.0.retain(|s, _| !pruned_before.contains(s));
+            self.table = view;
+            self.held_at_commit = self.held.clone();
+        }
+
+        fn step(&mut self, op: u8, a: usize, b: usize) {
+            match op % 6 {
+                0 if !self.open.is_empty() => {
+                    let p = self.open.remove(a % self.open.len());
+                    for _ in 0..2 {
+                        self.parents.push(vec![p]);
+                        self.open.push(self.parents.len() - 1);
+                    }
+                }
+                1 if self.open.len() >= 2 => {
+                    let p = self.open.remove(a % self.open.len());
+                    let q = self.open.remove(b % self.open.len());
+                    self.parents.push(vec![p, q]);
+                    self.open.push(self.parents.len() - 1);
+                }
+                2..=4 => {
+                    let i = a % self.parents.len();
+                    if !self.startable(i) || self.truth.get(&sid(i)) == Some(&Position::ShardEnd) {
+                        return;
+                    }
+                    self.held.insert(i);
+                    let closed = !self.open.contains(&i);
+                    let position = if closed && b.is_multiple_of(2) {
+                        Position::ShardEnd
+                    } else {
+                        self.next_sequence += 1;
+                        seq(&format!("{}", 49_000_000 + self.next_sequence))
+                    };
+                    self.commit(i, position);
+                }
+                5 => {
+                    // The holder of a finished shard stops: its lease is released for good.
+                    let finished: Vec<usize> = self
+                        .held
+                        .iter()
+                        .copied()
+                        .filter(|i| self.truth.get(&sid(*i)) == Some(&Position::ShardEnd))
+                        .collect();
+                    if !finished.is_empty() {
+                        self.held.remove(&finished[a % finished.len()]);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    proptest! {
+        /// SHARD_END pruning keeps only live shards and their unfinished parents (issue 33): at
+        /// every commit of a random history of splits, merges, reads and released leases, the
+        /// table holds exactly every position, every `SHARD_END` of a shard still leased or
+        /// with a child not yet started, and nothing else; pruned shards still read as ended
+        /// (their first range again is a duplicate), and no shard never read does.
+        #[test]
+        fn shard_end_pruning_keeps_only_live_shards_and_their_unfinished_parents(
+            steps in proptest::collection::vec((0u8..6, 0usize..64, 0usize..64), 0..80)
+        ) {
+            let mut h = History {
+                parents: vec![vec![], vec![]],
+                open: vec![0, 1],
+                held: BTreeSet::new(),
+                held_at_commit: BTreeSet::new(),
+                truth: Checkpoints::default(),
+                table: Checkpoints::default(),
+                next_sequence: 0,
+            };
+            for (op, a, b) in steps {
+                h.step(op, a, b);
+                let lineage = h.lineage();
+                let expected: BTreeMap<ShardId, Position> = h
+                    .truth
+                    .0
+                    .iter()
+                    .filter(|(s, p)| {
+                        let mut children = lineage.children(s).peekable();
+                        **p != Position::ShardEnd
+                            || h.held_at_commit.contains(&s.0[8..].parse::<usize>().unwrap())
+                            || children.peek().is_none()
+                            || !children.all(|c| h.truth.get(c).is_some())
+                    })
+                    .map(|(s, p)| (s.clone(), p.clone()))
+                    .collect();
+                prop_assert_eq!(&h.table.0, &expected);
+                for i in 0..h.parents.len() {
+                    prop_assert_eq!(
+                        h.table.is_ended(&sid(i), &lineage),
+                        h.truth.get(&sid(i)) == Some(&Position::ShardEnd),
+                        "shard {} in {:?}", i, h.table
+                    );
+                }
+                prop_assert_eq!(h.table.with_pruned_ended(&lineage), h.truth.clone());
+            }
+        }
     }
 
     proptest! {

@@ -1,6 +1,6 @@
 //! Metrics and logs: every Prometheus metric floe exports is named and described here, once
 //! (names `floe_<name>_<unit>`, base units, counters end in `_total`; labels bounded:
-//! `channel`, `code`, `outcome`, `reason`, `kind`). Emitted once per batch or round, never
+//! `channel`, `code`, `outcome`, `reason`, `kind`, `cause`). Emitted once per batch or round, never
 //! per record.
 
 #![allow(clippy::disallowed_macros)] // the one module that may emit metrics (clippy.toml)
@@ -12,12 +12,18 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-/// Age of the oldest record read but not yet committed, seconds; 0 when idle.
+/// Age of the oldest record of a held shard not yet committed, counted from when this process
+/// first read it (a record read again after a rewind keeps its first read), seconds; 0 when
+/// idle.
 pub const DATA_FRESHNESS_SECONDS: &str = "floe_data_freshness_seconds";
 /// The channel's data freshness bound in force (configured or updated), seconds.
 pub const DATA_FRESHNESS_TARGET_SECONDS: &str = "floe_data_freshness_target_seconds";
 /// Records read from the source.
 pub const RECORDS_READ_TOTAL: &str = "floe_records_read_total";
+/// Records read again by this process (at or before the highest position it read of the shard),
+/// by cause of the rewind: `lease_lost`, `moved` (a graceful hand-off that fell back to a
+/// takeover), `rejected` (a batch the committer rejected), `restart` (the worker loop restarted).
+pub const RECORDS_REREAD_TOTAL: &str = "floe_records_reread_total";
 /// Bytes of record payloads read from the source.
 pub const BYTES_READ_TOTAL: &str = "floe_bytes_read_total";
 /// Rows committed to the table.
@@ -131,7 +137,7 @@ pub fn describe() {
     describe_gauge!(
         DATA_FRESHNESS_SECONDS,
         Unit::Seconds,
-        "age of the oldest record read but not yet committed; 0 when idle"
+        "age of the oldest record of a held shard not yet committed, from its first read by this process; 0 when idle"
     );
     describe_gauge!(
         DATA_FRESHNESS_TARGET_SECONDS,
@@ -142,6 +148,11 @@ pub fn describe() {
         RECORDS_READ_TOTAL,
         Unit::Count,
         "records read from the source"
+    );
+    describe_counter!(
+        RECORDS_REREAD_TOTAL,
+        Unit::Count,
+        "records read again after a rewind, by cause (lease_lost, moved, rejected, restart)"
     );
     describe_counter!(
         BYTES_READ_TOTAL,
@@ -492,6 +503,12 @@ pub fn set_source_lag_records(channel: &str, records: u64) {
 pub fn record_read(channel: &str, records: u64, bytes: u64) {
     counter!(RECORDS_READ_TOTAL, "channel" => channel.to_string()).increment(records);
     counter!(BYTES_READ_TOTAL, "channel" => channel.to_string()).increment(bytes);
+}
+
+/// Records `records` read again after a rewind for `cause` (a bounded label).
+pub fn record_reread(channel: &str, cause: &'static str, records: u64) {
+    counter!(RECORDS_REREAD_TOTAL, "channel" => channel.to_string(), "cause" => cause)
+        .increment(records);
 }
 
 /// Records data files written by one flush.

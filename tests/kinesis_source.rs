@@ -559,7 +559,8 @@ async fn efo_resharding_end_to_end_delivers_each_record_once_in_per_key_order() 
 
 /// Two `floe run` workers deliver a 2-shard stream while shard 0 is split and a child merged
 /// with shard 1: each record once, per-key order across parents and children, parents
-/// checkpointed at SHARD_END.
+/// checkpointed at SHARD_END; once the workers stopped (releasing the parents' leases), a worker
+/// started afresh reads only the children and its commit prunes the parents' SHARD_END.
 async fn resharding_end_to_end(target: Target) {
     let endpoint = target.endpoint.clone();
     let dir = tempfile::tempdir().unwrap();
@@ -620,9 +621,9 @@ async fn resharding_end_to_end(target: Target) {
     let table = read_rows_in_commit_order(dir.path());
     assert_each_record_once_in_key_order(&table, total, counters.len(), 40);
 
-    // The parents are checkpointed at SHARD_END; the open shards at a sequence number.
-    let checkpoints: BTreeMap<String, serde_json::Value> =
-        serde_json::from_str(table["properties"]["floe.checkpoints"].as_str().unwrap()).unwrap();
+    // The parents are checkpointed at SHARD_END (their leases were held until the workers
+    // stopped); the open shards at a sequence number.
+    let checkpoints = table_checkpoints_of(&table);
     for closed in [0, 1, 3] {
         assert_eq!(
             checkpoints.get(&shard(closed).0).and_then(|v| v.as_str()),
@@ -634,7 +635,43 @@ async fn resharding_end_to_end(target: Target) {
         let v = checkpoints[&shard(open).0].as_str().unwrap();
         assert_eq!(v.len(), 56, "{checkpoints:?}");
     }
+
+    // Issue 33: the parents' leases are released now; the next commit prunes their SHARD_END,
+    // and a worker started afresh reads only the children, after their checkpoints.
+    produce(&stream, &mut counters, &mut next_id, 10).await;
+    let total = next_id;
+    let mut w3 = start("w3");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (rows, dlq) = delivered(dir.path()).await;
+        if rows + dlq >= total {
+            break;
+        }
+        if let Some(status) = w3.child.try_wait().unwrap() {
+            panic!("w3 exited early ({status}):\n{}", log_of(dir.path(), "w3"));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{rows} of {total} delivered after the restart:\n{}",
+            log_of(dir.path(), "w3")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(w3.terminate().success(), "{}", log_of(dir.path(), "w3"));
+    let table = read_rows_in_commit_order(dir.path());
+    assert_each_record_once_in_key_order(&table, total, counters.len(), 50);
+    let checkpoints = table_checkpoints_of(&table);
+    assert_eq!(
+        checkpoints.keys().cloned().collect::<Vec<_>>(),
+        vec![shard(2).0, shard(4).0],
+        "only the open shards keep a checkpoint: {checkpoints:?}"
+    );
     stream.delete().await;
+}
+
+/// `floe.checkpoints` of a table read by [`read_rows_in_commit_order`].
+fn table_checkpoints_of(table: &serde_json::Value) -> BTreeMap<String, serde_json::Value> {
+    serde_json::from_str(table["properties"]["floe.checkpoints"].as_str().unwrap()).unwrap()
 }
 
 /// The independent reader: it.events under `dir` read by PyIceberg, rows in commit order

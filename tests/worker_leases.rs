@@ -35,6 +35,7 @@ async fn losing_one_shard_mid_batch_rewinds_the_others_instead_of_stalling_them(
     let (held_tx, held_rx) = watch::channel(HeldLeases {
         shards: leases.clone(),
         committer: None,
+        ..Default::default()
     });
     let (stop, worker_task) = rig.spawn_worker(
         source.clone(),
@@ -56,6 +57,7 @@ async fn losing_one_shard_mid_batch_rewinds_the_others_instead_of_stalling_them(
         .send(HeldLeases {
             shards: leases.clone(),
             committer: None,
+            ..Default::default()
         })
         .unwrap();
     for id in 10..20 {
@@ -95,6 +97,7 @@ async fn a_lease_that_flaps_during_flushes_loses_no_record() {
     let held = HeldLeases {
         shards: leases,
         committer: None,
+        ..Default::default()
     };
     let (held_tx, held_rx) = watch::channel(held.clone());
 
@@ -106,16 +109,7 @@ async fn a_lease_that_flaps_during_flushes_loses_no_record() {
         held_rx,
     );
     let committer = rig.committer(1);
-    let committing = CancellationToken::new();
-    let committer_task = {
-        let committing = committing.clone();
-        tokio::spawn(async move {
-            while !committing.is_cancelled() {
-                committer.run_round().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let (committing, committer_task) = run_committer(committer, Duration::from_millis(20));
 
     // Records arrive while another thread drops the lease from the held set and puts it back
     // after 0–300 µs: some flushes see it missing and their lease sync (microseconds later)
@@ -137,6 +131,7 @@ async fn a_lease_that_flaps_during_flushes_loses_no_record() {
                 held_tx.send_replace(HeldLeases {
                     shards: BTreeMap::new(),
                     committer: None,
+                    ..Default::default()
                 });
                 gap_us = (gap_us * 7 + 13) % 300;
                 spin(gap_us);
@@ -198,6 +193,7 @@ async fn dead_lettered_records_fill_the_buffer_like_rows() {
     let (_held_tx, held_rx) = watch::channel(HeldLeases {
         shards: leases,
         committer: None,
+        ..Default::default()
     });
     let source = Arc::new(MemorySource::with_partitions(1));
     let base = 1_783_627_200_000;
@@ -334,6 +330,7 @@ async fn a_batch_committed_while_the_worker_reconciles_is_not_taken_for_rejected
     let (_held_tx, held_rx) = watch::channel(HeldLeases {
         shards: leases,
         committer: None,
+        ..Default::default()
     });
     let store = Arc::new(HookedBatches {
         inner: rig.store.clone(),
@@ -386,7 +383,7 @@ async fn a_batch_committed_while_the_worker_reconciles_is_not_taken_for_rejected
 /// the table only once one of its batches has left it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_loads_the_table_only_when_a_batch_leaves_the_pending_set() {
-    let metrics = floe::telemetry::install_prometheus().unwrap();
+    let metrics = metrics();
     let loads = || {
         common::sum(
             &common::samples(&metrics.render()),
@@ -400,6 +397,7 @@ async fn a_worker_loads_the_table_only_when_a_batch_leaves_the_pending_set() {
     let (_held_tx, held_rx) = watch::channel(HeldLeases {
         shards: leases,
         committer: None,
+        ..Default::default()
     });
     let source = Arc::new(MemorySource::with_partitions(1));
     let base = 1_783_627_200_000;
@@ -458,6 +456,7 @@ async fn losing_an_idle_shard_keeps_the_buffer_of_the_others() {
     let (held_tx, held_rx) = watch::channel(HeldLeases {
         shards: leases.clone(),
         committer: None,
+        ..Default::default()
     });
     // A long freshness: what s0 reads stays buffered for the whole test.
     let (stop, task) = rig.spawn_worker(
@@ -482,6 +481,7 @@ async fn losing_an_idle_shard_keeps_the_buffer_of_the_others() {
         .send(HeldLeases {
             shards: leases.clone(),
             committer: None,
+            ..Default::default()
         })
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -516,6 +516,7 @@ async fn a_failed_hand_off_is_retried_keeping_the_buffer() {
     let (_held_tx, held_rx) = watch::channel(HeldLeases {
         shards: leases,
         committer: None,
+        ..Default::default()
     });
     let store = Arc::new(HookedBatches {
         inner: rig.store.clone(),
@@ -566,4 +567,349 @@ async fn a_failed_hand_off_is_retried_keeping_the_buffer() {
     stop.cancel();
     task.await.unwrap().unwrap();
     assert_eq!(rig.sorted_table_ids().await, (0..20).collect::<Vec<i64>>());
+}
+
+/// The process-wide Prometheus recorder (installed once per test binary).
+fn metrics() -> &'static metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    HANDLE.get_or_init(|| floe::telemetry::install_prometheus().unwrap())
+}
+
+fn metric(name: &str, filters: &[&str]) -> f64 {
+    common::sum(&common::samples(&metrics().render()), name, filters)
+}
+
+/// Waits up to 10 s until `source` returned `n` records of `shard`.
+async fn wait_read(source: &MemorySource, shard: &ShardId, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while source.records_read(shard) < n {
+        assert!(
+            Instant::now() < deadline,
+            "shard {shard}: {} of {n} records read",
+            source.records_read(shard)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 33 (item 1): the buffer mixed every shard's rows, so losing one shard with rows in it
+/// dropped the whole buffer and reopened every reader. Now only the lost shard's rows go: the
+/// other shards keep their readers and their buffered rows, which are committed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_one_shard_drops_only_its_rows_and_reopens_no_other_reader() {
+    let rig = common::WorkerRig::new("w3").await;
+    let shards: Vec<ShardId> = (0..3).map(ShardId::kafka_partition).collect();
+    let mut leases = rig.take_shard_leases(&shards).await;
+    let source = Arc::new(MemorySource::with_partitions(3));
+    let base = 1_783_627_200_000;
+    let append = |from: u64, to: u64| {
+        for (p, shard) in shards.iter().enumerate() {
+            for i in from..to {
+                let id = p as u64 * 1000 + i;
+                source.append(shard, None, event_json(id, 3, base, 1).into_bytes(), base);
+            }
+        }
+    };
+    append(0, 10);
+    let (held_tx, held_rx) = watch::channel(HeldLeases {
+        shards: leases.clone(),
+        ..Default::default()
+    });
+    // A long freshness: every row read stays buffered until the drain.
+    let (stop, task) = rig.spawn_worker(
+        source.clone(),
+        Duration::from_secs(60),
+        Duration::from_secs(10),
+        held_rx,
+    );
+    for s in &shards {
+        wait_read(&source, s, 10).await;
+    }
+    // Shard 1, with rows of its own in the buffer, goes to another worker.
+    let l1 = leases.remove(&shards[1]).unwrap();
+    rig.store.take_lease(&l1, "w2").await.unwrap();
+    held_tx
+        .send(HeldLeases {
+            shards: leases.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    append(10, 20);
+    for s in [&shards[0], &shards[2]] {
+        wait_read(&source, s, 20).await;
+    }
+    for s in [&shards[0], &shards[2]] {
+        assert_eq!(source.opens(s), 1, "shard {s}'s reader was reopened");
+    }
+    // Drain: the two shards' rows, read once, are committed once; none of shard 1's.
+    stop.cancel();
+    let committer = rig.committer(1);
+    for s in [&shards[0], &shards[2]] {
+        rig.wait_for_checkpoint(
+            s,
+            Position::Offset(19),
+            Duration::from_secs(20),
+            Some(&committer),
+        )
+        .await;
+    }
+    task.await.unwrap().unwrap();
+    let expected: Vec<i64> = (0..20).chain(2000..2020).collect();
+    assert_eq!(rig.sorted_table_ids().await, expected);
+    for s in [&shards[0], &shards[2]] {
+        assert_eq!(source.records_read(s), 20, "shard {s} read again");
+    }
+}
+
+/// Issue 33 (item 5): a dropped buffer reset the freshness (the records read again started
+/// young). The gauge counts from the first read of the oldest uncommitted record, through a
+/// loss and a re-take of the shard on this worker, and the records read again are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_freshness_keeps_growing_across_a_dropped_buffer_and_a_re_read() {
+    let channel = "wg";
+    let rig = common::WorkerRig::new(channel).await;
+    let s0 = ShardId::kafka_partition(0);
+    let mut leases = rig.take_shard_leases(std::slice::from_ref(&s0)).await;
+    let source = Arc::new(MemorySource::with_partitions(1));
+    let base = 1_783_627_200_000;
+    for id in 0..10 {
+        source.append(&s0, None, event_json(id, 3, base, 1).into_bytes(), base);
+    }
+    let (held_tx, held_rx) = watch::channel(HeldLeases {
+        shards: leases.clone(),
+        ..Default::default()
+    });
+    let _ = metrics();
+    let (stop, task) = rig.spawn_worker(
+        source.clone(),
+        Duration::from_secs(60),
+        Duration::from_secs(5),
+        held_rx,
+    );
+    wait_read(&source, &s0, 10).await;
+    let first_read = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The lease flaps: lost (the buffer is dropped), then taken again under a new counter.
+    held_tx.send(HeldLeases::default()).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let l0 = leases.remove(&s0).unwrap();
+    let again = rig.store.take_lease(&l0, "w1").await.unwrap();
+    leases.insert(s0.clone(), again);
+    held_tx
+        .send(HeldLeases {
+            shards: leases.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+    wait_read(&source, &s0, 20).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let freshness = metric(
+        "floe_data_freshness_seconds",
+        &[&format!(r#"channel="{channel}""#)],
+    );
+    assert!(
+        freshness >= first_read.elapsed().as_secs_f64() - 1.0,
+        "freshness {freshness} s, first read {} s ago",
+        first_read.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        metric(
+            "floe_records_reread_total",
+            &[&format!(r#"channel="{channel}""#), r#"cause="lease_lost""#]
+        ),
+        10.0
+    );
+    stop.cancel();
+    let committer = rig.committer(1);
+    rig.wait_for_checkpoint(
+        &s0,
+        Position::Offset(9),
+        Duration::from_secs(20),
+        Some(&committer),
+    )
+    .await;
+    task.await.unwrap().unwrap();
+    assert_eq!(rig.sorted_table_ids().await, (0..10).collect::<Vec<i64>>());
+}
+
+/// One worker of a fleet under test: its lease manager (graceful hand-offs) and its worker
+/// loop.
+struct FleetWorker {
+    held: watch::Receiver<HeldLeases>,
+    leases: CancellationToken,
+    manager: tokio::task::JoinHandle<()>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), floe::worker::WorkerError>>,
+}
+
+fn start_fleet_worker(
+    rig: &common::WorkerRig,
+    id: &str,
+    source: Arc<MemorySource>,
+    data_freshness: Duration,
+) -> FleetWorker {
+    use floe::lease::manager::{LeaseManager, LeaseManagerConfig};
+    let config = LeaseManagerConfig::new(&rig.channel, id, Duration::from_secs(3));
+    let mut manager =
+        LeaseManager::new(rig.store.clone(), config).with_handoff_wait(Duration::from_secs(30));
+    let replies = manager.handoff_replies();
+    let held = manager.subscribe();
+    let leases = CancellationToken::new();
+    let manager = tokio::spawn(manager.run(leases.clone()));
+    let mut settings = common::worker_settings(&rig.channel, data_freshness);
+    settings.worker_id = id.into();
+    let (stop, task) = rig.spawn_worker_replying(
+        settings,
+        source,
+        rig.store.clone(),
+        Duration::from_secs(10),
+        held.clone(),
+        Some(replies),
+    );
+    FleetWorker {
+        held,
+        leases,
+        manager,
+        stop,
+        task,
+    }
+}
+
+impl FleetWorker {
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap().unwrap();
+        self.leases.cancel();
+        self.manager.await.unwrap();
+    }
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 33 (items 2 and 3): a balancing move discarded the handing worker's buffered rows and
+/// its pending batch, and the new owner read them again. Now the owner stops reading the shard,
+/// hands its rows off in a batch of their own, and writes the new owner only once every batch
+/// of it is committed: the new owner starts after them. Nothing is read twice, nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_move_reads_nothing_twice_and_loses_nothing() {
+    use floe::lease::{LeaseKey, LeaseSpec};
+    let rig = common::WorkerRig::new("wm").await;
+    let shards: Vec<ShardId> = (0..2).map(ShardId::kafka_partition).collect();
+    let specs: Vec<LeaseSpec> = shards
+        .iter()
+        .map(|s| LeaseSpec::new(LeaseKey::Shard(s.clone())))
+        .collect();
+    rig.store.ensure_leases("wm", &specs).await.unwrap();
+    let source = Arc::new(MemorySource::with_partitions(2));
+    // Records arrive all along, 5 per shard every 100 ms.
+    let appending = CancellationToken::new();
+    let appender = {
+        let (source, shards, appending) = (source.clone(), shards.clone(), appending.clone());
+        tokio::spawn(async move {
+            let base = 1_783_627_200_000;
+            let mut n = 0u64;
+            while !appending.is_cancelled() {
+                for (p, shard) in shards.iter().enumerate() {
+                    for i in 0..5 {
+                        let id = p as u64 * 100_000 + n + i;
+                        source.append(shard, None, event_json(id, 3, base, 1).into_bytes(), base);
+                    }
+                }
+                n += 5;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            n
+        })
+    };
+    // w1 alone: it balances, takes both shards and hands batches off every second; no
+    // committer yet, so they stay pending.
+    let w1 = start_fleet_worker(&rig, "w1", source.clone(), Duration::from_secs(2));
+    wait_until("w1 holds both shards", Duration::from_secs(20), || {
+        w1.held.borrow().shards.len() == 2
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rig.store.list_pending("wm").await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no batch handed off");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // w2 joins: the balancer asks w1 to hand one shard over.
+    let w2 = start_fleet_worker(&rig, "w2", source.clone(), Duration::from_secs(2));
+    wait_until("a hand-off is asked for", Duration::from_secs(20), || {
+        !w1.held.borrow().handing_off.is_empty()
+    })
+    .await;
+    let moving = w1.held.borrow().handing_off.first().unwrap().clone();
+    assert!(
+        rig.store
+            .list_pending("wm")
+            .await
+            .unwrap()
+            .iter()
+            .any(|b| b.shards.iter().any(|r| r.shard == moving)),
+        "a batch of the moving shard is pending"
+    );
+    assert!(
+        w1.held.borrow().shards.contains_key(&moving),
+        "held until its batches are committed"
+    );
+    // The committer now runs.
+    let (committing, committer_task) = run_committer(rig.committer(1), Duration::from_millis(200));
+    wait_until("w2 holds the moved shard", Duration::from_secs(20), || {
+        w2.held.borrow().shards.contains_key(&moving)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    appending.cancel();
+    let per_shard = appender.await.unwrap();
+    for s in &shards {
+        rig.wait_for_checkpoint(
+            s,
+            Position::Offset(per_shard as i64 - 1),
+            Duration::from_secs(30),
+            None,
+        )
+        .await;
+    }
+    w1.stop().await;
+    w2.stop().await;
+    committing.cancel();
+    committer_task.await.unwrap();
+    let expected: Vec<i64> = (0..per_shard as i64)
+        .chain(100_000..100_000 + per_shard as i64)
+        .collect();
+    assert_eq!(rig.sorted_table_ids().await, expected, "exactly once");
+    for s in &shards {
+        assert_eq!(
+            source.records_read(s),
+            per_shard,
+            "shard {s}: records read twice (moved: {moving})"
+        );
+    }
+}
+
+/// Runs a commit round with `committer` every `every` until the token is cancelled.
+fn run_committer(
+    committer: floe::commit::Committer,
+    every: Duration,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let committing = CancellationToken::new();
+    let task = {
+        let committing = committing.clone();
+        tokio::spawn(async move {
+            while !committing.is_cancelled() {
+                committer.run_round().await.unwrap();
+                tokio::time::sleep(every).await;
+            }
+        })
+    };
+    (committing, task)
 }

@@ -2,7 +2,8 @@
 //! with the in-memory source (docs/design.md, protocol step 8): a closed shard is handed off with a
 //! range ending at SHARD_END (with rows, or with none when nothing was read since its checkpoint),
 //! the commit stores SHARD_END in `floe.checkpoints` and in the lease's checkpoint hint, and only
-//! then does the lease manager take the child shard.
+//! then does the lease manager take the child shard; once the child is committed and the parents'
+//! leases released, a commit prunes the parents' SHARD_END.
 
 mod common;
 
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use floe::iceberg::table_state::table_checkpoints;
 use floe::lease::{BatchStore, LeaseKey, LeaseManager, LeaseManagerConfig, LeaseSpec, LeaseStore};
-use floe::model::{Position, ShardId};
+use floe::model::{Lineage, Position, ShardId};
 use floe::source::memory::MemorySource;
 use floe::source::Source;
 use floe::tools::sample_events::event_json;
@@ -112,13 +113,48 @@ async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Issue 33: the child is committed, but the worker still holds the parents' leases (it
+    // would read them again from no checkpoint after a rewind): their SHARD_END stays.
+    let cp = table_checkpoints(&catalog.load_table(&ident).await.unwrap()).unwrap();
+    assert_eq!(cp.get(&p), Some(&Position::ShardEnd), "{cp:?}");
+    assert_eq!(cp.get(&q), Some(&Position::ShardEnd), "{cp:?}");
+    // Their holder lets them go (as a worker that stops does); the next commit prunes them.
+    for lease in store.list_leases("rs").await.unwrap() {
+        if lease.key.shard_id().is_some_and(|s| *s == p || *s == q) {
+            store.release_lease(&lease).await.unwrap();
+        }
+    }
+    append(&source, &c, 204..206);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let cp = loop {
+        committer.run_round().await.unwrap();
+        manager.tick().await.unwrap();
+        for lease in store.list_leases("rs").await.unwrap() {
+            if lease.key.shard_id().is_some_and(|s| *s == p || *s == q) {
+                assert_eq!(lease.owner, None, "a finished parent leased again");
+            }
+        }
+        let cp = table_checkpoints(&catalog.load_table(&ident).await.unwrap()).unwrap();
+        if cp.get(&c) == Some(&Position::Offset(5)) {
+            break cp;
+        }
+        assert!(Instant::now() < deadline, "the child stalled: {cp:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        cp.0.keys().collect::<Vec<_>>(),
+        vec![&c],
+        "the ended parents' SHARD_END is pruned: {cp:?}"
+    );
+    let lineage = Lineage::from_parents([(&c, [p.clone(), q.clone()].as_slice())]);
+    assert!(cp.is_ended(&p, &lineage) && cp.is_ended(&q, &lineage));
     stop.cancel();
     worker_task.await.unwrap().unwrap();
 
     let table = catalog.load_table(&ident).await.unwrap();
     let mut ids = floe::tools::quickstart::table_ids(&table).await.unwrap();
     ids.sort();
-    let expected: Vec<i64> = (0..5).chain(100..103).chain(200..204).collect();
+    let expected: Vec<i64> = (0..5).chain(100..103).chain(200..206).collect();
     assert_eq!(ids, expected, "every record exactly once");
     // q's end was committed on its own: a range (2, SHARD_END] with no rows.
     let ranges: Vec<String> = table

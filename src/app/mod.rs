@@ -605,7 +605,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             SourceConfig::Kafka(_) => Duration::from_secs(30),
             SourceConfig::Kinesis(_) => Duration::from_secs(10),
         };
-        let manager = LeaseManager::new(
+        let mut manager = LeaseManager::new(
             store.clone(),
             LeaseManagerConfig {
                 channel: name.clone(),
@@ -620,6 +620,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             discovery_period,
         );
         let held = manager.subscribe();
+        // Balancing moves are graceful: the worker hands a moving shard's rows off and says when
+        // they are committed (docs/design.md, "Graceful hand-off").
+        let handoff_replies = manager.handoff_replies();
         drain_switches.push(manager.drain_switch());
         // Per-channel stops: `floe channel delete` stops this channel alone (see `control`).
         let stops = crate::channel::ChannelStops {
@@ -679,7 +682,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                 let _done = done.drop_guard();
                 let mut backoff =
                     Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
-                let mut oldest_pending = None;
+                // What a failed loop read: the freshness and the re-read count carry over.
+                let mut history = crate::worker::ReadHistory::default();
                 loop {
                     let mut worker = ChannelWorker::new(
                         settings.clone(),
@@ -687,10 +691,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
                         store.clone(),
                         held.clone(),
                     )
-                    .with_oldest_pending(oldest_pending);
+                    .with_history(history)
+                    .with_handoff_replies(handoff_replies.clone());
                     let started = std::time::Instant::now();
                     let result = worker.run(stop.clone(), drain).await;
-                    oldest_pending = worker.oldest_pending();
+                    history = worker.take_history();
                     match result {
                         Ok(()) => return,
                         Err(e) if !e.is_retryable() => {
@@ -802,7 +807,8 @@ impl crate::lease::manager::ShardDiscovery for SourceShards {
 /// The committer of one channel while this worker holds its lease: a round every second, and
 /// after a commit a wait of [`commit_spacing`] of the freshness in force (`data_freshness`, or
 /// its `floe channel update` override), so batches handed off meanwhile by every worker go in
-/// one commit; once `draining` (shutdown), every second again, so the drain is not held up.
+/// one commit; once `draining` (shutdown), or while graceful hand-offs this worker balances wait
+/// for their commit ([`HeldLeases::moves_pending`]), every second again.
 async fn committer_loop(
     channel: String,
     destination: DestinationIo,
@@ -860,7 +866,9 @@ async fn committer_loop(
                 Ok(report) => {
                     crate::telemetry::record_delivered(&channel, report.rows);
                     backoff.reset();
-                    if report.committed > 0 && !draining.is_cancelled() {
+                    // Graceful hand-offs wait for their batches' commit: no spacing meanwhile.
+                    let moves_pending = held.borrow().moves_pending;
+                    if report.committed > 0 && !draining.is_cancelled() && !moves_pending {
                         let freshness = match store.get_channel_state(&channel).await {
                             Ok(Some(state)) => state
                                 .overrides

@@ -827,6 +827,8 @@ pub async fn describe(
             .and_then(|t| crate::iceberg::table_state::table_checkpoints(t).ok())
             .unwrap_or_default(),
     };
+    // A shard whose SHARD_END was pruned (docs/design.md step 8) still shows as ended.
+    let checkpoints = checkpoints.with_pruned_ended(&crate::lease::lineage(&leases));
     // A raw channel's last commit: the time in its commit id (a UUIDv7).
     let raw_commit_ms = delivered
         .as_ref()

@@ -13,6 +13,7 @@
 //!      │   lease counter < shard's current   -> dead (stale worker)   ┘ deleted
 //!      │   every shard range continues the checkpoint -> accept, advance checkpoints
 //!      │   otherwise (a gap)                 -> keep pending
+//!      │   then: drop each SHARD_END whose children (lease rows' parents) all have a checkpoint
 //!      │
 //!   one transaction: fast append(accepted files) + floe.checkpoints + floe.last-commit-id
 //!                    + floe.committer-epoch, fenced to the validated snapshot
@@ -104,16 +105,19 @@ impl Committer {
     }
 
     /// Records `SHARD_END` as the checkpoint hint of every shard whose committed checkpoint is
-    /// `SHARD_END` but whose lease row does not say so yet. A hint is written after the commit,
+    /// `SHARD_END` (or was, and is pruned: [`Checkpoints::is_ended`]) but whose lease row does
+    /// not say so yet. A hint is written after the commit,
     /// so a committer killed in between (or a failed hint write) left it behind, and later
     /// rounds write hints only for checkpoints they change: the balancer never assigned the
     /// shard's children and the resharding stalled. The table is authoritative, so repairing
-    /// from it is safe.
+    /// from it is safe. A pruned shard's row created anew (a lease store replaced while the
+    /// stream still lists the shard) is so marked finished, and the balancer leaves it alone.
     async fn repair_shard_end_hints(
         &self,
         checkpoints: &Checkpoints,
         leases: &[crate::lease::Lease],
     ) {
+        let checkpoints = checkpoints.with_pruned_ended(&crate::lease::lineage(leases));
         for lease in leases {
             let Some(shard) = lease.key.shard_id() else {
                 continue;
@@ -213,6 +217,7 @@ impl Committer {
         let committed_ids = loaded.committed_batch_ids();
         let leases = self.leases.list_leases(&self.channel).await?;
         self.repair_shard_end_hints(&checkpoints, &leases).await;
+        let lineage = crate::lease::lineage(&leases);
         let lease_counters: HashMap<ShardId, u64> = leases
             .into_iter()
             .filter_map(|l| match &l.key {
@@ -230,6 +235,7 @@ impl Committer {
             &lease_counters,
             &pending,
             oldest,
+            &lineage,
         );
 
         let mut report = RoundReport::default();

@@ -1,12 +1,13 @@
 //! The pure core of a commit round: which pending batches to accept, recover, keep or reject,
 //! given the committed checkpoints, the ids of committed batches and the shards' current lease
-//! counters (docs/design.md, protocol step 3). No I/O; table-tested below.
+//! counters (docs/design.md, protocol step 3), and which ended shards' `SHARD_END` it prunes
+//! (step 8). No I/O; table-tested below.
 
 use std::collections::{HashMap, HashSet};
 
 use uuid::Uuid;
 
-use crate::model::{Checkpoints, PendingBatch, RangeVerdict, ShardId};
+use crate::model::{Checkpoints, Lineage, PendingBatch, RangeVerdict, ShardId};
 
 /// Decision for one pending batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +28,8 @@ pub enum BatchDecision {
 pub struct RoundPlan {
     /// Decision per pending batch, in the order given.
     pub decisions: Vec<BatchDecision>,
-    /// Checkpoints after the accepted batches.
+    /// Checkpoints after the accepted batches, ended shards pruned
+    /// ([`Checkpoints::prune_ended`]).
     pub checkpoints: Checkpoints,
 }
 
@@ -45,20 +47,26 @@ pub fn plan_round(
         lease_counters,
         pending,
         None,
+        &Lineage::default(),
     )
 }
 
 /// [`plan_round`], where a batch whose id (a UUIDv7) is older than `oldest_batch_ms` is also
 /// dead unless already committed: the orphan sweep may have deleted the files of a batch handed
-/// off that late (`crate::iceberg::orphans`); its records are read again.
+/// off that late (`crate::iceberg::orphans`); its records are read again. With the shards'
+/// `lineage` (Kinesis parents and children), the resulting checkpoints drop every `SHARD_END`
+/// whose children all have a checkpoint, and a range of a shard so pruned earlier is dead (a
+/// duplicate, as against its `SHARD_END`), never taken for the shard's first range.
 pub fn plan_round_aged(
     checkpoints: &Checkpoints,
     committed_batch_ids: &HashSet<Uuid>,
     lease_counters: &HashMap<ShardId, u64>,
     pending: &[PendingBatch],
     oldest_batch_ms: Option<i64>,
+    lineage: &Lineage,
 ) -> RoundPlan {
-    let mut cp = checkpoints.clone();
+    let pruned_before = checkpoints.pruned_ended(lineage);
+    let mut cp = checkpoints.with_pruned_ended(lineage);
     let mut decisions = Vec::with_capacity(pending.len());
     for batch in pending {
         let too_old = oldest_batch_ms.is_some_and(|oldest| {
@@ -89,6 +97,10 @@ pub fn plan_round_aged(
         };
         decisions.push(decision);
     }
+    cp.prune_ended(lineage);
+    // A shard pruned before that is still there has a child without a checkpoint (one the
+    // lineage learned of later): it stays pruned, since the lineage still shows it ended.
+    cp.0.retain(|shard, _| !pruned_before.contains(shard));
     RoundPlan {
         decisions,
         checkpoints: cp,
@@ -284,6 +296,89 @@ mod tests {
         assert_eq!(plan.checkpoints, cp);
     }
 
+    fn lineage(pairs: &[(&str, &[&str])]) -> Lineage {
+        let owned: Vec<(ShardId, Vec<ShardId>)> = pairs
+            .iter()
+            .map(|(c, ps)| {
+                (
+                    ShardId(c.to_string()),
+                    ps.iter().map(|p| ShardId(p.to_string())).collect(),
+                )
+            })
+            .collect();
+        Lineage::from_parents(owned.iter().map(|(c, ps)| (c, ps.as_slice())))
+    }
+
+    /// Issue 33: a parent's `SHARD_END` is dropped in the commit that gives its last child a
+    /// checkpoint; a parent with a child not committed yet keeps it.
+    #[test]
+    fn plan_prunes_a_parents_shard_end_once_every_child_has_a_checkpoint() {
+        // p split into c1 and c2.
+        let lin = lineage(&[("c1", &["p"]), ("c2", &["p"])]);
+        let mut cp = Checkpoints::default();
+        cp.0.insert(ShardId("p".into()), Position::ShardEnd);
+        let first = vec![kinesis_batch(1, "c1", None, seq("4960"), 3)];
+        let plan = plan_round_aged(&cp, &HashSet::new(), &HashMap::new(), &first, None, &lin);
+        assert_eq!(plan.decisions, vec![BatchDecision::Accept]);
+        assert_eq!(
+            plan.checkpoints.get(&ShardId("p".into())),
+            Some(&Position::ShardEnd),
+            "c2 has no checkpoint yet"
+        );
+        let second = vec![kinesis_batch(2, "c2", None, seq("4961"), 3)];
+        let plan = plan_round_aged(
+            &plan.checkpoints,
+            &HashSet::new(),
+            &HashMap::new(),
+            &second,
+            None,
+            &lin,
+        );
+        assert_eq!(plan.decisions, vec![BatchDecision::Accept]);
+        assert_eq!(
+            plan.checkpoints
+                .0
+                .keys()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>(),
+            vec!["c1", "c2"]
+        );
+    }
+
+    /// A pruned parent read again from its start (a lease row lost and created anew) must not be
+    /// taken for a shard never read: its ranges are duplicates, and it stays pruned.
+    #[test]
+    fn plan_rejects_a_pruned_parents_first_range_as_a_duplicate() {
+        let lin = lineage(&[("c", &["p", "q"])]);
+        let mut cp = Checkpoints::default();
+        cp.0.insert(ShardId("c".into()), seq("4970"));
+        let pending = vec![
+            kinesis_batch(1, "p", None, seq("4950"), 5),
+            kinesis_batch(2, "q", None, Position::ShardEnd, 5),
+            kinesis_batch(3, "c", Some(seq("4970")), seq("4971"), 1),
+        ];
+        let plan = plan_round_aged(&cp, &HashSet::new(), &HashMap::new(), &pending, None, &lin);
+        assert_eq!(
+            plan.decisions,
+            vec![
+                BatchDecision::Dead,
+                BatchDecision::Dead,
+                BatchDecision::Accept
+            ]
+        );
+        assert_eq!(
+            plan.checkpoints
+                .0
+                .keys()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>(),
+            vec!["c"]
+        );
+        // Without the lineage the same batch of p would have been accepted: a duplicate.
+        let blind = plan_round(&cp, &HashSet::new(), &HashMap::new(), &pending[..1]);
+        assert_eq!(blind.decisions, vec![BatchDecision::Accept]);
+    }
+
     /// A batch older than the bound is dead (its files may have been swept), and the batch
     /// after it in its chain is kept (a gap) rather than accepted; a committed old batch is
     /// still recovered.
@@ -302,6 +397,7 @@ mod tests {
             &HashMap::new(),
             &pending,
             Some(bound),
+            &Lineage::default(),
         );
         assert_eq!(
             plan.decisions,
@@ -313,6 +409,7 @@ mod tests {
             &HashMap::new(),
             &pending,
             Some(bound),
+            &Lineage::default(),
         );
         assert_eq!(plan.decisions[0], BatchDecision::AlreadyCommitted);
         let plan = plan_round(

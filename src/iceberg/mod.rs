@@ -20,6 +20,7 @@ pub mod maintenance;
 pub mod orphans;
 pub mod rewrite;
 pub mod sink;
+mod slots;
 pub mod table;
 pub mod table_state;
 pub mod target;

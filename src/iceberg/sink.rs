@@ -9,8 +9,12 @@
 //! worker's change or another's, seen on a reload), the rows converted so far are sealed with
 //! the table they were converted for and written as data files of that schema: a batch may then
 //! hold files of two schemas, which the table reads alike by field id.
+//!
+//! Every run of buffered rows is tagged with its shard ([`super::slots`]): one shard's rows can
+//! be dropped ([`BatchSink::drop_shard`]) or written in a batch of their own while the others
+//! stay buffered.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,6 +24,7 @@ use iceberg::table::Table;
 use uuid::Uuid;
 
 use super::evolve::{apply_version, is_applied, EvolveError, VersionRef};
+use super::slots::{split, Runs, Slot, Slots};
 use super::table::check_same_table;
 use super::table_state::table_checkpoints;
 use super::writer::{data_file_paths, write_data_files, WrittenFiles};
@@ -43,11 +48,43 @@ pub struct IcebergSink {
     table: Box<Table>,
     /// The converter of the channel's version (with evolution on a `json` channel: the latest
     /// version applied).
-    converter: Box<Converter>,
+    converter: Box<Tagged>,
     max_record_size: usize,
-    /// Rows converted for an earlier schema of the table, with that table.
-    sealed: Vec<(Table, RecordBatch)>,
+    /// Rows converted for an earlier schema of the table (or kept back by a write of other
+    /// shards), with that table.
+    sealed: Vec<(Table, RecordBatch, Runs)>,
     evolving: Option<Box<Evolving>>,
+    /// The shard of every buffered row.
+    slots: Slots,
+    /// The slot of the records [`BatchSink::push`] is converting.
+    pushing: Slot,
+}
+
+/// A converter, with the shard slot of every run of its rows.
+struct Tagged {
+    conv: Converter,
+    runs: Runs,
+}
+
+impl Tagged {
+    fn new(conv: Converter) -> Self {
+        Tagged {
+            conv,
+            runs: Runs::default(),
+        }
+    }
+
+    /// Converts one record of `slot`'s shard.
+    fn push(&mut self, slot: Slot, record: &[u8]) -> Result<i64, DlqReason> {
+        let pushed = self.conv.push(record);
+        self.runs.mark(slot, self.conv.num_rows());
+        pushed
+    }
+
+    /// The rows converted, with their runs; empty afterwards.
+    fn finish(&mut self) -> (RecordBatch, Runs) {
+        (self.conv.finish(), std::mem::take(&mut self.runs))
+    }
 }
 
 /// The sink's state under `evolution = "compatible"`.
@@ -56,7 +93,7 @@ struct Evolving {
     /// The version id [`IcebergSink::converter`] validates.
     base_id: Option<Uuid>,
     /// The other versions met, each with its converter for the table's current schema.
-    others: HashMap<Uuid, Converter>,
+    others: HashMap<Uuid, Tagged>,
     /// Versions whose records go to the DLQ, with the reason (cleared when the schema changes).
     refused: HashMap<Uuid, DlqReason>,
     /// When a `json` channel next asks for the latest version.
@@ -117,10 +154,12 @@ impl IcebergSink {
             channel: channel.to_string(),
             io,
             table: Box::new(table),
-            converter: Box::new(converter),
+            converter: Box::new(Tagged::new(converter)),
             max_record_size,
             sealed: Vec::new(),
             evolving,
+            slots: Slots::default(),
+            pushing: 0,
         })
     }
 
@@ -144,23 +183,24 @@ impl IcebergSink {
         let old = std::mem::replace(&mut *self.table, fresh);
         let arrow = arrow_of(&self.table)?;
         let mut sealed = Vec::new();
-        let rebuild = |c: &mut Converter, sealed: &mut Vec<RecordBatch>| -> Result<(), SinkError> {
-            if c.num_rows() > 0 {
-                sealed.push(c.finish());
-            }
-            *c = Converter::for_evolved_table(c.schema().clone(), arrow.clone())
-                .map_err(|e| SinkError::Incompatible(e.to_string()))?
-                .with_max_record_size(c.max_record_size());
-            Ok(())
-        };
+        let rebuild =
+            |c: &mut Tagged, sealed: &mut Vec<(RecordBatch, Runs)>| -> Result<(), SinkError> {
+                if c.conv.num_rows() > 0 {
+                    sealed.push(c.finish());
+                }
+                c.conv = Converter::for_evolved_table(c.conv.schema().clone(), arrow.clone())
+                    .map_err(|e| SinkError::Incompatible(e.to_string()))?
+                    .with_max_record_size(c.conv.max_record_size());
+                Ok(())
+            };
         rebuild(&mut self.converter, &mut sealed)?;
         let evo = self.evolving.as_mut().expect("evolving");
         for c in evo.others.values_mut() {
             rebuild(c, &mut sealed)?;
         }
         evo.refused.clear();
-        for batch in sealed {
-            self.sealed.push((old.clone(), batch));
+        for (batch, runs) in sealed {
+            self.sealed.push((old.clone(), batch, runs));
         }
         tracing::info!(
             channel = %self.channel,
@@ -229,7 +269,7 @@ impl IcebergSink {
             Ok(mapped) => {
                 let conv = self.evolved_converter(mapped)?;
                 let evo = self.evolving.as_mut().expect("evolving");
-                evo.others.insert(id, conv);
+                evo.others.insert(id, Tagged::new(conv));
                 Ok(Ok(()))
             }
             Err(reason) => {
@@ -368,10 +408,10 @@ impl IcebergSink {
         match self.apply(&latest, version).await? {
             Ok(mapped) => {
                 let conv = self.evolved_converter(mapped)?;
-                let old = std::mem::replace(&mut *self.converter, conv);
-                let mut old = old;
-                if old.num_rows() > 0 {
-                    self.sealed.push(((*self.table).clone(), old.finish()));
+                let mut old = std::mem::replace(&mut *self.converter, Tagged::new(conv));
+                if old.conv.num_rows() > 0 {
+                    let (rows, runs) = old.finish();
+                    self.sealed.push(((*self.table).clone(), rows, runs));
                 }
                 let evo = self.evolving.as_mut().expect("evolving");
                 evo.base_id = Some(version.id);
@@ -401,28 +441,67 @@ impl IcebergSink {
             Ok(p) => p,
             Err(reason) => return Ok(Err(reason)),
         };
+        let slot = self.pushing;
         let evo = self.evolving.as_mut().expect("evolving");
         let conv = if evo.base_id == Some(id) {
             &mut *self.converter
         } else {
             evo.others.get_mut(&id).expect("prepared")
         };
-        Ok(conv.push(payload))
+        Ok(conv.push(slot, payload))
     }
 
-    /// Every converter's rows, sealed ones first, each with the table it was converted for.
-    fn take_rows(&mut self) -> Vec<(Table, RecordBatch)> {
+    /// Every converter's rows with their runs, sealed ones first, each with the table it was
+    /// converted for.
+    fn take_rows(&mut self) -> Vec<(Table, RecordBatch, Runs)> {
         let mut groups = std::mem::take(&mut self.sealed);
         let mut current = vec![self.converter.finish()];
         if let Some(evo) = self.evolving.as_mut() {
             current.extend(evo.others.values_mut().map(|c| c.finish()));
         }
-        for batch in current {
+        for (batch, runs) in current {
             if batch.num_rows() > 0 {
-                groups.push(((*self.table).clone(), batch));
+                groups.push(((*self.table).clone(), batch, runs));
             }
         }
         groups
+    }
+
+    /// Takes the rows of `shards` out of the buffer, one batch per schema (consecutive groups
+    /// of one schema are concatenated, so a write after a partial one makes no extra files);
+    /// the other shards' rows stay buffered, the dropped ones go.
+    ///
+    /// Errors: arrow's filter or concat kernels (a bug: the rows are then lost to this loop,
+    /// which restarts from the checkpoints).
+    fn take_shards(
+        &mut self,
+        shards: &BTreeSet<ShardId>,
+    ) -> Result<Vec<(Table, RecordBatch)>, arrow_schema::ArrowError> {
+        let mut out: Vec<(Table, RecordBatch)> = Vec::new();
+        let mut kept = Vec::new();
+        for (table, rows, runs) in self.take_rows() {
+            let (written, keep) = split(rows, &runs, |slot| self.slots.fate(slot, shards))?;
+            if let Some((rows, runs)) = keep {
+                kept.push((table.clone(), rows, runs));
+            }
+            if written.num_rows() == 0 {
+                continue;
+            }
+            match out.last_mut() {
+                Some((t, b))
+                    if t.metadata().current_schema_id() == table.metadata().current_schema_id()
+                        && b.schema() == written.schema() =>
+                {
+                    *b = arrow_select::concat::concat_batches(&b.schema(), [&*b, &written])?;
+                }
+                _ => out.push((table, written)),
+            }
+        }
+        if kept.is_empty() {
+            self.slots.clear();
+        }
+        self.sealed = kept;
+        Ok(out)
     }
 }
 
@@ -432,14 +511,14 @@ impl BatchSink for IcebergSink {
         let others: usize = self
             .evolving
             .as_ref()
-            .map(|e| e.others.values().map(|c| c.buffered_bytes()).sum())
+            .map(|e| e.others.values().map(|c| c.conv.buffered_bytes()).sum())
             .unwrap_or(0);
         let sealed: usize = self
             .sealed
             .iter()
-            .map(|(_, b)| b.get_array_memory_size())
+            .map(|(_, b, _)| b.get_array_memory_size())
             .sum();
-        self.converter.buffered_bytes() + others + sealed
+        self.converter.conv.buffered_bytes() + others + sealed
     }
 
     async fn committed_checkpoints(&mut self) -> Result<Checkpoints, SinkError> {
@@ -473,11 +552,12 @@ impl BatchSink for IcebergSink {
 
     async fn push(
         &mut self,
-        _shard: &ShardId,
+        shard: &ShardId,
         records: Vec<SourceRecord>,
     ) -> Result<Vec<Pushed>, SinkError> {
         let mut out = Vec::with_capacity(records.len());
         self.poll_latest().await?;
+        self.pushing = self.slots.slot(shard);
         let versioned =
             self.evolving.is_some() && matches!(self.io.record_decoder, RecordDecoder::Gsr { .. });
         for record in records {
@@ -490,7 +570,7 @@ impl BatchSink for IcebergSink {
                 continue;
             }
             let pushed = match self.io.record_decoder.payload(&record.payload).await {
-                Ok(payload) => self.converter.push(payload),
+                Ok(payload) => self.converter.push(self.pushing, payload),
                 Err(PayloadError::Record(reason)) => Err(reason),
                 Err(e) => {
                     telemetry::record_schema_lookup_error(&self.channel);
@@ -507,18 +587,27 @@ impl BatchSink for IcebergSink {
 
     fn clear(&mut self) {
         let _ = self.take_rows();
+        self.slots.clear();
+    }
+
+    fn drop_shard(&mut self, shard: &ShardId) {
+        self.slots.drop_shard(shard);
     }
 
     async fn write(
         &mut self,
         batch_id: Uuid,
+        shards: &BTreeSet<ShardId>,
         dlq_entries: &[DlqEntry],
     ) -> Result<Written, SinkError> {
         // The rows of each schema are written as files of that schema. The first group is named
         // after the batch; the others after fresh UUIDv7s, never older than the batch id (the
         // orphan sweep's age rule holds for them too).
+        let groups = self
+            .take_shards(shards)
+            .map_err(|e| SinkError::unavailable("split the buffer by shard", e))?;
         let mut files = WrittenFiles::default();
-        for (i, (table, rows)) in self.take_rows().into_iter().enumerate() {
+        for (i, (table, rows)) in groups.into_iter().enumerate() {
             let file_id = if i == 0 { batch_id } else { Uuid::now_v7() };
             match write_data_files(&table, &self.io.writer, file_id, rows).await {
                 Ok(w) => {

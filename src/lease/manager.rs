@@ -17,6 +17,12 @@
 //!   starts later. No synchronised clocks, as before.
 //! - A handoff is cooperative: the owner stops publishing the shard, then writes the new owner
 //!   itself, so a shard is never published by two workers.
+//! - A handoff is graceful when a worker answers ([`LeaseManager::handoff_replies`]): the owner
+//!   first publishes the shard as `handing_off`, its worker stops reading it and hands its
+//!   buffered rows off, and the owner writes the new owner once the worker says every batch of
+//!   the shard is committed — or once [`LeaseManager::with_handoff_wait`] ran out (then the
+//!   worker drops what it had, as for any lost lease). The new owner starts after the table's
+//!   checkpoint, which covers the handed-off rows: nothing is read twice.
 //! - After a gap in its presence (or at start), a worker releases the rows it finds in its name
 //!   instead of holding them: the balancer may be taking them at that moment.
 //!
@@ -24,6 +30,7 @@
 //!  every worker, each period (renew_interval ≤ lease_duration / 3):
 //!    renew presence (1 write) ──> notice changed? ──> list leases: hold rows owned by me,
 //!                                                     hand over those the notice asks for
+//!                                                     (graceful: once the worker is ready)
 //!    committer lease: renew when held (1 write), else read it (1 read) and take it when
 //!                     unowned or expired — its holder commits and balances
 //!
@@ -385,6 +392,13 @@ pub struct HeldLeases {
     pub shards: BTreeMap<ShardId, Lease>,
     /// The committer lease, when held.
     pub committer: Option<Lease>,
+    /// Held shards the balancer asked this worker to hand over (graceful hand-off): the worker
+    /// stops reading them, hands their buffered rows off and answers through
+    /// [`HandOffReplies`] once every batch of them is committed.
+    pub handing_off: BTreeSet<ShardId>,
+    /// This worker balances and waits for graceful hand-offs it asked for: its committer
+    /// commits without the spacing meanwhile, so that the hand-offs complete quickly.
+    pub moves_pending: bool,
 }
 
 impl HeldLeases {
@@ -397,7 +411,44 @@ impl HeldLeases {
                 .collect::<Vec<_>>()
         };
         grants(self) == grants(other)
+            && self.handing_off == other.handing_off
+            && self.moves_pending == other.moves_pending
     }
+}
+
+/// A worker's answers to graceful hand-offs ([`HeldLeases::handing_off`]): the shards whose
+/// every record read is committed and that it no longer reads. The lease manager writes the new
+/// owner of each as soon as it is listed here.
+#[derive(Debug, Clone)]
+pub struct HandOffReplies(Arc<watch::Sender<BTreeSet<ShardId>>>);
+
+impl Default for HandOffReplies {
+    fn default() -> Self {
+        HandOffReplies(Arc::new(watch::Sender::new(BTreeSet::new())))
+    }
+}
+
+impl HandOffReplies {
+    /// Says which shards asked to be handed over are ready to move now.
+    pub fn set_ready(&self, ready: BTreeSet<ShardId>) {
+        self.0.send_if_modified(|current| {
+            let changed = *current != ready;
+            *current = ready;
+            changed
+        });
+    }
+
+    /// The shards ready to move.
+    pub fn ready(&self) -> BTreeSet<ShardId> {
+        self.0.borrow().clone()
+    }
+}
+
+/// A graceful hand-off under way: the shard is still held and published as handing off.
+#[derive(Debug, Clone)]
+struct Handing {
+    to: String,
+    since: Instant,
 }
 
 /// A handoff the balancer asked for and has not seen done yet.
@@ -461,6 +512,12 @@ pub struct LeaseManager<S: ?Sized> {
     discovery: Option<(Arc<dyn ShardDiscovery>, Duration)>,
     published: watch::Sender<HeldLeases>,
     draining: Arc<AtomicBool>,
+    /// Set once a worker answers hand-offs: they are graceful from then on.
+    replies: Option<HandOffReplies>,
+    /// Graceful hand-offs under way.
+    handing: BTreeMap<ShardId, Handing>,
+    /// How long a graceful hand-off waits for the worker before the shard moves anyway.
+    handoff_wait: Duration,
 }
 
 impl<S: LeaseStore + ?Sized> LeaseManager<S> {
@@ -468,7 +525,6 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
     pub fn new(store: Arc<S>, config: LeaseManagerConfig) -> Self {
         LeaseManager {
             store,
-            config,
             committer_seen: Observations::default(),
             shards: BTreeMap::new(),
             committer: None,
@@ -481,7 +537,29 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             discovery: None,
             published: watch::Sender::new(HeldLeases::default()),
             draining: Arc::default(),
+            replies: None,
+            handing: BTreeMap::new(),
+            handoff_wait: config.lease_duration,
+            config,
         }
+    }
+
+    /// Makes hand-offs graceful: the returned handle is the worker's answer
+    /// ([`HeldLeases::handing_off`]); the manager moves a shard once its worker lists it there,
+    /// or after the hand-off wait ([`LeaseManager::with_handoff_wait`]).
+    pub fn handoff_replies(&mut self) -> HandOffReplies {
+        self.replies
+            .get_or_insert_with(HandOffReplies::default)
+            .clone()
+    }
+
+    /// The longest a graceful hand-off waits for the worker before the shard moves anyway (the
+    /// worker then drops what it had and the new owner reads it again), `lease_duration` by
+    /// default. A stalled or dead owner is not waited for: its presence stands still and the
+    /// balancer takes its shards after `lease_duration`, as before.
+    pub fn with_handoff_wait(mut self, wait: Duration) -> Self {
+        self.handoff_wait = wait;
+        self
     }
 
     /// The same manager, which as balancer also asks `discovery` for the source's shards every
@@ -538,6 +616,9 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 .map(|(s, (l, _))| (s.clone(), l.clone()))
                 .collect(),
             committer: self.committer.as_ref().map(|(l, _)| l.clone()),
+            handing_off: self.handing.keys().cloned().collect(),
+            moves_pending: self.replies.is_some()
+                && self.balancer.as_ref().is_some_and(|b| !b.moving.is_empty()),
         };
         self.published.send_if_modified(|current| {
             let changed = !current.same_grants(&next);
@@ -570,6 +651,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             self.release_owned = true;
         }
         for shard in timed_out {
+            self.handing.remove(&shard);
             let (lease, _) = self.shards.remove(&shard).expect("listed");
             self.lost(
                 &lease.key,
@@ -626,7 +708,12 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                     if let Err(err) = self.sync_shards(&presence, until).await {
                         tracing::warn!(channel = %channel, error = %err, "reading the shard leases failed");
                     }
+                } else if !self.handing.is_empty() {
+                    // A hand-off no longer asked for is called off: the shard is read again.
+                    self.handing
+                        .retain(|shard, h| presence.handoffs.get(shard) == Some(&h.to));
                 }
+                self.complete_handoffs().await;
                 None
             }
             Err(err) => Some(err),
@@ -679,24 +766,26 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         let release_owned = std::mem::take(&mut self.release_owned);
         self.relist = false;
         let mut release_failed = false;
+        self.handing
+            .retain(|shard, h| presence.handoffs.get(shard) == Some(&h.to));
         for (shard, lease) in mine {
             if let Some(to) = presence.handoffs.get(&shard) {
-                // Stop reading first, then write the new owner.
-                self.shards.remove(&shard);
-                self.publish();
-                match self.store.take_lease(&lease, to).await {
-                    Ok(moved) => {
-                        tracing::info!(channel = %channel, lease = %moved.key, lease_counter = moved.lease_counter, to = %to, "lease handed over")
-                    }
-                    Err(err) => {
-                        tracing::warn!(channel = %channel, lease = %lease.key, error = %err, "lease handoff failed; retried next period");
-                        // Not held again: the write's outcome is unknown. The next listing
-                        // shows the owner, and the handoff is retried while asked for.
-                        if err.is_retryable() {
-                            self.relist = true;
+                if self.replies.is_some() && self.shards.contains_key(&shard) {
+                    // Graceful: held (and published as handing off) until the worker answers
+                    // that every batch of it is committed, or the wait runs out.
+                    self.handing.entry(shard.clone()).or_insert_with(|| {
+                        tracing::info!(channel = %channel, lease = %lease.key, to = %to, "lease asked for: handing over once what was read of it is committed");
+                        Handing {
+                            to: to.clone(),
+                            since: Instant::now(),
                         }
-                    }
+                    });
+                    self.shards.insert(shard, (lease, until));
+                    continue;
                 }
+                // Not read here (or nobody to wait for): stop publishing, then write the new
+                // owner.
+                self.hand_over(&shard, &lease, to).await;
                 continue;
             }
             let held_now = self.shards.contains_key(&shard);
@@ -726,6 +815,55 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         }
         self.notice = Some(presence.notice);
         Ok(())
+    }
+
+    /// Stops publishing `shard`, then writes `to` as the owner of `lease` (as listed).
+    async fn hand_over(&mut self, shard: &ShardId, lease: &Lease, to: &str) {
+        let channel = self.config.channel.clone();
+        self.handing.remove(shard);
+        self.shards.remove(shard);
+        self.publish();
+        match self.store.take_lease(lease, to).await {
+            Ok(moved) => {
+                tracing::info!(channel = %channel, lease = %moved.key, lease_counter = moved.lease_counter, to = %to, "lease handed over")
+            }
+            Err(err) => {
+                tracing::warn!(channel = %channel, lease = %lease.key, error = %err, "lease handoff failed; retried next period");
+                // Not held again: the write's outcome is unknown. The next listing shows the
+                // owner, and the handoff is retried while asked for.
+                if err.is_retryable() {
+                    self.relist = true;
+                }
+            }
+        }
+    }
+
+    /// Hands over each shard of a graceful hand-off whose worker is ready, or whose wait ran
+    /// out (the worker then drops what it had of it, like any lost lease).
+    async fn complete_handoffs(&mut self) {
+        if self.handing.is_empty() {
+            return;
+        }
+        let ready = self.replies.as_ref().map(|r| r.ready()).unwrap_or_default();
+        let due: Vec<(ShardId, String, bool)> = self
+            .handing
+            .iter()
+            .filter_map(|(shard, h)| {
+                let is_ready = ready.contains(shard);
+                (is_ready || h.since.elapsed() >= self.handoff_wait)
+                    .then(|| (shard.clone(), h.to.clone(), is_ready))
+            })
+            .collect();
+        for (shard, to, is_ready) in due {
+            let Some((lease, _)) = self.shards.get(&shard).cloned() else {
+                self.handing.remove(&shard);
+                continue;
+            };
+            if !is_ready {
+                tracing::warn!(channel = %self.config.channel, lease = %lease.key, to = %to, wait_s = self.handoff_wait.as_secs_f64(), "the worker did not finish the hand-off in time; handing the lease over anyway (what it read of the shard and did not commit is read again)");
+            }
+            self.hand_over(&shard, &lease, &to).await;
+        }
     }
 
     /// Renews the committer lease when held; otherwise reads it and takes it when unowned or
@@ -818,6 +956,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
     async fn balance_once(&mut self) -> Result<(), LeaseError> {
         let channel = self.config.channel.clone();
         let duration = self.config.lease_duration;
+        let handoff_wait = self.handoff_wait;
         let params = self.params();
         let mut b = self.balancer.take().unwrap_or_default();
         let result = async {
@@ -853,7 +992,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                     l.key.shard_id() == Some(shard)
                         && l.is_owned_by(&m.from)
                         && l.lease_counter == m.lease_counter
-                }) && now.saturating_duration_since(m.since) < duration
+                }) && now.saturating_duration_since(m.since) < duration + handoff_wait
                     && live.contains(&m.to)
             });
             let heartbeat_of: HashMap<&str, u64> =
@@ -1060,6 +1199,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
     /// period before releasing closes that too, but made the simulation's rolling restart four
     /// times slower: 44.6 periods instead of 11.5.)
     pub async fn release_all(&mut self) {
+        self.handing.clear();
         let shards = std::mem::take(&mut self.shards);
         let committer = self.committer.take();
         self.balancer = None;
@@ -1113,10 +1253,21 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut interval = tokio::time::interval(self.config.effective_renew_interval());
         interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut replies = self.replies.as_ref().map(|r| r.0.subscribe());
         loop {
             let expiry = self.next_expiry();
             tokio::select! {
                 _ = shutdown.cancelled() => break,
+                // A worker ready to hand a shard over: move it now, not at the next period.
+                Ok(()) = async {
+                    match replies.as_mut() {
+                        Some(rx) => rx.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    self.complete_handoffs().await;
+                    self.publish();
+                }
                 _ = async {
                     match expiry {
                         Some(at) => tokio::time::sleep_until(at).await,
@@ -1667,6 +1818,65 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((row.owner.as_deref(), row.lease_counter), (Some("b"), 2));
+    }
+
+    /// Issue 33: a graceful hand-off keeps the shard (published as handing off) until the worker
+    /// says what it read of it is committed, then writes the new owner at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_graceful_handoff_waits_for_the_worker_then_moves() {
+        let store = store_with_shards(2).await;
+        let mut a = manager(&store, "a").with_handoff_wait(DURATION);
+        let replies = a.handoff_replies();
+        periods(&mut a, 3).await;
+        let rx = a.subscribe();
+        ask_handoff(&store, "a", "1", "b").await;
+        a.tick().await.unwrap();
+        let one = ShardId("1".into());
+        assert!(rx.borrow().shards.contains_key(&one), "still held");
+        assert_eq!(rx.borrow().handing_off, BTreeSet::from([one.clone()]));
+        let owner = |store: Arc<MemoryLeaseStore>| async move {
+            let row = store.get_lease("c", &LeaseKey::shard("1")).await.unwrap();
+            row.unwrap().owner
+        };
+        assert_eq!(owner(store.clone()).await.as_deref(), Some("a"));
+        tokio::time::advance(INTERVAL).await;
+        a.tick().await.unwrap();
+        assert_eq!(owner(store.clone()).await.as_deref(), Some("a"), "waits");
+        replies.set_ready(BTreeSet::from([one.clone()]));
+        a.complete_handoffs().await;
+        a.publish();
+        assert_eq!(owner(store.clone()).await.as_deref(), Some("b"));
+        assert!(!rx.borrow().shards.contains_key(&one));
+        assert!(rx.borrow().handing_off.is_empty());
+    }
+
+    /// Issue 33: a worker that does not answer (stalled, or its batches not committed) holds a
+    /// move up for the hand-off wait at most; then the shard moves as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_graceful_handoff_moves_anyway_once_its_wait_runs_out() {
+        let store = store_with_shards(2).await;
+        let wait = INTERVAL * 2;
+        let mut a = manager(&store, "a").with_handoff_wait(wait);
+        let _replies = a.handoff_replies();
+        periods(&mut a, 3).await;
+        ask_handoff(&store, "a", "1", "b").await;
+        let asked = Instant::now();
+        let mut moved_after = None;
+        for _ in 0..5 {
+            a.tick().await.unwrap();
+            let row = store.get_lease("c", &LeaseKey::shard("1")).await.unwrap();
+            if row.unwrap().owner.as_deref() == Some("b") {
+                moved_after = Some(asked.elapsed());
+                break;
+            }
+            tokio::time::advance(INTERVAL).await;
+        }
+        let moved_after = moved_after.expect("never moved");
+        assert!(
+            moved_after >= wait && moved_after <= wait + INTERVAL,
+            "moved after {moved_after:?} (wait {wait:?})"
+        );
+        assert!(!a.held().shards.contains_key(&ShardId("1".into())));
     }
 
     #[tokio::test(start_paused = true)]

@@ -41,7 +41,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::model::{Checkpoints, PendingBatch, Position, ShardId};
+use crate::model::{Checkpoints, Lineage, PendingBatch, Position, ShardId};
 
 #[cfg(any(test, feature = "testsuite"))]
 pub mod conformance;
@@ -127,6 +127,22 @@ pub struct Lease {
     pub checkpoint_hint: Option<Position>,
     /// Parent shards (Kinesis resharding), empty when the shard has none.
     pub parents: Vec<ShardId>,
+}
+
+/// The parents and children of a channel's shards as their lease rows name them, and the
+/// shards whose lease has an owner: what [`Checkpoints::prune_ended`] and
+/// [`Checkpoints::with_pruned_ended`] need beyond the checkpoints.
+pub fn lineage(leases: &[Lease]) -> Lineage {
+    let shards = || {
+        leases
+            .iter()
+            .filter_map(|l| l.key.shard_id().map(|s| (s, l)))
+    };
+    Lineage::from_parents(shards().map(|(s, l)| (s, l.parents.as_slice()))).with_held(
+        shards()
+            .filter(|(_, l)| l.owner.is_some())
+            .map(|(s, _)| s.clone()),
+    )
 }
 
 impl Lease {

@@ -113,6 +113,28 @@ impl RawBuffer {
         std::mem::take(self)
     }
 
+    /// Drops the records of `shard`.
+    pub fn drop_shard(&mut self, shard: &ShardId) {
+        if let Some(records) = self.shards.remove(shard) {
+            let bytes: usize = records.iter().map(|r| r.payload.len() + 64).sum();
+            self.bytes -= bytes.min(self.bytes);
+        }
+    }
+
+    /// Takes the records of `shards` out; the others stay.
+    pub fn take_shards(&mut self, shards: &std::collections::BTreeSet<ShardId>) -> RawBuffer {
+        let mut taken = RawBuffer::default();
+        for shard in shards {
+            if let Some(records) = self.shards.remove(shard) {
+                let bytes: usize = records.iter().map(|r| r.payload.len() + 64).sum();
+                self.bytes -= bytes.min(self.bytes);
+                taken.bytes += bytes;
+                taken.shards.insert(shard.clone(), records);
+            }
+        }
+        taken
+    }
+
     /// Cuts the buffered records into objects (per shard, in order; an object ends before the
     /// record that would take its record bytes past `target_object_size`; a record is never
     /// split), renders their keys and compresses them. CPU-bound: run it off the async threads.

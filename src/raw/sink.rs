@@ -85,12 +85,17 @@ impl BatchSink for RawSink {
         self.buffer.clear();
     }
 
+    fn drop_shard(&mut self, shard: &ShardId) {
+        self.buffer.drop_shard(shard);
+    }
+
     async fn write(
         &mut self,
         batch_id: Uuid,
+        shards: &std::collections::BTreeSet<ShardId>,
         _dlq_entries: &[DlqEntry],
     ) -> Result<Written, SinkError> {
-        let records = self.buffer.take();
+        let records = self.buffer.take_shards(shards);
         let num_rows = records.len() as u64;
         let config = self.io.config.clone();
         let (channel, stream) = (self.channel.clone(), self.stream.clone());

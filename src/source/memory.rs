@@ -35,6 +35,8 @@ struct ShardLog {
     closed: bool,
     /// Readers opened on this shard.
     opens: usize,
+    /// Records returned by its readers.
+    records_read: u64,
 }
 
 #[derive(Default)]
@@ -75,6 +77,12 @@ impl MemorySource {
     /// buffer); 0 for an unknown shard.
     pub fn opens(&self, shard: &ShardId) -> usize {
         self.lock().shards.get(shard).map_or(0, |l| l.opens)
+    }
+
+    /// How many records the readers of `shard` returned in all (a record read twice counts
+    /// twice); 0 for an unknown shard.
+    pub fn records_read(&self, shard: &ShardId) -> u64 {
+        self.lock().shards.get(shard).map_or(0, |l| l.records_read)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -251,7 +259,7 @@ pub struct MemoryShardReader {
 
 impl MemoryShardReader {
     fn take(&mut self, max_records: usize) -> Result<Vec<SourceRecord>, SourceError> {
-        let state = self.source.lock();
+        let mut state = self.source.lock();
         MemorySource::check_available(&state)?;
         let log = state
             .shards
@@ -289,6 +297,9 @@ impl MemoryShardReader {
             self.next = o + 1;
         }
         self.lag = Some((log.high - self.next).max(0) as u64);
+        if let Some(log) = state.shards.get_mut(&self.shard) {
+            log.records_read += out.len() as u64;
+        }
         Ok(out)
     }
 }

@@ -9,10 +9,16 @@
 //!  flush: data files + staged DLQ + PendingBatch{ per shard (after, last], lease counter }
 //!         next batch of S starts after `last` (batches chain)
 //!  reconcile: batch committed (checkpoint >= last) -> forget it
-//!             batch gone but not committed (rejected) -> drop buffers, restart every shard
-//!             from the table's checkpoints
-//!  lease lost ──> drop the buffer at once (it holds the lost shard's rows), restart the others
-//!                 from their last handed-off position
+//!             batch gone but not committed (rejected) -> the shards it covers (and those of
+//!             later batches chained on them) drop their buffered rows and are read again
+//!             after the rejected range; the other shards go on
+//!  lease lost ──> drop the lost shard's buffered rows, DLQ entries and reader at once; the
+//!                 other shards go on. A batch in flight covering it is doomed (stale lease
+//!                 counter): only the shards of doomed batches are read again
+//!  asked to hand a shard over (HeldLeases::handing_off) ──> stop reading it, hand its buffered
+//!                 rows off in a batch of their own, answer "ready" once every batch of it is
+//!                 committed; the lease manager then writes the new owner (docs/design.md,
+//!                 "Graceful hand-off")
 //!  shard ended (closed Kinesis shard, every record read) ──> hand off at once a batch whose range
 //!                 for it is (after, SHARD_END] (no rows needed); stop reading it, keep its lease
 //!                 (the lease manager never counts a finished shard)
@@ -21,7 +27,7 @@
 //! Invariant: a worker never hands off a range that does not continue its own previous batch
 //! or the table's checkpoint, and never hands off a shard it no longer holds.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,11 +38,15 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 mod progress;
+mod reads;
+
+pub use reads::{ReadHistory, RereadCause};
 
 use crate::destination::{BatchSink, BoxError, Pushed, SinkError};
 use crate::dlq::DlqEntry;
 use crate::iceberg::sink::IcebergSink;
 use crate::iceberg::IcebergIo;
+use crate::lease::manager::HandOffReplies;
 use crate::lease::{BatchStore, HeldLeases, LeaseError};
 use crate::model::{Checkpoints, PendingBatch, Position, ShardId};
 use crate::raw::sink::RawSink;
@@ -317,21 +327,21 @@ pub struct ChannelWorker {
     dlq_entries: Vec<DlqEntry>,
     /// [`DlqEntry::approx_bytes`] of `dlq_entries`: part of the buffer (back-pressure).
     dlq_bytes: usize,
-    dlq_codes: BTreeMap<&'static str, u64>,
     /// Per held shard: where its next batch starts, what is buffered, what is in flight.
     progress: Progress,
     readers: BTreeMap<ShardId, ShardReaderState>,
-    oldest_read: Option<Instant>,
-    oldest_read_ms: i64,
-    num_buffered: usize,
     /// `data_freshness` of the configuration, before any `floe channel update` override.
     configured_freshness: Option<Duration>,
     /// Fraction of a second of back-pressure not yet counted.
     backpressure_carry: Duration,
-    /// When the oldest record not yet committed was first read by an earlier loop of this
-    /// worker that failed (say, the schema registry was unavailable): counted in the freshness
-    /// until a batch of this loop is committed.
-    carried_oldest: Option<Instant>,
+    /// What this process read of each shard, carried over from a failed loop (the freshness
+    /// and the re-read count).
+    history: ReadHistory,
+    /// The shards the lease manager last asked this worker to hand over.
+    handing_off: BTreeSet<ShardId>,
+    /// Where this worker says which of them are ready to move; `None`: it never says, and the
+    /// lease manager moves them when its wait runs out.
+    handoff_replies: Option<HandOffReplies>,
     /// When this worker last loaded the table (for its checkpoints).
     last_table_load: Option<Instant>,
     /// Whether the last listing of the pending batches failed (lease store unreachable): one
@@ -360,37 +370,45 @@ impl ChannelWorker {
             sink: None,
             dlq_entries: Vec::new(),
             dlq_bytes: 0,
-            dlq_codes: BTreeMap::new(),
             progress: Progress::default(),
             readers: BTreeMap::new(),
-            oldest_read: None,
-            oldest_read_ms: 0,
-            num_buffered: 0,
             configured_freshness: None,
             backpressure_carry: Duration::ZERO,
-            carried_oldest: None,
+            history: ReadHistory::default(),
+            handing_off: BTreeSet::new(),
+            handoff_replies: None,
             last_table_load: None,
             pending_unreachable: false,
         }
     }
 
-    /// Carries the oldest uncommitted read of a failed loop ([`ChannelWorker::oldest_pending`])
-    /// into this one, so `floe_data_freshness_seconds` keeps growing while the loop restarts.
-    pub fn with_oldest_pending(mut self, oldest: Option<Instant>) -> Self {
-        self.carried_oldest = oldest;
+    /// Carries what a failed loop read ([`ChannelWorker::take_history`]) into this one, so
+    /// `floe_data_freshness_seconds` keeps counting from the first read of a record while the
+    /// loop restarts, and what is read again is counted as re-read (cause `restart`).
+    pub fn with_history(mut self, mut history: ReadHistory) -> Self {
+        history.new_loop();
+        self.history = history;
         self
     }
 
-    /// When the oldest record read but not yet committed was read (in flight, buffered, or
-    /// carried from a failed loop); `None` when there is none.
+    /// Answers the lease manager's graceful hand-offs through `replies`
+    /// ([`crate::lease::manager::LeaseManager::handoff_replies`]).
+    pub fn with_handoff_replies(mut self, replies: HandOffReplies) -> Self {
+        self.handoff_replies = Some(replies);
+        self
+    }
+
+    /// What this loop read, for the next loop ([`ChannelWorker::with_history`]).
+    pub fn take_history(&mut self) -> ReadHistory {
+        std::mem::take(&mut self.history)
+    }
+
+    /// When the oldest record of a held shard not yet committed was first read by this
+    /// process (buffered, in flight, or read again since); `None` when there is none.
     pub fn oldest_pending(&self) -> Option<Instant> {
-        self.progress
-            .in_flight()
-            .iter()
-            .map(|f| f.oldest_read)
-            .chain(self.oldest_read)
-            .chain(self.carried_oldest)
-            .min()
+        let held = self.held.borrow();
+        self.history
+            .oldest(|id| self.progress.holds(id) || held.shards.contains_key(id))
     }
 
     /// Runs until `stop` is cancelled, then flushes what it buffered and waits up to `drain`
@@ -425,12 +443,10 @@ impl ChannelWorker {
                 last_settings = Some(Instant::now());
             }
             self.sync_leases(true).await?;
-            if self.progress.is_empty() {
-                // The shards went to other workers: what was read is theirs to deliver.
-                self.carried_oldest = None;
-            }
-            // Nothing to read (no shard, or only finished ones): wait for a lease change.
-            if self.progress.all_ended() && !self.flush_due() {
+            self.hand_off_moving().await?;
+            // Nothing to read (no shard, or only finished ones or ones moving away): wait for a
+            // lease change.
+            if self.nothing_to_read() && !self.flush_due() {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = self.held.changed() => {},
@@ -443,7 +459,7 @@ impl ChannelWorker {
             self.poll_shards().await?;
             if self.flush_due() {
                 let paused = self.buffer_full().then(Instant::now);
-                self.flush().await?;
+                self.flush(|_| true).await?;
                 if let Some(paused) = paused {
                     // Reading stood still from the full buffer until the flush made room.
                     telemetry::record_backpressure(
@@ -462,13 +478,16 @@ impl ChannelWorker {
         // Drain: hand off what is buffered (shards still held only; no new ones), then wait
         // for the committer.
         self.sync_leases(false).await?;
-        if self.num_buffered > 0 || !self.dlq_entries.is_empty() || self.progress.end_due() {
-            self.flush().await?;
+        if self.progress.has_buffered() {
+            self.flush(|_| true).await?;
         }
         let deadline = Instant::now() + drain;
         while !self.progress.in_flight().is_empty() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
             self.reconcile().await?;
+            // Shards asked to move whose batches are committed may go at once.
+            self.sync_leases(false).await?;
+            self.answer_handoffs();
         }
         if !self.progress.in_flight().is_empty() {
             tracing::warn!(channel = %self.settings.channel, pending = self.progress.in_flight().len(), "drain deadline passed with batches not yet committed; the next owner re-reads them");
@@ -509,36 +528,52 @@ impl ChannelWorker {
             .collect()
     }
 
-    /// Opens readers for newly held shards, drops lost ones.
+    /// Opens readers for newly held shards, drops lost ones: a lost shard's buffered rows, DLQ
+    /// entries and reader go; the other shards keep theirs, unless a batch in flight covering
+    /// the lost shard dooms batches of theirs ([`Progress::doom`]).
     async fn sync_leases(&mut self, open_new: bool) -> Result<(), WorkerError> {
         self.held.borrow_and_update();
         let held = self.held_counters();
         let lost = self.progress.lost(&held);
         if !lost.is_empty() {
-            // The buffer mixes every shard's rows, so rows of a lost shard in it mean dropping it
-            // whole. A lost shard with nothing buffered and no batch in flight (a finished shard,
-            // an idle partition, one just taken) costs the others nothing.
-            let buffered = lost.iter().any(|id| {
-                self.progress
-                    .shards()
-                    .get(id)
-                    .is_some_and(|st| st.buffered_last.is_some())
-            });
+            // Lost while asked to hand it over: the graceful wait ran out (or the answer came
+            // too late); anything else is a plain loss.
+            let cause = |id: &ShardId| {
+                if self.handing_off.contains(id) {
+                    RereadCause::Moved
+                } else {
+                    RereadCause::LeaseLost
+                }
+            };
+            let causes: Vec<(ShardId, RereadCause)> =
+                lost.iter().map(|id| (id.clone(), cause(id))).collect();
             for id in &lost {
                 self.readers.remove(id);
+                self.drop_shard_buffer(id);
             }
             let in_flight = self.progress.lose(&lost);
+            for (id, cause) in &causes {
+                self.history.rewound(id, *cause);
+            }
             if in_flight {
                 let cp = self.table_checkpoints().await?;
-                self.progress.rewind_to(&cp);
-            }
-            if in_flight || buffered {
-                tracing::info!(channel = %self.settings.channel, shards = ?lost, "lease lost: dropping buffered rows");
-                self.restart_from_handoff().await?;
+                self.history.committed(&cp);
+                let rewound = self.progress.doom(
+                    |f| lost.iter().any(|l| f.ranges.iter().any(|r| r.shard == *l)),
+                    &cp,
+                );
+                let cause = causes
+                    .iter()
+                    .map(|(_, c)| *c)
+                    .find(|c| *c == RereadCause::LeaseLost)
+                    .unwrap_or(RereadCause::Moved);
+                tracing::info!(channel = %self.settings.channel, shards = ?lost, rewound = ?rewound.iter().map(|(id, _)| id).collect::<Vec<_>>(), "lease lost with a batch in flight: its shards and the shards of the batches it dooms are read again");
+                self.reopen(rewound, cause).await?;
             } else {
-                tracing::info!(channel = %self.settings.channel, shards = ?lost, "lease lost: nothing of it buffered or in flight");
+                tracing::info!(channel = %self.settings.channel, shards = ?lost, "lease lost: its buffered rows dropped, the other shards go on");
             }
         }
+        self.handing_off = self.held.borrow().handing_off.clone();
         if !open_new {
             return Ok(());
         }
@@ -548,6 +583,7 @@ impl ChannelWorker {
             .collect();
         if !new.is_empty() {
             let cp = self.table_checkpoints().await?;
+            self.history.committed(&cp);
             let committed_by = self
                 .sink
                 .as_ref()
@@ -581,10 +617,29 @@ impl ChannelWorker {
         Ok(())
     }
 
-    /// Drops the buffer and reopens every shard after its last handed-off position.
-    async fn restart_from_handoff(&mut self) -> Result<(), WorkerError> {
-        let restart = self.drop_buffer();
+    /// Drops what `shard` buffered: its rows in the sink and its DLQ entries (the caller
+    /// updates its progress).
+    fn drop_shard_buffer(&mut self, shard: &ShardId) {
+        if let Some(sink) = self.sink.as_mut() {
+            sink.drop_shard(shard);
+        }
+        if self.dlq_entries.iter().any(|e| e.shard == *shard) {
+            self.dlq_entries.retain(|e| e.shard != *shard);
+            self.dlq_bytes = self.dlq_entries.iter().map(DlqEntry::approx_bytes).sum();
+        }
+    }
+
+    /// Drops the buffered rows of each shard of `restart` and reopens its reader after the
+    /// position given (its progress was rewound already); what is read again is counted under
+    /// `cause`.
+    async fn reopen(
+        &mut self,
+        restart: Vec<(ShardId, Option<Position>)>,
+        cause: RereadCause,
+    ) -> Result<(), WorkerError> {
         for (id, after) in restart {
+            self.drop_shard_buffer(&id);
+            self.history.rewound(&id, cause);
             let reader = open_reader(
                 &self.settings.channel,
                 self.io.source.as_ref(),
@@ -600,17 +655,51 @@ impl ChannelWorker {
         Ok(())
     }
 
-    /// Drops everything buffered; returns where each shard's reader restarts.
-    fn drop_buffer(&mut self) -> Vec<(ShardId, Option<Position>)> {
-        if let Some(sink) = self.sink.as_mut() {
-            sink.clear();
+    /// Whether no held shard is to be read: none held, or each finished or moving away.
+    fn nothing_to_read(&self) -> bool {
+        self.progress
+            .shards()
+            .iter()
+            .all(|(id, st)| st.ended || self.handing_off.contains(id))
+    }
+
+    /// The graceful hand-off (docs/design.md): the shards asked to move are not read any more;
+    /// what they buffered is handed off at once in a batch of their own; once every batch of
+    /// a shard is committed, the worker says it is ready to move.
+    async fn hand_off_moving(&mut self) -> Result<(), WorkerError> {
+        if self.handing_off.is_empty() {
+            return self.answer_handoffs_ok();
         }
-        self.dlq_entries.clear();
-        self.dlq_bytes = 0;
-        self.dlq_codes.clear();
-        self.oldest_read = None;
-        self.num_buffered = 0;
-        self.progress.drop_buffer()
+        let moving = self.handing_off.clone();
+        if !self
+            .progress
+            .batch_ranges_of(|id| moving.contains(id))
+            .is_empty()
+        {
+            tracing::info!(channel = %self.settings.channel, shards = ?moving, "shards asked to move: handing off their buffered rows in a batch of their own");
+            self.flush(|id| moving.contains(id)).await?;
+        }
+        self.answer_handoffs_ok()
+    }
+
+    fn answer_handoffs_ok(&mut self) -> Result<(), WorkerError> {
+        self.answer_handoffs();
+        Ok(())
+    }
+
+    /// Tells the lease manager which shards asked to move are ready: held, nothing buffered
+    /// and every batch committed.
+    fn answer_handoffs(&self) {
+        let Some(replies) = &self.handoff_replies else {
+            return;
+        };
+        let ready: BTreeSet<ShardId> = self
+            .handing_off
+            .iter()
+            .filter(|id| self.progress.settled(id))
+            .cloned()
+            .collect();
+        replies.set_ready(ready);
     }
 
     async fn poll_shards(&mut self) -> Result<(), WorkerError> {
@@ -619,11 +708,16 @@ impl ChannelWorker {
         let sink = self.sink.as_mut().expect("sink open");
         let mut records = 0u64;
         let mut bytes = 0u64;
+        let mut reread: BTreeMap<RereadCause, u64> = BTreeMap::new();
         for (id, st) in self.readers.iter_mut() {
             if (sink.buffered_bytes() + self.dlq_bytes) as u64 >= self.settings.buffer_size {
                 break; // back-pressure: flush before reading more
             }
-            if self.progress.shards().get(id).is_none_or(|p| p.ended) {
+            // A shard moving away is not read any more (its lease goes once what it read is
+            // committed).
+            if self.progress.shards().get(id).is_none_or(|p| p.ended)
+                || self.handing_off.contains(id)
+            {
                 continue;
             }
             let batch = match st.reader.next_batch(1000, per_shard_wait).await {
@@ -645,22 +739,21 @@ impl ChannelWorker {
             };
             records += batch.len() as u64;
             bytes += batch.iter().map(|r| r.payload.len() as u64).sum::<u64>();
-            if self.oldest_read.is_none() && !batch.is_empty() {
-                self.oldest_read = Some(Instant::now());
-                self.oldest_read_ms = now_ms();
+            let now = Instant::now();
+            if let Some((n, cause)) = self
+                .history
+                .read(id, batch.iter().map(|r| &r.position), now)
+            {
+                *reread.entry(cause).or_default() += n;
             }
             // One call per read batch (not per record): the sink's future is boxed.
             for pushed in sink.push(id, batch).await? {
                 let position = match pushed {
-                    Pushed::Buffered(position) => {
-                        self.num_buffered += 1;
-                        position
-                    }
+                    Pushed::Buffered(position) => position,
                     Pushed::Rejected {
                         reason,
                         record: rec,
                     } => {
-                        *self.dlq_codes.entry(reason.code.as_str()).or_default() += 1;
                         let mut entry = DlqEntry {
                             channel: self.settings.channel.clone(),
                             source: self.settings.source_name.clone(),
@@ -689,7 +782,7 @@ impl ChannelWorker {
                         rec.position
                     }
                 };
-                self.progress.record(id, position);
+                self.progress.record(id, position, now);
             }
             if st.reader.shard_ended() {
                 tracing::info!(channel = %self.settings.channel, shard = %id, "shard ended: every record read; handing off SHARD_END");
@@ -699,6 +792,9 @@ impl ChannelWorker {
         if records > 0 {
             telemetry::record_read(&self.settings.channel, records, bytes);
         }
+        for (cause, n) in reread {
+            telemetry::record_reread(&self.settings.channel, cause.as_str(), n);
+        }
         Ok(())
     }
 
@@ -707,7 +803,7 @@ impl ChannelWorker {
         if self.progress.end_due() {
             return true;
         }
-        let Some(oldest) = self.oldest_read else {
+        let Some(oldest) = self.progress.oldest_buffered() else {
             return false;
         };
         oldest.elapsed() >= hand_off_age(self.settings.data_freshness) || self.buffer_full()
@@ -743,19 +839,35 @@ impl ChannelWorker {
         }
     }
 
-    /// Writes the buffer as data files and hands the batch to the committer.
-    async fn flush(&mut self) -> Result<(), WorkerError> {
-        let shards = self.progress.batch_ranges();
+    /// Writes what the shards `pick` picks buffered as data files and hands the batch to the
+    /// committer; the other shards' rows stay buffered.
+    async fn flush(&mut self, pick: impl Fn(&ShardId) -> bool) -> Result<(), WorkerError> {
+        let mut shards = self.progress.batch_ranges_of(&pick);
+        if !Progress::still_held(&shards, &self.held_counters()) {
+            // A lease went since the last sync: drop only that shard's rows first.
+            self.sync_leases(false).await?;
+            shards = self.progress.batch_ranges_of(&pick);
+        }
         if shards.is_empty() {
-            self.drop_buffer();
             return Ok(());
         }
+        let in_batch = Progress::shards_of(&shards);
+        let (dlq_entries, dlq_rest): (Vec<DlqEntry>, Vec<DlqEntry>) =
+            std::mem::take(&mut self.dlq_entries)
+                .into_iter()
+                .partition(|e| in_batch.contains(&e.shard));
+        self.dlq_entries = dlq_rest;
+        self.dlq_bytes = self.dlq_entries.iter().map(DlqEntry::approx_bytes).sum();
+        let oldest_read = shards
+            .iter()
+            .filter_map(|r| self.progress.shards().get(&r.shard)?.buffered_since)
+            .min();
         let batch_id = Uuid::now_v7();
         let written = self
             .sink
             .as_mut()
             .expect("sink open")
-            .write(batch_id, &self.dlq_entries)
+            .write(batch_id, &in_batch, &dlq_entries)
             .await?;
         // Never hand off a shard whose lease was lost while writing (or while the hand-off was
         // being retried, below).
@@ -765,15 +877,22 @@ impl ChannelWorker {
                 .expect("sink open")
                 .undo(&written.files)
                 .await;
-            // The buffer is dropped, so every reader must go back to its last hand-off, whether
-            // or not `sync_leases` still finds a lost lease: the lease manager may have dropped a
-            // lease locally (not renewed within lease_duration, e.g. a long flush) and renewed it
-            // again under the same counter by now. Without the rewind, the next batch's range
-            // would cover the dropped records (found by loadtest/bench.sh: records checkpointed
-            // but in neither the table nor the DLQ).
+            // The batch's rows are dropped, so the readers of its shards must go back to their
+            // last hand-off, whether or not `sync_leases` still finds a lost lease: the lease
+            // manager may have dropped a lease locally (not renewed within lease_duration, e.g.
+            // a long flush) and renewed it again under the same counter by now. Without the
+            // rewind, the next batch's range would cover the dropped records (found by
+            // loadtest/bench.sh: records checkpointed but in neither the table nor the DLQ).
             self.sync_leases(false).await?;
-            return self.restart_from_handoff().await;
+            return self.rewind_batch(&in_batch).await;
         }
+        let dead_lettered_by_code = {
+            let mut codes: BTreeMap<String, u64> = BTreeMap::new();
+            for e in &dlq_entries {
+                *codes.entry(e.error_code.clone()).or_default() += 1;
+            }
+            codes
+        };
         let batch = PendingBatch {
             channel: self.settings.channel.clone(),
             batch_id,
@@ -781,14 +900,10 @@ impl ChannelWorker {
             shards: shards.clone(),
             files: written.files,
             num_rows: written.num_rows,
-            num_dead_lettered: self.dlq_entries.len() as u64,
-            dead_lettered_by_code: self
-                .dlq_codes
-                .iter()
-                .map(|(code, n)| (code.to_string(), *n))
-                .collect(),
+            num_dead_lettered: dlq_entries.len() as u64,
+            dead_lettered_by_code,
             data_bytes: written.num_bytes,
-            oldest_read_at_ms: self.oldest_read_ms,
+            oldest_read_at_ms: now_ms() - oldest_read.map_or(0, |t| t.elapsed().as_millis() as i64),
         };
         // The lease store may be briefly unreachable (a PostgreSQL restart or failover, a
         // DynamoDB hiccup): the hand-off is idempotent, so it is retried with backoff while
@@ -811,7 +926,7 @@ impl ChannelWorker {
                         // did land needs them until the committer decides it. The orphan sweep
                         // removes them otherwise.
                         self.sync_leases(false).await?;
-                        return self.restart_from_handoff().await;
+                        return self.rewind_batch(&in_batch).await;
                     }
                     if failures == 0 {
                         tracing::warn!(channel = %self.settings.channel, batch_id = %batch_id, error = %e, "handing the batch off failed; retrying with backoff while its leases are held");
@@ -827,17 +942,20 @@ impl ChannelWorker {
         }
         telemetry::record_files(&self.settings.channel, written.sizes.iter().copied());
         tracing::debug!(channel = %self.settings.channel, batch_id = %batch_id, rows = written.num_rows, dead_lettered = batch.num_dead_lettered, files = written.sizes.len(), "batch handed off");
-        self.progress.handed_off(
-            batch_id,
-            &shards,
-            self.oldest_read.unwrap_or_else(Instant::now),
-        );
-        self.dlq_entries.clear();
-        self.dlq_bytes = 0;
-        self.dlq_codes.clear();
-        self.oldest_read = None;
-        self.num_buffered = 0;
+        self.progress.handed_off(batch_id, &shards);
         Ok(())
+    }
+
+    /// A batch of `shards` was written but not handed off (a lease went meanwhile): each of
+    /// them still held is read again after its last hand-off.
+    async fn rewind_batch(&mut self, shards: &BTreeSet<ShardId>) -> Result<(), WorkerError> {
+        let mut restart: Vec<(ShardId, Option<Position>)> = Vec::new();
+        for id in shards {
+            if self.progress.holds(id) {
+                restart.push((id.clone(), self.progress.drop_shard(id)));
+            }
+        }
+        self.reopen(restart, RereadCause::LeaseLost).await
     }
 
     /// Forgets committed batches; on a rejected one, restarts from the table's checkpoints.
@@ -886,20 +1004,18 @@ impl ChannelWorker {
             return Ok(());
         }
         let cp = self.table_checkpoints().await?;
+        self.history.committed(&cp);
         let settled = self.progress.reconcile(&pending, &cp);
-        if settled.any_committed {
-            self.carried_oldest = None;
-        }
-        if settled.rejected {
-            tracing::warn!(channel = %self.settings.channel, "a batch was rejected: re-reading from the table's checkpoints");
-            self.restart_from_handoff().await?;
+        if !settled.rewound.is_empty() {
+            tracing::warn!(channel = %self.settings.channel, shards = ?settled.rewound.iter().map(|(id, _)| id).collect::<Vec<_>>(), "a batch was rejected: re-reading its shards after the rejected ranges");
+            self.reopen(settled.rewound, RereadCause::Rejected).await?;
         }
         Ok(())
     }
 
     fn publish_gauges(&self) {
-        // Age of the oldest record read but not yet committed: in flight, still buffered, or
-        // read by a failed loop.
+        // Age of the oldest record of a held shard not yet committed, from its first read by this
+        // process (docs/observability.md, "Freshness and re-reads").
         let oldest = self.oldest_pending();
         let freshness = oldest.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
         let buffered = self.sink.as_ref().map(|s| s.buffered_bytes()).unwrap_or(0);

@@ -645,6 +645,23 @@ impl WorkerRig {
         tokio_util::sync::CancellationToken,
         tokio::task::JoinHandle<Result<(), floe::worker::WorkerError>>,
     ) {
+        self.spawn_worker_replying(settings, source, batches, drain, held, None)
+    }
+
+    /// [`WorkerRig::spawn_worker_on`] answering graceful hand-offs through `replies` (from its
+    /// lease manager).
+    pub fn spawn_worker_replying(
+        &self,
+        settings: floe::worker::WorkerSettings,
+        source: std::sync::Arc<dyn floe::source::Source>,
+        batches: std::sync::Arc<dyn floe::lease::BatchStore>,
+        drain: Duration,
+        held: tokio::sync::watch::Receiver<floe::lease::HeldLeases>,
+        replies: Option<floe::lease::manager::HandOffReplies>,
+    ) -> (
+        tokio_util::sync::CancellationToken,
+        tokio::task::JoinHandle<Result<(), floe::worker::WorkerError>>,
+    ) {
         let io = floe::worker::ChannelIo::iceberg(
             source,
             floe::iceberg::IcebergIo {
@@ -665,6 +682,9 @@ impl WorkerRig {
             },
         );
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);
+        if let Some(replies) = replies {
+            worker = worker.with_handoff_replies(replies);
+        }
         let stop = tokio_util::sync::CancellationToken::new();
         let task = {
             let stop = stop.clone();
