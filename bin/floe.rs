@@ -179,18 +179,18 @@ fn main() -> ExitCode {
         }
         Command::Maintain { config, channel } => {
             init_tracing(cli.log_format, "info");
-            ExitCode::from(runtime().block_on(maintain(config, channel)))
+            ExitCode::from(runtime().block_on(maintain(config, channel, cli.log_format)))
         }
         Command::Setup { config } => {
             init_tracing(cli.log_format, "warn");
-            ExitCode::from(runtime().block_on(setup(config)))
+            ExitCode::from(runtime().block_on(setup(config, cli.log_format)))
         }
         Command::Run {
             config,
             metrics_address,
         } => {
             init_tracing(cli.log_format, "info");
-            let code = runtime().block_on(run(config, metrics_address));
+            let code = runtime().block_on(run(config, metrics_address, cli.log_format));
             // Everything delivered is committed and every DLQ object fsynced by now: exit at
             // once instead of waiting for Kafka clients to tear down (seconds with a broker
             // down), so SIGTERM stays within shutdown_timeout.
@@ -219,8 +219,10 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-async fn run(config_path: PathBuf, metrics_address: Option<String>) -> i32 {
-    let mut config = match floe::config::Config::load(&config_path) {
+async fn run(config_path: PathBuf, metrics_address: Option<String>, format: LogFormat) -> i32 {
+    // Exactly `floe validate`'s checks (each schema file read and mapped too), before any store
+    // or service is touched: a missing schema file is named by its key, and nothing is created.
+    let mut config = match floe::cli::validate::check(&config_path) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("{}: invalid config:\n{errors}", config_path.display());
@@ -278,15 +280,26 @@ async fn run(config_path: PathBuf, metrics_address: Option<String>) -> i32 {
             1
         }
         Err(e) => {
-            // A problem an operator must fix (schema, table ownership, table dropped): 78 =
-            // EX_CONFIG, so systemd's RestartPreventExitStatus=78 does not restart it in a loop.
-            tracing::error!(error = %e, "floe run failed");
+            // A problem an operator must fix (schema, table ownership, table dropped, no AWS
+            // credentials): 78 = EX_CONFIG, so systemd's RestartPreventExitStatus=78 does not
+            // restart it in a loop.
+            match e.detail() {
+                Some(detail) if format == LogFormat::Json => {
+                    tracing::error!(error = %e, detail, "floe run failed")
+                }
+                detail => {
+                    tracing::error!(error = %e, "floe run failed");
+                    if let Some(detail) = detail {
+                        tracing::debug!(detail, "floe run failed: the cause in full");
+                    }
+                }
+            }
             78
         }
     }
 }
 
-async fn setup(config_path: PathBuf) -> u8 {
+async fn setup(config_path: PathBuf, format: LogFormat) -> u8 {
     let config = match floe::config::Config::load(&config_path) {
         Ok(c) => c,
         Err(errors) => {
@@ -296,11 +309,11 @@ async fn setup(config_path: PathBuf) -> u8 {
     };
     match floe::app::setup(&config).await {
         Ok(done) => {
-            println!("{done}");
+            floe::tools::stdout::println(done);
             0
         }
         Err(e) => {
-            eprintln!("floe setup: {e}");
+            report(format, "floe setup", &e);
             if e.is_retryable() {
                 1
             } else {
@@ -310,8 +323,8 @@ async fn setup(config_path: PathBuf) -> u8 {
     }
 }
 
-async fn maintain(config_path: PathBuf, channel: Option<String>) -> u8 {
-    let config = match floe::config::Config::load(&config_path) {
+async fn maintain(config_path: PathBuf, channel: Option<String>, format: LogFormat) -> u8 {
+    let config = match floe::cli::validate::check(&config_path) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("{}: invalid config:\n{errors}", config_path.display());
@@ -321,12 +334,12 @@ async fn maintain(config_path: PathBuf, channel: Option<String>) -> u8 {
     match floe::app::maintain::maintain(&config, channel.as_deref()).await {
         Ok(reports) => {
             for r in reports {
-                println!("channel {}: {}", r.channel, r.summary);
+                floe::tools::stdout::println(format!("channel {}: {}", r.channel, r.summary));
             }
             0
         }
         Err(e) => {
-            eprintln!("floe maintain: {e}");
+            report(format, "floe maintain", &e);
             if e.is_retryable() {
                 // EX_TEMPFAIL: a live committer, or a dependency; try again later.
                 75
@@ -334,6 +347,20 @@ async fn maintain(config_path: PathBuf, channel: Option<String>) -> u8 {
                 78
             }
         }
+    }
+}
+
+/// Reports a command's error on stderr: one line (`--log-format text`; what it leaves out, such
+/// as the AWS SDK's credential chain, is logged at debug level), or one JSON object with the
+/// detail (`--log-format json`).
+fn report(format: LogFormat, command: &str, e: &floe::app::AppError) {
+    if format == LogFormat::Json {
+        tracing::error!(error = %e, detail = e.detail(), "{command} failed");
+        return;
+    }
+    eprintln!("{command}: {e}");
+    if let Some(detail) = e.detail() {
+        tracing::debug!(detail, "{command}: the cause in full");
     }
 }
 

@@ -569,9 +569,24 @@ async fn floe_maintain_compacts_a_stopped_channel_and_refuses_beside_a_live_comm
         .clone();
     let described = describe();
     let health = described["table_health"].clone();
-    // last_commit is the last data commit, never the maintenance snapshot on top of it.
+    // last_commit is the last data commit, never the maintenance snapshot on top of it, nor
+    // the commit of floe maintain's own epoch before it (issue 35): it is the newest of the
+    // shards' last commits.
     assert_eq!(current["operation"], "replace", "{current}");
     assert_ne!(described["snapshot_id"], after["current"], "{described}");
+    let newest_shard_commit = described["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["last_commit_at"].as_str())
+        .max()
+        .unwrap_or_else(|| panic!("every shard committed: {described}"))
+        .to_string();
+    assert_eq!(
+        described["last_commit_at"].as_str(),
+        Some(newest_shard_commit.as_str()),
+        "{described}"
+    );
     assert_eq!(health["hours_to_compact"], 0, "{health}");
     assert!(
         health["last_maintenance"]

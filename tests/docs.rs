@@ -1315,3 +1315,44 @@ tagged_section!(E { "p" => P(struct), "q" => Q(table) });
     );
     assert!(!rendered.contains("NotParsed"));
 }
+
+/// Issue 35: the lists the docs keep by hand name everything there is: every binary of
+/// Cargo.toml in README's layout table and docs/design.md, every `config/*.toml` in
+/// docs/configuration.md's table of examples.
+#[test]
+fn the_binaries_and_example_configs_are_all_listed() {
+    let cargo: toml::Table = read(&root().join("Cargo.toml")).parse().unwrap();
+    let bins: Vec<String> = cargo["bin"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(bins.len() >= 4, "{bins:?}");
+    let readme = read(&root().join("README.md"));
+    let bin_row = readme
+        .lines()
+        .find(|l| l.starts_with("| `bin/` |"))
+        .expect("README's layout table has a bin/ row");
+    let design = read(&root().join("docs/design.md")).replace('\n', " ");
+    let layout = &design[design.find("`bin/` holds").expect("design.md's layout")..];
+    let layout = &layout[..layout.find(';').unwrap_or(layout.len())];
+    for bin in &bins {
+        let name = format!("`{bin}`");
+        assert!(bin_row.contains(&name), "README's bin/ row lacks {name}");
+        assert!(layout.contains(&name), "design.md's layout lacks {name}");
+    }
+    let page = read(&root().join("docs/configuration.md"));
+    let mut configs: Vec<String> = std::fs::read_dir(root().join("config"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".toml"))
+        .collect();
+    configs.sort();
+    for name in configs {
+        assert!(
+            page.contains(&format!("| `config/{name}` |")),
+            "docs/configuration.md's examples lack config/{name}"
+        );
+    }
+}

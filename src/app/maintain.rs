@@ -50,6 +50,9 @@ pub async fn maintain(
     channel: Option<&str>,
 ) -> Result<Vec<MaintainReport>, AppError> {
     let aws = AwsClients::for_config(config).await;
+    aws.check_credentials()
+        .await
+        .map_err(AppError::AwsCredentialsMissing)?;
     let store = open_lease_store(&config.lease_store, &aws).await?;
     let chosen: Vec<(usize, &ChannelConfig)> = config
         .channels

@@ -79,6 +79,10 @@ pub enum AppError {
     /// The lease store cannot be reached (locked, unreachable, throttled).
     #[error("lease store: {0}")]
     LeaseStoreUnavailable(String),
+    /// The configuration uses AWS and the SDK's credential chain found no credentials: one line
+    /// saying where floe looked and what to set ([`AppError::detail`] has the SDK's chain).
+    #[error("{0}")]
+    AwsCredentialsMissing(crate::aws::CredentialsMissing),
 }
 
 impl AppError {
@@ -89,6 +93,15 @@ impl AppError {
             self,
             AppError::ChannelUnavailable { .. } | AppError::LeaseStoreUnavailable(_)
         )
+    }
+
+    /// What the one-line message leaves out, for debug logs and `--log-format json`: the AWS
+    /// SDK's whole chain of causes when no credentials were found.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            AppError::AwsCredentialsMissing(e) => Some(&e.chain),
+            _ => None,
+        }
     }
 
     /// The lease store's error, by its own decision ([`crate::lease::LeaseError::is_retryable`]).
@@ -206,9 +219,13 @@ pub async fn open_lease_store(
 /// `floe setup`: creates the lease store (the DynamoDB table, on-demand billing, or the SQLite
 /// file) when missing and checks it. Returns what was done, for the operator.
 ///
-/// Errors: [`AppError::LeaseStoreRefused`] or [`AppError::LeaseStoreUnavailable`] when it cannot be created or is not a floe lease store.
+/// Errors: [`AppError::AwsCredentialsMissing`] when the configuration uses AWS and there are no
+/// credentials; [`AppError::LeaseStoreRefused`] or [`AppError::LeaseStoreUnavailable`] when it cannot be created or is not a floe lease store.
 pub async fn setup(config: &Config) -> Result<String, AppError> {
     let aws = AwsClients::for_config(config).await;
+    aws.check_credentials()
+        .await
+        .map_err(AppError::AwsCredentialsMissing)?;
     let mut lease_store = config.lease_store.clone();
     match &mut lease_store.backend {
         LeaseStoreBackend::Dynamodb {
@@ -535,6 +552,33 @@ fn orphan_lister(
     }
 }
 
+/// An error of channel `index`'s source with the key that says where the source is and its
+/// value, so that the last line of a `floe run` that gave up names what to check: `… (channel[0]
+/// .source.bootstrap_servers = "kafka-1:9092": check that it is reachable from this host)`.
+fn source_error(index: usize, channel: &ChannelConfig, e: &crate::source::SourceError) -> String {
+    let key = match &channel.source {
+        SourceConfig::Kafka(kafka) => format!(
+            "channel[{index}].source.bootstrap_servers = \"{}\"",
+            kafka.bootstrap_servers
+        ),
+        SourceConfig::Kinesis(kinesis) => {
+            let key = match kinesis.stream {
+                crate::config::KinesisStream::Name(_) => "stream_name",
+                crate::config::KinesisStream::Arn(_) => "stream_arn",
+            };
+            format!(
+                "channel[{index}].source.{key} = \"{}\"",
+                kinesis.stream.as_str()
+            )
+        }
+    };
+    if e.is_retryable() {
+        format!("{e} ({key}: check that it is reachable from this host)")
+    } else {
+        format!("{e} ({key})")
+    }
+}
+
 /// The start error of a channel whose activation did not complete.
 fn activate_err(channel: &str, e: ActivateError) -> AppError {
     match e {
@@ -553,6 +597,9 @@ fn activate_err(channel: &str, e: ActivateError) -> AppError {
 /// Errors: a channel that cannot start (bad schema, unreachable catalog, table not owned).
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppError> {
     let aws = AwsClients::for_config(&config).await;
+    aws.check_credentials()
+        .await
+        .map_err(AppError::AwsCredentialsMissing)?;
     let store = with_retry("opening the lease store", &shutdown, || {
         open_lease_store(&config.lease_store, &aws)
     })
@@ -578,10 +625,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         let prepared = with_retry("starting the channel", &shutdown, || async {
             let prepared = prepare_channel(index, channel, store.as_ref(), &aws).await?;
             let shards = prepared.io.source.list_shards().await.map_err(|e| {
+                let message = source_error(index, channel, &e);
                 if e.is_retryable() {
-                    channel_unavailable(&name, e)
+                    channel_unavailable(&name, message)
                 } else {
-                    channel_err(&name, e)
+                    channel_err(&name, message)
                 }
             })?;
             let mut specs: Vec<LeaseSpec> = shards

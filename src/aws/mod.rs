@@ -32,6 +32,31 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on one attempt of an AWS call (a Kinesis GetRecords returns at most 10 MiB).
 pub const OPERATION_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// No AWS credentials anywhere the SDK's default chain looks (`CredentialsNotLoaded`): a
+/// problem for the operator, said in one line — where floe looked and what to set — while the
+/// SDK's own report (every provider of the chain, with its internal details) is kept in
+/// `chain` for debug logs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CredentialsMissing {
+    /// One line: where floe looked and which variable or key to set.
+    pub message: String,
+    /// The SDK's error with its whole chain of causes.
+    pub chain: String,
+}
+
+/// The one-line message of [`CredentialsMissing`] for `profile` (`[aws] profile`, else
+/// `AWS_PROFILE`, else `default`).
+fn no_credentials_message(profile: &str) -> String {
+    format!(
+        "no AWS credentials were found: looked in the environment (AWS_ACCESS_KEY_ID and \
+         AWS_SECRET_ACCESS_KEY, AWS_WEB_IDENTITY_TOKEN_FILE), profile \"{profile}\" of \
+         ~/.aws/credentials and ~/.aws/config, the ECS container endpoint and EC2 instance \
+         metadata; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, name a profile that has \
+         credentials with [aws] profile (or AWS_PROFILE), or run with an instance or task role"
+    )
+}
+
 /// The SDK's default HTTPS client (rustls with aws-lc, HTTP/2 where the endpoint negotiates it)
 /// trusting the PEM certificates of `ca_bundle` besides the system's roots. The file was
 /// checked when the configuration was validated; one that became unreadable since is logged
@@ -105,6 +130,40 @@ impl AwsClients {
                     .behavior_version(BehaviorVersion::latest())
                     .build(),
                 config: config.aws.clone(),
+            }
+        }
+    }
+
+    /// Asks the credential chain for credentials once, so that a process without any fails at
+    /// start with one line naming what to set ([`CredentialsMissing`]) instead of at its first
+    /// call with the SDK's whole chain. Clients built without AWS ([`AwsClients::for_config`]
+    /// for a configuration that uses none) have no chain: `Ok`. Another failure of the chain
+    /// (a timeout, a malformed profile) is left to the first call, which retries and reports it.
+    ///
+    /// Errors: [`CredentialsMissing`] when no provider of the chain has credentials.
+    pub async fn check_credentials(&self) -> Result<(), CredentialsMissing> {
+        use aws_credential_types::provider::error::CredentialsError;
+        use aws_credential_types::provider::ProvideCredentials;
+        let Some(provider) = self.sdk.credentials_provider() else {
+            return Ok(());
+        };
+        match provider.provide_credentials().await {
+            Ok(_) => Ok(()),
+            Err(e @ CredentialsError::CredentialsNotLoaded(_)) => {
+                let profile = self
+                    .config
+                    .profile
+                    .clone()
+                    .or_else(|| std::env::var("AWS_PROFILE").ok())
+                    .unwrap_or_else(|| "default".to_string());
+                Err(CredentialsMissing {
+                    message: no_credentials_message(&profile),
+                    chain: aws_sdk_s3::error::DisplayErrorContext(&e).to_string(),
+                })
+            }
+            Err(e) => {
+                tracing::debug!(error = %aws_sdk_s3::error::DisplayErrorContext(&e), "AWS credentials not resolved at start; the first call tries again");
+                Ok(())
             }
         }
     }

@@ -741,7 +741,9 @@ pub struct ChannelDescription {
     pub committer: Option<String>,
     /// Pending batches waiting for the committer.
     pub pending_batches: usize,
-    /// When the table's last data commit landed (RFC 3339; maintenance snapshots not counted).
+    /// When the table's last data commit landed (RFC 3339): the last snapshot that delivered
+    /// records. Maintenance snapshots and a new committer's commit of its epoch alone (`floe
+    /// maintain`, a takeover) are not counted; the last maintenance is in `table_health`.
     pub last_commit_at: Option<String>,
     /// The snapshot of that commit.
     pub snapshot_id: Option<i64>,
@@ -945,16 +947,13 @@ async fn describe_with(
             })
         })
         .collect();
-    // The last data commit: maintenance snapshots (compaction, expiry) would hide a stalled
-    // pipeline (found by a fresh-user review).
+    // The last data commit: maintenance snapshots (compaction, expiry) and a new committer's
+    // commit of its epoch alone (`floe maintain`'s first commit, a takeover) would hide a
+    // stalled pipeline (found by fresh-user reviews).
     let snapshot = table.as_ref().and_then(|t| {
         t.metadata()
             .snapshots()
-            .filter(|s| {
-                !s.summary()
-                    .additional_properties
-                    .contains_key(crate::iceberg::rewrite::SUMMARY_MAINTENANCE)
-            })
+            .filter(|s| is_data_commit(s))
             .max_by_key(|s| (s.sequence_number(), s.timestamp_ms()))
             .cloned()
     });
@@ -1035,6 +1034,18 @@ async fn describe_with(
         catalog_error,
         table_health,
     })
+}
+
+/// Whether `snapshot` is a floe commit that delivered records: its `floe.ranges` names a shard.
+/// Maintenance snapshots carry no ranges, and a committer's first commit with nothing pending
+/// (it writes only its epoch, `floe.committer-epoch`) carries empty ones.
+fn is_data_commit(snapshot: &iceberg::spec::Snapshot) -> bool {
+    snapshot
+        .summary()
+        .additional_properties
+        .get(SUMMARY_RANGES)
+        .and_then(|r| crate::iceberg::table_state::decode_ranges(r))
+        .is_some_and(|ranges| !ranges.is_empty())
 }
 
 /// When a snapshot last added records of each shard (from the snapshots' `floe.ranges`).

@@ -27,6 +27,7 @@ use parquet::file::properties::WriterProperties;
 
 use crate::convert::{format_timestamptz, Converter};
 use crate::schema::{date_time_fields, MappedSchema};
+use crate::tools::stdout;
 
 /// Parquet compression codec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -297,7 +298,7 @@ pub fn run(args: &BenchConvertArgs) -> Result<ExitCode, BenchError> {
                 "records_per_s": if r.work_s > 0.0 { r.records as f64 / r.work_s } else { 0.0 },
                 "dlq": r.dlq,
             });
-            println!("{line}");
+            stdout::println(line.to_string());
             Ok(ExitCode::SUCCESS)
         }
         Err(BenchError::Setup(m)) => {

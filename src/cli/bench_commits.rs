@@ -51,6 +51,7 @@ use crate::lease::{BatchStore, LeaseStore, SqlLeaseStore};
 use crate::model::{BatchFiles, CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
 use crate::schema::MappedSchema;
 use crate::tools::sample_events::event_json;
+use crate::tools::stdout;
 
 /// Maintenance on or off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -330,23 +331,23 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         }
         // The early window, when the run is longer (otherwise the last window is the same).
         if n + 1 == 100 && args.commits > 100 {
-            println!(
+            stdout::println(format!(
                 "{}",
                 window(
                     "commit 100",
                     &durations[durations.len().saturating_sub(100)..]
                 )
-            );
+            ));
         }
     }
     let label = format!("commit {}", args.commits);
-    println!(
+    stdout::println(format!(
         "{}",
         window(&label, &durations[durations.len().saturating_sub(100)..])
-    );
+    ));
     looks.sort();
     let ms = |d: Option<&Duration>| d.map_or(0.0, |d| (d.as_secs_f64() * 10_000.0).round() / 10.0);
-    println!(
+    stdout::println(format!(
         "{}",
         serde_json::json!({
             "maintenance_looks": looks.len(),
@@ -354,7 +355,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
             "p99_ms": ms(looks.get((looks.len() as f64 * 0.99) as usize)),
             "max_ms": ms(looks.last()),
         })
-    );
+    ));
     let table = catalog.load_table(&ident).await.map_err(err)?;
     let metadata_json_bytes = table
         .metadata_location()
@@ -396,7 +397,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         .map(|(_, n)| *n)
         .max()
         .unwrap_or(0);
-    println!(
+    stdout::println(format!(
         "{}",
         serde_json::json!({
             "maintenance": format!("{:?}", args.maintenance).to_lowercase(),
@@ -415,6 +416,6 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
                 .map_or(0, |v| v.len()),
             "table": format!("{database}#{catalog_name}.{ident}"),
         })
-    );
+    ));
     Ok(ExitCode::SUCCESS)
 }

@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::channel::{self as control, ChannelDescription, ControlError, Update};
 use crate::config::Config;
 use crate::lease::{ChannelState, DeliveryLog, Store};
+use crate::tools::stdout;
 
 /// Options every `floe channel` command takes.
 #[derive(Debug, Clone, clap::Args)]
@@ -121,6 +122,11 @@ pub async fn run(command: &ChannelCommand) -> ExitCode {
         }
     };
     let aws = crate::aws::AwsClients::for_config(&config).await;
+    if let Err(e) = aws.check_credentials().await {
+        tracing::debug!(chain = %e.chain, "the AWS SDK's credential chain");
+        eprintln!("{e}");
+        return ExitCode::from(78);
+    }
     let store = match crate::app::open_lease_store(&config.lease_store, &aws).await {
         Ok(s) => s,
         Err(e) => {
@@ -184,7 +190,7 @@ async fn execute(
                 print_json(&out);
             } else {
                 for d in &out {
-                    print!("{}", describe_text(d));
+                    stdout::print(describe_text(d));
                 }
             }
             if let Some(e) = out.iter().find_map(|d| d.catalog_error.as_ref()) {
@@ -196,12 +202,12 @@ async fn execute(
             if json {
                 print_json(&list);
             } else {
-                println!(
+                stdout::println(format!(
                     "{:<24} {:<12} {:>6} {:>7}  {:<32} reason",
                     "CHANNEL", "STATE", "SHARDS", "WORKERS", "TABLE"
-                );
+                ));
                 for c in list {
-                    println!(
+                    stdout::println(format!(
                         "{:<24} {:<12} {:>6} {:>7}  {:<32} {}",
                         c.channel,
                         c.state,
@@ -209,7 +215,7 @@ async fn execute(
                         c.workers,
                         c.table,
                         c.status_reason.unwrap_or_default()
-                    );
+                    ));
                 }
             }
         }
@@ -245,7 +251,7 @@ async fn execute(
             let consumer = control::deregister_consumer(config, name, aws).await?;
             print_states(&[state], json);
             if let (Some(consumer), false) = (consumer, json) {
-                println!("deregistered the stream consumer \"{consumer}\"");
+                stdout::println(format!("deregistered the stream consumer \"{consumer}\""));
             }
         }
     }
@@ -253,10 +259,7 @@ async fn execute(
 }
 
 fn print_json<T: Serialize + ?Sized>(value: &T) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).expect("serializes")
-    );
+    stdout::println(serde_json::to_string_pretty(value).expect("serializes"));
 }
 
 fn print_states(states: &[ChannelState], json: bool) {
@@ -278,7 +281,7 @@ fn print_states(states: &[ChannelState], json: bool) {
         if let Some(l) = s.overrides.delivery_log {
             line.push_str(&format!(", delivery_log {l:?}").to_lowercase());
         }
-        println!("{line}");
+        stdout::println(line);
     }
 }
 

@@ -422,7 +422,8 @@ fn check_evolving(
 /// Runs `floe records check`: prints one JSON line per record on stdout. Returns exit status 0, or 2
 /// after printing a setup refusal on stderr.
 ///
-/// Errors: [`CheckError`] when the input cannot be read or the output cannot be written.
+/// Errors: [`CheckError`] when the input cannot be read. A closed or unwritable stdout ends the
+/// process ([`crate::tools::stdout::exit_on_write_error`]).
 pub fn run(args: &RecordsCheckArgs) -> Result<ExitCode, CheckError> {
     let mut setup = match setup(args) {
         Ok(s) => s,
@@ -446,15 +447,21 @@ pub fn run(args: &RecordsCheckArgs) -> Result<ExitCode, CheckError> {
     let mut w = BufWriter::new(stdout.lock());
     let pf = setup.schema.partition_field().to_string();
     let notes: std::collections::HashMap<usize, Value> = setup.notes.iter().cloned().collect();
-    for (i, o) in outcomes.iter().enumerate() {
-        let mut line = outcome_json(i, o, &pf);
-        if let (Some(note), Some(obj)) = (notes.get(&i), line.as_object_mut()) {
-            obj.insert("evolution".into(), note.clone());
+    let mut write = || -> std::io::Result<()> {
+        for (i, o) in outcomes.iter().enumerate() {
+            let mut line = outcome_json(i, o, &pf);
+            if let (Some(note), Some(obj)) = (notes.get(&i), line.as_object_mut()) {
+                obj.insert("evolution".into(), note.clone());
+            }
+            serde_json::to_writer(&mut w, &line).map_err(std::io::Error::from)?;
+            w.write_all(b"\n")?;
         }
-        serde_json::to_writer(&mut w, &line).map_err(std::io::Error::from)?;
-        w.write_all(b"\n")?;
+        w.flush()
+    };
+    // A closed stdout (`| head`) ends the command quietly.
+    if let Err(e) = write() {
+        crate::tools::stdout::exit_on_write_error(&e);
     }
-    w.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 

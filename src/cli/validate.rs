@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::config::{Config, ConfigErrors};
+use crate::tools::stdout;
 
 /// Arguments of `floe validate`.
 #[derive(Debug, Clone, clap::Args)]
@@ -21,12 +22,12 @@ pub struct ValidateArgs {
 pub fn run(args: &ValidateArgs) -> ExitCode {
     match check(&args.config) {
         Ok(_) => {
-            println!("ok");
+            stdout::println("ok");
             ExitCode::SUCCESS
         }
         Err(ConfigErrors(errors)) => {
             for error in errors {
-                println!("{error}");
+                stdout::println(error.to_string());
             }
             ExitCode::FAILURE
         }

@@ -900,12 +900,19 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         self.committer_seen
             .observe_leases(std::slice::from_ref(&row), now);
         let still = self.committer_seen.lease_still_for(&row, now);
+        // Until its heartbeat is seen to move, the committer lease may be a dead worker's: this
+        // worker watches the presence rows from its first period, so the dead worker's row has
+        // stood still for lease_duration by the time the lease is takeable (issue 35: a lone
+        // worker after a SIGKILLed balancer took its shards at 1.5 × lease_duration).
+        let in_doubt = !self.committer_seen.has_moved(&LeaseKey::Committer);
         if row.owner.is_some()
             && !row.is_owned_by(&me)
-            && still.is_some_and(|d| d > self.config.effective_renew_interval() * 3 / 2)
+            && (in_doubt
+                || still.is_some_and(|d| d > self.config.effective_renew_interval() * 3 / 2))
         {
             // The balancer may be dead: watch the presence rows from now on (every worker lists
-            // them each period, W items each, only while the committer lease stands still).
+            // them each period, W items each, only while the committer lease stands still or
+            // was never seen to move).
             let rows = self.store.list_presence(&channel).await?;
             self.standby
                 .get_or_insert_with(PresenceObservations::default)
@@ -1680,6 +1687,39 @@ mod tests {
         // Once the row stood still for lease_duration it is gone: a takes the rest.
         periods(&mut a, 4).await;
         assert_eq!(a.held().shards.len(), 4);
+        let rows = store.list_leases("c").await.unwrap();
+        assert!(rows.iter().all(|l| !l.is_owned_by("dead")), "{rows:?}");
+    }
+
+    /// Issue 35: a worker started alone after its peer (the balancer, holding every shard) was
+    /// SIGKILLed held the shards only 1.5 × lease_duration after it started: it began watching
+    /// the presence rows once the committer lease had stood still for a period and a half, so
+    /// the dead row stood still for lease_duration only half a lease_duration after the
+    /// committer lease was taken. Watching from its first period, it holds every shard within
+    /// lease_duration + 2 periods of its start (docs/operations.md, "Running several workers").
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_worker_after_a_sigkilled_balancer_holds_every_shard_within_lease_duration() {
+        let store = store_with_shards(4).await;
+        let mut dead = manager(&store, "dead");
+        periods(&mut dead, 4).await;
+        assert_eq!(dead.held().shards.len(), 4);
+        assert!(dead.held().committer.is_some());
+        // SIGKILL: it never ticks again, and its presence row and leases stay.
+        drop(dead);
+        tokio::time::advance(INTERVAL).await;
+        let started = Instant::now();
+        let mut lone = manager(&store, "lone");
+        while lone.held().shards.len() < 4 {
+            assert!(
+                started.elapsed() <= DURATION + INTERVAL * 2,
+                "holds {} shards {:?} after its start",
+                lone.held().shards.len(),
+                started.elapsed()
+            );
+            lone.tick().await.unwrap();
+            tokio::time::advance(INTERVAL).await;
+        }
+        assert!(lone.held().committer.is_some());
         let rows = store.list_leases("c").await.unwrap();
         assert!(rows.iter().all(|l| !l.is_owned_by("dead")), "{rows:?}");
     }

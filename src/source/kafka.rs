@@ -135,6 +135,9 @@ pub struct KafkaSourceConfig {
     /// the default) or skip ahead to the oldest record the broker holds, logging and counting
     /// the skipped offsets (`true`).
     pub skip_lost_positions: bool,
+    /// The rate limit of librdkafka's repeated log lines and errors, shared by every client
+    /// built from these settings (and their clones).
+    log_throttle: Arc<api::LogThrottle>,
 }
 
 impl fmt::Debug for KafkaSourceConfig {
@@ -165,6 +168,7 @@ impl KafkaSourceConfig {
             client_properties: BTreeMap::new(),
             request_timeout: Duration::from_secs(10),
             skip_lost_positions: false,
+            log_throttle: Arc::default(),
         }
     }
 

@@ -22,6 +22,7 @@ use crate::config::Config;
 use crate::dlq::{Dlq, LocalDlq};
 use crate::source::kafka::embedded::EmbeddedKafka;
 use crate::tools::sample_events::{bad_event, event_json, BadKind};
+use crate::tools::stdout;
 
 /// Options of `floe quickstart`.
 #[derive(Debug, Clone, clap::Args)]
@@ -191,7 +192,7 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
     }
     std::fs::write(dir.join("event.schema.json"), EVENT_SCHEMA).map_err(|e| setup(&e))?;
 
-    println!("starting an embedded Kafka broker (librdkafka mock cluster), topic `events` with 4 partitions");
+    stdout::println("starting an embedded Kafka broker (librdkafka mock cluster), topic `events` with 4 partitions");
     let kafka = EmbeddedKafka::start(3).map_err(|e| setup(&e))?;
     kafka.create_topic("events", 4).map_err(|e| setup(&e))?;
     let bootstrap = kafka.bootstrap_servers().to_string();
@@ -211,10 +212,10 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
         ));
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    println!(
+    stdout::println(format!(
         "running 2 workers; data freshness 10 s; producing {} records/s for {} s",
         args.rate, args.seconds
-    );
+    ));
 
     // Produce.
     let producer: BaseProducer = ClientConfig::new()
@@ -262,7 +263,9 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
     producer
         .flush(Duration::from_secs(10))
         .map_err(|e| QuickstartError::Pipeline(e.to_string()))?;
-    println!("produced {total} records; waiting for the last commits");
+    stdout::println(format!(
+        "produced {total} records; waiting for the last commits"
+    ));
 
     // Wait until everything is delivered (or a bound passes).
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -305,39 +308,42 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
     let files = data_files_by_partition(&table)
         .await
         .map_err(|e| QuickstartError::Pipeline(e.to_string()))?;
-    println!();
-    println!(
+    stdout::println("");
+    stdout::println(format!(
         "table quickstart.events ({})",
         table.metadata_location().unwrap_or("")
-    );
-    println!("  rows delivered: {}", ids.len());
-    println!("  snapshots: {}", table.metadata().snapshots().len());
-    println!("  data files per hour partition:");
+    ));
+    stdout::println(format!("  rows delivered: {}", ids.len()));
+    stdout::println(format!(
+        "  snapshots: {}",
+        table.metadata().snapshots().len()
+    ));
+    stdout::println("  data files per hour partition:");
     for (partition, n) in &files {
-        println!("    {}: {n}", hour_label(partition));
+        stdout::println(format!("    {}: {n}", hour_label(partition)));
     }
-    println!(
+    stdout::println(format!(
         "DLQ ({}): {} entries",
         local_dlq.published_dir().display(),
         entries.len()
-    );
+    ));
     for (code, n) in &by_code {
-        println!("  {code}: {n}");
+        stdout::println(format!("  {code}: {n}"));
     }
-    println!();
-    println!("query it with PyIceberg (pip install 'pyiceberg[sql-sqlite,pyarrow]'):");
-    println!("  from pyiceberg.catalog.sql import SqlCatalog");
-    println!(
+    stdout::println("");
+    stdout::println("query it with PyIceberg (pip install 'pyiceberg[sql-sqlite,pyarrow]'):");
+    stdout::println("  from pyiceberg.catalog.sql import SqlCatalog");
+    stdout::println(format!(
         "  cat = SqlCatalog(\"floe\", uri=\"sqlite:///{}/catalog.sqlite\", warehouse=\"file://{}/warehouse\")",
         dir.display(),
         dir.display()
-    );
-    println!("  t = cat.load_table(\"quickstart.events\").scan().to_arrow()");
-    println!("  print(t.num_rows, t.schema)");
-    println!();
+    ));
+    stdout::println("  t = cat.load_table(\"quickstart.events\").scan().to_arrow()");
+    stdout::println("  print(t.num_rows, t.schema)");
+    stdout::println("");
     let keys: Vec<Option<String>> = entries.into_iter().map(|e| e.key).collect();
     let rec = reconcile(total, &ids, &keys);
-    println!("{rec}");
+    stdout::println(rec.to_string());
     // The broker lives until the process exits: dropping it here would make the workers'
     // lingering Kafka clients log disconnects after the summary line.
     std::mem::forget(kafka);
@@ -377,7 +383,9 @@ pub async fn counts(catalog: &dyn Catalog, ident: &TableIdent, dlq: &Dlq) -> (u6
 
 async fn progress(catalog: &dyn Catalog, ident: &TableIdent, dlq: &Dlq, produced: u64) {
     let (rows, dead) = counts(catalog, ident, dlq).await;
-    println!("  produced {produced:>7}  delivered {rows:>7}  dead-lettered {dead:>5}");
+    stdout::println(format!(
+        "  produced {produced:>7}  delivered {rows:>7}  dead-lettered {dead:>5}"
+    ));
 }
 
 /// Counts the data files of the current snapshot per hour partition directory.

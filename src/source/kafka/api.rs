@@ -33,11 +33,54 @@ const DEFAULT_QUEUED_MAX_KBYTES: &str = "4096";
 /// Default prefetch target per leased partition in messages (librdkafka `queued.min.messages`).
 const DEFAULT_QUEUED_MIN_MESSAGES: &str = "10000";
 
+/// How often one kind of librdkafka log line or client error is logged (docs/operations.md):
+/// the first at once, then at most one per period, with the number left out since.
+pub(super) const REPEATED_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// The rate limit of librdkafka's log lines and client errors, by kind (facility, or error
+/// code), shared by every client of one source: an unreachable broker makes librdkafka report
+/// the same error in bursts (about 30 within a millisecond, for each client), which would
+/// flood the log with lines that say nothing new.
+#[derive(Debug, Default)]
+pub(super) struct LogThrottle {
+    /// Per kind: when a line was last logged, and how many were left out since.
+    by_kind: Mutex<HashMap<String, (Instant, u64)>>,
+}
+
+impl LogThrottle {
+    /// Whether a line of `kind` arriving at `now` is logged: `Some(left_out)` with the number
+    /// of lines of its kind left out since the last one logged, or `None` to leave it out (one
+    /// was logged less than [`REPEATED_LOG_PERIOD`] ago).
+    pub(super) fn admit(&self, kind: &str, now: Instant) -> Option<u64> {
+        let mut by_kind = self.by_kind.lock().unwrap_or_else(|e| e.into_inner());
+        match by_kind.get_mut(kind) {
+            Some((last, left_out))
+                if now.saturating_duration_since(*last) < REPEATED_LOG_PERIOD =>
+            {
+                *left_out += 1;
+                None
+            }
+            Some((last, left_out)) => {
+                *last = now;
+                Some(std::mem::take(left_out))
+            }
+            None => {
+                by_kind.insert(kind.to_string(), (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
 /// The rdkafka client context of floe's consumers: routes librdkafka logs and errors to
-/// `tracing`, and keeps what librdkafka's statistics last reported for every partition of the
+/// `tracing` (at most one per kind every [`REPEATED_LOG_PERIOD`], naming the channel and the
+/// brokers), and keeps what librdkafka's statistics last reported for every partition of the
 /// topic the consumer has assigned (lag without a network call).
 pub(super) struct FloeContext {
     topic: String,
+    channel: String,
+    bootstrap_servers: String,
+    throttle: std::sync::Arc<LogThrottle>,
     /// Last statistics by partition (absent until the first report naming the partition).
     partitions: Mutex<HashMap<i32, PartitionStats>>,
 }
@@ -63,9 +106,12 @@ pub(super) struct PartitionStats {
 }
 
 impl FloeContext {
-    fn new(topic: &str) -> Self {
+    fn new(config: &KafkaSourceConfig) -> Self {
         FloeContext {
-            topic: topic.to_string(),
+            topic: config.topic.clone(),
+            channel: config.channel.clone(),
+            bootstrap_servers: config.bootstrap_servers.clone(),
+            throttle: config.log_throttle.clone(),
             partitions: Mutex::new(HashMap::new()),
         }
     }
@@ -110,21 +156,40 @@ fn minus_one() -> i64 {
 
 impl ClientContext for FloeContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if matches!(level, RDKafkaLogLevel::Debug) {
+            tracing::debug!(topic = %self.topic, facility = fac, "librdkafka: {log_message}");
+            return;
+        }
+        let Some(left_out) = self
+            .throttle
+            .admit(&format!("log {level:?} {fac}"), Instant::now())
+        else {
+            return;
+        };
+        let left_out = (left_out > 0).then_some(left_out);
+        let (channel, topic, brokers) = (&self.channel, &self.topic, &self.bootstrap_servers);
+        // One event, at the level librdkafka gave (tracing's levels are constants).
+        macro_rules! client_log {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    channel,
+                    topic,
+                    bootstrap_servers = brokers,
+                    facility = fac,
+                    left_out,
+                    "librdkafka: {log_message}"
+                )
+            };
+        }
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
             | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(topic = %self.topic, facility = fac, "librdkafka: {log_message}")
-            }
-            RDKafkaLogLevel::Warning => {
-                tracing::warn!(topic = %self.topic, facility = fac, "librdkafka: {log_message}")
-            }
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                tracing::info!(topic = %self.topic, facility = fac, "librdkafka: {log_message}")
-            }
-            RDKafkaLogLevel::Debug => {
-                tracing::debug!(topic = %self.topic, facility = fac, "librdkafka: {log_message}")
+            | RDKafkaLogLevel::Error => client_log!(tracing::Level::ERROR),
+            RDKafkaLogLevel::Warning => client_log!(tracing::Level::WARN),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info | RDKafkaLogLevel::Debug => {
+                client_log!(tracing::Level::INFO)
             }
         }
     }
@@ -168,7 +233,15 @@ impl ClientContext for FloeContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(topic = %self.topic, error = %error, "kafka client error: {reason}");
+        let kind = match error.rdkafka_error_code() {
+            Some(code) => format!("error {code:?}"),
+            None => "error".to_string(),
+        };
+        let Some(left_out) = self.throttle.admit(&kind, Instant::now()) else {
+            return;
+        };
+        let left_out = (left_out > 0).then_some(left_out);
+        tracing::warn!(channel = %self.channel, topic = %self.topic, bootstrap_servers = %self.bootstrap_servers, error = %error, left_out, "kafka client error: {reason}");
     }
 }
 
@@ -236,7 +309,7 @@ pub(super) fn metadata_client(config: &KafkaSourceConfig) -> Result<FloeConsumer
 /// Errors: [`SourceError::Config`] when librdkafka refuses the settings.
 fn create(config: &KafkaSourceConfig, client: ClientConfig) -> Result<FloeConsumer, SourceError> {
     client
-        .create_with_context(FloeContext::new(&config.topic))
+        .create_with_context(FloeContext::new(config))
         .map_err(|e| SourceError::Config {
             message: format!("cannot create kafka client: {e}"),
         })
@@ -631,6 +704,30 @@ fn map_code(code: RDKafkaErrorCode, message: &str) -> SourceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 35: an unresolvable broker made librdkafka report the same error about 30 times
+    /// within a millisecond; each kind is logged once per period, with the count left out.
+    #[test]
+    fn repeated_client_errors_are_logged_once_per_period_with_the_count_left_out() {
+        let throttle = LogThrottle::default();
+        let t0 = Instant::now();
+        assert_eq!(throttle.admit("error AllBrokersDown", t0), Some(0));
+        for i in 0..29 {
+            let at = t0 + Duration::from_micros(30 * i);
+            assert_eq!(throttle.admit("error AllBrokersDown", at), None);
+        }
+        // Another kind is logged on its own schedule.
+        assert_eq!(throttle.admit("log Error FAIL", t0), Some(0));
+        let just_before = t0 + REPEATED_LOG_PERIOD - Duration::from_millis(1);
+        assert_eq!(throttle.admit("error AllBrokersDown", just_before), None);
+        let period = t0 + REPEATED_LOG_PERIOD;
+        assert_eq!(throttle.admit("error AllBrokersDown", period), Some(30));
+        assert_eq!(throttle.admit("error AllBrokersDown", period), None);
+        assert_eq!(
+            throttle.admit("error AllBrokersDown", period + REPEATED_LOG_PERIOD),
+            Some(1)
+        );
+    }
 
     /// Aborted transactional records never reach the table because every client floe creates
     /// reads `read_committed`, whatever the user passes through. (librdkafka's mock cluster
