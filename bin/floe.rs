@@ -104,8 +104,14 @@ enum BenchCommand {
 }
 
 fn init_tracing(format: LogFormat, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // The SDK's credential chain warns for every provider that fails (a whole response dump);
+    // floe says in one line what was missing (aws::AwsClients::check_credentials), so those
+    // warnings show only where RUST_LOG asks for them.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!(
+            "{default_level},aws_config::meta::credentials::chain=error"
+        ))
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

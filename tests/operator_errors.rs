@@ -95,33 +95,54 @@ fn setup_without_aws_credentials_says_so_in_one_line() {
     assert_ne!(toml, shipped);
     let config = dir.path().join("floe.toml");
     std::fs::write(&config, toml).unwrap();
-    let setup = |format: &str| {
-        Command::new(env!("CARGO_BIN_EXE_floe"))
-            .args(["--log-format", format, "setup", "--config"])
+    // An instance metadata service that refuses every request (403), as on a host where IMDS
+    // is turned off for the instance or behind a proxy: the SDK reports a provider error, not
+    // "not loaded" (found by a fresh-user run on such a host).
+    let imds = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let imds_url = format!("http://{}", imds.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in imds.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(
+                b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    let setup_with = |format: &str, imds: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_floe"));
+        cmd.args(["--log-format", format, "setup", "--config"])
             .arg(&config)
             // An empty credential environment: no variables, no ~/.aws, no instance metadata.
             .env_clear()
-            .env("HOME", dir.path())
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .output()
-            .unwrap()
+            .env("HOME", dir.path());
+        match imds {
+            Some(url) => cmd.env("AWS_EC2_METADATA_SERVICE_ENDPOINT", url),
+            None => cmd.env("AWS_EC2_METADATA_DISABLED", "true"),
+        };
+        cmd.output().unwrap()
     };
-    let o = setup("text");
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(78), "{err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "one line:\n{err}");
-    let line = lines[0];
-    for needle in [
-        "no AWS credentials were found",
-        "AWS_ACCESS_KEY_ID",
-        "profile \"default\"",
-        "instance metadata",
-        "[aws] profile",
-    ] {
-        assert!(line.contains(needle), "{needle}: {line}");
+    let setup = |format: &str| setup_with(format, None);
+    for imds in [None, Some(imds_url.as_str())] {
+        let o = setup_with("text", imds);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(78), "{imds:?}: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{imds:?}: one line:\n{err}");
+        let line = lines[0];
+        for needle in [
+            "no AWS credentials were found",
+            "AWS_ACCESS_KEY_ID",
+            "profile \"default\"",
+            "instance metadata",
+            "[aws] profile",
+        ] {
+            assert!(line.contains(needle), "{needle}: {line}");
+        }
+        assert!(line.len() < 600, "{} characters: {line}", line.len());
     }
-    assert!(line.len() < 600, "{} characters: {line}", line.len());
     // The SDK's chain is kept for JSON logs.
     let o = setup("json");
     let err = stderr(&o);

@@ -200,7 +200,17 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
             &[ch, &format!("by=\"{by}\"")],
         )
     };
-    let worker_loads = loads(&s, "worker");
+    // The worker loads the table once it sees its last batch leave the pending set, which may
+    // come after the committer's counters: the baseline is taken once nothing read is
+    // uncommitted on the worker (its freshness gauge back at 0), not before (a race that failed
+    // this test on a loaded machine).
+    let mut settled = String::new();
+    wait_for("the worker settled", Duration::from_secs(30), || {
+        settled = get(&addr, "/metrics").map(|r| r.1).unwrap_or_default();
+        sum(&samples(&settled), "floe_data_freshness_seconds", &[ch]) == 0.0
+    })
+    .await;
+    let worker_loads = loads(&samples(&settled), "worker");
     assert!(worker_loads >= 1.0);
     assert!(
         worker_loads <= lines.len() as f64 + 4.0,

@@ -137,8 +137,9 @@ impl AwsClients {
     /// Asks the credential chain for credentials once, so that a process without any fails at
     /// start with one line naming what to set ([`CredentialsMissing`]) instead of at its first
     /// call with the SDK's whole chain. Clients built without AWS ([`AwsClients::for_config`]
-    /// for a configuration that uses none) have no chain: `Ok`. Another failure of the chain
-    /// (a timeout, a malformed profile) is left to the first call, which retries and reports it.
+    /// for a configuration that uses none) have no chain: `Ok`. A provider's error (say, instance
+    /// metadata answering 403) counts as none found; another failure of the chain (a timeout,
+    /// a malformed profile) is left to the first call, which retries and reports it.
     ///
     /// Errors: [`CredentialsMissing`] when no provider of the chain has credentials.
     pub async fn check_credentials(&self) -> Result<(), CredentialsMissing> {
@@ -149,7 +150,13 @@ impl AwsClients {
         };
         match provider.provide_credentials().await {
             Ok(_) => Ok(()),
-            Err(e @ CredentialsError::CredentialsNotLoaded(_)) => {
+            // No provider had credentials, or the last one asked (the instance metadata
+            // service, after the environment, the profile and the container endpoint) answered
+            // with an error such as a 403 where IMDS is turned off: either way none were found.
+            Err(
+                e
+                @ (CredentialsError::CredentialsNotLoaded(_) | CredentialsError::ProviderError(_)),
+            ) => {
                 let profile = self
                     .config
                     .profile

@@ -362,6 +362,9 @@ impl ChannelWorker {
         batches: Arc<dyn BatchStore>,
         held: watch::Receiver<HeldLeases>,
     ) -> Self {
+        for cause in RereadCause::ALL {
+            telemetry::record_reread(&settings.channel, cause.as_str(), 0);
+        }
         ChannelWorker {
             settings,
             io,
@@ -569,6 +572,10 @@ impl ChannelWorker {
                     .unwrap_or(RereadCause::Moved);
                 tracing::info!(channel = %self.settings.channel, shards = ?lost, rewound = ?rewound.iter().map(|(id, _)| id).collect::<Vec<_>>(), "lease lost with a batch in flight: its shards and the shards of the batches it dooms are read again");
                 self.reopen(rewound, cause).await?;
+            } else if causes.iter().all(|(_, c)| *c == RereadCause::Moved) {
+                // A graceful hand-off: the lease manager wrote the new owner once this worker's
+                // batches of the shard were committed (or its wait ran out).
+                tracing::info!(channel = %self.settings.channel, shards = ?lost, "shard handed over to another worker");
             } else {
                 tracing::info!(channel = %self.settings.channel, shards = ?lost, "lease lost: its buffered rows dropped, the other shards go on");
             }

@@ -42,6 +42,15 @@ pub enum RereadCause {
 }
 
 impl RereadCause {
+    /// Every cause, in label order: each series is exported from the start (at 0), so a ratio
+    /// of re-read to read records shows 0 on a healthy fleet instead of no data.
+    pub const ALL: [RereadCause; 4] = [
+        RereadCause::LeaseLost,
+        RereadCause::Moved,
+        RereadCause::Rejected,
+        RereadCause::Restart,
+    ];
+
     /// The `cause` label of `floe_records_reread_total`.
     pub fn as_str(&self) -> &'static str {
         match self {
