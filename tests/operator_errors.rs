@@ -21,15 +21,15 @@ const NO_SUCH_BROKER: &str = "floe-no-such-broker.invalid:9092";
 /// librdkafka reports an unresolvable broker in bursts (about 30 lines within a millisecond per
 /// client); docs/operations.md promises one error every 10 s. Each kind of line is logged at
 /// most once per 10 s, and the line `floe run` ends with names the key and the address.
-#[test]
-fn an_unreachable_broker_logs_each_error_once_per_10_s_and_the_last_line_names_the_key() {
+#[tokio::test]
+async fn an_unreachable_broker_logs_each_error_once_per_10_s_and_the_last_line_names_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let toml = config_toml(dir.path(), NO_SUCH_BROKER, "w1", 6);
     let worker = Worker::start_with(dir.path(), "w1", &toml);
     let started = Instant::now();
     // SIGTERM while the first metadata attempts still wait for the broker: `floe run` ends
     // after them, with the error it would have ended with after every attempt.
-    std::thread::sleep(Duration::from_secs(12));
+    tokio::time::sleep(Duration::from_secs(12)).await;
     let status = worker.terminate();
     let elapsed = started.elapsed();
     let log = log_of(dir.path(), "w1");

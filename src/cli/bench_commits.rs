@@ -331,19 +331,16 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         }
         // The early window, when the run is longer (otherwise the last window is the same).
         if n + 1 == 100 && args.commits > 100 {
-            stdout::println(format!(
-                "{}",
-                window(
-                    "commit 100",
-                    &durations[durations.len().saturating_sub(100)..]
-                )
+            stdout::println(window(
+                "commit 100",
+                &durations[durations.len().saturating_sub(100)..],
             ));
         }
     }
     let label = format!("commit {}", args.commits);
-    stdout::println(format!(
-        "{}",
-        window(&label, &durations[durations.len().saturating_sub(100)..])
+    stdout::println(window(
+        &label,
+        &durations[durations.len().saturating_sub(100)..],
     ));
     looks.sort();
     let ms = |d: Option<&Duration>| d.map_or(0.0, |d| (d.as_secs_f64() * 10_000.0).round() / 10.0);
