@@ -7,13 +7,15 @@
       (floe_data_freshness_seconds), read (floe_records_read_total), reread
       (floe_records_reread_total, null when not exported). Runs until killed.
 
-  churn_report.py report --dir DIR --profile P --rate R --freshness S SCENARIO...
+  churn_report.py report --dir DIR --profile P --rate R --freshness S [--reread-known] SCENARIO...
       For each DIR/SCENARIO written by churn.sh, prints one row of a Markdown table:
       produced    the manifest's acknowledged records
       read        sum of floe_records_read_total over final-*.prom (each worker process scraped
                   just before it stopped, and at the end)
       read/prod   read amplification
-      re-read     sum of floe_records_reread_total over the same scrapes, or n/a
+      re-read     sum of floe_records_reread_total over the same scrapes (and per cause); when
+                  none is scraped: 0 with --reread-known (the workers' binary has the counter,
+                  which is exported once it counts), else n/a
       freshness   max and p95 over seconds of the fleet's floe_data_freshness_seconds (max over
                   the workers scraped in that second)
       delay       max and p95 over records of commit time − produce time: commit time is the
@@ -47,6 +49,19 @@ def parse_metrics(text):
             except ValueError:
                 pass
     return sums
+
+
+REREAD = re.compile(r'^floe_records_reread_total\{[^}]*cause="([^"]+)"[^}]*\}\s+(\S+)$')
+
+
+def reread_by_cause(text):
+    """{cause: records} of floe_records_reread_total in a Prometheus text exposition."""
+    causes = {}
+    for line in text.splitlines():
+        m = REREAD.match(line.strip())
+        if m:
+            causes[m.group(1)] = causes.get(m.group(1), 0.0) + float(m.group(2))
+    return causes
 
 
 def scrape(a):
@@ -124,15 +139,18 @@ def report(a):
         sdir = os.path.join(a.dir, name)
         header, done = manifest_of(os.path.join(sdir, "manifest.jsonl"))
         produced = int(done["acknowledged"]) if done else 0
-        read, reread, reread_seen = 0.0, 0.0, False
+        read, reread, reread_seen, causes = 0.0, 0.0, False, {}
         for f in sorted(os.listdir(sdir)):
             if f.startswith("final-") and f.endswith(".prom"):
                 with open(os.path.join(sdir, f), encoding="utf-8") as fh:
-                    m = parse_metrics(fh.read())
+                    text = fh.read()
+                m = parse_metrics(text)
                 read += m.get("floe_records_read_total", 0.0)
                 if "floe_records_reread_total" in m:
                     reread_seen = True
                     reread += m["floe_records_reread_total"]
+                for cause, n in reread_by_cause(text).items():
+                    causes[cause] = causes.get(cause, 0.0) + n
         per_second = {}
         with open(os.path.join(sdir, "samples.jsonl"), encoding="utf-8") as f:
             for line in f:
@@ -157,8 +175,12 @@ def report(a):
                 load[k] = v
         ok = "yes" if load.get("verify_rc") == "0" else "NO"
         amp = read / produced if produced else float("nan")
+        by_cause = ", ".join(f"{c} {int(n):,}" for c, n in sorted(causes.items()))
+        reread_cell = f"{int(reread):,}" + (f" ({by_cause})" if by_cause else "")
+        if not reread_seen:
+            reread_cell = "0" if a.reread_known else "n/a"
         print(f"| {name} | {produced:,} | {int(read):,} | {amp:.2f} | "
-              f"{f'{int(reread):,}' if reread_seen else 'n/a'} | {fmt(max(fresh) if fresh else None)} | "
+              f"{reread_cell} | {fmt(max(fresh) if fresh else None)} | "
               f"{fmt(quantile(fresh, 0.95))} | {fmt(max(delays) if delays else None)} | "
               f"{fmt(quantile(delays, 0.95))} | {ok} ({figures}) | "
               f"{load.get('load_start', '?')} → {load.get('load_end', '?')} |")
@@ -175,6 +197,8 @@ def main():
     r.add_argument("--profile", required=True)
     r.add_argument("--rate", type=float, required=True)
     r.add_argument("--freshness", required=True)
+    r.add_argument("--reread-known", action="store_true",
+                   help="the workers' binary has floe_records_reread_total: none scraped means 0")
     r.add_argument("scenario", nargs="+")
     a = ap.parse_args()
     scrape(a) if a.cmd == "scrape" else report(a)
