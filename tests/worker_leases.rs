@@ -491,17 +491,7 @@ async fn losing_an_idle_shard_keeps_the_buffer_of_the_others() {
         "s0's buffer was dropped and its reader reopened"
     );
     // Drain: what s0 buffered is handed off and committed once.
-    stop.cancel();
-    let committer = rig.committer(1);
-    rig.wait_for_checkpoint(
-        &s0,
-        Position::Offset(9),
-        Duration::from_secs(20),
-        Some(&committer),
-    )
-    .await;
-    task.await.unwrap().unwrap();
-    assert_eq!(rig.sorted_table_ids().await, (0..10).collect::<Vec<i64>>());
+    drain_until_committed(&rig, stop, task, &s0, 9).await;
 }
 
 /// A lease store unreachable for a few calls (a PostgreSQL restart) costs the worker nothing but
@@ -570,6 +560,31 @@ async fn a_failed_hand_off_is_retried_keeping_the_buffer() {
 }
 
 /// The process-wide Prometheus recorder (installed once per test binary).
+/// Stops the worker, runs a committer until `shard`'s checkpoint reaches `last`, and checks that
+/// the table holds ids `0..=last` exactly once.
+async fn drain_until_committed(
+    rig: &common::WorkerRig,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), floe::worker::WorkerError>>,
+    shard: &ShardId,
+    last: i64,
+) {
+    stop.cancel();
+    let committer = rig.committer(1);
+    rig.wait_for_checkpoint(
+        shard,
+        Position::Offset(last),
+        Duration::from_secs(20),
+        Some(&committer),
+    )
+    .await;
+    task.await.unwrap().unwrap();
+    assert_eq!(
+        rig.sorted_table_ids().await,
+        (0..=last).collect::<Vec<i64>>()
+    );
+}
+
 fn metrics() -> &'static metrics_exporter_prometheus::PrometheusHandle {
     static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
         std::sync::OnceLock::new();
@@ -721,17 +736,7 @@ async fn the_freshness_keeps_growing_across_a_dropped_buffer_and_a_re_read() {
         ),
         10.0
     );
-    stop.cancel();
-    let committer = rig.committer(1);
-    rig.wait_for_checkpoint(
-        &s0,
-        Position::Offset(9),
-        Duration::from_secs(20),
-        Some(&committer),
-    )
-    .await;
-    task.await.unwrap().unwrap();
-    assert_eq!(rig.sorted_table_ids().await, (0..10).collect::<Vec<i64>>());
+    drain_until_committed(&rig, stop, task, &s0, 9).await;
 }
 
 /// One worker of a fleet under test: its lease manager (graceful hand-offs) and its worker
