@@ -41,6 +41,8 @@ stop_timeout=10
 
 say() { echo "aws-emulators: $*"; }
 die() { echo "aws-emulators: $*" >&2; exit 1; }
+# alive, running_pid, recorded_port, port_open, stop_one, lock
+. "$here/service.sh"
 
 # ---- install -------------------------------------------------------------------------------------
 install_python() {
@@ -79,31 +81,6 @@ install_node() {
 marker() { case "$1" in moto) echo moto_server.py ;; kinesalite) echo kinesalite.js ;; kinesis-efo) echo kinesis-efo.js ;; esac; }
 
 scheme() { case "$1" in kinesis-efo) echo https ;; *) echo http ;; esac; }
-
-# A process that has exited but is not reaped yet (a zombie, e.g. under a PID 1 that reaps slowly) is not alive.
-alive() {
-  kill -0 "$1" 2>/dev/null || return 1
-  local st
-  st="$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null)"
-  [ "$st" != Z ]
-}
-
-# Prints the pid of NAME when it is ours and alive; fails otherwise.
-running_pid() {
-  local name="$1" pid
-  [ -f "$state/$name.pid" ] || return 1
-  pid="$(cat "$state/$name.pid" 2>/dev/null)" || return 1
-  [ -n "$pid" ] && alive "$pid" || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$(marker "$name")" || return 1
-  echo "$pid"
-}
-
-recorded_port() {
-  local name="$1" default="$2"
-  if running_pid "$name" >/dev/null && [ -s "$state/$name.port" ]; then cat "$state/$name.port"; else echo "$default"; fi
-}
-
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
 # Does NAME answer HTTP on PORT? moto: its dashboard answers 200; kinesalite and kinesis-efo (over
 # https, its certificate not checked here: the CA is its own): any HTTP status.
@@ -165,36 +142,8 @@ launch() {
 
 port_var() { case "$1" in moto) echo FLOE_MOTO_PORT ;; kinesalite) echo FLOE_KINESALITE_PORT ;; kinesis-efo) echo FLOE_KINESIS_EFO_PORT ;; esac; }
 
-stop_one() {
-  local name="$1" pid
-  if ! pid="$(running_pid "$name")"; then
-    rm -f "$state/$name.pid" "$state/$name.port"
-    say "$name not running"
-    return
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + stop_timeout))
-  while alive "$pid" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
-  if alive "$pid"; then
-    say "$name (pid $pid) still running ${stop_timeout}s after TERM; sending KILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    while alive "$pid"; do sleep 0.1; done
-  fi
-  rm -f "$state/$name.pid" "$state/$name.port"
-  say "$name stopped (pid $pid)"
-}
-
-# One start/stop at a time per checkout (two test runs starting together must not race).
-lock() {
-  mkdir -p "$state"
-  if command -v flock >/dev/null; then
-    exec 9>"$state/lock"
-    flock -w 300 9 || die "another aws-emulators.sh holds $state/lock"
-  fi
-}
-
 cmd_start() {
-  lock
+  lock 300
   install_python
   install_node
   launch moto "$moto_port" \
@@ -214,7 +163,7 @@ cmd_start() {
 }
 
 cmd_stop() {
-  lock
+  lock 300
   stop_one kinesis-efo # before its upstream
   stop_one kinesalite
   stop_one moto

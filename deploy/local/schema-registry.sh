@@ -30,6 +30,9 @@ MARKER=schema_registry.py
 
 say() { echo "schema-registry: $*"; }
 die() { echo "schema-registry: $*" >&2; exit 1; }
+marker() { echo "$MARKER"; }
+# alive, running_pid, recorded_port, port_open, stop_one, lock
+. "$here/service.sh"
 
 case "$port" in '' | *[!0-9]*) die "FLOE_SCHEMA_REGISTRY_PORT must be a port number, not '$port'" ;; esac
 
@@ -64,29 +67,8 @@ cmd_install() {
 }
 
 # ---- process -------------------------------------------------------------------------------------
-# A process that has exited but is not reaped yet (a zombie) is not alive.
-alive() {
-  kill -0 "$1" 2>/dev/null || return 1
-  local st
-  st="$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null)"
-  [ "$st" != Z ]
-}
-
-# Prints the pid when the registry is ours and alive (a recycled pid is never taken for ours).
-running_pid() {
-  local pid
-  [ -f "$state/registry.pid" ] || return 1
-  pid="$(cat "$state/registry.pid" 2>/dev/null)" || return 1
-  [ -n "$pid" ] && alive "$pid" || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$MARKER" || return 1
-  echo "$pid"
-}
-
-recorded_port() {
-  if running_pid >/dev/null && [ -s "$state/registry.port" ]; then cat "$state/registry.port"; else echo "$port"; fi
-}
-
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+# The registry's own pid and port file names in $state (service.sh).
+NAME=registry
 
 # GET / answers 200 {} on a Confluent registry.
 answers() {
@@ -96,19 +78,11 @@ sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=2).status == 200 else 
 EOF
 }
 
-lock() {
-  mkdir -p "$state"
-  if command -v flock >/dev/null; then
-    exec 9>"$state/lock"
-    flock -w 120 9 || die "another schema-registry.sh holds $state/lock"
-  fi
-}
-
 cmd_start() {
-  lock
+  lock 120
   cmd_install
   local pid log="$state/registry.log"
-  if pid="$(running_pid)"; then
+  if pid="$(running_pid "$NAME")"; then
     say "already running (pid $pid, http://$HOST:$(cat "$state/registry.port"))"
     return
   fi
@@ -142,33 +116,16 @@ cmd_start() {
   say "started (pid $pid, http://$HOST:$port, state ${data:-in memory}, log $log)"
 }
 
-cmd_stop_unlocked() {
-  local pid
-  if ! pid="$(running_pid)"; then
-    rm -f "$state/registry.pid" "$state/registry.port"
-    say "not running"
-    return
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + stop_timeout))
-  while alive "$pid" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
-  if alive "$pid"; then
-    say "pid $pid still running ${stop_timeout}s after TERM; sending KILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    while alive "$pid"; do sleep 0.1; done
-  fi
-  rm -f "$state/registry.pid" "$state/registry.port"
-  say "stopped (pid $pid)"
-}
+cmd_stop_unlocked() { stop_one "$NAME"; }
 
 cmd_stop() {
-  lock
+  lock 120
   cmd_stop_unlocked
 }
 
 cmd_status() {
   local pid p
-  if pid="$(running_pid)"; then
+  if pid="$(running_pid "$NAME")"; then
     p="$(cat "$state/registry.port")"
     if answers "$p"; then
       echo "schema-registry: running (pid $pid) at http://$HOST:$p"
@@ -183,14 +140,14 @@ cmd_status() {
 
 cmd_env() {
   cat <<EOF
-export FLOE_TEST_SCHEMA_REGISTRY_URL=http://$HOST:$(recorded_port)
+export FLOE_TEST_SCHEMA_REGISTRY_URL=http://$HOST:$(recorded_port "$NAME" "$port")
 export FLOE_TEST_SCHEMA_REGISTRY_SERVER=$here/schema_registry.py
 EOF
 }
 
 case "${1:-}" in
   install)
-    lock
+    lock 120
     cmd_install
     ;;
   start) cmd_start ;;
