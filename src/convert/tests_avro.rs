@@ -588,3 +588,16 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn uuid_on_fixed_16_reads_the_raw_bytes() {
+    let text = schema_text(json!([
+        {"name": "u", "type": {"type": "fixed", "name": "U", "size": 16, "logicalType": "uuid"}}
+    ]));
+    // apache-avro 0.21 writes this logical type as a string: write the plain fixed instead.
+    let plain = schema_text(json!([{"name": "u", "type": {"type": "fixed", "name": "U", "size": 16}}]));
+    let id = uuid::Uuid::parse_str("67e55044-10b1-426f-9247-bb680e5fe0c8").unwrap();
+    let bytes = encode(&plain, vec![("u", AV::Fixed(16, id.as_bytes().to_vec()))]);
+    let row = push_row(&mut conv(&text), &bytes).unwrap();
+    assert_eq!(row["u"], json!(id.to_string()));
+}
