@@ -595,9 +595,47 @@ fn uuid_on_fixed_16_reads_the_raw_bytes() {
         {"name": "u", "type": {"type": "fixed", "name": "U", "size": 16, "logicalType": "uuid"}}
     ]));
     // apache-avro 0.21 writes this logical type as a string: write the plain fixed instead.
-    let plain = schema_text(json!([{"name": "u", "type": {"type": "fixed", "name": "U", "size": 16}}]));
+    let plain =
+        schema_text(json!([{"name": "u", "type": {"type": "fixed", "name": "U", "size": 16}}]));
     let id = uuid::Uuid::parse_str("67e55044-10b1-426f-9247-bb680e5fe0c8").unwrap();
     let bytes = encode(&plain, vec![("u", AV::Fixed(16, id.as_bytes().to_vec()))]);
     let row = push_row(&mut conv(&text), &bytes).unwrap();
     assert_eq!(row["u"], json!(id.to_string()));
+}
+
+/// Bytes from the real Confluent `AvroSerializer` (tests/py/avro_serializer_fixture.py), after
+/// the 5-byte Confluent framing the registry layer strips.
+#[test]
+fn records_from_the_confluent_avro_serializer_decode() {
+    let fixture: Value = serde_json::from_str(include_str!(
+        "../../tests/data/avro_confluent_serializer.json"
+    ))
+    .unwrap();
+    let text = fixture["schema"].as_str().unwrap();
+    let m = Arc::new(MappedSchema::from_avro(text, &[], "event_time").unwrap());
+    let mut c = Converter::try_new(m.clone(), m.arrow_schema()).unwrap();
+    for hex in fixture["records"].as_array().unwrap() {
+        let hex = hex.as_str().unwrap();
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(&bytes[..5], &[0, 0, 0, 0, 1], "magic byte and schema id 1");
+        c.push(&bytes[5..]).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let b = c.finish();
+    assert_eq!(
+        Value::Object(render(&b, 0)),
+        json!({"event_time": "2024-06-01T10:00:00.000000+00:00",
+               "id": "67e55044-10b1-426f-9247-bb680e5fe0c8", "n": -5, "amount": "-12.34",
+               "note": null, "tags": ["x", "y"], "attrs": {"k": 1_099_511_627_776i64},
+               "day": "1969-12-31", "kind": "B"})
+    );
+    assert_eq!(
+        Value::Object(render(&b, 1)),
+        json!({"event_time": "1969-12-31T23:59:59.999999+00:00",
+               "id": "00000000-0000-0000-0000-000000000000", "n": i32::MAX,
+               "amount": "99999999.99", "note": "héllo", "tags": [], "attrs": {},
+               "day": "2024-02-29", "kind": "A"})
+    );
 }

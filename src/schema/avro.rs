@@ -354,7 +354,7 @@ fn collect_names(s: &Schema, names: &mut HashMap<Name, Schema>) {
 }
 
 fn is_fixed_uuid(s: &Schema) -> bool {
-    matches!(s, Schema::Fixed(f) if f.attributes.get(FIXED_UUID_ATTR).is_some())
+    matches!(s, Schema::Fixed(f) if f.attributes.contains_key(FIXED_UUID_ATTR))
 }
 
 /// `["null", T]` / `[T, "null"]` → (`T`, Some(index of null)); a one-branch union → its branch;
@@ -626,11 +626,9 @@ impl Resolver<'_> {
                 .iter()
                 .position(|rf| rf.name == wf.name)
                 .or_else(|| {
-                    r.fields.iter().position(|rf| {
-                        rf.aliases
-                            .as_ref()
-                            .is_some_and(|a| a.iter().any(|a| *a == wf.name))
-                    })
+                    r.fields
+                        .iter()
+                        .position(|rf| rf.aliases.as_ref().is_some_and(|a| a.contains(&wf.name)))
                 })
         };
         let mut fields = Vec::with_capacity(w.fields.len());
