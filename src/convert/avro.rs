@@ -538,6 +538,17 @@ fn skip(n: &Node, r: &mut Reader<'_>) -> Res<()> {
         Node::UuidFixed => {
             r.take(16)?;
         }
+        Node::Null => {}
+        Node::Union(branches) => {
+            let b = r.long()?;
+            let Some(branch) = usize::try_from(b).ok().and_then(|b| branches.get(b)) else {
+                return Err(Fail::bad(format!(
+                    "union branch {b} of a {}-branch union",
+                    branches.len()
+                )));
+            };
+            skip(branch, r)?;
+        }
         Node::Optional { null_index, value } => {
             let b = r.long()?;
             if b == i64::from(1 - *null_index) {

@@ -639,3 +639,42 @@ fn records_from_the_confluent_avro_serializer_decode() {
                "day": "2024-02-29", "kind": "A"})
     );
 }
+
+#[test]
+fn writer_fields_the_reader_lacks_are_skipped_whatever_their_type() {
+    let v1 = schema_text(json!([
+        {"name": "u", "type": ["int", "string", {"type": "array", "items": "null"}]},
+        {"name": "r", "type": {"type": "record", "name": "Old", "fields": [
+            {"name": "d", "type": {"type": "fixed", "name": "Dur", "size": 12, "logicalType": "duration"}}
+        ]}},
+        {"name": "keep", "type": "int"}
+    ]));
+    let v2 = schema_text(json!([{"name": "keep", "type": "long"}]));
+    let table = MappedSchema::from_avro(&v2, &[], "ts").unwrap();
+    let m = Arc::new(MappedSchema::from_avro_resolved(&v1, &[], &v2, &[], "ts").unwrap());
+    let mut c = Converter::for_evolved_table(m, table.arrow_schema()).unwrap();
+    let bytes = encode(
+        &v1,
+        vec![
+            ("u", AV::Union(1, Box::new(AV::String("skip me".into())))),
+            (
+                "r",
+                AV::Record(vec![(
+                    "d".into(),
+                    AV::Duration(apache_avro::Duration::new(
+                        apache_avro::Months::new(1),
+                        apache_avro::Days::new(2),
+                        apache_avro::Millis::new(3),
+                    )),
+                )]),
+            ),
+            ("keep", AV::Int(9)),
+        ],
+    );
+    let row = push_row(&mut c, &bytes).unwrap();
+    assert_eq!(row["keep"], json!(9));
+    let mut bad = bytes.clone();
+    let at = bad.len() - 12 - 1 - 8 - 1; // the union branch of "u"
+    bad[at] = 6; // branch 3 of 3
+    assert_eq!(c.push(&bad).unwrap_err().field, "/u");
+}

@@ -141,6 +141,10 @@ pub(crate) enum Node {
     Array(Box<Node>),
     /// `map`.
     Map(Box<Node>),
+    /// `null` (no bytes): only inside [`Node::Union`].
+    Null,
+    /// Any other union, only in a writer field the reader lacks (read to be skipped).
+    Union(Box<[Node]>),
     /// `["null", T]` / `[T, "null"]`: branch `null_index` is null.
     Optional {
         /// The union branch of `null` (0 or 1).
@@ -650,7 +654,7 @@ impl Resolver<'_> {
                     name: wf.name.as_str().into(),
                     target: None,
                     is_partition: false,
-                    node: self.value(&wf.schema, &wf.schema, &fptr, depth)?,
+                    node: self.skipped(&wf.schema, &fptr, depth)?,
                 }),
             }
         }
@@ -685,6 +689,62 @@ impl Resolver<'_> {
             }
         }
         Ok(RecordPlan { fields, defaults })
+    }
+
+    /// The plan of a writer value the reader lacks: any type, read only to be skipped.
+    fn skipped(&mut self, w: &Schema, ptr: &str, depth: usize) -> Result<Node, SchemaError> {
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(SchemaError::unsupported(
+                ptr,
+                format!("nesting depth > {MAX_SCHEMA_DEPTH}"),
+            ));
+        }
+        Ok(match self.writer.deref(w, ptr)? {
+            Schema::Null => Node::Null,
+            Schema::Union(u) => Node::Union(
+                u.variants()
+                    .iter()
+                    .map(|v| self.skipped(v, ptr, depth + 1))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Schema::Array(a) => Node::Array(Box::new(self.skipped(&a.items, ptr, depth + 1)?)),
+            Schema::Map(m) => Node::Map(Box::new(self.skipped(&m.types, ptr, depth + 1)?)),
+            Schema::Record(r) => {
+                if self.stack.contains(&r.name) {
+                    return Err(SchemaError::unsupported(
+                        ptr,
+                        format!("recursive writer record {:?}", r.name.fullname(None)),
+                    ));
+                }
+                self.stack.push(r.name.clone());
+                let fields = r
+                    .fields
+                    .iter()
+                    .map(|f| {
+                        Ok(WriterField {
+                            name: f.name.as_str().into(),
+                            target: None,
+                            is_partition: false,
+                            node: self.skipped(&f.schema, &child_ptr(ptr, &f.name), depth + 1)?,
+                        })
+                    })
+                    .collect::<Result<_, SchemaError>>();
+                self.stack.pop();
+                Node::Record(Box::new(RecordPlan {
+                    fields: fields?,
+                    defaults: Vec::new(),
+                }))
+            }
+            Schema::Decimal(d) => match self.writer.deref(&d.inner, ptr)? {
+                Schema::Fixed(f) => Node::Fixed(f.size),
+                _ => Node::Bytes,
+            },
+            Schema::Fixed(f) => Node::Fixed(f.size),
+            Schema::BigDecimal => Node::Bytes,
+            Schema::Duration => Node::Fixed(12),
+            Schema::TimestampNanos | Schema::LocalTimestampNanos => Node::Long,
+            other => self.plain(other, other, ptr, depth)?,
+        })
     }
 
     /// The reader's default `d` of a field of type `s`, in Avro binary encoding.
