@@ -678,3 +678,31 @@ fn writer_fields_the_reader_lacks_are_skipped_whatever_their_type() {
     bad[at] = 6; // branch 3 of 3
     assert_eq!(c.push(&bad).unwrap_err().field, "/u");
 }
+
+#[test]
+fn reader_aliases_rename_and_unknown_enum_symbols_without_default_are_out_of_range() {
+    let v1 = schema_text(json!([
+        {"name": "old_name", "type": "string"},
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "GONE"]}}
+    ]));
+    let v2 = schema_text(json!([
+        {"name": "new_name", "aliases": ["old_name"], "type": "string"},
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A"]}}
+    ]));
+    let table = MappedSchema::from_avro(&v2, &[], "ts").unwrap();
+    let m = Arc::new(MappedSchema::from_avro_resolved(&v1, &[], &v2, &[], "ts").unwrap());
+    let mut c = Converter::for_evolved_table(m, table.arrow_schema()).unwrap();
+    let rec = |e: i32, sym: &str| {
+        encode(
+            &v1,
+            vec![
+                ("old_name", AV::String("v".into())),
+                ("e", AV::Enum(e as u32, sym.into())),
+            ],
+        )
+    };
+    let row = push_row(&mut c, &rec(0, "A")).unwrap();
+    assert_eq!((&row["new_name"], &row["e"]), (&json!("v"), &json!("A")));
+    let e = c.push(&rec(1, "GONE")).unwrap_err();
+    assert_eq!((e.code, e.field.as_str()), (DlqCode::ValueOutOfRange, "/e"));
+}
