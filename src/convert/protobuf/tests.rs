@@ -698,3 +698,26 @@ proptest! {
         f.check(&m.encode_to_vec());
     }
 }
+
+#[test]
+fn an_older_message_version_fills_an_evolved_table_with_nulls_for_new_fields() {
+    let v = |extra: &str| {
+        let files = vec![ProtoFile {
+            name: "e.proto".into(),
+            text: format!(
+                "syntax = \"proto3\"; import \"google/protobuf/timestamp.proto\";
+                 message In {{ int32 x = 1; {extra} }}
+                 message E {{ google.protobuf.Timestamp ts = 1; int32 n = 2; In in = 3; }}"
+            ),
+        }];
+        MappedSchema::from_protobuf(&files, &MessageSelector::Name("E".into()), "ts").unwrap()
+    };
+    let (v1, v2) = (v(""), v("optional string added = 2;"));
+    let mut conv = Converter::for_evolved_table(Arc::new(v1), v2.arrow_schema()).unwrap();
+    let mut b = ts_field();
+    b.extend(len_field(3, &[tag(1, 0), vint(9)].concat()));
+    conv.push(&b).unwrap();
+    let row = render(&conv.finish());
+    assert_eq!(row["in"], serde_json::json!({"x": 9, "added": null}));
+    assert_eq!(row["n"], 0);
+}
