@@ -721,3 +721,80 @@ fn an_older_message_version_fills_an_evolved_table_with_nulls_for_new_fields() {
     assert_eq!(row["in"], serde_json::json!({"x": 9, "added": null}));
     assert_eq!(row["n"], 0);
 }
+
+/// The schema as the local registry prints the smoke test's `floe/event.proto` (fully qualified
+/// type names with a leading dot), and the payload confluent-kafka's `ProtobufSerializer` sends
+/// for its `Event` after the framing: `msg.SerializeToString()` of Python's upb runtime
+/// (protobuf 7.36.2), which deploy/local/schema_registry_smoke.py checks equals that payload.
+#[test]
+fn bytes_of_pythons_upb_encoder_with_the_registrys_proto_text_decode() {
+    let files = vec![
+        ProtoFile {
+            name: "floe/event.proto".into(),
+            text: r#"syntax = "proto3";
+package floe.test;
+
+import "floe/common.proto";
+import "google/protobuf/timestamp.proto";
+
+option go_package = "example.com/floe/test";
+
+message Envelope {
+  string note = 1;
+}
+
+message Event {
+  string id = 1;
+  .google.protobuf.Timestamp ts = 2;
+  map<string, int64> counts = 3;
+  oneof payload {
+    string text = 4;
+    .floe.common.Address address = 5;
+  }
+  .floe.test.Event.Inner inner = 6;
+  .floe.common.Level level = 7;
+  optional string comment = 8;
+  repeated double readings = 9;
+  message Inner {
+    int32 n = 1;
+    repeated string tags = 2;
+  }
+}
+"#
+            .into(),
+        },
+        ProtoFile {
+            name: "floe/common.proto".into(),
+            text: "syntax = \"proto3\";\npackage floe.common;\n\
+                   message Address {\n  string city = 1;\n  string zip = 2;\n}\n\
+                   enum Level {\n  LEVEL_UNSPECIFIED = 0;\n  LEVEL_INFO = 1;\n  LEVEL_ERROR = 2;\n}\n"
+                .into(),
+        },
+    ];
+    // Message indexes [1]: Event, the file's second message.
+    let s = MappedSchema::from_protobuf(&files, &MessageSelector::Indexes(vec![1]), "ts").unwrap();
+    let arrow = s.arrow_schema();
+    let mut conv = Converter::try_new(Arc::new(s), arrow).unwrap();
+    let hex_payload = "0a027031121108feffffffffffffffff011080cab5ee011a0e0a016210feffffffffffffffff011a050a016110012a0c0a044f736c6f12043031353032050807120174380242004a10000000000000e03f000000000000f4bf";
+    let payload: Vec<u8> = (0..hex_payload.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex_payload[i..i + 2], 16).unwrap())
+        .collect();
+    let hour = conv.push(&payload).unwrap();
+    assert_eq!(hour, -1);
+    let row = render(&conv.finish());
+    assert_eq!(
+        Value::Object(row),
+        serde_json::json!({
+            "id": "p1",
+            "ts": "1969-12-31T23:59:58.500000+00:00",
+            "counts": {"a": 1, "b": -2},
+            "text": null,
+            "address": {"city": "Oslo", "zip": "0150"},
+            "inner": {"n": 7, "tags": ["t"]},
+            "level": "LEVEL_ERROR",
+            "comment": "",
+            "readings": [0.5, -1.25],
+        })
+    );
+}
