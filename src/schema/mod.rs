@@ -54,7 +54,10 @@
 //!   stored as 2.5 and `2.3` or `2.25` is `VALUE_OUT_OF_RANGE`). A scale above 38 is refused.
 //!   Precision is always 38; more than 38 digits at that scale is `VALUE_OUT_OF_RANGE`.
 //! - `enum`/`const` members that are not strings are stored as their canonical JSON text (RFC 8785:
-//!   `1.0` → `1`, keys sorted, no whitespace); a `null` member stores NULL.
+//!   `1.0` → `1`, keys sorted, no whitespace); a `null` member stores NULL. Sibling keywords apply
+//!   to the members of their type ([`EnumSpec`]): a value of a type `type` allows that is not an
+//!   allowed member — `null` included — is `VALUE_OUT_OF_RANGE`, one of a type `type` refuses is
+//!   `TYPE_MISMATCH`.
 //! - Numeric keywords are read exactly from their JSON text (integers) or from the shortest text of
 //!   the double `serde_json` read (so `0.01` is the decimal 0.01).
 
@@ -70,7 +73,7 @@ use std::sync::Arc;
 use iceberg::spec::{
     ListType, MapType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type,
 };
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 /// The deepest struct/list/map nesting a schema may have (docs/schema-mapping.md "Nesting").
 pub const MAX_SCHEMA_DEPTH: usize = 16;
@@ -169,6 +172,23 @@ impl NumSpec {
     pub fn is_empty(&self) -> bool {
         self.lower.is_empty() && self.upper.is_empty() && self.multiple_of.is_none()
     }
+
+    /// Whether `v` satisfies every bound and `multipleOf`, exactly.
+    pub fn allows(&self, v: &Dec) -> bool {
+        let in_lower = self.lower.iter().all(|b| {
+            let o = cmp_parts(v.parts(), b.value.parts());
+            o.is_gt() || (o.is_eq() && !b.exclusive)
+        });
+        let in_upper = self.upper.iter().all(|b| {
+            let o = cmp_parts(v.parts(), b.value.parts());
+            o.is_lt() || (o.is_eq() && !b.exclusive)
+        });
+        let multiple = match &self.multiple_of {
+            Some(m) => m.divides(&v.digits, v.exp),
+            None => true,
+        };
+        in_lower && in_upper && multiple
+    }
 }
 
 /// Constraints of an integer value, folded into an inclusive range.
@@ -193,7 +213,7 @@ pub struct StrSpec {
     pub pattern: Option<regex::Regex>,
     /// The pattern as written, for messages.
     pub pattern_text: Option<String>,
-    /// Extra asserted format that keeps the string type (`ipv4`, `ipv6`).
+    /// Asserted format that keeps the string type (`ipv4`, `ipv6`; any asserted format on an `enum`).
     pub format: Option<StrFormat>,
 }
 
@@ -207,13 +227,98 @@ impl StrSpec {
     }
 }
 
-/// Formats asserted on plain string columns.
+/// Formats asserted on string columns: `ipv4` and `ipv6` on plain strings, and every asserted
+/// format on `enum`/`const` strings (which stay strings; the others map to their own types).
+/// A string not in its format is `VALUE_OUT_OF_RANGE`: its type is string either way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StrFormat {
     /// Dotted-quad IPv4 (RFC 2673 §3.2).
     Ipv4,
     /// IPv6 (RFC 4291 §2.2).
     Ipv6,
+    /// RFC 3339 `date-time`.
+    DateTime,
+    /// RFC 3339 `full-date`.
+    Date,
+    /// RFC 3339 `full-time`.
+    Time,
+    /// Hyphenated 8-4-4-4-12 uuid.
+    Uuid,
+}
+
+impl StrFormat {
+    /// The format's name, as in a schema.
+    pub fn name(self) -> &'static str {
+        match self {
+            StrFormat::Ipv4 => "ipv4",
+            StrFormat::Ipv6 => "ipv6",
+            StrFormat::DateTime => "date-time",
+            StrFormat::Date => "date",
+            StrFormat::Time => "time",
+            StrFormat::Uuid => "uuid",
+        }
+    }
+
+    /// The asserted format a `format` keyword names, if any.
+    fn asserted(name: &str) -> Option<StrFormat> {
+        match name {
+            "ipv4" => Some(StrFormat::Ipv4),
+            "ipv6" => Some(StrFormat::Ipv6),
+            "date-time" => Some(StrFormat::DateTime),
+            "date" => Some(StrFormat::Date),
+            "time" => Some(StrFormat::Time),
+            "uuid" => Some(StrFormat::Uuid),
+            _ => None,
+        }
+    }
+}
+
+/// A JSON Schema `type` name (draft-04/-07 §"type").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JsonType {
+    /// `"null"`.
+    Null,
+    /// `"boolean"`.
+    Boolean,
+    /// `"integer"`: a number that is an integer (per draft, see [`Draft`]).
+    Integer,
+    /// `"number"`.
+    Number,
+    /// `"string"`.
+    String,
+    /// `"object"`.
+    Object,
+    /// `"array"`.
+    Array,
+}
+
+impl JsonType {
+    /// The type a `type` name names.
+    fn named(name: &str) -> Option<JsonType> {
+        Some(match name {
+            "null" => JsonType::Null,
+            "boolean" => JsonType::Boolean,
+            "integer" => JsonType::Integer,
+            "number" => JsonType::Number,
+            "string" => JsonType::String,
+            "object" => JsonType::Object,
+            "array" => JsonType::Array,
+            _ => return None,
+        })
+    }
+
+    /// The name, as in a schema.
+    pub fn name(self) -> &'static str {
+        match self {
+            JsonType::Null => "null",
+            JsonType::Boolean => "boolean",
+            JsonType::Integer => "integer",
+            JsonType::Number => "number",
+            JsonType::String => "string",
+            JsonType::Object => "object",
+            JsonType::Array => "array",
+        }
+    }
 }
 
 /// One allowed value of an `enum`/`const`.
@@ -242,10 +347,20 @@ pub enum EnumMember {
 }
 
 /// An `enum` (or `const`) column: a string column whose values are the members' texts.
+///
+/// A value of a JSON type the sibling `type` refuses is `TYPE_MISMATCH`; a value of an allowed
+/// type that is not a member is `VALUE_OUT_OF_RANGE` — `null` too, where `type` admits it.
 #[derive(Clone, Debug)]
 pub struct EnumSpec {
-    /// The allowed values (members that the sibling `type` rules out are dropped).
+    /// The allowed values: members that the sibling keywords (`type`, bounds, `multipleOf`,
+    /// counts, `required`) rule out are dropped; string keywords are checked on the value.
     pub members: Vec<EnumMember>,
+    /// The non-null type the sibling `type` keyword names; `None` without one (every type).
+    pub ty: Option<JsonType>,
+    /// `null` passes the `type` keyword (it lists `"null"`, or there is none) but is not a
+    /// member: a `null` is `VALUE_OUT_OF_RANGE` (not the `TYPE_MISMATCH` or
+    /// `MISSING_REQUIRED_FIELD` of a type without null).
+    pub null_refused_by_enum: bool,
 }
 
 /// What to do with a key that is not among a struct's properties.
@@ -965,17 +1080,33 @@ impl<'a> Mapper<'a> {
         };
 
         if let Some(members) = enum_members {
+            let json_ty = match ty.as_deref() {
+                None => None,
+                Some(t) => Some(
+                    JsonType::named(t)
+                        .ok_or_else(|| SchemaError::invalid(ptr, format!("unknown type {t:?}")))?,
+                ),
+            };
             let (members, null_member) =
-                self.enum_members(&members, ty.as_deref(), admits_null, ptr)?;
-            let strspec = if ty.as_deref() == Some("string") {
+                self.enum_members(s, &members, json_ty, admits_null, ptr)?;
+            let mut strspec = if matches!(json_ty, None | Some(JsonType::String)) {
                 self.str_spec(s, ptr)?
             } else {
                 StrSpec::default()
             };
-            return Ok(mk(
-                FieldType::Enum(EnumSpec { members }, strspec),
-                null_member,
-            ));
+            strspec.format = s
+                .get("format")
+                .and_then(Value::as_str)
+                .and_then(StrFormat::asserted);
+            // A union's null branch allows null whatever the other branch's enum says; a null
+            // the `type` keyword lets through is still checked against the members.
+            let allows_null = null_member || r.admits_null;
+            let spec = EnumSpec {
+                members,
+                ty: json_ty,
+                null_refused_by_enum: !allows_null && (json_ty.is_none() || null_in_type),
+            };
+            return Ok(mk(FieldType::Enum(spec, strspec), allows_null));
         }
 
         let Some(ty) = ty else {
@@ -1074,31 +1205,84 @@ impl<'a> Mapper<'a> {
         Ok(mk(ft, admits_null))
     }
 
+    /// The members of an `enum`/`const` that its sibling keywords allow (JSON Schema applies
+    /// each keyword to the values of its type), and whether `null` is one of them. String
+    /// keywords are checked on the record's value instead ([`EnumSpec`]); keywords that would
+    /// need a member validated against subschemas are refused.
     fn enum_members(
         &self,
+        s: &Value,
         members: &[Value],
-        ty: Option<&str>,
+        ty: Option<JsonType>,
         admits_null: bool,
         ptr: &str,
     ) -> Result<(Vec<EnumMember>, bool), SchemaError> {
+        let num = match ty {
+            None | Some(JsonType::Number | JsonType::Integer) => Some(self.num_spec(s, ptr)?),
+            _ => None,
+        };
+        let min_props = self.count_keyword(s, "minProperties", ptr)?;
+        let max_props = self.count_keyword(s, "maxProperties", ptr)?;
+        let min_items = self.count_keyword(s, "minItems", ptr)?;
+        let max_items = self.count_keyword(s, "maxItems", ptr)?;
+        let required: Vec<&str> = match s.get("required") {
+            None => Vec::new(),
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+            Some(_) => {
+                return Err(SchemaError::invalid(
+                    &format!("{ptr}/required"),
+                    "required must be an array of property names",
+                ))
+            }
+        };
+        let within = |n: usize, min: Option<u64>, max: Option<u64>| {
+            let n = n as u64;
+            min.is_none_or(|m| n >= m) && max.is_none_or(|m| n <= m)
+        };
         let mut out = Vec::new();
         let mut null_member = false;
         for m in members {
             let fits = match (ty, m) {
-                (_, Value::Null) => admits_null || ty.is_none() || ty == Some("null"),
+                (_, Value::Null) => admits_null || ty.is_none() || ty == Some(JsonType::Null),
                 (None, _) => true,
-                (Some("string"), Value::String(_)) => true,
-                (Some("number"), Value::Number(_)) => true,
-                (Some("integer"), Value::Number(n)) => {
+                (Some(JsonType::String), Value::String(_)) => true,
+                (Some(JsonType::Number), Value::Number(_)) => true,
+                (Some(JsonType::Integer), Value::Number(n)) => {
                     Dec::from_json(n).map(|d| d.exp >= 0).unwrap_or(false)
                         && (self.draft == Draft::Draft07 || !n.is_f64())
                 }
-                (Some("boolean"), Value::Bool(_)) => true,
-                (Some("object"), Value::Object(_)) => true,
-                (Some("array"), Value::Array(_)) => true,
+                (Some(JsonType::Boolean), Value::Bool(_)) => true,
+                (Some(JsonType::Object), Value::Object(_)) => true,
+                (Some(JsonType::Array), Value::Array(_)) => true,
                 _ => false,
             };
             if !fits {
+                continue;
+            }
+            let allowed = match m {
+                Value::Number(n) => {
+                    let d = Dec::from_json(n).ok_or_else(|| {
+                        SchemaError::invalid(ptr, "enum member is not a valid number")
+                    })?;
+                    num.as_ref().is_none_or(|spec| spec.allows(&d))
+                }
+                Value::Object(o) => {
+                    let noop = [
+                        ("properties", json!({})),
+                        ("additionalProperties", json!(true)),
+                    ];
+                    refuse_next_to_enum(s, ptr, &noop, "object")?;
+                    within(o.len(), min_props, max_props)
+                        && required.iter().all(|k| o.contains_key(*k))
+                }
+                Value::Array(a) => {
+                    let noop = [("items", json!({})), ("uniqueItems", json!(false))];
+                    refuse_next_to_enum(s, ptr, &noop, "array")?;
+                    within(a.len(), min_items, max_items)
+                }
+                _ => true,
+            };
+            if !allowed {
                 continue;
             }
             out.push(match m {
@@ -1124,7 +1308,7 @@ impl<'a> Mapper<'a> {
         if out.is_empty() {
             return Err(SchemaError::unsupported(
                 ptr,
-                "enum allows no value of the declared type",
+                "enum allows no value of the declared type and keywords",
             ));
         }
         Ok((out, null_member))
@@ -1444,6 +1628,23 @@ impl<'a> Mapper<'a> {
             min_items,
             max_items,
         }))
+    }
+}
+
+/// Refuses the keywords of `noop` (each with the value that asks nothing) next to an enum with
+/// `what` members: floe would not check the members against them.
+fn refuse_next_to_enum(
+    s: &Value,
+    ptr: &str,
+    noop: &[(&str, Value)],
+    what: &str,
+) -> Result<(), SchemaError> {
+    match noop.iter().find(|(kw, v)| s.get(*kw).is_some_and(|x| x != v)) {
+        Some((kw, _)) => Err(SchemaError::unsupported(
+            ptr,
+            format!("{kw} next to an enum with {what} members is not supported (it would not be enforced)"),
+        )),
+        None => Ok(()),
     }
 }
 
