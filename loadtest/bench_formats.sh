@@ -16,7 +16,13 @@
 #                             [--repeat 3] [--debug] [--quick]
 #   --debug: debug binaries ($CARGO_TARGET_DIR/debug; figures are not representative).
 #   --quick: 50,000 records, one run each, debug binaries when no release build exists.
-# Binaries as loadtest/lib.sh's lt_binaries (cargo build --release --bins). Python: a venv in the
+# Binaries as loadtest/lib.sh's lt_binaries (cargo build --release --bins); FLOE_BIN measures
+# another build, e.g. when a release build costs too much on a loaded machine: the dev profile
+# with floe's own crate optimized (its dependencies already are, at opt-level 2):
+#   cargo build --bin floe --config 'profile.dev.package.floe.opt-level=3' \
+#     --config 'profile.dev.package.floe.debug-assertions=false' \
+#     --config 'profile.dev.package.floe.overflow-checks=false'
+# Python: a venv in the
 # work directory with fastavro, protobuf, pyarrow, grpcio-tools (protoc), duckdb 1.4.4 and its
 # avro extension wheel (loaded from the wheel, offline). Needs taskset.
 set -euo pipefail
@@ -31,7 +37,7 @@ while [ $# -gt 0 ]; do
     --repeat) repeat="$2"; shift 2 ;;
     --debug) profile=debug; shift ;;
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "bench_formats: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +54,9 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import fastavro, duck
     duckdb==1.4.4 duckdb-ext-iceberg==1.4.4.20260205 duckdb-ext-avro==1.4.4.20260205
 fi
 FLOE_PYTHON="$venv/bin/python" lt_binaries bench_formats "$profile"
-[ "$profile" = release ] || echo "note: $profile binaries: figures are not representative"
+build="$profile build"
+[ -z "${FLOE_BIN:-}" ] || build="FLOE_BIN $FLOE_BIN"
+[ "$build" = "release build" ] || echo "note: floe is the $build: figures may not be representative"
 helper="$root/loadtest/bench_formats.py"
 
 # ---- the records, in every format ------------------------------------------------------------------
@@ -105,7 +113,7 @@ for f in "${fs[@]}"; do
   esac
 done
 
-"$py" - "$results" "$profile" <<'PY'
+"$py" - "$results" "$build" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 def rate(r):
@@ -125,5 +133,5 @@ for fmt in dict.fromkeys(r["format"] for r in rows):
         print(f"{fmt:<9} {p['tool']:<24}{rate(p)}")
     ok = [p["records_per_s"] for p in peers if "records_per_s" in p]
     if floe and ok:
-        print(f"ratio floe/fastest peer {fmt} = {best['records_per_s'] / max(ok):.2f} ({sys.argv[2]} build)")
+        print(f"ratio floe/fastest peer {fmt} = {best['records_per_s'] / max(ok):.2f} ({sys.argv[2]})")
 PY
