@@ -33,6 +33,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use crate::convert::{format_timestamptz, Converter};
+use crate::schema::protobuf::{MessageSelector, ProtoFile};
 use crate::schema::{date_time_fields, MappedSchema};
 use crate::tools::stdout;
 
@@ -324,13 +325,33 @@ fn mapped_schema(args: &BenchConvertArgs) -> Result<(MappedSchema, String), Benc
             let schema = MappedSchema::from_json_schema(&doc, &partition).map_err(setup)?;
             Ok((schema, partition))
         }
-        // The Avro and Protobuf mappers come with the record-format seam (issue 31).
-        BenchFormat::Avro | BenchFormat::Protobuf => {
-            let _ = required()?;
-            Err(BenchError::Setup(format!(
-                "{:?} schemas are not mapped by this build",
-                args.format
-            )))
+        BenchFormat::Avro => {
+            let partition = required()?;
+            let text = String::from_utf8(text)
+                .map_err(|_| BenchError::Setup("the Avro schema is not UTF-8".to_string()))?;
+            let schema = MappedSchema::from_avro(&text, &[], &partition).map_err(setup)?;
+            Ok((schema, partition))
+        }
+        BenchFormat::Protobuf => {
+            let partition = required()?;
+            let Some(message) = &args.message else {
+                return Err(BenchError::Setup(
+                    "choose --message (the message's full name, package.Message)".to_string(),
+                ));
+            };
+            let file = ProtoFile {
+                name: args
+                    .schema
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                text: String::from_utf8(text)
+                    .map_err(|_| BenchError::Setup("the .proto file is not UTF-8".to_string()))?,
+            };
+            let selector = MessageSelector::Name(message.clone());
+            let schema =
+                MappedSchema::from_protobuf(&[file], &selector, &partition).map_err(setup)?;
+            Ok((schema, partition))
         }
     }
 }
