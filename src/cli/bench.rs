@@ -541,6 +541,35 @@ mod tests {
         );
     }
 
+    #[test]
+    fn binary_formats_need_a_partition_field_and_protobuf_a_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = dir.path().join("event.proto");
+        std::fs::write(
+            &schema,
+            "syntax = \"proto3\";\nmessage Event { int64 id = 1; }\n",
+        )
+        .unwrap();
+        let args = |format, partition_field: Option<&str>| BenchConvertArgs {
+            format,
+            schema: schema.clone(),
+            message: None,
+            partition_field: partition_field.map(str::to_string),
+            input: dir.path().join("in.bin"),
+            output: dir.path().join("out"),
+            compression: BenchCompression::Zstd,
+            level: 3,
+            parquet_defaults: false,
+        };
+        let setup = |a: &BenchConvertArgs| match convert(a) {
+            Err(BenchError::Setup(m)) => m,
+            other => panic!("expected a refused setup, got {other:?}"),
+        };
+        assert!(setup(&args(BenchFormat::Avro, None)).contains("--partition-field"));
+        assert!(setup(&args(BenchFormat::Protobuf, None)).contains("--partition-field"));
+        assert!(setup(&args(BenchFormat::Protobuf, Some("event_time"))).contains("--message"));
+    }
+
     /// Every record of a varint-delimited stream, read in the bench's way.
     fn varint_records(bytes: &[u8], eof: bool) -> Result<Vec<Vec<u8>>, BenchError> {
         let mut out = Vec::new();
