@@ -84,6 +84,10 @@ pub(crate) enum Data {
 pub(crate) struct EnumPlan {
     pub members: Vec<crate::schema::EnumMember>,
     pub str_spec: StrSpec,
+    /// The type the schema's `type` keyword names (`None`: every type).
+    pub ty: Option<crate::schema::JsonType>,
+    /// A `null` passes `type` but is not a member (`VALUE_OUT_OF_RANGE`).
+    pub null_refused_by_enum: bool,
 }
 
 pub(crate) struct DecimalPlan {
@@ -387,6 +391,8 @@ impl Col {
                     Box::new(EnumPlan {
                         members: e.members.clone(),
                         str_spec: ss.clone(),
+                        ty: e.ty,
+                        null_refused_by_enum: e.null_refused_by_enum,
                     }),
                 )
             }

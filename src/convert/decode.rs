@@ -14,8 +14,8 @@ use super::json::{has_duplicate_spans, unescape, KeySet, NumTok, Reader, SyntaxE
 use super::time::{parse_date, parse_date_time, parse_time, TimeError};
 use super::{DlqCode, DlqReason};
 use crate::schema::{
-    cmp_parts, escape_pointer_token, normalize_number, Draft, EnumMember, IntSpec, NumSpec,
-    StrFormat, StrSpec,
+    cmp_parts, escape_pointer_token, normalize_number, Draft, EnumMember, IntSpec, JsonType,
+    NumSpec, StrFormat, StrSpec,
 };
 
 type Res = Result<(), SyntaxError>;
@@ -272,6 +272,10 @@ impl<'a, 'n> Ctx<'a, 'n> {
     fn on_null(&mut self, col: &mut Col) {
         if col.meta.admits_null {
             col.push_null();
+        } else if matches!(&col.data, Data::Enum(_, plan) if plan.null_refused_by_enum) {
+            self.fail(DlqCode::ValueOutOfRange, || {
+                "null is not one of the enum values".to_string()
+            });
         } else if col.meta.is_partition {
             self.fail(DlqCode::MissingPartitionValue, || {
                 "the partition field is null".to_string()
@@ -584,17 +588,27 @@ impl<'a, 'n> Ctx<'a, 'n> {
                 return false;
             }
         }
-        match spec.format {
-            Some(StrFormat::Ipv4) if s.parse::<std::net::Ipv4Addr>().is_err() => {
-                self.fail(DlqCode::TypeMismatch, || "not an ipv4 address".to_string());
-                false
-            }
-            Some(StrFormat::Ipv6) if s.parse::<std::net::Ipv6Addr>().is_err() => {
-                self.fail(DlqCode::TypeMismatch, || "not an ipv6 address".to_string());
-                false
-            }
-            _ => true,
+        // The value is a string either way: a string not in its format is out of range. (A
+        // date-time out of years 0000-9999 after normalization is still in the format.)
+        let in_format = match spec.format {
+            None => true,
+            Some(StrFormat::Ipv4) => s.parse::<std::net::Ipv4Addr>().is_ok(),
+            Some(StrFormat::Ipv6) => s.parse::<std::net::Ipv6Addr>().is_ok(),
+            Some(StrFormat::DateTime) => !matches!(parse_date_time(b), Err(TimeError::Format)),
+            Some(StrFormat::Date) => !matches!(parse_date(b), Err(TimeError::Format)),
+            Some(StrFormat::Time) => !matches!(parse_time(b), Err(TimeError::Format)),
+            Some(StrFormat::Uuid) => parse_uuid(b).is_some(),
+        };
+        if !in_format {
+            let format = spec.format;
+            self.fail(DlqCode::ValueOutOfRange, || {
+                format!(
+                    "string not in format {}",
+                    format.map(StrFormat::name).unwrap_or("")
+                )
+            });
         }
+        in_format
     }
 
     /// Bounds of a number given by its token; records an error and returns false when one fails.
@@ -797,6 +811,20 @@ impl<'a, 'n> Ctx<'a, 'n> {
         out: &mut Vec<u8>,
         spec: &super::column::EnumPlan,
     ) -> Result<bool, SyntaxError> {
+        if let Some(ty) = spec.ty {
+            let allowed = match ty {
+                JsonType::String => c == b'"',
+                JsonType::Boolean => c == b't' || c == b'f',
+                JsonType::Number | JsonType::Integer => is_num_start(c),
+                JsonType::Object => c == b'{',
+                JsonType::Array => c == b'[',
+                JsonType::Null => false,
+            };
+            if !allowed {
+                self.type_mismatch(c, ty.name())?;
+                return Ok(false);
+            }
+        }
         let buf = self.r.buf;
         let found: Option<usize> = match c {
             b'"' => {
@@ -833,6 +861,16 @@ impl<'a, 'n> Ctx<'a, 'n> {
             c if is_num_start(c) => {
                 let t = self.r.scan_number()?;
                 let (neg, exp) = normalize_number(&buf[t.range()], &mut self.s.digits);
+                let integer = match self.draft {
+                    Draft::Draft04 => t.literal(),
+                    Draft::Draft07 => exp >= 0,
+                };
+                if spec.ty == Some(JsonType::Integer) && !integer {
+                    self.fail(DlqCode::TypeMismatch, || {
+                        "expected integer, got a number that is not an integer".to_string()
+                    });
+                    return Ok(false);
+                }
                 let digits = &self.s.digits;
                 spec.members.iter().position(|m| match m {
                     EnumMember::Num { value, .. } => {

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::*;
 
@@ -514,17 +514,33 @@ impl<'a> Mapper<'a> {
         };
 
         if let Some(members) = enum_members {
+            let json_ty = match ty.as_deref() {
+                None => None,
+                Some(t) => Some(
+                    JsonType::named(t)
+                        .ok_or_else(|| SchemaError::invalid(ptr, format!("unknown type {t:?}")))?,
+                ),
+            };
             let (members, null_member) =
-                self.enum_members(&members, ty.as_deref(), admits_null, ptr)?;
-            let strspec = if ty.as_deref() == Some("string") {
+                self.enum_members(s, &members, json_ty, admits_null, ptr)?;
+            let mut strspec = if matches!(json_ty, None | Some(JsonType::String)) {
                 self.str_spec(s, ptr)?
             } else {
                 StrSpec::default()
             };
-            return Ok(mk(
-                FieldType::Enum(EnumSpec { members }, strspec),
-                null_member,
-            ));
+            strspec.format = s
+                .get("format")
+                .and_then(Value::as_str)
+                .and_then(StrFormat::asserted);
+            // A union's null branch allows null whatever the other branch's enum says; a null
+            // the `type` keyword lets through is still checked against the members.
+            let allows_null = null_member || r.admits_null;
+            let spec = EnumSpec {
+                members,
+                ty: json_ty,
+                null_refused_by_enum: !allows_null && (json_ty.is_none() || null_in_type),
+            };
+            return Ok(mk(FieldType::Enum(spec, strspec), allows_null));
         }
 
         let Some(ty) = ty else {
@@ -624,31 +640,84 @@ impl<'a> Mapper<'a> {
         Ok(mk(ft, admits_null))
     }
 
+    /// The members of an `enum`/`const` that its sibling keywords allow (JSON Schema applies
+    /// each keyword to the values of its type), and whether `null` is one of them. String
+    /// keywords are checked on the record's value instead ([`EnumSpec`]); keywords that would
+    /// need a member validated against subschemas are refused.
     fn enum_members(
         &self,
+        s: &Value,
         members: &[Value],
-        ty: Option<&str>,
+        ty: Option<JsonType>,
         admits_null: bool,
         ptr: &str,
     ) -> Result<(Vec<EnumMember>, bool), SchemaError> {
+        let num = match ty {
+            None | Some(JsonType::Number | JsonType::Integer) => Some(self.num_spec(s, ptr)?),
+            _ => None,
+        };
+        let min_props = self.count_keyword(s, "minProperties", ptr)?;
+        let max_props = self.count_keyword(s, "maxProperties", ptr)?;
+        let min_items = self.count_keyword(s, "minItems", ptr)?;
+        let max_items = self.count_keyword(s, "maxItems", ptr)?;
+        let required: Vec<&str> = match s.get("required") {
+            None => Vec::new(),
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+            Some(_) => {
+                return Err(SchemaError::invalid(
+                    &format!("{ptr}/required"),
+                    "required must be an array of property names",
+                ))
+            }
+        };
+        let within = |n: usize, min: Option<u64>, max: Option<u64>| {
+            let n = n as u64;
+            min.is_none_or(|m| n >= m) && max.is_none_or(|m| n <= m)
+        };
         let mut out = Vec::new();
         let mut null_member = false;
         for m in members {
             let fits = match (ty, m) {
-                (_, Value::Null) => admits_null || ty.is_none() || ty == Some("null"),
+                (_, Value::Null) => admits_null || ty.is_none() || ty == Some(JsonType::Null),
                 (None, _) => true,
-                (Some("string"), Value::String(_)) => true,
-                (Some("number"), Value::Number(_)) => true,
-                (Some("integer"), Value::Number(n)) => {
+                (Some(JsonType::String), Value::String(_)) => true,
+                (Some(JsonType::Number), Value::Number(_)) => true,
+                (Some(JsonType::Integer), Value::Number(n)) => {
                     Dec::from_json(n).map(|d| d.exp >= 0).unwrap_or(false)
                         && (self.draft == Draft::Draft07 || !n.is_f64())
                 }
-                (Some("boolean"), Value::Bool(_)) => true,
-                (Some("object"), Value::Object(_)) => true,
-                (Some("array"), Value::Array(_)) => true,
+                (Some(JsonType::Boolean), Value::Bool(_)) => true,
+                (Some(JsonType::Object), Value::Object(_)) => true,
+                (Some(JsonType::Array), Value::Array(_)) => true,
                 _ => false,
             };
             if !fits {
+                continue;
+            }
+            let allowed = match m {
+                Value::Number(n) => {
+                    let d = Dec::from_json(n).ok_or_else(|| {
+                        SchemaError::invalid(ptr, "enum member is not a valid number")
+                    })?;
+                    num.as_ref().is_none_or(|spec| spec.allows(&d))
+                }
+                Value::Object(o) => {
+                    let noop = [
+                        ("properties", json!({})),
+                        ("additionalProperties", json!(true)),
+                    ];
+                    refuse_next_to_enum(s, ptr, &noop, "object")?;
+                    within(o.len(), min_props, max_props)
+                        && required.iter().all(|k| o.contains_key(*k))
+                }
+                Value::Array(a) => {
+                    let noop = [("items", json!({})), ("uniqueItems", json!(false))];
+                    refuse_next_to_enum(s, ptr, &noop, "array")?;
+                    within(a.len(), min_items, max_items)
+                }
+                _ => true,
+            };
+            if !allowed {
                 continue;
             }
             out.push(match m {
@@ -674,7 +743,7 @@ impl<'a> Mapper<'a> {
         if out.is_empty() {
             return Err(SchemaError::unsupported(
                 ptr,
-                "enum allows no value of the declared type",
+                "enum allows no value of the declared type and keywords",
             ));
         }
         Ok((out, null_member))
@@ -994,6 +1063,23 @@ impl<'a> Mapper<'a> {
             min_items,
             max_items,
         }))
+    }
+}
+
+/// Refuses the keywords of `noop` (each with the value that asks nothing) next to an enum with
+/// `what` members: floe would not check the members against them.
+fn refuse_next_to_enum(
+    s: &Value,
+    ptr: &str,
+    noop: &[(&str, Value)],
+    what: &str,
+) -> Result<(), SchemaError> {
+    match noop.iter().find(|(kw, v)| s.get(*kw).is_some_and(|x| x != v)) {
+        Some((kw, _)) => Err(SchemaError::unsupported(
+            ptr,
+            format!("{kw} next to an enum with {what} members is not supported (it would not be enforced)"),
+        )),
+        None => Ok(()),
     }
 }
 

@@ -54,7 +54,10 @@
 //!   stored as 2.5 and `2.3` or `2.25` is `VALUE_OUT_OF_RANGE`). A scale above 38 is refused.
 //!   Precision is always 38; more than 38 digits at that scale is `VALUE_OUT_OF_RANGE`.
 //! - `enum`/`const` members that are not strings are stored as their canonical JSON text (RFC 8785:
-//!   `1.0` → `1`, keys sorted, no whitespace); a `null` member stores NULL.
+//!   `1.0` → `1`, keys sorted, no whitespace); a `null` member stores NULL. Sibling keywords apply
+//!   to the members of their type ([`EnumSpec`]): a value of a type `type` allows that is not an
+//!   allowed member — `null` included — is `VALUE_OUT_OF_RANGE`, one of a type `type` refuses is
+//!   `TYPE_MISMATCH`.
 //! - Numeric keywords are read exactly from their JSON text (integers) or from the shortest text of
 //!   the double `serde_json` read (so `0.01` is the decimal 0.01).
 
@@ -172,6 +175,23 @@ impl NumSpec {
     pub fn is_empty(&self) -> bool {
         self.lower.is_empty() && self.upper.is_empty() && self.multiple_of.is_none()
     }
+
+    /// Whether `v` satisfies every bound and `multipleOf`, exactly.
+    pub fn allows(&self, v: &Dec) -> bool {
+        let in_lower = self.lower.iter().all(|b| {
+            let o = cmp_parts(v.parts(), b.value.parts());
+            o.is_gt() || (o.is_eq() && !b.exclusive)
+        });
+        let in_upper = self.upper.iter().all(|b| {
+            let o = cmp_parts(v.parts(), b.value.parts());
+            o.is_lt() || (o.is_eq() && !b.exclusive)
+        });
+        let multiple = match &self.multiple_of {
+            Some(m) => m.divides(&v.digits, v.exp),
+            None => true,
+        };
+        in_lower && in_upper && multiple
+    }
 }
 
 /// Constraints of an integer value, folded into an inclusive range.
@@ -196,7 +216,7 @@ pub struct StrSpec {
     pub pattern: Option<regex::Regex>,
     /// The pattern as written, for messages.
     pub pattern_text: Option<String>,
-    /// Extra asserted format that keeps the string type (`ipv4`, `ipv6`).
+    /// Asserted format that keeps the string type (`ipv4`, `ipv6`; any asserted format on an `enum`).
     pub format: Option<StrFormat>,
 }
 
@@ -210,13 +230,98 @@ impl StrSpec {
     }
 }
 
-/// Formats asserted on plain string columns.
+/// Formats asserted on string columns: `ipv4` and `ipv6` on plain strings, and every asserted
+/// format on `enum`/`const` strings (which stay strings; the others map to their own types).
+/// A string not in its format is `VALUE_OUT_OF_RANGE`: its type is string either way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StrFormat {
     /// Dotted-quad IPv4 (RFC 2673 §3.2).
     Ipv4,
     /// IPv6 (RFC 4291 §2.2).
     Ipv6,
+    /// RFC 3339 `date-time`.
+    DateTime,
+    /// RFC 3339 `full-date`.
+    Date,
+    /// RFC 3339 `full-time`.
+    Time,
+    /// Hyphenated 8-4-4-4-12 uuid.
+    Uuid,
+}
+
+impl StrFormat {
+    /// The format's name, as in a schema.
+    pub fn name(self) -> &'static str {
+        match self {
+            StrFormat::Ipv4 => "ipv4",
+            StrFormat::Ipv6 => "ipv6",
+            StrFormat::DateTime => "date-time",
+            StrFormat::Date => "date",
+            StrFormat::Time => "time",
+            StrFormat::Uuid => "uuid",
+        }
+    }
+
+    /// The asserted format a `format` keyword names, if any.
+    fn asserted(name: &str) -> Option<StrFormat> {
+        match name {
+            "ipv4" => Some(StrFormat::Ipv4),
+            "ipv6" => Some(StrFormat::Ipv6),
+            "date-time" => Some(StrFormat::DateTime),
+            "date" => Some(StrFormat::Date),
+            "time" => Some(StrFormat::Time),
+            "uuid" => Some(StrFormat::Uuid),
+            _ => None,
+        }
+    }
+}
+
+/// A JSON Schema `type` name (draft-04/-07 §"type").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JsonType {
+    /// `"null"`.
+    Null,
+    /// `"boolean"`.
+    Boolean,
+    /// `"integer"`: a number that is an integer (per draft, see [`Draft`]).
+    Integer,
+    /// `"number"`.
+    Number,
+    /// `"string"`.
+    String,
+    /// `"object"`.
+    Object,
+    /// `"array"`.
+    Array,
+}
+
+impl JsonType {
+    /// The type a `type` name names.
+    fn named(name: &str) -> Option<JsonType> {
+        Some(match name {
+            "null" => JsonType::Null,
+            "boolean" => JsonType::Boolean,
+            "integer" => JsonType::Integer,
+            "number" => JsonType::Number,
+            "string" => JsonType::String,
+            "object" => JsonType::Object,
+            "array" => JsonType::Array,
+            _ => return None,
+        })
+    }
+
+    /// The name, as in a schema.
+    pub fn name(self) -> &'static str {
+        match self {
+            JsonType::Null => "null",
+            JsonType::Boolean => "boolean",
+            JsonType::Integer => "integer",
+            JsonType::Number => "number",
+            JsonType::String => "string",
+            JsonType::Object => "object",
+            JsonType::Array => "array",
+        }
+    }
 }
 
 /// One allowed value of an `enum`/`const`.
@@ -245,10 +350,20 @@ pub enum EnumMember {
 }
 
 /// An `enum` (or `const`) column: a string column whose values are the members' texts.
+///
+/// A value of a JSON type the sibling `type` refuses is `TYPE_MISMATCH`; a value of an allowed
+/// type that is not a member is `VALUE_OUT_OF_RANGE` — `null` too, where `type` admits it.
 #[derive(Clone, Debug)]
 pub struct EnumSpec {
-    /// The allowed values (members that the sibling `type` rules out are dropped).
+    /// The allowed values: members that the sibling keywords (`type`, bounds, `multipleOf`,
+    /// counts, `required`) rule out are dropped; string keywords are checked on the value.
     pub members: Vec<EnumMember>,
+    /// The non-null type the sibling `type` keyword names; `None` without one (every type).
+    pub ty: Option<JsonType>,
+    /// `null` passes the `type` keyword (it lists `"null"`, or there is none) but is not a
+    /// member: a `null` is `VALUE_OUT_OF_RANGE` (not the `TYPE_MISMATCH` or
+    /// `MISSING_REQUIRED_FIELD` of a type without null).
+    pub null_refused_by_enum: bool,
 }
 
 /// What to do with a key that is not among a struct's properties.
