@@ -506,6 +506,12 @@ async fn prepare_iceberg(
             ),
             registry,
         },
+        other => {
+            return Err(channel_err(
+                name,
+                format!("record.format \"{}\" is not wired yet", other.as_str()),
+            ))
+        }
     };
     Ok(PreparedChannel {
         config: config.clone(),

@@ -526,6 +526,9 @@ pub async fn load_channel_schema(
                 label: id.to_string(),
             })
         }
+        SchemaConfig::Confluent(_) => Err(SchemaLoadError::Refused(
+            "a Confluent schema registry is not wired yet".into(),
+        )),
         SchemaConfig::Glue {
             schema_arn,
             version,

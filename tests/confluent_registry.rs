@@ -1,0 +1,255 @@
+//! The Confluent schema registry client (issue 31) against the local registry of deploy/local
+//! (`deploy/local/schema-registry.sh start`, `FLOE_TEST_SCHEMA_REGISTRY_URL`): lookups by id and
+//! by subject version, references resolved recursively, an unknown id, fail-over across URLs,
+//! basic and bearer auth (a registry of the test's own), and an outage answered as unavailable in
+//! bounded time.
+
+mod common;
+
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use floe::confluent::api::{Auth, HttpRegistry};
+use floe::confluent::{ConfluentClient, RegistryError, SchemaType};
+use serde_json::json;
+
+/// The shared registry's URL; panics with instructions when it is not running.
+fn registry_url() -> String {
+    std::env::var("FLOE_TEST_SCHEMA_REGISTRY_URL").expect(
+        "the schema registry is needed: deploy/local/schema-registry.sh start, then eval \"$(deploy/local/schema-registry.sh env)\" (scripts/test.sh does both)",
+    )
+}
+
+/// Registers `schema` under `subject` at `url`; returns its id.
+async fn register(url: &str, subject: &str, schema: serde_json::Value) -> u32 {
+    let r = reqwest::Client::new()
+        .post(format!("{url}/subjects/{subject}/versions"))
+        .json(&schema)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(status.is_success(), "register {subject}: {body}");
+    body["id"].as_u64().unwrap() as u32
+}
+
+fn client(urls: &[String], auth: Auth, subject: &str) -> ConfluentClient {
+    ConfluentClient::new(HttpRegistry::new(urls, auth, None).unwrap(), subject)
+        .with_backoff(Duration::from_millis(20), Duration::from_secs(60))
+}
+
+fn json_schema(extra: &str) -> serde_json::Value {
+    let mut props = json!({
+        "id": {"type": "integer"},
+        "event_time": {"type": "string", "format": "date-time"},
+    });
+    if !extra.is_empty() {
+        props[extra] = json!({"type": "string"});
+    }
+    json!({"schemaType": "JSON", "schema": json!({
+        "type": "object", "properties": props, "required": ["id", "event_time"],
+    }).to_string()})
+}
+
+#[tokio::test]
+async fn ids_and_subject_versions_resolve_with_their_subjects() {
+    let url = registry_url();
+    let subject = common::unique_name("floe-client-value");
+    let v1 = register(&url, &subject, json_schema("")).await;
+    let v2 = register(&url, &subject, json_schema("note")).await;
+    assert_ne!(v1, v2);
+    let c = client(&[url.clone()], Auth::None, &subject);
+    let latest = c.latest().await.unwrap();
+    assert_eq!(latest.id, v2);
+    assert_eq!(latest.schema_type, SchemaType::Json);
+    assert!(latest.schema.contains("note"));
+    let first = c.by_id(v1).await.unwrap();
+    assert_eq!(first.version_in(&subject), Some(1));
+    assert_eq!(latest.version_in(&subject), Some(2));
+    // Cached for the process: no request for an id met before.
+    let before = c.lookups();
+    c.by_id(v1).await.unwrap();
+    c.by_id(v2).await.unwrap();
+    assert_eq!(c.lookups(), before);
+    // An id of another subject names that subject only.
+    let other = common::unique_name("floe-other-value");
+    let o = register(&url, &other, json_schema("other")).await;
+    let found = c.by_id(o).await.unwrap();
+    assert_eq!(found.version_in(&subject), None);
+    assert_eq!(found.version_in(&other), Some(1));
+}
+
+#[tokio::test]
+async fn references_resolve_recursively_dependencies_first() {
+    let url = registry_url();
+    let run = common::unique_name("r");
+    let leaf = format!("{run}-leaf");
+    let mid = format!("{run}-mid");
+    let top = format!("{run}-value");
+    let ns = format!("floe.t{}", run.replace('-', "_"));
+    register(
+        &url,
+        &leaf,
+        json!({"schema": json!({"type": "record", "name": "Leaf", "namespace": ns,
+            "fields": [{"name": "x", "type": "long"}]}).to_string()}),
+    )
+    .await;
+    register(
+        &url,
+        &mid,
+        json!({"schema": json!({"type": "record", "name": "Mid", "namespace": ns,
+            "fields": [{"name": "leaf", "type": format!("{ns}.Leaf")}]}).to_string(),
+            "references": [{"name": format!("{ns}.Leaf"), "subject": leaf, "version": 1}]}),
+    )
+    .await;
+    let id = register(
+        &url,
+        &top,
+        json!({"schema": json!({"type": "record", "name": "Top", "namespace": ns,
+            "fields": [{"name": "mid", "type": format!("{ns}.Mid")},
+                       {"name": "leaf", "type": format!("{ns}.Leaf")}]}).to_string(),
+            "references": [{"name": format!("{ns}.Mid"), "subject": mid, "version": 1},
+                           {"name": format!("{ns}.Leaf"), "subject": leaf, "version": 1}]}),
+    )
+    .await;
+    let c = client(&[url], Auth::None, &top);
+    let r = c.by_id(id).await.unwrap();
+    assert_eq!(r.schema_type, SchemaType::Avro);
+    let order: Vec<&str> = r.references.iter().map(|d| d.subject.as_str()).collect();
+    assert_eq!(
+        order,
+        [leaf.as_str(), mid.as_str()],
+        "each once, dependencies first"
+    );
+    assert!(r.references[0].schema.contains("Leaf"));
+}
+
+#[tokio::test]
+async fn an_unknown_id_is_not_found_and_remembered() {
+    let c = client(&[registry_url()], Auth::None, "nothing-value");
+    let e = c.by_id(2_000_000_000).await.unwrap_err();
+    assert!(matches!(e, RegistryError::NotFound(_)), "{e}");
+    let before = c.lookups();
+    assert!(matches!(
+        c.by_id(2_000_000_000).await,
+        Err(RegistryError::NotFound(_))
+    ));
+    assert_eq!(c.lookups(), before, "the negative cache answers");
+}
+
+#[tokio::test]
+async fn a_dead_url_fails_over_to_the_next() {
+    let url = registry_url();
+    let subject = common::unique_name("floe-failover-value");
+    let id = register(&url, &subject, json_schema("")).await;
+    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let c = client(&[dead, url], Auth::None, &subject);
+    assert_eq!(c.latest().await.unwrap().id, id);
+    assert_eq!(c.lookups(), 1, "one attempt: the second URL answered");
+}
+
+#[tokio::test]
+async fn an_outage_is_unavailable_within_the_budget_then_fails_fast() {
+    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let c = client(&[dead], Auth::None, "x-value");
+    let t = Instant::now();
+    let e = c.by_id(1).await.unwrap_err();
+    assert!(matches!(e, RegistryError::Unavailable(_)), "{e}");
+    assert!(e.is_retryable());
+    assert_eq!(c.lookups(), u64::from(floe::confluent::LOOKUP_ATTEMPTS));
+    assert!(t.elapsed() < floe::confluent::LOOKUP_BUDGET);
+    // The cooldown: no request until it passes.
+    assert!(matches!(
+        c.by_id(1).await,
+        Err(RegistryError::Unavailable(_))
+    ));
+    assert_eq!(c.lookups(), u64::from(floe::confluent::LOOKUP_ATTEMPTS));
+}
+
+/// A registry of the test's own, with `env` (credentials), killed on drop.
+struct OwnRegistry {
+    child: Child,
+    url: String,
+}
+
+impl OwnRegistry {
+    fn start(env: &[(&str, &str)]) -> OwnRegistry {
+        let server = std::env::var("FLOE_TEST_SCHEMA_REGISTRY_SERVER").expect(
+            "FLOE_TEST_SCHEMA_REGISTRY_SERVER: eval \"$(deploy/local/schema-registry.sh env)\"",
+        );
+        let mut cmd = Command::new(common::python());
+        cmd.args([server.as_str(), "--port", "0", "--quiet"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_string();
+        OwnRegistry { child, url }
+    }
+}
+
+impl Drop for OwnRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn basic_and_bearer_credentials_are_sent_and_a_refusal_is_not_retried() {
+    for (var, good, bad) in [
+        (
+            "FLOE_SCHEMA_REGISTRY_BASIC_AUTH",
+            Auth::Basic("floe:s3cret".into()),
+            Auth::Basic("floe:wrong".into()),
+        ),
+        (
+            "FLOE_SCHEMA_REGISTRY_BEARER_TOKEN",
+            Auth::Bearer("tok-123".into()),
+            Auth::None,
+        ),
+    ] {
+        let secret = match &good {
+            Auth::Basic(s) | Auth::Bearer(s) => s.clone(),
+            Auth::None => unreachable!(),
+        };
+        let own = OwnRegistry::start(&[(var, secret.as_str())]);
+        let r = reqwest::Client::new()
+            .post(format!("{}/subjects/s-value/versions", own.url))
+            .header(
+                "Authorization",
+                match &good {
+                    Auth::Basic(s) => format!(
+                        "Basic {}",
+                        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s)
+                    ),
+                    Auth::Bearer(t) => format!("Bearer {t}"),
+                    Auth::None => unreachable!(),
+                },
+            )
+            .json(&json_schema(""))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{var}: {}", r.status());
+        let ok = client(&[own.url.clone()], good, "s-value");
+        assert_eq!(ok.latest().await.unwrap().version_in("s-value"), Some(1));
+        let refused = client(&[own.url.clone()], bad, "s-value");
+        let e = refused.latest().await.unwrap_err();
+        assert!(matches!(e, RegistryError::Refused(_)), "{var}: {e}");
+        assert!(e.to_string().contains("401"), "{e}");
+        assert_eq!(refused.lookups(), 1, "a refusal is not retried");
+    }
+}
