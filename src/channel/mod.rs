@@ -457,13 +457,11 @@ pub async fn create(
     let schema = match file_schema {
         Some(schema) => schema,
         None => {
-            let registry = match &channel.schema {
-                Some(crate::config::SchemaConfig::Glue { schema_arn, .. }) => {
-                    crate::gsr::RegistryClient::glue(aws.glue(), schema_arn)
-                }
-                _ => crate::gsr::RegistryClient::glue(aws.glue(), ""),
-            };
-            activate::resolve_schema(index, channel, store, &mut state, Some(&registry))
+            let registry =
+                crate::gsr::ChannelRegistry::of(channel, || aws.glue()).map_err(|e| {
+                    ControlError::refused(format!("channel[{index}].schema"), e.to_string())
+                })?;
+            activate::resolve_schema(index, channel, store, &mut state, registry.as_ref())
                 .await
                 .map_err(creating)?
                 .mapped
@@ -505,7 +503,7 @@ async fn check_active_glue_schema(
     active: &ChannelState,
     aws: &crate::aws::AwsClients,
 ) -> Result<(), ControlError> {
-    use crate::gsr::{load_channel_schema, RegistryClient, SchemaLoadError};
+    use crate::gsr::{load_channel_schema, ChannelRegistry, RegistryClient, SchemaLoadError};
     let Some(crate::config::SchemaConfig::Glue {
         version,
         schema_arn,
@@ -517,7 +515,10 @@ async fn check_active_glue_schema(
     let Some(recorded) = activate::recorded_schema_version(active)? else {
         return Ok(());
     };
-    let registry = RegistryClient::glue(aws.glue(), schema_arn);
+    let registry = ChannelRegistry::Glue(std::sync::Arc::new(RegistryClient::glue(
+        aws.glue(),
+        schema_arn,
+    )));
     match load_channel_schema(channel, Some(recorded), Some(&registry)).await {
         Ok(resolved) => {
             // Under evolution the channel's version follows its table: nothing to warn about.

@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::config::{ConfluentSchemaConfig, ENV_REGISTRY_BASIC_AUTH, ENV_REGISTRY_BEARER_TOKEN};
+use crate::model::{DlqCode, DlqReason};
 use crate::retry::Backoff;
 use crate::schema::MappedSchema;
 use api::{Auth, HttpRegistry, RawSchema, RawSubjectVersion};
@@ -529,6 +530,41 @@ pub fn map_schema(
             ))
         }
     }
+}
+
+/// The Confluent message indexes of the message `name` (a full name) in Protobuf schema
+/// `resolved`.
+///
+/// Errors: the schema does not compile, or has no such message.
+pub fn message_indexes(resolved: &ResolvedSchema, name: &str) -> Result<Vec<i32>, String> {
+    Err(format!(
+        "schema id {}: choosing the message {name} by name needs the Protobuf mapper, not in this build",
+        resolved.id
+    ))
+}
+
+/// Why a record of schema `key` (resolved, not the channel's) goes to the DLQ: a schema of
+/// another subject, or another version of the channel's subject under `evolution = "none"`, is
+/// `SCHEMA_MISMATCH`.
+pub fn not_the_channels(resolved: &ResolvedSchema, key: &SchemaKey, subject: &str) -> DlqReason {
+    let message = match resolved.version_in(subject) {
+        Some(v) => format!(
+            "{key} (version {v} of subject {subject}) is not the channel's schema (channel.schema.evolution is \"none\")"
+        ),
+        None => {
+            let subjects: Vec<&str> = resolved.subjects.iter().map(|(s, _)| s.as_str()).collect();
+            format!("{key} is not a version of the channel's subject {subject} (its subjects: {subjects:?})")
+        }
+    };
+    DlqReason::record(DlqCode::SchemaMismatch, message)
+}
+
+/// Why a record whose schema id the registry does not know goes to the DLQ: `INVALID_SCHEMA`.
+pub fn unknown_id(key: &SchemaKey) -> DlqReason {
+    DlqReason::record(
+        DlqCode::InvalidSchema,
+        format!("unknown {key}: the schema registry does not have it"),
+    )
 }
 
 /// Which Protobuf message of a schema a record (or the table) uses.

@@ -104,9 +104,11 @@ pub fn parse(record: &[u8], protobuf: bool) -> Result<Framed<'_>, DlqReason> {
     let indexes = match count {
         0 => vec![0],
         n if n < 0 => return Err(bad(format!("negative message index count {n}"))),
-        n if n as usize > MAX_MESSAGE_INDEXES => return Err(bad(format!(
+        n if n as usize > MAX_MESSAGE_INDEXES => {
+            return Err(bad(format!(
             "{n} message indexes (floe reads messages nested at most {MAX_MESSAGE_INDEXES} deep)"
-        ))),
+        )))
+        }
         n => {
             let mut out = Vec::with_capacity(n as usize);
             for _ in 0..n {

@@ -425,6 +425,111 @@ impl RegistryClient {
     }
 }
 
+/// The registry a channel's schema versions come from.
+#[derive(Debug, Clone)]
+pub enum ChannelRegistry {
+    /// The AWS Glue Schema Registry (`glue_schema_arn`).
+    Glue(Arc<RegistryClient>),
+    /// A Confluent-compatible registry (`registry_url`).
+    Confluent(Arc<crate::confluent::ConfluentClient>),
+}
+
+impl ChannelRegistry {
+    /// The registry of channel `config`'s schema (Glue through `glue`), `None` for a schema file.
+    ///
+    /// Errors: [`SchemaLoadError::Refused`] when the Confluent client cannot be built
+    /// (credentials in the environment, CA bundle).
+    pub fn of(
+        config: &ChannelConfig,
+        glue: impl FnOnce() -> aws_sdk_glue::Client,
+    ) -> Result<Option<ChannelRegistry>, SchemaLoadError> {
+        Ok(match &config.schema {
+            Some(SchemaConfig::Glue { schema_arn, .. }) => Some(ChannelRegistry::Glue(Arc::new(
+                RegistryClient::glue(glue(), schema_arn),
+            ))),
+            Some(SchemaConfig::Confluent(c)) => Some(ChannelRegistry::Confluent(Arc::new(
+                crate::confluent::ConfluentClient::from_config(c)
+                    .map_err(|e| SchemaLoadError::Refused(e.to_string()))?,
+            ))),
+            _ => None,
+        })
+    }
+
+    /// The Glue client, `None` for a Confluent registry.
+    pub fn glue(&self) -> Option<&Arc<RegistryClient>> {
+        match self {
+            ChannelRegistry::Glue(g) => Some(g),
+            ChannelRegistry::Confluent(_) => None,
+        }
+    }
+}
+
+/// Loads the schema `key` of a Confluent registry ([`crate::confluent::SchemaKey`] packed in a
+/// UUID), or the subject's latest version when `key` is `None`, and maps it. A recorded key
+/// must be a version of the channel's subject.
+///
+/// Errors: [`SchemaLoadError`] naming the subject and id.
+pub async fn load_confluent_schema(
+    config: &crate::config::ConfluentSchemaConfig,
+    partition_field: &str,
+    key: Option<Uuid>,
+    client: &crate::confluent::ConfluentClient,
+) -> Result<ChannelSchema, SchemaLoadError> {
+    use crate::confluent::{map_schema, MessageChoice, RegistryError as E, SchemaKey, SchemaType};
+    let subject = &config.subject;
+    let unavailable = |e: E| match e {
+        E::Unavailable(_) => SchemaLoadError::Unavailable(e.to_string()),
+        e => SchemaLoadError::Refused(format!("subject {subject}: {e}")),
+    };
+    let (resolved, indexes) = match key {
+        Some(k) => {
+            let Some(k) = SchemaKey::from_uuid(k) else {
+                return Err(SchemaLoadError::Refused(format!(
+                    "the recorded schema version {k} is not a Confluent schema id (the channel was created with another registry: delete and create the channel)"
+                )));
+            };
+            (client.by_id(k.id).await.map_err(unavailable)?, k.indexes)
+        }
+        None => (client.latest().await.map_err(unavailable)?, Vec::new()),
+    };
+    let Some(version) = resolved.version_in(subject) else {
+        return Err(SchemaLoadError::Refused(format!(
+            "schema id {} is not a version of the channel's subject {subject}",
+            resolved.id
+        )));
+    };
+    let choice = match (resolved.schema_type, &config.message) {
+        (SchemaType::Protobuf, _) if !indexes.is_empty() => Some(MessageChoice::Indexes(indexes)),
+        (SchemaType::Protobuf, Some(name)) => Some(MessageChoice::Name(name.clone())),
+        (SchemaType::Protobuf, None) => Some(MessageChoice::Indexes(vec![0])),
+        _ => None,
+    };
+    let mapped = map_schema(&resolved, partition_field, choice.as_ref()).map_err(|e| {
+        SchemaLoadError::Refused(format!("subject {subject} version {version}: {e}"))
+    })?;
+    let key = SchemaKey {
+        id: resolved.id,
+        indexes: match &choice {
+            Some(MessageChoice::Indexes(i)) => i.clone(),
+            Some(MessageChoice::Name(name)) => crate::confluent::message_indexes(&resolved, name)
+                .map_err(|e| {
+                SchemaLoadError::Refused(format!("subject {subject} version {version}: {e}"))
+            })?,
+            None => Vec::new(),
+        },
+    };
+    let uuid = key.to_uuid().ok_or_else(|| {
+        SchemaLoadError::Refused(format!("{key}: message indexes beyond what floe records"))
+    })?;
+    Ok(ChannelSchema {
+        mapped,
+        version_id: Some(uuid),
+        version_number: Some(version),
+        other_versions: Vec::new(),
+        label: format!("{subject} version {version} ({key})"),
+    })
+}
+
 /// A channel's schema, resolved at activation.
 #[derive(Debug)]
 pub struct ChannelSchema {
@@ -486,7 +591,7 @@ pub fn json_schema_of(v: &SchemaVersionInfo) -> Result<Value, SchemaLoadError> {
 pub async fn load_channel_schema(
     config: &ChannelConfig,
     recorded: Option<Uuid>,
-    registry: Option<&RegistryClient>,
+    registry: Option<&ChannelRegistry>,
 ) -> Result<ChannelSchema, SchemaLoadError> {
     let (Some(dest), Some(schema)) = (config.destination.iceberg(), &config.schema) else {
         return Err(SchemaLoadError::Refused(
@@ -526,15 +631,21 @@ pub async fn load_channel_schema(
                 label: id.to_string(),
             })
         }
-        SchemaConfig::Confluent(_) => Err(SchemaLoadError::Refused(
-            "a Confluent schema registry is not wired yet".into(),
-        )),
+        SchemaConfig::Confluent(c) => {
+            let Some(ChannelRegistry::Confluent(client)) = registry else {
+                return Err(SchemaLoadError::Unavailable(
+                    "no schema registry client".to_string(),
+                ));
+            };
+            load_confluent_schema(c, &dest.partition_field, recorded, client).await
+        }
         SchemaConfig::Glue {
             schema_arn,
             version,
             ..
         } => {
             let registry = registry
+                .and_then(ChannelRegistry::glue)
                 .ok_or_else(|| SchemaLoadError::Unavailable("no Glue client".to_string()))?;
             let found = match recorded {
                 Some(id) => registry.by_id(id).await,
