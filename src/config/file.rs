@@ -342,14 +342,6 @@ pub struct SchemaSection {
     /// from (`"com.acme.Event"`). Default: the first message of the subject's file (Confluent
     /// message indexes `[0]`).
     pub message: Option<String>,
-    /// Refused (credentials never come from the file): use `FLOE_SCHEMA_REGISTRY_BASIC_AUTH`.
-    pub basic_auth: Option<toml::Value>,
-    /// Refused: use `FLOE_SCHEMA_REGISTRY_BASIC_AUTH`.
-    pub username: Option<toml::Value>,
-    /// Refused: use `FLOE_SCHEMA_REGISTRY_BASIC_AUTH`.
-    pub password: Option<toml::Value>,
-    /// Refused: use `FLOE_SCHEMA_REGISTRY_BEARER_TOKEN`.
-    pub bearer_token: Option<toml::Value>,
 }
 
 /// `channel.schema.registry_url` as written: one URL or a list.
@@ -769,6 +761,17 @@ impl<T> Section<T> {
     /// Whether the section was written in the file.
     pub fn is_present(&self) -> bool {
         self.value.is_some()
+    }
+
+    /// Takes `keys` out of the section as written; returns those that were there.
+    pub fn take_keys(&mut self, keys: &[&'static str]) -> Vec<&'static str> {
+        let Some(table) = self.value.as_mut().and_then(|v| v.as_table_mut()) else {
+            return Vec::new();
+        };
+        keys.iter()
+            .copied()
+            .filter(|k| table.remove(*k).is_some())
+            .collect()
     }
 
     /// A section holding `value`.

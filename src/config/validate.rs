@@ -604,7 +604,28 @@ impl Checker<'_> {
                 );
             };
             let schema = if c.schema.is_present() {
-                self.section(c.schema, &format!("{p}.schema"))
+                let mut section = c.schema;
+                // Credentials never come from the file: named, with the variable to use.
+                for (key, var) in section
+                    .take_keys(&["basic_auth", "username", "password", "bearer_token"])
+                    .into_iter()
+                    .map(|k| {
+                        (
+                            k,
+                            if k == "bearer_token" {
+                                ENV_REGISTRY_BEARER_TOKEN
+                            } else {
+                                ENV_REGISTRY_BASIC_AUTH
+                            },
+                        )
+                    })
+                {
+                    self.error(
+                        format!("{p}.schema.{key}"),
+                        format!("credentials are never read from the file: set the environment variable {var}"),
+                    );
+                }
+                self.section(section, &format!("{p}.schema"))
                     .and_then(|s| {
                         self.schema(&format!("{p}.schema"), s, format, default_subject(&source))
                     })
@@ -939,8 +960,7 @@ impl Checker<'_> {
         }
     }
 
-    /// Refuses the keys of a Confluent registry (`subject`, `ca_bundle`, `message`) and the
-    /// credential keys, which are never read from the file; `why` ends the message of the former.
+    /// Refuses the keys of a Confluent registry (`subject`, `ca_bundle`, `message`) with `why`.
     /// Returns whether none was present.
     fn refuse_registry_keys(&mut self, p: &str, s: &super::file::SchemaSection, why: &str) -> bool {
         let mut ok = true;
@@ -951,42 +971,6 @@ impl Checker<'_> {
         ] {
             if present {
                 self.error(format!("{p}.{key}"), why.to_string());
-                ok = false;
-            }
-        }
-        self.refuse_credentials(p, s) && ok
-    }
-
-    /// Refuses credential keys in `[channel.schema]`: they come from the environment only.
-    fn refuse_credentials(&mut self, p: &str, s: &super::file::SchemaSection) -> bool {
-        let mut ok = true;
-        for (present, key, var) in [
-            (
-                s.basic_auth.is_some(),
-                "basic_auth",
-                super::ENV_REGISTRY_BASIC_AUTH,
-            ),
-            (
-                s.username.is_some(),
-                "username",
-                super::ENV_REGISTRY_BASIC_AUTH,
-            ),
-            (
-                s.password.is_some(),
-                "password",
-                super::ENV_REGISTRY_BASIC_AUTH,
-            ),
-            (
-                s.bearer_token.is_some(),
-                "bearer_token",
-                super::ENV_REGISTRY_BEARER_TOKEN,
-            ),
-        ] {
-            if present {
-                self.error(
-                    format!("{p}.{key}"),
-                    format!("credentials are never read from the file: set the environment variable {var}"),
-                );
                 ok = false;
             }
         }
@@ -1043,9 +1027,6 @@ impl Checker<'_> {
                 format!("{p}.message"),
                 "`message` applies to record.format = \"protobuf\" only",
             );
-            ok = false;
-        }
-        if !self.refuse_credentials(p, &s) {
             ok = false;
         }
         let key = format!("{p}.registry_url");
