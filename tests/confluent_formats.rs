@@ -223,7 +223,8 @@ async fn json_sr_is_delivered_dead_lettered_evolved_and_waits_out_a_registry_out
         })
         .collect();
     let frames2 = serialize(&url, &subject, "json_sr", &v2, &with_note);
-    assert_ne!(schema_id(&frames2[0]), id1);
+    let id2 = schema_id(&frames2[0]);
+    assert_ne!(id2, id1);
     registry.kill();
     produce(
         &broker.bootstrap,
@@ -267,4 +268,28 @@ async fn json_sr_is_delivered_dead_lettered_evolved_and_waits_out_a_registry_out
         .map(|e| (e.key.unwrap().parse().unwrap(), e.error_code))
         .collect();
     assert_eq!(codes, expected_codes);
+
+    // `floe channel describe` names the subject, the channel's schema id (the table's current
+    // one) and the ids applied.
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["channel", "describe", "it", "--json", "--config"])
+        .arg(dir.path().join("w1.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let d = if d.is_array() { &d[0] } else { &d };
+    assert_eq!(d["subject"], subject.as_str(), "{d}");
+    assert_eq!(d["schema_id"], id2.to_string(), "{d}");
+    let applied: Vec<&str> = d["schema_history"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{d}"))
+        .iter()
+        .map(|v| v["schema_id_applied"].as_str().unwrap())
+        .collect();
+    assert_eq!(applied, [id1.to_string(), id2.to_string()], "{d}");
 }

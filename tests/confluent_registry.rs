@@ -23,6 +23,8 @@ fn registry_url() -> String {
 
 /// Registers `schema` under `subject` at `url`; returns its id.
 async fn register(url: &str, subject: &str, schema: serde_json::Value) -> u32 {
+    // reqwest's rustls needs the process-wide crypto provider floe installs.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let r = reqwest::Client::new()
         .post(format!("{url}/subjects/{subject}/versions"))
         .json(&schema)
@@ -252,4 +254,126 @@ async fn basic_and_bearer_credentials_are_sent_and_a_refusal_is_not_retried() {
         assert!(e.to_string().contains("401"), "{e}");
         assert_eq!(refused.lookups(), 1, "a refusal is not retried");
     }
+}
+
+/// `floe records check --format json_sr --encoding hex` with `args`, on `frames`; one JSON
+/// outcome per frame.
+fn records_check(
+    schema: &std::path::Path,
+    args: &[&str],
+    frames: &[Vec<u8>],
+) -> Vec<serde_json::Value> {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args([
+            "records",
+            "check",
+            "--format",
+            "json_sr",
+            "--encoding",
+            "hex",
+        ])
+        .arg("--schema")
+        .arg(schema)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for f in frames {
+            let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
+            writeln!(stdin, "{hex}").unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn frame(id: u32, json: &str) -> Vec<u8> {
+    let mut f = vec![0u8];
+    f.extend_from_slice(&id.to_be_bytes());
+    f.extend_from_slice(json.as_bytes());
+    f
+}
+
+#[tokio::test]
+async fn records_check_resolves_json_sr_ids_offline_and_through_the_registry() {
+    let url = registry_url();
+    let subject = common::unique_name("floe-check-value");
+    let v1 = register(&url, &subject, json_schema("")).await;
+    let v2 = register(&url, &subject, json_schema("note")).await;
+    let other = register(
+        &url,
+        &common::unique_name("floe-x-value"),
+        json_schema("other"),
+    )
+    .await;
+    let row = r#"{"id": 1, "event_time": "2026-07-09T20:00:00Z", "note": "n"}"#;
+    let frames = [
+        frame(v1, r#"{"id": 1, "event_time": "2026-07-09T20:00:00Z"}"#),
+        frame(v2, row),
+        frame(other, row),
+        frame(2_000_000_000, row),
+        b"\x01\x00\x00\x00\x01{}".to_vec(),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("v1.json");
+    std::fs::write(&schema, json_schema("")["schema"].as_str().unwrap()).unwrap();
+    // Offline: only --schema-id's records are known.
+    let offline = records_check(&schema, &["--schema-id", &v1.to_string()], &frames);
+    let codes: Vec<&str> = offline
+        .iter()
+        .map(|o| o["dlq"]["code"].as_str().unwrap_or("row"))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "row",
+            "INVALID_SCHEMA",
+            "INVALID_SCHEMA",
+            "INVALID_SCHEMA",
+            "DESERIALIZATION_ERROR"
+        ],
+        "{offline:?}"
+    );
+    let online = records_check(
+        &schema,
+        &[
+            "--schema-id",
+            &v1.to_string(),
+            "--registry-url",
+            &url,
+            "--subject",
+            &subject,
+        ],
+        &frames,
+    );
+    let codes: Vec<&str> = online
+        .iter()
+        .map(|o| o["dlq"]["code"].as_str().unwrap_or("row"))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "row",
+            "row",
+            "SCHEMA_MISMATCH",
+            "INVALID_SCHEMA",
+            "DESERIALIZATION_ERROR"
+        ],
+        "{online:?}"
+    );
+    assert_eq!(online[1]["row"]["note"], "n", "{online:?}");
 }

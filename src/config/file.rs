@@ -317,7 +317,7 @@ pub struct SchemaSection {
     /// `INVALID_SCHEMA`.
     #[serde(default)]
     pub versions: BTreeMap<String, String>,
-    /// With `glue_schema_arn`: `"none"` (a record of another version than the table's current
+    /// With `glue_schema_arn` or `registry_url`: `"none"` (a record of another version than the table's current
     /// one is `SCHEMA_MISMATCH`) or `"compatible"` (a compatible new version of the schema evolves
     /// the table; docs/glue-schema-registry.md "Schema evolution"). Default: `"none"`.
     pub evolution: Option<String>,
