@@ -377,3 +377,64 @@ async fn records_check_resolves_json_sr_ids_offline_and_through_the_registry() {
     );
     assert_eq!(online[1]["row"]["note"], "n", "{online:?}");
 }
+
+#[tokio::test]
+async fn without_evolution_only_the_channels_id_is_delivered() {
+    use floe::gsr::wire::{PayloadError, RecordDecoder};
+    use floe::model::DlqCode;
+    let url = registry_url();
+    let subject = common::unique_name("floe-none-value");
+    let v1 = register(&url, &subject, json_schema("")).await;
+    let v2 = register(&url, &subject, json_schema("note")).await;
+    let other = register(&url, &common::unique_name("floe-y-value"), json_schema("y")).await;
+    let key = |id| {
+        floe::confluent::SchemaKey {
+            id,
+            indexes: vec![],
+        }
+        .to_uuid()
+        .unwrap()
+    };
+    let mut decoder = RecordDecoder::Confluent {
+        protobuf: false,
+        channel_key: key(v1),
+        client: std::sync::Arc::new(client(&[url], Auth::None, &subject)),
+    };
+    let doc = r#"{"id": 1, "event_time": "2026-07-09T20:00:00Z"}"#;
+    assert_eq!(
+        decoder.payload(&frame(v1, doc)).await.unwrap(),
+        doc.as_bytes()
+    );
+    for (id, code, why) in [
+        (v2, DlqCode::SchemaMismatch, "evolution is \"none\""),
+        (
+            other,
+            DlqCode::SchemaMismatch,
+            "not a version of the channel's subject",
+        ),
+        (2_000_000_000, DlqCode::InvalidSchema, "does not have it"),
+    ] {
+        match decoder.payload(&frame(id, doc)).await {
+            Err(PayloadError::Record(r)) => {
+                assert_eq!(r.code, code, "{id}: {}", r.message);
+                assert!(r.message.contains(why), "{id}: {}", r.message);
+            }
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    // A registry that cannot be reached is not the record's fault: no DLQ reason.
+    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let mut down = RecordDecoder::Confluent {
+        protobuf: false,
+        channel_key: key(v1),
+        client: std::sync::Arc::new(client(&[dead], Auth::None, &subject)),
+    };
+    assert!(
+        down.payload(&frame(v1, doc)).await.is_ok(),
+        "the channel's id needs no lookup"
+    );
+    assert!(matches!(
+        down.payload(&frame(v2, doc)).await,
+        Err(PayloadError::ConfluentRegistry { id, .. }) if id == v2
+    ));
+}
