@@ -62,7 +62,7 @@ async fn ids_and_subject_versions_resolve_with_their_subjects() {
     let v1 = register(&url, &subject, json_schema("")).await;
     let v2 = register(&url, &subject, json_schema("note")).await;
     assert_ne!(v1, v2);
-    let c = client(&[url.clone()], Auth::None, &subject);
+    let c = client(std::slice::from_ref(&url), Auth::None, &subject);
     let latest = c.latest().await.unwrap();
     assert_eq!(latest.id, v2);
     assert_eq!(latest.schema_type, SchemaType::Json);
@@ -246,9 +246,9 @@ async fn basic_and_bearer_credentials_are_sent_and_a_refusal_is_not_retried() {
             .await
             .unwrap();
         assert!(r.status().is_success(), "{var}: {}", r.status());
-        let ok = client(&[own.url.clone()], good, "s-value");
+        let ok = client(std::slice::from_ref(&own.url), good, "s-value");
         assert_eq!(ok.latest().await.unwrap().version_in("s-value"), Some(1));
-        let refused = client(&[own.url.clone()], bad, "s-value");
+        let refused = client(std::slice::from_ref(&own.url), bad, "s-value");
         let e = refused.latest().await.unwrap_err();
         assert!(matches!(e, RegistryError::Refused(_)), "{var}: {e}");
         assert!(e.to_string().contains("401"), "{e}");

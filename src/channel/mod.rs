@@ -1022,7 +1022,7 @@ async fn describe_with(
     Ok(ChannelDescription {
         subject: confluent.map(|c| c.subject.clone()),
         schema_id: confluent
-            .and_then(|_| schema_version_id.as_deref())
+            .and(schema_version_id.as_deref())
             .and_then(|id| uuid::Uuid::parse_str(id).ok())
             .and_then(confluent_id_text),
         schema_history,

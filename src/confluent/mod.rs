@@ -37,7 +37,7 @@ use uuid::Uuid;
 
 use crate::config::{ConfluentSchemaConfig, ENV_REGISTRY_BASIC_AUTH, ENV_REGISTRY_BEARER_TOKEN};
 use crate::model::{DlqCode, DlqReason};
-use crate::retry::Backoff;
+use crate::retry::{with_retries, Backoff};
 use crate::schema::MappedSchema;
 use api::{Auth, HttpRegistry, RawSchema, RawSubjectVersion};
 
@@ -308,22 +308,16 @@ impl ConfluentClient {
         &self,
         segments: &[&str],
     ) -> Result<T, RegistryError> {
-        let attempts = async {
-            let mut backoff = Backoff::new(self.first_backoff, Duration::MAX);
-            let mut attempt = 1;
-            loop {
+        let attempts = with_retries(
+            LOOKUP_ATTEMPTS,
+            Backoff::new(self.first_backoff, Duration::MAX),
+            "schema registry request",
+            RegistryError::is_retryable,
+            || {
                 self.lookups.fetch_add(1, Ordering::Relaxed);
-                match self.http.get(segments).await {
-                    Err(e) if e.is_retryable() && attempt < LOOKUP_ATTEMPTS => {
-                        let delay = backoff.next_delay();
-                        tracing::warn!(error = %e, attempt, "schema registry request failed; retrying in {delay:?}");
-                        tokio::time::sleep(delay).await;
-                        attempt += 1;
-                    }
-                    other => return other,
-                }
-            }
-        };
+                self.http.get(segments)
+            },
+        );
         match tokio::time::timeout(LOOKUP_BUDGET, attempts).await {
             Ok(r) => r,
             Err(_) => Err(RegistryError::Unavailable(format!(

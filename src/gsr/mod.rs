@@ -44,7 +44,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::config::{ChannelConfig, GlueSchemaVersion, SchemaConfig};
-use crate::retry::Backoff;
+use crate::retry::{with_retries, Backoff};
 use crate::schema::MappedSchema;
 
 /// Schema versions kept per channel (positive cache).
@@ -333,20 +333,17 @@ impl RegistryClient {
         &self,
         selector: &VersionSelector,
     ) -> Result<SchemaVersionInfo, RegistryError> {
-        let mut backoff = Backoff::new(self.first_backoff, Duration::MAX);
-        let mut attempt = 1;
-        loop {
-            self.lookups.fetch_add(1, Ordering::Relaxed);
-            match self.registry.get_schema_version(selector).await {
-                Err(e) if e.is_retryable() && attempt < LOOKUP_ATTEMPTS => {
-                    let delay = backoff.next_delay();
-                    tracing::warn!(error = %e, attempt, "schema registry lookup failed; retrying in {delay:?}");
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
-                other => return other,
-            }
-        }
+        with_retries(
+            LOOKUP_ATTEMPTS,
+            Backoff::new(self.first_backoff, Duration::MAX),
+            "schema registry lookup",
+            RegistryError::is_retryable,
+            || {
+                self.lookups.fetch_add(1, Ordering::Relaxed);
+                self.registry.get_schema_version(selector)
+            },
+        )
+        .await
     }
 
     fn remember(&self, v: SchemaVersionInfo) -> Arc<SchemaVersionInfo> {
