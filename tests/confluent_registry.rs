@@ -178,11 +178,16 @@ struct OwnRegistry {
 
 impl OwnRegistry {
     fn start(env: &[(&str, &str)]) -> OwnRegistry {
+        Self::start_with(env, &[])
+    }
+
+    fn start_with(env: &[(&str, &str)], args: &[&str]) -> OwnRegistry {
         let server = std::env::var("FLOE_TEST_SCHEMA_REGISTRY_SERVER").expect(
             "FLOE_TEST_SCHEMA_REGISTRY_SERVER: eval \"$(deploy/local/schema-registry.sh env)\"",
         );
         let mut cmd = Command::new(common::python());
         cmd.args([server.as_str(), "--port", "0", "--quiet"])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         for (k, v) in env {
@@ -195,7 +200,7 @@ impl OwnRegistry {
             .unwrap();
         let url = line
             .split_whitespace()
-            .find(|w| w.starts_with("http://"))
+            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
             .unwrap_or_else(|| panic!("no URL in {line:?}"))
             .to_string();
         OwnRegistry { child, url }
@@ -437,4 +442,112 @@ async fn without_evolution_only_the_channels_id_is_delivered() {
         down.payload(&frame(v2, doc)).await,
         Err(PayloadError::ConfluentRegistry { id, .. }) if id == v2
     ));
+}
+
+/// A CA and a certificate it signs for 127.0.0.1, made with `openssl` in `dir`: (ca.pem,
+/// cert.pem, key.pem).
+fn tls_files(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=floe test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "req.csr",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "req.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "cert.pem",
+    ]);
+    (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    )
+}
+
+#[tokio::test]
+async fn an_https_registry_is_trusted_through_the_ca_bundle_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = tls_files(dir.path());
+    let own = OwnRegistry::start_with(
+        &[],
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(own.url.starts_with("https://"), "{}", own.url);
+    let config = |ca_bundle: Option<std::path::PathBuf>| floe::config::ConfluentSchemaConfig {
+        urls: vec![own.url.clone()],
+        subject: "s-value".into(),
+        evolution: floe::config::SchemaEvolution::None,
+        ca_bundle,
+        message: None,
+    };
+    let trusted = ConfluentClient::from_config(&config(Some(ca)))
+        .unwrap()
+        .with_backoff(Duration::from_millis(20), Duration::ZERO);
+    // The registry answers (an unknown subject is a 404, not a TLS failure).
+    let e = trusted.latest().await.unwrap_err();
+    assert!(matches!(e, RegistryError::NotFound(_)), "{e}");
+    let untrusted = ConfluentClient::from_config(&config(None))
+        .unwrap()
+        .with_backoff(Duration::from_millis(20), Duration::ZERO);
+    let e = untrusted.latest().await.unwrap_err();
+    assert!(matches!(e, RegistryError::Unavailable(_)), "{e}");
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
 }
