@@ -4,7 +4,8 @@ floe's tests read the bytes production sends (Confluent wire format).
 
 Usage: confluent_serialize.py REGISTRY_URL SUBJECT FORMAT SCHEMA_FILE < records.jsonl > frames.hex
 
-FORMAT is json_sr (JSONSerializer; the schema file is a JSON Schema). Each input line is one JSON
+FORMAT is json_sr (JSONSerializer; the schema file is a JSON Schema) or avro (AvroSerializer; an
+Avro schema, records as its JSON form with logical values as numbers). Each input line is one JSON
 record; each output line is the hex of its serialized bytes. The schema is registered under
 SUBJECT (auto.register.schemas, as the serializer does by default) and its id printed to stderr.
 """
@@ -25,6 +26,10 @@ def main():
 
         # validate=False: the tests also send records the schema refuses (floe's DLQ codes).
         serializer = JSONSerializer(schema, client, conf={**conf, "validate": False})
+    elif fmt == "avro":
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+
+        serializer = AvroSerializer(client, schema, conf=conf)
     else:
         sys.exit(f"unknown format {fmt}")
     ctx = SerializationContext("events", MessageField.VALUE)
