@@ -474,9 +474,11 @@ pub async fn load_confluent_schema(
 ) -> Result<ChannelSchema, SchemaLoadError> {
     use crate::confluent::{map_schema, MessageChoice, RegistryError as E, SchemaKey, SchemaType};
     let subject = &config.subject;
+    // A refusal (401, 403: credentials) is this worker's to fix, not the channel's: retried like
+    // an outage, never a FAILED channel. Only a missing subject, version or id is definitive.
     let unavailable = |e: E| match e {
-        E::Unavailable(_) => SchemaLoadError::Unavailable(e.to_string()),
-        e => SchemaLoadError::Refused(format!("subject {subject}: {e}")),
+        E::NotFound(_) => SchemaLoadError::Refused(format!("subject {subject}: {e}")),
+        e => SchemaLoadError::Unavailable(format!("subject {subject}: {e}")),
     };
     let (resolved, indexes) = match key {
         Some(k) => {
