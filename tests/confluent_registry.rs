@@ -551,3 +551,57 @@ async fn an_https_registry_is_trusted_through_the_ca_bundle_only() {
     assert!(matches!(e, RegistryError::Unavailable(_)), "{e}");
     assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
 }
+
+/// `floe ARGS`: exit code, stdout, stderr.
+fn floe_cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(args)
+        .output()
+        .expect("run floe");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn channel_create_takes_the_subjects_latest_version_or_fails_naming_the_key() {
+    let url = registry_url();
+    let subject = common::unique_name("floe-create-value");
+    let dir = tempfile::tempdir().unwrap();
+    let file = format!(
+        "file = \"{}/config/event.schema.json\"",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let config = common::config_toml(dir.path(), "127.0.0.1:9", "w1", 4)
+        .replacen(
+            &file,
+            &format!("registry_url = \"{url}\"\n  subject = \"{subject}\""),
+            1,
+        )
+        .replacen("format = \"json\"", "format = \"json_sr\"", 1);
+    let path = dir.path().join("floe.toml");
+    std::fs::write(&path, &config).unwrap();
+    let path = path.to_str().unwrap();
+    // No version yet: the channel is FAILED, naming the key and the subject.
+    let (code, _, err) = floe_cli(&["channel", "create", "it", "--config", path]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("channel[0].schema.registry_url"), "{err}");
+    assert!(err.contains(&subject), "{err}");
+    // A fresh channel (another name) once the subject has a version: ACTIVE, its id recorded.
+    let schema =
+        serde_json::json!({"schemaType": "JSON", "schema": floe::tools::quickstart::EVENT_SCHEMA});
+    let id = register(&url, &subject, schema).await;
+    let config = config.replace("name = \"it\"", "name = \"it2\"");
+    std::fs::write(dir.path().join("floe.toml"), &config).unwrap();
+    let (code, _, err) = floe_cli(&["channel", "create", "it2", "--config", path]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = floe_cli(&["channel", "describe", "it2", "--json", "--config", path]);
+    assert_eq!(code, 0, "{err}");
+    let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let d = if d.is_array() { &d[0] } else { &d };
+    assert_eq!(d["state"], "ACTIVE", "{d}");
+    assert_eq!(d["subject"], subject.as_str(), "{d}");
+    assert_eq!(d["schema_id"], id.to_string(), "{d}");
+}
