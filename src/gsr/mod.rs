@@ -582,6 +582,32 @@ pub fn json_schema_of(v: &SchemaVersionInfo) -> Result<Value, SchemaLoadError> {
     })
 }
 
+/// Maps Glue version `v`: a JSON Schema, or with `avro` (`record.format = "gsr_avro"`) an Avro
+/// schema; the version's data format must be the channel's.
+///
+/// Errors: [`SchemaLoadError::Refused`] naming the version.
+pub fn map_glue_version(
+    v: &SchemaVersionInfo,
+    avro: bool,
+    partition_field: &str,
+) -> Result<MappedSchema, SchemaLoadError> {
+    let origin = format!("{} version {}", v.schema_arn, v.version_number);
+    if !avro {
+        let doc = json_schema_of(v)?;
+        return MappedSchema::from_json_schema(&doc, partition_field)
+            .map_err(|e| SchemaLoadError::Refused(format!("schema {origin}: {e}")));
+    }
+    if v.data_format != "AVRO" {
+        return Err(SchemaLoadError::Refused(format!(
+            "schema {origin} ({}) has data format {}: record.format = \"gsr_avro\" takes AVRO schemas",
+            v.version_id, v.data_format
+        )));
+    }
+    Err(SchemaLoadError::Refused(format!(
+        "schema {origin}: Avro schemas need the Avro mapper, not in this build"
+    )))
+}
+
 /// Loads channel `config`'s schema: from its file (and `[channel.schema.versions]`), or from the
 /// Glue Schema Registry — the version `recorded` at activation when there is one, otherwise the
 /// configured number or the latest.
@@ -663,9 +689,13 @@ pub async fn load_channel_schema(
                     v.version_id, v.schema_arn
                 )));
             }
-            let doc = json_schema_of(&v)?;
+            let mapped = map_glue_version(
+                &v,
+                config.record.format == crate::config::RecordFormat::GsrAvro,
+                &dest.partition_field,
+            )?;
             Ok(ChannelSchema {
-                mapped: map(&doc, &format!("{schema_arn} version {}", v.version_number))?,
+                mapped,
                 version_id: Some(v.version_id),
                 version_number: Some(v.version_number),
                 other_versions: Vec::new(),
