@@ -261,13 +261,32 @@ async fn json_sr_is_delivered_dead_lettered_evolved_and_waits_out_a_registry_out
         assert_eq!(sample[&id.to_string()]["note"], format!("n{id}"), "{id}");
     }
     assert_eq!(sample["7"]["note"], serde_json::Value::Null);
-    let codes: BTreeMap<u64, String> = LocalDlq::new(dir.path().join("dlq"), "it")
+    let entries = LocalDlq::new(dir.path().join("dlq"), "it")
         .read_published()
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.key.unwrap().parse().unwrap(), e.error_code))
+        .unwrap();
+    let codes: BTreeMap<u64, String> = entries
+        .iter()
+        .map(|e| {
+            (
+                e.key.clone().unwrap().parse().unwrap(),
+                e.error_code.clone(),
+            )
+        })
         .collect();
     assert_eq!(codes, expected_codes);
+    // Each entry names the schema id its record carries.
+    let named: BTreeMap<u64, String> = entries
+        .iter()
+        .map(|e| {
+            (
+                e.key.clone().unwrap().parse().unwrap(),
+                e.schema_version.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(named[&201], "schema id 2000000000");
+    assert_eq!(named[&202], format!("schema id {}", schema_id(&other[0])));
+    assert_eq!(named[&203], format!("schema id {id1}"));
 
     // `floe channel describe` names the subject, the channel's schema id (the table's current
     // one) and the ids applied.
