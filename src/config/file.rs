@@ -333,7 +333,9 @@ pub struct SchemaSection {
     /// With `registry_url`: the subject. The table is created from its latest version at the
     /// channel's activation; a record whose schema id belongs to no version of it goes to the DLQ
     /// as `SCHEMA_MISMATCH`. Default: the topic-name strategy, `"<topic>-value"` (the stream name
-    /// for Kinesis).
+    /// for Kinesis). For producers using the record-name strategies, give the subject they
+    /// register: the record's full name (`RecordNameStrategy`) or `"<topic>-<full name>"`
+    /// (`TopicRecordNameStrategy`).
     pub subject: Option<String>,
     /// With an `https` `registry_url`: a PEM file of CA certificates to trust beside the system
     /// roots (relative to this file's directory).
