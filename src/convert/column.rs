@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use arrow_array::types::{
-    Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type, Time64MicrosecondType,
-    TimestampMicrosecondType,
+    Date32Type, Decimal128Type, Float32Type, Float64Type, Int32Type, Int64Type,
+    Time64MicrosecondType, TimestampMicrosecondType,
 };
 use arrow_array::{
     ArrayRef, BooleanArray, FixedSizeBinaryArray, LargeBinaryArray, ListArray, MapArray,
@@ -62,6 +62,7 @@ pub(crate) enum Data {
     Bool(BooleanBufferBuilder),
     Int(Vec<i32>, IntSpec),
     Long(Vec<i64>, IntSpec),
+    Float(Vec<f32>),
     Double(Vec<f64>, Box<NumSpec>),
     Decimal(Vec<i128>, Box<DecimalPlan>),
     Str(VarBuf, Box<StrSpec>),
@@ -71,6 +72,10 @@ pub(crate) enum Data {
     Time(Vec<i64>, Box<StrSpec>),
     Uuid(Vec<u8>, Box<StrSpec>),
     Binary(LargeVarBuf, Box<StrSpec>),
+    /// `fixed(L)`: `L` bytes a value, `L` as Arrow's `i32`.
+    Fixed(Vec<u8>, i32),
+    /// `timestamp` without zone: µs.
+    Timestamp(Vec<i64>),
     Struct(Box<StructCol>),
     List(Box<ListCol>),
     Map(Box<MapCol>),
@@ -82,6 +87,8 @@ pub(crate) struct EnumPlan {
 }
 
 pub(crate) struct DecimalPlan {
+    /// Total digits (1..=38): a value needs `|unscaled| < 10^precision`.
+    pub precision: u32,
     pub scale: u32,
     /// Bounds only (`multipleOf` is checked on the unscaled value).
     pub bounds: NumSpec,
@@ -99,7 +106,7 @@ pub(crate) enum DecMultiple {
 }
 
 impl DecimalPlan {
-    fn new(scale: u32, spec: &NumSpec) -> Self {
+    fn new(precision: u32, scale: u32, spec: &NumSpec) -> Self {
         let multiple = match &spec.multiple_of {
             None => DecMultiple::Implied,
             Some(m) => {
@@ -119,6 +126,7 @@ impl DecimalPlan {
         let mut bounds = spec.clone();
         bounds.multiple_of = None;
         DecimalPlan {
+            precision,
             scale,
             bounds,
             multiple,
@@ -333,13 +341,40 @@ impl Col {
                 expect_type(ptr, field, &DataType::Int64)?;
                 Data::Long(Vec::new(), s.clone())
             }
+            FieldType::Float(_) => {
+                expect_type(ptr, field, &DataType::Float32)?;
+                Data::Float(Vec::new())
+            }
             FieldType::Double(s) => {
                 expect_type(ptr, field, &DataType::Float64)?;
                 Data::Double(Vec::new(), Box::new(s.clone()))
             }
-            FieldType::Decimal { scale, spec } => {
-                expect_type(ptr, field, &DataType::Decimal128(38, *scale as i8))?;
-                Data::Decimal(Vec::new(), Box::new(DecimalPlan::new(*scale, spec)))
+            FieldType::Decimal {
+                precision,
+                scale,
+                spec,
+            } => {
+                expect_type(
+                    ptr,
+                    field,
+                    &DataType::Decimal128(*precision as u8, *scale as i8),
+                )?;
+                Data::Decimal(
+                    Vec::new(),
+                    Box::new(DecimalPlan::new(*precision, *scale, spec)),
+                )
+            }
+            FieldType::Fixed(len) => {
+                expect_type(ptr, field, &DataType::FixedSizeBinary(*len as i32))?;
+                Data::Fixed(Vec::new(), *len as i32)
+            }
+            FieldType::Timestamp(_) => {
+                expect_type(
+                    ptr,
+                    field,
+                    &DataType::Timestamp(TimeUnit::Microsecond, None),
+                )?;
+                Data::Timestamp(Vec::new())
             }
             FieldType::String(s) => {
                 expect_type(ptr, field, &DataType::Utf8)?;
@@ -449,8 +484,11 @@ impl Col {
             Data::Bool(b) => b.len(),
             Data::Int(v, _) => v.len(),
             Data::Long(v, _) => v.len(),
+            Data::Float(v) => v.len(),
             Data::Double(v, _) => v.len(),
             Data::Decimal(v, _) => v.len(),
+            Data::Fixed(v, n) => v.len() / *n as usize,
+            Data::Timestamp(v) => v.len(),
             Data::Str(v, _) | Data::Enum(v, _) => v.len(),
             Data::Timestamptz(v, _) => v.len(),
             Data::Date(v, _) => v.len(),
@@ -472,8 +510,11 @@ impl Col {
             Data::Bool(b) => b.append(false),
             Data::Int(v, _) => v.push(0),
             Data::Long(v, _) => v.push(0),
+            Data::Float(v) => v.push(0.0),
             Data::Double(v, _) => v.push(0.0),
             Data::Decimal(v, _) => v.push(0),
+            Data::Fixed(v, n) => v.resize(v.len() + *n as usize, 0),
+            Data::Timestamp(v) => v.push(0),
             Data::Str(v, _) | Data::Enum(v, _) => v.commit(),
             Data::Timestamptz(v, _) => v.push(0),
             Data::Date(v, _) => v.push(0),
@@ -506,8 +547,11 @@ impl Col {
             Data::Bool(b) => b.truncate(n),
             Data::Int(v, _) => v.truncate(n),
             Data::Long(v, _) => v.truncate(n),
+            Data::Float(v) => v.truncate(n),
             Data::Double(v, _) => v.truncate(n),
             Data::Decimal(v, _) => v.truncate(n),
+            Data::Fixed(v, len) => v.truncate(n * *len as usize),
+            Data::Timestamp(v) => v.truncate(n),
             Data::Str(v, _) | Data::Enum(v, _) => v.truncate(n),
             Data::Timestamptz(v, _) => v.truncate(n),
             Data::Date(v, _) => v.truncate(n),
@@ -541,8 +585,12 @@ impl Col {
         v + match &self.data {
             Data::Bool(b) => b.len() / 8,
             Data::Int(x, _) | Data::Date(x, _) => x.len() * 4,
-            Data::Long(x, _) | Data::Timestamptz(x, _) | Data::Time(x, _) => x.len() * 8,
+            Data::Long(x, _) | Data::Timestamptz(x, _) | Data::Time(x, _) | Data::Timestamp(x) => {
+                x.len() * 8
+            }
+            Data::Float(x) => x.len() * 4,
             Data::Double(x, _) => x.len() * 8,
+            Data::Fixed(x, _) => x.len(),
             Data::Decimal(x, _) => x.len() * 16,
             Data::Str(x, _) | Data::Enum(x, _) => x.data.len() + x.len() * 4,
             Data::Uuid(x, _) => x.len(),
@@ -581,7 +629,20 @@ impl Col {
             Data::Long(v, _) => {
                 Arc::new(PrimitiveArray::<Int64Type>::new(take_vec(v).into(), nulls))
             }
+            Data::Float(v) => Arc::new(PrimitiveArray::<Float32Type>::new(
+                take_vec(v).into(),
+                nulls,
+            )),
             Data::Double(v, _) => Arc::new(PrimitiveArray::<Float64Type>::new(
+                take_vec(v).into(),
+                nulls,
+            )),
+            Data::Fixed(v, n) => Arc::new(FixedSizeBinaryArray::new(
+                *n,
+                Buffer::from_vec(take_vec(v)),
+                nulls,
+            )),
+            Data::Timestamp(v) => Arc::new(PrimitiveArray::<TimestampMicrosecondType>::new(
                 take_vec(v).into(),
                 nulls,
             )),
@@ -817,8 +878,10 @@ fn spec_of_arrow(field: &FieldRef, ptr: &str) -> Result<FieldSpec, SchemaError> 
         DataType::Boolean => FieldType::Boolean,
         DataType::Int32 => FieldType::Int(any_int(i32::MIN as i128, i32::MAX as i128)),
         DataType::Int64 => FieldType::Long(any_int(i64::MIN as i128, i64::MAX as i128)),
+        DataType::Float32 => FieldType::Float(NumSpec::default()),
         DataType::Float64 => FieldType::Double(NumSpec::default()),
-        DataType::Decimal128(_, scale) if *scale >= 0 => FieldType::Decimal {
+        DataType::Decimal128(precision, scale) if *scale >= 0 => FieldType::Decimal {
+            precision: u32::from(*precision),
             scale: *scale as u32,
             spec: NumSpec::default(),
         },
@@ -829,6 +892,10 @@ fn spec_of_arrow(field: &FieldRef, ptr: &str) -> Result<FieldSpec, SchemaError> 
         DataType::Date32 => FieldType::Date(StrSpec::default()),
         DataType::Time64(TimeUnit::Microsecond) => FieldType::Time(StrSpec::default()),
         DataType::FixedSizeBinary(16) => FieldType::Uuid(StrSpec::default()),
+        DataType::FixedSizeBinary(n) if *n > 0 => FieldType::Fixed(*n as u32),
+        DataType::Timestamp(TimeUnit::Microsecond, None) => {
+            FieldType::Timestamp(StrSpec::default())
+        }
         DataType::LargeBinary => FieldType::Binary(StrSpec::default()),
         DataType::Struct(fields) => FieldType::Struct(StructSpec {
             fields: fields

@@ -23,10 +23,12 @@
 //! The invariant it upholds for exactly-once delivery: every record it is given ends up either as
 //! exactly one row or as exactly one DLQ reason.
 
+mod avro;
 mod column;
 mod decode;
 
 mod json;
+mod protobuf;
 pub mod render;
 pub(crate) mod time;
 
@@ -38,7 +40,7 @@ use std::sync::Arc;
 use arrow_array::{RecordBatch, RecordBatchOptions};
 use arrow_schema::SchemaRef;
 
-use crate::schema::{MappedSchema, SchemaError};
+use crate::schema::{Decoding, MappedSchema, SchemaError};
 use column::{BuildMode, StructCol};
 use decode::{Ctx, Scratch};
 
@@ -132,7 +134,8 @@ impl Converter {
         &self.schema
     }
 
-    /// Decodes one record (a JSON object). On success appends one row and returns its hour
+    /// Decodes one record: a JSON object, or for Avro and Protobuf schemas
+    /// ([`MappedSchema::decoding`]) the binary payload after the wire framing. On success appends one row and returns its hour
     /// partition value: hours since 1970-01-01T00:00Z of the partition field, floor division
     /// (negative before 1970). On failure appends nothing and returns the reason.
     ///
@@ -161,6 +164,42 @@ impl Converter {
                 "converter buffer full: finish() the batch before pushing more",
             ));
         }
+        let rows = self.root.len;
+        let res = match self.schema.decoding() {
+            Decoding::JsonSchema(draft) => self.push_json(record, *draft),
+            Decoding::Avro(writer) => {
+                avro::decode_record(writer, record, &mut self.root, &self.names)
+            }
+            Decoding::Protobuf(message) => {
+                protobuf::decode_record(message, record, &mut self.root, &self.names)
+            }
+        };
+        match res {
+            Ok(us) if self.root.len == rows + 1 => {
+                self.input_bytes += record.len();
+                Ok(hour_of_micros(us))
+            }
+            Ok(_) => {
+                self.root.truncate(rows);
+                Err(DlqReason {
+                    code: DlqCode::MissingPartitionValue,
+                    field: format!(
+                        "/{}",
+                        crate::schema::escape_pointer_token(self.schema.partition_field())
+                    ),
+                    message: "the partition field is missing".to_string(),
+                })
+            }
+            Err(reason) => {
+                self.root.truncate(rows);
+                Err(reason)
+            }
+        }
+    }
+
+    /// One JSON document into one row; returns the partition field's µs (`i64::MIN` when the
+    /// record has none: then no row was appended either).
+    fn push_json(&mut self, record: &[u8], draft: crate::schema::Draft) -> Result<i64, DlqReason> {
         if crate::gsr::wire::looks_like_gsr(record) {
             return Err(DlqReason::record(
                 DlqCode::DeserializationError,
@@ -168,7 +207,7 @@ impl Converter {
             ));
         }
         let rows = self.root.len;
-        let mut ctx = Ctx::new(record, &self.names, &mut self.scratch, self.schema.draft());
+        let mut ctx = Ctx::new(record, &self.names, &mut self.scratch, draft);
         let res = ctx.decode_record(&mut self.root);
         let err = match res {
             Err(e) => Some(DlqReason::record(
@@ -179,24 +218,14 @@ impl Converter {
         };
         let partition = ctx.partition_us;
         if let Some(err) = err {
-            self.root.truncate(rows);
             return Err(err);
         }
         match partition {
-            Some(us) if self.root.len == rows + 1 => {
-                self.input_bytes += record.len();
-                Ok(hour_of_micros(us))
-            }
+            Some(us) if self.root.len == rows + 1 => Ok(us),
+            // No partition value: the caller sees no new row and refuses the record.
             _ => {
                 self.root.truncate(rows);
-                Err(DlqReason {
-                    code: DlqCode::MissingPartitionValue,
-                    field: format!(
-                        "/{}",
-                        crate::schema::escape_pointer_token(self.schema.partition_field())
-                    ),
-                    message: "the partition field is missing".to_string(),
-                })
+                Ok(i64::MIN)
             }
         }
     }
