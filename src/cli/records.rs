@@ -186,7 +186,8 @@ impl ConfluentCheck {
 
     /// The converter of a record of `key` that is not `--schema-id`'s.
     fn converter(&mut self, key: crate::confluent::SchemaKey) -> &mut Result<Converter, DlqReason> {
-        use crate::confluent::{map_schema, MessageChoice, RegistryError, SchemaType};
+        use crate::confluent::{map_schema, RegistryError, SchemaType};
+        use crate::schema::protobuf::MessageSelector;
         let Some((runtime, client)) = &self.registry else {
             return self.converters.entry(key.clone()).or_insert_with(|| {
                 Err(DlqReason::record(
@@ -209,7 +210,7 @@ impl ConfluentCheck {
                     }
                     _ => {
                         let choice = (r.schema_type == SchemaType::Protobuf)
-                            .then(|| MessageChoice::Indexes(key.indexes.clone()));
+                            .then(|| MessageSelector::Indexes(key.indexes.clone()));
                         map_schema(&r, &self.partition, choice.as_ref())
                             .and_then(|m| {
                                 let m = Arc::new(m);

@@ -38,6 +38,7 @@ use uuid::Uuid;
 use crate::config::{ConfluentSchemaConfig, ENV_REGISTRY_BASIC_AUTH, ENV_REGISTRY_BEARER_TOKEN};
 use crate::model::{DlqCode, DlqReason};
 use crate::retry::{with_retries, Backoff};
+use crate::schema::protobuf::MessageSelector;
 use crate::schema::MappedSchema;
 use api::{Auth, HttpRegistry, RawSchema, RawSubjectVersion};
 
@@ -501,7 +502,7 @@ impl ConfluentClient {
 pub fn map_schema(
     resolved: &ResolvedSchema,
     partition_field: &str,
-    message: Option<&MessageChoice>,
+    message: Option<&MessageSelector>,
 ) -> Result<MappedSchema, String> {
     let id = resolved.id;
     match resolved.schema_type {
@@ -516,12 +517,29 @@ pub fn map_schema(
             MappedSchema::from_json_schema(&doc, partition_field)
                 .map_err(|e| format!("schema id {id}: {e}"))
         }
-        SchemaType::Avro | SchemaType::Protobuf => {
-            let _ = message;
-            Err(format!(
-                "schema id {id}: {} schemas are not supported by this build",
-                resolved.schema_type.as_str()
-            ))
+        SchemaType::Avro => {
+            let references: Vec<String> = resolved
+                .references
+                .iter()
+                .map(|r| r.schema.clone())
+                .collect();
+            MappedSchema::from_avro(&resolved.schema, &references, partition_field)
+                .map_err(|e| format!("schema id {id}: {e}"))
+        }
+        SchemaType::Protobuf => {
+            use crate::schema::protobuf::ProtoFile;
+            // files[0] is the schema itself; its references by the import names it uses.
+            let mut files = vec![ProtoFile {
+                name: format!("confluent-schema-{id}.proto"),
+                text: resolved.schema.clone(),
+            }];
+            files.extend(resolved.references.iter().map(|r| ProtoFile {
+                name: r.name.clone(),
+                text: r.schema.clone(),
+            }));
+            let first = MessageSelector::Indexes(vec![0]);
+            MappedSchema::from_protobuf(&files, message.unwrap_or(&first), partition_field)
+                .map_err(|e| format!("schema id {id}: {e}"))
         }
     }
 }
@@ -559,15 +577,6 @@ pub fn unknown_id(key: &SchemaKey) -> DlqReason {
         DlqCode::InvalidSchema,
         format!("unknown {key}: the schema registry does not have it"),
     )
-}
-
-/// Which Protobuf message of a schema a record (or the table) uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MessageChoice {
-    /// The record's message indexes.
-    Indexes(Vec<i32>),
-    /// `[channel.schema] message`, a full name.
-    Name(String),
 }
 
 #[cfg(test)]

@@ -472,7 +472,8 @@ pub async fn load_confluent_schema(
     key: Option<Uuid>,
     client: &crate::confluent::ConfluentClient,
 ) -> Result<ChannelSchema, SchemaLoadError> {
-    use crate::confluent::{map_schema, MessageChoice, RegistryError as E, SchemaKey, SchemaType};
+    use crate::confluent::{map_schema, RegistryError as E, SchemaKey, SchemaType};
+    use crate::schema::protobuf::MessageSelector;
     let subject = &config.subject;
     // A refusal (401, 403: credentials) is this worker's to fix, not the channel's: retried like
     // an outage, never a FAILED channel. Only a missing subject, version or id is definitive.
@@ -498,9 +499,9 @@ pub async fn load_confluent_schema(
         )));
     };
     let choice = match (resolved.schema_type, &config.message) {
-        (SchemaType::Protobuf, _) if !indexes.is_empty() => Some(MessageChoice::Indexes(indexes)),
-        (SchemaType::Protobuf, Some(name)) => Some(MessageChoice::Name(name.clone())),
-        (SchemaType::Protobuf, None) => Some(MessageChoice::Indexes(vec![0])),
+        (SchemaType::Protobuf, _) if !indexes.is_empty() => Some(MessageSelector::Indexes(indexes)),
+        (SchemaType::Protobuf, Some(name)) => Some(MessageSelector::Name(name.clone())),
+        (SchemaType::Protobuf, None) => Some(MessageSelector::Indexes(vec![0])),
         _ => None,
     };
     let mapped = map_schema(&resolved, partition_field, choice.as_ref()).map_err(|e| {
@@ -509,11 +510,11 @@ pub async fn load_confluent_schema(
     let key = SchemaKey {
         id: resolved.id,
         indexes: match &choice {
-            Some(MessageChoice::Indexes(i)) => i.clone(),
-            Some(MessageChoice::Name(name)) => crate::confluent::message_indexes(&resolved, name)
+            Some(MessageSelector::Indexes(i)) => i.clone(),
+            Some(MessageSelector::Name(name)) => crate::confluent::message_indexes(&resolved, name)
                 .map_err(|e| {
-                SchemaLoadError::Refused(format!("subject {subject} version {version}: {e}"))
-            })?,
+                    SchemaLoadError::Refused(format!("subject {subject} version {version}: {e}"))
+                })?,
             None => Vec::new(),
         },
     };
@@ -603,9 +604,8 @@ pub fn map_glue_version(
             v.version_id, v.data_format
         )));
     }
-    Err(SchemaLoadError::Refused(format!(
-        "schema {origin}: Avro schemas need the Avro mapper, not in this build"
-    )))
+    MappedSchema::from_avro(&v.definition, &[], partition_field)
+        .map_err(|e| SchemaLoadError::Refused(format!("schema {origin}: {e}")))
 }
 
 /// Loads channel `config`'s schema: from its file (and `[channel.schema.versions]`), or from the

@@ -248,11 +248,7 @@ impl IcebergSink {
         }
         let candidate = match &evo.settings.registry {
             ChannelRegistry::Glue(registry) => match registry.by_id(id).await {
-                Ok(info) => glue_candidate(
-                    &info,
-                    &evo.settings.schema_arn,
-                    self.io.schema.partition_field(),
-                ),
+                Ok(info) => glue_candidate(&info, &evo.settings.schema_arn, &self.io.schema),
                 Err(RegistryError::NotFound(_)) => {
                     return Ok(Err(DlqReason::record(
                         DlqCode::InvalidSchema,
@@ -420,7 +416,7 @@ impl IcebergSink {
             id: latest.version_id,
             number: latest.version_number,
         };
-        let candidate = glue_candidate(&latest, &arn, self.io.schema.partition_field());
+        let candidate = glue_candidate(&latest, &arn, &self.io.schema);
         match self.apply(candidate).await? {
             Ok(mapped) => {
                 let conv = self.evolved_converter(mapped)?;
@@ -528,12 +524,14 @@ struct Candidate {
     mapped: Result<Arc<MappedSchema>, DlqReason>,
 }
 
-/// A Glue version `info` of the channel's schema `schema_arn`.
+/// A Glue version `info` of the channel's schema `schema_arn`, mapped as JSON Schema or, on a
+/// `gsr_avro` channel (`channel` decodes Avro), as Avro.
 fn glue_candidate(
     info: &crate::gsr::SchemaVersionInfo,
     schema_arn: &str,
-    partition_field: &str,
+    channel: &MappedSchema,
 ) -> Candidate {
+    let partition_field = channel.partition_field();
     let version = VersionRef {
         id: info.version_id,
         number: info.version_number,
@@ -544,6 +542,14 @@ fn glue_candidate(
             "{label} is a version of {}, not of the channel's schema {schema_arn}",
             info.schema_arn
         )))
+    } else if matches!(channel.decoding(), crate::schema::Decoding::Avro(_)) {
+        crate::gsr::map_glue_version(info, true, partition_field)
+            .map(Arc::new)
+            .map_err(|e| {
+                mismatch(format!(
+                    "{label} cannot be mapped to an Iceberg schema: {e}"
+                ))
+            })
     } else {
         crate::gsr::json_schema_of(info)
             .map_err(|e| mismatch(format!("{label}: {e}")))
@@ -577,7 +583,7 @@ fn confluent_candidate(
         None => key.to_string(),
     };
     let choice = (resolved.schema_type == confluent::SchemaType::Protobuf)
-        .then(|| confluent::MessageChoice::Indexes(key.indexes.clone()));
+        .then(|| crate::schema::protobuf::MessageSelector::Indexes(key.indexes.clone()));
     let mapped = match number {
         None => Err(confluent::not_the_channels(resolved, &key, subject)),
         Some(_) => confluent::map_schema(resolved, partition_field, choice.as_ref())
