@@ -545,14 +545,60 @@ pub fn map_schema(
 }
 
 /// The Confluent message indexes of the message `name` (a full name) in Protobuf schema
-/// `resolved`.
+/// `resolved` (compiled with its references and the well-known types).
 ///
-/// Errors: the schema does not compile, or has no such message.
+/// Errors: the schema does not compile, or its file has no such message.
 pub fn message_indexes(resolved: &ResolvedSchema, name: &str) -> Result<Vec<i32>, String> {
-    Err(format!(
-        "schema id {}: choosing the message {name} by name needs the Protobuf mapper, not in this build",
-        resolved.id
-    ))
+    use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
+    /// The schema and its references, by import name.
+    struct Sources(Vec<(String, String)>);
+    impl FileResolver for Sources {
+        fn open_file(&self, name: &str) -> Result<File, protox::Error> {
+            match self.0.iter().find(|(n, _)| n == name) {
+                Some((n, text)) => File::from_source(n, text),
+                None => Err(protox::Error::file_not_found(name)),
+            }
+        }
+    }
+    let id = resolved.id;
+    let root = format!("confluent-schema-{id}.proto");
+    let mut sources = vec![(root.clone(), resolved.schema.clone())];
+    sources.extend(
+        resolved
+            .references
+            .iter()
+            .map(|r| (r.name.clone(), r.schema.clone())),
+    );
+    let mut chain = ChainFileResolver::new();
+    chain.add(Sources(sources));
+    chain.add(GoogleFileResolver::new());
+    let mut compiler = protox::Compiler::with_file_resolver(chain);
+    compiler
+        .open_file(&root)
+        .map_err(|e| format!("schema id {id} does not compile: {e}"))?;
+    let pool = compiler.descriptor_pool();
+    let name = name.trim_start_matches('.');
+    let mut current = pool
+        .get_message_by_name(name)
+        .filter(|m| m.parent_file().name() == root)
+        .ok_or_else(|| format!("schema id {id} has no message {name}"))?;
+    // Confluent's indexes: the message's position among its parent's nested types (map entries
+    // included, where protoc puts them), from the file's top level down.
+    let mut indexes = Vec::new();
+    loop {
+        let parent = current.parent_message();
+        let position = match &parent {
+            Some(p) => p.child_messages().position(|m| m == current),
+            None => current.parent_file().messages().position(|m| m == current),
+        };
+        indexes.push(position.expect("a message is among its parent's") as i32);
+        match parent {
+            Some(p) => current = p,
+            None => break,
+        }
+    }
+    indexes.reverse();
+    Ok(indexes)
 }
 
 /// Why a record of schema `key` (resolved, not the channel's) goes to the DLQ: a schema of
@@ -630,6 +676,35 @@ mod tests {
             }
             .to_uuid()
         );
+    }
+
+    #[test]
+    fn a_message_name_gives_the_confluent_indexes() {
+        // As deploy/local/README.md: in `message Event { map<string, int64> counts = 3; message
+        // Inner {…} }`, Event.Inner is [1, 1] when Event is the file's second message.
+        let resolved = ResolvedSchema {
+            id: 9,
+            schema_type: SchemaType::Protobuf,
+            schema: "syntax = \"proto3\";\npackage acme;\nimport \"common.proto\";\nimport \"google/protobuf/timestamp.proto\";\nmessage First { int64 a = 1; }\nmessage Event { map<string, int64> counts = 3; message Inner { acme.common.Id id = 1; } google.protobuf.Timestamp at = 4; }\n".into(),
+            references: vec![ResolvedReference {
+                name: "common.proto".into(),
+                subject: "common.proto".into(),
+                version: 1,
+                schema: "syntax = \"proto3\";\npackage acme.common;\nmessage Id { string v = 1; }\n".into(),
+            }],
+            subjects: vec![],
+        };
+        assert_eq!(message_indexes(&resolved, "acme.First"), Ok(vec![0]));
+        assert_eq!(message_indexes(&resolved, "acme.Event"), Ok(vec![1]));
+        assert_eq!(
+            message_indexes(&resolved, ".acme.Event.Inner"),
+            Ok(vec![1, 1])
+        );
+        assert!(
+            message_indexes(&resolved, "acme.common.Id").is_err(),
+            "a reference's message"
+        );
+        assert!(message_indexes(&resolved, "acme.Nope").is_err());
     }
 
     #[test]
