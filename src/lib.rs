@@ -6,7 +6,7 @@
 //!            lease store (SQLite embedded, DynamoDB)                       lease/
 //!             ^ shard leases, committer lease, pending batches, channel state
 //!             |
-//!  source --> worker: read -> decode (json | GSR) -> convert (schema) -> buffer   source/ worker/
+//!  source --> worker: read -> decode (json | GSR | Confluent) -> convert (schema) -> buffer   source/ worker/
 //!  (Kinesis,          -> Parquet data files + staged DLQ entries (iceberg/)       gsr/ convert/
 //!   Kafka)            |  or staged raw objects (raw/)
 //!                     v  pending batch: (after, last] per shard
@@ -20,6 +20,7 @@
 //!   [`time`] wall clock, civil calendar, RFC 3339; [`retry`] the one backoff;
 //!   [`schema`] JSON Schema → Iceberg mapping.
 //! - [`config`] the TOML file format, validation with key paths, the typed configuration.
+//! - [`confluent`] the Confluent Schema Registry client and wire format.
 //! - [`convert`] JSON bytes → Arrow columns, per-record DLQ reasons.
 //! - [`telemetry`] every metric, named once; [`aws`] AWS clients and the S3 helper.
 //! - [`source`] Kinesis, Kafka and in-memory sources; [`gsr`] the Glue Schema Registry client
@@ -53,6 +54,7 @@ pub mod channel;
 pub mod cli;
 pub mod commit;
 pub mod config;
+pub mod confluent;
 pub mod convert;
 pub mod destination;
 pub mod dlq;

@@ -50,6 +50,37 @@ impl Backoff {
     }
 }
 
+/// Runs `op` until it succeeds, fails with an error `retryable` refuses, or has run `attempts`
+/// times, waiting [`Backoff::next_delay`] between attempts (each wait logged with `what`). The
+/// schema registries' lookups use it.
+///
+/// Errors: the last attempt's error.
+pub async fn with_retries<T, E, Op, Fut>(
+    attempts: u32,
+    mut backoff: Backoff,
+    what: &str,
+    retryable: impl Fn(&E) -> bool,
+    mut op: Op,
+) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    Op: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut attempt = 1;
+    loop {
+        match op().await {
+            Err(e) if retryable(&e) && attempt < attempts => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, attempt, "{what} failed; retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,8 +32,9 @@ pub const ROWS_DELIVERED_TOTAL: &str = "floe_rows_delivered_total";
 pub const ROWS_DEAD_LETTERED_TOTAL: &str = "floe_rows_dead_lettered_total";
 /// Records of another schema version than the channel's (`SCHEMA_MISMATCH`) committed to the DLQ.
 pub const SCHEMA_MISMATCH_TOTAL: &str = "floe_schema_mismatch_total";
-/// Glue Schema Registry lookups of a record's schema version id that failed after their bounded
-/// retries (unavailable or refused): each restarts the worker loop from the table's checkpoints.
+/// Schema registry lookups (Glue or Confluent) of a record's schema version id that failed after
+/// their bounded retries (unavailable or refused): each restarts the worker loop from the table's
+/// checkpoints.
 pub const SCHEMA_LOOKUP_ERRORS_TOTAL: &str = "floe_schema_lookup_errors_total";
 /// Commit attempts, by outcome (`committed`, `conflict`, `fenced`, `unknown`, `rejected`).
 pub const COMMITS_TOTAL: &str = "floe_commits_total";

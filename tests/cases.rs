@@ -180,6 +180,7 @@ fn run_case(case: &Value, schema: &Value) -> (usize, Vec<String>) {
         format,
         schema_versions: versions,
         evolution: floe::cli::records::Evolution::None,
+        confluent: Default::default(),
         encoding,
         input: "-".into(),
     };
@@ -325,6 +326,7 @@ fn minimal_setup(
         format,
         schema_versions: versions,
         evolution: floe::cli::records::Evolution::None,
+        confluent: Default::default(),
         encoding: InputEncoding::Lines,
         input: "-".into(),
     };

@@ -460,6 +460,7 @@ fn user_type(ty: &str) -> Result<String, String> {
         "DurationText" => "duration",
         "SizeText" => "size",
         "SchemaVersionText" => "integer or string",
+        "RegistryUrlText" => "string or array of strings",
         "InitialPosition" | "OnPositionLost" | "RecordFormat" | "CompressionCodec"
         | "RawCompression" | "RecordDelimiter" => "string",
         other => {

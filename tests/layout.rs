@@ -18,6 +18,7 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     ("pure data and rules", &["model", "time", "retry", "schema"]),
     ("configuration", &["config"]),
+    ("Confluent Schema Registry", &["confluent"]),
     ("Glue Schema Registry", &["gsr"]),
     ("record conversion", &["convert"]),
     ("metrics, AWS clients", &["telemetry", "aws"]),

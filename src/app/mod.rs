@@ -30,7 +30,7 @@ use crate::config::{
 };
 use crate::dlq::{Dlq, LocalDlq, S3Dlq};
 use crate::gsr::wire::{GsrDecoder, RecordDecoder};
-use crate::gsr::{load_channel_schema, RegistryClient};
+use crate::gsr::{load_channel_schema, ChannelRegistry};
 use crate::iceberg::target::IcebergTarget;
 use crate::iceberg::writer::{ParquetCompression, WriterSettings};
 use crate::iceberg::IcebergIo;
@@ -399,12 +399,7 @@ async fn prepare_iceberg(
         ));
     };
     // A schema file is checked before activation; a Glue schema is resolved at activation.
-    let registry = match schema_config {
-        SchemaConfig::Glue { schema_arn, .. } => {
-            Some(Arc::new(RegistryClient::glue(aws.glue(), schema_arn)))
-        }
-        _ => None,
-    };
+    let registry = ChannelRegistry::of(config, || aws.glue()).map_err(|e| channel_err(name, e))?;
     let file_schema = match registry {
         Some(_) => None,
         None => Some(
@@ -435,7 +430,7 @@ async fn prepare_iceberg(
     let source = register_fan_out(config, aws, source).await?;
     let channel_schema = match file_schema {
         Some(s) => s,
-        None => activate::resolve_schema(index, config, store, &mut state, registry.as_deref())
+        None => activate::resolve_schema(index, config, store, &mut state, registry.as_ref())
             .await
             .map_err(|e| activate_err(name, e))?,
     };
@@ -489,6 +484,16 @@ async fn prepare_iceberg(
             base,
             poll_latest: (config.record.format == RecordFormat::Json).then_some(*poll_interval),
         }),
+        (SchemaConfig::Confluent(c), Some(registry))
+            if c.evolution == crate::config::SchemaEvolution::Compatible =>
+        {
+            Some(crate::iceberg::EvolutionSettings {
+                schema_arn: c.subject.clone(),
+                registry: registry.clone(),
+                base,
+                poll_latest: None,
+            })
+        }
         _ => None,
     };
     let initial_position = initial_position_of(config, &state);
@@ -498,14 +503,29 @@ async fn prepare_iceberg(
     };
     let record_decoder = match config.record.format {
         RecordFormat::Json => RecordDecoder::Json,
-        RecordFormat::GsrJson => RecordDecoder::Gsr {
+        RecordFormat::GsrJson | RecordFormat::GsrAvro => RecordDecoder::Gsr {
             decoder: GsrDecoder::new(
                 base.map(|b| b.id).or(channel_schema.version_id),
                 channel_schema.other_versions,
                 config.record.max_record_size as usize,
             ),
-            registry,
+            registry: registry.as_ref().and_then(|r| r.glue().cloned()),
         },
+        RecordFormat::Avro | RecordFormat::Protobuf | RecordFormat::JsonSr => {
+            let (Some(ChannelRegistry::Confluent(client)), Some(channel_key)) =
+                (&registry, base.map(|b| b.id).or(channel_schema.version_id))
+            else {
+                return Err(channel_err(
+                    name,
+                    "record.format avro, protobuf and json_sr need [channel.schema] registry_url",
+                ));
+            };
+            RecordDecoder::Confluent {
+                protobuf: config.record.format == RecordFormat::Protobuf,
+                channel_key,
+                client: client.clone(),
+            }
+        }
     };
     Ok(PreparedChannel {
         config: config.clone(),

@@ -28,7 +28,7 @@ use crate::catalog::CatalogError;
 use crate::config::{
     CatalogConfig, ChannelConfig, GlueSchemaVersion, SchemaConfig, SchemaEvolution,
 };
-use crate::gsr::{load_channel_schema, ChannelSchema, RegistryClient, SchemaLoadError};
+use crate::gsr::{load_channel_schema, ChannelRegistry, ChannelSchema, SchemaLoadError};
 use crate::iceberg::table::{ensure_table, TableSpec};
 use crate::iceberg::writer::ParquetCompression;
 use crate::lease::{ChannelState, ChannelStatus, LeaseError, Store};
@@ -172,9 +172,13 @@ pub async fn resolve_schema(
     config: &ChannelConfig,
     store: &dyn Store,
     state: &mut ChannelState,
-    registry: Option<&RegistryClient>,
+    registry: Option<&ChannelRegistry>,
 ) -> Result<ChannelSchema, ActivateError> {
-    let path = format!("channel[{index}].schema.glue_schema_arn");
+    let key = config
+        .schema
+        .as_ref()
+        .map_or("glue_schema_arn", |s| s.key());
+    let path = format!("channel[{index}].schema.{key}");
     let recorded = recorded_schema_version(state)?;
     let resolved = match load_channel_schema(config, recorded, registry).await {
         Ok(s) => s,
@@ -187,7 +191,7 @@ pub async fn resolve_schema(
             return Err(ActivateError::Refused {
                 path,
                 message: format!(
-                    "this worker cannot use the channel's schema (the channel stays as it is; check channel[{index}].schema.glue_schema_arn, [aws] and the Glue permissions of this worker): {reason}"
+                    "this worker cannot use the channel's schema (the channel stays as it is; check channel[{index}].schema.{key}, and this worker's access to the registry): {reason}"
                 ),
             });
         }
@@ -255,7 +259,7 @@ pub async fn follow_table_version(store: &dyn Store, state: &mut ChannelState, t
 pub async fn table_version_schema(
     index: usize,
     config: &ChannelConfig,
-    registry: &RegistryClient,
+    registry: &ChannelRegistry,
     table: &Table,
     resolved: Option<uuid::Uuid>,
 ) -> Result<Option<ChannelSchema>, ActivateError> {
@@ -269,7 +273,13 @@ pub async fn table_version_schema(
         Ok(schema) => Ok(Some(schema)),
         Err(SchemaLoadError::Unavailable(m)) => Err(ActivateError::Unavailable(m)),
         Err(SchemaLoadError::Refused(reason)) => Err(ActivateError::Refused {
-            path: format!("channel[{index}].schema.glue_schema_arn"),
+            path: format!(
+                "channel[{index}].schema.{}",
+                config
+                    .schema
+                    .as_ref()
+                    .map_or("glue_schema_arn", |s| s.key())
+            ),
             message: format!(
                 "the table's current schema version (floe.schema-version-id): {reason}"
             ),

@@ -457,13 +457,11 @@ pub async fn create(
     let schema = match file_schema {
         Some(schema) => schema,
         None => {
-            let registry = match &channel.schema {
-                Some(crate::config::SchemaConfig::Glue { schema_arn, .. }) => {
-                    crate::gsr::RegistryClient::glue(aws.glue(), schema_arn)
-                }
-                _ => crate::gsr::RegistryClient::glue(aws.glue(), ""),
-            };
-            activate::resolve_schema(index, channel, store, &mut state, Some(&registry))
+            let registry =
+                crate::gsr::ChannelRegistry::of(channel, || aws.glue()).map_err(|e| {
+                    ControlError::refused(format!("channel[{index}].schema"), e.to_string())
+                })?;
+            activate::resolve_schema(index, channel, store, &mut state, registry.as_ref())
                 .await
                 .map_err(creating)?
                 .mapped
@@ -505,7 +503,7 @@ async fn check_active_glue_schema(
     active: &ChannelState,
     aws: &crate::aws::AwsClients,
 ) -> Result<(), ControlError> {
-    use crate::gsr::{load_channel_schema, RegistryClient, SchemaLoadError};
+    use crate::gsr::{load_channel_schema, ChannelRegistry, RegistryClient, SchemaLoadError};
     let Some(crate::config::SchemaConfig::Glue {
         version,
         schema_arn,
@@ -517,7 +515,10 @@ async fn check_active_glue_schema(
     let Some(recorded) = activate::recorded_schema_version(active)? else {
         return Ok(());
     };
-    let registry = RegistryClient::glue(aws.glue(), schema_arn);
+    let registry = ChannelRegistry::Glue(std::sync::Arc::new(RegistryClient::glue(
+        aws.glue(),
+        schema_arn,
+    )));
     match load_channel_schema(channel, Some(recorded), Some(&registry)).await {
         Ok(resolved) => {
             // Under evolution the channel's version follows its table: nothing to warn about.
@@ -731,6 +732,14 @@ pub struct ChannelDescription {
     /// The configured Glue schema ARN (Glue schemas only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub glue_schema_arn: Option<String>,
+    /// The Confluent subject (`registry_url` schemas only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The channel's Confluent schema id, as `schema_version_id` (the table's current one when it
+    /// evolved, otherwise the one recorded at activation), with its message indexes for
+    /// Protobuf: `"42"`, `"42 message [1, 0]"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_id: Option<String>,
     /// The data freshness in force, seconds (override or configuration).
     pub data_freshness_seconds: f64,
     /// The configuration's data freshness, seconds.
@@ -781,8 +790,11 @@ pub struct StreamConsumerDescription {
 /// One schema version of the table's history, as `floe channel describe` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SchemaHistoryEntry {
-    /// Glue `SchemaVersionId`.
+    /// Glue `SchemaVersionId` (for a Confluent schema: its id packed, see `schema_id`).
     pub version_id: String,
+    /// The Confluent schema id (and message indexes) the entry records; absent for Glue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_id_applied: Option<String>,
     /// Glue `VersionNumber`.
     pub version_number: i64,
     /// The table's schema id from then on.
@@ -791,6 +803,16 @@ pub struct SchemaHistoryEntry {
     pub applied_at: String,
     /// What changed (empty: the channel's first version, or one that fit the table as it was).
     pub changes: Vec<String>,
+}
+
+/// A Confluent schema key packed in a UUID, as text (`"42"`, `"42 message [1, 0]"`); `None` for
+/// a Glue version id.
+fn confluent_id_text(id: uuid::Uuid) -> Option<String> {
+    let key = crate::confluent::SchemaKey::from_uuid(id)?;
+    Some(match key.indexes.as_slice() {
+        [] => key.id.to_string(),
+        i => format!("{} message {i:?}", key.id),
+    })
 }
 
 /// `floe channel describe`: state, leases, checkpoints and commits of one channel. A catalog
@@ -980,6 +1002,7 @@ async fn describe_with(
         .unwrap_or_default()
         .into_iter()
         .map(|v| SchemaHistoryEntry {
+            schema_id_applied: confluent_id_text(v.version_id),
             version_id: v.version_id.to_string(),
             version_number: v.version_number,
             schema_id: v.schema_id,
@@ -987,7 +1010,21 @@ async fn describe_with(
             changes: v.changes,
         })
         .collect();
+    let schema_version_id = table
+        .as_ref()
+        .and_then(crate::iceberg::evolve::current_version)
+        .map(|id| id.to_string())
+        .or_else(|| state.as_ref().and_then(|s| s.schema_version_id.clone()));
+    let confluent = match &channel.schema {
+        Some(crate::config::SchemaConfig::Confluent(c)) => Some(c),
+        _ => None,
+    };
     Ok(ChannelDescription {
+        subject: confluent.map(|c| c.subject.clone()),
+        schema_id: confluent
+            .and(schema_version_id.as_deref())
+            .and_then(|id| uuid::Uuid::parse_str(id).ok())
+            .and_then(confluent_id_text),
         schema_history,
         stream_consumer: None,
         channel: name.to_string(),
@@ -1007,11 +1044,7 @@ async fn describe_with(
         table_uuid: state.as_ref().and_then(|s| s.table_uuid.clone()),
         // An evolved table's current version is the channel's (workers record it in the
         // channel state at their next start).
-        schema_version_id: table
-            .as_ref()
-            .and_then(crate::iceberg::evolve::current_version)
-            .map(|id| id.to_string())
-            .or_else(|| state.as_ref().and_then(|s| s.schema_version_id.clone())),
+        schema_version_id: schema_version_id.filter(|_| confluent.is_none()),
         glue_schema_arn: match &channel.schema {
             Some(crate::config::SchemaConfig::Glue { schema_arn, .. }) => Some(schema_arn.clone()),
             _ => None,

@@ -20,7 +20,7 @@ pub fn check_schema(
     let (file, versions) = match &channel.schema {
         Some(SchemaConfig::File(file)) => (file, None),
         Some(SchemaConfig::FileVersions { file, versions }) => (file, Some(versions)),
-        Some(SchemaConfig::Glue { .. }) | None => return Ok(None),
+        Some(SchemaConfig::Glue { .. } | SchemaConfig::Confluent(_)) | None => return Ok(None),
     };
     let error = |key: &str, message: String| ConfigError {
         path: format!("channel[{index}].schema.{key}"),

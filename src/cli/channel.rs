@@ -305,6 +305,10 @@ pub fn describe_text(d: &ChannelDescription) -> String {
             d.table_uuid.clone().unwrap_or_else(dash)
         ),
     );
+    if let Some(subject) = &d.subject {
+        row("subject", subject.clone());
+        row("schema_id", d.schema_id.clone().unwrap_or_else(dash));
+    }
     if let Some(arn) = &d.glue_schema_arn {
         row("glue_schema_arn", arn.clone());
         row(
@@ -373,7 +377,9 @@ pub fn describe_text(d: &ChannelDescription) -> String {
             out.push_str(&format!(
                 "    version {:<4} {}  schema {:<3} applied {}  {}\n",
                 v.version_number,
-                v.version_id,
+                v.schema_id_applied
+                    .as_ref()
+                    .map_or(v.version_id.clone(), |id| format!("schema id {id}")),
                 v.schema_id,
                 v.applied_at,
                 if v.changes.is_empty() {

@@ -283,16 +283,20 @@ pub struct KafkaSourceSection {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecordSection {
-    /// `"json"` (each record is one UTF-8 JSON document) or `"gsr_json"` (a JSON document behind
-    /// the AWS Glue Schema Registry header, optionally zlib-compressed). Default: `"json"`.
+    /// `"json"` (each record is one UTF-8 JSON document), `"gsr_json"` (a JSON document behind
+    /// the AWS Glue Schema Registry header, optionally zlib-compressed), `"gsr_avro"` (Avro
+    /// binary behind that header; `glue_schema_arn` names an `AVRO` schema), or, in the Confluent
+    /// wire format with `[channel.schema] registry_url`: `"avro"`, `"protobuf"` or `"json_sr"`
+    /// (JSON Schema). Default: `"json"`.
     pub format: Option<RecordFormat>,
     /// Largest record accepted (after GSR decompression); larger records go to the DLQ as
     /// `RECORD_TOO_LARGE`. From 1KiB to 64MiB. Default: `"10MiB"`.
     pub max_record_size: Option<SizeText>,
 }
 
-/// `[channel.schema]`: the channel's JSON Schema (draft-04 or draft-07), from a file or from the
-/// AWS Glue Schema Registry. Exactly one of `file` and `glue_schema_arn`.
+/// `[channel.schema]`: the channel's schema: a JSON Schema (draft-04 or draft-07) from a file or
+/// from the AWS Glue Schema Registry, or a subject of a Confluent-compatible schema registry.
+/// Exactly one of `file`, `glue_schema_arn` and `registry_url`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchemaSection {
@@ -313,13 +317,45 @@ pub struct SchemaSection {
     /// `INVALID_SCHEMA`.
     #[serde(default)]
     pub versions: BTreeMap<String, String>,
-    /// With `glue_schema_arn`: `"none"` (a record of another version than the table's current
+    /// With `glue_schema_arn` or `registry_url`: `"none"` (a record of another version than the table's current
     /// one is `SCHEMA_MISMATCH`) or `"compatible"` (a compatible new version of the schema evolves
     /// the table; docs/glue-schema-registry.md "Schema evolution"). Default: `"none"`.
     pub evolution: Option<String>,
     /// With `evolution = "compatible"`, `record.format = "json"` and `version = "latest"`: how
     /// often the registry is asked for a new latest version. Default `"60s"`, from 1 s to 1 h.
     pub poll_interval: Option<DurationText>,
+    /// A Confluent-compatible schema registry (`record.format` `"avro"`, `"protobuf"` or
+    /// `"json_sr"`): its base URL, `"https://registry:8081"` (or `http`), or a list of URLs tried
+    /// in order when one is unavailable. Credentials come from the environment only:
+    /// `FLOE_SCHEMA_REGISTRY_BASIC_AUTH="user:password"` or
+    /// `FLOE_SCHEMA_REGISTRY_BEARER_TOKEN="token"`.
+    pub registry_url: Option<RegistryUrlText>,
+    /// With `registry_url`: the subject. The table is created from its latest version at the
+    /// channel's activation; a record whose schema id belongs to no version of it goes to the DLQ
+    /// as `SCHEMA_MISMATCH`. Default: the topic-name strategy, `"<topic>-value"` (the stream name
+    /// for Kinesis). For producers using the record-name strategies, give the subject they
+    /// register: the record's full name (`RecordNameStrategy`) or `"<topic>-<full name>"`
+    /// (`TopicRecordNameStrategy`).
+    pub subject: Option<String>,
+    /// With an `https` `registry_url`: a PEM file of CA certificates to trust beside the system
+    /// roots (relative to this file's directory).
+    pub ca_bundle: Option<String>,
+    /// With `record.format = "protobuf"`: the full name of the message the table is created
+    /// from (`"com.acme.Event"`). Default: the first message of the subject's file (Confluent
+    /// message indexes `[0]`).
+    pub message: Option<String>,
+}
+
+/// `channel.schema.registry_url` as written: one URL or a list.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum RegistryUrlText {
+    /// One URL.
+    One(String),
+    /// URLs tried in order.
+    Many(Vec<String>),
+    /// Anything else: refused by validation naming the key.
+    Other(toml::Value),
 }
 
 /// `channel.schema.version` as written: a number or a string (`"latest"`).
@@ -727,6 +763,17 @@ impl<T> Section<T> {
     /// Whether the section was written in the file.
     pub fn is_present(&self) -> bool {
         self.value.is_some()
+    }
+
+    /// Takes `keys` out of the section as written; returns those that were there.
+    pub fn take_keys(&mut self, keys: &[&'static str]) -> Vec<&'static str> {
+        let Some(table) = self.value.as_mut().and_then(|v| v.as_table_mut()) else {
+            return Vec::new();
+        };
+        keys.iter()
+            .copied()
+            .filter(|k| table.remove(*k).is_some())
+            .collect()
     }
 
     /// A section holding `value`.

@@ -302,6 +302,45 @@ pub enum RecordFormat {
     Json,
     /// `"gsr_json"`: a JSON document behind the Glue Schema Registry header.
     GsrJson,
+    /// `"avro"`: Avro binary in the Confluent wire format (magic byte 0, 4-byte big-endian schema
+    /// id, the payload), the schema from a Confluent-compatible schema registry.
+    Avro,
+    /// `"protobuf"`: Protobuf in the Confluent wire format (magic byte, schema id, the message
+    /// indexes, the payload).
+    Protobuf,
+    /// `"json_sr"`: a JSON document in the Confluent wire format (magic byte, schema id, the
+    /// document), its JSON Schema from the registry.
+    JsonSr,
+    /// `"gsr_avro"`: Avro binary behind the Glue Schema Registry header (a Glue schema whose data
+    /// format is `AVRO`).
+    GsrAvro,
+}
+
+impl RecordFormat {
+    /// Whether records carry the Confluent wire format (`avro`, `protobuf`, `json_sr`).
+    pub fn is_confluent(&self) -> bool {
+        matches!(
+            self,
+            RecordFormat::Avro | RecordFormat::Protobuf | RecordFormat::JsonSr
+        )
+    }
+
+    /// Whether records carry the Glue Schema Registry header (`gsr_json`, `gsr_avro`).
+    pub fn is_gsr(&self) -> bool {
+        matches!(self, RecordFormat::GsrJson | RecordFormat::GsrAvro)
+    }
+
+    /// The format as written in the configuration (a bounded metric label).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RecordFormat::Json => "json",
+            RecordFormat::GsrJson => "gsr_json",
+            RecordFormat::Avro => "avro",
+            RecordFormat::Protobuf => "protobuf",
+            RecordFormat::JsonSr => "json_sr",
+            RecordFormat::GsrAvro => "gsr_avro",
+        }
+    }
 }
 
 /// `[channel.schema]`: where the channel's JSON Schema comes from.
@@ -329,13 +368,41 @@ pub enum SchemaConfig {
         /// `evolution = "compatible"` asks the registry for a new latest version.
         poll_interval: std::time::Duration,
     },
+    /// `registry_url` (+ `subject`): a subject of a Confluent-compatible schema registry
+    /// (`record.format` `avro`, `protobuf` or `json_sr`).
+    Confluent(ConfluentSchemaConfig),
 }
+
+/// `[channel.schema]` with `registry_url`: a Confluent-compatible schema registry (Confluent,
+/// Redpanda, Apicurio, Karapace). Credentials come from the environment only:
+/// [`ENV_REGISTRY_BASIC_AUTH`] or [`ENV_REGISTRY_BEARER_TOKEN`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfluentSchemaConfig {
+    /// Base URLs (`http` or `https`, no trailing slash), tried in order (fail-over).
+    pub urls: Vec<String>,
+    /// The subject whose latest version creates the table and whose ids the records carry.
+    pub subject: String,
+    /// `evolution`: whether a new id of the subject evolves the table.
+    pub evolution: SchemaEvolution,
+    /// `ca_bundle`: PEM file of CA certificates trusted for `https` (beside the system roots),
+    /// path resolved.
+    pub ca_bundle: Option<PathBuf>,
+    /// `message` (protobuf): the full name of the message the table is created from; `None`:
+    /// the first message of the file (Confluent message indexes `[0]`).
+    pub message: Option<String>,
+}
+
+/// Environment variable with the schema registry's basic-auth credentials, `user:password`.
+pub const ENV_REGISTRY_BASIC_AUTH: &str = "FLOE_SCHEMA_REGISTRY_BASIC_AUTH";
+/// Environment variable with a bearer token for the schema registry.
+pub const ENV_REGISTRY_BEARER_TOKEN: &str = "FLOE_SCHEMA_REGISTRY_BEARER_TOKEN";
 
 impl SchemaConfig {
     /// The channel's `evolution` setting (`None` for a schema file: no evolution).
     pub fn evolution(&self) -> SchemaEvolution {
         match self {
             SchemaConfig::Glue { evolution, .. } => *evolution,
+            SchemaConfig::Confluent(c) => c.evolution,
             _ => SchemaEvolution::None,
         }
     }
@@ -363,6 +430,7 @@ impl SchemaConfig {
         match self {
             SchemaConfig::File(_) | SchemaConfig::FileVersions { .. } => "file",
             SchemaConfig::Glue { .. } => "glue_schema_arn",
+            SchemaConfig::Confluent(_) => "registry_url",
         }
     }
 }

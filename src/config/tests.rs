@@ -1927,3 +1927,191 @@ fn schema_evolution_is_refused_on_s3_tables() {
     assert!(text.contains("evolution"));
     refused(&text, "channel[0].schema.evolution", "S3 Tables");
 }
+
+/// `MINIMAL` with `record.format = format` and `[channel.schema]` holding `lines`.
+fn confluent(format: &str, lines: &str) -> String {
+    schema(lines).replacen(
+        "[channel.schema]",
+        &format!("[channel.record]\nformat = \"{format}\"\n[channel.schema]"),
+        1,
+    )
+}
+
+fn confluent_of(config: &Config) -> &ConfluentSchemaConfig {
+    let Some(SchemaConfig::Confluent(c)) = &config.channels[0].schema else {
+        panic!("a Confluent schema: {:?}", config.channels[0].schema)
+    };
+    c
+}
+
+#[test]
+fn confluent_formats_read_a_registry_with_the_topic_name_strategy() {
+    for (format, want) in [
+        ("avro", RecordFormat::Avro),
+        ("protobuf", RecordFormat::Protobuf),
+        ("json_sr", RecordFormat::JsonSr),
+    ] {
+        let c = parse(&confluent(
+            format,
+            "registry_url = \"https://registry.example:8081/\"",
+        ))
+        .unwrap();
+        assert_eq!(c.channels[0].record.format, want);
+        assert_eq!(
+            confluent_of(&c),
+            &ConfluentSchemaConfig {
+                urls: vec!["https://registry.example:8081".into()],
+                subject: "events-value".into(),
+                evolution: SchemaEvolution::None,
+                ca_bundle: None,
+                message: None,
+            }
+        );
+    }
+    let c = parse(&confluent(
+        "protobuf",
+        "registry_url = [\"http://a:8081\", \"http://b:8081\"]\nsubject = \"orders\"\nevolution = \"compatible\"\nmessage = \"acme.Order\"",
+    ))
+    .unwrap();
+    let s = confluent_of(&c);
+    assert_eq!(s.urls, ["http://a:8081", "http://b:8081"]);
+    assert_eq!(s.subject, "orders");
+    assert_eq!(s.evolution, SchemaEvolution::Compatible);
+    assert_eq!(s.message.as_deref(), Some("acme.Order"));
+    assert_eq!(c.channels[0].schema.as_ref().unwrap().key(), "registry_url");
+}
+
+#[test]
+fn confluent_ca_bundle_is_a_readable_pem_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("ca.pem");
+    std::fs::write(&pem, TEST_CA_PEM).unwrap();
+    let c = parse(&confluent(
+        "json_sr",
+        &format!(
+            "registry_url = \"https://r:8081\"\nca_bundle = \"{}\"",
+            pem.display()
+        ),
+    ))
+    .unwrap();
+    assert_eq!(confluent_of(&c).ca_bundle.as_deref(), Some(pem.as_path()));
+    refused(
+        &confluent(
+            "json_sr",
+            "registry_url = \"https://r:8081\"\nca_bundle = \"/nonexistent/ca.pem\"",
+        ),
+        "channel[0].schema.ca_bundle",
+        "cannot read",
+    );
+}
+
+#[test]
+fn confluent_registry_settings_are_refused_naming_the_key() {
+    let url = "registry_url = \"http://r:8081\"";
+    refused(
+        &confluent("avro", "file = \"a.json\""),
+        "channel[0].schema.registry_url",
+        "set `registry_url`",
+    );
+    refused(
+        &schema(url),
+        "channel[0].schema.registry_url",
+        "not \"json\"",
+    );
+    refused(
+        &confluent("avro", &format!("{url}\nfile = \"a.json\"")),
+        "channel[0].schema.file",
+        "give one of",
+    );
+    refused(
+        &confluent(
+            "avro",
+            &format!("{url}\nglue_schema_arn = \"{SCHEMA_ARN}\""),
+        ),
+        "channel[0].schema.glue_schema_arn",
+        "give one of",
+    );
+    for (bad, why) in [
+        ("\"ftp://r\"", "not an http or https URL"),
+        ("\"http://\"", "has no host"),
+        ("\"https://r:8081?x=1\"", "query"),
+        ("[]", "at least one URL"),
+        ("3", "not a URL"),
+    ] {
+        let errors = errors(&confluent("avro", &format!("registry_url = {bad}")));
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.path == "channel[0].schema.registry_url" && e.message.contains(why)),
+            "{bad}: {errors:#?}"
+        );
+    }
+    for (line, key, why) in [
+        ("version = 2", "version", "latest version"),
+        ("poll_interval = \"5s\"", "poll_interval", "nothing to poll"),
+        (
+            "evolution = \"always\"",
+            "evolution",
+            "not a schema evolution",
+        ),
+        ("subject = \" \"", "subject", "must not be empty"),
+        ("message = \"a.B\"", "message", "protobuf"),
+    ] {
+        refused(
+            &confluent("avro", &format!("{url}\n{line}")),
+            &format!("channel[0].schema.{key}"),
+            why,
+        );
+    }
+    for line in [
+        "subject = \"s\"",
+        "ca_bundle = \"ca.pem\"",
+        "message = \"a.B\"",
+    ] {
+        let key = line.split(' ').next().unwrap();
+        refused(
+            &schema(&format!("file = \"a.json\"\n{line}")),
+            &format!("channel[0].schema.{key}"),
+            "`registry_url` only",
+        );
+    }
+    refused(
+        &gsr(url).replace("gsr_json", "gsr_avro"),
+        "channel[0].schema.registry_url",
+        "not \"gsr_avro\"",
+    );
+    refused(
+        &confluent("gsr_avro", "file = \"a.json\""),
+        "channel[0].schema.glue_schema_arn",
+        "gsr_avro",
+    );
+}
+
+#[test]
+fn registry_credentials_are_never_read_from_the_file() {
+    for (line, key, var) in [
+        (
+            "basic_auth = \"u:p\"",
+            "basic_auth",
+            ENV_REGISTRY_BASIC_AUTH,
+        ),
+        ("username = \"u\"", "username", ENV_REGISTRY_BASIC_AUTH),
+        ("password = \"p\"", "password", ENV_REGISTRY_BASIC_AUTH),
+        (
+            "bearer_token = \"t\"",
+            "bearer_token",
+            ENV_REGISTRY_BEARER_TOKEN,
+        ),
+    ] {
+        refused(
+            &confluent("avro", &format!("registry_url = \"http://r\"\n{line}")),
+            &format!("channel[0].schema.{key}"),
+            var,
+        );
+        refused(
+            &schema(&format!("file = \"a.json\"\n{line}")),
+            &format!("channel[0].schema.{key}"),
+            var,
+        );
+    }
+}

@@ -393,43 +393,11 @@ impl Checker<'_> {
         }
         let ca_bundle = match &s.ca_bundle {
             None => None,
-            Some(text) => match self.local_path("aws.ca_bundle", text) {
-                None => {
-                    ok = false;
-                    None
-                }
-                Some(path) => match std::fs::read_to_string(&path) {
-                    Ok(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => {
-                        match check_ca_bundle(pem.as_bytes()) {
-                            Ok(()) => Some(path),
-                            Err(why) => {
-                                ok = false;
-                                self.error("aws.ca_bundle", format!("{}: {why}", path.display()));
-                                None
-                            }
-                        }
-                    }
-                    Ok(_) => {
-                        ok = false;
-                        self.error(
-                            "aws.ca_bundle",
-                            format!(
-                                "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-                                path.display()
-                            ),
-                        );
-                        None
-                    }
-                    Err(e) => {
-                        ok = false;
-                        self.error(
-                            "aws.ca_bundle",
-                            format!("cannot read {}: {e}", path.display()),
-                        );
-                        None
-                    }
-                },
-            },
+            Some(text) => {
+                let path = self.ca_bundle("aws.ca_bundle", text);
+                ok &= path.is_some();
+                path
+            }
         };
         ok.then_some(crate::config::aws::AwsConfig {
             region: s.region,
@@ -636,8 +604,31 @@ impl Checker<'_> {
                 );
             };
             let schema = if c.schema.is_present() {
-                self.section(c.schema, &format!("{p}.schema"))
-                    .and_then(|s| self.schema(&format!("{p}.schema"), s, format))
+                let mut section = c.schema;
+                // Credentials never come from the file: named, with the variable to use.
+                for (key, var) in section
+                    .take_keys(&["basic_auth", "username", "password", "bearer_token"])
+                    .into_iter()
+                    .map(|k| {
+                        (
+                            k,
+                            if k == "bearer_token" {
+                                ENV_REGISTRY_BEARER_TOKEN
+                            } else {
+                                ENV_REGISTRY_BASIC_AUTH
+                            },
+                        )
+                    })
+                {
+                    self.error(
+                        format!("{p}.schema.{key}"),
+                        format!("credentials are never read from the file: set the environment variable {var}"),
+                    );
+                }
+                self.section(section, &format!("{p}.schema"))
+                    .and_then(|s| {
+                        self.schema(&format!("{p}.schema"), s, format, default_subject(&source))
+                    })
                     .map(Some)
             } else {
                 missing(self, "schema");
@@ -939,6 +930,172 @@ impl Checker<'_> {
         })
     }
 
+    /// A CA bundle file (`key`): resolved, readable, and every certificate in it usable.
+    fn ca_bundle(&mut self, key: &str, text: &str) -> Option<PathBuf> {
+        let path = self.local_path(key, text)?;
+        match std::fs::read_to_string(&path) {
+            Ok(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => {
+                match check_ca_bundle(pem.as_bytes()) {
+                    Ok(()) => Some(path),
+                    Err(why) => {
+                        self.error(key, format!("{}: {why}", path.display()));
+                        None
+                    }
+                }
+            }
+            Ok(_) => {
+                self.error(
+                    key,
+                    format!(
+                        "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                        path.display()
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                self.error(key, format!("cannot read {}: {e}", path.display()));
+                None
+            }
+        }
+    }
+
+    /// Refuses the keys of a Confluent registry (`subject`, `ca_bundle`, `message`) with `why`.
+    /// Returns whether none was present.
+    fn refuse_registry_keys(&mut self, p: &str, s: &super::file::SchemaSection, why: &str) -> bool {
+        let mut ok = true;
+        for (present, key) in [
+            (s.subject.is_some(), "subject"),
+            (s.ca_bundle.is_some(), "ca_bundle"),
+            (s.message.is_some(), "message"),
+        ] {
+            if present {
+                self.error(format!("{p}.{key}"), why.to_string());
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// `[channel.schema]` with `registry_url`: the URLs (http or https, at least one), the
+    /// subject (default `default_subject`, the topic-name strategy), `evolution`, `ca_bundle`,
+    /// `message` (protobuf only); the format must be a Confluent one.
+    fn confluent_schema(
+        &mut self,
+        p: &str,
+        url: super::file::RegistryUrlText,
+        s: super::file::SchemaSection,
+        format: Option<RecordFormat>,
+        default_subject: Option<String>,
+    ) -> Option<SchemaConfig> {
+        use super::file::RegistryUrlText;
+        let mut ok = true;
+        if let Some(f) = format.filter(|f| !f.is_confluent()) {
+            self.error(
+                format!("{p}.registry_url"),
+                format!(
+                    "a Confluent schema registry applies to record.format \"avro\", \"protobuf\" or \"json_sr\", not \"{}\"",
+                    f.as_str()
+                ),
+            );
+            ok = false;
+        }
+        for (present, key) in [
+            (s.file.is_some(), "file"),
+            (s.glue_schema_arn.is_some(), "glue_schema_arn"),
+        ] {
+            if present {
+                self.error(
+                    format!("{p}.{key}"),
+                    "give one of `file`, `glue_schema_arn` and `registry_url`",
+                );
+                ok = false;
+            }
+        }
+        for (present, key, why) in [
+            (s.version.is_some(), "version", "the table is created from the subject's latest version; each record names its schema id"),
+            (!s.versions.is_empty(), "versions", "the registry is asked for each schema id"),
+            (s.poll_interval.is_some(), "poll_interval", "each record names its schema id: nothing to poll"),
+        ] {
+            if present {
+                self.error(format!("{p}.{key}"), format!("not with `registry_url`: {why}"));
+                ok = false;
+            }
+        }
+        if s.message.is_some() && format.is_some_and(|f| f != RecordFormat::Protobuf) {
+            self.error(
+                format!("{p}.message"),
+                "`message` applies to record.format = \"protobuf\" only",
+            );
+            ok = false;
+        }
+        let key = format!("{p}.registry_url");
+        let urls = match url {
+            RegistryUrlText::One(u) => vec![u],
+            RegistryUrlText::Many(us) => us,
+            RegistryUrlText::Other(v) => {
+                self.error(
+                    &key,
+                    format!("{v} is not a URL: a string or a list of strings"),
+                );
+                Vec::new()
+            }
+        };
+        if urls.is_empty() {
+            self.error(&key, "needs at least one URL");
+            ok = false;
+        }
+        let mut clean = Vec::new();
+        for u in urls {
+            match check_registry_url(&u) {
+                Ok(u) => clean.push(u),
+                Err(why) => {
+                    self.error(&key, format!("\"{u}\": {why}"));
+                    ok = false;
+                }
+            }
+        }
+        let subject = match s.subject.or(default_subject) {
+            Some(subject) if !subject.trim().is_empty() => Some(subject),
+            Some(_) => {
+                self.error(format!("{p}.subject"), "must not be empty");
+                None
+            }
+            None => None,
+        };
+        let evolution = self.evolution(p, s.evolution.as_deref());
+        let ca_bundle = match &s.ca_bundle {
+            Some(path) => {
+                let resolved = self.ca_bundle(&format!("{p}.ca_bundle"), path);
+                ok &= resolved.is_some();
+                resolved
+            }
+            None => None,
+        };
+        ok.then_some(SchemaConfig::Confluent(super::ConfluentSchemaConfig {
+            urls: clean,
+            subject: subject?,
+            evolution: evolution?,
+            ca_bundle,
+            message: s.message,
+        }))
+    }
+
+    /// `channel.schema.evolution`: `"none"` (default) or `"compatible"`.
+    fn evolution(&mut self, p: &str, text: Option<&str>) -> Option<SchemaEvolution> {
+        match text {
+            None | Some("none") => Some(SchemaEvolution::None),
+            Some("compatible") => Some(SchemaEvolution::Compatible),
+            Some(other) => {
+                self.error(
+                    format!("{p}.evolution"),
+                    format!("\"{other}\" is not a schema evolution: \"none\" or \"compatible\""),
+                );
+                None
+            }
+        }
+    }
+
     /// `[channel.schema]`: exactly one of `file` and `glue_schema_arn`; `version` only with the
     /// ARN; `versions` only with `file` on a `gsr_json` channel, which needs it (`format` is `None`
     /// when `[channel.record]` itself is invalid).
@@ -947,8 +1104,30 @@ impl Checker<'_> {
         p: &str,
         s: super::file::SchemaSection,
         format: Option<RecordFormat>,
+        default_subject: Option<String>,
     ) -> Option<SchemaConfig> {
         use super::file::SchemaVersionText;
+        let mut s = s;
+        if let Some(url) = s.registry_url.take() {
+            return self.confluent_schema(p, url, s, format, default_subject);
+        }
+        if format.is_some_and(|f| f.is_confluent()) {
+            self.error(
+                format!("{p}.registry_url"),
+                "record.format \"avro\", \"protobuf\" and \"json_sr\" read the Confluent wire format: set `registry_url` (the schema registry)",
+            );
+            return None;
+        }
+        if !self.refuse_registry_keys(p, &s, "apply to `registry_url` only") {
+            return None;
+        }
+        if format == Some(RecordFormat::GsrAvro) && s.glue_schema_arn.is_none() {
+            self.error(
+                format!("{p}.glue_schema_arn"),
+                "record.format = \"gsr_avro\" needs `glue_schema_arn` (an AVRO schema of the Glue Schema Registry)",
+            );
+            return None;
+        }
         match (s.file, s.glue_schema_arn) {
             (Some(_), Some(_)) => {
                 self.error(
@@ -960,7 +1139,7 @@ impl Checker<'_> {
             (None, None) => {
                 self.error(
                     p,
-                    "missing the schema: set `file` (a JSON Schema file) or `glue_schema_arn` (a schema of the Glue Schema Registry)",
+                    "missing the schema: set `file` (a JSON Schema file), `glue_schema_arn` (a schema of the Glue Schema Registry) or `registry_url` (a Confluent-compatible schema registry)",
                 );
                 None
             }
@@ -1065,19 +1244,7 @@ impl Checker<'_> {
                         None
                     }
                 };
-                let evolution = match s.evolution.as_deref() {
-                    None | Some("none") => Some(SchemaEvolution::None),
-                    Some("compatible") => Some(SchemaEvolution::Compatible),
-                    Some(other) => {
-                        self.error(
-                            format!("{p}.evolution"),
-                            format!(
-                                "\"{other}\" is not a schema evolution: \"none\" or \"compatible\""
-                            ),
-                        );
-                        None
-                    }
-                };
+                let evolution = self.evolution(p, s.evolution.as_deref());
                 let polls = evolution == Some(SchemaEvolution::Compatible)
                     && format == Some(RecordFormat::Json);
                 if polls && matches!(version, Some(GlueSchemaVersion::Number(_))) {
@@ -1693,6 +1860,33 @@ fn check_ca_bundle(pem: &[u8]) -> Result<(), String> {
         })?;
     }
     Ok(())
+}
+
+/// A schema registry URL: `http://` or `https://` with a host, no query or fragment; returned
+/// without a trailing `/`.
+fn check_registry_url(url: &str) -> Result<String, String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or("not an http or https URL such as \"https://registry:8081\"")?;
+    if rest.is_empty() || rest.starts_with('/') || rest.contains(char::is_whitespace) {
+        return Err("has no host".into());
+    }
+    if rest.contains(['?', '#']) {
+        return Err("must not have a query or fragment".into());
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+/// The subject of the topic-name strategy: `<topic>-value` (the stream name for Kinesis).
+fn default_subject(source: &Option<SourceConfig>) -> Option<String> {
+    match source.as_ref()? {
+        SourceConfig::Kafka(k) => Some(format!("{}-value", k.topic)),
+        SourceConfig::Kinesis(k) => {
+            let name = k.stream.as_str();
+            Some(format!("{}-value", name.rsplit('/').next().unwrap_or(name)))
+        }
+    }
 }
 
 fn is_secret_property(key: &str) -> bool {

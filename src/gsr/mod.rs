@@ -44,7 +44,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::config::{ChannelConfig, GlueSchemaVersion, SchemaConfig};
-use crate::retry::Backoff;
+use crate::retry::{with_retries, Backoff};
 use crate::schema::MappedSchema;
 
 /// Schema versions kept per channel (positive cache).
@@ -333,20 +333,17 @@ impl RegistryClient {
         &self,
         selector: &VersionSelector,
     ) -> Result<SchemaVersionInfo, RegistryError> {
-        let mut backoff = Backoff::new(self.first_backoff, Duration::MAX);
-        let mut attempt = 1;
-        loop {
-            self.lookups.fetch_add(1, Ordering::Relaxed);
-            match self.registry.get_schema_version(selector).await {
-                Err(e) if e.is_retryable() && attempt < LOOKUP_ATTEMPTS => {
-                    let delay = backoff.next_delay();
-                    tracing::warn!(error = %e, attempt, "schema registry lookup failed; retrying in {delay:?}");
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
-                }
-                other => return other,
-            }
-        }
+        with_retries(
+            LOOKUP_ATTEMPTS,
+            Backoff::new(self.first_backoff, Duration::MAX),
+            "schema registry lookup",
+            RegistryError::is_retryable,
+            || {
+                self.lookups.fetch_add(1, Ordering::Relaxed);
+                self.registry.get_schema_version(selector)
+            },
+        )
+        .await
     }
 
     fn remember(&self, v: SchemaVersionInfo) -> Arc<SchemaVersionInfo> {
@@ -425,6 +422,114 @@ impl RegistryClient {
     }
 }
 
+/// The registry a channel's schema versions come from.
+#[derive(Debug, Clone)]
+pub enum ChannelRegistry {
+    /// The AWS Glue Schema Registry (`glue_schema_arn`).
+    Glue(Arc<RegistryClient>),
+    /// A Confluent-compatible registry (`registry_url`).
+    Confluent(Arc<crate::confluent::ConfluentClient>),
+}
+
+impl ChannelRegistry {
+    /// The registry of channel `config`'s schema (Glue through `glue`), `None` for a schema file.
+    ///
+    /// Errors: [`SchemaLoadError::Refused`] when the Confluent client cannot be built
+    /// (credentials in the environment, CA bundle).
+    pub fn of(
+        config: &ChannelConfig,
+        glue: impl FnOnce() -> aws_sdk_glue::Client,
+    ) -> Result<Option<ChannelRegistry>, SchemaLoadError> {
+        Ok(match &config.schema {
+            Some(SchemaConfig::Glue { schema_arn, .. }) => Some(ChannelRegistry::Glue(Arc::new(
+                RegistryClient::glue(glue(), schema_arn),
+            ))),
+            Some(SchemaConfig::Confluent(c)) => Some(ChannelRegistry::Confluent(Arc::new(
+                crate::confluent::ConfluentClient::from_config(c)
+                    .map_err(|e| SchemaLoadError::Refused(e.to_string()))?,
+            ))),
+            _ => None,
+        })
+    }
+
+    /// The Glue client, `None` for a Confluent registry.
+    pub fn glue(&self) -> Option<&Arc<RegistryClient>> {
+        match self {
+            ChannelRegistry::Glue(g) => Some(g),
+            ChannelRegistry::Confluent(_) => None,
+        }
+    }
+}
+
+/// Loads the schema `key` of a Confluent registry ([`crate::confluent::SchemaKey`] packed in a
+/// UUID), or the subject's latest version when `key` is `None`, and maps it. A recorded key
+/// must be a version of the channel's subject.
+///
+/// Errors: [`SchemaLoadError`] naming the subject and id.
+pub async fn load_confluent_schema(
+    config: &crate::config::ConfluentSchemaConfig,
+    partition_field: &str,
+    key: Option<Uuid>,
+    client: &crate::confluent::ConfluentClient,
+) -> Result<ChannelSchema, SchemaLoadError> {
+    use crate::confluent::{map_schema, RegistryError as E, SchemaKey, SchemaType};
+    use crate::schema::protobuf::MessageSelector;
+    let subject = &config.subject;
+    // A refusal (401, 403: credentials) is this worker's to fix, not the channel's: retried like
+    // an outage, never a FAILED channel. Only a missing subject, version or id is definitive.
+    let unavailable = |e: E| match e {
+        E::NotFound(_) => SchemaLoadError::Refused(format!("subject {subject}: {e}")),
+        e => SchemaLoadError::Unavailable(format!("subject {subject}: {e}")),
+    };
+    let (resolved, indexes) = match key {
+        Some(k) => {
+            let Some(k) = SchemaKey::from_uuid(k) else {
+                return Err(SchemaLoadError::Refused(format!(
+                    "the recorded schema version {k} is not a Confluent schema id (the channel was created with another registry: delete and create the channel)"
+                )));
+            };
+            (client.by_id(k.id).await.map_err(unavailable)?, k.indexes)
+        }
+        None => (client.latest().await.map_err(unavailable)?, Vec::new()),
+    };
+    let Some(version) = resolved.version_in(subject) else {
+        return Err(SchemaLoadError::Refused(format!(
+            "schema id {} is not a version of the channel's subject {subject}",
+            resolved.id
+        )));
+    };
+    let choice = match (resolved.schema_type, &config.message) {
+        (SchemaType::Protobuf, _) if !indexes.is_empty() => Some(MessageSelector::Indexes(indexes)),
+        (SchemaType::Protobuf, Some(name)) => Some(MessageSelector::Name(name.clone())),
+        (SchemaType::Protobuf, None) => Some(MessageSelector::Indexes(vec![0])),
+        _ => None,
+    };
+    let mapped = map_schema(&resolved, partition_field, choice.as_ref()).map_err(|e| {
+        SchemaLoadError::Refused(format!("subject {subject} version {version}: {e}"))
+    })?;
+    let key = SchemaKey {
+        id: resolved.id,
+        indexes: match &choice {
+            Some(MessageSelector::Indexes(i)) => i.clone(),
+            Some(MessageSelector::Name(name)) => crate::confluent::message_indexes(&resolved, name)
+                .map_err(|e| {
+                    SchemaLoadError::Refused(format!("subject {subject} version {version}: {e}"))
+                })?,
+            None => Vec::new(),
+        },
+    };
+    let uuid = key.to_uuid().ok_or_else(|| {
+        SchemaLoadError::Refused(format!("{key}: message indexes beyond what floe records"))
+    })?;
+    Ok(ChannelSchema {
+        mapped,
+        version_id: Some(uuid),
+        version_number: Some(version),
+        other_versions: Vec::new(),
+        label: format!("{subject} version {version} ({key})"),
+    })
+}
+
 /// A channel's schema, resolved at activation.
 #[derive(Debug)]
 pub struct ChannelSchema {
@@ -478,6 +583,31 @@ pub fn json_schema_of(v: &SchemaVersionInfo) -> Result<Value, SchemaLoadError> {
     })
 }
 
+/// Maps Glue version `v`: a JSON Schema, or with `avro` (`record.format = "gsr_avro"`) an Avro
+/// schema; the version's data format must be the channel's.
+///
+/// Errors: [`SchemaLoadError::Refused`] naming the version.
+pub fn map_glue_version(
+    v: &SchemaVersionInfo,
+    avro: bool,
+    partition_field: &str,
+) -> Result<MappedSchema, SchemaLoadError> {
+    let origin = format!("{} version {}", v.schema_arn, v.version_number);
+    if !avro {
+        let doc = json_schema_of(v)?;
+        return MappedSchema::from_json_schema(&doc, partition_field)
+            .map_err(|e| SchemaLoadError::Refused(format!("schema {origin}: {e}")));
+    }
+    if v.data_format != "AVRO" {
+        return Err(SchemaLoadError::Refused(format!(
+            "schema {origin} ({}) has data format {}: record.format = \"gsr_avro\" takes AVRO schemas",
+            v.version_id, v.data_format
+        )));
+    }
+    MappedSchema::from_avro(&v.definition, &[], partition_field)
+        .map_err(|e| SchemaLoadError::Refused(format!("schema {origin}: {e}")))
+}
+
 /// Loads channel `config`'s schema: from its file (and `[channel.schema.versions]`), or from the
 /// Glue Schema Registry — the version `recorded` at activation when there is one, otherwise the
 /// configured number or the latest.
@@ -486,7 +616,7 @@ pub fn json_schema_of(v: &SchemaVersionInfo) -> Result<Value, SchemaLoadError> {
 pub async fn load_channel_schema(
     config: &ChannelConfig,
     recorded: Option<Uuid>,
-    registry: Option<&RegistryClient>,
+    registry: Option<&ChannelRegistry>,
 ) -> Result<ChannelSchema, SchemaLoadError> {
     let (Some(dest), Some(schema)) = (config.destination.iceberg(), &config.schema) else {
         return Err(SchemaLoadError::Refused(
@@ -526,12 +656,21 @@ pub async fn load_channel_schema(
                 label: id.to_string(),
             })
         }
+        SchemaConfig::Confluent(c) => {
+            let Some(ChannelRegistry::Confluent(client)) = registry else {
+                return Err(SchemaLoadError::Unavailable(
+                    "no schema registry client".to_string(),
+                ));
+            };
+            load_confluent_schema(c, &dest.partition_field, recorded, client).await
+        }
         SchemaConfig::Glue {
             schema_arn,
             version,
             ..
         } => {
             let registry = registry
+                .and_then(ChannelRegistry::glue)
                 .ok_or_else(|| SchemaLoadError::Unavailable("no Glue client".to_string()))?;
             let found = match recorded {
                 Some(id) => registry.by_id(id).await,
@@ -550,9 +689,13 @@ pub async fn load_channel_schema(
                     v.version_id, v.schema_arn
                 )));
             }
-            let doc = json_schema_of(&v)?;
+            let mapped = map_glue_version(
+                &v,
+                config.record.format == crate::config::RecordFormat::GsrAvro,
+                &dest.partition_field,
+            )?;
             Ok(ChannelSchema {
-                mapped: map(&doc, &format!("{schema_arn} version {}", v.version_number))?,
+                mapped,
                 version_id: Some(v.version_id),
                 version_number: Some(v.version_number),
                 other_versions: Vec::new(),

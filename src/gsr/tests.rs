@@ -29,6 +29,12 @@ fn registry(versions: &[SchemaVersionInfo]) -> (Arc<MemoryRegistry>, RegistryCli
     (fake, client)
 }
 
+/// [`registry`] as a channel's registry.
+fn glue_registry(versions: &[SchemaVersionInfo]) -> (Arc<MemoryRegistry>, ChannelRegistry) {
+    let (fake, client) = registry(versions);
+    (fake, ChannelRegistry::Glue(Arc::new(client)))
+}
+
 fn glue_channel(version: &str) -> ChannelConfig {
     let text = include_str!("../../config/quickstart.toml").replace(
         "file = \"event.schema.json\"",
@@ -128,7 +134,7 @@ async fn an_unavailable_registry_is_retried_with_backoff_then_reported() {
 
 #[tokio::test]
 async fn channel_schema_comes_from_the_configured_or_recorded_version() {
-    let (_, client) = registry(&[version(1, "JSON"), version(2, "JSON")]);
+    let (_, client) = glue_registry(&[version(1, "JSON"), version(2, "JSON")]);
     let latest = load_channel_schema(&glue_channel(""), None, Some(&client))
         .await
         .unwrap();
@@ -146,7 +152,7 @@ async fn channel_schema_comes_from_the_configured_or_recorded_version() {
 
 #[tokio::test]
 async fn missing_or_non_json_schemas_are_refused_for_iceberg() {
-    let (_, client) = registry(&[version(1, "AVRO")]);
+    let (_, client) = glue_registry(&[version(1, "AVRO")]);
     let e = load_channel_schema(&glue_channel(""), None, Some(&client))
         .await
         .unwrap_err();
@@ -161,7 +167,7 @@ async fn missing_or_non_json_schemas_are_refused_for_iceberg() {
         matches!(&e, SchemaLoadError::Refused(m) if m.contains("not found")),
         "{e}"
     );
-    let (fake, client) = registry(&[]);
+    let (fake, client) = glue_registry(&[]);
     fake.unavailable.store(100, Ordering::SeqCst);
     let e = load_channel_schema(&glue_channel(""), None, Some(&client))
         .await

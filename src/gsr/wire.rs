@@ -243,6 +243,18 @@ pub enum RecordDecoder {
         /// The registry, absent when the versions are listed offline.
         registry: Option<Arc<RegistryClient>>,
     },
+    /// `avro`, `protobuf`, `json_sr`: the Confluent wire format ([`crate::confluent::wire`]).
+    /// Without evolution only the channel's schema key is delivered; another id is looked up to
+    /// tell `SCHEMA_MISMATCH` (a schema the registry has) from `INVALID_SCHEMA` (one it has not).
+    Confluent {
+        /// Whether message indexes follow the schema id (`protobuf`).
+        protobuf: bool,
+        /// The channel's schema key (id and message indexes packed, see
+        /// [`crate::confluent::SchemaKey::to_uuid`]).
+        channel_key: Uuid,
+        /// The registry.
+        client: Arc<crate::confluent::ConfluentClient>,
+    },
 }
 
 /// Why [`RecordDecoder::payload`] has no payload.
@@ -260,6 +272,14 @@ pub enum PayloadError {
         id: Uuid,
         /// The registry's answer after its retries.
         error: RegistryError,
+    },
+    /// As [`PayloadError::Registry`], for a Confluent schema id.
+    #[error("schema id {id} could not be looked up: {error}")]
+    ConfluentRegistry {
+        /// The schema id.
+        id: u32,
+        /// The registry's answer after its retries.
+        error: crate::confluent::RegistryError,
     },
 }
 
@@ -287,6 +307,73 @@ impl RecordDecoder {
                     }
                 }
                 Ok(decoder.decode(record)?)
+            }
+            RecordDecoder::Confluent {
+                protobuf,
+                channel_key,
+                client,
+            } => {
+                let framed = crate::confluent::wire::parse(record, *protobuf)?;
+                let key = crate::confluent::SchemaKey {
+                    id: framed.id,
+                    indexes: framed.indexes,
+                };
+                if key.to_uuid() == Some(*channel_key) {
+                    return Ok(framed.payload);
+                }
+                match client.by_id(key.id).await {
+                    Ok(resolved) => Err(PayloadError::Record(crate::confluent::not_the_channels(
+                        &resolved,
+                        &key,
+                        client.subject(),
+                    ))),
+                    Err(crate::confluent::RegistryError::NotFound(_)) => {
+                        Err(PayloadError::Record(crate::confluent::unknown_id(&key)))
+                    }
+                    Err(error) => Err(PayloadError::ConfluentRegistry { id: key.id, error }),
+                }
+            }
+        }
+    }
+
+    /// The key of `record`'s schema under evolution: a GSR record's version id, or a Confluent
+    /// record's [`crate::confluent::SchemaKey`] packed into a UUID.
+    ///
+    /// Errors: the framing's [`DlqReason`]; `SCHEMA_MISMATCH` for message indexes floe cannot
+    /// record; `INVALID_SCHEMA` on a `json` channel (no key).
+    pub fn schema_key(&self, record: &[u8]) -> Result<Uuid, DlqReason> {
+        match self {
+            RecordDecoder::Json => Err(DlqReason::record(
+                DlqCode::InvalidSchema,
+                "a json record names no schema version".to_string(),
+            )),
+            RecordDecoder::Gsr { .. } => Ok(parse_header(record)?.0.schema_version),
+            RecordDecoder::Confluent { protobuf, .. } => {
+                let framed = crate::confluent::wire::parse(record, *protobuf)?;
+                let key = crate::confluent::SchemaKey {
+                    id: framed.id,
+                    indexes: framed.indexes,
+                };
+                key.to_uuid().ok_or_else(|| {
+                    DlqReason::record(
+                        DlqCode::SchemaMismatch,
+                        format!("{key}: message indexes above 255 are not supported"),
+                    )
+                })
+            }
+        }
+    }
+
+    /// The payload of `record` whatever its schema version (decided by the caller from
+    /// [`RecordDecoder::schema_key`]).
+    ///
+    /// Errors: the framing's [`DlqReason`] (and, for GSR, inflate errors).
+    pub fn payload_of<'a>(&'a mut self, record: &'a [u8]) -> Result<&'a [u8], DlqReason> {
+        match self {
+            RecordDecoder::Json => Ok(record),
+            RecordDecoder::Gsr { decoder, .. } => decoder.payload_of(record),
+            RecordDecoder::Confluent { protobuf, .. } => {
+                Ok(crate::confluent::wire::parse(record, *protobuf)?.payload)
             }
         }
     }

@@ -42,8 +42,9 @@ use crate::schema::MappedSchema;
 use crate::telemetry;
 use crate::time::now_ms;
 
-/// Table property: the Glue schema version id whose records the table was last evolved for (the
-/// channel's current version).
+/// Table property: the schema version id whose records the table was last evolved for (the
+/// channel's current version): a Glue `SchemaVersionId`, or a Confluent schema id and message
+/// indexes packed into a UUID ([`crate::confluent::SchemaKey::to_uuid`]).
 pub const PROP_SCHEMA_VERSION_ID: &str = "floe.schema-version-id";
 /// Table property: the schema history, a JSON array of [`AppliedVersion`], oldest first.
 pub const PROP_SCHEMA_HISTORY: &str = "floe.schema-history";
@@ -55,9 +56,9 @@ const ATTEMPTS: u32 = 8;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct AppliedVersion {
-    /// Glue `SchemaVersionId`.
+    /// Glue `SchemaVersionId`, or a Confluent schema key packed into a UUID.
     pub version_id: Uuid,
-    /// Glue `VersionNumber`.
+    /// Glue `VersionNumber`, or the version of the Confluent subject.
     pub version_number: i64,
     /// The table's schema id from then on.
     pub schema_id: i32,
@@ -94,12 +95,13 @@ pub fn current_version(table: &Table) -> Option<Uuid> {
         .and_then(|t| Uuid::parse_str(t).ok())
 }
 
-/// A Glue schema version, as the evolution needs it.
+/// A schema version, as the evolution needs it: a Glue version, or a Confluent schema id of the
+/// channel's subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VersionRef {
-    /// `SchemaVersionId`.
+    /// `SchemaVersionId`, or the Confluent [`crate::confluent::SchemaKey`] packed into a UUID.
     pub id: Uuid,
-    /// `VersionNumber`.
+    /// `VersionNumber`, or the version of the subject.
     pub number: i64,
 }
 

@@ -55,10 +55,11 @@ pub struct IcebergIo {
 /// "compatible"`, [`evolve`]).
 #[derive(Clone)]
 pub struct EvolutionSettings {
-    /// The channel's schema (`glue_schema_arn`): versions of another schema are never applied.
+    /// The channel's schema (`glue_schema_arn`, or the Confluent `subject`): versions of another
+    /// schema are never applied.
     pub schema_arn: String,
     /// The registry versions are looked up in.
-    pub registry: Arc<crate::gsr::RegistryClient>,
+    pub registry: crate::gsr::ChannelRegistry,
     /// The channel's version as activation resolved it (recorded first in the history).
     pub base: Option<evolve::VersionRef>,
     /// `record.format = "json"` with `version = "latest"`: how often to ask for a new latest

@@ -30,11 +30,12 @@ use super::table_state::table_checkpoints;
 use super::writer::{data_file_paths, write_data_files, WrittenFiles};
 use super::{EvolutionSettings, IcebergIo};
 use crate::config::GlueSchemaVersion;
+use crate::confluent::{self, SchemaKey};
 use crate::convert::Converter;
 use crate::destination::{BatchSink, Pushed, SinkError, Written};
 use crate::dlq::DlqEntry;
-use crate::gsr::wire::{parse_header, PayloadError, RecordDecoder};
-use crate::gsr::RegistryError;
+use crate::gsr::wire::{PayloadError, RecordDecoder};
+use crate::gsr::{ChannelRegistry, RegistryError};
 use crate::model::{BatchFiles, Checkpoints, DlqCode, DlqReason, ShardId};
 use crate::schema::MappedSchema;
 use crate::source::SourceRecord;
@@ -245,27 +246,46 @@ impl IcebergSink {
         if let Some(reason) = evo.refused.get(&id) {
             return Ok(Err(reason.clone()));
         }
-        let info = match evo.settings.registry.by_id(id).await {
-            Ok(info) => info,
-            Err(RegistryError::NotFound(_)) => {
-                return Ok(Err(DlqReason::record(
-                    DlqCode::InvalidSchema,
-                    format!("unknown schema version {id}"),
-                )))
-            }
-            Err(e) => {
-                telemetry::record_schema_lookup_error(&self.channel);
-                return Err(SinkError::unavailable(
-                    "schema registry",
-                    PayloadError::Registry { id, error: e },
-                ));
+        let candidate = match &evo.settings.registry {
+            ChannelRegistry::Glue(registry) => match registry.by_id(id).await {
+                Ok(info) => glue_candidate(&info, &evo.settings.schema_arn, &self.io.schema),
+                Err(RegistryError::NotFound(_)) => {
+                    return Ok(Err(DlqReason::record(
+                        DlqCode::InvalidSchema,
+                        format!("unknown schema version {id}"),
+                    )))
+                }
+                Err(e) => {
+                    telemetry::record_schema_lookup_error(&self.channel);
+                    return Err(SinkError::unavailable(
+                        "schema registry",
+                        PayloadError::Registry { id, error: e },
+                    ));
+                }
+            },
+            ChannelRegistry::Confluent(client) => {
+                let key = SchemaKey::from_uuid(id).expect("a Confluent channel's keys");
+                match client.by_id(key.id).await {
+                    Ok(resolved) => confluent_candidate(
+                        &resolved,
+                        key,
+                        client.subject(),
+                        self.io.schema.partition_field(),
+                    ),
+                    Err(confluent::RegistryError::NotFound(_)) => {
+                        return Ok(Err(confluent::unknown_id(&key)))
+                    }
+                    Err(error) => {
+                        telemetry::record_schema_lookup_error(&self.channel);
+                        return Err(SinkError::unavailable(
+                            "schema registry",
+                            PayloadError::ConfluentRegistry { id: key.id, error },
+                        ));
+                    }
+                }
             }
         };
-        let version = VersionRef {
-            id,
-            number: info.version_number,
-        };
-        match self.apply(&info, version).await? {
+        match self.apply(candidate).await? {
             Ok(mapped) => {
                 let conv = self.evolved_converter(mapped)?;
                 let evo = self.evolving.as_mut().expect("evolving");
@@ -280,15 +300,15 @@ impl IcebergSink {
         }
     }
 
-    /// Maps version `info` and applies it to the table unless it is there already; returns its
-    /// mapped schema, or why its records go to the DLQ.
+    /// Applies `candidate` to the table unless it is there already; returns its mapped schema,
+    /// or why its records go to the DLQ.
     /// A refused version is logged here, once per version and worker (the caller remembers it).
     async fn apply(
         &mut self,
-        info: &crate::gsr::SchemaVersionInfo,
-        version: VersionRef,
+        candidate: Candidate,
     ) -> Result<Result<Arc<MappedSchema>, DlqReason>, SinkError> {
-        let decided = self.decide(info, version).await?;
+        let version = candidate.version;
+        let decided = self.decide(candidate).await?;
         if let Err(reason) = &decided {
             let polls = self
                 .evolving
@@ -312,29 +332,18 @@ impl IcebergSink {
 
     async fn decide(
         &mut self,
-        info: &crate::gsr::SchemaVersionInfo,
-        version: VersionRef,
+        candidate: Candidate,
     ) -> Result<Result<Arc<MappedSchema>, DlqReason>, SinkError> {
         let evo = self.evolving.as_ref().expect("evolving");
         let base = evo.settings.base;
-        let label = format!("schema version {} ({})", info.version_number, version.id);
-        if info.schema_arn != evo.settings.schema_arn {
-            return Ok(Err(mismatch(format!(
-                "{label} is a version of {}, not of the channel's schema {}",
-                info.schema_arn, evo.settings.schema_arn
-            ))));
-        }
-        let doc = match crate::gsr::json_schema_of(info) {
-            Ok(d) => d,
-            Err(e) => return Ok(Err(mismatch(format!("{label}: {e}")))),
-        };
-        let mapped = match MappedSchema::from_json_schema(&doc, self.io.schema.partition_field()) {
-            Ok(m) => Arc::new(m),
-            Err(e) => {
-                return Ok(Err(mismatch(format!(
-                    "{label} cannot be mapped to an Iceberg schema: {e}"
-                ))))
-            }
+        let Candidate {
+            version,
+            label,
+            mapped,
+        } = candidate;
+        let mapped = match mapped {
+            Ok(m) => m,
+            Err(reason) => return Ok(Err(reason)),
         };
         // Another worker may have applied it since this table was loaded.
         if !is_applied(&self.table, version.id) {
@@ -387,7 +396,9 @@ impl IcebergSink {
             return Ok(());
         }
         evo.next_poll = Some(Instant::now() + every);
-        let registry = evo.settings.registry.clone();
+        let ChannelRegistry::Glue(registry) = evo.settings.registry.clone() else {
+            return Ok(());
+        };
         let arn = evo.settings.schema_arn.clone();
         let latest = match registry.by_arn(&arn, GlueSchemaVersion::Latest).await {
             Ok(v) => v,
@@ -405,7 +416,8 @@ impl IcebergSink {
             id: latest.version_id,
             number: latest.version_number,
         };
-        match self.apply(&latest, version).await? {
+        let candidate = glue_candidate(&latest, &arn, &self.io.schema);
+        match self.apply(candidate).await? {
             Ok(mapped) => {
                 let conv = self.evolved_converter(mapped)?;
                 let mut old = std::mem::replace(&mut *self.converter, Tagged::new(conv));
@@ -425,19 +437,17 @@ impl IcebergSink {
         Ok(())
     }
 
-    /// One record of a `gsr_json` channel under evolution: its version decides the converter.
+    /// One record of a `gsr_json` or Confluent channel under evolution: its schema version (id)
+    /// decides the converter.
     async fn push_versioned(&mut self, record: &[u8]) -> Result<Result<i64, DlqReason>, SinkError> {
-        let id = match parse_header(record) {
-            Ok((h, _)) => h.schema_version,
+        let id = match self.io.record_decoder.schema_key(record) {
+            Ok(id) => id,
             Err(reason) => return Ok(Err(reason)),
         };
         if let Err(reason) = self.prepare_version(id).await? {
             return Ok(Err(reason));
         }
-        let RecordDecoder::Gsr { decoder, .. } = &mut self.io.record_decoder else {
-            unreachable!("push_versioned is for gsr_json channels");
-        };
-        let payload = match decoder.payload_of(record) {
+        let payload = match self.io.record_decoder.payload_of(record) {
             Ok(p) => p,
             Err(reason) => return Ok(Err(reason)),
         };
@@ -505,6 +515,95 @@ impl IcebergSink {
     }
 }
 
+/// A schema version met in a record, looked up and mapped, as the evolution decides on it.
+struct Candidate {
+    version: VersionRef,
+    /// How messages name it: `schema version N (ID)`, `schema id N`.
+    label: String,
+    /// Its mapped schema, or why its records go to the DLQ (another schema's, unmappable).
+    mapped: Result<Arc<MappedSchema>, DlqReason>,
+}
+
+/// A Glue version `info` of the channel's schema `schema_arn`, mapped as JSON Schema or, on a
+/// `gsr_avro` channel (`channel` decodes Avro), as Avro.
+fn glue_candidate(
+    info: &crate::gsr::SchemaVersionInfo,
+    schema_arn: &str,
+    channel: &MappedSchema,
+) -> Candidate {
+    let partition_field = channel.partition_field();
+    let version = VersionRef {
+        id: info.version_id,
+        number: info.version_number,
+    };
+    let label = format!("schema version {} ({})", info.version_number, version.id);
+    let mapped = if info.schema_arn != schema_arn {
+        Err(mismatch(format!(
+            "{label} is a version of {}, not of the channel's schema {schema_arn}",
+            info.schema_arn
+        )))
+    } else if matches!(channel.decoding(), crate::schema::Decoding::Avro(_)) {
+        crate::gsr::map_glue_version(info, true, partition_field)
+            .map(Arc::new)
+            .map_err(|e| {
+                mismatch(format!(
+                    "{label} cannot be mapped to an Iceberg schema: {e}"
+                ))
+            })
+    } else {
+        crate::gsr::json_schema_of(info)
+            .map_err(|e| mismatch(format!("{label}: {e}")))
+            .and_then(|doc| {
+                MappedSchema::from_json_schema(&doc, partition_field).map_err(|e| {
+                    mismatch(format!(
+                        "{label} cannot be mapped to an Iceberg schema: {e}"
+                    ))
+                })
+            })
+            .map(Arc::new)
+    };
+    Candidate {
+        version,
+        label,
+        mapped,
+    }
+}
+
+/// A Confluent schema `resolved` met as `key` on a channel of `subject`: a version of another
+/// subject is refused.
+fn confluent_candidate(
+    resolved: &confluent::ResolvedSchema,
+    key: SchemaKey,
+    subject: &str,
+    partition_field: &str,
+) -> Candidate {
+    let number = resolved.version_in(subject);
+    let label = match number {
+        Some(n) => format!("{key} (version {n} of {subject})"),
+        None => key.to_string(),
+    };
+    let choice = (resolved.schema_type == confluent::SchemaType::Protobuf)
+        .then(|| crate::schema::protobuf::MessageSelector::Indexes(key.indexes.clone()));
+    let mapped = match number {
+        None => Err(confluent::not_the_channels(resolved, &key, subject)),
+        Some(_) => confluent::map_schema(resolved, partition_field, choice.as_ref())
+            .map(Arc::new)
+            .map_err(|e| {
+                mismatch(format!(
+                    "{label} cannot be mapped to an Iceberg schema: {e}"
+                ))
+            }),
+    };
+    Candidate {
+        version: VersionRef {
+            id: key.to_uuid().expect("a key from a record"),
+            number: number.unwrap_or(0),
+        },
+        label,
+        mapped,
+    }
+}
+
 #[async_trait]
 impl BatchSink for IcebergSink {
     fn buffered_bytes(&self) -> usize {
@@ -558,8 +657,11 @@ impl BatchSink for IcebergSink {
         let mut out = Vec::with_capacity(records.len());
         self.poll_latest().await?;
         self.pushing = self.slots.slot(shard);
-        let versioned =
-            self.evolving.is_some() && matches!(self.io.record_decoder, RecordDecoder::Gsr { .. });
+        let versioned = self.evolving.is_some()
+            && matches!(
+                self.io.record_decoder,
+                RecordDecoder::Gsr { .. } | RecordDecoder::Confluent { .. }
+            );
         for record in records {
             if versioned {
                 let pushed = self.push_versioned(&record.payload).await?;
