@@ -544,6 +544,34 @@ pub fn map_schema(
     }
 }
 
+/// Maps Avro writer schema `writer` resolved against reader schema `reader` (Avro 1.11 "Schema
+/// Resolution": the reader's defaults for the fields the writer lacks, its promotions): the
+/// result has the reader's Iceberg schema and decodes records of `writer`.
+///
+/// Errors: either schema has no mapping, or the pair cannot be resolved; naming both ids.
+pub fn map_avro_resolved(
+    writer: &ResolvedSchema,
+    reader: &ResolvedSchema,
+    partition_field: &str,
+) -> Result<MappedSchema, String> {
+    let texts = |r: &ResolvedSchema| -> Vec<String> {
+        r.references.iter().map(|x| x.schema.clone()).collect()
+    };
+    MappedSchema::from_avro_resolved(
+        &writer.schema,
+        &texts(writer),
+        &reader.schema,
+        &texts(reader),
+        partition_field,
+    )
+    .map_err(|e| {
+        format!(
+            "schema id {} read as schema id {}: {e}",
+            writer.id, reader.id
+        )
+    })
+}
+
 /// The Confluent message indexes of the message `name` (a full name) in Protobuf schema
 /// `resolved` (compiled with its references and the well-known types).
 ///

@@ -265,9 +265,17 @@ impl IcebergSink {
             },
             ChannelRegistry::Confluent(client) => {
                 let key = SchemaKey::from_uuid(id).expect("a Confluent channel's keys");
-                match client.by_id(key.id).await {
-                    Ok(resolved) => confluent_candidate(
+                let base = evo.base_id.and_then(SchemaKey::from_uuid);
+                let looked_up = match client.by_id(key.id).await {
+                    Ok(resolved) => older_avro_reader(client, &resolved, base.as_ref())
+                        .await
+                        .map(|reader| (resolved, reader)),
+                    Err(e) => Err(e),
+                };
+                match looked_up {
+                    Ok((resolved, reader)) => confluent_candidate(
                         &resolved,
+                        reader.as_deref(),
                         key,
                         client.subject(),
                         self.io.schema.partition_field(),
@@ -569,10 +577,38 @@ fn glue_candidate(
     }
 }
 
+/// The Avro reader schema records of `writer` are resolved against: the channel's base schema
+/// (`base`, the subject's latest version at activation, which the table was created or evolved
+/// from) when `writer` is an older version of the subject, so that the fields it lacks take the
+/// reader's defaults (Avro 1.11 "Schema Resolution"). `None` for other formats and for versions
+/// at or after the base (their own schema is the reader; the table evolves to it).
+///
+/// Errors: the base's lookup (cached for the process after activation, so a failure is rare).
+async fn older_avro_reader(
+    client: &confluent::ConfluentClient,
+    writer: &confluent::ResolvedSchema,
+    base: Option<&SchemaKey>,
+) -> Result<Option<Arc<confluent::ResolvedSchema>>, confluent::RegistryError> {
+    let Some(base) = base else {
+        return Ok(None);
+    };
+    if writer.schema_type != confluent::SchemaType::Avro || base.id == writer.id {
+        return Ok(None);
+    }
+    let reader = client.by_id(base.id).await?;
+    let subject = client.subject();
+    match (writer.version_in(subject), reader.version_in(subject)) {
+        (Some(w), Some(r)) if w < r => Ok(Some(reader)),
+        _ => Ok(None),
+    }
+}
+
 /// A Confluent schema `resolved` met as `key` on a channel of `subject`: a version of another
-/// subject is refused.
+/// subject is refused. An Avro writer older than the channel's base is read through `reader`
+/// ([`older_avro_reader`]).
 fn confluent_candidate(
     resolved: &confluent::ResolvedSchema,
+    reader: Option<&confluent::ResolvedSchema>,
     key: SchemaKey,
     subject: &str,
     partition_field: &str,
@@ -586,13 +622,16 @@ fn confluent_candidate(
         .then(|| crate::schema::protobuf::MessageSelector::Indexes(key.indexes.clone()));
     let mapped = match number {
         None => Err(confluent::not_the_channels(resolved, &key, subject)),
-        Some(_) => confluent::map_schema(resolved, partition_field, choice.as_ref())
-            .map(Arc::new)
-            .map_err(|e| {
-                mismatch(format!(
-                    "{label} cannot be mapped to an Iceberg schema: {e}"
-                ))
-            }),
+        Some(_) => match reader {
+            Some(reader) => confluent::map_avro_resolved(resolved, reader, partition_field),
+            None => confluent::map_schema(resolved, partition_field, choice.as_ref()),
+        }
+        .map(Arc::new)
+        .map_err(|e| {
+            mismatch(format!(
+                "{label} cannot be mapped to an Iceberg schema: {e}"
+            ))
+        }),
     };
     Candidate {
         version: VersionRef {
