@@ -18,6 +18,10 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 pub const DATA_FRESHNESS_SECONDS: &str = "floe_data_freshness_seconds";
 /// The channel's data freshness bound in force (configured or updated), seconds.
 pub const DATA_FRESHNESS_TARGET_SECONDS: &str = "floe_data_freshness_target_seconds";
+/// 1 for each channel this process serves, labelled with its record format (`json`, `gsr_json`,
+/// `json_sr`, `avro`, `gsr_avro`, `protobuf`): join on `channel` to break any channel metric down
+/// by format (the Prometheus "info metric" pattern; one series per channel).
+pub const CHANNEL_INFO: &str = "floe_channel_info";
 /// Records read from the source.
 pub const RECORDS_READ_TOTAL: &str = "floe_records_read_total";
 /// Records read again by this process (at or before the highest position it read of the shard),
@@ -144,6 +148,11 @@ pub fn describe() {
         DATA_FRESHNESS_TARGET_SECONDS,
         Unit::Seconds,
         "the channel's data_freshness in force (configuration or floe channel update)"
+    );
+    describe_gauge!(
+        CHANNEL_INFO,
+        Unit::Count,
+        "1 per channel served, labelled with its record format (join on channel)"
     );
     describe_counter!(
         RECORDS_READ_TOTAL,
@@ -518,6 +527,11 @@ pub fn record_files(channel: &str, sizes: impl IntoIterator<Item = u64>) {
         counter!(DATA_FILES_WRITTEN_TOTAL, "channel" => channel.to_string()).increment(1);
         histogram!(DATA_FILE_SIZE_BYTES, "channel" => channel.to_string()).record(size as f64);
     }
+}
+
+/// Publishes `channel`'s record format (`format`, as configured) as [`CHANNEL_INFO`].
+pub fn set_channel_info(channel: &str, format: &'static str) {
+    gauge!(CHANNEL_INFO, "channel" => channel.to_string(), "format" => format).set(1.0);
 }
 
 /// Sets the freshness bound of a channel.

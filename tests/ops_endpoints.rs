@@ -118,6 +118,11 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
         1.0
     );
     assert_eq!(sum(&s, "floe_data_freshness_target_seconds", &[ch]), 10.0);
+    assert_eq!(
+        sum(&s, "floe_channel_info", &[ch, r#"format="json""#]),
+        1.0,
+        "{scrape}"
+    );
     assert_eq!(sum(&s, "floe_pending_batches", &[ch]), 0.0);
     assert!(
         sum(
