@@ -14,8 +14,9 @@
 //!   record, array, map, decimal, enum) is read back by PyIceberg, each record once; the
 //!   version-1 records carry the reader's default in the added column (Avro schema resolution).
 //! - `protobuf` (ProtobufSerializer, message classes built at run time from a descriptor set):
-//!   Timestamp partition field, proto3 `optional`, a nested message, repeated, map, enum (the
-//!   value's name, `KIND_UNSPECIFIED` when unset), read back value by value.
+//!   Timestamp partition field, proto3 `optional`, a message field, repeated, map, enum (the
+//!   value's name, `KIND_UNSPECIFIED` when unset, an undeclared number as its text), read back
+//!   value by value, each record once.
 //! - For both: bad framing (magic byte 1), an unknown schema id and garbage after a valid header
 //!   go to the DLQ as `DESERIALIZATION_ERROR`, `INVALID_SCHEMA` and `DESERIALIZATION_ERROR`.
 
@@ -186,15 +187,14 @@ fn dlq_codes(dir: &Path) -> BTreeMap<u64, String> {
         .collect()
 }
 
+/// Records with their keys (ids).
+type Keyed = Vec<(u64, Vec<u8>)>;
+
 /// Three bad records with ids `first..first + 3`, made from a good `frame` whose framing (magic
 /// byte, schema id and, for Protobuf, message indexes) is its first `header` bytes: magic byte 1,
 /// an id the registry does not have, and bytes no schema reads after the valid header (an
 /// 11-byte varint). With the codes they get.
-fn bad_frames(
-    frame: &[u8],
-    header: usize,
-    first: u64,
-) -> (Vec<(u64, Vec<u8>)>, BTreeMap<u64, String>) {
+fn bad_frames(frame: &[u8], header: usize, first: u64) -> (Keyed, BTreeMap<u64, String>) {
     let mut magic = frame.to_vec();
     magic[0] = 1;
     let mut unknown = frame.to_vec();
@@ -472,8 +472,8 @@ fn avro_event_schema(v: u8) -> String {
 /// as a JSON number), and the row PyIceberg reads back (`region` the reader's default "eu" for a
 /// version-1 record).
 fn avro_event(id: u64, v: u8) -> (String, serde_json::Value) {
-    let note = (id % 3 != 0).then(|| format!("note {id}"));
-    let zip = (id % 2 == 0).then(|| format!("{:04}", id * 7));
+    let note = (!id.is_multiple_of(3)).then(|| format!("note {id}"));
+    let zip = id.is_multiple_of(2).then(|| format!("{:04}", id * 7));
     let amount = format!(
         "{}{}.{:02}",
         if id % 4 == 1 { "-" } else { "" },
@@ -593,7 +593,8 @@ fn proto_event_schema() -> String {
 }
 
 /// Protobuf record `id` in protobuf's JSON mapping, and the row PyIceberg reads back: an unset
-/// `optional` or message is null, an unset enum its value 0, an empty repeated field `[]`.
+/// `optional` or message is null, an unset enum its value 0's name, an undeclared enum number its
+/// text, an empty repeated field `[]`.
 fn proto_event(id: u64) -> (String, serde_json::Value) {
     let mut record = serde_json::json!({
         "id": id,
@@ -609,21 +610,25 @@ fn proto_event(id: u64) -> (String, serde_json::Value) {
         "attrs": {"a": id, "b": -(id as i64)},
         "kind": "KIND_UNSPECIFIED",
     });
-    if id % 3 != 0 {
+    if !id.is_multiple_of(3) {
         record["note"] = format!("note {id}").into();
         row["note"] = record["note"].clone();
     }
-    if id % 4 != 0 {
+    if !id.is_multiple_of(4) {
         let address =
             serde_json::json!({"city": format!("city {id}"), "zip": format!("{:04}", id * 7)});
         record["address"] = address.clone();
         row["address"] = address;
     }
-    if id % 5 != 0 {
+    if !id.is_multiple_of(5) {
         record["tags"] = serde_json::json!([format!("t{id}"), "u"]);
         row["tags"] = record["tags"].clone();
     }
-    if id % 3 != 1 {
+    if id % 10 == 7 {
+        // A number the enum does not declare (proto3 enums are open): stored as its text.
+        record["kind"] = 7.into();
+        row["kind"] = "7".into();
+    } else if id % 3 != 1 {
         let kind = ["KIND_A", "KIND_B"][id as usize % 2];
         record["kind"] = kind.into();
         row["kind"] = kind.into();
