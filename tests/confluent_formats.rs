@@ -14,7 +14,7 @@
 //!   record, array, map, decimal, enum) is read back by PyIceberg, each record once; the
 //!   version-1 records carry the reader's default in the added column (Avro schema resolution).
 //! - `protobuf` (ProtobufSerializer, message classes built at run time from a descriptor set):
-//!   Timestamp partition field, proto3 `optional`, a message field, repeated, map, enum (the
+//!   Timestamp partition field, proto3 `optional`, a nested message, repeated, map, enum (the
 //!   value's name, `KIND_UNSPECIFIED` when unset, an undeclared number as its text), read back
 //!   value by value, each record once.
 //! - For both: bad framing (magic byte 1), an unknown schema id and garbage after a valid header
@@ -538,8 +538,8 @@ async fn avro_is_delivered_once_with_every_value_and_older_records_take_the_read
 }
 
 /// `floe/e2e.proto` as a FileDescriptorSet in protobuf's JSON form: `Event` (the file's first
-/// message, so the channel's) with a Timestamp, a proto3 `optional`, a message field of the
-/// file's second message `Address`, a repeated field, a map and an enum.
+/// message, so the channel's; a second one follows) with a Timestamp, a proto3 `optional`, a
+/// field of its nested message `Address`, a repeated field, a map and an enum.
 fn proto_event_schema() -> String {
     let field = |name: &str, number: u32, ty: &str| serde_json::json!({"name": name, "number": number, "type": ty, "label": "LABEL_OPTIONAL"});
     let typed = |name: &str, number: u32, ty: &str, type_name: &str| {
@@ -567,22 +567,25 @@ fn proto_event_schema() -> String {
                     field("id", 1, "TYPE_INT64"),
                     typed("event_time", 2, "TYPE_MESSAGE", ".google.protobuf.Timestamp"),
                     note,
-                    typed("address", 4, "TYPE_MESSAGE", ".floe.e2e.Address"),
+                    typed("address", 4, "TYPE_MESSAGE", ".floe.e2e.Event.Address"),
                     tags,
                     attrs,
                     typed("kind", 7, "TYPE_ENUM", ".floe.e2e.Kind"),
                 ],
-                "nestedType": [{
-                    "name": "AttrsEntry",
-                    "options": {"mapEntry": true},
-                    "field": [field("key", 1, "TYPE_STRING"), field("value", 2, "TYPE_INT64")],
-                }],
+                "nestedType": [
+                    {
+                        "name": "AttrsEntry",
+                        "options": {"mapEntry": true},
+                        "field": [field("key", 1, "TYPE_STRING"), field("value", 2, "TYPE_INT64")],
+                    },
+                    {
+                        "name": "Address",
+                        "field": [field("city", 1, "TYPE_STRING"), field("zip", 2, "TYPE_STRING")],
+                    },
+                ],
                 "oneofDecl": [{"name": "_note"}],
             },
-            {
-                "name": "Address",
-                "field": [field("city", 1, "TYPE_STRING"), field("zip", 2, "TYPE_STRING")],
-            },
+            {"name": "Envelope", "field": [field("note", 1, "TYPE_STRING")]},
         ],
         "enumType": [{
             "name": "Kind",
