@@ -6,6 +6,12 @@
 //! - `record.format = "gsr_json"`: the channel's version (plain and zlib) is delivered, another
 //!   version of the schema is `SCHEMA_MISMATCH`, an id Glue does not know and plain JSON are
 //!   `INVALID_SCHEMA`;
+//! - `record.format = "gsr_avro"`: Avro datums written by apache-avro behind the header (plain and
+//!   zlib) land value for value (timestamp-micros partition, pre-epoch included, nullable unions
+//!   in both orders, a nested record, an enum); a second version adding an optional field evolves
+//!   the table (`evolution = "compatible"`) while version 1 keeps landing; an unknown version is
+//!   `INVALID_SCHEMA`, a datum that does not decode `DESERIALIZATION_ERROR`, a null partition
+//!   `MISSING_PARTITION_VALUE`;
 //! - a schema Glue does not have, or one in Avro: `floe channel create` records the channel FAILED.
 
 mod common;
@@ -49,6 +55,14 @@ const REGISTRY: &str = "floe-it";
 /// A schema (unique name) in [`REGISTRY`] whose version 1 is the Event schema and version 2 adds
 /// an optional field.
 async fn register_event_schema(endpoint: &str) -> GlueSchema {
+    let v1 = floe::tools::quickstart::EVENT_SCHEMA.to_string();
+    let mut v2: serde_json::Value = serde_json::from_str(&v1).unwrap();
+    v2["properties"]["note"] = serde_json::json!({"type": "string"});
+    register_schema(endpoint, DataFormat::Json, &v1, &v2.to_string()).await
+}
+
+/// A schema (unique name) in [`REGISTRY`] of data format `format` with versions `v1` and `v2`.
+async fn register_schema(endpoint: &str, format: DataFormat, v1: &str, v2: &str) -> GlueSchema {
     let glue = aws_clients(endpoint).await.glue();
     let registry = REGISTRY;
     if let Err(e) = glue.create_registry().registry_name(registry).send().await {
@@ -57,24 +71,21 @@ async fn register_event_schema(endpoint: &str) -> GlueSchema {
             .is_some_and(|s| s.is_already_exists_exception());
         assert!(exists, "create_registry: {e:?}");
     }
-    let v1 = floe::tools::quickstart::EVENT_SCHEMA.to_string();
     let created = glue
         .create_schema()
         .registry_id(RegistryId::builder().registry_name(registry).build())
         .schema_name(unique_name("events"))
-        .data_format(DataFormat::Json)
+        .data_format(format)
         .compatibility(Compatibility::None)
-        .schema_definition(&v1)
+        .schema_definition(v1)
         .send()
         .await
         .unwrap();
     let arn = created.schema_arn().unwrap().to_string();
-    let mut v2: serde_json::Value = serde_json::from_str(&v1).unwrap();
-    v2["properties"]["note"] = serde_json::json!({"type": "string"});
     let registered = glue
         .register_schema_version()
         .schema_id(SchemaId::builder().schema_arn(&arn).build())
-        .schema_definition(v2.to_string())
+        .schema_definition(v2)
         .send()
         .await
         .unwrap();
@@ -138,8 +149,17 @@ struct Run {
 
 impl Run {
     async fn new(format: &str, schema_lines: impl Fn(&GlueSchema) -> String) -> (GlueSchema, Run) {
+        let schema = register_event_schema(&aws_endpoint()).await;
+        Run::on(schema, format, schema_lines)
+    }
+
+    /// A run of a channel on `schema` (already registered).
+    fn on(
+        schema: GlueSchema,
+        format: &str,
+        schema_lines: impl Fn(&GlueSchema) -> String,
+    ) -> (GlueSchema, Run) {
         let endpoint = aws_endpoint();
-        let schema = register_event_schema(&endpoint).await;
         let dir = tempfile::tempdir().unwrap();
         let broker = Broker::start();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -183,9 +203,11 @@ impl Run {
 }
 
 /// What a run delivered: the ids PyIceberg reads, the DLQ codes by id, the schema version id
-/// recorded with the channel, and the worker's `/metrics` once everything was committed.
+/// recorded with the channel, the worker's `/metrics` once everything was committed, and what
+/// PyIceberg read (tests/py/read_table.py, every id sampled).
 struct Delivered {
     ids: BTreeSet<u64>,
+    table: serde_json::Value,
     codes: BTreeMap<u64, String>,
     recorded: Option<String>,
     metrics: String,
@@ -241,6 +263,7 @@ async fn deliver(
     let state = store.get_channel_state("it").await.unwrap().unwrap();
     Delivered {
         ids: delivered,
+        table,
         codes,
         recorded: state.schema_version_id,
         metrics,
@@ -306,6 +329,206 @@ async fn gsr_json_delivers_the_channels_version_and_dead_letters_the_others() {
         "{}",
         d.metrics
     );
+    schema.delete().await;
+}
+
+/// Version 1 of the `gsr_avro` test schema: a timestamp-micros partition field (nullable, so that
+/// a null one reaches the value rules), a nullable union, a nested record with a union in the
+/// other order, and an enum.
+const AVRO_V1: &str = r#"{"type": "record", "name": "Event", "namespace": "floe.it", "fields": [
+  {"name": "id", "type": "long"},
+  {"name": "event_time", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
+  {"name": "amount", "type": ["null", "double"], "default": null},
+  {"name": "user", "type": {"type": "record", "name": "User", "fields": [
+    {"name": "name", "type": "string"},
+    {"name": "age", "type": ["int", "null"]}]}},
+  {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["CLICK", "VIEW", "BUY"]}}
+]}"#;
+
+/// Version 2: version 1 with an added optional field `note`.
+fn avro_v2() -> String {
+    let mut v2: serde_json::Value = serde_json::from_str(AVRO_V1).unwrap();
+    v2["fields"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "note", "type": ["null", "string"], "default": null}));
+    v2.to_string()
+}
+
+/// Event `id` written by apache-avro under `schema` (`note` only under version 2; no
+/// `event_time` with `null_partition`), and the row PyIceberg reads back for it.
+fn avro_event(
+    schema: &apache_avro::Schema,
+    id: u64,
+    v2: bool,
+    null_partition: bool,
+) -> (Vec<u8>, serde_json::Value) {
+    use apache_avro::types::Value as AV;
+    use serde_json::json;
+    // Micros never zero (Python's isoformat drops a zero fraction), pre-epoch included.
+    let micros = if id % 10 == 5 {
+        -86_400_000_000 * 365 - 123_457 - id as i64
+    } else {
+        BASE_MS * 1000 + id as i64 * 1_234_567_891 + 1
+    };
+    let iso = iso_micros(micros);
+    let kinds = ["CLICK", "VIEW", "BUY"];
+    let kind = (id % 3) as usize;
+    let amount = (id % 4 != 0).then(|| id as f64 * 0.25 - 3.125);
+    let age = (id % 3 != 0).then_some(20 + id as i32);
+    let note = (v2 && id % 4 != 1).then(|| format!("n{id} ☃"));
+    let mut fields = vec![
+        ("id".to_string(), AV::Long(id as i64)),
+        (
+            "event_time".to_string(),
+            match null_partition {
+                true => AV::Union(0, Box::new(AV::Null)),
+                false => AV::Union(1, Box::new(AV::TimestampMicros(micros))),
+            },
+        ),
+        (
+            "amount".to_string(),
+            match amount {
+                Some(a) => AV::Union(1, Box::new(AV::Double(a))),
+                None => AV::Union(0, Box::new(AV::Null)),
+            },
+        ),
+        (
+            "user".to_string(),
+            AV::Record(vec![
+                ("name".to_string(), AV::String(format!("u{id}"))),
+                (
+                    "age".to_string(),
+                    match age {
+                        Some(a) => AV::Union(0, Box::new(AV::Int(a))),
+                        None => AV::Union(1, Box::new(AV::Null)),
+                    },
+                ),
+            ]),
+        ),
+        (
+            "kind".to_string(),
+            AV::Enum(kind as u32, kinds[kind].to_string()),
+        ),
+    ];
+    if v2 {
+        fields.push((
+            "note".to_string(),
+            match &note {
+                Some(n) => AV::Union(1, Box::new(AV::String(n.clone()))),
+                None => AV::Union(0, Box::new(AV::Null)),
+            },
+        ));
+    }
+    let bytes = apache_avro::to_avro_datum(schema, AV::Record(fields)).unwrap();
+    let row = json!({
+        "id": id,
+        "event_time": iso,
+        "amount": amount,
+        "user": {"name": format!("u{id}"), "age": age},
+        "kind": kinds[kind],
+        "note": note,
+    });
+    (bytes, row)
+}
+
+/// `micros` since the epoch as Python's `datetime.isoformat()` prints a UTC timestamp with a
+/// non-zero fraction (days to civil date: H. Hinnant's `civil_from_days`).
+fn iso_micros(micros: i64) -> String {
+    let (days, in_day) = (
+        micros.div_euclid(86_400_000_000),
+        micros.rem_euclid(86_400_000_000),
+    );
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (s, frac) = (in_day / 1_000_000, in_day % 1_000_000);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{frac:06}+00:00",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gsr_avro_delivers_every_value_evolves_the_table_and_dead_letters_bad_records() {
+    let schema = register_schema(&aws_endpoint(), DataFormat::Avro, AVRO_V1, &avro_v2()).await;
+    let (schema, run) = Run::on(schema, "gsr_avro", |s| {
+        format!(
+            "glue_schema_arn = \"{}\"\n  version = 1\n  evolution = \"compatible\"",
+            s.arn
+        )
+    });
+    let (v1, v2, unknown) = (schema.versions[0], schema.versions[1], Uuid::new_v4());
+    let s1 = apache_avro::Schema::parse_str(AVRO_V1).unwrap();
+    let s2 = apache_avro::Schema::parse_str(&avro_v2()).unwrap();
+    let mut rows = BTreeMap::new();
+    let mut expected_codes = BTreeMap::new();
+    let records: Vec<(u64, Vec<u8>)> = (0..200u64)
+        .map(|id| {
+            let (payload, code) = match id % 10 {
+                // Version 2 (plain and zlib) among version 1's records, before and after.
+                2 | 3 => {
+                    let (bytes, row) = avro_event(&s2, id, true, false);
+                    rows.insert(id, row);
+                    (frame(v2, id % 10 == 3, &bytes), None)
+                }
+                6 => {
+                    let (bytes, _) = avro_event(&s1, id, false, false);
+                    (frame(unknown, false, &bytes), Some("INVALID_SCHEMA"))
+                }
+                // A varint that never ends: not an Avro datum.
+                7 => (frame(v1, false, &[0x80; 3]), Some("DESERIALIZATION_ERROR")),
+                8 => {
+                    let (bytes, _) = avro_event(&s1, id, false, true);
+                    (
+                        frame(v1, id % 20 == 8, &bytes),
+                        Some("MISSING_PARTITION_VALUE"),
+                    )
+                }
+                n => {
+                    let (bytes, row) = avro_event(&s1, id, false, false);
+                    rows.insert(id, row);
+                    (frame(v1, n == 1 || n == 5, &bytes), None)
+                }
+            };
+            if let Some(code) = code {
+                expected_codes.insert(id, code.to_string());
+            }
+            (id, payload)
+        })
+        .collect();
+    let d = run.deliver(&records).await;
+    assert_eq!(d.codes, expected_codes);
+    assert_eq!(d.ids, rows.keys().copied().collect());
+    let sample = d.table["sample"].as_object().unwrap();
+    for (id, row) in &rows {
+        assert_eq!(&sample[&id.to_string()], row, "id {id}");
+    }
+    let types = &d.table["schema"];
+    assert_eq!(types["event_time"], "timestamptz");
+    assert_eq!(types["amount"], "double");
+    assert_eq!(types["user.age"], "int");
+    assert_eq!(types["kind"], "string");
+    assert_eq!(types["note"], "string", "the table evolved to version 2");
+    let required: BTreeSet<&str> = d.table["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        required,
+        ["id", "event_time", "user", "user.name", "kind"].into()
+    );
+    assert_eq!(d.recorded, Some(v1.to_string()));
     schema.delete().await;
 }
 
