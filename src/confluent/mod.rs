@@ -527,16 +527,7 @@ pub fn map_schema(
                 .map_err(|e| format!("schema id {id}: {e}"))
         }
         SchemaType::Protobuf => {
-            use crate::schema::protobuf::ProtoFile;
-            // files[0] is the schema itself; its references by the import names it uses.
-            let mut files = vec![ProtoFile {
-                name: format!("confluent-schema-{id}.proto"),
-                text: resolved.schema.clone(),
-            }];
-            files.extend(resolved.references.iter().map(|r| ProtoFile {
-                name: r.name.clone(),
-                text: r.schema.clone(),
-            }));
+            let files = proto_files(resolved);
             let first = MessageSelector::Indexes(vec![0]);
             MappedSchema::from_protobuf(&files, message.unwrap_or(&first), partition_field)
                 .map_err(|e| format!("schema id {id}: {e}"))
@@ -577,56 +568,23 @@ pub fn map_avro_resolved(
 ///
 /// Errors: the schema does not compile, or its file has no such message.
 pub fn message_indexes(resolved: &ResolvedSchema, name: &str) -> Result<Vec<i32>, String> {
-    use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
-    /// The schema and its references, by import name.
-    struct Sources(Vec<(String, String)>);
-    impl FileResolver for Sources {
-        fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-            match self.0.iter().find(|(n, _)| n == name) {
-                Some((n, text)) => File::from_source(n, text),
-                None => Err(protox::Error::file_not_found(name)),
-            }
-        }
-    }
-    let id = resolved.id;
-    let root = format!("confluent-schema-{id}.proto");
-    let mut sources = vec![(root.clone(), resolved.schema.clone())];
-    sources.extend(
-        resolved
-            .references
-            .iter()
-            .map(|r| (r.name.clone(), r.schema.clone())),
-    );
-    let mut chain = ChainFileResolver::new();
-    chain.add(Sources(sources));
-    chain.add(GoogleFileResolver::new());
-    let mut compiler = protox::Compiler::with_file_resolver(chain);
-    compiler
-        .open_file(&root)
-        .map_err(|e| format!("schema id {id} does not compile: {e}"))?;
-    let pool = compiler.descriptor_pool();
-    let name = name.trim_start_matches('.');
-    let mut current = pool
-        .get_message_by_name(name)
-        .filter(|m| m.parent_file().name() == root)
-        .ok_or_else(|| format!("schema id {id} has no message {name}"))?;
-    // Confluent's indexes: the message's position among its parent's nested types (map entries
-    // included, where protoc puts them), from the file's top level down.
-    let mut indexes = Vec::new();
-    loop {
-        let parent = current.parent_message();
-        let position = match &parent {
-            Some(p) => p.child_messages().position(|m| m == current),
-            None => current.parent_file().messages().position(|m| m == current),
-        };
-        indexes.push(position.expect("a message is among its parent's") as i32);
-        match parent {
-            Some(p) => current = p,
-            None => break,
-        }
-    }
-    indexes.reverse();
-    Ok(indexes)
+    crate::schema::protobuf::message_indexes(&proto_files(resolved), name)
+        .map_err(|e| format!("schema id {}: {e}", resolved.id))
+}
+
+/// Protobuf schema `resolved` as `.proto` files: `[0]` the schema itself, then its references
+/// by the import names it uses.
+fn proto_files(resolved: &ResolvedSchema) -> Vec<crate::schema::protobuf::ProtoFile> {
+    use crate::schema::protobuf::ProtoFile;
+    let mut files = vec![ProtoFile {
+        name: format!("confluent-schema-{}.proto", resolved.id),
+        text: resolved.schema.clone(),
+    }];
+    files.extend(resolved.references.iter().map(|r| ProtoFile {
+        name: r.name.clone(),
+        text: r.schema.clone(),
+    }));
+    files
 }
 
 /// Why a record of schema `key` (resolved, not the channel's) goes to the DLQ: a schema of

@@ -327,6 +327,37 @@ fn compile(files: &[ProtoFile]) -> Result<DescriptorPool, SchemaError> {
     Ok(compiler.descriptor_pool())
 }
 
+/// The Confluent message indexes of the message `name` (a full name, leading `.` allowed) of
+/// `files[0]`, compiled with the other `files`: its position among its parent's nested messages
+/// (map entries included, where protoc puts them), from the file's top level down
+/// (Confluent wire format, "message indexes"). The inverse of [`MessageSelector::Indexes`].
+///
+/// Errors: the files do not compile, or `files[0]` declares no such message.
+pub fn message_indexes(files: &[ProtoFile], name: &str) -> Result<Vec<i32>, SchemaError> {
+    let pool = compile(files)?;
+    let name = name.trim_start_matches('.');
+    let root = file_name(&files[0]);
+    let mut current = pool
+        .get_message_by_name(name)
+        .filter(|m| m.parent_file().name() == root)
+        .ok_or_else(|| SchemaError::invalid("", format!("no message {name} in the schema")))?;
+    let mut indexes = Vec::new();
+    loop {
+        let parent = current.parent_message();
+        let position = match &parent {
+            Some(p) => p.child_messages().position(|m| m == current),
+            None => current.parent_file().messages().position(|m| m == current),
+        };
+        indexes.push(position.expect("a message is among its parent's") as i32);
+        match parent {
+            Some(p) => current = p,
+            None => break,
+        }
+    }
+    indexes.reverse();
+    Ok(indexes)
+}
+
 fn select_message(
     pool: &DescriptorPool,
     files: &[ProtoFile],
