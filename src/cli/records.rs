@@ -3,7 +3,8 @@
 //! JSON line per input record.
 //!
 //! ```text
-//! floe records check --schema FILE [--partition-field NAME] [--format json|gsr_json|json_sr]
+//! floe records check --schema FILE [--partition-field NAME]
+//!                    [--format json|gsr_json|json_sr|avro|protobuf] [--message NAME]
 //!                    [--schema-version UUID=FILE ...] [--encoding lines|hex] [INPUT|-]
 //!                    [--schema-id ID] [--registry-url URL] [--subject SUBJECT]
 //! ```
@@ -30,6 +31,14 @@
 //! id is looked up and converted with its own schema (`SCHEMA_MISMATCH` when it is not a version
 //! of `--subject`, `INVALID_SCHEMA` when the registry does not have it). Bad framing is
 //! `DESERIALIZATION_ERROR`.
+//!
+//! `avro` and `protobuf` are checked the same way, `--schema` being an Avro schema (`.avsc`, JSON)
+//! or a `.proto` file (imports: the well-known types only; schemas with references are checked
+//! through the registry). For `protobuf`, `--message` (a full name, `package.Message`; default the
+//! file's first message) is the channel's message: a record of `--schema-id` whose message indexes
+//! name another message is `SCHEMA_MISMATCH`. The default partition field is the only top-level
+//! `timestamp-millis`/`timestamp-micros` field (Avro) or singular `google.protobuf.Timestamp`
+//! (Protobuf).
 //!
 //! Exit status: 0 when every record was examined (whatever the outcome), 2 when the setup is refused
 //! (schema refused, unreadable file, bad flag value; the reason on stderr).
@@ -90,16 +99,23 @@ pub enum InputEncoding {
 /// Arguments of `floe records check`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct RecordsCheckArgs {
-    /// JSON Schema file (draft-04 or draft-07; no `$schema` means draft-07).
+    /// The channel's schema: a JSON Schema file (draft-04 or draft-07; no `$schema` means
+    /// draft-07) for `json`, `gsr_json` and `json_sr`; an Avro schema (`.avsc`) for `avro`; a
+    /// `.proto` file for `protobuf`.
     #[arg(long, value_name = "FILE")]
     pub schema: PathBuf,
-    /// The partition field (a top-level string with format date-time). Default: the schema's only
-    /// top-level date-time field.
+    /// The partition field (a top-level `timestamptz`: a string with format date-time, an Avro
+    /// `timestamp-millis`/`timestamp-micros`, a `google.protobuf.Timestamp`). Default: the
+    /// schema's only such field.
     #[arg(long, value_name = "NAME")]
     pub partition_field: Option<String>,
     /// Record framing.
     #[arg(long, value_enum, default_value = "json")]
     pub format: RecordFormat,
+    /// The message of the `.proto` file the channel's records hold (`--format protobuf`), by full
+    /// name (`package.Message`). Default: the file's first message.
+    #[arg(long, value_name = "NAME")]
+    pub message: Option<String>,
     /// A schema version of the registry, for `gsr_json` (repeatable): `UUID=FILE`.
     #[arg(long = "schema-version", value_name = "UUID=FILE")]
     pub schema_versions: Vec<String>,
@@ -142,6 +158,9 @@ pub struct ConfluentArgs {
 pub struct ConfluentCheck {
     protobuf: bool,
     schema_id: Option<u32>,
+    /// For `protobuf`: the message indexes of `--message` (`[0]`, the first message, by default)
+    /// and its name.
+    own_message: Option<(Vec<i32>, String)>,
     registry: Option<(tokio::runtime::Runtime, crate::confluent::ConfluentClient)>,
     subject: Option<String>,
     partition: String,
@@ -177,6 +196,7 @@ impl ConfluentCheck {
         Ok(ConfluentCheck {
             protobuf,
             schema_id: args.schema_id,
+            own_message: None,
             registry,
             subject: args.subject.clone(),
             partition: partition.to_string(),
@@ -282,6 +302,14 @@ fn read_json(path: &Path) -> Result<Value, Refusal> {
 
 /// Builds the setup of a check; `Err` is a refusal with its reason.
 pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
+    if args.message.is_some() && args.format != RecordFormat::Protobuf {
+        return Err(Refusal(
+            "--message applies to --format protobuf only".to_string(),
+        ));
+    }
+    if matches!(args.format, RecordFormat::Avro | RecordFormat::Protobuf) {
+        return setup_avro_or_protobuf(args);
+    }
     let doc = read_json(&args.schema)?;
     let partition = match &args.partition_field {
         Some(p) => p.clone(),
@@ -310,23 +338,9 @@ pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
         || args.confluent.schema_id.is_some()
         || args.confluent.subject.is_some();
     let confluent = match args.format {
-        RecordFormat::JsonSr | RecordFormat::Avro | RecordFormat::Protobuf => {
-            if args.evolution == Evolution::Compatible || !args.schema_versions.is_empty() {
-                return Err(Refusal(
-                    "--evolution and --schema-version apply to --format gsr_json only".to_string(),
-                ));
-            }
-            if args.format != RecordFormat::JsonSr {
-                return Err(Refusal(format!(
-                    "--format {:?}: --schema is a JSON Schema; Avro and Protobuf schema files need their mappers (not in this build)",
-                    args.format
-                )));
-            }
-            Some(ConfluentCheck::new(
-                &args.confluent,
-                args.format == RecordFormat::Protobuf,
-                &partition,
-            )?)
+        RecordFormat::JsonSr => {
+            refuse_gsr_flags(args)?;
+            Some(ConfluentCheck::new(&args.confluent, false, &partition)?)
         }
         _ if confluent_args => {
             return Err(Refusal(
@@ -396,6 +410,112 @@ pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
         notes: Vec::new(),
         confluent,
     })
+}
+
+/// The refusal of `--evolution` and `--schema-version` with a Confluent format.
+fn refuse_gsr_flags(args: &RecordsCheckArgs) -> Result<(), Refusal> {
+    if args.evolution == Evolution::Compatible || !args.schema_versions.is_empty() {
+        return Err(Refusal(
+            "--evolution and --schema-version apply to --format gsr_json only".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// The setup of `--format avro` or `protobuf`: `--schema` is an Avro schema or a `.proto` file.
+fn setup_avro_or_protobuf(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
+    use crate::confluent::{ResolvedSchema, SchemaType};
+    use crate::schema::protobuf::{timestamp_fields, MessageSelector, ProtoFile};
+    refuse_gsr_flags(args)?;
+    let path = args.schema.display();
+    let text = std::fs::read_to_string(&args.schema)
+        .map_err(|e| Refusal(format!("cannot read --schema {path}: {e}")))?;
+    let protobuf = args.format == RecordFormat::Protobuf;
+    let refused =
+        |e: crate::schema::SchemaError| Refusal(format!("--schema {path}: schema refused: {e}"));
+    let files = [ProtoFile {
+        name: args
+            .schema
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        text: text.clone(),
+    }];
+    let selector = match &args.message {
+        Some(name) => MessageSelector::Name(name.clone()),
+        None => MessageSelector::Indexes(vec![0]),
+    };
+    let partition = match &args.partition_field {
+        Some(p) => p.clone(),
+        None => {
+            let candidates = if protobuf {
+                timestamp_fields(&files, &selector).map_err(refused)?
+            } else {
+                avro_timestamp_fields(&text)
+                    .map_err(|e| Refusal(format!("--schema {path} is not an Avro schema: {e}")))?
+            };
+            match candidates.as_slice() {
+                [one] => one.clone(),
+                [] => {
+                    return Err(Refusal(format!(
+                        "--schema {path} has no top-level {} field to partition by: give --partition-field",
+                        if protobuf { "google.protobuf.Timestamp" } else { "timestamp-millis or timestamp-micros" }
+                    )))
+                }
+                _ => {
+                    return Err(Refusal(format!(
+                        "several timestamp fields ({}): choose one with --partition-field",
+                        candidates.join(", ")
+                    )))
+                }
+            }
+        }
+    };
+    let schema = if protobuf {
+        MappedSchema::from_protobuf(&files, &selector, &partition)
+    } else {
+        MappedSchema::from_avro(&text, &[], &partition)
+    }
+    .map_err(refused)?;
+    let mut confluent = ConfluentCheck::new(&args.confluent, protobuf, &partition)?;
+    if let crate::schema::Decoding::Protobuf(message) = schema.decoding() {
+        let resolved = ResolvedSchema {
+            id: args.confluent.schema_id.unwrap_or(0),
+            schema_type: SchemaType::Protobuf,
+            schema: text,
+            references: Vec::new(),
+            subjects: Vec::new(),
+        };
+        let indexes = crate::confluent::message_indexes(&resolved, &message.name)
+            .map_err(|e| Refusal(format!("--schema {path}: {e}")))?;
+        confluent.own_message = Some((indexes, message.name.clone()));
+    }
+    Ok(CheckSetup {
+        schema: Arc::new(schema),
+        gsr: None,
+        evolution: None,
+        notes: Vec::new(),
+        confluent: Some(confluent),
+    })
+}
+
+/// The top-level fields of Avro schema `text` whose type is a `long` with logical type
+/// `timestamp-millis` or `timestamp-micros`: the candidates for the partition field.
+fn avro_timestamp_fields(text: &str) -> Result<Vec<String>, String> {
+    let doc: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let fields = doc["fields"]
+        .as_array()
+        .ok_or("the schema is not a record with fields")?;
+    Ok(fields
+        .iter()
+        .filter(|f| {
+            matches!(
+                f["type"]["logicalType"].as_str(),
+                Some("timestamp-millis" | "timestamp-micros")
+            ) && f["type"]["type"] == "long"
+        })
+        .filter_map(|f| f["name"].as_str().map(str::to_string))
+        .collect())
 }
 
 fn decode_hex(line: &[u8]) -> Option<Vec<u8>> {
@@ -515,9 +635,21 @@ fn check_confluent(
     record: &[u8],
 ) -> Result<(Value, i64), DlqReason> {
     let framed = crate::confluent::wire::parse(record, c.protobuf)?;
-    let own = match c.schema_id {
+    let own_id = match c.schema_id {
         Some(id) => id == framed.id,
         None => c.registry.is_none(),
+    };
+    let own = match &c.own_message {
+        Some((indexes, name)) if own_id && *indexes != framed.indexes => {
+            return Err(DlqReason::record(
+                DlqCode::SchemaMismatch,
+                format!(
+                    "schema id {} message {:?} is not the channel's message {name} ({indexes:?})",
+                    framed.id, framed.indexes
+                ),
+            ))
+        }
+        _ => own_id,
     };
     let conv = if own {
         conv
@@ -672,5 +804,235 @@ mod tests {
         );
         let before_1970 = outcome_json(0, &Ok((json!({}), -1)), "t");
         assert_eq!(before_1970["hour"], "1969-12-31-23");
+    }
+
+    /// 2026-07-09T20:00:00Z in seconds since 1970 (hour 495452).
+    const SECONDS: i64 = 1_783_627_200;
+
+    fn args(format: RecordFormat, schema: &Path) -> RecordsCheckArgs {
+        RecordsCheckArgs {
+            schema: schema.to_path_buf(),
+            partition_field: None,
+            format,
+            message: None,
+            schema_versions: Vec::new(),
+            evolution: Evolution::None,
+            confluent: ConfluentArgs::default(),
+            encoding: InputEncoding::Hex,
+            input: "-".to_string(),
+        }
+    }
+
+    fn refusal(args: &RecordsCheckArgs) -> String {
+        match setup(args) {
+            Err(Refusal(reason)) => reason,
+            Ok(_) => panic!("expected a refusal"),
+        }
+    }
+
+    /// Checks `frames` (hex lines, as `--encoding hex` reads them); one JSON outcome per frame.
+    fn check(args: &RecordsCheckArgs, frames: &[Vec<u8>]) -> Vec<Value> {
+        let mut s = setup(args).unwrap_or_else(|Refusal(r)| panic!("{r}"));
+        let mut input = String::new();
+        for f in frames {
+            for b in f {
+                input.push_str(&format!("{b:02x}"));
+            }
+            input.push('\n');
+        }
+        let pf = s.schema.partition_field().to_string();
+        check_records(&mut s, input.as_bytes(), InputEncoding::Hex)
+            .iter()
+            .enumerate()
+            .map(|(i, o)| outcome_json(i, o, &pf))
+            .collect()
+    }
+
+    fn code(outcome: &Value) -> &str {
+        outcome["dlq"]["code"].as_str().unwrap_or("row")
+    }
+
+    fn confluent_frame(id: u32, indexes: &[u8], payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8];
+        f.extend_from_slice(&id.to_be_bytes());
+        f.extend_from_slice(indexes);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    const AVRO_EVENT: &str = r#"{"type": "record", "name": "Event", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "score", "type": "float"},
+        {"name": "digest", "type": {"type": "fixed", "name": "D3", "size": 3}},
+        {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-micros"}}
+    ]}"#;
+
+    fn avro_event(id: i64) -> Vec<u8> {
+        use apache_avro::types::Value as AV;
+        let schema = apache_avro::Schema::parse_str(AVRO_EVENT).unwrap();
+        apache_avro::to_avro_datum(
+            &schema,
+            AV::Record(vec![
+                ("id".into(), AV::Long(id)),
+                (
+                    "event_time".into(),
+                    AV::TimestampMicros(SECONDS * 1_000_000),
+                ),
+                ("score".into(), AV::Float(1.1)),
+                ("digest".into(), AV::Fixed(3, vec![1, 0xab, 0xff])),
+                ("local".into(), AV::LocalTimestampMicros(1)),
+            ]),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn avro_records_are_checked_against_an_avsc_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let avsc = dir.path().join("event.avsc");
+        std::fs::write(&avsc, AVRO_EVENT).unwrap();
+        let mut a = args(RecordFormat::Avro, &avsc);
+        a.confluent.schema_id = Some(7);
+        let good = avro_event(42);
+        let out = check(
+            &a,
+            &[
+                confluent_frame(7, &[], &good),
+                confluent_frame(8, &[], &good),
+                confluent_frame(7, &[], &good[..good.len() - 1]),
+                b"\x01\x00\x00\x00\x07".to_vec(),
+            ],
+        );
+        assert_eq!(
+            out[0],
+            json!({
+                "index": 0,
+                "row": {
+                    "id": 42, "event_time": "2026-07-09T20:00:00.000000+00:00", "score": 1.1,
+                    "digest": "01abff", "local": "1970-01-01T00:00:00.000001"
+                },
+                "partition": {"event_time_hour": 495_452},
+                "hour": "2026-07-09-20",
+            })
+        );
+        let codes: Vec<&str> = out.iter().map(code).collect();
+        assert_eq!(
+            codes,
+            [
+                "row",
+                "INVALID_SCHEMA",
+                "DESERIALIZATION_ERROR",
+                "DESERIALIZATION_ERROR"
+            ],
+            "{out:?}"
+        );
+        // Without --schema-id nor a registry, any id is the file's.
+        a.confluent.schema_id = None;
+        let out = check(&a, &[confluent_frame(8, &[], &good)]);
+        assert_eq!(out[0]["row"]["id"], 42, "{out:?}");
+    }
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    const PROTO: &str = r#"syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Other { string x = 1; }
+message Event {
+  int64 id = 1;
+  google.protobuf.Timestamp event_time = 2;
+  float score = 3;
+}
+"#;
+
+    /// `shop.Event{id, event_time: SECONDS, score: 0.25}` in the Protobuf binary encoding.
+    fn proto_event(id: u64) -> Vec<u8> {
+        let mut ts = vec![0x08];
+        varint(SECONDS as u64, &mut ts);
+        let mut m = vec![0x08];
+        varint(id, &mut m);
+        m.push(0x12);
+        varint(ts.len() as u64, &mut m);
+        m.extend_from_slice(&ts);
+        m.push(0x1d);
+        m.extend_from_slice(&0.25f32.to_le_bytes());
+        m
+    }
+
+    #[test]
+    fn protobuf_records_are_checked_against_the_message_of_a_proto_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let proto = dir.path().join("shop.proto");
+        std::fs::write(&proto, PROTO).unwrap();
+        let mut a = args(RecordFormat::Protobuf, &proto);
+        a.message = Some("shop.Event".to_string());
+        a.confluent.schema_id = Some(3);
+        let payload = proto_event(42);
+        // Message indexes: [1] (count 1, index 1, zigzag varints) is shop.Event; none is [0].
+        let out = check(
+            &a,
+            &[
+                confluent_frame(3, &[2, 2], &payload),
+                confluent_frame(3, &[0], &payload),
+                confluent_frame(4, &[2, 2], &payload),
+            ],
+        );
+        assert_eq!(
+            out[0]["row"],
+            json!({"id": 42, "event_time": "2026-07-09T20:00:00.000000+00:00", "score": 0.25}),
+            "{out:?}"
+        );
+        assert_eq!(out[0]["partition"]["event_time_hour"], 495_452);
+        let codes: Vec<&str> = out.iter().map(code).collect();
+        assert_eq!(
+            codes,
+            ["row", "SCHEMA_MISMATCH", "INVALID_SCHEMA"],
+            "{out:?}"
+        );
+        assert!(
+            out[1]["dlq"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("shop.Event"),
+            "{out:?}"
+        );
+        // The default message is the file's first: shop.Other has no timestamp to partition by.
+        a.message = None;
+        let why = refusal(&a);
+        assert!(why.contains("--partition-field"), "{why}");
+        a.message = Some("shop.Missing".to_string());
+        let why = refusal(&a);
+        assert!(
+            why.contains("shop.Missing") && why.contains("--schema"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn flags_of_another_format_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let avsc = dir.path().join("event.avsc");
+        std::fs::write(&avsc, AVRO_EVENT).unwrap();
+        let mut a = args(RecordFormat::Avro, &avsc);
+        a.message = Some("Event".to_string());
+        assert!(refusal(&a).contains("--message"));
+        a.message = None;
+        a.evolution = Evolution::Compatible;
+        assert!(refusal(&a).contains("--evolution"));
+        // A JSON Schema given to --format avro is named as not an Avro schema.
+        let json = dir.path().join("event.json");
+        std::fs::write(&json, r#"{"type": "object", "properties": {}}"#).unwrap();
+        let why = refusal(&args(RecordFormat::Avro, &json));
+        assert!(
+            why.contains("--schema") && why.contains("event.json"),
+            "{why}"
+        );
     }
 }

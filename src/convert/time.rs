@@ -195,10 +195,15 @@ pub fn hour_of_micros(us: i64) -> i64 {
 
 /// `YYYY-MM-DDTHH:MM:SS.ffffff+00:00` (Iceberg's JSON single-value form of `timestamptz`).
 pub fn format_timestamptz(us: i64) -> String {
+    format!("{}+00:00", format_timestamp(us))
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.ffffff` (Iceberg's JSON single-value form of `timestamp`, without zone).
+pub fn format_timestamp(us: i64) -> String {
     let days = us.div_euclid(MICROS_PER_DAY);
     let rem = us.rem_euclid(MICROS_PER_DAY);
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}T{}+00:00", format_time(rem))
+    format!("{y:04}-{m:02}-{d:02}T{}", format_time(rem))
 }
 
 /// `YYYY-MM-DD`.

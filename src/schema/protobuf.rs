@@ -283,6 +283,27 @@ impl MappedSchema {
     }
 }
 
+/// The top-level singular `google.protobuf.Timestamp` fields of the message `message` of
+/// `files[0]`, in field order: the candidates for the partition field.
+///
+/// Errors: [`SchemaError::Invalid`] when the files do not compile or the selector names no message.
+pub fn timestamp_fields(
+    files: &[ProtoFile],
+    message: &MessageSelector,
+) -> Result<Vec<String>, SchemaError> {
+    let pool = compile(files)?;
+    let md = select_message(&pool, files, message)?;
+    Ok(md
+        .fields()
+        .filter(|f| {
+            !f.is_list()
+                && !f.is_map()
+                && matches!(f.kind(), Kind::Message(m) if m.full_name() == "google.protobuf.Timestamp")
+        })
+        .map(|f| f.name().to_string())
+        .collect())
+}
+
 /// The name `files[0]` is compiled under when it has none.
 const DEFAULT_FILE_NAME: &str = "schema.proto";
 
