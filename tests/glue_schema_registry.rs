@@ -347,11 +347,13 @@ const AVRO_V1: &str = r#"{"type": "record", "name": "Event", "namespace": "floe.
 
 /// Version 2: version 1 with an added optional field `note`.
 fn avro_v2() -> String {
+    avro_v1_with(serde_json::json!({"name": "note", "type": ["null", "string"], "default": null}))
+}
+
+/// Version 1 with the field `added` appended.
+fn avro_v1_with(added: serde_json::Value) -> String {
     let mut v2: serde_json::Value = serde_json::from_str(AVRO_V1).unwrap();
-    v2["fields"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"name": "note", "type": ["null", "string"], "default": null}));
+    v2["fields"].as_array_mut().unwrap().push(added);
     v2.to_string()
 }
 
@@ -529,6 +531,40 @@ async fn gsr_avro_delivers_every_value_evolves_the_table_and_dead_letters_bad_re
         ["id", "event_time", "user", "user.name", "kind"].into()
     );
     assert_eq!(d.recorded, Some(v1.to_string()));
+    schema.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gsr_avro_records_of_an_older_version_take_the_channels_defaults() {
+    // The channel's version is the latest (2), which adds a required field with a default:
+    // version 1's records are read through it (Avro 1.11 "Schema Resolution").
+    let v2 = avro_v1_with(serde_json::json!({"name": "tag", "type": "string", "default": "none"}));
+    let schema = register_schema(&aws_endpoint(), DataFormat::Avro, AVRO_V1, &v2).await;
+    let (schema, run) = Run::on(schema, "gsr_avro", |s| {
+        format!(
+            "glue_schema_arn = \"{}\"\n  evolution = \"compatible\"",
+            s.arn
+        )
+    });
+    let s1 = apache_avro::Schema::parse_str(AVRO_V1).unwrap();
+    let mut rows = BTreeMap::new();
+    let records: Vec<(u64, Vec<u8>)> = (0..20u64)
+        .map(|id| {
+            let (bytes, mut row) = avro_event(&s1, id, false, false);
+            let row_fields = row.as_object_mut().unwrap();
+            row_fields.remove("note");
+            row_fields.insert("tag".into(), "none".into());
+            rows.insert(id, row);
+            (id, frame(schema.versions[0], id % 2 == 1, &bytes))
+        })
+        .collect();
+    let d = run.deliver(&records).await;
+    assert_eq!(d.codes, BTreeMap::new());
+    let sample = d.table["sample"].as_object().unwrap();
+    for (id, row) in &rows {
+        assert_eq!(&sample[&id.to_string()], row, "id {id}");
+    }
+    assert_eq!(d.recorded, Some(schema.versions[1].to_string()));
     schema.delete().await;
 }
 

@@ -608,6 +608,38 @@ pub fn map_glue_version(
         .map_err(|e| SchemaLoadError::Refused(format!("schema {origin}: {e}")))
 }
 
+/// Maps Avro Glue version `writer` read through version `reader` (Avro 1.11 "Schema
+/// Resolution": the fields `writer` lacks take `reader`'s defaults).
+///
+/// Errors: [`SchemaLoadError::Refused`] naming both versions.
+pub fn map_glue_avro_resolved(
+    writer: &SchemaVersionInfo,
+    reader: &SchemaVersionInfo,
+    partition_field: &str,
+) -> Result<MappedSchema, SchemaLoadError> {
+    for v in [writer, reader] {
+        if v.data_format != "AVRO" {
+            return Err(SchemaLoadError::Refused(format!(
+                "schema {} version {} ({}) has data format {}: record.format = \"gsr_avro\" takes AVRO schemas",
+                v.schema_arn, v.version_number, v.version_id, v.data_format
+            )));
+        }
+    }
+    MappedSchema::from_avro_resolved(
+        &writer.definition,
+        &[],
+        &reader.definition,
+        &[],
+        partition_field,
+    )
+    .map_err(|e| {
+        SchemaLoadError::Refused(format!(
+            "schema {} version {} read as version {}: {e}",
+            writer.schema_arn, writer.version_number, reader.version_number
+        ))
+    })
+}
+
 /// Loads channel `config`'s schema: from its file (and `[channel.schema.versions]`), or from the
 /// Glue Schema Registry — the version `recorded` at activation when there is one, otherwise the
 /// configured number or the latest.

@@ -247,22 +247,29 @@ impl IcebergSink {
             return Ok(Err(reason.clone()));
         }
         let candidate = match &evo.settings.registry {
-            ChannelRegistry::Glue(registry) => match registry.by_id(id).await {
-                Ok(info) => glue_candidate(&info, &evo.settings.schema_arn, &self.io.schema),
-                Err(RegistryError::NotFound(_)) => {
-                    return Ok(Err(DlqReason::record(
-                        DlqCode::InvalidSchema,
-                        format!("unknown schema version {id}"),
-                    )))
+            ChannelRegistry::Glue(registry) => {
+                match glue_version_and_reader(registry, id, evo.base_id, &self.io.schema).await {
+                    Ok((info, reader)) => glue_candidate(
+                        &info,
+                        reader.as_deref(),
+                        &evo.settings.schema_arn,
+                        &self.io.schema,
+                    ),
+                    Err(RegistryError::NotFound(_)) => {
+                        return Ok(Err(DlqReason::record(
+                            DlqCode::InvalidSchema,
+                            format!("unknown schema version {id}"),
+                        )))
+                    }
+                    Err(e) => {
+                        telemetry::record_schema_lookup_error(&self.channel);
+                        return Err(SinkError::unavailable(
+                            "schema registry",
+                            PayloadError::Registry { id, error: e },
+                        ));
+                    }
                 }
-                Err(e) => {
-                    telemetry::record_schema_lookup_error(&self.channel);
-                    return Err(SinkError::unavailable(
-                        "schema registry",
-                        PayloadError::Registry { id, error: e },
-                    ));
-                }
-            },
+            }
             ChannelRegistry::Confluent(client) => {
                 let key = SchemaKey::from_uuid(id).expect("a Confluent channel's keys");
                 let base = evo.base_id.and_then(SchemaKey::from_uuid);
@@ -424,7 +431,7 @@ impl IcebergSink {
             id: latest.version_id,
             number: latest.version_number,
         };
-        let candidate = glue_candidate(&latest, &arn, &self.io.schema);
+        let candidate = glue_candidate(&latest, None, &arn, &self.io.schema);
         match self.apply(candidate).await? {
             Ok(mapped) => {
                 let conv = self.evolved_converter(mapped)?;
@@ -532,10 +539,40 @@ struct Candidate {
     mapped: Result<Arc<MappedSchema>, DlqReason>,
 }
 
+/// Glue version `id` and, on a `gsr_avro` channel (`channel` decodes Avro) when it is an older
+/// version of the schema than the channel's base `base_id` (the version the table was created or
+/// evolved from), the base as the Avro reader schema its records are resolved against, so that
+/// the fields it lacks take the reader's defaults (Avro 1.11 "Schema Resolution").
+///
+/// Errors: the lookups (cached for the process, the base's since activation).
+async fn glue_version_and_reader(
+    registry: &crate::gsr::RegistryClient,
+    id: Uuid,
+    base_id: Option<Uuid>,
+    channel: &MappedSchema,
+) -> Result<
+    (
+        Arc<crate::gsr::SchemaVersionInfo>,
+        Option<Arc<crate::gsr::SchemaVersionInfo>>,
+    ),
+    RegistryError,
+> {
+    let info = registry.by_id(id).await?;
+    let avro = matches!(channel.decoding(), crate::schema::Decoding::Avro(_));
+    let Some(base_id) = base_id.filter(|b| avro && *b != id) else {
+        return Ok((info, None));
+    };
+    let base = registry.by_id(base_id).await?;
+    let older = base.schema_arn == info.schema_arn && info.version_number < base.version_number;
+    Ok((info, older.then_some(base)))
+}
+
 /// A Glue version `info` of the channel's schema `schema_arn`, mapped as JSON Schema or, on a
-/// `gsr_avro` channel (`channel` decodes Avro), as Avro.
+/// `gsr_avro` channel (`channel` decodes Avro), as Avro: read through `reader` when it is an
+/// older version than the channel's base ([`glue_version_and_reader`]).
 fn glue_candidate(
     info: &crate::gsr::SchemaVersionInfo,
+    reader: Option<&crate::gsr::SchemaVersionInfo>,
     schema_arn: &str,
     channel: &MappedSchema,
 ) -> Candidate {
@@ -551,13 +588,16 @@ fn glue_candidate(
             info.schema_arn
         )))
     } else if matches!(channel.decoding(), crate::schema::Decoding::Avro(_)) {
-        crate::gsr::map_glue_version(info, true, partition_field)
-            .map(Arc::new)
-            .map_err(|e| {
-                mismatch(format!(
-                    "{label} cannot be mapped to an Iceberg schema: {e}"
-                ))
-            })
+        match reader {
+            Some(reader) => crate::gsr::map_glue_avro_resolved(info, reader, partition_field),
+            None => crate::gsr::map_glue_version(info, true, partition_field),
+        }
+        .map(Arc::new)
+        .map_err(|e| {
+            mismatch(format!(
+                "{label} cannot be mapped to an Iceberg schema: {e}"
+            ))
+        })
     } else {
         crate::gsr::json_schema_of(info)
             .map_err(|e| mismatch(format!("{label}: {e}")))
