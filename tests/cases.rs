@@ -181,6 +181,7 @@ fn run_case(case: &Value, schema: &Value) -> (usize, Vec<String>) {
         schema_versions: versions,
         evolution: floe::cli::records::Evolution::None,
         confluent: Default::default(),
+        message: None,
         encoding,
         input: "-".into(),
     };
@@ -327,6 +328,7 @@ fn minimal_setup(
         schema_versions: versions,
         evolution: floe::cli::records::Evolution::None,
         confluent: Default::default(),
+        message: None,
         encoding: InputEncoding::Lines,
         input: "-".into(),
     };
