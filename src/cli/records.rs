@@ -12,8 +12,9 @@
 //! Input: one record per line (`\n`-separated; a blank line is a zero-byte record; a final newline
 //! ends the last record), as text (`lines`) or as hex (`hex`, for binary GSR framing). Output, one
 //! line per record, in input order:
-//! `{"index": n, "row": {...}, "partition": {"<field>_hour": "2026-07-09-20"}}` (the hour in the
-//! Iceberg spec's human-readable form, as floe prints hours elsewhere) or
+//! `{"index": n, "row": {...}, "partition": {"<field>_hour": 495452}, "hour": "2026-07-09-20"}`
+//! (the partition value as hours since the epoch, and the hour in the Iceberg spec's
+//! human-readable form, as floe prints hours elsewhere) or
 //! `{"index": n, "dlq": {"code": "...", "field": "/json/pointer", "message": "..."}}`, row values in
 //! the Iceberg JSON single-value serialization ([`crate::convert::render`]).
 //!
