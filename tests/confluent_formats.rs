@@ -19,6 +19,11 @@
 //!   value by value, each record once.
 //! - For both: bad framing (magic byte 1), an unknown schema id and garbage after a valid header
 //!   go to the DLQ as `DESERIALIZATION_ERROR`, `INVALID_SCHEMA` and `DESERIALIZATION_ERROR`.
+//! - For both, mid-run: a table created from version 1 evolves when version 2 — a field added
+//!   the way each language makes it compatible (Avro: required with a `default`; Protobuf: an
+//!   implicit-presence field) — is registered and its records arrive; version-1 records produced
+//!   after it keep landing (Avro: with version 2's default, as when the table starts at version
+//!   2; Protobuf: null).
 
 mod common;
 
@@ -539,8 +544,9 @@ async fn avro_is_delivered_once_with_every_value_and_older_records_take_the_read
 
 /// `floe/e2e.proto` as a FileDescriptorSet in protobuf's JSON form: `Event` (the file's first
 /// message, so the channel's; a second one follows) with a Timestamp, a proto3 `optional`, a
-/// field of its nested message `Address`, a repeated field, a map and an enum.
-fn proto_event_schema() -> String {
+/// field of its nested message `Address`, a repeated field, a map and an enum. Version 2 adds
+/// `string region = 8` (implicit presence: the most common compatible change of a `.proto`).
+fn proto_event_schema(v: u8) -> String {
     let field = |name: &str, number: u32, ty: &str| serde_json::json!({"name": name, "number": number, "type": ty, "label": "LABEL_OPTIONAL"});
     let typed = |name: &str, number: u32, ty: &str, type_name: &str| {
         let mut f = field(name, number, ty);
@@ -555,6 +561,23 @@ fn proto_event_schema() -> String {
     let mut attrs = typed("attrs", 6, "TYPE_MESSAGE", ".floe.e2e.Event.AttrsEntry");
     attrs["label"] = "LABEL_REPEATED".into();
     let kinds = ["KIND_UNSPECIFIED", "KIND_A", "KIND_B"];
+    let mut event_fields = vec![
+        field("id", 1, "TYPE_INT64"),
+        typed(
+            "event_time",
+            2,
+            "TYPE_MESSAGE",
+            ".google.protobuf.Timestamp",
+        ),
+        note,
+        typed("address", 4, "TYPE_MESSAGE", ".floe.e2e.Event.Address"),
+        tags,
+        attrs,
+        typed("kind", 7, "TYPE_ENUM", ".floe.e2e.Kind"),
+    ];
+    if v == 2 {
+        event_fields.push(field("region", 8, "TYPE_STRING"));
+    }
     serde_json::json!({"file": [{
         "name": "floe/e2e.proto",
         "package": "floe.e2e",
@@ -563,15 +586,7 @@ fn proto_event_schema() -> String {
         "messageType": [
             {
                 "name": "Event",
-                "field": [
-                    field("id", 1, "TYPE_INT64"),
-                    typed("event_time", 2, "TYPE_MESSAGE", ".google.protobuf.Timestamp"),
-                    note,
-                    typed("address", 4, "TYPE_MESSAGE", ".floe.e2e.Event.Address"),
-                    tags,
-                    attrs,
-                    typed("kind", 7, "TYPE_ENUM", ".floe.e2e.Kind"),
-                ],
+                "field": event_fields,
                 "nestedType": [
                     {
                         "name": "AttrsEntry",
@@ -644,7 +659,7 @@ async fn protobuf_is_delivered_once_with_every_value() {
     let rig = FormatRig::new();
     let ids: Vec<u64> = (1..=40).collect();
     let (good, rows): (Vec<String>, Vec<_>) = ids.iter().map(|&id| proto_event(id)).unzip();
-    let frames = rig.serialize("protobuf", &proto_event_schema(), &good);
+    let frames = rig.serialize("protobuf", &proto_event_schema(1), &good);
     // The file's first message: message indexes [0], the single byte 0.
     assert_eq!(frames[0][5], 0, "message indexes");
     let (bad, codes) = bad_frames(&frames[0], 6, 200);
@@ -662,4 +677,94 @@ async fn protobuf_is_delivered_once_with_every_value() {
         assert_eq!(table["sample"][id.to_string()], *want, "record {id}");
     }
     assert_eq!(dlq_codes(rig.dir.path()), codes);
+}
+
+/// A table created from version 1 of the subject evolves when version 2 (one added field) is
+/// registered and its records arrive mid-run; records of version 1 keep landing after it. `v2`
+/// makes record `id` of version 2 and its row; `v1_row_after` is what a version-1 row reads in
+/// the added column once the table has evolved.
+async fn evolves_mid_run(
+    format: &str,
+    schemas: [String; 2],
+    record: impl Fn(u64, u8) -> (String, serde_json::Value),
+    region_of_late_v1: serde_json::Value,
+) {
+    let rig = FormatRig::new();
+    let dir = rig.dir.path();
+    let (v1_ids, v2_ids, late_ids) = (1..=20u64, 21..=40u64, 41..=50u64);
+    let (v1, v1_rows): (Vec<String>, Vec<_>) = v1_ids.clone().map(|id| record(id, 1)).unzip();
+    let v1_frames = rig.serialize(format, &schemas[0], &v1);
+    let broker = Broker::start();
+    let config = confluent_config(dir, &broker.bootstrap, &rig.url, &rig.subject, format);
+    let worker = Worker::start_with(dir, "w1", &config);
+    produce(
+        &broker.bootstrap,
+        &v1_ids.clone().zip(v1_frames).collect::<Vec<_>>(),
+    );
+    let got = wait_delivered(dir, 20, Duration::from_secs(60)).await;
+    assert_eq!(got, (20, 0), "{}", log_of(dir, "w1"));
+
+    // Version 2 is registered while the worker runs; its records and more of version 1 follow.
+    let (v2, v2_rows): (Vec<String>, Vec<_>) = v2_ids.clone().map(|id| record(id, 2)).unzip();
+    let v2_frames = rig.serialize(format, &schemas[1], &v2);
+    let (late, late_rows): (Vec<String>, Vec<_>) = late_ids.clone().map(|id| record(id, 1)).unzip();
+    let late_frames = rig.serialize(format, &schemas[0], &late);
+    let mut phase2: Vec<(u64, Vec<u8>)> = v2_ids.clone().zip(v2_frames).collect();
+    phase2.extend(late_ids.clone().zip(late_frames));
+    produce(&broker.bootstrap, &phase2);
+    let got = wait_delivered(dir, 50, Duration::from_secs(90)).await;
+    assert!(worker.terminate().success(), "{}", log_of(dir, "w1"));
+    assert_eq!(got, (50, 0), "{}", log_of(dir, "w1"));
+
+    let ids: Vec<u64> = (1..=50).collect();
+    let table = read_with_pyiceberg(dir, &ids);
+    assert_eq!(table["rows"], 50, "each record once");
+    assert_eq!(table["distinct_ids"], 50, "each record once");
+    assert_eq!(table["schema"]["region"], "string", "{}", table["schema"]);
+    for (id, mut want) in v1_ids.zip(v1_rows) {
+        // Written before the column existed.
+        want["region"] = serde_json::Value::Null;
+        assert_eq!(table["sample"][id.to_string()], want, "record {id}");
+    }
+    for (id, want) in v2_ids.zip(v2_rows) {
+        assert_eq!(table["sample"][id.to_string()], want, "record {id}");
+    }
+    for (id, mut want) in late_ids.zip(late_rows) {
+        want["region"] = region_of_late_v1.clone();
+        assert_eq!(table["sample"][id.to_string()], want, "record {id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_table_evolves_mid_run_when_a_field_with_a_default_is_added() {
+    // Version 1 records after the evolution are read with version 2 as the reader schema: the
+    // added field's default.
+    evolves_mid_run(
+        "avro",
+        [avro_event_schema(1), avro_event_schema(2)],
+        avro_event,
+        "eu".into(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_table_evolves_mid_run_when_a_field_is_added() {
+    // Protobuf has no reader-schema resolution: a version-1 record has no `region`, null.
+    evolves_mid_run(
+        "protobuf",
+        [proto_event_schema(1), proto_event_schema(2)],
+        |id, v| {
+            let (mut record, mut row) = proto_event(id);
+            if v == 2 {
+                let mut r: serde_json::Value = serde_json::from_str(&record).unwrap();
+                r["region"] = format!("r{id}").into();
+                record = r.to_string();
+                row["region"] = format!("r{id}").into();
+            }
+            (record, row)
+        },
+        serde_json::Value::Null,
+    )
+    .await;
 }

@@ -708,6 +708,7 @@ fn check_evolving(
             evo.last_column_id,
             mapped.iceberg_schema(),
             mapped.partition_field(),
+            &mapped.defaulted_fields(),
         )
         .map_err(|why| {
             DlqReason::record(

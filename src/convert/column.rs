@@ -946,5 +946,6 @@ fn spec_of_arrow(field: &FieldRef, ptr: &str) -> Result<FieldSpec, SchemaError> 
         is_partition: false,
         ty,
         doc: None,
+        has_default: false,
     })
 }

@@ -1045,6 +1045,7 @@ fn evolved_conv(v: &Value, table: &Value) -> Converter {
         vm.iceberg_schema().highest_field_id(),
         tm.iceberg_schema(),
         "event_time",
+        &tm.defaulted_fields(),
     )
     .unwrap();
     let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&e.schema).unwrap());

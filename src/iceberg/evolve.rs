@@ -198,6 +198,7 @@ pub async fn apply_version(
             md.last_column_id(),
             mapped.iceberg_schema(),
             mapped.partition_field(),
+            &mapped.defaulted_fields(),
         )
         .map_err(EvolveError::Incompatible)?;
         let at = now_ms();

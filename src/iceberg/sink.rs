@@ -91,8 +91,11 @@ impl Tagged {
 /// The sink's state under `evolution = "compatible"`.
 struct Evolving {
     settings: EvolutionSettings,
-    /// The version id [`IcebergSink::converter`] validates.
+    /// The version id [`IcebergSink::converter`] validates: the channel's base at activation,
+    /// then the newest version of the channel's schema (subject) applied to the table.
     base_id: Option<Uuid>,
+    /// Its version number (0 when unknown).
+    base_number: i64,
     /// The other versions met, each with its converter for the table's current schema.
     others: HashMap<Uuid, Tagged>,
     /// Versions whose records go to the DLQ, with the reason (cleared when the schema changes).
@@ -145,6 +148,7 @@ impl IcebergSink {
         let evolving = io.evolution.clone().map(|settings| {
             Box::new(Evolving {
                 base_id: settings.base.map(|b| b.id),
+                base_number: settings.base.map_or(0, |b| b.number),
                 next_poll: settings.poll_latest.map(|every| Instant::now() + every),
                 settings,
                 others: HashMap::new(),
@@ -300,11 +304,20 @@ impl IcebergSink {
                 }
             }
         };
+        let version = candidate.version;
         match self.apply(candidate).await? {
             Ok(mapped) => {
                 let conv = self.evolved_converter(mapped)?;
                 let evo = self.evolving.as_mut().expect("evolving");
-                evo.others.insert(id, Tagged::new(conv));
+                if evo.base_number > 0 && version.number > evo.base_number {
+                    // A newer version of the channel's schema becomes the base: the Avro reader
+                    // schema of older versions from now on, so that an older record reads the
+                    // same values (its missing fields' defaults) whether the table was created
+                    // from this version or evolved to it.
+                    self.promote_base(version, conv);
+                } else {
+                    evo.others.insert(id, Tagged::new(conv));
+                }
                 Ok(Ok(()))
             }
             Err(reason) => {
@@ -435,14 +448,7 @@ impl IcebergSink {
         match self.apply(candidate).await? {
             Ok(mapped) => {
                 let conv = self.evolved_converter(mapped)?;
-                let mut old = std::mem::replace(&mut *self.converter, Tagged::new(conv));
-                if old.conv.num_rows() > 0 {
-                    let (rows, runs) = old.finish();
-                    self.sealed.push(((*self.table).clone(), rows, runs));
-                }
-                let evo = self.evolving.as_mut().expect("evolving");
-                evo.base_id = Some(version.id);
-                tracing::info!(channel = %self.channel, schema_version_id = %version.id, version_number = version.number, "records are validated by the new latest schema version");
+                self.promote_base(version, conv);
             }
             Err(reason) => {
                 let evo = self.evolving.as_mut().expect("evolving");
@@ -450,6 +456,22 @@ impl IcebergSink {
             }
         }
         Ok(())
+    }
+
+    /// Makes `version` (applied to the table, converted by `conv`) the channel's base: the rows of
+    /// the old base's converter are sealed, and a record of the old base's version is prepared
+    /// again when next met (read through the new base where its format resolves schemas).
+    fn promote_base(&mut self, version: VersionRef, conv: Converter) {
+        let mut old = std::mem::replace(&mut *self.converter, Tagged::new(conv));
+        if old.conv.num_rows() > 0 {
+            let (rows, runs) = old.finish();
+            self.sealed.push(((*self.table).clone(), rows, runs));
+        }
+        let evo = self.evolving.as_mut().expect("evolving");
+        evo.others.remove(&version.id);
+        evo.base_id = Some(version.id);
+        evo.base_number = version.number;
+        tracing::info!(channel = %self.channel, schema_version_id = %version.id, version_number = version.number, "records are validated by the new latest schema version");
     }
 
     /// One record of a `gsr_json` or Confluent channel under evolution: its schema version (id)

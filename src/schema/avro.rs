@@ -429,6 +429,7 @@ impl Mapper<'_> {
     ) -> Result<FieldSpec, SchemaError> {
         let mut spec = self.value(&f.name, &f.schema, ptr, depth)?;
         spec.doc = f.doc.clone();
+        spec.has_default = f.default.is_some();
         Ok(spec)
     }
 
@@ -451,6 +452,7 @@ impl Mapper<'_> {
             is_partition: false,
             ty,
             doc: None,
+            has_default: false,
         })
     }
 

@@ -14,7 +14,8 @@
 //! | a required field that the version makes optional | made optional |
 //! | a field the version no longer has | kept; made optional if it was required (null from then on) |
 //! | the same type, an enum that gained members (both `string`) | no change |
-//! | a new **required** field | incompatible: rows already in the table have no value |
+//! | a new required field that the version gives a default (an Avro field with `default`, any Protobuf field but proto2 `required`) | added as optional (Iceberg v2 has no column defaults: rows already in the table read null) |
+//! | a new **required** field without a default (JSON Schema `required`, proto2 `required`, an Avro field without `default`) | incompatible: rows already in the table have no value |
 //! | an optional field the version makes required | incompatible |
 //! | any other type change (`long` → `int`, `string` → `int`, struct → list, …) | incompatible |
 //! | the partition field changes type or requiredness, or is gone | incompatible |
@@ -23,6 +24,7 @@
 //! The first incompatible difference is reported by field path (`a.b.element.c`), so the DLQ
 //! message of a refused version's records names it.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use iceberg::spec::{
@@ -102,7 +104,9 @@ pub struct Evolution {
 /// Decides whether records of a version mapped to `new` can go into a table whose current schema
 /// is `table` and whose last assigned column id is `last_column_id`, and how the table evolves.
 /// `partition_field` is the channel's (top-level) partition field. `new`'s field ids are ignored:
-/// fields are matched by name.
+/// fields are matched by name. `defaulted` holds the dotted paths of `new`'s fields that its
+/// schema gives a default ([`super::MappedSchema::defaulted_fields`]): such a field is added
+/// even where the version makes it required.
 ///
 /// Errors: the first [`Incompatible`] difference, by the rules of the module table.
 pub fn evolve(
@@ -110,11 +114,13 @@ pub fn evolve(
     last_column_id: i32,
     new: &Schema,
     partition_field: &str,
+    defaulted: &BTreeSet<String>,
 ) -> Result<Evolution, Incompatible> {
     let mut m = Merge {
         next_id: last_column_id.max(table.highest_field_id()) + 1,
         changes: Vec::new(),
         partition_field,
+        defaulted,
     };
     let fields = m.merge_struct(table.as_struct(), new.as_struct(), "", 1)?;
     let changed = !m.changes.is_empty();
@@ -142,6 +148,7 @@ struct Merge<'a> {
     next_id: i32,
     changes: Vec<Change>,
     partition_field: &'a str,
+    defaulted: &'a BTreeSet<String>,
 }
 
 fn join(path: &str, name: &str) -> String {
@@ -286,7 +293,7 @@ impl Merge<'_> {
             if top && n.name == self.partition_field {
                 return Err(incompatible(&fpath, "a change of the partition field"));
             }
-            if n.required {
+            if n.required && !self.defaulted.contains(&fpath) {
                 return Err(incompatible(
                     &fpath,
                     "a new required field: rows already in the table have no value for it (make it optional)",

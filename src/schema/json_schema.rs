@@ -511,6 +511,7 @@ impl<'a> Mapper<'a> {
             is_partition: false,
             ty,
             doc: doc.clone(),
+            has_default: false,
         };
 
         if let Some(members) = enum_members {

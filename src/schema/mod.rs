@@ -478,6 +478,12 @@ pub struct FieldSpec {
     pub ty: FieldType,
     /// `description`, kept as the Iceberg field doc.
     pub doc: Option<String>,
+    /// The schema gives the field a value where a record of an older version lacks it, so adding
+    /// it is a compatible change ([`evolution`]): an Avro record field with a `default` (Avro
+    /// 1.11 "Schema Resolution"), a Protobuf field without `required` (absent means the type's
+    /// default or empty: protobuf.dev "Updating A Message Type"). JSON Schema's `default` is an
+    /// annotation (JSON Schema Validation §9.2), never applied: false.
+    pub has_default: bool,
 }
 
 impl FieldSpec {
@@ -557,6 +563,37 @@ impl MappedSchema {
     /// The top-level fields with their validation rules.
     pub fn root(&self) -> &StructSpec {
         &self.root
+    }
+
+    /// Dotted paths (`address.zip`, `tags.element.note`, `attrs.value.n`: list elements and map
+    /// values as `element` and `value`, as [`evolution`] names them) of the fields whose schema
+    /// gives older records a value ([`FieldSpec::has_default`]), so that adding them evolves a
+    /// table.
+    pub fn defaulted_fields(&self) -> std::collections::BTreeSet<String> {
+        fn walk(s: &StructSpec, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+            for f in &s.fields {
+                let path = if prefix.is_empty() {
+                    f.name.clone()
+                } else {
+                    format!("{prefix}.{}", f.name)
+                };
+                below(f, &path, out);
+            }
+        }
+        fn below(f: &FieldSpec, path: &str, out: &mut std::collections::BTreeSet<String>) {
+            if f.has_default {
+                out.insert(path.to_string());
+            }
+            match &f.ty {
+                FieldType::Struct(s) => walk(s, path, out),
+                FieldType::List(l) => below(&l.element, &format!("{path}.element"), out),
+                FieldType::Map(m) => below(&m.value, &format!("{path}.value"), out),
+                _ => {}
+            }
+        }
+        let mut out = std::collections::BTreeSet::new();
+        walk(&self.root, "", &mut out);
+        out
     }
 
     /// How records of this schema are read.

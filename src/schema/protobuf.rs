@@ -566,6 +566,7 @@ impl Mapper {
                 is_partition: false,
                 ty,
                 doc: None,
+                has_default: !fd.is_required(),
             },
             FieldPlan {
                 number: fd.number(),
@@ -665,6 +666,7 @@ fn element_spec(id: i32, name: &str, ty: FieldType) -> FieldSpec {
         is_partition: false,
         ty,
         doc: None,
+        has_default: false,
     }
 }
 

@@ -21,7 +21,7 @@ fn schema(props: Value, required: &[&str]) -> Schema {
 }
 
 fn run(table: &Schema, new: &Schema) -> Result<Evolution, Incompatible> {
-    evolve(table, table.highest_field_id(), new, "ts")
+    evolve(table, table.highest_field_id(), new, "ts", &BTreeSet::new())
 }
 
 fn changes(table: &Schema, new: &Schema) -> Vec<String> {
@@ -89,7 +89,7 @@ fn fresh_ids_start_after_the_last_column_id_not_the_highest_id() {
     // ids are never reused.
     let t = schema(json!({"a": long()}), &[]);
     let n = schema(json!({"a": long(), "b": long()}), &[]);
-    let e = evolve(&t, t.highest_field_id() + 5, &n, "ts").unwrap();
+    let e = evolve(&t, t.highest_field_id() + 5, &n, "ts", &BTreeSet::new()).unwrap();
     assert_eq!(
         e.schema.field_by_name("b").unwrap().id,
         t.highest_field_id() + 6
@@ -398,4 +398,115 @@ fn struct_chain(levels: usize) -> Type {
         ))]));
     }
     ty
+}
+
+/// Maps `v1` and `v2` with `map` and evolves a table of `v1` by `v2` with `v2`'s defaults.
+fn evolve_versions(
+    map: impl Fn(&str) -> MappedSchema,
+    v1: &str,
+    v2: &str,
+) -> Result<Evolution, Incompatible> {
+    let (t, n) = (map(v1), map(v2));
+    let t = t.iceberg_schema();
+    evolve(
+        t,
+        t.highest_field_id(),
+        n.iceberg_schema(),
+        "ts",
+        &n.defaulted_fields(),
+    )
+}
+
+fn avro(fields: &str) -> String {
+    format!(
+        r#"{{"type": "record", "name": "E", "fields": [
+            {{"name": "ts", "type": {{"type": "long", "logicalType": "timestamp-micros"}}}}{fields}]}}"#
+    )
+}
+
+#[test]
+fn an_avro_field_added_with_a_default_is_added_as_optional_and_without_one_is_refused() {
+    let map = |s: &str| MappedSchema::from_avro(s, &[], "ts").unwrap();
+    let v1 = avro(r#", {"name": "a", "type": "long"}"#);
+    // The usual compatible Avro change: a required field with a default, also nested in a new
+    // record, and in a record inside an array.
+    let v2 = avro(
+        r#", {"name": "a", "type": "long"}, {"name": "region", "type": "string", "default": "eu"},
+           {"name": "items", "type": {"type": "array", "items": {"type": "record", "name": "I",
+             "fields": [{"name": "n", "type": "int", "default": 0}]}}, "default": []}"#,
+    );
+    let e = evolve_versions(map, &v1, &v2).unwrap();
+    let region = e.schema.field_by_name("region").unwrap();
+    assert!(!region.required, "rows already in the table read null");
+    assert!(!e.schema.field_by_name("items").unwrap().required);
+    assert_eq!(e.changes.len(), 2, "{:?}", e.changes);
+
+    // Without a default, records of version 1 have no value for it (Avro resolution fails too).
+    let v2 = avro(r#", {"name": "a", "type": "long"}, {"name": "region", "type": "string"}"#);
+    let err = evolve_versions(map, &v1, &v2).unwrap_err();
+    assert_eq!(err.path, "region");
+    assert!(err.reason.contains("new required field"), "{err}");
+}
+
+#[test]
+fn a_protobuf_field_added_to_a_message_is_added_as_optional_but_proto2_required_is_refused() {
+    use crate::schema::protobuf::{MessageSelector, ProtoFile};
+    let map = |text: &str| {
+        let files = [ProtoFile {
+            name: "e.proto".into(),
+            text: text.into(),
+        }];
+        MappedSchema::from_protobuf(&files, &MessageSelector::Name("E".into()), "ts").unwrap()
+    };
+    let proto3 = |fields: &str| {
+        format!(
+            "syntax = \"proto3\"; import \"google/protobuf/timestamp.proto\";
+             message E {{ google.protobuf.Timestamp ts = 1; int64 a = 2; {fields} }}"
+        )
+    };
+    // Implicit presence (required with the type's default), repeated and map fields.
+    let e = evolve_versions(
+        map,
+        &proto3(""),
+        &proto3("string region = 3; repeated int32 n = 4; map<string, int32> m = 5;"),
+    )
+    .unwrap();
+    for name in ["region", "n", "m"] {
+        assert!(!e.schema.field_by_name(name).unwrap().required, "{name}");
+    }
+    assert_eq!(e.changes.len(), 3, "{:?}", e.changes);
+
+    let proto2 = |fields: &str| {
+        format!(
+            "syntax = \"proto2\"; import \"google/protobuf/timestamp.proto\";
+             message E {{ required google.protobuf.Timestamp ts = 1; {fields} }}"
+        )
+    };
+    let err = evolve_versions(
+        map,
+        &proto2("optional int64 a = 2;"),
+        &proto2("optional int64 a = 2; required int64 b = 3;"),
+    )
+    .unwrap_err();
+    assert_eq!(err.path, "b");
+}
+
+#[test]
+fn a_json_schema_required_property_added_stays_incompatible() {
+    // JSON Schema's `default` is an annotation floe never applies.
+    let t = schema(json!({"a": long()}), &[]);
+    let doc = json!({"type": "object", "properties": {
+        "ts": {"type": "string", "format": "date-time"},
+        "a": long(), "b": {"type": "integer", "default": 0}}, "required": ["ts", "b"]});
+    let n = MappedSchema::from_json_schema(&doc, "ts").unwrap();
+    assert!(n.defaulted_fields().is_empty());
+    let err = evolve(
+        &t,
+        t.highest_field_id(),
+        n.iceberg_schema(),
+        "ts",
+        &n.defaulted_fields(),
+    )
+    .unwrap_err();
+    assert_eq!(err.path, "b");
 }
