@@ -99,13 +99,16 @@ fn serialize(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        for r in records {
+    // Fed from a thread: the serializer writes while it reads, and a pipe holds only 64 KiB.
+    let mut stdin = child.stdin.take().unwrap();
+    let input: Vec<String> = records.to_vec();
+    let feeder = std::thread::spawn(move || {
+        for r in input {
             writeln!(stdin, "{r}").unwrap();
         }
-    }
+    });
     let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
     assert!(
         out.status.success(),
         "serializer: {}",
@@ -767,4 +770,40 @@ async fn protobuf_table_evolves_mid_run_when_a_field_is_added() {
         serde_json::Value::Null,
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_worker_killed_mid_run_loses_and_doubles_nothing() {
+    // Two workers; the first is SIGKILLed while it holds records of the second half not yet
+    // committed: the second takes its leases over and resumes from the table's checkpoints.
+    let rig = FormatRig::new();
+    let dir = rig.dir.path();
+    let ids: Vec<u64> = (1..=3000).collect();
+    let records: Vec<String> = ids.iter().map(|&id| avro_event(id, 2).0).collect();
+    let frames = rig.serialize("avro", &avro_event_schema(2), &records);
+    let mut keyed: Vec<(u64, Vec<u8>)> = ids.iter().copied().zip(frames).collect();
+    let second = keyed.split_off(1500);
+    let broker = Broker::start();
+    let config = confluent_config(dir, &broker.bootstrap, &rig.url, &rig.subject, "avro");
+    let w1 = Worker::start_with(dir, "w1", &config);
+    let w2 = Worker::start_with(dir, "w2", &config.replacen("id = \"w1\"", "id = \"w2\"", 1));
+    produce(&broker.bootstrap, &keyed);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while delivered(dir).await.0 == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            log_of(dir, "w1")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    produce(&broker.bootstrap, &second);
+    w1.signal("KILL");
+    let got = wait_delivered(dir, 3000, Duration::from_secs(120)).await;
+    assert!(w2.terminate().success(), "{}", log_of(dir, "w2"));
+    assert_eq!(got, (3000, 0), "{}", log_of(dir, "w2"));
+    let table = read_with_pyiceberg(dir, &[1, 1500, 1501, 3000]);
+    assert_eq!(table["rows"], 3000, "nothing doubled");
+    assert_eq!(table["distinct_ids"], 3000, "nothing lost");
+    assert_eq!(table["sample"]["3000"], avro_event(3000, 2).1);
 }
