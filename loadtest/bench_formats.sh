@@ -106,7 +106,7 @@ for f in "${fs[@]}"; do
       measure avro "duckdb read_avro" "$py" "$helper" duckdb-avro "$data/events.avro" "$dir/duckdb-avro.parquet" --level 3 --repeat "$repeat"
       ;;
     protobuf)
-      floe_best protobuf --schema "$data/event.proto" --message floe.bench.Event --input "$data/events.pb.bin"
+      floe_best protobuf --schema "$data/event.proto" --message floe.Event --input "$data/events.pb.bin"
       measure protobuf "protobuf upb+pyarrow" "$py" "$helper" protobuf "$data/events.pb.bin" "$data" "$dir/protobuf.parquet" --level 3 --repeat "$repeat"
       ;;
     *) echo "bench_formats: unknown format $f" >&2; exit 2 ;;
