@@ -338,9 +338,10 @@ async fn register_schema(url: &str, format: QuickstartFormat) -> Result<u32, Qui
     if status.as_u16() == 409 {
         return Err(setup(format!(
             "the registry at {url} refuses the quickstart's {schema_type} schema under subject \
-             {SUBJECT} ({text}): the subject holds another schema, perhaps of a quickstart in \
-             another format; delete it (DELETE {base}/subjects/{SUBJECT}, then with \
-             ?permanent=true) or restart the local registry"
+             {SUBJECT} ({text}): the subject holds an incompatible schema, perhaps from a \
+             quickstart in another format; restart the local registry (`deploy/local/schema-registry.sh \
+             stop`, then `start`: without FLOE_SCHEMA_REGISTRY_DATA it keeps nothing) or delete the subject \
+             (`curl -X DELETE {base}/subjects/{SUBJECT}`, then again with `?permanent=true`)"
         )));
     }
     if !status.is_success() {
