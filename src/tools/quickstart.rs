@@ -317,8 +317,9 @@ async fn register_schema(url: &str, format: QuickstartFormat) -> Result<u32, Qui
             Err(e) => e.to_string(),
         };
         return Err(setup(format!(
-            "--format {} needs a Confluent-compatible schema registry, and none answers at {url} ({why}): \
-             start the local one with `deploy/local/schema-registry.sh start`, or pass --registry-url",
+            "--format {} needs a Confluent-compatible schema registry, and {url} does not answer \
+             as one (GET /subjects: {why}): start the local one with \
+             `deploy/local/schema-registry.sh start`, or pass --registry-url",
             format.as_str()
         )));
     }
