@@ -185,7 +185,7 @@ fn config_toml(
     let schema = match format {
         QuickstartFormat::Json => format!("file = \"{d}/event.schema.json\""),
         _ => format!(
-            "registry_url = \"{registry_url}\"\n  # subject: the topic-name strategy's \"{SUBJECT}\""
+            "registry_url = \"{registry_url}\"\n  # subject: by default \"{SUBJECT}\" (the topic-name strategy)"
         ),
     };
     let format = format.as_str();
@@ -242,6 +242,7 @@ pub const EVENT_PROTOBUF_SCHEMA: &str = include_str!("../../config/event.proto")
 
 /// How the quickstart writes its records.
 enum Encoder {
+    /// JSON text (`config/event.schema.json`).
     Json,
     /// Avro under the registered schema `id`.
     Avro {
@@ -249,9 +250,7 @@ enum Encoder {
         id: u32,
     },
     /// Protobuf under the registered schema `id`.
-    Protobuf {
-        id: u32,
-    },
+    Protobuf { id: u32 },
 }
 
 impl Encoder {

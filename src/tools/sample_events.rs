@@ -7,6 +7,12 @@
 //! always as the Kafka message key in decimal text ([`event_key`]) — so a verifier can reconcile
 //! the table and the DLQ with what was produced, by id.
 //!
+//! The same events in Avro (`config/event.avsc`, [`event_avro`]) and Protobuf
+//! (`config/event.proto`, [`event_protobuf`]) come from the typed [`EventValues`] that
+//! [`event_json`] renders, framed for a Confluent registry by [`confluent_frame`]; their bad
+//! records are [`FramedBadKind`]s. (apache-avro writes a map in its `HashMap`'s order, so the
+//! Avro bytes of an event with two `attrs` may differ between processes; the values never do.)
+//!
 //! ```text
 //!   {"id":17,"event_time":"2026-07-09T20:00:00.123456Z","source":"checkout","value":1.5,
 //!    "amount":12.30,"user":{"country":"DE","tier":2},"tags":["a","b"],"attrs":{"k":"v"}}
