@@ -17,7 +17,8 @@ format, and the peers `floe bench convert --format avro|protobuf` is measured ag
 Peers run on one thread and write one ZSTD level-3 Parquet file; each prints one JSON line
 {"work_s": S, "records": N, "records_per_s": R, "out_bytes": O} (best of --repeat runs).
 
-The Event in Avro: id long, event_time long/timestamp-micros, source ["null", string], value
+The Event's schemas are config/event.avsc and config/event.proto (the quickstart's too). In Avro:
+id long, event_time long/timestamp-micros, source ["null", string], value
 double, amount ["null", bytes/decimal(38,2)], user ["null", User{country string, tier
 ["null", int]}], tags ["null", array<string>], attrs ["null", map<string>]. In Protobuf
 (proto3): the same fields with event_time a google.protobuf.Timestamp, proto3 `optional` for
@@ -30,46 +31,13 @@ import sys
 import time
 from decimal import Decimal
 
-AVSC = {
-    "type": "record", "name": "Event", "namespace": "floe.bench",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-        {"name": "source", "type": ["null", "string"], "default": None},
-        {"name": "value", "type": "double"},
-        {"name": "amount", "type": ["null", {"type": "bytes", "logicalType": "decimal",
-                                             "precision": 38, "scale": 2}], "default": None},
-        {"name": "user", "type": ["null", {
-            "type": "record", "name": "User",
-            "fields": [{"name": "country", "type": "string"},
-                       {"name": "tier", "type": ["null", "int"], "default": None}]}],
-         "default": None},
-        {"name": "tags", "type": ["null", {"type": "array", "items": "string"}], "default": None},
-        {"name": "attrs", "type": ["null", {"type": "map", "values": "string"}], "default": None},
-    ],
-}
-
-PROTO = """syntax = "proto3";
-package floe.bench;
-
-import "google/protobuf/timestamp.proto";
-
-message User {
-  string country = 1;
-  optional int32 tier = 2;
-}
-
-message Event {
-  int64 id = 1;
-  google.protobuf.Timestamp event_time = 2;
-  optional string source = 3;
-  double value = 4;
-  optional double amount = 5;
-  User user = 6;
-  repeated string tags = 7;
-  map<string, string> attrs = 8;
-}
-"""
+CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config")
+# The Event's Avro and Protobuf schemas, shared with `floe quickstart --format avro|protobuf`.
+with open(os.path.join(CONFIG, "event.avsc")) as _f:
+    AVSC_TEXT = _f.read()
+AVSC = json.loads(AVSC_TEXT)
+with open(os.path.join(CONFIG, "event.proto")) as _f:
+    PROTO = _f.read()
 
 
 def micros(rfc3339):
@@ -105,7 +73,7 @@ def generate(a):
     d = a.dir
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "event.avsc"), "w") as f:
-        json.dump(AVSC, f, indent=1)
+        f.write(AVSC_TEXT)
     with open(os.path.join(d, "event.proto"), "w") as f:
         f.write(PROTO)
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")

@@ -63,7 +63,11 @@ helper="$root/loadtest/bench_formats.py"
 ndjson="$dir/events-$n.ndjson" data="$dir/data-$n"
 [ -f "$ndjson" ] || "$loadgen" file --output "$ndjson" --records "$n" --seed 42 --spread-hours 3 \
   --bad-share 0 --progress-s 0 >/dev/null
-[ -f "$data/events.pb.bin" ] || "$py" "$helper" generate "$ndjson" "$data" >/dev/null
+# Generated again when the schemas changed since (config/event.avsc, config/event.proto).
+if ! { [ -f "$data/events.pb.bin" ] && cmp -s "$root/config/event.avsc" "$data/event.avsc" \
+  && cmp -s "$root/config/event.proto" "$data/event.proto"; }; then
+  "$py" "$helper" generate "$ndjson" "$data" >/dev/null
+fi
 say "$n Event records: json $(stat -c %s "$ndjson") B, avro $(stat -c %s "$data/events.avro.bin") B, protobuf $(stat -c %s "$data/events.pb.bin") B"
 
 results="$dir/results.jsonl"
@@ -106,7 +110,7 @@ for f in "${fs[@]}"; do
       measure avro "duckdb read_avro" "$py" "$helper" duckdb-avro "$data/events.avro" "$dir/duckdb-avro.parquet" --level 3 --repeat "$repeat"
       ;;
     protobuf)
-      floe_best protobuf --schema "$data/event.proto" --message floe.bench.Event --input "$data/events.pb.bin"
+      floe_best protobuf --schema "$data/event.proto" --message floe.Event --input "$data/events.pb.bin"
       measure protobuf "protobuf upb+pyarrow" "$py" "$helper" protobuf "$data/events.pb.bin" "$data" "$dir/protobuf.parquet" --level 3 --repeat "$repeat"
       ;;
     *) echo "bench_formats: unknown format $f" >&2; exit 2 ;;

@@ -28,9 +28,9 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -40,44 +40,16 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
 /// A registry of the test's own on `port`, its state in `data` (so a restart keeps the ids).
-struct OwnRegistry {
-    child: Child,
-}
-
-impl OwnRegistry {
-    fn start(port: u16, data: &Path) -> OwnRegistry {
-        let server = std::env::var("FLOE_TEST_SCHEMA_REGISTRY_SERVER").expect(
-            "the schema registry is needed: eval \"$(deploy/local/schema-registry.sh env)\" (scripts/test.sh does it)",
-        );
-        let mut child = Command::new(python())
-            .arg(server)
-            .args(["--port", &port.to_string(), "--quiet", "--data"])
-            .arg(data)
-            .env_remove("FLOE_SCHEMA_REGISTRY_BASIC_AUTH")
-            .env_remove("FLOE_SCHEMA_REGISTRY_BEARER_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.contains("listening"), "{line:?}");
-        OwnRegistry { child }
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for OwnRegistry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn own_registry(port: u16, data: &Path) -> OwnRegistry {
+    OwnRegistry::start(
+        &[
+            "--port",
+            &port.to_string(),
+            "--data",
+            data.to_str().unwrap(),
+        ],
+        &[],
+    )
 }
 
 /// The records serialized by confluent-kafka's serializer for `format` with `schema` under
@@ -258,7 +230,7 @@ impl FormatRig {
     fn new() -> FormatRig {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let registry = OwnRegistry::start(port, &dir.path().join("registry.json"));
+        let registry = own_registry(port, &dir.path().join("registry.json"));
         FormatRig {
             dir,
             url: format!("http://127.0.0.1:{port}"),
@@ -308,7 +280,7 @@ async fn json_sr_is_delivered_dead_lettered_evolved_and_waits_out_a_registry_out
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let data = dir.path().join("registry.json");
-    let registry = OwnRegistry::start(port, &data);
+    let registry = own_registry(port, &data);
     let subject = unique_name("events-value");
     let v1 = event_schema(dir.path(), "v1.json", &[]);
     let good: Vec<String> = (0..200)
@@ -392,7 +364,7 @@ async fn json_sr_is_delivered_dead_lettered_evolved_and_waits_out_a_registry_out
         (200, 5),
         "nothing delivered, nothing dead-lettered during the outage"
     );
-    let _registry = OwnRegistry::start(port, &data);
+    let _registry = own_registry(port, &data);
     let (rows, dead) = wait_delivered(dir.path(), 305, Duration::from_secs(120)).await;
     assert!(worker.terminate().success(), "{}", log_of(dir.path(), "w1"));
     assert_eq!((rows, dead), (300, 5), "{}", log_of(dir.path(), "w1"));

@@ -6,8 +6,7 @@
 
 mod common;
 
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use floe::confluent::api::{Auth, HttpRegistry};
@@ -170,50 +169,6 @@ async fn an_outage_is_unavailable_within_the_budget_then_fails_fast() {
     assert_eq!(c.lookups(), u64::from(floe::confluent::LOOKUP_ATTEMPTS));
 }
 
-/// A registry of the test's own, with `env` (credentials), killed on drop.
-struct OwnRegistry {
-    child: Child,
-    url: String,
-}
-
-impl OwnRegistry {
-    fn start(env: &[(&str, &str)]) -> OwnRegistry {
-        Self::start_with(env, &[])
-    }
-
-    fn start_with(env: &[(&str, &str)], args: &[&str]) -> OwnRegistry {
-        let server = std::env::var("FLOE_TEST_SCHEMA_REGISTRY_SERVER").expect(
-            "FLOE_TEST_SCHEMA_REGISTRY_SERVER: eval \"$(deploy/local/schema-registry.sh env)\"",
-        );
-        let mut cmd = Command::new(common::python());
-        cmd.args([server.as_str(), "--port", "0", "--quiet"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_string();
-        OwnRegistry { child, url }
-    }
-}
-
-impl Drop for OwnRegistry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test]
 async fn basic_and_bearer_credentials_are_sent_and_a_refusal_is_not_retried() {
     for (var, good, bad) in [
@@ -232,7 +187,7 @@ async fn basic_and_bearer_credentials_are_sent_and_a_refusal_is_not_retried() {
             Auth::Basic(s) | Auth::Bearer(s) => s.clone(),
             Auth::None => unreachable!(),
         };
-        let own = OwnRegistry::start(&[(var, secret.as_str())]);
+        let own = common::OwnRegistry::start(&["--port", "0"], &[(var, secret.as_str())]);
         let r = reqwest::Client::new()
             .post(format!("{}/subjects/s-value/versions", own.url))
             .header(
@@ -521,14 +476,16 @@ fn tls_files(
 async fn an_https_registry_is_trusted_through_the_ca_bundle_only() {
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = tls_files(dir.path());
-    let own = OwnRegistry::start_with(
-        &[],
+    let own = common::OwnRegistry::start(
         &[
+            "--port",
+            "0",
             "--tls-cert",
             cert.to_str().unwrap(),
             "--tls-key",
             key.to_str().unwrap(),
         ],
+        &[],
     );
     assert!(own.url.starts_with("https://"), "{}", own.url);
     let config = |ca_bundle: Option<std::path::PathBuf>| floe::config::ConfluentSchemaConfig {

@@ -7,6 +7,12 @@
 //! always as the Kafka message key in decimal text ([`event_key`]) — so a verifier can reconcile
 //! the table and the DLQ with what was produced, by id.
 //!
+//! The same events in Avro (`config/event.avsc`, [`event_avro`]) and Protobuf
+//! (`config/event.proto`, [`event_protobuf`]) come from the typed [`EventValues`] that
+//! [`event_json`] renders, framed for a Confluent registry by [`confluent_frame`]; their bad
+//! records are [`FramedBadKind`]s. (apache-avro writes a map in its `HashMap`'s order, so the
+//! Avro bytes of an event with two `attrs` may differ between processes; the values never do.)
+//!
 //! ```text
 //!   {"id":17,"event_time":"2026-07-09T20:00:00.123456Z","source":"checkout","value":1.5,
 //!    "amount":12.30,"user":{"country":"DE","tier":2},"tags":["a","b"],"attrs":{"k":"v"}}
@@ -52,6 +58,68 @@ pub fn format_timestamp_micros(micros: i64) -> String {
     )
 }
 
+/// The values of one valid event, typed: what [`event_json`] renders as JSON and
+/// [`event_avro`] / [`event_protobuf`] encode, so every format carries the same event for an id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventValues {
+    /// The record's unique id.
+    pub id: u64,
+    /// `event_time`, microseconds since the Unix epoch.
+    pub event_time_micros: i64,
+    /// `source`.
+    pub source: &'static str,
+    /// `value`.
+    pub value: f64,
+    /// `amount` in cents (the decimal with scale 2 whose unscaled value this is).
+    pub amount_cents: u64,
+    /// `user.country`.
+    pub country: &'static str,
+    /// `user.tier`, in `0..=10`.
+    pub tier: u8,
+    /// `tags`.
+    pub tags: Vec<&'static str>,
+    /// `attrs`, in key order (`k0`, `k1`).
+    pub attrs: Vec<(String, String)>,
+}
+
+impl EventValues {
+    /// The event of record `id` (see [`event_json`] for the arguments).
+    pub fn generate(id: u64, seed: u64, base_time_ms: i64, spread_hours: u32) -> Self {
+        let mut s = stream(id, seed);
+        let mut next = || splitmix64(&mut s);
+        let spread_us: u64 = if spread_hours == 0 {
+            1_000_000
+        } else {
+            u64::from(spread_hours) * 3_600_000_000
+        };
+        let event_time_micros = base_time_ms * 1000 + (next() % spread_us) as i64;
+        let value = (next() % 1_000_000) as f64 / 100.0;
+        let amount_cents = next() % 100_000;
+        let num_tags = (next() % 3) as usize;
+        let tags = (0..num_tags)
+            .map(|_| TAGS[(next() % TAGS.len() as u64) as usize])
+            .collect();
+        let num_attrs = 1 + (next() % 2);
+        let attrs = (0..num_attrs)
+            .map(|i| (format!("k{i}"), format!("v{}", next() % 1000)))
+            .collect();
+        let source = SOURCES[(next() % SOURCES.len() as u64) as usize];
+        let country = COUNTRIES[(next() % COUNTRIES.len() as u64) as usize];
+        let tier = (next() % 11) as u8;
+        EventValues {
+            id,
+            event_time_micros,
+            source,
+            value,
+            amount_cents,
+            country,
+            tier,
+            tags,
+            attrs,
+        }
+    }
+}
+
 /// The fields of one event as JSON text fragments; `None` leaves the field out.
 struct EventFields {
     id: u64,
@@ -69,35 +137,24 @@ struct EventFields {
 
 impl EventFields {
     fn generate(id: u64, seed: u64, base_time_ms: i64, spread_hours: u32) -> Self {
-        let mut s = stream(id, seed);
-        let mut next = || splitmix64(&mut s);
-        let spread_us: u64 = if spread_hours == 0 {
-            1_000_000
-        } else {
-            u64::from(spread_hours) * 3_600_000_000
-        };
-        let micros = base_time_ms * 1000 + (next() % spread_us) as i64;
-        let value = (next() % 1_000_000) as f64 / 100.0;
-        let cents = next() % 100_000;
-        let num_tags = (next() % 3) as usize;
-        let tags: Vec<String> = (0..num_tags)
-            .map(|_| format!("\"{}\"", TAGS[(next() % TAGS.len() as u64) as usize]))
-            .collect();
-        let num_attrs = 1 + (next() % 2);
-        let attrs: Vec<String> = (0..num_attrs)
-            .map(|i| format!("\"k{i}\":\"v{}\"", next() % 1000))
+        let e = EventValues::generate(id, seed, base_time_ms, spread_hours);
+        let tags: Vec<String> = e.tags.iter().map(|t| format!("\"{t}\"")).collect();
+        let attrs: Vec<String> = e
+            .attrs
+            .iter()
+            .map(|(k, v)| format!("\"{k}\":\"{v}\""))
             .collect();
         EventFields {
             id,
-            event_time: Some(format!("\"{}\"", format_timestamp_micros(micros))),
-            source: format!("\"{}\"", SOURCES[(next() % SOURCES.len() as u64) as usize]),
-            value: Some(format!("{value:?}")),
-            amount: format!("{}.{:02}", cents / 100, cents % 100),
-            country: format!(
+            event_time: Some(format!(
                 "\"{}\"",
-                COUNTRIES[(next() % COUNTRIES.len() as u64) as usize]
-            ),
-            tier: (next() % 11).to_string(),
+                format_timestamp_micros(e.event_time_micros)
+            )),
+            source: format!("\"{}\"", e.source),
+            value: Some(format!("{:?}", e.value)),
+            amount: format!("{}.{:02}", e.amount_cents / 100, e.amount_cents % 100),
+            country: format!("\"{}\"", e.country),
+            tier: e.tier.to_string(),
             tags: format!("[{}]", tags.join(",")),
             attrs: format!("{{{}}}", attrs.join(",")),
             extra: String::new(),
@@ -133,6 +190,168 @@ impl EventFields {
 /// `event_time` is RFC 3339 UTC with microseconds.
 pub fn event_json(id: u64, seed: u64, base_time_ms: i64, spread_hours: u32) -> String {
     EventFields::generate(id, seed, base_time_ms, spread_hours).render()
+}
+
+/// The Avro datum (no framing) of `e` under `config/event.avsc`, parsed as `schema`, written
+/// by apache-avro (`attrs` in the order of its map, which may differ between processes).
+///
+/// Errors: apache-avro's, when `schema` is not that Event schema.
+pub fn event_avro(
+    schema: &apache_avro::Schema,
+    e: &EventValues,
+) -> Result<Vec<u8>, apache_avro::Error> {
+    use apache_avro::types::Value as V;
+    let some = |v: V| V::Union(1, Box::new(v));
+    let cents = e.amount_cents as i64;
+    // The decimal's unscaled value as big-endian two's complement, minimal (Avro spec).
+    let be = cents.to_be_bytes();
+    let skip = be
+        .windows(2)
+        .take_while(|w| w[0] == 0 && w[1] & 0x80 == 0)
+        .count();
+    let record = V::Record(vec![
+        ("id".into(), V::Long(e.id as i64)),
+        ("event_time".into(), V::TimestampMicros(e.event_time_micros)),
+        ("source".into(), some(V::String(e.source.into()))),
+        ("value".into(), V::Double(e.value)),
+        (
+            "amount".into(),
+            some(V::Decimal(apache_avro::Decimal::from(be[skip..].to_vec()))),
+        ),
+        (
+            "user".into(),
+            some(V::Record(vec![
+                ("country".into(), V::String(e.country.into())),
+                ("tier".into(), some(V::Int(i32::from(e.tier)))),
+            ])),
+        ),
+        (
+            "tags".into(),
+            some(V::Array(
+                e.tags.iter().map(|t| V::String((*t).into())).collect(),
+            )),
+        ),
+        (
+            "attrs".into(),
+            some(V::Map(
+                e.attrs
+                    .iter()
+                    .map(|(k, v)| (k.clone(), V::String(v.clone())))
+                    .collect(),
+            )),
+        ),
+    ]);
+    apache_avro::to_avro_datum(schema, record)
+}
+
+/// The Protobuf encoding (no framing) of `e` as the message `Event` of `config/event.proto`
+/// (proto3: implicit-presence fields at their default are left out; `amount` is the double
+/// `cents / 100`).
+pub fn event_protobuf(e: &EventValues) -> Vec<u8> {
+    use prost::encoding::{bytes, double, int32, int64, string};
+    let mut out = Vec::with_capacity(128);
+    if e.id != 0 {
+        int64::encode(1, &(e.id as i64), &mut out);
+    }
+    let mut ts = Vec::new();
+    let seconds = e.event_time_micros.div_euclid(1_000_000);
+    let nanos = (e.event_time_micros.rem_euclid(1_000_000) * 1000) as i32;
+    if seconds != 0 {
+        int64::encode(1, &seconds, &mut ts);
+    }
+    if nanos != 0 {
+        int32::encode(2, &nanos, &mut ts);
+    }
+    bytes::encode(2, &ts, &mut out);
+    string::encode(3, &e.source.to_string(), &mut out);
+    if e.value != 0.0 {
+        double::encode(4, &e.value, &mut out);
+    }
+    double::encode(5, &(e.amount_cents as f64 / 100.0), &mut out);
+    let mut user = Vec::new();
+    string::encode(1, &e.country.to_string(), &mut user);
+    int32::encode(2, &i32::from(e.tier), &mut user);
+    bytes::encode(6, &user, &mut out);
+    for t in &e.tags {
+        string::encode(7, &t.to_string(), &mut out);
+    }
+    for (k, v) in &e.attrs {
+        let mut entry = Vec::new();
+        string::encode(1, k, &mut entry);
+        string::encode(2, v, &mut entry);
+        bytes::encode(8, &entry, &mut out);
+    }
+    out
+}
+
+/// `payload` in the Confluent wire format: magic byte 0, `schema_id` (4 bytes, big-endian),
+/// for Protobuf the message indexes of the schema's first message (the single byte 0), then
+/// the payload.
+pub fn confluent_frame(schema_id: u32, protobuf: bool, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(6 + payload.len());
+    out.push(0);
+    out.extend_from_slice(&schema_id.to_be_bytes());
+    if protobuf {
+        out.push(0);
+    }
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A kind of bad record in the Confluent wire format (Avro or Protobuf), each landing in the
+/// DLQ with a known code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FramedBadKind {
+    /// The event as plain JSON, without framing (magic byte `{`) → `DESERIALIZATION_ERROR`.
+    PlainJson,
+    /// A valid frame whose magic byte is 1 → `DESERIALIZATION_ERROR`.
+    MagicByte,
+    /// A valid frame without its last byte (inside the last map entry) →
+    /// `DESERIALIZATION_ERROR`.
+    Truncated,
+    /// A valid payload framed with a schema id the registry does not have → `INVALID_SCHEMA`.
+    UnknownSchemaId,
+}
+
+impl FramedBadKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [FramedBadKind; 4] = [
+        FramedBadKind::PlainJson,
+        FramedBadKind::MagicByte,
+        FramedBadKind::Truncated,
+        FramedBadKind::UnknownSchemaId,
+    ];
+
+    /// The schema id of [`FramedBadKind::UnknownSchemaId`] records (no registry reaches it:
+    /// ids count from 1).
+    pub const UNKNOWN_SCHEMA_ID: u32 = 2_000_000_000;
+
+    /// The DLQ error code floe gives a record of this kind.
+    pub fn expected_code(self) -> &'static str {
+        match self {
+            FramedBadKind::UnknownSchemaId => "INVALID_SCHEMA",
+            _ => "DESERIALIZATION_ERROR",
+        }
+    }
+
+    /// The bad record of this kind for record `id`, made from its good `frame` (framed with
+    /// [`confluent_frame`]) and the `id`'s JSON event `json`.
+    pub fn make(self, frame: &[u8], json: &str) -> Vec<u8> {
+        match self {
+            FramedBadKind::PlainJson => json.as_bytes().to_vec(),
+            FramedBadKind::MagicByte => {
+                let mut b = frame.to_vec();
+                b[0] = 1;
+                b
+            }
+            FramedBadKind::Truncated => frame[..frame.len() - 1].to_vec(),
+            FramedBadKind::UnknownSchemaId => {
+                let mut b = frame.to_vec();
+                b[1..5].copy_from_slice(&Self::UNKNOWN_SCHEMA_ID.to_be_bytes());
+                b
+            }
+        }
+    }
 }
 
 /// The shape of generated records.
@@ -433,6 +652,9 @@ pub fn generated_record(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::convert::{Converter, DlqCode};
+    use crate::schema::protobuf::{MessageSelector, ProtoFile};
+    use crate::schema::MappedSchema;
     use serde_json::Value;
 
     const BASE: i64 = 1_783_627_200_000; // 2026-07-09T20:00:00Z
@@ -529,6 +751,144 @@ mod tests {
                         BadKind::NotJson => unreachable!(),
                     }
                 }
+            }
+        }
+    }
+
+    /// Each row of `b` as a JSON object (column name → floe's rendering of the value).
+    fn rows(b: &arrow_array::RecordBatch) -> Vec<serde_json::Map<String, Value>> {
+        (0..b.num_rows())
+            .map(|row| {
+                b.schema()
+                    .fields()
+                    .iter()
+                    .zip(b.columns())
+                    .map(|(f, col)| {
+                        (
+                            f.name().clone(),
+                            crate::convert::render::value_to_json(col.as_ref(), row),
+                        )
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Converts `records` with floe's converter for `schema`; every record must be accepted.
+    fn convert(schema: MappedSchema, records: &[Vec<u8>]) -> Vec<serde_json::Map<String, Value>> {
+        let schema = std::sync::Arc::new(schema);
+        let arrow = schema.arrow_schema();
+        let mut c = Converter::try_new(schema, arrow).unwrap();
+        for (i, r) in records.iter().enumerate() {
+            c.push(r).unwrap_or_else(|e| panic!("record {i}: {e}"));
+        }
+        rows(&c.finish())
+    }
+
+    /// The JSON path's rows of `ids` (config/event.schema.json).
+    fn json_rows(ids: std::ops::Range<u64>) -> Vec<serde_json::Map<String, Value>> {
+        let schema: Value = serde_json::from_str(crate::tools::quickstart::EVENT_SCHEMA).unwrap();
+        let records: Vec<Vec<u8>> = ids
+            .map(|id| event_json(id, 42, BASE, 3).into_bytes())
+            .collect();
+        convert(
+            MappedSchema::from_json_schema(&schema, "event_time").unwrap(),
+            &records,
+        )
+    }
+
+    fn avro_schema() -> apache_avro::Schema {
+        apache_avro::Schema::parse_str(crate::tools::quickstart::EVENT_AVRO_SCHEMA).unwrap()
+    }
+
+    fn protobuf_schema() -> MappedSchema {
+        let files = [ProtoFile {
+            name: "event.proto".into(),
+            text: crate::tools::quickstart::EVENT_PROTOBUF_SCHEMA.into(),
+        }];
+        MappedSchema::from_protobuf(&files, &MessageSelector::Indexes(vec![0]), "event_time")
+            .unwrap()
+    }
+
+    #[test]
+    fn avro_events_decode_to_the_json_paths_rows() {
+        let schema = avro_schema();
+        let records: Vec<Vec<u8>> = (0..300)
+            .map(|id| event_avro(&schema, &EventValues::generate(id, 42, BASE, 3)).unwrap())
+            .collect();
+        let mapped = MappedSchema::from_avro(
+            crate::tools::quickstart::EVENT_AVRO_SCHEMA,
+            &[],
+            "event_time",
+        )
+        .unwrap();
+        let got = convert(mapped, &records);
+        let want = json_rows(0..300);
+        assert_eq!(got.len(), 300);
+        for (id, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "record {id}");
+        }
+    }
+
+    #[test]
+    fn protobuf_events_decode_to_the_json_paths_rows_with_amount_a_double() {
+        let records: Vec<Vec<u8>> = (0..300)
+            .map(|id| event_protobuf(&EventValues::generate(id, 42, BASE, 3)))
+            .collect();
+        let got = convert(protobuf_schema(), &records);
+        let want = json_rows(0..300);
+        assert_eq!(got.len(), 300);
+        for (id, (g, w)) in got.iter().zip(&want).enumerate() {
+            let mut g = g.clone();
+            let mut w = w.clone();
+            let amount = g.remove("amount").unwrap();
+            let text = w.remove("amount").unwrap();
+            let exact: f64 = match &text {
+                Value::String(t) => t.parse().unwrap(),
+                n => n.as_f64().unwrap(),
+            };
+            assert_eq!(amount.as_f64(), Some(exact), "record {id}: {text}");
+            assert_eq!(g, w, "record {id}");
+        }
+    }
+
+    #[test]
+    fn framed_bad_records_break_the_framing_or_the_payload() {
+        use crate::confluent::wire;
+        let e = EventValues::generate(5, 42, BASE, 3);
+        let json = event_json(5, 42, BASE, 3);
+        let avro = confluent_frame(9, false, &event_avro(&avro_schema(), &e).unwrap());
+        let proto = confluent_frame(9, true, &event_protobuf(&e));
+        assert_eq!(&avro[..5], &[0, 0, 0, 0, 9]);
+        assert_eq!(&proto[..6], &[0, 0, 0, 0, 9, 0]);
+        let mapped_avro = MappedSchema::from_avro(
+            crate::tools::quickstart::EVENT_AVRO_SCHEMA,
+            &[],
+            "event_time",
+        )
+        .unwrap();
+        for (frame, protobuf, schema) in [
+            (&avro, false, mapped_avro),
+            (&proto, true, protobuf_schema()),
+        ] {
+            let schema = std::sync::Arc::new(schema);
+            let mut c = Converter::try_new(schema.clone(), schema.arrow_schema()).unwrap();
+            let good = wire::parse(frame, protobuf).unwrap();
+            assert_eq!(good.id, 9);
+            assert_eq!(good.indexes, if protobuf { vec![0] } else { vec![] });
+            c.push(good.payload).unwrap();
+            for kind in FramedBadKind::ALL {
+                let bad = kind.make(frame, &json);
+                let code = match wire::parse(&bad, protobuf) {
+                    Err(reason) => reason.code,
+                    Ok(f) if f.id == FramedBadKind::UNKNOWN_SCHEMA_ID => DlqCode::InvalidSchema,
+                    Ok(f) => c.push(f.payload).expect_err("a refused payload").code,
+                };
+                assert_eq!(
+                    code.as_str(),
+                    kind.expected_code(),
+                    "{kind:?} protobuf={protobuf}"
+                );
             }
         }
     }

@@ -814,6 +814,56 @@ pub fn gsr_frame(version: uuid::Uuid, zlib: bool, json: &[u8]) -> Vec<u8> {
     r
 }
 
+/// A schema registry of the test's own: deploy/local's `schema_registry.py` (from
+/// `FLOE_TEST_SCHEMA_REGISTRY_SERVER`) started quiet with `args` (`--port 0` for any free port,
+/// `--data FILE`, `--tls-cert`/`--tls-key`) and `env` (credentials; none otherwise). Killed on
+/// drop.
+pub struct OwnRegistry {
+    child: Child,
+    /// Its base URL, from the line it prints when listening.
+    pub url: String,
+}
+
+impl OwnRegistry {
+    /// Starts it and waits until it listens.
+    pub fn start(args: &[&str], env: &[(&str, &str)]) -> OwnRegistry {
+        let server = std::env::var("FLOE_TEST_SCHEMA_REGISTRY_SERVER").expect(
+            "the schema registry is needed: eval \"$(deploy/local/schema-registry.sh env)\" (scripts/test.sh does it)",
+        );
+        let mut child = Command::new(python())
+            .arg(server)
+            .arg("--quiet")
+            .args(args)
+            .env_remove("FLOE_SCHEMA_REGISTRY_BASIC_AUTH")
+            .env_remove("FLOE_SCHEMA_REGISTRY_BEARER_TOKEN")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_string();
+        OwnRegistry { child, url }
+    }
+
+    /// Stops it now (an outage).
+    pub fn kill(self) {}
+}
+
+impl Drop for OwnRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A TCP port free on 127.0.0.1 right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
