@@ -620,6 +620,8 @@ async fn commits_gather_every_workers_batches_at_most_once_per_half_the_freshnes
         // 40 s of steady arrivals.
         for step in 0..80u64 {
             produce(&bootstrap, step * 75, step * 75 + 75);
+            // A thread of its own, not an async worker thread.
+            #[allow(clippy::disallowed_methods)]
             std::thread::sleep(Duration::from_millis(500));
         }
     });

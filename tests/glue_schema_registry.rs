@@ -376,8 +376,8 @@ fn avro_event(
     let iso = iso_micros(micros);
     let kinds = ["CLICK", "VIEW", "BUY"];
     let kind = (id % 3) as usize;
-    let amount = (id % 4 != 0).then(|| id as f64 * 0.25 - 3.125);
-    let age = (id % 3 != 0).then_some(20 + id as i32);
+    let amount = (!id.is_multiple_of(4)).then_some(id as f64 * 0.25 - 3.125);
+    let age = (!id.is_multiple_of(3)).then_some(20 + id as i32);
     let note = (v2 && id % 4 != 1).then(|| format!("n{id} ☃"));
     let mut fields = vec![
         ("id".to_string(), AV::Long(id as i64)),
@@ -650,11 +650,9 @@ async fn a_schema_glue_does_not_have_fails_the_channel_at_create() {
         &format!("glue_schema_arn = \"{}-missing\"", schema.arn),
     );
     let mut worker = Worker::start_with(&sub, "w1", &text);
-    let status = (0..600)
-        .find_map(|_| {
-            std::thread::sleep(Duration::from_millis(100));
-            worker.child.try_wait().unwrap()
-        })
+    let status = worker
+        .wait_exit(Duration::from_secs(60))
+        .await
         .expect("floe run exits");
     assert!(!status.success());
     let log = log_of(&sub, "w1");
@@ -728,12 +726,10 @@ fn described(config: &Path) -> serde_json::Value {
 }
 
 /// Waits up to 60 s for `worker` to exit; returns its exit code.
-fn exit_code_of(mut worker: Worker) -> i32 {
-    let status = (0..600)
-        .find_map(|_| {
-            std::thread::sleep(Duration::from_millis(100));
-            worker.child.try_wait().unwrap()
-        })
+async fn exit_code_of(mut worker: Worker) -> i32 {
+    let status = worker
+        .wait_exit(Duration::from_secs(60))
+        .await
         .expect("floe run exits");
     status.code().unwrap_or(-1)
 }
@@ -770,7 +766,12 @@ async fn a_worker_whose_glue_config_does_not_fit_exits_78_and_the_channel_stays_
     for (what, text) in &bad {
         assert_ne!(text, &second, "{what}");
         let worker = Worker::start_with(dir, "w2", text);
-        assert_eq!(exit_code_of(worker), 78, "{what}: {}", log_of(dir, "w2"));
+        assert_eq!(
+            exit_code_of(worker).await,
+            78,
+            "{what}: {}",
+            log_of(dir, "w2")
+        );
         let log = log_of(dir, "w2");
         assert!(log.contains("the channel stays"), "{what}: {log}");
         let state = described(&dir.join("w2.toml"));
@@ -788,10 +789,14 @@ async fn a_worker_whose_glue_config_does_not_fit_exits_78_and_the_channel_stays_
             1,
         ),
     );
-    let warned = (0..300).any(|_| {
-        std::thread::sleep(Duration::from_millis(100));
-        log_of(dir, "w3").contains("channel[0].schema.version differs")
-    });
+    let mut warned = false;
+    for _ in 0..300 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if log_of(dir, "w3").contains("channel[0].schema.version differs") {
+            warned = true;
+            break;
+        }
+    }
     let log = log_of(dir, "w3");
     assert!(worker.terminate().success(), "{log}");
     assert!(warned && log.contains("configured=1"), "{log}");

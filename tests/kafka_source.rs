@@ -802,7 +802,7 @@ async fn the_standalone_broker_binary_serves_another_process() {
             child.kill().unwrap();
             panic!("floe-mock-kafka did not exit on stdin EOF");
         }
-        std::thread::sleep(Duration::from_millis(50));
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -285,7 +285,7 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
             break status;
         }
         assert!(Instant::now() < deadline, "no exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(status.success(), "{}", log(dir.path()));
 }

@@ -317,6 +317,9 @@ impl Worker {
     }
 
     /// SIGTERM, then waits up to 60 s for the exit status.
+    // Blocking on purpose: the test has nothing else to run while its worker drains, and a sync
+    // helper keeps `terminate` usable from sync tests and `Drop`-like clean-up paths.
+    #[allow(clippy::disallowed_methods)]
     pub fn terminate(mut self) -> std::process::ExitStatus {
         self.signal("TERM");
         for _ in 0..600 {
