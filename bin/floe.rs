@@ -97,7 +97,7 @@ enum RecordsCommand {
 
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// Convert an NDJSON file to hour-partitioned Parquet on one thread and print figures.
+    /// Convert a file of records (NDJSON, or varint-delimited Avro datums or Protobuf messages) to hour-partitioned Parquet on one thread and print figures.
     Convert(floe::cli::bench::BenchConvertArgs),
     /// Commit many small batches into one table and print commit latency and table size.
     Commits(floe::cli::bench_commits::BenchCommitsArgs),

@@ -182,7 +182,7 @@ pub fn describe() {
     describe_counter!(
         SCHEMA_LOOKUP_ERRORS_TOTAL,
         Unit::Count,
-        "Glue Schema Registry lookups of a record's schema version that failed after their retries (unavailable or refused); the worker restarts from the table's checkpoints"
+        "Schema registry lookups (Glue or Confluent) of a record's schema version or id that failed after their retries (unavailable or refused); the worker restarts from the table's checkpoints"
     );
     describe_counter!(
         SCHEMA_MISMATCH_TOTAL,

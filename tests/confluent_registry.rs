@@ -140,6 +140,69 @@ async fn an_unknown_id_is_not_found_and_remembered() {
     assert_eq!(c.lookups(), before, "the negative cache answers");
 }
 
+/// A server that answers every request with a bare 404 page (an ingress's default backend).
+async fn default_backend_404() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let body = "<html>default backend - 404</html>";
+                let answer = format!(
+                    "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_404_without_the_registrys_error_body_is_an_outage_not_an_unknown_id() {
+    // Before: any 404 was "not found", so records of a valid id went to the DLQ as
+    // INVALID_SCHEMA (and stayed so for the negative cache's 5 minutes).
+    let url = registry_url();
+    let subject = common::unique_name("floe-bare404-value");
+    let id = register(&url, &subject, json_schema("")).await;
+    let proxy = default_backend_404().await;
+    let e = client(std::slice::from_ref(&proxy), Auth::None, &subject)
+        .by_id(id)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, RegistryError::Unavailable(_)), "{e}");
+    // With a second URL, the client fails over to it and finds the id.
+    let c = client(&[proxy, url], Auth::None, &subject);
+    assert_eq!(c.by_id(id).await.unwrap().id, id);
+}
+
+#[tokio::test]
+async fn a_soft_deleted_version_still_names_its_subject() {
+    // Records produced before an operator soft-deleted their version still belong to the
+    // channel's subject (before: SCHEMA_MISMATCH, "its subjects: []").
+    let url = registry_url();
+    let subject = common::unique_name("floe-softdel-value");
+    let v1 = register(&url, &subject, json_schema("")).await;
+    let v2 = register(&url, &subject, json_schema("note")).await;
+    assert_ne!(v1, v2);
+    let r = reqwest::Client::new()
+        .delete(format!("{url}/subjects/{subject}/versions/1"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let c = client(&[url], Auth::None, &subject);
+    let resolved = c.by_id(v1).await.unwrap();
+    assert_eq!(resolved.version_in(&subject), Some(1));
+}
+
 #[tokio::test]
 async fn a_dead_url_fails_over_to_the_next() {
     let url = registry_url();
@@ -522,24 +585,36 @@ fn floe_cli(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-#[tokio::test]
-async fn channel_create_takes_the_subjects_latest_version_or_fails_naming_the_key() {
-    let url = registry_url();
-    let subject = common::unique_name("floe-create-value");
-    let dir = tempfile::tempdir().unwrap();
+/// The test config with a `format` channel of `subject` at `url`, written to `dir/floe.toml`:
+/// its text and path.
+fn channel_config(
+    dir: &std::path::Path,
+    url: &str,
+    subject: &str,
+    format: &str,
+) -> (String, std::path::PathBuf) {
     let file = format!(
         "file = \"{}/config/event.schema.json\"",
         env!("CARGO_MANIFEST_DIR")
     );
-    let config = common::config_toml(dir.path(), "127.0.0.1:9", "w1", 4)
+    let config = common::config_toml(dir, "127.0.0.1:9", "w1", 4)
         .replacen(
             &file,
             &format!("registry_url = \"{url}\"\n  subject = \"{subject}\""),
             1,
         )
-        .replacen("format = \"json\"", "format = \"json_sr\"", 1);
-    let path = dir.path().join("floe.toml");
+        .replacen("format = \"json\"", &format!("format = \"{format}\""), 1);
+    let path = dir.join("floe.toml");
     std::fs::write(&path, &config).unwrap();
+    (config, path)
+}
+
+#[tokio::test]
+async fn channel_create_takes_the_subjects_latest_version_or_fails_naming_the_key() {
+    let url = registry_url();
+    let subject = common::unique_name("floe-create-value");
+    let dir = tempfile::tempdir().unwrap();
+    let (config, path) = channel_config(dir.path(), &url, &subject, "json_sr");
     let path = path.to_str().unwrap();
     // No version yet: the channel is FAILED, naming the key and the subject.
     let (code, _, err) = floe_cli(&["channel", "create", "it", "--config", path]);
@@ -561,4 +636,27 @@ async fn channel_create_takes_the_subjects_latest_version_or_fails_naming_the_ke
     assert_eq!(d["state"], "ACTIVE", "{d}");
     assert_eq!(d["subject"], subject.as_str(), "{d}");
     assert_eq!(d["schema_id"], id.to_string(), "{d}");
+}
+
+#[tokio::test]
+async fn a_subject_of_another_schema_type_than_the_format_is_refused_naming_the_format() {
+    // An `avro` channel whose subject's latest version is JSON Schema: before, the table was
+    // made from it and every Avro record went to the DLQ with a misleading code.
+    let url = registry_url();
+    let subject = common::unique_name("floe-type-value");
+    let schema =
+        serde_json::json!({"schemaType": "JSON", "schema": floe::tools::quickstart::EVENT_SCHEMA});
+    register(&url, &subject, schema).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, path) = channel_config(dir.path(), &url, &subject, "avro");
+    let (code, _, err) = floe_cli(&[
+        "channel",
+        "create",
+        "it",
+        "--config",
+        path.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("is a JSON schema"), "{err}");
+    assert!(err.contains("channel.record.format = \"avro\""), "{err}");
 }

@@ -189,8 +189,10 @@ pub struct ChannelSection {
     /// destinations (records are delivered as read).
     #[serde(default)]
     pub record: Section<RecordSection>,
-    /// `[channel.schema]`: the JSON Schema records are validated against. Required for an
-    /// Iceberg destination; not allowed for `kind = "s3"` (raw records are not validated).
+    /// `[channel.schema]`: the schema records are validated against and the table is made from
+    /// (a JSON Schema file, the Glue Schema Registry, or a Confluent-compatible registry's
+    /// JSON Schema, Avro or Protobuf subject). Required for an Iceberg destination; not allowed
+    /// for `kind = "s3"` (raw records are not validated).
     #[serde(default)]
     pub schema: Section<SchemaSection>,
     /// `[channel.destination]`: where records are delivered. Required.
@@ -428,9 +430,11 @@ pub struct IcebergDestinationSection {
     /// Name of the table: 1 to 255 characters from `a-z 0-9 _`. Created by the channel on first
     /// delivery; floe never writes to a table it did not create. Required.
     pub table: String,
-    /// Top-level schema field the table is partitioned on, by `hour(...)`. It must be a `string`
-    /// with `format: date-time` in the schema; it is always a required column (a record without
-    /// it goes to the DLQ as `MISSING_PARTITION_VALUE`). Required.
+    /// Top-level schema field the table is partitioned on, by `hour(...)`. It must map to
+    /// `timestamptz`: a `string` with `format: date-time` (JSON Schema), a `timestamp-millis` or
+    /// `timestamp-micros` long (Avro), a `google.protobuf.Timestamp` (Protobuf); it is always a
+    /// required column (a record without it goes to the DLQ as `MISSING_PARTITION_VALUE`).
+    /// Required.
     pub partition_field: String,
     /// Parquet compression of data files: `"zstd"`, `"snappy"` or `"none"`. Default: `"zstd"`.
     pub compression: Option<CompressionCodec>,

@@ -2035,6 +2035,10 @@ fn confluent_registry_settings_are_refused_naming_the_key() {
         ("\"ftp://r\"", "not an http or https URL"),
         ("\"http://\"", "has no host"),
         ("\"https://r:8081?x=1\"", "query"),
+        (
+            "\"http://u:sekret@r:8081\"",
+            "FLOE_SCHEMA_REGISTRY_BASIC_AUTH",
+        ),
         ("[]", "at least one URL"),
         ("3", "not a URL"),
     ] {

@@ -1862,8 +1862,8 @@ fn check_ca_bundle(pem: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// A schema registry URL: `http://` or `https://` with a host, no query or fragment; returned
-/// without a trailing `/`.
+/// A schema registry URL: `http://` or `https://` with a host, no user info (credentials come
+/// from the environment only), no query or fragment; returned without a trailing `/`.
 fn check_registry_url(url: &str) -> Result<String, String> {
     let rest = url
         .strip_prefix("https://")
@@ -1874,6 +1874,15 @@ fn check_registry_url(url: &str) -> Result<String, String> {
     }
     if rest.contains(['?', '#']) {
         return Err("must not have a query or fragment".into());
+    }
+    if rest
+        .split('/')
+        .next()
+        .is_some_and(|authority| authority.contains('@'))
+    {
+        return Err(format!(
+            "must not carry credentials (user info before `@`): set {ENV_REGISTRY_BASIC_AUTH} (\"user:password\") or {ENV_REGISTRY_BEARER_TOKEN} in the environment instead"
+        ));
     }
     Ok(url.trim_end_matches('/').to_string())
 }

@@ -162,12 +162,22 @@ impl HttpRegistry {
     /// `GET` of `segments` below the registry's base URL (each segment percent-encoded), on each
     /// URL in turn from the one that answered last, until one answers other than unavailable.
     ///
-    /// Errors: [`RegistryError::NotFound`] (404: 40401 subject, 40402 version, 40403 schema),
-    /// [`RegistryError::Refused`] (401, 403, other 4xx), [`RegistryError::Unavailable`] (every URL
-    /// failed to connect, timed out, or answered 5xx or 429).
+    /// Errors: [`RegistryError::NotFound`] (404 with the registry's error body: 40401 subject,
+    /// 40402 version, 40403 schema), [`RegistryError::Refused`] (401, 403, other 4xx),
+    /// [`RegistryError::Unavailable`] (every URL failed to connect, timed out, or answered 5xx,
+    /// 429, or a 404 without the registry's error body).
     pub async fn get<T: serde::de::DeserializeOwned>(
         &self,
         segments: &[&str],
+    ) -> Result<T, RegistryError> {
+        self.get_with_query(segments, &[]).await
+    }
+
+    /// [`Self::get`] with the query parameters `query` (`[("deleted", "true")]`).
+    pub async fn get_with_query<T: serde::de::DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, &str)],
     ) -> Result<T, RegistryError> {
         let first = self.preferred.load(Ordering::Relaxed) % self.urls.len().max(1);
         let mut failures = Vec::new();
@@ -176,6 +186,9 @@ impl HttpRegistry {
             let mut url = self.urls[i].clone();
             if let Ok(mut path) = url.path_segments_mut() {
                 path.pop_if_empty().extend(segments);
+            }
+            if !query.is_empty() {
+                url.query_pairs_mut().extend_pairs(query);
             }
             match self.get_one(&url).await {
                 Err(RegistryError::Unavailable(why)) => failures.push(why),
@@ -222,8 +235,17 @@ impl HttpRegistry {
             _ => String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
         };
         let why = format!("GET {shown}: HTTP {}: {detail}", status.as_u16());
+        // Only the registry's own "not found" (a JSON body with `error_code` 40401 subject, 40402
+        // version, 40403 schema, or 404 for an unknown path) says the thing does not exist; a
+        // bare 404 (an ingress's default backend, a proxy in front of a restarting registry) is
+        // an outage, retried, never a reason to dead-letter records.
+        let registry_not_found = matches!(
+            err.as_ref().and_then(|e| e.error_code),
+            Some(404 | 40400..=40499)
+        );
         Err(match status.as_u16() {
-            404 => RegistryError::NotFound(why),
+            404 if registry_not_found => RegistryError::NotFound(why),
+            404 => RegistryError::Unavailable(why),
             408 | 429 => RegistryError::Unavailable(why),
             s if s >= 500 => RegistryError::Unavailable(why),
             _ => RegistryError::Refused(why),

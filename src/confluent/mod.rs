@@ -309,6 +309,15 @@ impl ConfluentClient {
         &self,
         segments: &[&str],
     ) -> Result<T, RegistryError> {
+        self.get_with_query(segments, &[]).await
+    }
+
+    /// [`Self::get`] with query parameters.
+    async fn get_with_query<T: serde::de::DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, &str)],
+    ) -> Result<T, RegistryError> {
         let attempts = with_retries(
             LOOKUP_ATTEMPTS,
             Backoff::new(self.first_backoff, Duration::MAX),
@@ -316,7 +325,7 @@ impl ConfluentClient {
             RegistryError::is_retryable,
             || {
                 self.lookups.fetch_add(1, Ordering::Relaxed);
-                self.http.get(segments)
+                self.http.get_with_query(segments, query)
             },
         );
         match tokio::time::timeout(LOOKUP_BUDGET, attempts).await {
@@ -419,13 +428,20 @@ impl ConfluentClient {
     async fn fetch_id(&self, id: u32) -> Result<ResolvedSchema, RegistryError> {
         let text = id.to_string();
         let raw: RawSchema = self.get(&["schemas", "ids", &text]).await?;
-        let subjects: Vec<RawSubjectVersion> =
-            match self.get(&["schemas", "ids", &text, "versions"]).await {
-                Ok(s) => s,
-                // A registry without the endpoint: the id belongs to no known subject.
-                Err(RegistryError::NotFound(_)) => Vec::new(),
-                Err(e) => return Err(e),
-            };
+        // `deleted=true`: a version soft-deleted after its records were produced still names the
+        // subject its records belong to (Confluent hides such versions by default).
+        let subjects: Vec<RawSubjectVersion> = match self
+            .get_with_query(
+                &["schemas", "ids", &text, "versions"],
+                &[("deleted", "true")],
+            )
+            .await
+        {
+            Ok(s) => s,
+            // A registry without the endpoint: the id belongs to no known subject.
+            Err(RegistryError::NotFound(_)) => Vec::new(),
+            Err(e) => return Err(e),
+        };
         let subjects = subjects
             .into_iter()
             .map(|s| (s.subject, s.version))
@@ -535,9 +551,10 @@ pub fn map_schema(
     }
 }
 
-/// Maps Avro writer schema `writer` resolved against reader schema `reader` (Avro 1.11 "Schema
-/// Resolution": the reader's defaults for the fields the writer lacks, its promotions): the
-/// result has the reader's Iceberg schema and decodes records of `writer`.
+/// Maps Avro writer schema `writer`, an older version than `reader`, for the table
+/// ([`MappedSchema::from_avro_older`]): resolved against `reader` (Avro 1.11 "Schema
+/// Resolution": the reader's defaults for the fields the writer lacks, its promotions) unless
+/// that would skip a field the writer has.
 ///
 /// Errors: either schema has no mapping, or the pair cannot be resolved; naming both ids.
 pub fn map_avro_resolved(
@@ -548,7 +565,7 @@ pub fn map_avro_resolved(
     let texts = |r: &ResolvedSchema| -> Vec<String> {
         r.references.iter().map(|x| x.schema.clone()).collect()
     };
-    MappedSchema::from_avro_resolved(
+    MappedSchema::from_avro_older(
         &writer.schema,
         &texts(writer),
         &reader.schema,

@@ -463,6 +463,73 @@ fn older_writer_records_get_reader_defaults_promotions_and_skips() {
 }
 
 #[test]
+fn an_older_writer_keeps_a_field_the_newer_reader_dropped() {
+    // v1 has `src`; v2 dropped it (a compatible change) and added `region` with a default. The
+    // table keeps `src` (columns are never dropped), so v1 records must keep their `src`: read as
+    // v1 alone (`region` null), not resolved against v2 (which skips `src`: the values were lost).
+    let v1 = schema_text(json!([
+        {"name": "a", "type": "long"},
+        {"name": "src", "type": ["null", "string"], "default": null}
+    ]));
+    let v2 = schema_text(json!([
+        {"name": "a", "type": "long"},
+        {"name": "region", "type": "string", "default": "eu"}
+    ]));
+    let table = schema_text(json!([
+        {"name": "a", "type": "long"},
+        {"name": "src", "type": ["null", "string"], "default": null},
+        {"name": "region", "type": ["null", "string"], "default": null}
+    ]));
+    let table = MappedSchema::from_avro(&table, &[], "ts").unwrap();
+    let m = Arc::new(MappedSchema::from_avro_older(&v1, &[], &v2, &[], "ts").unwrap());
+    let mut c = Converter::for_evolved_table(m, table.arrow_schema()).unwrap();
+    let bytes = encode(
+        &v1,
+        vec![
+            ("a", AV::Long(1)),
+            ("src", AV::Union(1, Box::new(AV::String("s1".into())))),
+        ],
+    );
+    let row = push_row(&mut c, &bytes).unwrap();
+    assert_eq!(
+        (&row["a"], &row["src"], &row["region"]),
+        (&json!(1), &json!("s1"), &Value::Null)
+    );
+    // Without a dropped field, the reader's defaults apply.
+    let v1 = schema_text(json!([{"name": "a", "type": "long"}]));
+    let m = Arc::new(MappedSchema::from_avro_older(&v1, &[], &v2, &[], "ts").unwrap());
+    let mut c = Converter::for_evolved_table(m, table.arrow_schema()).unwrap();
+    let row = push_row(&mut c, &encode(&v1, vec![("a", AV::Long(2))])).unwrap();
+    assert_eq!((&row["src"], &row["region"]), (&Value::Null, &json!("eu")));
+}
+
+#[test]
+fn bytes_and_fixed_defaults_are_code_points_not_utf8() {
+    // Avro 1.11: a bytes or fixed default is a string whose code points 0-255 are the bytes
+    // (before: "\u00ff" became the two UTF-8 bytes c3 bf, and a fixed default was refused).
+    let v1 = schema_text(json!([]));
+    let v2 = schema_text(json!([
+        {"name": "b", "type": "bytes", "default": "\u{ff}\u{0}"},
+        {"name": "f", "type": {"type": "fixed", "name": "F2", "size": 2}, "default": "\u{ff}\u{1}"},
+        {"name": "bs", "type": {"type": "array", "items": "bytes"}, "default": ["\u{80}", "a"]},
+        {"name": "ob", "type": ["bytes", "null"], "default": "\u{fe}"}
+    ]));
+    let table = MappedSchema::from_avro(&v2, &[], "ts").unwrap();
+    let m = Arc::new(MappedSchema::from_avro_resolved(&v1, &[], &v2, &[], "ts").unwrap());
+    let mut c = Converter::for_evolved_table(m, table.arrow_schema()).unwrap();
+    let row = push_row(&mut c, &encode(&v1, vec![])).unwrap();
+    assert_eq!(
+        (&row["b"], &row["f"], &row["bs"], &row["ob"]),
+        (
+            &json!("ff00"),
+            &json!([255, 1]),
+            &json!(["80", "61"]),
+            &json!("fe")
+        )
+    );
+}
+
+#[test]
 fn older_writer_without_a_required_reader_field_or_default_is_refused() {
     let v1 = schema_text(json!([]));
     let v2 = schema_text(json!([{"name": "must", "type": "int"}]));

@@ -463,11 +463,14 @@ impl ChannelRegistry {
 
 /// Loads the schema `key` of a Confluent registry ([`crate::confluent::SchemaKey`] packed in a
 /// UUID), or the subject's latest version when `key` is `None`, and maps it. A recorded key
-/// must be a version of the channel's subject.
+/// must be a version of the channel's subject, and of the schema type `format` reads (`avro`:
+/// AVRO, `protobuf`: PROTOBUF, `json_sr`: JSON).
 ///
-/// Errors: [`SchemaLoadError`] naming the subject and id.
+/// Errors: [`SchemaLoadError`] naming the subject and id (and `channel.record.format` when the
+/// schema type differs).
 pub async fn load_confluent_schema(
     config: &crate::config::ConfluentSchemaConfig,
+    format: crate::config::RecordFormat,
     partition_field: &str,
     key: Option<Uuid>,
     client: &crate::confluent::ConfluentClient,
@@ -498,6 +501,21 @@ pub async fn load_confluent_schema(
             resolved.id
         )));
     };
+    let expected = match format {
+        crate::config::RecordFormat::Avro => Some(SchemaType::Avro),
+        crate::config::RecordFormat::Protobuf => Some(SchemaType::Protobuf),
+        crate::config::RecordFormat::JsonSr => Some(SchemaType::Json),
+        _ => None,
+    };
+    if expected.is_some_and(|t| t != resolved.schema_type) {
+        return Err(SchemaLoadError::Refused(format!(
+            "subject {subject} version {version} (schema id {}) is a {} schema; channel.record.format = \"{}\" reads {} schemas",
+            resolved.id,
+            resolved.schema_type.as_str(),
+            format.as_str(),
+            expected.map_or("", |t| t.as_str()),
+        )));
+    }
     let choice = match (resolved.schema_type, &config.message) {
         (SchemaType::Protobuf, _) if !indexes.is_empty() => Some(MessageSelector::Indexes(indexes)),
         (SchemaType::Protobuf, Some(name)) => Some(MessageSelector::Name(name.clone())),
@@ -609,7 +627,8 @@ pub fn map_glue_version(
 }
 
 /// Maps Avro Glue version `writer` read through version `reader` (Avro 1.11 "Schema
-/// Resolution": the fields `writer` lacks take `reader`'s defaults).
+/// Resolution": the fields `writer` lacks take `reader`'s defaults) unless that would skip a
+/// field `writer` has ([`MappedSchema::from_avro_older`]).
 ///
 /// Errors: [`SchemaLoadError::Refused`] naming both versions.
 pub fn map_glue_avro_resolved(
@@ -625,7 +644,7 @@ pub fn map_glue_avro_resolved(
             )));
         }
     }
-    MappedSchema::from_avro_resolved(
+    MappedSchema::from_avro_older(
         &writer.definition,
         &[],
         &reader.definition,
@@ -694,7 +713,14 @@ pub async fn load_channel_schema(
                     "no schema registry client".to_string(),
                 ));
             };
-            load_confluent_schema(c, &dest.partition_field, recorded, client).await
+            load_confluent_schema(
+                c,
+                config.record.format,
+                &dest.partition_field,
+                recorded,
+                client,
+            )
+            .await
         }
         SchemaConfig::Glue {
             schema_arn,

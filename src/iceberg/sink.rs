@@ -289,7 +289,7 @@ impl IcebergSink {
                         reader.as_deref(),
                         key,
                         client.subject(),
-                        self.io.schema.partition_field(),
+                        &self.io.schema,
                     ),
                     Err(confluent::RegistryError::NotFound(_)) => {
                         return Ok(Err(confluent::unknown_id(&key)))
@@ -673,17 +673,30 @@ fn confluent_candidate(
     reader: Option<&confluent::ResolvedSchema>,
     key: SchemaKey,
     subject: &str,
-    partition_field: &str,
+    channel: &MappedSchema,
 ) -> Candidate {
+    let partition_field = channel.partition_field();
     let number = resolved.version_in(subject);
     let label = match number {
         Some(n) => format!("{key} (version {n} of {subject})"),
         None => key.to_string(),
     };
+    let channel_type = match channel.decoding() {
+        crate::schema::Decoding::Avro(_) => confluent::SchemaType::Avro,
+        crate::schema::Decoding::Protobuf(_) => confluent::SchemaType::Protobuf,
+        crate::schema::Decoding::JsonSchema(_) => confluent::SchemaType::Json,
+    };
     let choice = (resolved.schema_type == confluent::SchemaType::Protobuf)
         .then(|| crate::schema::protobuf::MessageSelector::Indexes(key.indexes.clone()));
     let mapped = match number {
         None => Err(confluent::not_the_channels(resolved, &key, subject)),
+        // A version of another schema type (the subject's compatibility allowed it): its
+        // records cannot be read as the channel's format.
+        Some(_) if resolved.schema_type != channel_type => Err(mismatch(format!(
+            "{label} is a {} schema; the channel reads {}",
+            resolved.schema_type.as_str(),
+            channel_type.as_str()
+        ))),
         Some(_) => match reader {
             Some(reader) => confluent::map_avro_resolved(resolved, reader, partition_field),
             None => confluent::map_schema(resolved, partition_field, choice.as_ref()),

@@ -169,6 +169,44 @@ impl MappedSchema {
         Self::from_avro_resolved(schema, references, schema, references, partition_field)
     }
 
+    /// How records of `writer`, an older version of the schema than `reader` (the channel's
+    /// version, which the table was created or evolved from), are read: resolved against
+    /// `reader` ([`MappedSchema::from_avro_resolved`]: fields `writer` lacks take `reader`'s
+    /// defaults) when `reader` has every field of `writer`, by dotted path; else as `writer`
+    /// alone ([`MappedSchema::from_avro`]: fields it lacks are null). Avro resolution skips a
+    /// writer field the reader lacks, but the table keeps every column a version ever had: a
+    /// newer version that dropped a field must not drop the values older records carry in it.
+    ///
+    /// Errors: as [`MappedSchema::from_avro_resolved`], or [`MappedSchema::from_avro`] of
+    /// `writer`.
+    pub fn from_avro_older(
+        writer: &str,
+        writer_references: &[String],
+        reader: &str,
+        reader_references: &[String],
+        partition_field: &str,
+    ) -> Result<MappedSchema, SchemaError> {
+        let own = Self::from_avro(writer, writer_references, partition_field)?;
+        let resolved = Self::from_avro_resolved(
+            writer,
+            writer_references,
+            reader,
+            reader_references,
+            partition_field,
+        )?;
+        let paths = |s: &iceberg::spec::Schema| -> std::collections::BTreeSet<String> {
+            (0..=s.highest_field_id())
+                .filter_map(|id| s.name_by_field_id(id).map(str::to_string))
+                .collect()
+        };
+        let kept = paths(resolved.iceberg_schema());
+        Ok(if paths(own.iceberg_schema()).is_subset(&kept) {
+            resolved
+        } else {
+            own
+        })
+    }
+
     /// Maps the table's reader schema `reader` (normally the subject's latest version, the one
     /// the table was created or evolved from) exactly as [`MappedSchema::from_avro`] does, with
     /// a decode plan for records written with `writer` (the record's schema id) resolved against
@@ -359,6 +397,34 @@ fn collect_names(s: &Schema, names: &mut HashMap<Name, Schema>) {
 
 fn is_fixed_uuid(s: &Schema) -> bool {
     matches!(s, Schema::Fixed(f) if f.attributes.contains_key(FIXED_UUID_ATTR))
+}
+
+/// A field's default (JSON) as an Avro value of type `s`. A `bytes` or `fixed` default is a JSON
+/// string whose code points 0–255 are the byte values (Avro 1.11 "Complex Types", the table of
+/// default values), not its UTF-8: `"\u00ff"` is the one byte 0xff. Followed through arrays, maps
+/// and a union's first branch (the branch a default is of); anything else as apache-avro reads
+/// JSON.
+fn default_value(s: &Schema, d: &serde_json::Value) -> apache_avro::types::Value {
+    use apache_avro::types::Value as V;
+    use serde_json::Value as J;
+    let latin1 = |t: &str| -> Option<Vec<u8>> {
+        t.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
+    };
+    match (s, d) {
+        (Schema::Bytes, J::String(t)) => latin1(t).map(V::Bytes),
+        (Schema::Fixed(f), J::String(t)) => latin1(t).map(|b| V::Fixed(f.size, b)),
+        (Schema::Array(a), J::Array(xs)) => Some(V::Array(
+            xs.iter().map(|x| default_value(&a.items, x)).collect(),
+        )),
+        (Schema::Map(m), J::Object(o)) => Some(V::Map(
+            o.iter()
+                .map(|(k, x)| (k.clone(), default_value(&m.types, x)))
+                .collect(),
+        )),
+        (Schema::Union(u), _) => u.variants().first().map(|first| default_value(first, d)),
+        _ => None,
+    }
+    .unwrap_or_else(|| V::from(d.clone()))
 }
 
 /// `["null", T]` / `[T, "null"]` → (`T`, Some(index of null)); a one-branch union → its branch;
@@ -763,7 +829,7 @@ impl Resolver<'_> {
                 format!("the field's default does not fit its type: {e}"),
             )
         };
-        let value = apache_avro::types::Value::from(d.clone())
+        let value = default_value(s, d)
             .resolve_schemata(s, schemata.clone())
             .map_err(bad)?;
         let bytes = apache_avro::to_avro_datum_schemata(s, schemata, value).map_err(bad)?;
