@@ -65,6 +65,7 @@ pub mod avro;
 pub mod evolution;
 mod json_schema;
 mod number;
+pub mod partition;
 pub mod protobuf;
 
 #[cfg(test)]
