@@ -364,6 +364,7 @@ pub async fn ensure_channel_table(
             .codec_name()
             .to_string(),
         target_file_size_bytes: dest.target_file_size,
+        partition: dest.partition.clone(),
     };
     let ident = &spec.ident;
     let unavailable = |e: iceberg::Error| ActivateError::Unavailable(format!("catalog: {e}"));
@@ -414,6 +415,17 @@ pub async fn ensure_channel_table(
     }
     let at_activation = state.table_uuid.is_none() || activating(state);
     let table_path = format!("channel[{index}].destination.table");
+    // The partition spec's terms against the schema (a registry schema is first seen here;
+    // a schema file was checked by `floe validate` already).
+    if let Err((i, message)) =
+        crate::schema::partition::unbound_spec(&dest.partition, schema.iceberg_schema())
+    {
+        let path = format!("channel[{index}].destination.partition[{i}]");
+        if at_activation {
+            return Err(fail(store, state, path, message, "fix the partition spec").await);
+        }
+        return Err(ActivateError::Refused { path, message });
+    }
     let table = match ensure_table(catalog, &spec, schema).await {
         Ok(table) => table,
         Err(e @ CatalogError::Incompatible { .. }) if at_activation => {

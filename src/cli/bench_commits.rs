@@ -200,6 +200,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         channel: "bench".into(),
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
+        partition: vec![crate::schema::partition::PartitionTerm::hour("event_time")],
     };
     ensure_table(catalog.as_ref(), &spec, &schema)
         .await

@@ -428,10 +428,18 @@ pub struct IcebergDestinationSection {
     /// Name of the table: 1 to 255 characters from `a-z 0-9 _`. Created by the channel on first
     /// delivery; floe never writes to a table it did not create. Required.
     pub table: String,
-    /// Top-level schema field the table is partitioned on, by `hour(...)`. It must be a `string`
-    /// with `format: date-time` in the schema; it is always a required column (a record without
-    /// it goes to the DLQ as `MISSING_PARTITION_VALUE`). Required.
-    pub partition_field: String,
+    /// Top-level schema field the table is partitioned on, by `hour(...)`: the shorthand of
+    /// `partition = ["hour(<field>)"]`. It must be a `string` with `format: date-time` in the
+    /// schema; it is always a required column (a record without it goes to the DLQ as
+    /// `MISSING_PARTITION_VALUE`). Required unless `partition` is given (not both).
+    pub partition_field: Option<String>,
+    /// The table's partition spec, one term per partition field: `"identity(f)"`, `"year(f)"`,
+    /// `"month(f)"`, `"day(f)"`, `"hour(f)"`, `"bucket(N, f)"`, `"truncate(W, f)"`, `"void(f)"`
+    /// on top-level fields whose type the transform takes (docs/partitioning.md). Exactly one
+    /// time transform (`year`, `month`, `day`, `hour`), whose field is required like
+    /// `partition_field`; a spec other than `["hour(f)"]` is not maintained yet (no compaction,
+    /// no record expiration). Instead of `partition_field` (not both).
+    pub partition: Option<Vec<String>>,
     /// Parquet compression of data files: `"zstd"`, `"snappy"` or `"none"`. Default: `"zstd"`.
     pub compression: Option<CompressionCodec>,
     /// ZSTD level, 1 (fastest) to 22 (smallest); only with `compression = "zstd"`. Default: `3`.

@@ -501,8 +501,12 @@ pub struct IcebergDestinationConfig {
     pub namespace: String,
     /// Table name, `[a-z0-9_]{1,255}`.
     pub table: String,
-    /// Top-level field partitioned by `hour(...)`.
+    /// The time field: the top-level field of the spec's time transform, which every record
+    /// must carry (`partition_field`, or the source of `hour`/`day`/`month`/`year` in
+    /// `partition`).
     pub partition_field: String,
+    /// The partition spec's terms (`[hour(partition_field)]` for the shorthand).
+    pub partition: Vec<crate::schema::partition::PartitionTerm>,
     /// Parquet compression of data files.
     pub compression: Compression,
     /// Maximum age of a record before it is committed, 10 s to 900 s.

@@ -87,11 +87,12 @@ pub(crate) async fn step_point(step: &str) {
     let _ = step;
 }
 
-/// The live data files of `current`, by hour partition (files of another partitioning are left
-/// out).
+/// The live data files of `current`, by hour partition (files of another partition spec than
+/// one `hour` field are left out: they are neither compacted nor expired yet,
+/// docs/partitioning.md "Status").
 pub fn files_by_hour(current: &CurrentFiles) -> BTreeMap<i32, Vec<&ManifestEntryRef>> {
     let mut hours: BTreeMap<i32, Vec<&ManifestEntryRef>> = BTreeMap::new();
-    for e in current.live() {
+    for e in current.live_by_hour() {
         if let Some(h) = hour_of(e) {
             hours.entry(h).or_default().push(e);
         }

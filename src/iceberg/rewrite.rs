@@ -66,6 +66,9 @@ pub struct CurrentFiles {
     /// Whether it has delete manifests (position or equality deletes another engine wrote):
     /// floe never rewrites data files then.
     pub has_deletes: bool,
+    /// The ids of the table's partition specs that are one `hour` field: the files maintenance
+    /// reads hours from (docs/partitioning.md, "Status").
+    pub hour_specs: std::collections::HashSet<i32>,
 }
 
 impl CurrentFiles {
@@ -80,6 +83,14 @@ impl CurrentFiles {
         let list = table.manifest_list_reader(snapshot).load().await?;
         let mut out = CurrentFiles {
             snapshot_id: Some(snapshot.snapshot_id()),
+            hour_specs: md
+                .partition_specs_iter()
+                .filter(|s| {
+                    let fields = s.fields();
+                    fields.len() == 1 && fields[0].transform == iceberg::spec::Transform::Hour
+                })
+                .map(|s| s.spec_id())
+                .collect(),
             ..CurrentFiles::default()
         };
         for file in list.entries() {
@@ -100,6 +111,16 @@ impl CurrentFiles {
     pub fn live(&self) -> impl Iterator<Item = &ManifestEntryRef> {
         self.manifests
             .iter()
+            .flat_map(|m| m.entries.iter())
+            .filter(|e| e.is_alive() && e.content_type() == DataContentType::Data)
+    }
+
+    /// The live data files of a partition spec that is one `hour` field ([`Self::hour_specs`]),
+    /// the only ones [`hour_of`] reads an hour from.
+    pub fn live_by_hour(&self) -> impl Iterator<Item = &ManifestEntryRef> {
+        self.manifests
+            .iter()
+            .filter(|m| self.hour_specs.contains(&m.file.partition_spec_id))
             .flat_map(|m| m.entries.iter())
             .filter(|e| e.is_alive() && e.content_type() == DataContentType::Data)
     }
@@ -491,7 +512,9 @@ fn summary(current: &CurrentFiles, rewrite: &Rewrite, commit_id: Uuid) -> Summar
 }
 
 /// The hour partition of a data file: the value of Iceberg's `hour` transform (hours since the
-/// Unix epoch) in the table's only partition field; `None` for another partitioning.
+/// Unix epoch) in the table's only partition field; `None` for another partitioning. Only for
+/// files of an `hour` spec ([`CurrentFiles::live_by_hour`]): a `day` or `bucket` value is an
+/// `int` too.
 pub fn hour_of(entry: &ManifestEntryRef) -> Option<i32> {
     match entry.data_file().partition().fields().first() {
         Some(Some(iceberg::spec::Literal::Primitive(iceberg::spec::PrimitiveLiteral::Int(h)))) => {

@@ -282,20 +282,23 @@ pub fn data_file_paths(data_files_json: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iceberg::{NamespaceIdent, TableIdent};
+    use crate::schema::partition::PartitionTerm;
+    use iceberg::{Catalog, NamespaceIdent, TableIdent};
 
-    /// A batch spanning several hours and larger than a Parquet row group keeps every row
-    /// (the worker hands off up to `buffer_size` of rows in one batch).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_large_multi_hour_batch_writes_every_row() {
-        let dir = tempfile::tempdir().unwrap();
-        let catalog = crate::catalog::open_sql_catalog(
-            &dir.path().join("c.sqlite"),
-            &dir.path().join("wh"),
-            "floe",
-        )
-        .await
-        .unwrap();
+    /// An `Event` table (config/event.schema.json) partitioned by `terms`, created as activation
+    /// creates it, with a converter for its rows.
+    async fn event_table(
+        dir: &std::path::Path,
+        terms: &[&str],
+    ) -> (
+        std::sync::Arc<dyn Catalog>,
+        Table,
+        crate::convert::Converter,
+    ) {
+        let catalog =
+            crate::catalog::open_sql_catalog(&dir.join("c.sqlite"), &dir.join("wh"), "floe")
+                .await
+                .unwrap();
         let schema_json: serde_json::Value =
             serde_json::from_str(crate::tools::quickstart::EVENT_SCHEMA).unwrap();
         let mapped = std::sync::Arc::new(
@@ -306,6 +309,10 @@ mod tests {
             channel: "w".into(),
             compression_codec: "zstd".into(),
             target_file_size_bytes: 128 << 20,
+            partition: terms
+                .iter()
+                .map(|t| PartitionTerm::parse(t).unwrap())
+                .collect(),
         };
         let table = crate::iceberg::table::ensure_table(catalog.as_ref(), &spec, &mapped)
             .await
@@ -313,22 +320,137 @@ mod tests {
         let arrow = std::sync::Arc::new(
             iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
         );
-        let mut conv = crate::convert::Converter::try_new(mapped, arrow).unwrap();
-        let n = 300_000u64;
+        let conv = crate::convert::Converter::try_new(mapped, arrow).unwrap();
+        (catalog, table, conv)
+    }
+
+    /// Writes `n` sample events (ids from 0, spread over `spread_hours`) as one flush.
+    async fn write_events(
+        table: &Table,
+        conv: &mut crate::convert::Converter,
+        n: u64,
+        seed: u64,
+        spread_hours: u32,
+    ) -> WrittenFiles {
         for id in 0..n {
-            conv.push(
-                crate::tools::sample_events::event_json(id, 42, 1_783_627_200_000, 3).as_bytes(),
-            )
-            .unwrap();
+            let event =
+                crate::tools::sample_events::event_json(id, seed, 1_783_627_200_000, spread_hours);
+            conv.push(event.as_bytes()).unwrap();
         }
         let settings = WriterSettings {
             channel: "w".into(),
             compression: ParquetCompression::Zstd(1),
             target_file_size: 128 << 20,
         };
-        let written = write_data_files(&table, &settings, Uuid::now_v7(), conv.finish())
+        write_data_files(table, &settings, Uuid::now_v7(), conv.finish())
+            .await
+            .unwrap()
+    }
+
+    /// A batch spanning several hours and larger than a Parquet row group keeps every row
+    /// (the worker hands off up to `buffer_size` of rows in one batch).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_multi_hour_batch_writes_every_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_catalog, table, mut conv) = event_table(dir.path(), &["hour(event_time)"]).await;
+        let n = 300_000u64;
+        let written = write_events(&table, &mut conv, n, 42, 3).await;
+        assert_eq!(written.num_rows, n, "files {:?}", written.paths);
+    }
+
+    /// With a multi-field spec, each data file holds the rows of one partition tuple, and its
+    /// tuple is what the spec's transforms give for its rows: the day (days since the epoch, by
+    /// floor division), the source as is, the bucket of the id (iceberg-rust's, checked against
+    /// the spec's values in `schema::partition`). Maintenance, which reads hours only from
+    /// `hour` specs, leaves these files alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_multi_field_spec_writes_one_tuple_per_file() {
+        use arrow_array::{Array, Int64Array, StringArray, TimestampMicrosecondArray};
+        use iceberg::spec::{Literal, PrimitiveLiteral};
+        use iceberg::transaction::{ApplyTransactionAction, Transaction};
+        let dir = tempfile::tempdir().unwrap();
+        let (catalog, table, mut conv) = event_table(
+            dir.path(),
+            &["day(event_time)", "identity(source)", "bucket(4, id)"],
+        )
+        .await;
+        let n = 2_000u64;
+        let written = write_events(&table, &mut conv, n, 7, 72).await;
+        assert_eq!(written.num_rows, n);
+        let files = parse_data_files(&table, &written.data_files_json).unwrap();
+        let bucket4 =
+            iceberg::transform::create_transform_function(&iceberg::spec::Transform::Bucket(4))
+                .unwrap();
+        let mut tuples = std::collections::BTreeSet::new();
+        let mut rows = 0;
+        for f in &files {
+            let p: Vec<_> = f.partition().fields().to_vec();
+            assert_eq!(p.len(), 3, "{p:?}");
+            let Some(Literal::Primitive(PrimitiveLiteral::Int(day))) = p[0] else {
+                panic!("day {p:?}")
+            };
+            let source = match &p[1] {
+                Some(Literal::Primitive(PrimitiveLiteral::String(s))) => Some(s.clone()),
+                None => None,
+                other => panic!("source {other:?}"),
+            };
+            let Some(Literal::Primitive(PrimitiveLiteral::Int(bucket))) = p[2] else {
+                panic!("bucket {p:?}")
+            };
+            assert!(
+                tuples.insert((day, source.clone(), bucket)),
+                "one file per tuple"
+            );
+            let bytes = table
+                .file_io()
+                .new_input(f.file_path())
+                .unwrap()
+                .read()
+                .await
+                .unwrap();
+            let reader =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+                    .unwrap()
+                    .build()
+                    .unwrap();
+            for batch in reader {
+                let batch = batch.unwrap();
+                rows += batch.num_rows();
+                let col = |name: &str| batch.column_by_name(name).unwrap().clone();
+                let ts = col("event_time");
+                let ts = ts
+                    .as_any()
+                    .downcast_ref::<TimestampMicrosecondArray>()
+                    .unwrap();
+                let src = col("source");
+                let src = src.as_any().downcast_ref::<StringArray>().unwrap();
+                let ids = col("id");
+                let buckets = bucket4.transform(ids.clone()).unwrap();
+                let buckets = buckets
+                    .as_any()
+                    .downcast_ref::<arrow_array::Int32Array>()
+                    .unwrap();
+                assert!(ids.as_any().downcast_ref::<Int64Array>().is_some());
+                for i in 0..batch.num_rows() {
+                    assert_eq!(ts.value(i).div_euclid(86_400_000_000), i64::from(day));
+                    assert_eq!(src.is_valid(i).then(|| src.value(i).to_string()), source);
+                    assert_eq!(buckets.value(i), bucket);
+                }
+            }
+        }
+        assert_eq!(rows as u64, n);
+        let days: std::collections::BTreeSet<i32> = tuples.iter().map(|t| t.0).collect();
+        let buckets: std::collections::BTreeSet<i32> = tuples.iter().map(|t| t.2).collect();
+        assert!(days.len() >= 3, "72 hours span 3 days or more: {days:?}");
+        assert_eq!(buckets.len(), 4, "{buckets:?}");
+
+        let tx = Transaction::new(&table);
+        let tx = tx.fast_append().add_data_files(files).apply(tx).unwrap();
+        let table = tx.commit(catalog.as_ref()).await.unwrap();
+        let current = super::super::rewrite::CurrentFiles::load(&table)
             .await
             .unwrap();
-        assert_eq!(written.num_rows, n, "files {:?}", written.paths);
+        assert_eq!(current.live().count(), tuples.len());
+        assert!(super::super::maintenance::files_by_hour(&current).is_empty());
     }
 }

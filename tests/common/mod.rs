@@ -510,6 +510,7 @@ pub async fn event_table_in(
         channel: channel.into(),
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
+        partition: vec![floe::schema::partition::PartitionTerm::hour("event_time")],
     };
     floe::iceberg::table::ensure_table(catalog, &spec, &schema)
         .await
