@@ -435,10 +435,11 @@ pub struct IcebergDestinationSection {
     pub partition_field: Option<String>,
     /// The table's partition spec, one term per partition field: `"identity(f)"`, `"year(f)"`,
     /// `"month(f)"`, `"day(f)"`, `"hour(f)"`, `"bucket(N, f)"`, `"truncate(W, f)"`, `"void(f)"`
-    /// on top-level fields whose type the transform takes (docs/partitioning.md). Exactly one
-    /// time transform (`year`, `month`, `day`, `hour`), whose field is required like
-    /// `partition_field`; a spec other than `["hour(f)"]` is not maintained yet (no compaction,
-    /// no record expiration). Instead of `partition_field` (not both).
+    /// on top-level fields whose type the transform takes (docs/partitioning.md); `[]` for an
+    /// unpartitioned table. At most one time transform (`year`, `month`, `day`, `hour`), whose
+    /// field is required like `partition_field`; a spec other than `["hour(f)"]` is not
+    /// maintained yet (no compaction, no record expiration). Instead of `partition_field` (not
+    /// both).
     pub partition: Option<Vec<String>>,
     /// Parquet compression of data files: `"zstd"`, `"snappy"` or `"none"`. Default: `"zstd"`.
     pub compression: Option<CompressionCodec>,

@@ -503,7 +503,7 @@ pub struct IcebergDestinationConfig {
     pub table: String,
     /// The time field: the top-level field of the spec's time transform, which every record
     /// must carry (`partition_field`, or the source of `hour`/`day`/`month`/`year` in
-    /// `partition`).
+    /// `partition`); empty when the spec has no time transform.
     pub partition_field: String,
     /// The partition spec's terms (`[hour(partition_field)]` for the shorthand).
     pub partition: Vec<crate::schema::partition::PartitionTerm>,

@@ -2152,16 +2152,11 @@ fn partition_is_a_spec_of_transform_terms_with_one_time_transform() {
         "channel[0].destination.partition[1]",
         "second time transform",
     );
-    refused(
-        &spec("[\"identity(source)\"]"),
-        "channel[0].destination.partition",
-        "needs a time transform",
-    );
-    refused(
-        &spec("[]"),
-        "channel[0].destination.partition",
-        "needs a time transform",
-    );
+    // No time transform: no time field, records need none.
+    for terms in ["[\"identity(source)\"]", "[]"] {
+        let config = parse(&spec(terms)).unwrap();
+        assert_eq!(iceberg(&config).partition_field, "", "{terms}");
+    }
     refused(
         &with(
             "[channel.destination]",
@@ -2178,7 +2173,7 @@ fn partition_is_a_spec_of_transform_terms_with_one_time_transform() {
 }
 
 #[test]
-fn record_expiration_needs_the_hour_spec_for_now() {
+fn record_expiration_needs_a_time_transform_and_for_now_the_hour_spec() {
     let retention = |partition: &str| {
         replaced("partition_field = \"event_time\"", partition).replace(
             "[channel.dlq]",
@@ -2192,5 +2187,10 @@ fn record_expiration_needs_the_hour_spec_for_now() {
         &retention("partition = [\"day(event_time)\"]"),
         "channel[0].destination.maintenance.record_retention",
         "record expiration needs partition = [\"hour(<field>)\"]",
+    );
+    refused(
+        &retention("partition = [\"identity(source)\"]"),
+        "channel[0].destination.maintenance.record_retention",
+        "record expiration needs a time transform",
     );
 }

@@ -1438,7 +1438,15 @@ impl Checker<'_> {
         // Maintenance finds an hour partition's period by reading its first partition value as
         // hours (docs/partitioning.md, "Status"): other specs are not expired yet.
         if let (Some(m), Some((field, terms))) = (&maintenance, &partition) {
-            if m.record_retention.is_some() && *terms != [PartitionTerm::hour(field)] {
+            if m.record_retention.is_some() && field.is_empty() {
+                self.error(
+                    format!("{p}.maintenance.record_retention"),
+                    format!(
+                        "record expiration needs a time transform (year, month, day or hour) in \
+                         {p}.partition: without one there is no period to expire by"
+                    ),
+                );
+            } else if m.record_retention.is_some() && *terms != [PartitionTerm::hour(field)] {
                 self.error(
                     format!("{p}.maintenance.record_retention"),
                     "record expiration needs partition = [\"hour(<field>)\"] (or partition_field) \
@@ -1510,14 +1518,9 @@ impl Checker<'_> {
             self.error(format!("{p}.partition[{i}]"), e);
             return None;
         }
-        let Some(field) = crate::schema::partition::time_field(&terms) else {
-            self.error(
-                format!("{p}.partition"),
-                "needs a time transform (year, month, day or hour) of a date-time field: \
-                 specs without one (and unpartitioned tables) are not supported yet",
-            );
-            return None;
-        };
+        // No time transform (`[]`, `["identity(region)"]`): no time field, "" (records need
+        // none).
+        let field = crate::schema::partition::time_field(&terms).unwrap_or_default();
         Some((field.to_string(), terms))
     }
 

@@ -1,7 +1,8 @@
-//! Data files: one flush of a worker's buffered rows becomes hour-partitioned Parquet data
-//! files in the table location, through iceberg-rust's writer stack
+//! Data files: one flush of a worker's buffered rows becomes partitioned Parquet data files in
+//! the table location, through iceberg-rust's writer stack
 //! (`ParquetWriter` → `RollingFileWriter` → `DataFileWriter` → `FanoutWriter`, rows split by
-//! `RecordBatchPartitionSplitter` with the table's `hour(...)` transform).
+//! `RecordBatchPartitionSplitter` with the transforms of the table's partition spec, one file
+//! or more per partition tuple; `UnpartitionedWriter` for a spec without fields).
 //!
 //! Invariant: file names can never collide. Each is `<channel>-<batch id>-<n>.parquet` under
 //! the partition's directory, the batch id a UUIDv7, so a retried or concurrent flush never
@@ -19,6 +20,7 @@ use iceberg::writer::file_writer::location_generator::{
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
+use iceberg::writer::partitioning::unpartitioned_writer::UnpartitionedWriter;
 use iceberg::writer::partitioning::PartitioningWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -124,8 +126,8 @@ pub struct WrittenFiles {
     pub num_bytes: u64,
 }
 
-/// Writes `batch` (rows of the table's current schema, any hours) as data files of `table`,
-/// one or more files per hour partition, named after `batch_id`.
+/// Writes `batch` (rows of the table's current schema, any partitions) as data files of `table`,
+/// one or more files per partition tuple, named after `batch_id`.
 ///
 /// Runs the encoding on a blocking thread. Errors: any iceberg-rust writer or storage error
 /// (the caller retries the flush with a new batch id; files already written are orphans that
@@ -181,7 +183,7 @@ async fn write_blocking(
     Ok(out)
 }
 
-/// Writes every batch of `batches` (rows of the table's current schema, any hours) as data
+/// Writes every batch of `batches` (rows of the table's current schema, any partitions) as data
 /// files of `table` named after `file_id`, rolling at `settings.target_file_size`: the data
 /// files of a compaction (docs/operations.md, "Table maintenance"). Runs on a blocking thread.
 ///
@@ -230,10 +232,18 @@ async fn write_batches(
             DataFileFormat::Parquet,
         ),
     );
+    let mut batches = std::pin::pin!(batches);
+    if spec.is_unpartitioned() {
+        // `partition = []`: iceberg-rust's splitter refuses a spec without fields.
+        let mut writer = UnpartitionedWriter::new(DataFileWriterBuilder::new(rolling));
+        while let Some(batch) = batches.next().await {
+            writer.write(batch?).await?;
+        }
+        return writer.close().await;
+    }
     let mut fanout = FanoutWriter::new(DataFileWriterBuilder::new(rolling));
     let splitter =
         RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?;
-    let mut batches = std::pin::pin!(batches);
     while let Some(batch) = batches.next().await {
         for (key, part) in splitter.split(&batch?)? {
             fanout.write(key, part).await?;

@@ -550,7 +550,8 @@ impl MappedSchema {
         &self.iceberg
     }
 
-    /// Name of the partition field (a top-level `timestamptz`, required).
+    /// Name of the partition field (a top-level `timestamptz`, required), the source of the
+    /// table's time transform; empty when the spec has none (docs/partitioning.md).
     pub fn partition_field(&self) -> &str {
         &self.partition_field
     }
