@@ -437,9 +437,8 @@ pub struct IcebergDestinationSection {
     /// `"month(f)"`, `"day(f)"`, `"hour(f)"`, `"bucket(N, f)"`, `"truncate(W, f)"`, `"void(f)"`
     /// on top-level fields whose type the transform takes (docs/partitioning.md); `[]` for an
     /// unpartitioned table. At most one time transform (`year`, `month`, `day`, `hour`), whose
-    /// field is required like `partition_field`; a spec other than `["hour(f)"]` is not
-    /// maintained yet (no compaction, no record expiration). Instead of `partition_field` (not
-    /// both).
+    /// field is required like `partition_field` (and which record expiration needs). Instead
+    /// of `partition_field` (not both).
     pub partition: Option<Vec<String>>,
     /// Parquet compression of data files: `"zstd"`, `"snappy"` or `"none"`. Default: `"zstd"`.
     pub compression: Option<CompressionCodec>,
@@ -458,8 +457,9 @@ pub struct IcebergDestinationSection {
     /// (back-pressure) and the buffer is flushed. At least `channel.record.max_record_size`,
     /// at most 64GiB. Default: `"256MiB"`.
     pub buffer_size: Option<SizeText>,
-    /// Hour partitions a flush may write at once. Validated (from 1 to 1000) but not enforced
-    /// yet: a flush writes every buffered hour, one file or more each. Default: `48`.
+    /// Partitions (hours, or tuples of the `partition` spec) a flush may write at once.
+    /// Validated (from 1 to 1000) but not enforced yet: a flush writes every buffered
+    /// partition, one file or more each. Default: `48`.
     pub max_open_partitions: Option<WholeNumber>,
     /// `[channel.destination.maintenance]`: what the committer does to keep the table fast
     /// (snapshot expiry, compaction, manifest rewrite, record expiration). Optional.
@@ -484,11 +484,15 @@ pub struct MaintenanceSection {
     pub min_snapshots: Option<WholeNumber>,
     /// Whether snapshots are expired (and the files only they reached deleted). Default: `true`.
     pub snapshot_expiry: Option<bool>,
-    /// Whether the small data files of a closed hour partition are rewritten into files of
-    /// about `target_file_size` (a `replace` snapshot; SQL, REST and Glue catalogs). Default: `true`.
+    /// Whether the small data files of a closed partition (an hour, or a period of the
+    /// `partition` time transform, that ended; without a time transform, a partition whose
+    /// newest file is `compaction_delay` old) are rewritten into files of about
+    /// `target_file_size` (a `replace` snapshot; SQL, REST and Glue catalogs). Default: `true`.
     pub compaction: Option<bool>,
-    /// How long after an hour ends its partition is first compacted (late records after that
-    /// are compacted again later). From 0s to 7d. Default: `"10m"`.
+    /// How long after an hour (or the period of the `partition` time transform) ends its
+    /// partition is first compacted (late records after that are compacted again later);
+    /// without a time transform, how old a partition's newest file must be. From 0s to 7d.
+    /// Default: `"10m"`.
     pub compaction_delay: Option<DurationText>,
     /// Whether the current snapshot's manifests are bin-packed into few when there are more
     /// than `max_manifests` (a `replace` snapshot; SQL, REST and Glue catalogs). Default: `true`.
@@ -496,9 +500,10 @@ pub struct MaintenanceSection {
     /// Manifests the current snapshot may hold before they are rewritten. From 2 to 100000.
     /// Default: `100`.
     pub max_manifests: Option<WholeNumber>,
-    /// Records older than this (by their hour partition) are removed, whole hours at a time, in
-    /// a `delete` snapshot (SQL, REST and Glue catalogs; refused on S3 Tables); the open hour never is. From 1h to
-    /// 36500d. Default: none (records are kept).
+    /// Records older than this (by their hour partition, or the period of the `partition` time
+    /// transform) are removed, whole partitions at a time, in a `delete` snapshot (SQL, REST and
+    /// Glue catalogs; refused on S3 Tables, and for a `partition` without a time transform); the
+    /// open hour or period never is. From 1h to 36500d. Default: none (records are kept).
     pub record_retention: Option<DurationText>,
     /// How often the committer looks for compaction, manifest rewrite and record expiration
     /// work. From 1s to 1d. Default: `"1m"`.

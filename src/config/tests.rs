@@ -2173,7 +2173,7 @@ fn partition_is_a_spec_of_transform_terms_with_one_time_transform() {
 }
 
 #[test]
-fn record_expiration_needs_a_time_transform_and_for_now_the_hour_spec() {
+fn record_expiration_needs_a_time_transform() {
     let retention = |partition: &str| {
         replaced("partition_field = \"event_time\"", partition).replace(
             "[channel.dlq]",
@@ -2183,11 +2183,10 @@ fn record_expiration_needs_a_time_transform_and_for_now_the_hour_spec() {
     let config = parse(&retention("partition = [\"hour(event_time)\"]")).unwrap();
     assert!(iceberg(&config).maintenance.record_retention.is_some());
     parse(&retention("partition_field = \"event_time\"")).unwrap();
-    refused(
-        &retention("partition = [\"day(event_time)\"]"),
-        "channel[0].destination.maintenance.record_retention",
-        "record expiration needs partition = [\"hour(<field>)\"]",
-    );
+    parse(&retention(
+        "partition = [\"identity(source)\", \"month(event_time)\"]",
+    ))
+    .unwrap();
     refused(
         &retention("partition = [\"identity(source)\"]"),
         "channel[0].destination.maintenance.record_retention",

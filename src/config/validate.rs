@@ -1435,9 +1435,9 @@ impl Checker<'_> {
             d.maintenance,
             matches!(catalog, Some(CatalogConfig::S3Tables(_))),
         );
-        // Maintenance finds an hour partition's period by reading its first partition value as
-        // hours (docs/partitioning.md, "Status"): other specs are not expired yet.
-        if let (Some(m), Some((field, terms))) = (&maintenance, &partition) {
+        // Record expiration drops partitions whose time period ended: it needs a time
+        // transform (docs/partitioning.md, "Maintenance").
+        if let (Some(m), Some((field, _))) = (&maintenance, &partition) {
             if m.record_retention.is_some() && field.is_empty() {
                 self.error(
                     format!("{p}.maintenance.record_retention"),
@@ -1445,12 +1445,6 @@ impl Checker<'_> {
                         "record expiration needs a time transform (year, month, day or hour) in \
                          {p}.partition: without one there is no period to expire by"
                     ),
-                );
-            } else if m.record_retention.is_some() && *terms != [PartitionTerm::hour(field)] {
-                self.error(
-                    format!("{p}.maintenance.record_retention"),
-                    "record expiration needs partition = [\"hour(<field>)\"] (or partition_field) \
-                     for now: other partition specs are not expired yet",
                 );
             }
         }

@@ -371,8 +371,8 @@ mod tests {
     /// With a multi-field spec, each data file holds the rows of one partition tuple, and its
     /// tuple is what the spec's transforms give for its rows: the day (days since the epoch, by
     /// floor division), the source as is, the bucket of the id (iceberg-rust's, checked against
-    /// the spec's values in `schema::partition`). Maintenance, which reads hours only from
-    /// `hour` specs, leaves these files alone.
+    /// the spec's values in `schema::partition`). Maintenance groups the files by tuple, each
+    /// closing when its day ends.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_multi_field_spec_writes_one_tuple_per_file() {
         use arrow_array::{Array, Int64Array, StringArray, TimestampMicrosecondArray};
@@ -461,6 +461,15 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(current.live().count(), tuples.len());
-        assert!(super::super::maintenance::files_by_hour(&current).is_empty());
+        // Maintenance sees one partition per tuple, closing at the end of its day.
+        let groups = super::super::maintenance::files_by_partition(&current);
+        assert_eq!(groups.len(), tuples.len());
+        let day_ends: std::collections::BTreeSet<i64> = days
+            .iter()
+            .map(|d| (i64::from(*d) + 1) * 86_400_000)
+            .collect();
+        for g in groups.keys() {
+            assert!(g.period && day_ends.contains(&g.closes_ms), "{g:?}");
+        }
     }
 }

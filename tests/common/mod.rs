@@ -484,11 +484,28 @@ pub async fn event_table(
     TableIdent,
     std::sync::Arc<floe::schema::MappedSchema>,
 ) {
+    event_table_partitioned(dir, channel, &["hour(event_time)"]).await
+}
+
+/// [`event_table`] partitioned by `terms` (`partition` terms, docs/partitioning.md).
+pub async fn event_table_partitioned(
+    dir: &Path,
+    channel: &str,
+    terms: &[&str],
+) -> (
+    std::sync::Arc<dyn iceberg::Catalog>,
+    TableIdent,
+    std::sync::Arc<floe::schema::MappedSchema>,
+) {
     let catalog =
         floe::catalog::open_sql_catalog(&dir.join("catalog.sqlite"), &dir.join("wh"), "floe")
             .await
             .unwrap();
-    let (ident, schema) = event_table_in(catalog.as_ref(), channel, channel).await;
+    let terms: Vec<_> = terms
+        .iter()
+        .map(|t| floe::schema::partition::PartitionTerm::parse(t).unwrap())
+        .collect();
+    let (ident, schema) = event_table_with(catalog.as_ref(), channel, channel, terms).await;
     (catalog, ident, schema)
 }
 
@@ -499,10 +516,23 @@ pub async fn event_table_in(
     namespace: &str,
     channel: &str,
 ) -> (TableIdent, std::sync::Arc<floe::schema::MappedSchema>) {
+    let hour = vec![floe::schema::partition::PartitionTerm::hour("event_time")];
+    event_table_with(catalog, namespace, channel, hour).await
+}
+
+/// [`event_table_in`] partitioned by `terms`; the time field is the source of their time
+/// transform (none without one).
+async fn event_table_with(
+    catalog: &dyn iceberg::Catalog,
+    namespace: &str,
+    channel: &str,
+    terms: Vec<floe::schema::partition::PartitionTerm>,
+) -> (TableIdent, std::sync::Arc<floe::schema::MappedSchema>) {
     let schema_json: serde_json::Value =
         serde_json::from_str(floe::tools::quickstart::EVENT_SCHEMA).unwrap();
+    let time_field = floe::schema::partition::time_field(&terms).unwrap_or_default();
     let schema = std::sync::Arc::new(
-        floe::schema::MappedSchema::from_json_schema(&schema_json, "event_time").unwrap(),
+        floe::schema::MappedSchema::from_json_schema(&schema_json, time_field).unwrap(),
     );
     let ident = TableIdent::new(NamespaceIdent::new(namespace.into()), "events".into());
     let spec = floe::iceberg::table::TableSpec {
@@ -510,7 +540,7 @@ pub async fn event_table_in(
         channel: channel.into(),
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
-        partition: vec![floe::schema::partition::PartitionTerm::hour("event_time")],
+        partition: terms,
     };
     floe::iceberg::table::ensure_table(catalog, &spec, &schema)
         .await
