@@ -591,15 +591,23 @@ async fn manifests_beyond_the_maximum_are_rewritten_into_one_with_the_same_rows(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_expiration_deletes_whole_old_hours_and_keeps_the_recent_rows() {
     let f = fixture().await;
+    let c = expire_all_but_recent_rows(&f).await;
+    // Checkpoints are untouched: the next batch continues them.
+    commit_rounds(&f, &c, 4..5).await;
+}
+
+/// Commits 30 rows of July 2026 and 10 of the last minutes, then expires with a one-hour
+/// retention: a `delete` of the 30, the 10 recent rows left. Returns the committer.
+async fn expire_all_but_recent_rows(f: &Fixture) -> Committer {
     let c = maintaining(
-        &f,
+        f,
         MaintenanceConfig {
             compaction: false,
             ..eager()
         },
     )
     .await;
-    commit_rounds(&f, &c, 0..3).await;
+    commit_rounds(f, &c, 0..3).await;
     // Ten rows of the last few minutes (the open hour, or one that ended minutes ago).
     let table = f.catalog.load_table(&f.ident).await.unwrap();
     let recent = common::race::event_batch_at(
@@ -616,12 +624,12 @@ async fn record_expiration_deletes_whole_old_hours_and_keeps_the_recent_rows() {
     f.store.put_batch(&recent).await.unwrap();
     c.run_round().await.unwrap();
     drop(c);
-    let before = snapshots_py(&f);
+    let before = snapshots_py(f);
     let before = py_snapshot(&before, before["current"].as_i64().unwrap());
     assert_eq!(before["rows"], 40);
 
     let c = maintaining(
-        &f,
+        f,
         MaintenanceConfig {
             compaction: false,
             record_retention: Some(Duration::from_secs(3600)),
@@ -629,15 +637,14 @@ async fn record_expiration_deletes_whole_old_hours_and_keeps_the_recent_rows() {
         },
     )
     .await;
-    let after = until_operation(&f, &c, "delete").await;
+    let after = until_operation(f, &c, "delete").await;
     assert_eq!(summary_number(&after, "deleted-records"), 30);
     assert_eq!(summary_number(&after, "total-records"), 10);
-    let py = snapshots_py(&f);
+    let py = snapshots_py(f);
     let now = py_snapshot(&py, py["current"].as_i64().unwrap());
     let ids: Vec<u64> = serde_json::from_value(now["ids"].clone()).unwrap();
     assert_eq!(ids, (30..40).collect::<Vec<u64>>(), "only the recent rows");
-    // Checkpoints are untouched: the next batch continues them.
-    commit_rounds(&f, &c, 4..5).await;
+    c
 }
 
 /// Record expiration of a `day` spec with a second field: the days of July 2026 ended long
@@ -645,46 +652,7 @@ async fn record_expiration_deletes_whole_old_hours_and_keeps_the_recent_rows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_expiration_of_a_day_spec_deletes_ended_days_only() {
     let f = fixture_partitioned(&["day(event_time)", "identity(source)"]).await;
-    let c = maintaining(
-        &f,
-        MaintenanceConfig {
-            compaction: false,
-            ..eager()
-        },
-    )
-    .await;
-    commit_rounds(&f, &c, 0..3).await;
-    let table = f.catalog.load_table(&f.ident).await.unwrap();
-    let recent = common::race::event_batch_at(
-        &f.schema,
-        "m",
-        &table,
-        Some(29),
-        30,
-        40,
-        floe::time::now_ms() - 5 * 60_000,
-        0,
-    )
-    .await;
-    f.store.put_batch(&recent).await.unwrap();
-    c.run_round().await.unwrap();
-    drop(c);
-    let c = maintaining(
-        &f,
-        MaintenanceConfig {
-            compaction: false,
-            record_retention: Some(Duration::from_secs(3600)),
-            ..eager()
-        },
-    )
-    .await;
-    let after = until_operation(&f, &c, "delete").await;
-    assert_eq!(summary_number(&after, "deleted-records"), 30);
-    assert_eq!(summary_number(&after, "total-records"), 10);
-    let py = snapshots_py(&f);
-    let now = py_snapshot(&py, py["current"].as_i64().unwrap());
-    let ids: Vec<u64> = serde_json::from_value(now["ids"].clone()).unwrap();
-    assert_eq!(ids, (30..40).collect::<Vec<u64>>(), "only the recent rows");
+    expire_all_but_recent_rows(&f).await;
 }
 
 /// Compaction of an unpartitioned table: no partition ever closes, so its small files are
