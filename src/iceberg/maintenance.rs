@@ -129,9 +129,10 @@ pub fn period_end_ms(transform: iceberg::spec::Transform, value: i32) -> Option<
 /// compacted nor expired).
 pub fn files_by_partition(current: &CurrentFiles) -> BTreeMap<Group, Vec<&ManifestEntryRef>> {
     use iceberg::spec::{Literal, PrimitiveLiteral};
-    // (spec, tuple) -> (period end, files)
-    let mut tuples: BTreeMap<(i32, String), (Option<i64>, Vec<&ManifestEntryRef>)> =
-        BTreeMap::new();
+    /// A tuple's period end (`None` without a time transform) and files.
+    type Tuple<'a> = (Option<i64>, Vec<&'a ManifestEntryRef>);
+    // (spec, tuple) -> its period end and files
+    let mut tuples: BTreeMap<(i32, String), Tuple> = BTreeMap::new();
     for (spec_id, e) in current.live_with_spec() {
         let Some(time) = current.time_fields.get(&spec_id) else {
             continue;
