@@ -335,6 +335,7 @@ fn writer_settings(target_file_size: u64) -> floe::iceberg::writer::WriterSettin
         channel: "m".into(),
         compression: floe::iceberg::writer::ParquetCompression::Zstd(3),
         target_file_size,
+        max_open_partitions: 48,
     }
 }
 

@@ -231,6 +231,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         channel: "bench".into(),
         compression: ParquetCompression::Zstd(3),
         target_file_size: 128 << 20,
+        max_open_partitions: 48,
     };
     let swap = crate::catalog::swap::SqlSwap::open(catalog.clone(), &database, &catalog_name)
         .await

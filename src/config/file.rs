@@ -457,9 +457,10 @@ pub struct IcebergDestinationSection {
     /// (back-pressure) and the buffer is flushed. At least `channel.record.max_record_size`,
     /// at most 64GiB. Default: `"256MiB"`.
     pub buffer_size: Option<SizeText>,
-    /// Partitions (hours, or tuples of the `partition` spec) a flush may write at once.
-    /// Validated (from 1 to 1000) but not enforced yet: a flush writes every buffered
-    /// partition, one file or more each. Default: `48`.
+    /// Data files a flush or a compaction holds open at once, one per partition (an hour, or a
+    /// tuple of the `partition` spec): past it, the open files are closed before the next
+    /// partition's opens (more, smaller files; docs/partitioning.md). From 1 to 1000.
+    /// Default: `48`.
     pub max_open_partitions: Option<WholeNumber>,
     /// `[channel.destination.maintenance]`: what the committer does to keep the table fast
     /// (snapshot expiry, compaction, manifest rewrite, record expiration). Optional.

@@ -516,7 +516,7 @@ pub struct IcebergDestinationConfig {
     /// Memory bound of this channel's buffered rows in this worker, in bytes
     /// (≥ `record.max_record_size`).
     pub buffer_size: u64,
-    /// Hour partitions buffered at once.
+    /// Data files a write holds open at once (one per partition).
     pub max_open_partitions: u32,
     /// Table maintenance by the committer.
     pub maintenance: MaintenanceConfig,

@@ -109,6 +109,10 @@ pub struct WriterSettings {
     pub compression: ParquetCompression,
     /// Target size of one data file in bytes; a partition with more data rolls to a new file.
     pub target_file_size: u64,
+    /// Data files a write holds open at once (one per partition tuple): past it, every open
+    /// file is closed before the next tuple's opens (`max_open_partitions`,
+    /// docs/partitioning.md "Open partitions per flush").
+    pub max_open_partitions: usize,
 }
 
 /// Data files written by one flush.
@@ -241,15 +245,32 @@ async fn write_batches(
         }
         return writer.close().await;
     }
-    let mut fanout = FanoutWriter::new(DataFileWriterBuilder::new(rolling));
+    // The name generator's counter is shared by the builder's clones: a pass never reuses a
+    // file name of an earlier one.
+    let new_fanout = || FanoutWriter::new(DataFileWriterBuilder::new(rolling.clone()));
+    let mut fanout = new_fanout();
+    let max_open = settings.max_open_partitions.max(1);
+    let mut open = std::collections::HashSet::new();
+    let (mut files, mut passes) = (Vec::new(), 1u32);
     let splitter =
         RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?;
     while let Some(batch) = batches.next().await {
         for (key, part) in splitter.split(&batch?)? {
+            if open.len() >= max_open && !open.contains(key.data()) {
+                // Spill: close every open file before the next tuple's opens.
+                files.extend(std::mem::replace(&mut fanout, new_fanout()).close().await?);
+                open.clear();
+                passes += 1;
+            }
+            open.insert(key.data().clone());
             fanout.write(key, part).await?;
         }
     }
-    fanout.close().await
+    files.extend(fanout.close().await?);
+    if passes > 1 {
+        tracing::info!(channel = %settings.channel, %file_id, passes, files = files.len(), max_open_partitions = max_open, "write spilled: more partitions than max_open_partitions, open files closed between passes");
+    }
+    Ok(files)
 }
 
 /// Parses the data files of a pending batch back for a commit against `table`.
@@ -351,10 +372,56 @@ mod tests {
             channel: "w".into(),
             compression: ParquetCompression::Zstd(1),
             target_file_size: 128 << 20,
+            max_open_partitions: 1000,
         };
         write_data_files(table, &settings, Uuid::now_v7(), conv.finish())
             .await
             .unwrap()
+    }
+
+    /// Past `max_open_partitions`, a write closes its open files before opening the next
+    /// tuple's: two batches over 4 buckets, at most 2 open, give at least 6 files (each batch's
+    /// 4 tuples in 2 passes, at most 2 files left open across the batches) where an unbounded
+    /// write gives 4; every row is written, every file holds one tuple.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_over_max_open_partitions_closes_files_between_passes() {
+        for (max_open, files_at_least, files_at_most) in [(2, 6, 8), (1000, 4, 4)] {
+            let dir = tempfile::tempdir().unwrap();
+            let (_catalog, table, mut conv) = event_table(dir.path(), &["bucket(4, id)"]).await;
+            let mut batches = Vec::new();
+            for ids in [0..200u64, 200..400] {
+                for id in ids {
+                    let event =
+                        crate::tools::sample_events::event_json(id, 7, 1_783_627_200_000, 3);
+                    conv.push(event.as_bytes()).unwrap();
+                }
+                batches.push(Ok(conv.finish()));
+            }
+            let settings = WriterSettings {
+                channel: "w".into(),
+                compression: ParquetCompression::Zstd(1),
+                target_file_size: 128 << 20,
+                max_open_partitions: max_open,
+            };
+            let files = rewrite_data_files(
+                &table,
+                &settings,
+                Uuid::now_v7(),
+                Box::pin(futures::stream::iter(batches)),
+            )
+            .await
+            .unwrap();
+            let rows: u64 = files.iter().map(|f| f.record_count()).sum();
+            assert_eq!(rows, 400);
+            let n = files.len();
+            assert!(
+                (files_at_least..=files_at_most).contains(&n),
+                "max_open_partitions {max_open}: {n} files"
+            );
+            let paths: std::collections::HashSet<&str> =
+                files.iter().map(|f| f.file_path()).collect();
+            assert_eq!(paths.len(), n, "no file name reused across passes");
+        }
     }
 
     /// A batch spanning several hours and larger than a Parquet row group keeps every row

@@ -704,6 +704,7 @@ impl WorkerRig {
                     channel: settings.channel.clone(),
                     compression: floe::iceberg::writer::ParquetCompression::Zstd(1),
                     target_file_size: 128 << 20,
+                    max_open_partitions: 48,
                 },
                 record_decoder: Default::default(),
                 maintenance: Default::default(),
