@@ -18,6 +18,11 @@ const TOTAL: u64 = 2_000;
 /// Delivers `TOTAL` events spanning 72 hours (several days) through one worker into a table
 /// partitioned by `partition` (a TOML array); returns what tests/py/read_partitions.py reads.
 async fn deliver_with_spec(partition: &str) -> Value {
+    deliver_with(&format!("partition = {partition}")).await
+}
+
+/// [`deliver_with_spec`] with `destination` (TOML lines) in place of `partition_field`.
+async fn deliver_with(destination: &str) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let kafka = EmbeddedKafka::start(3).unwrap();
     kafka.create_topic("events", 4).unwrap();
@@ -25,10 +30,8 @@ async fn deliver_with_spec(partition: &str) -> Value {
     produce_payloads(&bootstrap, 0..TOTAL, |id| {
         event_json(id, SEED, BASE_MS, 72).into_bytes()
     });
-    let text = config_toml(dir.path(), &bootstrap, "w1", 6).replace(
-        "partition_field = \"event_time\"",
-        &format!("partition = {partition}"),
-    );
+    let text = config_toml(dir.path(), &bootstrap, "w1", 6)
+        .replace("partition_field = \"event_time\"", destination);
     let config = floe::config::Config::from_toml_str(&text, dir.path()).unwrap();
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
@@ -97,4 +100,20 @@ async fn an_unpartitioned_table_takes_every_record() {
     let p = deliver_with_spec("[]").await;
     assert_eq!(p["spec"], json!([]));
     assert_eq!(p["tuples"], 1, "{p}");
+}
+
+/// `sort`: the table's sort order is the configured one, and every data file's rows are in it
+/// (as pyarrow sorts the same rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sorted_table_writes_every_file_in_its_sort_order() {
+    let p =
+        deliver_with("partition = [\"day(event_time)\"]\nsort = [\"source\", \"id desc\"]").await;
+    assert_eq!(
+        p["sort_order"],
+        json!([
+            {"source": "source", "direction": "ASC", "null_order": "NULLS FIRST"},
+            {"source": "id", "direction": "DESC", "null_order": "NULLS LAST"},
+        ])
+    );
+    assert_eq!(p["unsorted_files"], 0, "{p}");
 }

@@ -38,6 +38,12 @@ pub fn check_schema(
             message: format!("{message} (schema file {})", file.display()),
         },
     )?;
+    crate::schema::sort::sort_order(&dest.sort, mapped.iceberg_schema()).map_err(
+        |(i, message)| ConfigError {
+            path: format!("channel[{index}].destination.sort[{i}]"),
+            message: format!("{message} (schema file {})", file.display()),
+        },
+    )?;
     if let Some(versions) = versions {
         let mut listed = Vec::new();
         for (id, path) in versions {

@@ -201,6 +201,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
         partition: vec![crate::schema::partition::PartitionTerm::hour("event_time")],
+        sort: Vec::new(),
     };
     ensure_table(catalog.as_ref(), &spec, &schema)
         .await

@@ -440,6 +440,11 @@ pub struct IcebergDestinationSection {
     /// field is required like `partition_field` (and which record expiration needs). Instead
     /// of `partition_field` (not both).
     pub partition: Option<Vec<String>>,
+    /// The table's sort order, one term per field: `"field"`, `"field desc"`,
+    /// `"field asc nulls last"` (nulls first when ascending, last when descending, by default)
+    /// on top-level primitive fields. Each flush's data files are written sorted by it, and it
+    /// is the table's sort order (docs/partitioning.md). Default: `[]` (unsorted).
+    pub sort: Option<Vec<String>>,
     /// Parquet compression of data files: `"zstd"`, `"snappy"` or `"none"`. Default: `"zstd"`.
     pub compression: Option<CompressionCodec>,
     /// ZSTD level, 1 (fastest) to 22 (smallest); only with `compression = "zstd"`. Default: `3`.

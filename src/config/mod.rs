@@ -507,6 +507,8 @@ pub struct IcebergDestinationConfig {
     pub partition_field: String,
     /// The partition spec's terms (`[hour(partition_field)]` for the shorthand).
     pub partition: Vec<crate::schema::partition::PartitionTerm>,
+    /// The table's sort order (empty: unsorted).
+    pub sort: Vec<crate::schema::sort::SortTerm>,
     /// Parquet compression of data files.
     pub compression: Compression,
     /// Maximum age of a record before it is committed, 10 s to 900 s.

@@ -145,6 +145,7 @@ fn minimal_config_takes_every_default() {
             table: "events".to_owned(),
             partition_field: "event_time".to_owned(),
             partition: vec![crate::schema::partition::PartitionTerm::hour("event_time")],
+            sort: Vec::new(),
             compression: Compression::Zstd { level: 3 },
             data_freshness: Duration::from_secs(300),
             target_file_size: 128 * 1024 * 1024,
@@ -2191,5 +2192,31 @@ fn record_expiration_needs_a_time_transform() {
         &retention("partition = [\"identity(source)\"]"),
         "channel[0].destination.maintenance.record_retention",
         "record expiration needs a time transform",
+    );
+}
+
+#[test]
+fn sort_is_a_list_of_fields_with_directions() {
+    let config = parse(&with(
+        "[channel.destination]",
+        "sort = [\"source\", \"event_time desc\"]",
+    ))
+    .unwrap();
+    let terms: Vec<String> = iceberg(&config)
+        .sort
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    assert_eq!(
+        terms,
+        ["source asc nulls first", "event_time desc nulls last"]
+    );
+    refused(
+        &with(
+            "[channel.destination]",
+            "sort = [\"id\", \"source sideways\"]",
+        ),
+        "channel[0].destination.sort[1]",
+        "not a sort term",
     );
 }

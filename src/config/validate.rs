@@ -1389,6 +1389,20 @@ impl Checker<'_> {
             _ => (namespace, table),
         };
         let partition = self.partition(p, d.partition_field, d.partition);
+        let mut sort = Some(Vec::new());
+        for (i, text) in d.sort.unwrap_or_default().iter().enumerate() {
+            match crate::schema::sort::SortTerm::parse(text) {
+                Ok(t) => {
+                    if let Some(terms) = sort.as_mut() {
+                        terms.push(t)
+                    }
+                }
+                Err(e) => {
+                    self.error(format!("{p}.sort[{i}]"), e);
+                    sort = None;
+                }
+            }
+        }
         let compression = match (
             d.compression.unwrap_or(CompressionCodec::Zstd),
             d.compression_level,
@@ -1455,6 +1469,7 @@ impl Checker<'_> {
             table: table?,
             partition_field: partition.clone()?.0,
             partition: partition?.1,
+            sort: sort?,
             compression: compression?,
             data_freshness: bounds?.0,
             target_file_size: bounds?.1,

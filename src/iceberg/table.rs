@@ -26,6 +26,8 @@ pub struct TableSpec {
     pub target_file_size_bytes: u64,
     /// The partition spec's terms (`[hour(<partition field>)]` for `partition_field`).
     pub partition: Vec<PartitionTerm>,
+    /// The sort order's terms (empty: unsorted).
+    pub sort: Vec<crate::schema::sort::SortTerm>,
 }
 
 /// Loads the channel's table, creating the namespace and the table when missing (at activation)
@@ -51,6 +53,10 @@ pub async fn ensure_table(
     }
     if !catalog.table_exists(&spec.ident).await? {
         let partition_spec = partition_spec(&spec.partition, schema.iceberg_schema())?;
+        let sort_order = crate::schema::sort::sort_order(&spec.sort, schema.iceberg_schema())
+            .map_err(|(i, reason)| {
+                Error::new(ErrorKind::DataInvalid, format!("sort term {i}: {reason}"))
+            })?;
         let properties = [
             (PROP_CHANNEL.to_string(), spec.channel.clone()),
             (
@@ -76,6 +82,7 @@ pub async fn ensure_table(
             .name(spec.ident.name().to_string())
             .schema(schema.iceberg_schema().clone())
             .partition_spec(partition_spec)
+            .sort_order(sort_order)
             .properties(properties)
             .build();
         match catalog.create_table(ns, creation).await {
@@ -161,6 +168,23 @@ fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result
         let want: Vec<String> = terms.iter().map(|t| t.to_string()).collect();
         return Err(incompatible(format!(
             "its partition spec is not [{}]",
+            want.join(", ")
+        )));
+    }
+    let order = md.default_sort_order();
+    let sorted_as_configured = order.fields.len() == spec.sort.len()
+        && order.fields.iter().zip(&spec.sort).all(|(f, t)| {
+            f.transform == iceberg::spec::Transform::Identity
+                && (f.direction == iceberg::spec::SortDirection::Descending) == t.descending
+                && (f.null_order == iceberg::spec::NullOrder::First) == t.nulls_first
+                && current
+                    .field_by_id(f.source_id)
+                    .is_some_and(|s| s.name == t.source)
+        });
+    if !sorted_as_configured {
+        let want: Vec<String> = spec.sort.iter().map(|t| t.to_string()).collect();
+        return Err(incompatible(format!(
+            "its sort order is not [{}]",
             want.join(", ")
         )));
     }
@@ -313,6 +337,7 @@ mod tests {
             compression_codec: "zstd".into(),
             target_file_size_bytes: 1 << 20,
             partition: vec![PartitionTerm::hour("t")],
+            sort: Vec::new(),
         }
     }
 

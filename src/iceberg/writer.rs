@@ -241,7 +241,9 @@ async fn write_batches(
         // `partition = []`: iceberg-rust's splitter refuses a spec without fields.
         let mut writer = UnpartitionedWriter::new(DataFileWriterBuilder::new(rolling));
         while let Some(batch) = batches.next().await {
-            writer.write(batch?).await?;
+            writer
+                .write(sorted(batch?, md.default_sort_order())?)
+                .await?;
         }
         return writer.close().await;
     }
@@ -255,7 +257,8 @@ async fn write_batches(
     let splitter =
         RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?;
     while let Some(batch) = batches.next().await {
-        for (key, part) in splitter.split(&batch?)? {
+        let batch = sorted(batch?, md.default_sort_order())?;
+        for (key, part) in splitter.split(&batch)? {
             if open.len() >= max_open && !open.contains(key.data()) {
                 // Spill: close every open file before the next tuple's opens.
                 files.extend(std::mem::replace(&mut fanout, new_fanout()).close().await?);
@@ -271,6 +274,47 @@ async fn write_batches(
         tracing::info!(channel = %settings.channel, %file_id, passes, files = files.len(), max_open_partitions = max_open, "write spilled: more partitions than max_open_partitions, open files closed between passes");
     }
     Ok(files)
+}
+
+/// `batch`'s rows in the table's sort `order` (identity terms on top-level fields; the batch
+/// as is when unsorted). The partition split keeps the order, so each file of one batch is
+/// sorted.
+///
+/// Errors: a sort field that is not a column of the batch, or arrow's sort kernels.
+fn sorted(batch: RecordBatch, order: &iceberg::spec::SortOrder) -> iceberg::Result<RecordBatch> {
+    if order.is_unsorted() || batch.num_rows() < 2 {
+        return Ok(batch);
+    }
+    let arrow_error = |e: arrow_schema::ArrowError| {
+        iceberg::Error::new(iceberg::ErrorKind::Unexpected, "sort rows").with_source(e)
+    };
+    let mut columns = Vec::with_capacity(order.fields.len());
+    for f in &order.fields {
+        let column = batch
+            .schema()
+            .fields()
+            .iter()
+            .position(|c| {
+                c.metadata()
+                    .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+                    .is_some_and(|id| *id == f.source_id.to_string())
+            })
+            .ok_or_else(|| {
+                iceberg::Error::new(
+                    iceberg::ErrorKind::DataInvalid,
+                    format!("sort field id {} is not a top-level column", f.source_id),
+                )
+            })?;
+        columns.push(arrow_ord::sort::SortColumn {
+            values: batch.column(column).clone(),
+            options: Some(arrow_ord::sort::SortOptions {
+                descending: f.direction == iceberg::spec::SortDirection::Descending,
+                nulls_first: f.null_order == iceberg::spec::NullOrder::First,
+            }),
+        });
+    }
+    let indices = arrow_ord::sort::lexsort_to_indices(&columns, None).map_err(arrow_error)?;
+    arrow_select::take::take_record_batch(&batch, &indices).map_err(arrow_error)
 }
 
 /// Parses the data files of a pending batch back for a commit against `table`.
@@ -344,6 +388,7 @@ mod tests {
                 .iter()
                 .map(|t| PartitionTerm::parse(t).unwrap())
                 .collect(),
+            sort: Vec::new(),
         };
         let table = crate::iceberg::table::ensure_table(catalog.as_ref(), &spec, &mapped)
             .await

@@ -67,6 +67,7 @@ mod json_schema;
 mod number;
 pub mod partition;
 pub mod protobuf;
+pub mod sort;
 
 #[cfg(test)]
 use json_schema::ecma_to_rust_regex;

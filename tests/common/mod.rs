@@ -541,6 +541,7 @@ async fn event_table_with(
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
         partition: terms,
+        sort: Vec::new(),
     };
     floe::iceberg::table::ensure_table(catalog, &spec, &schema)
         .await

@@ -9,7 +9,8 @@ Usage: read_partitions.py CATALOG_SQLITE WAREHOUSE_DIR NAMESPACE.TABLE [--catalo
 
 Output keys: spec ([{source, transform, name}]), files, rows, tuples (distinct partition tuples),
 mismatches (up to 20 {file, field, row_value, expected, recorded}), mixed_files (files whose
-rows span several tuples).
+rows span several tuples), sort_order ([{source, direction, null_order}]), unsorted_files (files
+whose rows are not in the table's sort order, as pyarrow sorts them).
 """
 import argparse
 import datetime
@@ -18,6 +19,7 @@ import os
 import sys
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -33,6 +35,19 @@ def internal(value):
     return value
 
 
+def is_sorted(table, order):
+    """Whether the rows of `table` (pyarrow) are in `order` ([(column, direction, null order)]),
+    as pyarrow's own sort of the same rows puts them (pyarrow places nulls alike for every key:
+    the first key's null order)."""
+    keys = [(n, "descending" if "desc" in d.lower() else "ascending") for n, d, _ in order]
+    placement = "at_start" if "first" in order[0][2].lower() else "at_end"
+    idx = pc.sort_indices(table, sort_keys=keys, null_placement=placement)
+    resorted = table.take(idx)
+    return all(
+        table.column(n).to_pylist() == resorted.column(n).to_pylist() for n, _, _ in order
+    )
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("catalog")
@@ -46,11 +61,16 @@ def main():
     for pf in t.spec().fields:
         field = schema.find_field(pf.source_id)
         terms.append((field.name, pf.name, str(pf.transform), pf.transform.transform(field.field_type)))
+    order = [
+        (schema.find_field(f.source_id).name, str(f.direction), str(f.null_order))
+        for f in t.sort_order().fields
+    ]
     files = [task.file for task in t.scan().plan_files()]
     rows = 0
     tuples = set()
     mismatches = []
     mixed = 0
+    unsorted = 0
     for f in files:
         recorded = tuple(internal(f.partition[i]) for i in range(len(terms)))
         tuples.add(recorded)
@@ -80,6 +100,8 @@ def main():
                     )
         if len(seen) > 1:
             mixed += 1
+        if order and not is_sorted(table, order):
+            unsorted += 1
     out = {
         "spec": [{"source": s, "transform": tr, "name": n} for s, n, tr, _ in terms],
         "files": len(files),
@@ -87,6 +109,8 @@ def main():
         "tuples": len(tuples),
         "mismatches": mismatches,
         "mixed_files": mixed,
+        "sort_order": [{"source": n, "direction": d, "null_order": o} for n, d, o in order],
+        "unsorted_files": unsorted,
     }
     json.dump(out, sys.stdout)
 
