@@ -215,7 +215,6 @@ async fn write_batches(
     file_id: Uuid,
     batches: impl futures::Stream<Item = iceberg::Result<RecordBatch>>,
 ) -> iceberg::Result<Vec<DataFile>> {
-    use futures::StreamExt;
     let md = table.metadata();
     let schema = md.current_schema().clone();
     let spec = md.default_partition_spec().clone();
@@ -237,15 +236,27 @@ async fn write_batches(
         ),
     );
     let mut batches = std::pin::pin!(batches);
+    let order = md.default_sort_order();
+    // A sorted table's rows are written in sorted chunks of up to `target_file_size` bytes of
+    // Arrow data, every file closed after its chunk: each file holds one sorted run, also when a
+    // compaction reads its inputs in many batches. Unsorted, each batch is written as it comes.
+    let chunk_bytes = if order.is_unsorted() {
+        0
+    } else {
+        settings.target_file_size as usize
+    };
     if spec.is_unpartitioned() {
         // `partition = []`: iceberg-rust's splitter refuses a spec without fields.
-        let mut writer = UnpartitionedWriter::new(DataFileWriterBuilder::new(rolling));
-        while let Some(batch) = batches.next().await {
-            writer
-                .write(sorted(batch?, md.default_sort_order())?)
-                .await?;
+        let new_writer = || UnpartitionedWriter::new(DataFileWriterBuilder::new(rolling.clone()));
+        let (mut writer, mut files) = (new_writer(), Vec::new());
+        while let Some(chunk) = next_chunk(&mut batches, chunk_bytes).await? {
+            writer.write(sorted(chunk, order)?).await?;
+            if chunk_bytes > 0 {
+                files.extend(std::mem::replace(&mut writer, new_writer()).close().await?);
+            }
         }
-        return writer.close().await;
+        files.extend(writer.close().await?);
+        return Ok(files);
     }
     // The name generator's counter is shared by the builder's clones: a pass never reuses a
     // file name of an earlier one.
@@ -256,9 +267,8 @@ async fn write_batches(
     let (mut files, mut passes) = (Vec::new(), 1u32);
     let splitter =
         RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?;
-    while let Some(batch) = batches.next().await {
-        let batch = sorted(batch?, md.default_sort_order())?;
-        for (key, part) in splitter.split(&batch)? {
+    while let Some(chunk) = next_chunk(&mut batches, chunk_bytes).await? {
+        for (key, part) in splitter.split(&sorted(chunk, order)?)? {
             if open.len() >= max_open && !open.contains(key.data()) {
                 // Spill: close every open file before the next tuple's opens.
                 files.extend(std::mem::replace(&mut fanout, new_fanout()).close().await?);
@@ -268,12 +278,53 @@ async fn write_batches(
             open.insert(key.data().clone());
             fanout.write(key, part).await?;
         }
+        if chunk_bytes > 0 {
+            files.extend(std::mem::replace(&mut fanout, new_fanout()).close().await?);
+            open.clear();
+        }
     }
     files.extend(fanout.close().await?);
     if passes > 1 {
         tracing::info!(channel = %settings.channel, %file_id, passes, files = files.len(), max_open_partitions = max_open, "write spilled: more partitions than max_open_partitions, open files closed between passes");
     }
     Ok(files)
+}
+
+/// The next rows to write: the next batch of `batches` (`chunk_bytes` 0), or batches
+/// concatenated until they hold `chunk_bytes` of Arrow memory or the stream ends; `None` at
+/// the end.
+///
+/// Errors: a batch of the stream is an error, or the batches do not concatenate.
+async fn next_chunk(
+    batches: &mut (impl futures::Stream<Item = iceberg::Result<RecordBatch>> + Unpin),
+    chunk_bytes: usize,
+) -> iceberg::Result<Option<RecordBatch>> {
+    use futures::StreamExt;
+    let (mut pending, mut bytes) = (Vec::new(), 0usize);
+    while let Some(batch) = batches.next().await {
+        let batch = batch?;
+        if chunk_bytes == 0 {
+            return Ok(Some(batch));
+        }
+        bytes += batch.get_array_memory_size();
+        pending.push(batch);
+        if bytes >= chunk_bytes {
+            break;
+        }
+    }
+    match pending.len() {
+        0 => Ok(None),
+        1 => Ok(pending.pop()),
+        _ => {
+            let schema = pending[0].schema();
+            arrow_select::concat::concat_batches(&schema, &pending)
+                .map(Some)
+                .map_err(|e| {
+                    iceberg::Error::new(iceberg::ErrorKind::Unexpected, "concatenate batches")
+                        .with_source(e)
+                })
+        }
+    }
 }
 
 /// `batch`'s rows in the table's sort `order` (identity terms on top-level fields; the batch
@@ -370,6 +421,19 @@ mod tests {
         Table,
         crate::convert::Converter,
     ) {
+        sorted_event_table(dir, terms, &[]).await
+    }
+
+    /// [`event_table`] with the sort order `sort` (`sort` terms).
+    async fn sorted_event_table(
+        dir: &std::path::Path,
+        terms: &[&str],
+        sort: &[&str],
+    ) -> (
+        std::sync::Arc<dyn Catalog>,
+        Table,
+        crate::convert::Converter,
+    ) {
         let catalog =
             crate::catalog::open_sql_catalog(&dir.join("c.sqlite"), &dir.join("wh"), "floe")
                 .await
@@ -388,7 +452,10 @@ mod tests {
                 .iter()
                 .map(|t| PartitionTerm::parse(t).unwrap())
                 .collect(),
-            sort: Vec::new(),
+            sort: sort
+                .iter()
+                .map(|t| crate::schema::sort::SortTerm::parse(t).unwrap())
+                .collect(),
         };
         let table = crate::iceberg::table::ensure_table(catalog.as_ref(), &spec, &mapped)
             .await
@@ -398,6 +465,23 @@ mod tests {
         );
         let conv = crate::convert::Converter::try_new(mapped, arrow).unwrap();
         (catalog, table, conv)
+    }
+
+    /// The rows of data file `path` of `table`.
+    async fn read_back(table: &Table, path: &str) -> Vec<RecordBatch> {
+        let bytes = table
+            .file_io()
+            .new_input(path)
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .build()
+            .unwrap()
+            .map(|b| b.unwrap())
+            .collect()
     }
 
     /// Writes `n` sample events (ids from 0, spread over `spread_hours`) as one flush.
@@ -424,6 +508,34 @@ mod tests {
             .unwrap()
     }
 
+    /// Rewrites (as a compaction does) one batch of sample events per range of ids, with at
+    /// most `max_open` files open.
+    async fn rewrite_batches(
+        table: &Table,
+        conv: &mut crate::convert::Converter,
+        ranges: &[std::ops::Range<u64>],
+        max_open: usize,
+    ) -> Vec<DataFile> {
+        let mut batches = Vec::new();
+        for ids in ranges.iter().cloned() {
+            for id in ids {
+                let event = crate::tools::sample_events::event_json(id, 7, 1_783_627_200_000, 3);
+                conv.push(event.as_bytes()).unwrap();
+            }
+            batches.push(Ok(conv.finish()));
+        }
+        let settings = WriterSettings {
+            channel: "w".into(),
+            compression: ParquetCompression::Zstd(1),
+            target_file_size: 128 << 20,
+            max_open_partitions: max_open,
+        };
+        let stream = Box::pin(futures::stream::iter(batches));
+        rewrite_data_files(table, &settings, Uuid::now_v7(), stream)
+            .await
+            .unwrap()
+    }
+
     /// Past `max_open_partitions`, a write closes its open files before opening the next
     /// tuple's: two batches over 4 buckets, at most 2 open, give at least 6 files (each batch's
     /// 4 tuples in 2 passes, at most 2 files left open across the batches) where an unbounded
@@ -433,29 +545,7 @@ mod tests {
         for (max_open, files_at_least, files_at_most) in [(2, 6, 8), (1000, 4, 4)] {
             let dir = tempfile::tempdir().unwrap();
             let (_catalog, table, mut conv) = event_table(dir.path(), &["bucket(4, id)"]).await;
-            let mut batches = Vec::new();
-            for ids in [0..200u64, 200..400] {
-                for id in ids {
-                    let event =
-                        crate::tools::sample_events::event_json(id, 7, 1_783_627_200_000, 3);
-                    conv.push(event.as_bytes()).unwrap();
-                }
-                batches.push(Ok(conv.finish()));
-            }
-            let settings = WriterSettings {
-                channel: "w".into(),
-                compression: ParquetCompression::Zstd(1),
-                target_file_size: 128 << 20,
-                max_open_partitions: max_open,
-            };
-            let files = rewrite_data_files(
-                &table,
-                &settings,
-                Uuid::now_v7(),
-                Box::pin(futures::stream::iter(batches)),
-            )
-            .await
-            .unwrap();
+            let files = rewrite_batches(&table, &mut conv, &[0..200, 200..400], max_open).await;
             let rows: u64 = files.iter().map(|f| f.record_count()).sum();
             assert_eq!(rows, 400);
             let n = files.len();
@@ -466,6 +556,41 @@ mod tests {
             let paths: std::collections::HashSet<&str> =
                 files.iter().map(|f| f.file_path()).collect();
             assert_eq!(paths.len(), n, "no file name reused across passes");
+        }
+    }
+
+    /// A sorted table's compaction (its inputs read in several batches) writes every file as
+    /// one sorted run, partitioned or not: the batches are concatenated up to the target size
+    /// and sorted together, not one by one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sorted_tables_rewrite_writes_each_file_as_one_sorted_run() {
+        use arrow_array::{Array, Int64Array, StringArray};
+        for spec in [&["hour(event_time)"][..], &[]] {
+            let dir = tempfile::tempdir().unwrap();
+            let (_catalog, table, mut conv) =
+                sorted_event_table(dir.path(), spec, &["source", "id desc"]).await;
+            let ranges = [0..300, 300..600, 600..900];
+            let files = rewrite_batches(&table, &mut conv, &ranges, 48).await;
+            let mut rows = 0;
+            for f in &files {
+                let mut keys: Vec<(Option<String>, i64)> = Vec::new();
+                for batch in read_back(&table, f.file_path()).await {
+                    let src = batch.column_by_name("source").unwrap();
+                    let src = src.as_any().downcast_ref::<StringArray>().unwrap();
+                    let ids = batch.column_by_name("id").unwrap();
+                    let ids = ids.as_any().downcast_ref::<Int64Array>().unwrap();
+                    for i in 0..batch.num_rows() {
+                        keys.push((src.is_valid(i).then(|| src.value(i).into()), ids.value(i)));
+                    }
+                }
+                rows += keys.len();
+                // source ascending, nulls first (None < Some); id descending.
+                let in_order = keys
+                    .windows(2)
+                    .all(|w| w[0].0 < w[1].0 || (w[0].0 == w[1].0 && w[0].1 >= w[1].1));
+                assert!(in_order, "spec {spec:?}: {} not sorted", f.file_path());
+            }
+            assert_eq!(rows, 900, "spec {spec:?}");
         }
     }
 
@@ -523,20 +648,7 @@ mod tests {
                 tuples.insert((day, source.clone(), bucket)),
                 "one file per tuple"
             );
-            let bytes = table
-                .file_io()
-                .new_input(f.file_path())
-                .unwrap()
-                .read()
-                .await
-                .unwrap();
-            let reader =
-                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
-                    .unwrap()
-                    .build()
-                    .unwrap();
-            for batch in reader {
-                let batch = batch.unwrap();
+            for batch in read_back(&table, f.file_path()).await {
                 rows += batch.num_rows();
                 let col = |name: &str| batch.column_by_name(name).unwrap().clone();
                 let ts = col("event_time");
