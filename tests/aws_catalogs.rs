@@ -638,6 +638,7 @@ async fn glue_commits_a_compaction_replace_and_refuses_one_built_on_a_stale_snap
         channel: "race".into(),
         compression: floe::iceberg::writer::ParquetCompression::Zstd(3),
         target_file_size: 128 << 20,
+        max_open_partitions: 48,
     };
     let compaction = |table: Table| {
         let settings = settings.clone();

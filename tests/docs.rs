@@ -449,6 +449,9 @@ fn user_type(ty: &str) -> Result<String, String> {
         if strip_wrapper(inner, "Section").is_some() {
             return Ok("array of tables".to_owned());
         }
+        if last_segment(inner) == "String" {
+            return Ok("array of strings".to_owned());
+        }
     }
     if strip_wrapper(ty, "BTreeMap").is_some() || strip_wrapper(ty, "HashMap").is_some() {
         return Ok("table of strings".to_owned());

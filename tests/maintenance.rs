@@ -32,8 +32,13 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_partitioned(&["hour(event_time)"]).await
+}
+
+/// A fixture whose table is partitioned by `terms` (docs/partitioning.md).
+async fn fixture_partitioned(terms: &[&str]) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let (catalog, ident, schema) = common::event_table(dir.path(), "m").await;
+    let (catalog, ident, schema) = common::event_table_partitioned(dir.path(), "m", terms).await;
     let store = Arc::new(
         SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
             .await
@@ -330,6 +335,7 @@ fn writer_settings(target_file_size: u64) -> floe::iceberg::writer::WriterSettin
         channel: "m".into(),
         compression: floe::iceberg::writer::ParquetCompression::Zstd(3),
         target_file_size,
+        max_open_partitions: 48,
     }
 }
 
@@ -462,10 +468,10 @@ async fn compaction_rewrites_closed_hours_with_the_same_rows_and_expiry_deletes_
         .unwrap();
     let bytes: u64 = current.live().map(|e| e.file_size_in_bytes()).sum();
     let bound = bytes.div_ceil(128 << 20) + 1;
-    for (hour, files) in floe::iceberg::maintenance::files_by_hour(&current) {
+    for (group, files) in floe::iceberg::maintenance::files_by_partition(&current) {
         assert!(
             files.len() as u64 <= bound,
-            "hour {hour}: {} files",
+            "partition {group:?}: {} files",
             files.len()
         );
     }
@@ -586,15 +592,23 @@ async fn manifests_beyond_the_maximum_are_rewritten_into_one_with_the_same_rows(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_expiration_deletes_whole_old_hours_and_keeps_the_recent_rows() {
     let f = fixture().await;
+    let c = expire_all_but_recent_rows(&f).await;
+    // Checkpoints are untouched: the next batch continues them.
+    commit_rounds(&f, &c, 4..5).await;
+}
+
+/// Commits 30 rows of July 2026 and 10 of the last minutes, then expires with a one-hour
+/// retention: a `delete` of the 30, the 10 recent rows left. Returns the committer.
+async fn expire_all_but_recent_rows(f: &Fixture) -> Committer {
     let c = maintaining(
-        &f,
+        f,
         MaintenanceConfig {
             compaction: false,
             ..eager()
         },
     )
     .await;
-    commit_rounds(&f, &c, 0..3).await;
+    commit_rounds(f, &c, 0..3).await;
     // Ten rows of the last few minutes (the open hour, or one that ended minutes ago).
     let table = f.catalog.load_table(&f.ident).await.unwrap();
     let recent = common::race::event_batch_at(
@@ -611,12 +625,12 @@ async fn record_expiration_deletes_whole_old_hours_and_keeps_the_recent_rows() {
     f.store.put_batch(&recent).await.unwrap();
     c.run_round().await.unwrap();
     drop(c);
-    let before = snapshots_py(&f);
+    let before = snapshots_py(f);
     let before = py_snapshot(&before, before["current"].as_i64().unwrap());
     assert_eq!(before["rows"], 40);
 
     let c = maintaining(
-        &f,
+        f,
         MaintenanceConfig {
             compaction: false,
             record_retention: Some(Duration::from_secs(3600)),
@@ -624,15 +638,57 @@ async fn record_expiration_deletes_whole_old_hours_and_keeps_the_recent_rows() {
         },
     )
     .await;
-    let after = until_operation(&f, &c, "delete").await;
+    let after = until_operation(f, &c, "delete").await;
     assert_eq!(summary_number(&after, "deleted-records"), 30);
     assert_eq!(summary_number(&after, "total-records"), 10);
-    let py = snapshots_py(&f);
+    let py = snapshots_py(f);
     let now = py_snapshot(&py, py["current"].as_i64().unwrap());
     let ids: Vec<u64> = serde_json::from_value(now["ids"].clone()).unwrap();
     assert_eq!(ids, (30..40).collect::<Vec<u64>>(), "only the recent rows");
-    // Checkpoints are untouched: the next batch continues them.
-    commit_rounds(&f, &c, 4..5).await;
+    c
+}
+
+/// Record expiration of a `day` spec with a second field: the days of July 2026 ended long
+/// ago and go, whatever their `source`; today's rows (a day not ended an hour ago) stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_expiration_of_a_day_spec_deletes_ended_days_only() {
+    let f = fixture_partitioned(&["day(event_time)", "identity(source)"]).await;
+    expire_all_but_recent_rows(&f).await;
+}
+
+/// Compaction of an unpartitioned table: no partition ever closes, so its small files are
+/// compacted once they come from two writes or more and the newest is older than
+/// `compaction_delay` (zero here): one `replace` with the same rows in fewer files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpartitioned_tables_small_files_are_compacted_by_age() {
+    let f = fixture_partitioned(&[]).await;
+    let c = maintaining(
+        &f,
+        MaintenanceConfig {
+            compaction: false,
+            ..eager()
+        },
+    )
+    .await;
+    commit_rounds(&f, &c, 0..4).await;
+    drop(c);
+    let before = f.catalog.load_table(&f.ident).await.unwrap();
+    let inputs = floe::iceberg::rewrite::CurrentFiles::load(&before)
+        .await
+        .unwrap();
+    assert_eq!(inputs.live().count(), 4, "one file per commit");
+    let c = maintaining(&f, eager()).await;
+    let after = until_operation(&f, &c, "replace").await;
+    assert_eq!(summary_number(&after, "added-records"), 40);
+    assert_eq!(summary_number(&after, "deleted-records"), 40);
+    let current = floe::iceberg::rewrite::CurrentFiles::load(&after)
+        .await
+        .unwrap();
+    assert_eq!(current.live().count(), 1);
+    let py = snapshots_py(&f);
+    let now = py_snapshot(&py, py["current"].as_i64().unwrap());
+    let ids: Vec<u64> = serde_json::from_value(now["ids"].clone()).unwrap();
+    assert_eq!(ids, (0..40).collect::<Vec<u64>>());
 }
 
 /// The SQL catalog's swap refuses a rewrite built on a snapshot that is no longer current (a

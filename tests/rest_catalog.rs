@@ -140,6 +140,8 @@ async fn ensure_event_table(
         channel: ident.namespace().to_url_string(),
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
+        partition: vec![floe::schema::partition::PartitionTerm::hour("event_time")],
+        sort: Vec::new(),
     };
     floe::iceberg::table::ensure_table(catalog, &spec, schema)
         .await

@@ -541,6 +541,7 @@ async fn prepare_iceberg(
                     channel: name.to_string(),
                     compression: ParquetCompression::from(&dest.compression),
                     target_file_size: dest.target_file_size,
+                    max_open_partitions: dest.max_open_partitions as usize,
                 },
                 record_decoder,
                 maintenance: dest.maintenance,

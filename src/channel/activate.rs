@@ -364,6 +364,8 @@ pub async fn ensure_channel_table(
             .codec_name()
             .to_string(),
         target_file_size_bytes: dest.target_file_size,
+        partition: dest.partition.clone(),
+        sort: dest.sort.clone(),
     };
     let ident = &spec.ident;
     let unavailable = |e: iceberg::Error| ActivateError::Unavailable(format!("catalog: {e}"));
@@ -414,6 +416,30 @@ pub async fn ensure_channel_table(
     }
     let at_activation = state.table_uuid.is_none() || activating(state);
     let table_path = format!("channel[{index}].destination.table");
+    // The partition spec's and sort order's terms against the schema (a registry schema is first seen here;
+    // a schema file was checked by `floe validate` already).
+    let terms = crate::schema::partition::unbound_spec(&dest.partition, schema.iceberg_schema())
+        .map(|_| ())
+        .map_err(|(i, message)| (format!("partition[{i}]"), message))
+        .and_then(|()| {
+            crate::schema::sort::sort_order(&dest.sort, schema.iceberg_schema())
+                .map(|_| ())
+                .map_err(|(i, message)| (format!("sort[{i}]"), message))
+        });
+    if let Err((key, message)) = terms {
+        let path = format!("channel[{index}].destination.{key}");
+        if at_activation {
+            return Err(fail(
+                store,
+                state,
+                path,
+                message,
+                "fix the partition spec or sort order",
+            )
+            .await);
+        }
+        return Err(ActivateError::Refused { path, message });
+    }
     let table = match ensure_table(catalog, &spec, schema).await {
         Ok(table) => table,
         Err(e @ CatalogError::Incompatible { .. }) if at_activation => {

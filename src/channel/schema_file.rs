@@ -8,7 +8,7 @@ use crate::config::{ChannelConfig, ConfigError, SchemaConfig};
 use crate::schema::MappedSchema;
 
 /// Reads channel `index`'s schema file and maps it as `floe run` will (nesting, unions, the
-/// partition field), so a schema refused here would stop the channel. With
+/// partition field, the partition spec's terms), so a schema refused here would stop the channel. With
 /// `[channel.schema.versions]`, one of the listed versions must be that file. A Glue schema is
 /// not checked here (`None`): it is resolved when the channel is created or activated.
 ///
@@ -32,6 +32,18 @@ pub fn check_schema(
     };
     let mapped = MappedSchema::from_json_schema(&schema, &dest.partition_field)
         .map_err(|e| error("file", format!("{}: {e}", file.display())))?;
+    crate::schema::partition::unbound_spec(&dest.partition, mapped.iceberg_schema()).map_err(
+        |(i, message)| ConfigError {
+            path: format!("channel[{index}].destination.partition[{i}]"),
+            message: format!("{message} (schema file {})", file.display()),
+        },
+    )?;
+    crate::schema::sort::sort_order(&dest.sort, mapped.iceberg_schema()).map_err(
+        |(i, message)| ConfigError {
+            path: format!("channel[{index}].destination.sort[{i}]"),
+            message: format!("{message} (schema file {})", file.display()),
+        },
+    )?;
     if let Some(versions) = versions {
         let mut listed = Vec::new();
         for (id, path) in versions {

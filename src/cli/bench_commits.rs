@@ -200,6 +200,8 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         channel: "bench".into(),
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
+        partition: vec![crate::schema::partition::PartitionTerm::hour("event_time")],
+        sort: Vec::new(),
     };
     ensure_table(catalog.as_ref(), &spec, &schema)
         .await
@@ -230,6 +232,7 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         channel: "bench".into(),
         compression: ParquetCompression::Zstd(3),
         target_file_size: 128 << 20,
+        max_open_partitions: 48,
     };
     let swap = crate::catalog::swap::SqlSwap::open(catalog.clone(), &database, &catalog_name)
         .await

@@ -430,12 +430,25 @@ pub struct IcebergDestinationSection {
     /// Name of the table: 1 to 255 characters from `a-z 0-9 _`. Created by the channel on first
     /// delivery; floe never writes to a table it did not create. Required.
     pub table: String,
-    /// Top-level schema field the table is partitioned on, by `hour(...)`. It must map to
-    /// `timestamptz`: a `string` with `format: date-time` (JSON Schema), a `timestamp-millis` or
-    /// `timestamp-micros` long (Avro), a `google.protobuf.Timestamp` (Protobuf); it is always a
-    /// required column (a record without it goes to the DLQ as `MISSING_PARTITION_VALUE`).
-    /// Required.
-    pub partition_field: String,
+    /// Top-level schema field the table is partitioned on, by `hour(...)`: the shorthand of
+    /// `partition = ["hour(<field>)"]`. It must map to `timestamptz`: a `string` with `format:
+    /// date-time` (JSON Schema), a `timestamp-millis` or `timestamp-micros` long (Avro), a
+    /// `google.protobuf.Timestamp` (Protobuf); it is always a required column (a record without
+    /// it goes to the DLQ as `MISSING_PARTITION_VALUE`). Required unless `partition` is given
+    /// (not both).
+    pub partition_field: Option<String>,
+    /// The table's partition spec, one term per partition field: `"identity(f)"`, `"year(f)"`,
+    /// `"month(f)"`, `"day(f)"`, `"hour(f)"`, `"bucket(N, f)"`, `"truncate(W, f)"`, `"void(f)"`
+    /// on top-level fields whose type the transform takes (docs/partitioning.md); `[]` for an
+    /// unpartitioned table. At most one time transform (`year`, `month`, `day`, `hour`), whose
+    /// field is required like `partition_field` (and which record expiration needs). Instead
+    /// of `partition_field` (not both).
+    pub partition: Option<Vec<String>>,
+    /// The table's sort order, one term per field: `"field"`, `"field desc"`,
+    /// `"field asc nulls last"` (nulls first when ascending, last when descending, by default)
+    /// on top-level primitive fields. Each flush's data files are written sorted by it, and it
+    /// is the table's sort order (docs/partitioning.md). Default: `[]` (unsorted).
+    pub sort: Option<Vec<String>>,
     /// Parquet compression of data files: `"zstd"`, `"snappy"` or `"none"`. Default: `"zstd"`.
     pub compression: Option<CompressionCodec>,
     /// ZSTD level, 1 (fastest) to 22 (smallest); only with `compression = "zstd"`. Default: `3`.
@@ -453,8 +466,10 @@ pub struct IcebergDestinationSection {
     /// (back-pressure) and the buffer is flushed. At least `channel.record.max_record_size`,
     /// at most 64GiB. Default: `"256MiB"`.
     pub buffer_size: Option<SizeText>,
-    /// Hour partitions a flush may write at once. Validated (from 1 to 1000) but not enforced
-    /// yet: a flush writes every buffered hour, one file or more each. Default: `48`.
+    /// Data files a flush or a compaction holds open at once, one per partition (an hour, or a
+    /// tuple of the `partition` spec): past it, the open files are closed before the next
+    /// partition's opens (more, smaller files; docs/partitioning.md). From 1 to 1000.
+    /// Default: `48`.
     pub max_open_partitions: Option<WholeNumber>,
     /// `[channel.destination.maintenance]`: what the committer does to keep the table fast
     /// (snapshot expiry, compaction, manifest rewrite, record expiration). Optional.
@@ -479,11 +494,15 @@ pub struct MaintenanceSection {
     pub min_snapshots: Option<WholeNumber>,
     /// Whether snapshots are expired (and the files only they reached deleted). Default: `true`.
     pub snapshot_expiry: Option<bool>,
-    /// Whether the small data files of a closed hour partition are rewritten into files of
-    /// about `target_file_size` (a `replace` snapshot; SQL, REST and Glue catalogs). Default: `true`.
+    /// Whether the small data files of a closed partition (an hour, or a period of the
+    /// `partition` time transform, that ended; without a time transform, a partition whose
+    /// newest file is `compaction_delay` old) are rewritten into files of about
+    /// `target_file_size` (a `replace` snapshot; SQL, REST and Glue catalogs). Default: `true`.
     pub compaction: Option<bool>,
-    /// How long after an hour ends its partition is first compacted (late records after that
-    /// are compacted again later). From 0s to 7d. Default: `"10m"`.
+    /// How long after an hour (or the period of the `partition` time transform) ends its
+    /// partition is first compacted (late records after that are compacted again later);
+    /// without a time transform, how old a partition's newest file must be. From 0s to 7d.
+    /// Default: `"10m"`.
     pub compaction_delay: Option<DurationText>,
     /// Whether the current snapshot's manifests are bin-packed into few when there are more
     /// than `max_manifests` (a `replace` snapshot; SQL, REST and Glue catalogs). Default: `true`.
@@ -491,9 +510,10 @@ pub struct MaintenanceSection {
     /// Manifests the current snapshot may hold before they are rewritten. From 2 to 100000.
     /// Default: `100`.
     pub max_manifests: Option<WholeNumber>,
-    /// Records older than this (by their hour partition) are removed, whole hours at a time, in
-    /// a `delete` snapshot (SQL, REST and Glue catalogs; refused on S3 Tables); the open hour never is. From 1h to
-    /// 36500d. Default: none (records are kept).
+    /// Records older than this (by their hour partition, or the period of the `partition` time
+    /// transform) are removed, whole partitions at a time, in a `delete` snapshot (SQL, REST and
+    /// Glue catalogs; refused on S3 Tables, and for a `partition` without a time transform); the
+    /// open hour or period never is. From 1h to 36500d. Default: none (records are kept).
     pub record_retention: Option<DurationText>,
     /// How often the committer looks for compaction, manifest rewrite and record expiration
     /// work. From 1s to 1d. Default: `"1m"`.

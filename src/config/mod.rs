@@ -501,8 +501,14 @@ pub struct IcebergDestinationConfig {
     pub namespace: String,
     /// Table name, `[a-z0-9_]{1,255}`.
     pub table: String,
-    /// Top-level field partitioned by `hour(...)`.
+    /// The time field: the top-level field of the spec's time transform, which every record
+    /// must carry (`partition_field`, or the source of `hour`/`day`/`month`/`year` in
+    /// `partition`); empty when the spec has no time transform.
     pub partition_field: String,
+    /// The partition spec's terms (`[hour(partition_field)]` for the shorthand).
+    pub partition: Vec<crate::schema::partition::PartitionTerm>,
+    /// The table's sort order (empty: unsorted).
+    pub sort: Vec<crate::schema::sort::SortTerm>,
     /// Parquet compression of data files.
     pub compression: Compression,
     /// Maximum age of a record before it is committed, 10 s to 900 s.
@@ -512,7 +518,7 @@ pub struct IcebergDestinationConfig {
     /// Memory bound of this channel's buffered rows in this worker, in bytes
     /// (≥ `record.max_record_size`).
     pub buffer_size: u64,
-    /// Hour partitions buffered at once.
+    /// Data files a write holds open at once (one per partition).
     pub max_open_partitions: u32,
     /// Table maintenance by the committer.
     pub maintenance: MaintenanceConfig,

@@ -144,6 +144,8 @@ fn minimal_config_takes_every_default() {
             namespace: "quickstart".to_owned(),
             table: "events".to_owned(),
             partition_field: "event_time".to_owned(),
+            partition: vec![crate::schema::partition::PartitionTerm::hour("event_time")],
+            sort: Vec::new(),
             compression: Compression::Zstd { level: 3 },
             data_freshness: Duration::from_secs(300),
             target_file_size: 128 * 1024 * 1024,
@@ -2118,4 +2120,107 @@ fn registry_credentials_are_never_read_from_the_file() {
             var,
         );
     }
+}
+
+#[test]
+fn partition_is_a_spec_of_transform_terms_with_one_time_transform() {
+    let text = replaced(
+        "partition_field = \"event_time\"",
+        "partition = [\"day(event_time)\", \"identity(source)\", \"bucket(4, id)\"]",
+    );
+    let config = parse(&text).unwrap();
+    let d = iceberg(&config);
+    assert_eq!(d.partition_field, "event_time");
+    let terms: Vec<String> = d.partition.iter().map(|t| t.to_string()).collect();
+    assert_eq!(
+        terms,
+        ["day(event_time)", "identity(source)", "bucket(4, id)"]
+    );
+    let spec = |terms: &str| {
+        replaced(
+            "partition_field = \"event_time\"",
+            &format!("partition = {terms}"),
+        )
+    };
+    refused(
+        &spec("[\"identity(source)\", \"bucket(0, id)\"]"),
+        "channel[0].destination.partition[1]",
+        "the width of bucket must be a whole number from 1 to 2147483647",
+    );
+    refused(
+        &spec("[\"minute(event_time)\"]"),
+        "channel[0].destination.partition[0]",
+        "unknown transform \"minute\"",
+    );
+    refused(
+        &spec("[\"hour(event_time)\", \"day(event_time)\"]"),
+        "channel[0].destination.partition[1]",
+        "second time transform",
+    );
+    // No time transform: no time field, records need none.
+    for terms in ["[\"identity(source)\"]", "[]"] {
+        let config = parse(&spec(terms)).unwrap();
+        assert_eq!(iceberg(&config).partition_field, "", "{terms}");
+    }
+    refused(
+        &with(
+            "[channel.destination]",
+            "partition = [\"hour(event_time)\"]",
+        ),
+        "channel[0].destination.partition",
+        "not both",
+    );
+    refused(
+        &replaced("partition_field = \"event_time\"\n", ""),
+        "channel[0].destination.partition_field",
+        "required (or channel[0].destination.partition)",
+    );
+}
+
+#[test]
+fn record_expiration_needs_a_time_transform() {
+    let retention = |partition: &str| {
+        replaced("partition_field = \"event_time\"", partition).replace(
+            "[channel.dlq]",
+            "[channel.destination.maintenance]\nrecord_retention = \"30d\"\n[channel.dlq]",
+        )
+    };
+    let config = parse(&retention("partition = [\"hour(event_time)\"]")).unwrap();
+    assert!(iceberg(&config).maintenance.record_retention.is_some());
+    parse(&retention("partition_field = \"event_time\"")).unwrap();
+    parse(&retention(
+        "partition = [\"identity(source)\", \"month(event_time)\"]",
+    ))
+    .unwrap();
+    refused(
+        &retention("partition = [\"identity(source)\"]"),
+        "channel[0].destination.maintenance.record_retention",
+        "record expiration needs a time transform",
+    );
+}
+
+#[test]
+fn sort_is_a_list_of_fields_with_directions() {
+    let config = parse(&with(
+        "[channel.destination]",
+        "sort = [\"source\", \"event_time desc\"]",
+    ))
+    .unwrap();
+    let terms: Vec<String> = iceberg(&config)
+        .sort
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    assert_eq!(
+        terms,
+        ["source asc nulls first", "event_time desc nulls last"]
+    );
+    refused(
+        &with(
+            "[channel.destination]",
+            "sort = [\"id\", \"source sideways\"]",
+        ),
+        "channel[0].destination.sort[1]",
+        "not a sort term",
+    );
 }

@@ -16,6 +16,7 @@ use super::file::{
 };
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::*;
+use crate::schema::partition::PartitionTerm;
 
 mod rest;
 
@@ -1387,12 +1388,21 @@ impl Checker<'_> {
             ),
             _ => (namespace, table),
         };
-        let partition_field = if d.partition_field.trim().is_empty() {
-            self.error(format!("{p}.partition_field"), "must not be empty");
-            None
-        } else {
-            Some(d.partition_field)
-        };
+        let partition = self.partition(p, d.partition_field, d.partition);
+        let mut sort = Some(Vec::new());
+        for (i, text) in d.sort.unwrap_or_default().iter().enumerate() {
+            match crate::schema::sort::SortTerm::parse(text) {
+                Ok(t) => {
+                    if let Some(terms) = sort.as_mut() {
+                        terms.push(t)
+                    }
+                }
+                Err(e) => {
+                    self.error(format!("{p}.sort[{i}]"), e);
+                    sort = None;
+                }
+            }
+        }
         let compression = match (
             d.compression.unwrap_or(CompressionCodec::Zstd),
             d.compression_level,
@@ -1439,18 +1449,88 @@ impl Checker<'_> {
             d.maintenance,
             matches!(catalog, Some(CatalogConfig::S3Tables(_))),
         );
+        // Record expiration drops partitions whose time period ended: it needs a time
+        // transform (docs/partitioning.md, "Maintenance").
+        if let (Some(m), Some((field, _))) = (&maintenance, &partition) {
+            if m.record_retention.is_some() && field.is_empty() {
+                self.error(
+                    format!("{p}.maintenance.record_retention"),
+                    format!(
+                        "record expiration needs a time transform (year, month, day or hour) in \
+                         {p}.partition: without one there is no period to expire by"
+                    ),
+                );
+            }
+        }
         Some(IcebergDestinationConfig {
             maintenance: maintenance?,
             catalog: catalog?,
             namespace: namespace?,
             table: table?,
-            partition_field: partition_field?,
+            partition_field: partition.clone()?.0,
+            partition: partition?.1,
+            sort: sort?,
             compression: compression?,
             data_freshness: bounds?.0,
             target_file_size: bounds?.1,
             buffer_size: bounds?.2,
             max_open_partitions: max_open_partitions?,
         })
+    }
+
+    /// `partition_field` or `partition` (exactly one of them): the time field and the spec's
+    /// terms (docs/partitioning.md). The types of the terms' fields are checked when the schema
+    /// is mapped.
+    fn partition(
+        &mut self,
+        p: &str,
+        partition_field: Option<String>,
+        partition: Option<Vec<String>>,
+    ) -> Option<(String, Vec<PartitionTerm>)> {
+        let texts = match (partition_field, partition) {
+            (Some(_), Some(_)) => {
+                self.error(
+                    format!("{p}.partition"),
+                    format!(
+                        "give {p}.partition or {p}.partition_field (its hour shorthand), not both"
+                    ),
+                );
+                return None;
+            }
+            (None, None) => {
+                self.error(
+                    format!("{p}.partition_field"),
+                    format!("required (or {p}.partition)"),
+                );
+                return None;
+            }
+            (Some(field), None) => {
+                if field.trim().is_empty() {
+                    self.error(format!("{p}.partition_field"), "must not be empty");
+                    return None;
+                }
+                return Some((field.clone(), vec![PartitionTerm::hour(&field)]));
+            }
+            (None, Some(texts)) => texts,
+        };
+        let mut terms = Vec::with_capacity(texts.len());
+        for (i, text) in texts.iter().enumerate() {
+            match PartitionTerm::parse(text) {
+                Ok(t) => terms.push(t),
+                Err(e) => self.error(format!("{p}.partition[{i}]"), e),
+            }
+        }
+        if terms.len() < texts.len() {
+            return None;
+        }
+        if let Err((i, e)) = crate::schema::partition::check_terms(&terms) {
+            self.error(format!("{p}.partition[{i}]"), e);
+            return None;
+        }
+        // No time transform (`[]`, `["identity(region)"]`): no time field, "" (records need
+        // none).
+        let field = crate::schema::partition::time_field(&terms).unwrap_or_default();
+        Some((field.to_string(), terms))
     }
 
     /// `[channel.destination.maintenance]`; off by default on S3 Tables, which maintains its

@@ -137,7 +137,9 @@ impl Converter {
     /// Decodes one record: a JSON object, or for Avro and Protobuf schemas
     /// ([`MappedSchema::decoding`]) the binary payload after the wire framing. On success appends one row and returns its hour
     /// partition value: hours since 1970-01-01T00:00Z of the partition field, floor division
-    /// (negative before 1970). On failure appends nothing and returns the reason.
+    /// (negative before 1970), or `hour_of_micros(i64::MIN)` when the schema has no partition
+    /// field (an empty [`MappedSchema::partition_field`]: a spec without a time transform). On
+    /// failure appends nothing and returns the reason.
     ///
     /// A push is also refused (`RECORD_TOO_LARGE`, "buffer full") when more than ~1 GiB of input is
     /// buffered: call [`Converter::finish`] well before (the daemon flushes at its buffer size).
@@ -222,6 +224,10 @@ impl Converter {
         }
         match partition {
             Some(us) if self.root.len == rows + 1 => Ok(us),
+            // No time field (a partition spec without a time transform): every row is taken.
+            None if self.root.len == rows + 1 && self.schema.partition_field().is_empty() => {
+                Ok(i64::MIN)
+            }
             // No partition value: the caller sees no new row and refuses the record.
             _ => {
                 self.root.truncate(rows);

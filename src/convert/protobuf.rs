@@ -115,6 +115,10 @@ pub(crate) fn decode_record(
             partition_us: None,
         };
         d.fill_struct(&message.root, 0..1, root)?;
+        if !message.root.fields.iter().any(|f| f.is_partition) {
+            // No time field (a partition spec without a time transform).
+            return Ok(i64::MIN);
+        }
         d.partition_us.ok_or_else(|| {
             DlqReason::record(
                 DlqCode::MissingPartitionValue,

@@ -130,6 +130,23 @@ fn missing_or_null_partition_value() {
     assert_eq!(c.num_rows(), 0);
 }
 
+/// Without a partition field (a spec without a time transform, docs/partitioning.md) a record
+/// needs no time value: an optional date-time may be absent, and is still checked.
+#[test]
+fn without_a_partition_field_no_record_needs_a_time_value() {
+    let schema = json!({"type": "object", "properties": {
+        "a": {"type": "string"},
+        "event_time": {"type": "string", "format": "date-time"},
+    }});
+    let m = Arc::new(MappedSchema::from_json_schema(&schema, "").unwrap());
+    let arrow = m.arrow_schema();
+    let mut c = Converter::try_new(m, arrow).unwrap();
+    assert!(c.push(br#"{"a":"x"}"#).is_ok());
+    assert!(c.push(br#"{"event_time":"2024-06-01T10:00:00Z"}"#).is_ok());
+    assert_eq!(raw_code(&mut c, br#"{"event_time":5}"#), TypeMismatch);
+    assert_eq!(c.num_rows(), 2);
+}
+
 #[test]
 fn date_and_time_columns() {
     let mut c = conv(&with_props(json!({

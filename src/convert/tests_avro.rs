@@ -367,8 +367,9 @@ fn values_the_column_cannot_hold_are_out_of_range() {
     );
 }
 
-#[test]
-fn null_partition_is_missing_partition_value() {
+/// A record schema of one nullable `ts` (timestamp-millis), parsed, and a record whose `ts` is
+/// null.
+fn nullable_ts_record() -> (String, Schema, Vec<u8>) {
     let text = json!({"type": "record", "name": "E", "fields": [
         {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]}
     ]})
@@ -379,6 +380,24 @@ fn null_partition_is_missing_partition_value() {
         AV::Record(vec![("ts".into(), AV::Union(0, Box::new(AV::Null)))]),
     )
     .unwrap();
+    (text, schema, null)
+}
+
+/// Without a partition field (a spec without a time transform, docs/partitioning.md) a null
+/// timestamp is a value like any other: the row is taken.
+#[test]
+fn without_a_partition_field_a_null_timestamp_is_a_row() {
+    let (text, _, null) = nullable_ts_record();
+    let m = Arc::new(MappedSchema::from_avro(&text, &[], "").unwrap());
+    let arrow = m.arrow_schema();
+    let mut c = Converter::try_new(m, arrow).unwrap();
+    assert!(c.push(&null).is_ok());
+    assert_eq!(c.num_rows(), 1);
+}
+
+#[test]
+fn null_partition_is_missing_partition_value() {
+    let (text, schema, null) = nullable_ts_record();
     let e = refused(&text, &null);
     assert_eq!(
         (e.code, e.field.as_str()),

@@ -1,5 +1,5 @@
 //! Table maintenance by the committer, beside the data commits (docs/operations.md, "Table
-//! maintenance"): compaction of closed hour partitions, manifest rewrite and record expiration,
+//! maintenance"): compaction of closed partitions, manifest rewrite and record expiration,
 //! committed as `delete` and `replace` snapshots ([`super::rewrite`]) through the catalog's
 //! [`TableSwap`]. Snapshot expiry itself rides in the data commits ([`super::target`]).
 //!
@@ -19,10 +19,10 @@
 //! the files are written, commits them:
 //!
 //! ```text
-//!  look (every `interval`): manifests of the current snapshot, files by hour partition
-//!    record expiry:  hours ended more than record_retention ago -> remove all their files
-//!    manifests > max_manifests                                  -> merge the small ones
-//!    compaction:     closed hours (+ compaction_delay) with >= 2 small files
+//!  look (every `interval`): manifests of the current snapshot, files by partition tuple
+//!    record expiry:  periods ended more than record_retention ago -> remove all their files
+//!    manifests > max_manifests                                    -> merge the small ones
+//!    compaction:     closed partitions (+ compaction_delay) with >= 2 small files
 //!                    -> background task: read them, write files of ~target_file_size
 //!  commit: record expiry            -> delete snapshot  (deleted-records = rows expired)
 //!          then, on the table it left:
@@ -48,7 +48,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::fence::DeletionFence;
-use super::rewrite::{commit_rewrite, hour_of, CurrentFiles, Rewrite};
+use super::rewrite::{commit_rewrite, CurrentFiles, Rewrite};
 use super::writer::{rewrite_data_files, WriterSettings};
 use crate::catalog::swap::TableSwap;
 use crate::config::MaintenanceConfig;
@@ -87,34 +87,114 @@ pub(crate) async fn step_point(step: &str) {
     let _ = step;
 }
 
-/// The live data files of `current`, by hour partition (files of another partitioning are left
-/// out).
-pub fn files_by_hour(current: &CurrentFiles) -> BTreeMap<i32, Vec<&ManifestEntryRef>> {
-    let mut hours: BTreeMap<i32, Vec<&ManifestEntryRef>> = BTreeMap::new();
-    for e in current.live() {
-        if let Some(h) = hour_of(e) {
-            hours.entry(h).or_default().push(e);
+/// One partition of the table as maintenance plans it: the live files of one partition tuple
+/// of one spec, and when the partition closes (docs/partitioning.md, "Maintenance"). Ordered
+/// oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Group {
+    /// When the partition closes, in ms since the epoch: the end of the period of its time
+    /// value (`hour`, `day`, `month`, `year`), or, for a spec without a time transform, the
+    /// commit time of its newest file (0 when that snapshot has expired).
+    pub closes_ms: i64,
+    /// Whether `closes_ms` ends a period of time values: its records may expire.
+    pub period: bool,
+    /// The partition spec of its files.
+    pub spec_id: i32,
+    /// The partition tuple, as text (one per tuple).
+    pub tuple: String,
+}
+
+/// The end (exclusive, ms since the epoch) of the period whose `transform` value is `value`:
+/// hour `h` ends at `(h + 1)` hours, day `d` at `(d + 1)` days, month `m` (months since
+/// 1970-01) at the first day of the next month, year `y` (years since 1970) at the next
+/// 1 January, all UTC. `None` for another transform.
+pub fn period_end_ms(transform: iceberg::spec::Transform, value: i32) -> Option<i64> {
+    use iceberg::spec::Transform::{Day, Hour, Month, Year};
+    const DAY_MS: i64 = 24 * HOUR_MS;
+    let next = i64::from(value) + 1;
+    Some(match transform {
+        Hour => next * HOUR_MS,
+        Day => next * DAY_MS,
+        Month => {
+            let (y, m) = (1970 + next.div_euclid(12), next.rem_euclid(12) as u32 + 1);
+            crate::time::days_from_civil(y, m, 1) * DAY_MS
         }
+        Year => crate::time::days_from_civil(1970 + next, 1, 1) * DAY_MS,
+        _ => return None,
+    })
+}
+
+/// The live data files of `current` by partition ([`Group`]), oldest first. A file of a spec the
+/// table does not know, or whose time value is not an `int`/`date`, is left out (never
+/// compacted nor expired).
+pub fn files_by_partition(current: &CurrentFiles) -> BTreeMap<Group, Vec<&ManifestEntryRef>> {
+    use iceberg::spec::{Literal, PrimitiveLiteral};
+    /// A tuple's period end (`None` without a time transform) and files.
+    type Tuple<'a> = (Option<i64>, Vec<&'a ManifestEntryRef>);
+    // (spec, tuple) -> its period end and files
+    let mut tuples: BTreeMap<(i32, String), Tuple> = BTreeMap::new();
+    for (spec_id, e) in current.live_with_spec() {
+        let Some(time) = current.time_fields.get(&spec_id) else {
+            continue;
+        };
+        let partition = e.data_file().partition();
+        let end = match time {
+            Some((i, transform)) => match partition.fields().get(*i) {
+                Some(Some(Literal::Primitive(PrimitiveLiteral::Int(v)))) => {
+                    period_end_ms(*transform, *v)
+                }
+                _ => continue,
+            },
+            None => None,
+        };
+        tuples
+            .entry((spec_id, format!("{partition:?}")))
+            .or_insert_with(|| (end, Vec::new()))
+            .1
+            .push(e);
     }
-    hours
+    tuples
+        .into_iter()
+        .map(|((spec_id, tuple), (end, files))| {
+            let newest = || {
+                files
+                    .iter()
+                    .map(|e| {
+                        e.snapshot_id()
+                            .and_then(|id| current.snapshot_ms.get(&id).copied())
+                            .unwrap_or(0)
+                    })
+                    .max()
+                    .unwrap_or(0)
+            };
+            let group = Group {
+                closes_ms: end.unwrap_or_else(newest),
+                period: end.is_some(),
+                spec_id,
+                tuple,
+            };
+            (group, files)
+        })
+        .collect()
 }
 
-/// Whether hour `hour` (hours since the Unix epoch) ended at least `after_ms` before `now_ms`.
-fn ended(hour: i32, after_ms: i64, now_ms: i64) -> bool {
-    (i64::from(hour) + 1) * HOUR_MS + after_ms <= now_ms
+/// Whether partition `g` closed at least `after_ms` before `now_ms`.
+fn ended(g: &Group, after_ms: i64, now_ms: i64) -> bool {
+    g.closes_ms.saturating_add(after_ms) <= now_ms
 }
 
-/// The hours whose records expire at `now_ms` under `retention_ms`: ended more than the
-/// retention ago (so never the open hour).
-pub fn expired_hours(
-    hours: &BTreeMap<i32, Vec<&ManifestEntryRef>>,
+/// The partitions whose records expire at `now_ms` under `retention_ms`: those of a time
+/// period that ended more than the retention ago (so never the open one; never a partition of
+/// a spec without a time transform).
+pub fn expired_partitions(
+    groups: &BTreeMap<Group, Vec<&ManifestEntryRef>>,
     retention_ms: i64,
     now_ms: i64,
-) -> Vec<i32> {
-    hours
+) -> Vec<Group> {
+    groups
         .keys()
-        .copied()
-        .filter(|h| ended(*h, retention_ms.max(0), now_ms))
+        .filter(|g| g.period && ended(g, retention_ms.max(0), now_ms))
+        .cloned()
         .collect()
 }
 
@@ -129,28 +209,28 @@ fn write_of(path: &str) -> &str {
         .map_or(name, |(write, _)| write)
 }
 
-/// The files one compaction task rewrites at `now_ms`, oldest hours first: of each hour that
-/// ended at least `delay_ms` ago, its small files (under 3/4 of `target` bytes) when there are
-/// two or more from at least two writes, up to `JOB_TARGETS` × `target` bytes (at least one
-/// hour); hours in `skip` are left alone.
+/// The files one compaction task rewrites at `now_ms`, oldest partitions first: of each
+/// partition that closed at least `delay_ms` ago ([`Group::closes_ms`]), its small files (under
+/// 3/4 of `target` bytes) when there are two or more from at least two writes, up to
+/// `JOB_TARGETS` × `target` bytes (at least one partition); partitions in `skip` are left alone.
 ///
 /// Files of a single write are never compacted again: the writer rolls on its estimate of the
 /// encoded size, so a compaction's outputs can all be well under the target, and rewriting them
 /// would only write them again (found by a fresh-user test: an hour recompacted every interval,
 /// forever). Late data (another write) makes the hour eligible again.
 pub fn plan_compaction<'a>(
-    hours: &BTreeMap<i32, Vec<&'a ManifestEntryRef>>,
+    groups: &BTreeMap<Group, Vec<&'a ManifestEntryRef>>,
     target: u64,
     delay_ms: i64,
     now_ms: i64,
-    skip: &HashSet<i32>,
+    skip: &HashSet<Group>,
 ) -> Vec<&'a ManifestEntryRef> {
     let small_below = target / SMALL_SHARE.1 * SMALL_SHARE.0;
     let budget = target.saturating_mul(JOB_TARGETS);
     let mut picked: Vec<&ManifestEntryRef> = Vec::new();
     let mut bytes = 0u64;
-    for (hour, files) in hours {
-        if skip.contains(hour) || !ended(*hour, delay_ms, now_ms) {
+    for (group, files) in groups {
+        if skip.contains(group) || !ended(group, delay_ms, now_ms) {
             continue;
         }
         let small: Vec<&ManifestEntryRef> = files
@@ -183,8 +263,9 @@ pub struct TableHealth {
     pub data_files: usize,
     /// Their bytes.
     pub data_bytes: u64,
-    /// Closed hours (ended at least `compaction_delay` ago) with two or more small files: work
-    /// for compaction.
+    /// Closed partitions (ended at least `compaction_delay` ago, or quiet that long for a spec
+    /// without a time transform) with small files of two writes or more: work for compaction.
+    /// (Named for the hour partitions it counted first.)
     pub hours_to_compact: usize,
     /// Metadata files in the metadata log.
     pub metadata_log: usize,
@@ -203,24 +284,17 @@ pub async fn table_health(
     now_ms: i64,
 ) -> iceberg::Result<TableHealth> {
     let current = CurrentFiles::load(table).await?;
-    let hours = files_by_hour(&current);
-    let to_compact: HashSet<i32> =
-        plan_compaction(&hours, target, delay_ms, now_ms, &HashSet::new())
-            .iter()
-            .filter_map(|e| hour_of(e))
-            .collect();
-    // plan_compaction stops at one task's budget; count every closed hour with small files.
+    // plan_compaction stops at one task's budget; count every closed partition it would take.
     let small_below = target / SMALL_SHARE.1 * SMALL_SHARE.0;
-    let hours_to_compact = hours
+    let hours_to_compact = files_by_partition(&current)
         .iter()
-        .filter(|(h, files)| {
+        .filter(|(g, files)| {
             let small: Vec<_> = files
                 .iter()
                 .filter(|e| e.file_size_in_bytes() < small_below)
                 .collect();
             let writes: HashSet<&str> = small.iter().map(|e| write_of(e.file_path())).collect();
-            to_compact.contains(h)
-                || (ended(**h, delay_ms, now_ms) && small.len() >= 2 && writes.len() >= 2)
+            ended(g, delay_ms, now_ms) && small.len() >= 2 && writes.len() >= 2
         })
         .count();
     let md = table.metadata();
@@ -726,7 +800,7 @@ impl Maintainer {
             st.next_look = Some(Instant::now() + self.config.interval);
         }
         let current = CurrentFiles::load(table).await?;
-        let hours = files_by_hour(&current);
+        let groups = files_by_partition(&current);
         telemetry::set_table_shape(
             &self.channel,
             current.manifests.len(),
@@ -737,14 +811,14 @@ impl Maintainer {
 
         // Record expiration: whole files removed, a `delete` snapshot of its own.
         let mut expiry = Rewrite::default();
-        let mut expired: HashSet<i32> = HashSet::new();
+        let mut expired: HashSet<Group> = HashSet::new();
         if let (true, Some(retention)) = (due, self.config.record_retention) {
             if !current.has_deletes {
-                for h in expired_hours(&hours, retention.as_millis() as i64, now) {
-                    expired.insert(h);
+                for g in expired_partitions(&groups, retention.as_millis() as i64, now) {
                     expiry
                         .remove
-                        .extend(hours[&h].iter().map(|e| e.file_path().to_string()));
+                        .extend(groups[&g].iter().map(|e| e.file_path().to_string()));
+                    expired.insert(g);
                 }
                 if !expired.is_empty() {
                     expiry.tasks.push("record-expiry");
@@ -792,7 +866,7 @@ impl Maintainer {
                 && !current.has_deletes
             {
                 report.compaction_started =
-                    self.start_compaction(&mut st, table, &hours, now, &expired);
+                    self.start_compaction(&mut st, table, &groups, now, &expired);
             }
             return Ok(report);
         }
@@ -893,39 +967,39 @@ impl Maintainer {
             && !after.has_deletes
         {
             report.compaction_started =
-                self.start_compaction(&mut st, &base, &files_by_hour(&after), now, &expired);
+                self.start_compaction(&mut st, &base, &files_by_partition(&after), now, &expired);
         }
         report.table = Some(base);
         Ok(report)
     }
 
-    /// Starts a compaction task for the files [`plan_compaction`] picks of `hours` (of `table`),
-    /// leaving the hours in `skip` alone; whether one started.
+    /// Starts a compaction task for the files [`plan_compaction`] picks of `groups` (of
+    /// `table`), leaving the partitions in `skip` alone; whether one started.
     fn start_compaction(
         &self,
         st: &mut State,
         table: &Table,
-        hours: &BTreeMap<i32, Vec<&ManifestEntryRef>>,
+        groups: &BTreeMap<Group, Vec<&ManifestEntryRef>>,
         now: i64,
-        skip: &HashSet<i32>,
+        skip: &HashSet<Group>,
     ) -> bool {
         let Some(writer) = &self.writer else {
             return false;
         };
         // Files of an earlier schema are not compaction inputs (see `compact`).
-        let hours: BTreeMap<i32, Vec<&ManifestEntryRef>> = hours
+        let groups: BTreeMap<Group, Vec<&ManifestEntryRef>> = groups
             .iter()
-            .map(|(h, files)| {
+            .map(|(g, files)| {
                 let files = files
                     .iter()
                     .copied()
                     .filter(|e| !st.older_schema.contains(e.file_path()))
                     .collect();
-                (*h, files)
+                (g.clone(), files)
             })
             .collect();
         let inputs = plan_compaction(
-            &hours,
+            &groups,
             writer.target_file_size,
             self.config.compaction_delay.as_millis() as i64,
             now,
@@ -1023,12 +1097,50 @@ mod tests {
         )
     }
 
-    fn hours(entries: &[ManifestEntryRef]) -> BTreeMap<i32, Vec<&ManifestEntryRef>> {
-        let mut out: BTreeMap<i32, Vec<&ManifestEntryRef>> = BTreeMap::new();
+    /// The partition of an `hour` spec's hour `h`.
+    fn hour_group(h: i32) -> Group {
+        Group {
+            closes_ms: (i64::from(h) + 1) * HOUR_MS,
+            period: true,
+            spec_id: 0,
+            tuple: h.to_string(),
+        }
+    }
+
+    fn hours(entries: &[ManifestEntryRef]) -> BTreeMap<Group, Vec<&ManifestEntryRef>> {
+        let mut out: BTreeMap<Group, Vec<&ManifestEntryRef>> = BTreeMap::new();
         for e in entries {
-            out.entry(hour_of(e).unwrap()).or_default().push(e);
+            let Some(Some(Literal::Primitive(iceberg::spec::PrimitiveLiteral::Int(h)))) =
+                e.data_file().partition().fields().first()
+            else {
+                panic!("an hour partition")
+            };
+            out.entry(hour_group(*h)).or_default().push(e);
         }
         out
+    }
+
+    /// The period of each time transform's value ends where the next one starts, in UTC,
+    /// across month and year ends and before 1970.
+    #[test]
+    fn a_periods_end_is_the_start_of_the_next_value() {
+        use iceberg::spec::Transform::{Bucket, Day, Hour, Identity, Month, Year};
+        let ms = |y, m, d| crate::time::days_from_civil(y, m, d) * 24 * HOUR_MS;
+        assert_eq!(period_end_ms(Hour, 0), Some(HOUR_MS));
+        assert_eq!(period_end_ms(Hour, -1), Some(0));
+        assert_eq!(period_end_ms(Day, 0), Some(ms(1970, 1, 2)));
+        assert_eq!(period_end_ms(Day, 20_000), Some(ms(2024, 10, 5)));
+        assert_eq!(period_end_ms(Month, 0), Some(ms(1970, 2, 1)));
+        // 2024-12 is month 659: it ends on 2025-01-01.
+        assert_eq!(period_end_ms(Month, 659), Some(ms(2025, 1, 1)));
+        assert_eq!(period_end_ms(Month, 11), Some(ms(1971, 1, 1)));
+        assert_eq!(period_end_ms(Month, -1), Some(ms(1970, 1, 1)));
+        // Month -13 is 1968-12.
+        assert_eq!(period_end_ms(Month, -13), Some(ms(1969, 1, 1)));
+        assert_eq!(period_end_ms(Year, 54), Some(ms(2025, 1, 1)));
+        assert_eq!(period_end_ms(Year, -1), Some(ms(1970, 1, 1)));
+        assert_eq!(period_end_ms(Identity, 3), None);
+        assert_eq!(period_end_ms(Bucket(4), 3), None);
     }
 
     /// A closed hour's small files are compacted when they come from two writes or more; the
@@ -1066,7 +1178,14 @@ mod tests {
             plan_compaction(&hours(&closed), target, 0, now, &none).len(),
             2
         );
-        assert!(plan_compaction(&hours(&closed), target, 0, now, &HashSet::from([8])).is_empty());
+        assert!(plan_compaction(
+            &hours(&closed),
+            target,
+            0,
+            now,
+            &HashSet::from([hour_group(8)])
+        )
+        .is_empty());
         // Files of other writers' names count as writes of their own.
         assert_eq!(write_of("/a/00000-0-5f1e.parquet"), "00000-0-5f1e.parquet");
         assert_eq!(write_of("/a/part.parquet"), "part.parquet");

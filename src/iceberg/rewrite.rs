@@ -66,6 +66,12 @@ pub struct CurrentFiles {
     /// Whether it has delete manifests (position or equality deletes another engine wrote):
     /// floe never rewrites data files then.
     pub has_deletes: bool,
+    /// Per partition spec of the table, the position and transform of its time field (`year`,
+    /// `month`, `day`, `hour`), `None` for a spec without one: how maintenance finds when a
+    /// partition closes (docs/partitioning.md, "Maintenance").
+    pub time_fields: HashMap<i32, Option<(usize, iceberg::spec::Transform)>>,
+    /// Commit time (ms) of each retained snapshot, by snapshot id.
+    pub snapshot_ms: HashMap<i64, i64>,
 }
 
 impl CurrentFiles {
@@ -80,6 +86,22 @@ impl CurrentFiles {
         let list = table.manifest_list_reader(snapshot).load().await?;
         let mut out = CurrentFiles {
             snapshot_id: Some(snapshot.snapshot_id()),
+            time_fields: md
+                .partition_specs_iter()
+                .map(|s| {
+                    use iceberg::spec::Transform::{Day, Hour, Month, Year};
+                    let time = s
+                        .fields()
+                        .iter()
+                        .position(|f| matches!(f.transform, Year | Month | Day | Hour))
+                        .map(|i| (i, s.fields()[i].transform));
+                    (s.spec_id(), time)
+                })
+                .collect(),
+            snapshot_ms: md
+                .snapshots()
+                .map(|s| (s.snapshot_id(), s.timestamp_ms()))
+                .collect(),
             ..CurrentFiles::default()
         };
         for file in list.entries() {
@@ -102,6 +124,16 @@ impl CurrentFiles {
             .iter()
             .flat_map(|m| m.entries.iter())
             .filter(|e| e.is_alive() && e.content_type() == DataContentType::Data)
+    }
+
+    /// The live data files with the id of their partition spec.
+    pub fn live_with_spec(&self) -> impl Iterator<Item = (i32, &ManifestEntryRef)> {
+        self.manifests.iter().flat_map(|m| {
+            m.entries
+                .iter()
+                .filter(|e| e.is_alive() && e.content_type() == DataContentType::Data)
+                .map(|e| (m.file.partition_spec_id, e))
+        })
     }
 }
 
@@ -487,17 +519,6 @@ fn summary(current: &CurrentFiles, rewrite: &Rewrite, commit_id: Uuid) -> Summar
     Summary {
         operation,
         additional_properties: props,
-    }
-}
-
-/// The hour partition of a data file: the value of Iceberg's `hour` transform (hours since the
-/// Unix epoch) in the table's only partition field; `None` for another partitioning.
-pub fn hour_of(entry: &ManifestEntryRef) -> Option<i32> {
-    match entry.data_file().partition().fields().first() {
-        Some(Some(iceberg::spec::Literal::Primitive(iceberg::spec::PrimitiveLiteral::Int(h)))) => {
-            Some(*h)
-        }
-        _ => None,
     }
 }
 

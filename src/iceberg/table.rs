@@ -4,12 +4,13 @@
 
 use std::collections::HashMap;
 
-use iceberg::spec::{Transform, UnboundPartitionSpec};
+use iceberg::spec::UnboundPartitionSpec;
 use iceberg::table::Table;
 use iceberg::{Catalog, Error, ErrorKind, TableCreation, TableIdent};
 
 use super::table_state::{PROP_CHANNEL, PROP_CHECKPOINTS};
 use crate::catalog::CatalogError;
+use crate::schema::partition::PartitionTerm;
 use crate::schema::MappedSchema;
 
 /// What the channel's table must look like.
@@ -23,13 +24,19 @@ pub struct TableSpec {
     pub compression_codec: String,
     /// `write.target-file-size-bytes`.
     pub target_file_size_bytes: u64,
+    /// The partition spec's terms (`[hour(<partition field>)]` for `partition_field`).
+    pub partition: Vec<PartitionTerm>,
+    /// The sort order's terms (empty: unsorted).
+    pub sort: Vec<crate::schema::sort::SortTerm>,
 }
 
 /// Loads the channel's table, creating the namespace and the table when missing (at activation)
-/// (format v2, partition spec `hour(<partition field>)`, floe's properties).
+/// (format v2, the partition spec of `spec.partition`, floe's properties).
 ///
 /// Errors: [`CatalogError::Incompatible`] when a table exists under that name that this
-/// channel did not create, or whose partition spec is not `hour(<partition field>)`.
+/// channel did not create, or whose partition spec is not `spec.partition`; `DataInvalid`
+/// when a term does not apply to the schema (a missing field, a type its transform does not
+/// take).
 pub async fn ensure_table(
     catalog: &dyn Catalog,
     spec: &TableSpec,
@@ -45,23 +52,11 @@ pub async fn ensure_table(
         }
     }
     if !catalog.table_exists(&spec.ident).await? {
-        let source_id = schema
-            .iceberg_schema()
-            .field_by_name(schema.partition_field())
-            .map(|f| f.id)
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::DataInvalid,
-                    format!("partition field {} not in schema", schema.partition_field()),
-                )
+        let partition_spec = partition_spec(&spec.partition, schema.iceberg_schema())?;
+        let sort_order = crate::schema::sort::sort_order(&spec.sort, schema.iceberg_schema())
+            .map_err(|(i, reason)| {
+                Error::new(ErrorKind::DataInvalid, format!("sort term {i}: {reason}"))
             })?;
-        let partition_spec = UnboundPartitionSpec::builder()
-            .add_partition_field(
-                source_id,
-                format!("{}_hour", schema.partition_field()),
-                Transform::Hour,
-            )?
-            .build();
         let properties = [
             (PROP_CHANNEL.to_string(), spec.channel.clone()),
             (
@@ -87,6 +82,7 @@ pub async fn ensure_table(
             .name(spec.ident.name().to_string())
             .schema(schema.iceberg_schema().clone())
             .partition_spec(partition_spec)
+            .sort_order(sort_order)
             .properties(properties)
             .build();
         match catalog.create_table(ns, creation).await {
@@ -99,6 +95,21 @@ pub async fn ensure_table(
     let table = catalog.load_table(&spec.ident).await?;
     check_owned(&table, spec, schema)?;
     Ok(table)
+}
+
+/// The partition spec of `terms` on `schema` (docs/partitioning.md).
+///
+/// Errors: `DataInvalid` naming the term and why it does not apply to the schema.
+pub fn partition_spec(
+    terms: &[PartitionTerm],
+    schema: &iceberg::spec::Schema,
+) -> Result<UnboundPartitionSpec, Error> {
+    crate::schema::partition::unbound_spec(terms, schema).map_err(|(i, reason)| {
+        Error::new(
+            ErrorKind::DataInvalid,
+            format!("partition term {i}: {reason}"),
+        )
+    })
 }
 
 /// Checks that `table` (just loaded as `ident`) is still the table whose uuid was `was`: a table
@@ -142,18 +153,39 @@ fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result
             )))
         }
     }
+    let terms = &spec.partition;
     let part_spec = md.default_partition_spec();
     let fields = part_spec.fields();
     let current = md.current_schema();
-    let ok = fields.len() == 1
-        && fields[0].transform == Transform::Hour
-        && current
-            .field_by_id(fields[0].source_id)
-            .is_some_and(|f| f.name == schema.partition_field());
+    let ok = fields.len() == terms.len()
+        && fields.iter().zip(terms).all(|(f, t)| {
+            f.transform == t.iceberg_transform()
+                && current
+                    .field_by_id(f.source_id)
+                    .is_some_and(|s| s.name == t.source)
+        });
     if !ok {
+        let want: Vec<String> = terms.iter().map(|t| t.to_string()).collect();
         return Err(incompatible(format!(
-            "its partition spec is not hour({})",
-            schema.partition_field()
+            "its partition spec is not [{}]",
+            want.join(", ")
+        )));
+    }
+    let order = md.default_sort_order();
+    let sorted_as_configured = order.fields.len() == spec.sort.len()
+        && order.fields.iter().zip(&spec.sort).all(|(f, t)| {
+            f.transform == iceberg::spec::Transform::Identity
+                && (f.direction == iceberg::spec::SortDirection::Descending) == t.descending
+                && (f.null_order == iceberg::spec::NullOrder::First) == t.nulls_first
+                && current
+                    .field_by_id(f.source_id)
+                    .is_some_and(|s| s.name == t.source)
+        });
+    if !sorted_as_configured {
+        let want: Vec<String> = spec.sort.iter().map(|t| t.to_string()).collect();
+        return Err(incompatible(format!(
+            "its sort order is not [{}]",
+            want.join(", ")
         )));
     }
     // A table evolved by `evolution = "compatible"` (it has a schema history) takes the
@@ -304,6 +336,8 @@ mod tests {
             channel: channel.into(),
             compression_codec: "zstd".into(),
             target_file_size_bytes: 1 << 20,
+            partition: vec![PartitionTerm::hour("t")],
+            sort: Vec::new(),
         }
     }
 

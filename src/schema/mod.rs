@@ -65,7 +65,9 @@ pub mod avro;
 pub mod evolution;
 mod json_schema;
 mod number;
+pub mod partition;
 pub mod protobuf;
+pub mod sort;
 
 #[cfg(test)]
 use json_schema::ecma_to_rust_regex;
@@ -549,7 +551,8 @@ impl MappedSchema {
         &self.iceberg
     }
 
-    /// Name of the partition field (a top-level `timestamptz`, required).
+    /// Name of the partition field (a top-level `timestamptz`, required), the source of the
+    /// table's time transform; empty when the spec has none (docs/partitioning.md).
     pub fn partition_field(&self) -> &str {
         &self.partition_field
     }

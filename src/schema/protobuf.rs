@@ -232,7 +232,8 @@ pub(crate) enum ValuePlan {
 impl MappedSchema {
     /// Maps the message `message` of `files[0]` (compiled with the other `files` as its imports)
     /// to an Iceberg schema, with `partition_field` (a top-level `google.protobuf.Timestamp`) as
-    /// the `hour` partition source.
+    /// the time partition source; an empty `partition_field` means none (a spec without a time
+    /// transform).
     ///
     /// Errors: [`SchemaError`] naming the field by path (`/field/sub`): `Invalid` when the files
     /// do not compile or the selector names no message, `Unsupported` for a construct without a
@@ -249,6 +250,15 @@ impl MappedSchema {
             stack: Vec::new(),
         };
         let (mut root, mut plan) = mapper.message(&md, "", 0)?;
+        if partition_field.is_empty() {
+            // No time field (a partition spec without a time transform): no field is required
+            // for partitioning.
+            let decoding = Decoding::Protobuf(Arc::new(ProtoMessage {
+                name: md.full_name().to_string(),
+                root: plan,
+            }));
+            return MappedSchema::from_parts(root, partition_field, decoding);
+        }
         let Some(i) = root.fields.iter().position(|f| f.name == partition_field) else {
             return Err(SchemaError::Partition {
                 pointer: String::new(),

@@ -487,11 +487,28 @@ pub async fn event_table(
     TableIdent,
     std::sync::Arc<floe::schema::MappedSchema>,
 ) {
+    event_table_partitioned(dir, channel, &["hour(event_time)"]).await
+}
+
+/// [`event_table`] partitioned by `terms` (`partition` terms, docs/partitioning.md).
+pub async fn event_table_partitioned(
+    dir: &Path,
+    channel: &str,
+    terms: &[&str],
+) -> (
+    std::sync::Arc<dyn iceberg::Catalog>,
+    TableIdent,
+    std::sync::Arc<floe::schema::MappedSchema>,
+) {
     let catalog =
         floe::catalog::open_sql_catalog(&dir.join("catalog.sqlite"), &dir.join("wh"), "floe")
             .await
             .unwrap();
-    let (ident, schema) = event_table_in(catalog.as_ref(), channel, channel).await;
+    let terms: Vec<_> = terms
+        .iter()
+        .map(|t| floe::schema::partition::PartitionTerm::parse(t).unwrap())
+        .collect();
+    let (ident, schema) = event_table_with(catalog.as_ref(), channel, channel, terms).await;
     (catalog, ident, schema)
 }
 
@@ -502,10 +519,23 @@ pub async fn event_table_in(
     namespace: &str,
     channel: &str,
 ) -> (TableIdent, std::sync::Arc<floe::schema::MappedSchema>) {
+    let hour = vec![floe::schema::partition::PartitionTerm::hour("event_time")];
+    event_table_with(catalog, namespace, channel, hour).await
+}
+
+/// [`event_table_in`] partitioned by `terms`; the time field is the source of their time
+/// transform (none without one).
+async fn event_table_with(
+    catalog: &dyn iceberg::Catalog,
+    namespace: &str,
+    channel: &str,
+    terms: Vec<floe::schema::partition::PartitionTerm>,
+) -> (TableIdent, std::sync::Arc<floe::schema::MappedSchema>) {
     let schema_json: serde_json::Value =
         serde_json::from_str(floe::tools::quickstart::EVENT_SCHEMA).unwrap();
+    let time_field = floe::schema::partition::time_field(&terms).unwrap_or_default();
     let schema = std::sync::Arc::new(
-        floe::schema::MappedSchema::from_json_schema(&schema_json, "event_time").unwrap(),
+        floe::schema::MappedSchema::from_json_schema(&schema_json, time_field).unwrap(),
     );
     let ident = TableIdent::new(NamespaceIdent::new(namespace.into()), "events".into());
     let spec = floe::iceberg::table::TableSpec {
@@ -513,6 +543,8 @@ pub async fn event_table_in(
         channel: channel.into(),
         compression_codec: "zstd".into(),
         target_file_size_bytes: 128 << 20,
+        partition: terms,
+        sort: Vec::new(),
     };
     floe::iceberg::table::ensure_table(catalog, &spec, &schema)
         .await
@@ -676,6 +708,7 @@ impl WorkerRig {
                     channel: settings.channel.clone(),
                     compression: floe::iceberg::writer::ParquetCompression::Zstd(1),
                     target_file_size: 128 << 20,
+                    max_open_partitions: 48,
                 },
                 record_decoder: Default::default(),
                 maintenance: Default::default(),

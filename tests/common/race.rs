@@ -179,6 +179,7 @@ pub async fn event_batch_at(
         channel: channel.into(),
         compression: ParquetCompression::Zstd(3),
         target_file_size: 128 << 20,
+        max_open_partitions: 48,
     };
     let written = write_data_files(table, &settings, batch_id, conv.finish())
         .await

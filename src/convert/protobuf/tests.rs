@@ -615,6 +615,23 @@ fn values_outside_their_rules_are_value_out_of_range() {
     assert_eq!(f.refuse(&[]).0, DlqCode::MissingPartitionValue);
 }
 
+/// Without a partition field (a spec without a time transform, docs/partitioning.md) a message
+/// without its Timestamp is a row like any other.
+#[test]
+fn without_a_partition_field_a_message_needs_no_timestamp() {
+    let files = vec![ProtoFile {
+        name: "event.proto".into(),
+        text: EVENT.into(),
+    }];
+    let schema =
+        MappedSchema::from_protobuf(&files, &MessageSelector::Name("t.Event".into()), "").unwrap();
+    assert_eq!(schema.partition_field(), "");
+    let arrow = schema.arrow_schema();
+    let mut conv = Converter::try_new(Arc::new(schema), arrow).unwrap();
+    assert!(conv.push(&[]).is_ok());
+    assert_eq!(conv.num_rows(), 1);
+}
+
 #[test]
 fn proto2_required_fields_must_be_present() {
     let files = vec![ProtoFile {
