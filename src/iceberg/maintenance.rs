@@ -460,8 +460,10 @@ pub async fn compact(
                 .with_data_file_format(DataFileFormat::Parquet)
                 .with_schema(schema.clone())
                 .with_project_field_ids(field_ids.clone())
-                .with_partition(Some(f.partition().clone()))
-                .with_partition_spec(Some(md.default_partition_spec().clone()))
+                // No partition or spec: given them, iceberg-rust 0.10's reader replaces
+                // identity-partitioned columns by run-end-encoded constants, which its partition
+                // splitter refuses (every compaction of an `identity` spec failed). floe's data
+                // files hold every column, identity sources included.
                 .with_case_sensitive(true)
                 .build(),
         );
