@@ -91,17 +91,22 @@ impl Tagged {
 /// The sink's state under `evolution = "compatible"`.
 struct Evolving {
     settings: EvolutionSettings,
-    /// The version id [`IcebergSink::converter`] validates: the channel's base at activation,
-    /// then the newest version of the channel's schema (subject) applied to the table.
-    base_id: Option<Uuid>,
-    /// Its version number (0 when unknown).
-    base_number: i64,
+    /// The version [`IcebergSink::converter`] validates: the channel's base at activation, then
+    /// the newest version of the channel's schema (subject) applied to the table.
+    base: Option<VersionRef>,
     /// The other versions met, each with its converter for the table's current schema.
     others: HashMap<Uuid, Tagged>,
     /// Versions whose records go to the DLQ, with the reason (cleared when the schema changes).
     refused: HashMap<Uuid, DlqReason>,
     /// When a `json` channel next asks for the latest version.
     next_poll: Option<Instant>,
+}
+
+impl Evolving {
+    /// The id of [`Evolving::base`].
+    fn base_id(&self) -> Option<Uuid> {
+        self.base.map(|b| b.id)
+    }
 }
 
 fn arrow_of(table: &Table) -> Result<arrow_schema::SchemaRef, SinkError> {
@@ -147,8 +152,7 @@ impl IcebergSink {
         .with_max_record_size(max_record_size);
         let evolving = io.evolution.clone().map(|settings| {
             Box::new(Evolving {
-                base_id: settings.base.map(|b| b.id),
-                base_number: settings.base.map_or(0, |b| b.number),
+                base: settings.base,
                 next_poll: settings.poll_latest.map(|every| Instant::now() + every),
                 settings,
                 others: HashMap::new(),
@@ -244,7 +248,7 @@ impl IcebergSink {
     /// Errors: `Unavailable` (registry or catalog), `TableGone`, `Incompatible`.
     async fn prepare_version(&mut self, id: Uuid) -> Result<Result<(), DlqReason>, SinkError> {
         let evo = self.evolving.as_ref().expect("evolving");
-        if evo.base_id == Some(id) || evo.others.contains_key(&id) {
+        if evo.base_id() == Some(id) || evo.others.contains_key(&id) {
             return Ok(Ok(()));
         }
         if let Some(reason) = evo.refused.get(&id) {
@@ -252,7 +256,7 @@ impl IcebergSink {
         }
         let candidate = match &evo.settings.registry {
             ChannelRegistry::Glue(registry) => {
-                match glue_version_and_reader(registry, id, evo.base_id, &self.io.schema).await {
+                match glue_version_and_reader(registry, id, evo.base_id(), &self.io.schema).await {
                     Ok((info, reader)) => glue_candidate(
                         &info,
                         reader.as_deref(),
@@ -276,7 +280,7 @@ impl IcebergSink {
             }
             ChannelRegistry::Confluent(client) => {
                 let key = SchemaKey::from_uuid(id).expect("a Confluent channel's keys");
-                let base = evo.base_id.and_then(SchemaKey::from_uuid);
+                let base = evo.base_id().and_then(SchemaKey::from_uuid);
                 let looked_up = match client.by_id(key.id).await {
                     Ok(resolved) => older_avro_reader(client, &resolved, base.as_ref())
                         .await
@@ -309,7 +313,10 @@ impl IcebergSink {
             Ok(mapped) => {
                 let conv = self.evolved_converter(mapped)?;
                 let evo = self.evolving.as_mut().expect("evolving");
-                if evo.base_number > 0 && version.number > evo.base_number {
+                if evo
+                    .base
+                    .is_some_and(|b| b.number > 0 && version.number > b.number)
+                {
                     // A newer version of the channel's schema becomes the base: the Avro reader
                     // schema of older versions from now on, so that an older record reads the
                     // same values (its missing fields' defaults) whether the table was created
@@ -437,7 +444,8 @@ impl IcebergSink {
             }
         };
         let evo = self.evolving.as_ref().expect("evolving");
-        if evo.base_id == Some(latest.version_id) || evo.refused.contains_key(&latest.version_id) {
+        if evo.base_id() == Some(latest.version_id) || evo.refused.contains_key(&latest.version_id)
+        {
             return Ok(());
         }
         let version = VersionRef {
@@ -469,8 +477,7 @@ impl IcebergSink {
         }
         let evo = self.evolving.as_mut().expect("evolving");
         evo.others.remove(&version.id);
-        evo.base_id = Some(version.id);
-        evo.base_number = version.number;
+        evo.base = Some(version);
         tracing::info!(channel = %self.channel, schema_version_id = %version.id, version_number = version.number, "records are validated by the new latest schema version");
     }
 
@@ -490,7 +497,7 @@ impl IcebergSink {
         };
         let slot = self.pushing;
         let evo = self.evolving.as_mut().expect("evolving");
-        let conv = if evo.base_id == Some(id) {
+        let conv = if evo.base_id() == Some(id) {
             &mut *self.converter
         } else {
             evo.others.get_mut(&id).expect("prepared")
