@@ -385,6 +385,25 @@ async fn commit_rounds(f: &Fixture, c: &Committer, rounds: std::ops::Range<u64>)
     }
 }
 
+/// Commits `rounds` with a committer that maintains the table but does not compact; the table
+/// after them.
+async fn committed_without_compaction(
+    f: &Fixture,
+    rounds: std::ops::Range<u64>,
+) -> iceberg::table::Table {
+    let c = maintaining(
+        f,
+        MaintenanceConfig {
+            compaction: false,
+            ..eager()
+        },
+    )
+    .await;
+    commit_rounds(f, &c, rounds).await;
+    drop(c);
+    f.catalog.load_table(&f.ident).await.unwrap()
+}
+
 /// Runs idle rounds until the current snapshot's operation is `operation` (30 s at most).
 async fn until_operation(f: &Fixture, c: &Committer, operation: &str) -> iceberg::table::Table {
     for _ in 0..300 {
@@ -424,17 +443,7 @@ fn summary_number(table: &iceberg::table::Table, key: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_rewrites_closed_hours_with_the_same_rows_and_expiry_deletes_the_old_files() {
     let f = fixture().await;
-    let c = maintaining(
-        &f,
-        MaintenanceConfig {
-            compaction: false,
-            ..eager()
-        },
-    )
-    .await;
-    commit_rounds(&f, &c, 0..6).await;
-    drop(c);
-    let before = f.catalog.load_table(&f.ident).await.unwrap();
+    let before = committed_without_compaction(&f, 0..6).await;
     let before_id = before.metadata().current_snapshot_id().unwrap();
     let inputs = floe::iceberg::rewrite::CurrentFiles::load(&before)
         .await
@@ -683,17 +692,7 @@ async fn an_identity_specs_small_files_are_compacted() {
 /// after it.
 async fn compacted_by_age(terms: &[&str]) -> (usize, usize) {
     let f = fixture_partitioned(terms).await;
-    let c = maintaining(
-        &f,
-        MaintenanceConfig {
-            compaction: false,
-            ..eager()
-        },
-    )
-    .await;
-    commit_rounds(&f, &c, 0..4).await;
-    drop(c);
-    let before = f.catalog.load_table(&f.ident).await.unwrap();
+    let before = committed_without_compaction(&f, 0..4).await;
     let inputs = floe::iceberg::rewrite::CurrentFiles::load(&before)
         .await
         .unwrap();
