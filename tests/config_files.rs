@@ -42,7 +42,7 @@ fn quickstart_config_validates_with_the_quickstart_settings() {
         panic!("kafka source expected")
     };
     assert_eq!(kafka.bootstrap_servers, "localhost:9092");
-    assert_eq!(kafka.topic, "events");
+    assert_eq!(kafka.topics.single(), Some("events"));
     assert_eq!(kafka.initial_position, InitialPosition::Earliest);
     let DestinationConfig::Iceberg(d) = &channel.destination else {
         panic!("iceberg destination expected")
@@ -404,7 +404,10 @@ fn every_shipped_config_passes_floe_validate_and_the_checks_floe_run_makes_first
             let SourceConfig::Kafka(kafka) = &channel.source else {
                 continue;
             };
-            let mut source = KafkaSourceConfig::new(&kafka.bootstrap_servers, &kafka.topic);
+            let mut source = KafkaSourceConfig::new(
+                &kafka.bootstrap_servers,
+                kafka.topics.single().expect("one topic"),
+            );
             for (k, v) in &kafka.properties {
                 source = source.with_client_property(k, v.value());
             }

@@ -43,7 +43,6 @@ use crate::raw::target::RawTarget;
 use crate::raw::RawIo;
 use crate::raw::RawStore;
 use crate::retry::Backoff;
-use crate::source::kafka::{KafkaSource, KafkaSourceConfig};
 use crate::source::kinesis::{efo, KinesisSource};
 use crate::source::{InitialPosition, Source};
 use crate::worker::{
@@ -324,10 +323,8 @@ async fn prepare_raw(
 fn open_source(config: &ChannelConfig, aws: &AwsClients) -> Result<Arc<dyn Source>, AppError> {
     let name = config.name.as_str();
     Ok(match &config.source {
-        SourceConfig::Kafka(kafka) => Arc::new(
-            KafkaSource::try_new(KafkaSourceConfig::from_channel(name, kafka))
-                .map_err(|e| channel_err(name, e))?,
-        ),
+        SourceConfig::Kafka(kafka) => crate::source::kafka::open_channel_source(name, kafka)
+            .map_err(|e| channel_err(name, e))?,
         SourceConfig::Kinesis(kinesis) => Arc::new(KinesisSource::new(aws.kinesis(), kinesis)),
     })
 }
@@ -843,7 +840,7 @@ fn worker_settings(
     p: &PreparedChannel,
 ) -> WorkerSettings {
     let source_name = match &channel.source {
-        SourceConfig::Kafka(kafka) => kafka.topic.clone(),
+        SourceConfig::Kafka(kafka) => kafka.topics.describe(),
         SourceConfig::Kinesis(kinesis) => kinesis.stream.as_str().to_owned(),
     };
     let include_payload = channel.dlq.as_ref().is_some_and(|d| d.include_payload);

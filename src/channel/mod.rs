@@ -355,7 +355,11 @@ fn check_source(index: usize, config: &ChannelConfig) -> Result<(), ConfigError>
         return Ok(());
     };
     crate::source::kafka::KafkaSource::try_new(
-        crate::source::kafka::KafkaSourceConfig::from_channel(&config.name, kafka),
+        crate::source::kafka::KafkaSourceConfig::from_channel(
+            &config.name,
+            kafka,
+            kafka.topics.single().unwrap_or("floe-property-check"),
+        ),
     )
     .map(drop)
     .map_err(|e| ConfigError {
@@ -1112,8 +1116,12 @@ async fn kafka_lags(
         // Kinesis lag (MillisBehindLatest) is only known to the readers: see the metrics.
         return BTreeMap::new();
     };
-    let source_config = crate::source::kafka::KafkaSourceConfig::from_channel(&channel.name, kafka)
-        .with_request_timeout(Duration::from_secs(2));
+    let Some(topic) = kafka.topics.single() else {
+        return BTreeMap::new();
+    };
+    let source_config =
+        crate::source::kafka::KafkaSourceConfig::from_channel(&channel.name, kafka, topic)
+            .with_request_timeout(Duration::from_secs(2));
     let Ok(source) = crate::source::kafka::KafkaSource::try_new(source_config) else {
         return BTreeMap::new();
     };

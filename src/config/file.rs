@@ -252,8 +252,23 @@ pub struct KafkaSourceSection {
     /// Comma-separated `host:port` list of brokers used to bootstrap (`"b1:9092,b2:9092"`).
     /// Required.
     pub bootstrap_servers: String,
-    /// The topic to read. Required. Each of its partitions is a shard.
-    pub topic: String,
+    /// The topic to read; each of its partitions is a shard. Exactly one of `topic`, `topics`
+    /// and `topic_pattern` is required.
+    pub topic: Option<String>,
+    /// Several topics read by one channel, e.g. `["orders", "refunds"]`: each partition of each
+    /// topic is a shard (`<topic>:<partition>` in checkpoints, leases and logs). Into one table
+    /// (`table = "name"`) or a table per topic (`table = "{topic}"`). 1 to 1000 valid topic
+    /// names, no duplicates.
+    pub topics: Option<Vec<String>>,
+    /// A regular expression (Rust `regex` syntax) every topic the channel reads matches in
+    /// full, e.g. `"events\\..*"`: topics created later that match are read within
+    /// `topic_refresh_interval`; a matching topic that is deleted stops being read (its leases
+    /// released, its table and checkpoints kept). Topics whose names start with `__` (Kafka's
+    /// internal topics) never match.
+    pub topic_pattern: Option<String>,
+    /// How often the topics of `topics`/`topic_pattern` are listed again (new and deleted
+    /// topics), from 5s to 10min. Default `"60s"`.
+    pub topic_refresh_interval: Option<DurationText>,
     /// Where a new channel starts reading: `"activation_time"` (records produced from the moment
     /// the channel is activated; no backfill) or `"earliest"` (everything still retained).
     /// Applies only to a channel's first start; afterwards floe resumes from the checkpoints in the
@@ -429,8 +444,16 @@ pub struct IcebergDestinationSection {
     /// Namespace of the table: 1 to 255 characters from `a-z 0-9 _`. Created if missing. Required.
     pub namespace: String,
     /// Name of the table: 1 to 255 characters from `a-z 0-9 _`. Created by the channel on first
-    /// delivery; floe never writes to a table it did not create. Required.
+    /// delivery; floe never writes to a table it did not create. Or `"{topic}"` (a Kafka source):
+    /// a table per topic, named after the topic (lowercased, every character outside `a-z 0-9 _`
+    /// becoming `_`; docs/routing.md), each with its own checkpoints, committer and maintenance.
+    /// Required.
     pub table: String,
+    /// With `table = "{topic}"`: the most tables (topics) the channel delivers to, 1 to 1000; a
+    /// topic beyond them is not read (logged at error level, counted in
+    /// `floe_topics_refused_total`). Bounds the channel's tasks, Kafka clients and metric label
+    /// values. Default 100.
+    pub max_tables: Option<WholeNumber>,
     /// Top-level schema field the table is partitioned on, by `hour(...)`: the shorthand of
     /// `partition = ["hour(<field>)"]`. It must map to `timestamptz`: a `string` with `format:
     /// date-time` (JSON Schema), a `timestamp-millis` or `timestamp-micros` long (Avro), a

@@ -59,6 +59,10 @@ pub const DEFAULT_TARGET_FILE_SIZE: u64 = 128 << 20;
 pub const DEFAULT_BUFFER_SIZE: u64 = 256 << 20;
 /// Default of `channel.destination.max_open_partitions`.
 pub const DEFAULT_MAX_OPEN_PARTITIONS: u32 = 48;
+/// Default `channel.destination.max_tables` (`table = "{topic}"`).
+pub const DEFAULT_MAX_TABLES: u32 = 100;
+/// Default `channel.source.topic_refresh_interval`.
+pub const DEFAULT_TOPIC_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 /// Default `max_records_per_call` of a Kinesis source (the GetRecords maximum).
 pub const DEFAULT_KINESIS_MAX_RECORDS_PER_CALL: u32 = 10_000;
 /// Default `poll_interval` of a Kinesis source: 1 s, as the Kinesis Client Library.
@@ -138,6 +142,45 @@ pub struct ChannelConfig {
     pub dlq: Option<DlqConfig>,
 }
 
+impl ChannelConfig {
+    /// Whether the channel writes a table per topic (`table = "{topic}"`): it then runs as one
+    /// member channel per topic ([`ChannelConfig::member`]).
+    pub fn is_table_per_topic(&self) -> bool {
+        matches!(&self.destination, DestinationConfig::Iceberg(d) if d.table == TABLE_PER_TOPIC)
+    }
+
+    /// The member channel of `topic` in a channel with `table = "{topic}"`: named
+    /// `<channel>.<table>` (a name no configured channel can have, `.` being outside channel
+    /// names), reading `topic` alone, into table [`table_of_topic`]`(topic)` of the channel's
+    /// namespace, with `{topic}` of a registry `subject` replaced by the topic. Each member is a
+    /// channel of its own in the lease store: its leases, committer lease and epoch, state and
+    /// checkpoints (in its table). A channel that is not per topic is returned unchanged.
+    pub fn member(&self, topic: &str) -> ChannelConfig {
+        if !self.is_table_per_topic() {
+            return self.clone();
+        }
+        let table = table_of_topic(topic);
+        let mut member = self.clone();
+        member.name = member_name(&self.name, &table);
+        if let SourceConfig::Kafka(k) = &mut member.source {
+            k.topics = TopicSelection::One(topic.to_string());
+        }
+        if let DestinationConfig::Iceberg(d) = &mut member.destination {
+            d.table = table;
+        }
+        if let Some(SchemaConfig::Confluent(c)) = &mut member.schema {
+            c.subject = c.subject.replace(TABLE_PER_TOPIC, topic);
+        }
+        member
+    }
+}
+
+/// The name of the member channel of `table` in channel `channel` (`table = "{topic}"`):
+/// `<channel>.<table>`.
+pub fn member_name(channel: &str, table: &str) -> String {
+    format!("{channel}.{table}")
+}
+
 /// `[channel.source]` (`kind`), see [`file::SourceSection`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceConfig {
@@ -215,8 +258,10 @@ impl KinesisStream {
 pub struct KafkaSourceConfig {
     /// Comma-separated `host:port` bootstrap brokers, as written.
     pub bootstrap_servers: String,
-    /// The topic; each partition is a shard.
-    pub topic: String,
+    /// The topics the channel reads.
+    pub topics: TopicSelection,
+    /// How often `topics` is resolved again (new and deleted topics of a list or a pattern).
+    pub topic_refresh_interval: Duration,
     /// Where a new channel starts reading.
     pub initial_position: InitialPosition,
     /// What a reader does when the records after its checkpoint were deleted by retention.
@@ -224,6 +269,104 @@ pub struct KafkaSourceConfig {
     /// librdkafka client properties, environment references resolved; never contains a key floe
     /// owns.
     pub properties: BTreeMap<String, PropertyValue>,
+}
+
+/// The topics of a Kafka channel: `channel.source.topic`, `topics` or `topic_pattern`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicSelection {
+    /// `topic`: one topic, whose partitions are the shards `"0"`, `"1"`, ….
+    One(String),
+    /// `topics`: the listed topics (shards `<topic>:<partition>`).
+    List(Vec<String>),
+    /// `topic_pattern`: every topic whose whole name matches (shards `<topic>:<partition>`).
+    Pattern(TopicPattern),
+}
+
+impl TopicSelection {
+    /// Whether `topic` is one of the selected topics (Kafka's internal `__*` topics never match
+    /// a pattern).
+    pub fn selects(&self, topic: &str) -> bool {
+        match self {
+            TopicSelection::One(t) => t == topic,
+            TopicSelection::List(ts) => ts.iter().any(|t| t == topic),
+            TopicSelection::Pattern(p) => p.matches(topic),
+        }
+    }
+
+    /// The one topic of `topic = "..."`; `None` for a list or a pattern.
+    pub fn single(&self) -> Option<&str> {
+        match self {
+            TopicSelection::One(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The selection as written, for logs and `channel describe`: the topic, the list joined
+    /// with commas, or `/pattern/`.
+    pub fn describe(&self) -> String {
+        match self {
+            TopicSelection::One(t) => t.clone(),
+            TopicSelection::List(ts) => ts.join(","),
+            TopicSelection::Pattern(p) => format!("/{}/", p.as_str()),
+        }
+    }
+}
+
+/// `channel.source.topic_pattern`, compiled to match whole topic names.
+#[derive(Debug, Clone)]
+pub struct TopicPattern {
+    text: String,
+    regex: regex::Regex,
+}
+
+impl TopicPattern {
+    /// Compiles `text` anchored at both ends (`^(?:text)$`).
+    ///
+    /// Errors: the regex crate's message for a pattern it cannot compile.
+    pub fn new(text: &str) -> Result<Self, String> {
+        let regex = regex::Regex::new(&format!("^(?:{text})$")).map_err(|e| e.to_string())?;
+        Ok(TopicPattern {
+            text: text.to_string(),
+            regex,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the whole of `topic` matches; Kafka's internal topics (`__consumer_offsets`,
+    /// `__transaction_state`, any name starting with `__`) never do.
+    pub fn matches(&self, topic: &str) -> bool {
+        !topic.starts_with("__") && self.regex.is_match(topic)
+    }
+}
+
+impl PartialEq for TopicPattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for TopicPattern {}
+
+/// `table = "{topic}"`: a table per topic of the channel's source (docs/routing.md).
+pub const TABLE_PER_TOPIC: &str = "{topic}";
+
+/// The Iceberg table name of topic `topic` in a channel with `table = "{topic}"`: lowercased,
+/// every character outside `a-z 0-9 _` replaced by `_` (Kafka topic names are `A-Z a-z 0-9 . _
+/// -`, Iceberg names here `a-z 0-9 _`), so `Orders.EU-1` is `orders_eu_1`. Two topics may map
+/// to one name (`a.b`, `a_b`): the runtime refuses the second (docs/routing.md).
+pub fn table_of_topic(topic: &str) -> String {
+    topic
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '_' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '_',
+        })
+        .collect()
 }
 
 /// Where a new channel starts reading (`channel.source.initial_position`).
@@ -499,8 +642,12 @@ pub struct IcebergDestinationConfig {
     pub catalog: CatalogConfig,
     /// Namespace, `[a-z0-9_]{1,255}`.
     pub namespace: String,
-    /// Table name, `[a-z0-9_]{1,255}`.
+    /// Table name, `[a-z0-9_]{1,255}`, or [`TABLE_PER_TOPIC`] (a table per topic; each
+    /// topic's member channel, [`ChannelConfig::member`], carries its table's name).
     pub table: String,
+    /// `table = "{topic}"`: the most tables (topics) the channel delivers to; a topic past it is
+    /// not read (logged, counted). Bounds the channel's tasks, clients and metric labels.
+    pub max_tables: u32,
     /// The time field: the top-level field of the spec's time transform, which every record
     /// must carry (`partition_field`, or the source of `hour`/`day`/`month`/`year` in
     /// `partition`); empty when the spec has no time transform.

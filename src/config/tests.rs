@@ -143,6 +143,7 @@ fn minimal_config_takes_every_default() {
             }),
             namespace: "quickstart".to_owned(),
             table: "events".to_owned(),
+            max_tables: DEFAULT_MAX_TABLES,
             partition_field: "event_time".to_owned(),
             partition: vec![crate::schema::partition::PartitionTerm::hour("event_time")],
             sort: Vec::new(),

@@ -47,6 +47,10 @@ pub(crate) const DATA_FRESHNESS_RANGE: RangeInclusive<Duration> =
 const TARGET_FILE_SIZE_RANGE: RangeInclusive<u64> = (1 << 20)..=(2 << 30);
 const BUFFER_SIZE_RANGE: RangeInclusive<u64> = (1 << 10)..=(64 << 30);
 const MAX_OPEN_PARTITIONS_RANGE: RangeInclusive<u32> = 1..=1000;
+const MAX_TABLES_RANGE: RangeInclusive<u32> = 1..=1000;
+const MAX_TOPICS_LISTED: usize = 1000;
+const TOPIC_REFRESH_RANGE: RangeInclusive<Duration> =
+    Duration::from_secs(5)..=Duration::from_secs(600);
 const ZSTD_LEVEL_RANGE: RangeInclusive<i64> = 1..=22;
 
 /// Kafka client properties floe sets itself, with the reason given to the user. The one list:
@@ -628,7 +632,8 @@ impl Checker<'_> {
                 }
                 self.section(section, &format!("{p}.schema"))
                     .and_then(|s| {
-                        self.schema(&format!("{p}.schema"), s, format, default_subject(&source))
+                        let per_topic = matches!(&destination, Some(DestinationConfig::Iceberg(d)) if d.table == TABLE_PER_TOPIC);
+                        self.schema(&format!("{p}.schema"), s, format, default_subject(&source, per_topic))
                     })
                     .map(Some)
             } else {
@@ -663,6 +668,15 @@ impl Checker<'_> {
                 self.error(
                     format!("{p}.schema.evolution"),
                     "\"compatible\" needs a catalog floe commits schema changes to (sql, rest or glue); S3 Tables has no compare-and-swap floe can use",
+                );
+                return None;
+            }
+        }
+        if let Some(DestinationConfig::Iceberg(d)) = &destination {
+            if d.table == TABLE_PER_TOPIC && !matches!(source, Some(SourceConfig::Kafka(_))) {
+                self.error(
+                    format!("{p}.destination.table"),
+                    "\"{topic}\" (a table per topic) needs a Kafka source",
                 );
                 return None;
             }
@@ -837,6 +851,98 @@ impl Checker<'_> {
         })
     }
 
+    /// `topic`, `topics` or `topic_pattern`: exactly one, with valid names (no duplicates) or
+    /// a pattern that compiles.
+    fn topics(
+        &mut self,
+        p: &str,
+        topic: Option<String>,
+        topics: Option<Vec<String>>,
+        pattern: Option<String>,
+    ) -> Option<TopicSelection> {
+        let given = [topic.is_some(), topics.is_some(), pattern.is_some()];
+        match given.iter().filter(|g| **g).count() {
+            1 => {}
+            0 => {
+                self.error(
+                    format!("{p}.topic"),
+                    "missing: give `topic`, `topics` or `topic_pattern`",
+                );
+                return None;
+            }
+            _ => {
+                self.error(
+                    format!("{p}.topic"),
+                    "`topic`, `topics` and `topic_pattern` exclude each other: give one",
+                );
+                return None;
+            }
+        }
+        let valid = |t: &str| {
+            !t.is_empty()
+                && t.len() <= 249
+                && t != "."
+                && t != ".."
+                && t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        };
+        const NAME_RULE: &str = "1 to 249 characters from A-Z a-z 0-9 . _ -";
+        if let Some(t) = topic {
+            if !valid(&t) {
+                self.error(
+                    format!("{p}.topic"),
+                    format!("\"{t}\" is not a valid Kafka topic name: {NAME_RULE}"),
+                );
+                return None;
+            }
+            return Some(TopicSelection::One(t));
+        }
+        if let Some(list) = topics {
+            let mut ok = true;
+            if list.is_empty() || list.len() > MAX_TOPICS_LISTED {
+                self.error(
+                    format!("{p}.topics"),
+                    format!(
+                        "must list 1 to {MAX_TOPICS_LISTED} topics (use topic_pattern for more)"
+                    ),
+                );
+                ok = false;
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for (i, t) in list.iter().enumerate() {
+                if !valid(t) {
+                    self.error(
+                        format!("{p}.topics[{i}]"),
+                        format!("\"{t}\" is not a valid Kafka topic name: {NAME_RULE}"),
+                    );
+                    ok = false;
+                } else if !seen.insert(t.as_str()) {
+                    self.error(
+                        format!("{p}.topics[{i}]"),
+                        format!("\"{t}\" is listed twice"),
+                    );
+                    ok = false;
+                }
+            }
+            return ok.then_some(TopicSelection::List(list));
+        }
+        let text = pattern.unwrap_or_default();
+        if text.is_empty() {
+            self.error(format!("{p}.topic_pattern"), "must not be empty");
+            return None;
+        }
+        match super::TopicPattern::new(&text) {
+            Ok(pattern) => Some(TopicSelection::Pattern(pattern)),
+            Err(e) => {
+                self.error(
+                    format!("{p}.topic_pattern"),
+                    format!("not a regular expression: {e}"),
+                );
+                None
+            }
+        }
+    }
+
     fn kafka(&mut self, p: &str, s: KafkaSourceSection) -> Option<KafkaSourceConfig> {
         let mut ok = true;
         let servers: Vec<&str> = s.bootstrap_servers.split(',').map(str::trim).collect();
@@ -852,20 +958,13 @@ impl Checker<'_> {
                 format!("\"{bad}\" is not host:port (write e.g. \"broker1:9092,broker2:9092\")"),
             );
         }
-        let topic_ok = !s.topic.is_empty()
-            && s.topic.len() <= 249
-            && s.topic != "."
-            && s.topic != ".."
-            && s.topic
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-        if !topic_ok {
-            ok = false;
-            self.error(
-                format!("{p}.topic"),
-                format!("\"{}\" is not a valid Kafka topic name: 1 to 249 characters from A-Z a-z 0-9 . _ -", s.topic),
-            );
-        }
+        let topics = self.topics(p, s.topic, s.topics, s.topic_pattern);
+        let topic_refresh_interval = self.duration(
+            &format!("{p}.topic_refresh_interval"),
+            s.topic_refresh_interval,
+            super::DEFAULT_TOPIC_REFRESH_INTERVAL,
+            TOPIC_REFRESH_RANGE,
+        );
         let mut properties = BTreeMap::new();
         for (key, value) in s.properties {
             let path = format!("{p}.properties.{}", quote_key(&key));
@@ -905,7 +1004,8 @@ impl Checker<'_> {
         }
         ok.then_some(KafkaSourceConfig {
             bootstrap_servers: s.bootstrap_servers,
-            topic: s.topic,
+            topics: topics?,
+            topic_refresh_interval: topic_refresh_interval?,
             initial_position: s.initial_position,
             on_position_lost: s.on_position_lost,
             properties,
@@ -1062,7 +1162,13 @@ impl Checker<'_> {
                 self.error(format!("{p}.subject"), "must not be empty");
                 None
             }
-            None => None,
+            None => {
+                self.error(
+                    format!("{p}.subject"),
+                    "missing: a channel reading several topics into one table names the subject its table is made from (the topic-name strategy gives one subject per topic)",
+                );
+                None
+            }
         };
         let evolution = self.evolution(p, s.evolution.as_deref());
         let ca_bundle = match &s.ca_bundle {
@@ -1380,11 +1486,27 @@ impl Checker<'_> {
             "a-z 0-9 _",
             lower,
         );
-        let table = self.name(&format!("{p}.table"), d.table, 255, "a-z 0-9 _", lower);
+        let table = if d.table == super::TABLE_PER_TOPIC {
+            Some(d.table)
+        } else {
+            self.name(&format!("{p}.table"), d.table, 255, "a-z 0-9 _", lower)
+        };
+        let max_tables = self.number(
+            &format!("{p}.max_tables"),
+            d.max_tables,
+            super::DEFAULT_MAX_TABLES,
+            MAX_TABLES_RANGE,
+        );
         let (namespace, table) = match &catalog {
             Some(CatalogConfig::S3Tables(_)) => (
                 namespace.and_then(|n| self.s3tables_name(&format!("{p}.namespace"), n)),
-                table.and_then(|t| self.s3tables_name(&format!("{p}.table"), t)),
+                table.and_then(|t| {
+                    if t == super::TABLE_PER_TOPIC {
+                        Some(t)
+                    } else {
+                        self.s3tables_name(&format!("{p}.table"), t)
+                    }
+                }),
             ),
             _ => (namespace, table),
         };
@@ -1467,6 +1589,7 @@ impl Checker<'_> {
             catalog: catalog?,
             namespace: namespace?,
             table: table?,
+            max_tables: max_tables?,
             partition_field: partition.clone()?.0,
             partition: partition?.1,
             sort: sort?,
@@ -1967,10 +2090,13 @@ fn check_registry_url(url: &str) -> Result<String, String> {
     Ok(url.trim_end_matches('/').to_string())
 }
 
-/// The subject of the topic-name strategy: `<topic>-value` (the stream name for Kinesis).
-fn default_subject(source: &Option<SourceConfig>) -> Option<String> {
+/// The subject of the topic-name strategy: `<topic>-value` (the stream name for Kinesis);
+/// `{topic}-value` for a table per topic (each member's topic replaces `{topic}`); none for
+/// several topics into one table.
+fn default_subject(source: &Option<SourceConfig>, per_topic: bool) -> Option<String> {
     match source.as_ref()? {
-        SourceConfig::Kafka(k) => Some(format!("{}-value", k.topic)),
+        SourceConfig::Kafka(_) if per_topic => Some(format!("{TABLE_PER_TOPIC}-value")),
+        SourceConfig::Kafka(k) => Some(format!("{}-value", k.topics.single()?)),
         SourceConfig::Kinesis(k) => {
             let name = k.stream.as_str();
             Some(format!("{}-value", name.rsplit('/').next().unwrap_or(name)))

@@ -172,10 +172,15 @@ impl KafkaSourceConfig {
         }
     }
 
-    /// The settings of channel `channel`'s `[channel.source]` (`kind = "kafka"`): its brokers,
-    /// topic, client properties (environment references resolved) and `on_position_lost`.
-    pub fn from_channel(channel: &str, source: &crate::config::KafkaSourceConfig) -> Self {
-        let mut config = KafkaSourceConfig::new(&source.bootstrap_servers, &source.topic)
+    /// The settings of channel `channel`'s `[channel.source]` (`kind = "kafka"`) for `topic`
+    /// (the channel's topic, or one topic of its `topics`/`topic_pattern`): its brokers, client
+    /// properties (environment references resolved) and `on_position_lost`.
+    pub fn from_channel(
+        channel: &str,
+        source: &crate::config::KafkaSourceConfig,
+        topic: &str,
+    ) -> Self {
+        let mut config = KafkaSourceConfig::new(&source.bootstrap_servers, topic)
             .with_channel(channel)
             .with_skip_lost_positions(
                 source.on_position_lost == crate::config::OnPositionLost::Skip,
@@ -213,6 +218,28 @@ impl KafkaSourceConfig {
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
+    }
+}
+
+/// The source of a Kafka channel: a [`KafkaSource`] for `topic = "..."` (shards `"0"`, `"1"`,
+/// …); for `topics`/`topic_pattern`, a source over several topics (shards
+/// `<topic>:<partition>`).
+///
+/// Errors: [`SourceError`] when librdkafka refuses the client properties.
+pub fn open_channel_source(
+    channel: &str,
+    source: &crate::config::KafkaSourceConfig,
+) -> Result<Arc<dyn Source>, SourceError> {
+    match &source.topics {
+        crate::config::TopicSelection::One(topic) => Ok(Arc::new(KafkaSource::try_new(
+            KafkaSourceConfig::from_channel(channel, source, topic),
+        )?)),
+        other => Err(SourceError::Fatal {
+            message: format!(
+                "reading several topics ({}) is not built yet",
+                other.describe()
+            ),
+        }),
     }
 }
 
