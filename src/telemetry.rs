@@ -46,6 +46,12 @@ pub const COMMITS_TOTAL: &str = "floe_commits_total";
 /// checkpoint was not `SHARD_END`: their unread records expired, and the shard was ended so that
 /// its children are read.
 pub const SHARDS_EXPIRED_TOTAL: &str = "floe_shards_expired_total";
+/// Tables a channel with `table = "{topic}"` delivers to in this worker (member channels
+/// started, one per topic).
+pub const CHANNEL_TABLES: &str = "floe_channel_tables";
+/// Topics a channel with `table = "{topic}"` selects but does not read, by reason
+/// (`max_tables`, `name_clash`, `refused`).
+pub const TOPICS_REFUSED_TOTAL: &str = "floe_topics_refused_total";
 /// Pending batches rejected by the committer.
 pub const BATCHES_REJECTED_TOTAL: &str = "floe_batches_rejected_total";
 /// Duration of one Iceberg commit, seconds.
@@ -203,6 +209,16 @@ pub fn describe() {
         SHARDS_EXPIRED_TOTAL,
         Unit::Count,
         "shards gone from the stream (past retention) before their checkpoint reached SHARD_END: their unread records expired; ended so their children are read"
+    );
+    describe_gauge!(
+        CHANNEL_TABLES,
+        Unit::Count,
+        "tables (topics) a channel with table = \"{topic}\" delivers to from this worker: its member channels started"
+    );
+    describe_counter!(
+        TOPICS_REFUSED_TOTAL,
+        Unit::Count,
+        "topics a channel with table = \"{topic}\" selects but does not read, by reason (max_tables, name_clash, refused)"
     );
     describe_counter!(
         BATCHES_REJECTED_TOTAL,
@@ -365,6 +381,19 @@ pub fn record_commit(channel: &str, outcome: &'static str, took: Duration) {
 /// Records a shard found gone from the stream before its checkpoint reached `SHARD_END`.
 pub fn record_shard_expired(channel: &str) {
     counter!(SHARDS_EXPIRED_TOTAL, "channel" => channel.to_string()).increment(1);
+}
+
+/// Sets how many tables (member channels) channel `channel` (`table = "{topic}"`) delivers to
+/// from this worker.
+pub fn set_channel_tables(channel: &str, tables: usize) {
+    gauge!(CHANNEL_TABLES, "channel" => channel.to_string()).set(tables as f64);
+}
+
+/// Records a topic a channel with `table = "{topic}"` does not read, by reason (`max_tables`,
+/// `name_clash`, `refused`).
+pub fn record_topic_refused(channel: &str, reason: &'static str) {
+    counter!(TOPICS_REFUSED_TOTAL, "channel" => channel.to_string(), "reason" => reason)
+        .increment(1);
 }
 
 /// Records a rejected batch, by reason (`duplicate` or `stale_lease`).

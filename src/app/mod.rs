@@ -12,6 +12,7 @@
 //! ```
 
 pub mod maintain;
+mod topics;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -623,26 +624,123 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         open_lease_store(&config.lease_store, &aws)
     })
     .await?;
-    let LeaseStoreConfig {
-        lease_duration,
-        renew_interval,
-        max_leases_to_steal,
-        ..
-    } = config.lease_store.clone();
-    let tracker = TaskTracker::new();
-    let workers = TaskTracker::new();
-    let stop_reading = CancellationToken::new();
-    let stop_committing = CancellationToken::new();
-    let stop_leases = CancellationToken::new();
-    // A channel that cannot go on (table dropped or incompatible) stops the process with an
-    // error an operator must act on.
-    let fatal_token = CancellationToken::new();
-    let fatal: Arc<std::sync::Mutex<Option<AppError>>> = Arc::default();
-    let mut drain_switches = Vec::new();
+    let fleet = Arc::new(Fleet {
+        config: config.clone(),
+        store,
+        aws,
+        tracker: TaskTracker::new(),
+        workers: TaskTracker::new(),
+        stop_reading: CancellationToken::new(),
+        stop_committing: CancellationToken::new(),
+        stop_leases: CancellationToken::new(),
+        fatal_token: CancellationToken::new(),
+        fatal: Arc::default(),
+        drain_switches: Arc::default(),
+        shutdown: shutdown.clone(),
+    });
     for (index, channel) in config.channels.iter().enumerate() {
+        if channel.is_table_per_topic() {
+            let supervisor = topics::TopicSupervisor::start(fleet.clone(), index, channel).await?;
+            fleet.tracker.spawn(supervisor.run());
+        } else {
+            fleet
+                .start_channel(index, channel.clone(), FatalScope::Process)
+                .await?;
+        }
+    }
+    fleet.tracker.close();
+    fleet.workers.close();
+
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = fleet.fatal_token.cancelled() => {}
+    }
+    tracing::info!("shutting down: stop reading, drain, release leases");
+    fleet.set_draining();
+    // Phase 1 and 2: workers stop reading, hand off what they buffered and wait for the
+    // commit (bounded by their drain deadline); committers keep running meanwhile.
+    fleet.stop_reading.cancel();
+    let drain_deadline = config.worker.shutdown_timeout + Duration::from_secs(2);
+    if tokio::time::timeout(drain_deadline, fleet.workers.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("drain deadline passed; releasing leases anyway");
+    }
+    // Phase 3: release leases so other workers take over at once.
+    fleet.stop_committing.cancel();
+    fleet.stop_leases.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), fleet.tracker.wait()).await;
+    let fatal = fleet.fatal.lock().expect("fatal lock").take();
+    match fatal {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// What a fatal error of a channel's worker loop stops.
+#[derive(Clone)]
+enum FatalScope {
+    /// The whole process (a configured channel: an operator must act).
+    Process,
+    /// This channel alone: a member of a channel with `table = "{topic}"`, whose table's
+    /// trouble must not stop the other tables (docs/routing.md).
+    Member,
+}
+
+/// What every channel of a `floe run` process shares: the configuration, the lease store, the
+/// task trackers and the shutdown switches.
+struct Fleet {
+    config: Config,
+    store: Arc<dyn Store>,
+    aws: AwsClients,
+    /// Lease managers, committers, watchers (and topic supervisors).
+    tracker: TaskTracker,
+    /// Worker loops: waited for (drained) first at shutdown.
+    workers: TaskTracker,
+    stop_reading: CancellationToken,
+    stop_committing: CancellationToken,
+    stop_leases: CancellationToken,
+    /// Cancelled when a channel cannot go on (table dropped or incompatible): the process stops
+    /// with an error an operator must act on.
+    fatal_token: CancellationToken,
+    fatal: Arc<std::sync::Mutex<Option<AppError>>>,
+    /// Every started channel's lease-manager drain switch, set at shutdown.
+    drain_switches: Arc<std::sync::Mutex<Vec<Arc<std::sync::atomic::AtomicBool>>>>,
+    /// The process's shutdown (SIGTERM).
+    shutdown: CancellationToken,
+}
+
+impl Fleet {
+    /// Sets every channel's drain switch (shutdown): lease managers take no more leases.
+    fn set_draining(&self) {
+        for switch in self.drain_switches.lock().expect("drain switches").iter() {
+            switch.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Prepares channel `channel` (activation, table, source; retried with backoff while
+    /// retryable), ensures its leases and starts its tasks: lease manager, state watcher,
+    /// committer loop and worker loop. Returns the switches that stop it alone.
+    ///
+    /// Errors: [`AppError::ChannelRefused`] (not retryable) or the last retryable error.
+    async fn start_channel(
+        &self,
+        index: usize,
+        channel: ChannelConfig,
+        scope: FatalScope,
+    ) -> Result<crate::channel::ChannelStops, AppError> {
+        let LeaseStoreConfig {
+            lease_duration,
+            renew_interval,
+            max_leases_to_steal,
+            ..
+        } = self.config.lease_store.clone();
+        let (store, aws) = (&self.store, &self.aws);
+        let channel = &channel;
         let name = channel.name.clone();
-        let prepared = with_retry("starting the channel", &shutdown, || async {
-            let prepared = prepare_channel(index, channel, store.as_ref(), &aws).await?;
+        let prepared = with_retry("starting the channel", &self.shutdown, || async {
+            let prepared = prepare_channel(index, channel, store.as_ref(), aws).await?;
             let shards = prepared.io.source.list_shards().await.map_err(|e| {
                 let message = source_error(index, channel, &e);
                 if e.is_retryable() {
@@ -665,6 +763,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             Ok(prepared)
         })
         .await?;
+        let store = self.store.clone();
         // Shard discovery, by the balancer alone: new Kafka partitions and Kinesis child shards
         // get leases. A child's keys wait for it after their parent ends, so Kinesis is listed
         // more often.
@@ -676,7 +775,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
             store.clone(),
             LeaseManagerConfig {
                 channel: name.clone(),
-                worker_id: config.worker.id.clone(),
+                worker_id: self.config.worker.id.clone(),
                 lease_duration,
                 renew_interval,
                 max_leases_to_steal: max_leases_to_steal as usize,
@@ -690,22 +789,32 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         // Balancing moves are graceful: the worker hands a moving shard's rows off and says when
         // they are committed (docs/design.md, "Graceful hand-off").
         let handoff_replies = manager.handoff_replies();
-        drain_switches.push(manager.drain_switch());
+        {
+            let mut switches = self.drain_switches.lock().expect("drain switches");
+            switches.push(manager.drain_switch());
+            // A member started while the process shuts down takes no lease.
+            if self.stop_reading.is_cancelled() {
+                manager
+                    .drain_switch()
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
         // Per-channel stops: `floe channel delete` stops this channel alone (see `control`).
         let stops = crate::channel::ChannelStops {
             drain_switch: manager.drain_switch(),
-            reading: stop_reading.child_token(),
+            reading: self.stop_reading.child_token(),
             worker_done: CancellationToken::new(),
-            committing: stop_committing.child_token(),
-            leases: stop_leases.child_token(),
+            committing: self.stop_committing.child_token(),
+            leases: self.stop_leases.child_token(),
         };
+        let tracker = &self.tracker;
         tracker.spawn(manager.run(stops.leases.clone()));
         tracker.spawn(crate::channel::watch_channel(
             store.clone(),
             name.clone(),
             stops.clone(),
-            config.worker.shutdown_timeout + Duration::from_secs(2),
-            stop_reading.clone(),
+            self.config.worker.shutdown_timeout + Duration::from_secs(2),
+            self.stop_reading.clone(),
         ));
         match &prepared.io.destination {
             DestinationIo::Iceberg(io) => crate::health::Readiness::global().register(
@@ -720,117 +829,93 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         }
 
         // Committer loop.
-        {
-            let store = store.clone();
-            let held = held.clone();
-            let stop = stops.committing.clone();
-            let destination = prepared.io.destination.clone();
-            tracker.spawn(committer_loop(
-                name.clone(),
-                destination,
-                store,
-                held,
-                stop,
-                prepared.config.destination.data_freshness(),
-                stop_reading.child_token(),
-            ));
-        }
+        tracker.spawn(committer_loop(
+            name.clone(),
+            prepared.io.destination.clone(),
+            store.clone(),
+            held.clone(),
+            stops.committing.clone(),
+            prepared.config.destination.data_freshness(),
+            self.stop_reading.child_token(),
+        ));
 
         // Worker loop, restarted with backoff on failure.
-        {
-            let settings = worker_settings(&config, channel, &prepared);
-            let store = store.clone();
-            let stop = stops.reading.clone();
-            let done = stops.worker_done.clone();
-            let drain = config.worker.shutdown_timeout;
-            let fatal = fatal.clone();
-            let fatal_token = fatal_token.clone();
-            workers.spawn(async move {
-                let _done = done.drop_guard();
-                let mut backoff =
-                    Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
-                // What a failed loop read: the freshness and the re-read count carry over.
-                let mut history = crate::worker::ReadHistory::default();
-                loop {
-                    let mut worker = ChannelWorker::new(
-                        settings.clone(),
-                        prepared.io.clone(),
-                        store.clone(),
-                        held.clone(),
-                    )
-                    .with_history(history)
-                    .with_handoff_replies(handoff_replies.clone());
-                    let started = std::time::Instant::now();
-                    let result = worker.run(stop.clone(), drain).await;
-                    history = worker.take_history();
-                    match result {
-                        Ok(()) => return,
-                        Err(e) if !e.is_retryable() => {
-                            // Stop delivering (nothing is checkpointed past the last commit) and
-                            // let an operator decide. A dropped table suspends the channel for
-                            // the whole fleet; a table that does not fit this worker's
-                            // configuration (say, a schema edited on one machine) stops only
-                            // this worker.
-                            let what = if e.is_table_gone() {
-                                tracing::error!(channel = %settings.channel, error = %e, "channel suspended: the table is gone; stopping delivery");
-                                suspend(store.as_ref(), &settings.channel, &e.to_string()).await;
-                                "suspended"
-                            } else if matches!(e, WorkerError::Incompatible(_)) {
-                                tracing::error!(channel = %settings.channel, error = %e, "stopping: the table does not fit this worker's configuration");
-                                "stopped (the table does not fit this worker's configuration)"
-                            } else {
-                                tracing::error!(channel = %settings.channel, error = %e, "stopping: an error retrying cannot fix");
-                                "stopped"
-                            };
-                            *fatal.lock().expect("fatal lock") = Some(channel_err(&settings.channel, format!("{what}: {e}")));
-                            fatal_token.cancel();
-                            return;
+        let settings = worker_settings(&self.config, channel, &prepared);
+        let stop = stops.reading.clone();
+        let done = stops.worker_done.clone();
+        let drain = self.config.worker.shutdown_timeout;
+        let fatal = self.fatal.clone();
+        let fatal_token = self.fatal_token.clone();
+        let member_stops = stops.clone();
+        self.workers.spawn(async move {
+            let _done = done.drop_guard();
+            let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+            // What a failed loop read: the freshness and the re-read count carry over.
+            let mut history = crate::worker::ReadHistory::default();
+            loop {
+                let mut worker = ChannelWorker::new(
+                    settings.clone(),
+                    prepared.io.clone(),
+                    store.clone(),
+                    held.clone(),
+                )
+                .with_history(history)
+                .with_handoff_replies(handoff_replies.clone());
+                let started = std::time::Instant::now();
+                let result = worker.run(stop.clone(), drain).await;
+                history = worker.take_history();
+                match result {
+                    Ok(()) => return,
+                    Err(e) if !e.is_retryable() => {
+                        // Stop delivering (nothing is checkpointed past the last commit) and
+                        // let an operator decide. A dropped table suspends the channel for
+                        // the whole fleet; a table that does not fit this worker's
+                        // configuration (say, a schema edited on one machine) stops only
+                        // this worker.
+                        let what = if e.is_table_gone() {
+                            tracing::error!(channel = %settings.channel, error = %e, "channel suspended: the table is gone; stopping delivery");
+                            suspend(store.as_ref(), &settings.channel, &e.to_string()).await;
+                            "suspended"
+                        } else if matches!(e, WorkerError::Incompatible(_)) {
+                            tracing::error!(channel = %settings.channel, error = %e, "stopping: the table does not fit this worker's configuration");
+                            "stopped (the table does not fit this worker's configuration)"
+                        } else {
+                            tracing::error!(channel = %settings.channel, error = %e, "stopping: an error retrying cannot fix");
+                            "stopped"
+                        };
+                        match scope {
+                            FatalScope::Process => {
+                                *fatal.lock().expect("fatal lock") = Some(channel_err(
+                                    &settings.channel,
+                                    format!("{what}: {e}"),
+                                ));
+                                fatal_token.cancel();
+                            }
+                            FatalScope::Member => {
+                                // This table alone stops; its leases are released once this
+                                // loop has returned.
+                                tracing::error!(channel = %settings.channel, "this table's member channel stopped; the channel's other tables go on");
+                                crate::health::Readiness::global().deregister(&settings.channel);
+                                tokio::spawn(async move { member_stops.stop(drain).await });
+                            }
                         }
-                        Err(e) => {
-                            // A loop that ran a while failed afresh: back off from the start.
-                            if started.elapsed() >= WORKER_BACKOFF_RESET {
-                                backoff.reset();
-                            }
-                            tracing::error!(channel = %settings.channel, error = %e, "worker loop failed; restarting from the table's checkpoints");
-                            tokio::select! {
-                                _ = stop.cancelled() => return,
-                                _ = tokio::time::sleep(backoff.next_delay()) => {}
-                            }
+                        return;
+                    }
+                    Err(e) => {
+                        // A loop that ran a while failed afresh: back off from the start.
+                        if started.elapsed() >= WORKER_BACKOFF_RESET {
+                            backoff.reset();
+                        }
+                        tracing::error!(channel = %settings.channel, error = %e, "worker loop failed; restarting from the table's checkpoints");
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep(backoff.next_delay()) => {}
                         }
                     }
                 }
-            });
-        }
-    }
-    tracker.close();
-    workers.close();
-
-    tokio::select! {
-        _ = shutdown.cancelled() => {}
-        _ = fatal_token.cancelled() => {}
-    }
-    tracing::info!("shutting down: stop reading, drain, release leases");
-    for switch in &drain_switches {
-        switch.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-    // Phase 1 and 2: workers stop reading, hand off what they buffered and wait for the
-    // commit (bounded by their drain deadline); committers keep running meanwhile.
-    stop_reading.cancel();
-    let drain_deadline = config.worker.shutdown_timeout + Duration::from_secs(2);
-    if tokio::time::timeout(drain_deadline, workers.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain deadline passed; releasing leases anyway");
-    }
-    // Phase 3: release leases so other workers take over at once.
-    stop_committing.cancel();
-    stop_leases.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(10), tracker.wait()).await;
-    let fatal = fatal.lock().expect("fatal lock").take();
-    match fatal {
-        Some(e) => Err(e),
-        None => Ok(()),
+            }
+        });
+        Ok(stops)
     }
 }
 

@@ -118,16 +118,31 @@ pub async fn record_activation(
     store: &dyn Store,
     channel: &str,
 ) -> Result<ChannelState, ActivateError> {
+    record_activation_at(store, channel, None).await
+}
+
+/// [`record_activation`], recording `at` (epoch ms) instead of now as the activation time of a
+/// channel without state: a member of a channel with `table = "{topic}"` takes its channel's
+/// activation time, so a topic created after it is read from its first record (the
+/// activation-time lookup finds it), as a Kafka partition added later is.
+///
+/// Errors: as [`record_activation`].
+pub async fn record_activation_at(
+    store: &dyn Store,
+    channel: &str,
+    at: Option<i64>,
+) -> Result<ChannelState, ActivateError> {
     for _ in 0..5 {
         if let Some(state) = store.get_channel_state(channel).await? {
             return Ok(state);
         }
         let now = now_ms();
+        let activated_at = at.unwrap_or(now);
         let state = ChannelState {
             channel: channel.to_string(),
             state: ChannelStatus::Active,
             status_reason: None,
-            activated_at_ms: Some(now),
+            activated_at_ms: Some(activated_at),
             table_uuid: None,
             schema_version_id: None,
             version: 0,
@@ -135,7 +150,7 @@ pub async fn record_activation(
             overrides: Default::default(),
         };
         if store.put_channel_state(&state, None).await.is_ok() {
-            tracing::info!(channel, activated_at_ms = now, "channel activated");
+            tracing::info!(channel, activated_at_ms = activated_at, "channel activated");
         }
     }
     Err(ActivateError::Unavailable(

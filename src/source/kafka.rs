@@ -243,6 +243,51 @@ pub fn open_channel_source(
     }
 }
 
+/// Lists the topics of the cluster a Kafka channel selects (`topic`, `topics` or
+/// `topic_pattern`, [`crate::config::TopicSelection::selects`]) through one client kept for
+/// the channel's life: one metadata request for every topic per call.
+pub struct TopicLister {
+    client: Arc<api::FloeConsumer>,
+    selection: crate::config::TopicSelection,
+    timeout: Duration,
+}
+
+impl TopicLister {
+    /// A lister for channel `channel`'s source (no connection yet).
+    ///
+    /// Errors: [`SourceError::Config`] when librdkafka refuses the client properties.
+    pub fn new(
+        channel: &str,
+        source: &crate::config::KafkaSourceConfig,
+        timeout: Duration,
+    ) -> Result<Self, SourceError> {
+        let config = KafkaSourceConfig::from_channel(channel, source, "");
+        Ok(TopicLister {
+            client: Arc::new(api::metadata_client(&config)?),
+            selection: source.topics.clone(),
+            timeout,
+        })
+    }
+
+    /// The selected topics that exist now, sorted (a listed topic that does not exist is left
+    /// out).
+    ///
+    /// Errors: [`SourceError::Unavailable`] when the cluster does not answer within the
+    /// lister's timeout.
+    pub async fn topics(&self) -> Result<Vec<String>, SourceError> {
+        let (client, selection, timeout) =
+            (self.client.clone(), self.selection.clone(), self.timeout);
+        blocking(move || {
+            let topics = api::topics(&client, timeout)?;
+            Ok(topics
+                .into_iter()
+                .filter(|t| selection.selects(t))
+                .collect())
+        })
+        .await
+    }
+}
+
 /// A Kafka topic as a [`Source`]: shards are its partitions (`ShardId("0")`, `ShardId("1")`, …),
 /// positions are offsets ([`Position::Offset`]).
 pub struct KafkaSource {

@@ -447,6 +447,26 @@ pub(super) fn partitions(
     Ok(ids)
 }
 
+/// Metadata request for every topic of the cluster: their names, sorted (topics the broker
+/// reports with an error, such as one being deleted, left out).
+pub(super) fn topics(
+    consumer: &FloeConsumer,
+    timeout: Duration,
+) -> Result<Vec<String>, SourceError> {
+    let metadata = consumer
+        .fetch_metadata(None, timeout)
+        .map_err(|e| map_error(&e, "fetch metadata"));
+    serve_events(consumer);
+    let mut names: Vec<String> = metadata?
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none())
+        .map(|t| t.name().to_string())
+        .collect();
+    names.sort_unstable();
+    Ok(names)
+}
+
 /// ListOffsets request: `(low, high)` watermarks of a partition — the oldest offset the broker
 /// holds and the offset the next appended record will get.
 pub(super) fn watermarks(
