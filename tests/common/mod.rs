@@ -231,8 +231,18 @@ pub struct Broker {
 impl Broker {
     /// Starts the broker and waits for its bootstrap line.
     pub fn start() -> Broker {
+        Broker::start_topics(&["events"], 4)
+    }
+
+    /// Starts the broker with `topics`, each of `partitions` partitions.
+    pub fn start_topics(topics: &[&str], partitions: i32) -> Broker {
+        let mut args: Vec<String> = topics
+            .iter()
+            .flat_map(|t| ["--topic".to_string(), t.to_string()])
+            .collect();
+        args.extend(["--partitions".to_string(), partitions.to_string()]);
         let mut child = Command::new(env!("CARGO_BIN_EXE_floe-mock-kafka"))
-            .args(["--topic", "events", "--partitions", "4"])
+            .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -360,6 +370,16 @@ pub fn produce_payloads(
     ids: std::ops::Range<u64>,
     payload: impl Fn(u64) -> Vec<u8>,
 ) -> Vec<Vec<u8>> {
+    produce_payloads_to(bootstrap, "events", ids, payload)
+}
+
+/// [`produce_payloads`] to topic `topic`.
+pub fn produce_payloads_to(
+    bootstrap: &str,
+    topic: &str,
+    ids: std::ops::Range<u64>,
+    payload: impl Fn(u64) -> Vec<u8>,
+) -> Vec<Vec<u8>> {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "5")
@@ -370,7 +390,7 @@ pub fn produce_payloads(
         let payload = payload(id);
         let key = id.to_string();
         loop {
-            match producer.send(BaseRecord::to("events").key(&key).payload(&payload)) {
+            match producer.send(BaseRecord::to(topic).key(&key).payload(&payload)) {
                 Ok(()) => break,
                 Err(_) => {
                     producer.poll(Duration::from_millis(10));
