@@ -12,8 +12,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{bad_kind, log_of, Broker, Worker, BASE_MS, SEED};
-use floe::tools::sample_events::{bad_event, event_json};
 use floe::dlq::{Dlq, LocalDlq};
+use floe::tools::sample_events::{bad_event, event_json};
 use iceberg::{NamespaceIdent, TableIdent};
 
 /// Topics that exist when the workers start; two more are created mid-run.
@@ -207,7 +207,11 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
     let warehouse = dir.join("warehouse");
     let read = common::run_py_reader(
         "read_namespace.py",
-        &[catalog.as_os_str(), warehouse.as_os_str(), "routed".as_ref()],
+        &[
+            catalog.as_os_str(),
+            warehouse.as_os_str(),
+            "routed".as_ref(),
+        ],
     );
     let tables: BTreeSet<String> = read.as_object().unwrap().keys().cloned().collect();
     let expected_tables: BTreeSet<String> = (0..all).map(table).collect();
@@ -228,7 +232,12 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
             .map(|n| id_of(i, n))
             .filter(|id| bad_kind(*id).is_none())
             .collect();
-        assert_eq!(ids, good, "table {} holds exactly its topic's records once", table(i));
+        assert_eq!(
+            ids,
+            good,
+            "table {} holds exactly its topic's records once",
+            table(i)
+        );
         assert_eq!(
             t["owner"].as_str(),
             Some(floe::config::member_name("r", &table(i)).as_str())
@@ -244,12 +253,105 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
             .map(|n| id_of(i, n))
             .filter(|id| bad_kind(*id).is_some())
             .collect();
-        assert_eq!(dead, bad, "DLQ of {}: exactly the bad records, once", table(i));
+        assert_eq!(
+            dead,
+            bad,
+            "DLQ of {}: exactly the bad records, once",
+            table(i)
+        );
         report.insert(table(i), (ids.len(), t["commits"].as_u64().unwrap()));
     }
     let commits: u64 = report.values().map(|(_, c)| c).sum();
     eprintln!(
         "routing: {all} tables in {elapsed:.0} s; rows and commits per table: {report:?}; {commits} commits in all; catalog calls (table loads + commits) of the two surviving workers: {calls} ({:.2}/s)",
         calls / elapsed
+    );
+}
+
+fn channel_cli(dir: &Path, args: &[&str]) -> (bool, String) {
+    let config = dir.join("floe.toml");
+    let mut all = vec!["channel", args[0], "--config", config.to_str().unwrap()];
+    all.extend_from_slice(&args[1..]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(&all)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run floe");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_plane_acts_on_every_table_of_a_table_per_topic_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let broker = Broker::start_topics(&["ev.a", "ev.b", "other"], 1);
+    std::fs::write(
+        dir.join("floe.toml"),
+        config(dir, &broker.bootstrap, "cli", "off"),
+    )
+    .unwrap();
+
+    let (ok, out) = channel_cli(dir, &["create"]);
+    assert!(ok, "{out}");
+    for line in [
+        "channel r: ACTIVE",
+        "channel r.ev_a: ACTIVE",
+        "channel r.ev_b: ACTIVE",
+    ] {
+        assert!(out.contains(line), "create prints {line:?}: {out}");
+    }
+    assert!(!out.contains("r.other"), "{out}");
+    // Every member takes the channel's activation time (a topic created later is read from its
+    // first record).
+    let (ok, out) = channel_cli(dir, &["create", "--json"]);
+    assert!(ok, "{out}");
+    let states: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let times: BTreeSet<i64> = states
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["activated_at_ms"].as_i64().unwrap())
+        .collect();
+    assert_eq!(times.len(), 1, "one activation time: {states}");
+
+    let (ok, out) = channel_cli(dir, &["list"]);
+    assert!(ok, "{out}");
+    for table in ["routed.ev_a", "routed.ev_b"] {
+        assert!(out.contains(table), "list shows {table}: {out}");
+    }
+    let (ok, out) = channel_cli(dir, &["describe", "r"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("channel r.ev_a") && out.contains("channel r.ev_b"),
+        "{out}"
+    );
+    let (ok, out) = channel_cli(dir, &["describe", "r.ev_b"]);
+    assert!(
+        ok && out.contains("routed.ev_b") && !out.contains("r.ev_a"),
+        "{out}"
+    );
+
+    let (ok, out) = channel_cli(dir, &["delete", "r"]);
+    assert!(ok, "{out}");
+    for line in [
+        "channel r: DELETING",
+        "channel r.ev_a: DELETING",
+        "channel r.ev_b: DELETING",
+    ] {
+        assert!(out.contains(line), "delete prints {line:?}: {out}");
+    }
+    // A deleted channel is not run.
+    let mut worker = Worker::start_with(dir, "w", &config(dir, &broker.bootstrap, "w", "off"));
+    let status = worker.wait_exit(Duration::from_secs(60)).await;
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(78),
+        "{}",
+        log_of(dir, "w")
     );
 }

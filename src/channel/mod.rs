@@ -205,7 +205,9 @@ pub fn effective_freshness(config: &ChannelConfig, overrides: &ChannelOverrides)
 // ---------------------------------------------------------------------------------------------
 // Helpers shared by the operations
 
-/// The channel named `name` in `config`, with its index (for key paths).
+/// The channel named `name` in `config` (a channel of the file, or a member channel of a
+/// table per topic resolved by [`resolve_members`]), with the index of its `[[channel]]` (for
+/// key paths).
 ///
 /// Errors: [`ControlError::Refused`] when the file has no such channel.
 pub fn find_channel<'a>(
@@ -216,6 +218,7 @@ pub fn find_channel<'a>(
         .channels
         .iter()
         .enumerate()
+        .chain(config.members.iter().map(|(i, c)| (*i, c)))
         .find(|(_, c)| c.name == name)
         .ok_or_else(|| {
             ControlError::refused(
@@ -231,6 +234,101 @@ pub fn find_channel<'a>(
                 ),
             )
         })
+}
+
+/// Resolves the member channels of every channel of `config` with `table = "{topic}"` (one per
+/// topic the cluster has now, [`ChannelConfig::member`]) into `config.members`, so that the
+/// control plane can create, describe, update and delete them by name. Topics past
+/// `max_tables`, or whose table name another topic has, are left out as `floe run` leaves them
+/// out.
+///
+/// Errors: [`ControlError::Unavailable`] when a Kafka cluster does not answer the topic listing;
+/// [`ControlError::Refused`] when librdkafka refuses the client properties.
+pub async fn resolve_members(config: &mut Config) -> Result<(), ControlError> {
+    let mut members = Vec::new();
+    for (index, channel) in config.channels.iter().enumerate() {
+        let (crate::config::SourceConfig::Kafka(kafka), Some(dest)) =
+            (&channel.source, channel.destination.iceberg())
+        else {
+            continue;
+        };
+        if !channel.is_table_per_topic() {
+            continue;
+        }
+        let lister =
+            crate::source::kafka::TopicLister::new(&channel.name, kafka, Duration::from_secs(10))
+                .map_err(|e| {
+                ControlError::refused(format!("channel[{index}].source"), e.to_string())
+            })?;
+        let topics = lister.topics().await.map_err(|e| {
+            ControlError::Unavailable(format!(
+                "listing the topics of channel {}: {e}",
+                channel.name
+            ))
+        })?;
+        let mut tables = std::collections::BTreeSet::new();
+        for topic in topics {
+            let table = crate::config::table_of_topic(&topic);
+            if tables.len() < dest.max_tables as usize && tables.insert(table) {
+                members.push((index, channel.member(&topic)));
+            }
+        }
+    }
+    config.members = members;
+    Ok(())
+}
+
+/// The member channels of channel `name` resolved by [`resolve_members`], in topic order
+/// (none for a channel that is not per topic).
+pub fn members_of<'a>(config: &'a Config, name: &str) -> Vec<&'a ChannelConfig> {
+    let Some(index) = config.channels.iter().position(|c| c.name == name) else {
+        return Vec::new();
+    };
+    config
+        .members
+        .iter()
+        .filter(|(i, _)| *i == index)
+        .map(|(_, c)| c)
+        .collect()
+}
+
+/// `floe channel create` of a channel with `table = "{topic}"` itself (its members are created
+/// as channels of their own): records it ACTIVE with its activation time, every member's. A
+/// DELETING channel is activated anew.
+///
+/// Errors: [`ControlError::Refused`] for a FAILED or SUSPENDED state; [`ControlError::Unavailable`]
+/// when the lease store fails.
+pub async fn activate_per_topic(
+    name: &str,
+    store: &dyn Store,
+) -> Result<ChannelState, ControlError> {
+    let current = store.get_channel_state(name).await?;
+    match create_decision(current.as_ref()) {
+        CreateDecision::AlreadyActive => Ok(current.expect("active state")),
+        CreateDecision::Refuse(message) => Err(ControlError::refused(state_path(name), message)),
+        CreateDecision::Start | CreateDecision::Resume => {
+            let expected = current.as_ref().map(|s| s.version);
+            let now = now_ms();
+            let active = ChannelState {
+                channel: name.to_string(),
+                state: ChannelStatus::Active,
+                status_reason: None,
+                activated_at_ms: Some(now),
+                table_uuid: None,
+                schema_version_id: None,
+                version: 0,
+                updated_at_ms: 0,
+                overrides: current.map(|s| s.overrides).unwrap_or_default(),
+            };
+            let active = put(store, active, expected).await?;
+            tracing::info!(
+                channel = name,
+                activated_at_ms = now,
+                "channel (a table per topic) activated"
+            );
+            Ok(active)
+        }
+    }
 }
 
 /// The channel's table identifier; `None` for a raw S3 destination.
@@ -405,6 +503,21 @@ pub async fn create(
     store: &dyn Store,
     aws: &crate::aws::AwsClients,
 ) -> Result<ChannelState, ControlError> {
+    create_at(config, name, store, aws, None).await
+}
+
+/// [`create`], recording `activated_at` (epoch ms) instead of the time of activation: a member
+/// channel of a table per topic takes its channel's activation time (see
+/// [`activate::record_activation_at`]).
+///
+/// Errors: as [`create`].
+pub async fn create_at(
+    config: &Config,
+    name: &str,
+    store: &dyn Store,
+    aws: &crate::aws::AwsClients,
+    activated_at: Option<i64>,
+) -> Result<ChannelState, ControlError> {
     let (index, channel) = find_channel(config, name)?;
     let file_schema = preflight(index, channel, aws).await?;
     let current = store.get_channel_state(name).await?;
@@ -486,7 +599,7 @@ pub async fn create(
     let active = ChannelState {
         state: ChannelStatus::Active,
         status_reason: None,
-        activated_at_ms: Some(now_ms()),
+        activated_at_ms: Some(activated_at.unwrap_or_else(now_ms)),
         ..state
     };
     let active = put(store, active, expected).await?;
@@ -1166,7 +1279,8 @@ pub struct ChannelSummary {
 /// Errors: [`ControlError::Unavailable`] when the lease store fails.
 pub async fn list(config: &Config, store: &dyn Store) -> Result<Vec<ChannelSummary>, ControlError> {
     let mut out = Vec::new();
-    for channel in &config.channels {
+    let members = config.members.iter().map(|(_, c)| c);
+    for channel in config.channels.iter().chain(members) {
         let state = store.get_channel_state(&channel.name).await?;
         let leases = store.list_leases(&channel.name).await?;
         let mut workers: Vec<&str> = leases.iter().filter_map(|l| l.owner.as_deref()).collect();

@@ -150,11 +150,45 @@ pub async fn run(command: &ChannelCommand) -> ExitCode {
     }
 }
 
+/// The channels a command acts on: `name`, or every channel of the file; a channel with
+/// `table = "{topic}"` stands for its member channels (resolved by
+/// [`control::resolve_members`]).
 fn names(config: &Config, name: &Option<String>) -> Vec<String> {
-    match name {
+    let given: Vec<String> = match name {
         Some(n) => vec![n.clone()],
         None => config.channels.iter().map(|c| c.name.clone()).collect(),
-    }
+    };
+    given
+        .into_iter()
+        .flat_map(|n| {
+            if is_per_topic(config, &n) {
+                control::members_of(config, &n)
+                    .into_iter()
+                    .map(|m| m.name.clone())
+                    .collect()
+            } else {
+                vec![n]
+            }
+        })
+        .collect()
+}
+
+/// Whether `name` is a channel of the file with `table = "{topic}"`.
+fn is_per_topic(config: &Config, name: &str) -> bool {
+    config
+        .channels
+        .iter()
+        .any(|c| c.name == name && c.is_table_per_topic())
+}
+
+/// The channels of the file with `table = "{topic}"` a command names (`name`, or all).
+fn per_topic_named(config: &Config, name: &Option<String>) -> Vec<String> {
+    config
+        .channels
+        .iter()
+        .filter(|c| c.is_table_per_topic() && name.as_ref().is_none_or(|n| *n == c.name))
+        .map(|c| c.name.clone())
+        .collect()
 }
 
 fn parse_duration(flag: &str, text: &str) -> Result<Duration, ControlError> {
@@ -173,11 +207,38 @@ async fn execute(
     aws: &crate::aws::AwsClients,
 ) -> Result<(), ControlError> {
     let json = command.common().json;
+    // A table per topic: its member channels, one per topic the cluster has now.
+    let mut config = config.clone();
+    if config.channels.iter().any(|c| c.is_table_per_topic()) {
+        match control::resolve_members(&mut config).await {
+            Ok(()) => {}
+            // `list` still shows the file's channels.
+            Err(e) if matches!(command, ChannelCommand::List { .. }) => {
+                eprintln!("{e}; member channels (a table per topic) are not listed")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let config = &config;
     match command {
         ChannelCommand::Create { name, .. } => {
             let mut states = Vec::new();
+            // A channel with a table per topic is activated first: its activation time is
+            // every member's (a topic created later is read from its first record).
+            let mut activated_at = std::collections::BTreeMap::new();
+            for parent in per_topic_named(config, name) {
+                let state = control::activate_per_topic(&parent, store).await?;
+                activated_at.insert(parent, state.activated_at_ms);
+                states.push(state);
+            }
             for n in names(config, name) {
-                states.push(control::create(config, &n, store, aws).await?);
+                let at = config
+                    .members
+                    .iter()
+                    .find(|(_, m)| m.name == n)
+                    .and_then(|(i, _)| activated_at.get(&config.channels[*i].name).copied())
+                    .flatten();
+                states.push(control::create_at(config, &n, store, aws, at).await?);
             }
             print_states(&states, json);
         }
@@ -232,24 +293,36 @@ async fn execute(
                     .transpose()?,
                 delivery_log: delivery_log.map(DeliveryLog::from),
             };
-            let state = control::update(config, name, store, &change).await?;
-            print_states(&[state], json);
+            let mut states = Vec::new();
+            for n in names(config, &Some(name.clone())) {
+                states.push(control::update(config, &n, store, &change).await?);
+            }
+            print_states(&states, json);
         }
         ChannelCommand::Delete { name, wait, .. } => {
             let wait = wait
                 .as_deref()
                 .map(|t| parse_duration("--wait", t))
                 .transpose()?;
-            let state = control::delete(config, name, store).await?;
+            let mut states = Vec::new();
+            // A table per topic: the channel first (no member starts any more), then each
+            // member.
+            let mut targets = per_topic_named(config, &Some(name.clone()));
+            targets.extend(names(config, &Some(name.clone())));
+            for n in &targets {
+                states.push(control::delete(config, n, store).await?);
+            }
             if let Some(wait) = wait {
-                if !control::wait_released(store, name, wait).await? {
-                    return Err(ControlError::Unavailable(format!(
-                        "channel {name} is DELETING but workers still hold its leases after {wait:?} (a stopped worker's leases stay until it restarts or the channel is created again)"
-                    )));
+                for n in &targets {
+                    if !control::wait_released(store, n, wait).await? {
+                        return Err(ControlError::Unavailable(format!(
+                            "channel {n} is DELETING but workers still hold its leases after {wait:?} (a stopped worker's leases stay until it restarts or the channel is created again)"
+                        )));
+                    }
                 }
             }
             let consumer = control::deregister_consumer(config, name, aws).await?;
-            print_states(&[state], json);
+            print_states(&states, json);
             if let (Some(consumer), false) = (consumer, json) {
                 stdout::println(format!("deregistered the stream consumer \"{consumer}\""));
             }

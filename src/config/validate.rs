@@ -128,6 +128,7 @@ pub(super) fn validate(
             aws,
             lease_store,
             channels: channels.into_iter().flatten().collect(),
+            members: Vec::new(),
         }),
         _ => Err(ConfigErrors(cx.errors)),
     }
