@@ -292,8 +292,8 @@ fn wrong_value_types_name_the_key() {
 fn missing_required_keys_are_refused() {
     refused(
         &replaced("topic = \"events\"\n", ""),
-        "channel[0].source",
-        "missing field `topic`",
+        "channel[0].source.topic",
+        "missing: give `topic`, `topics` or `topic_pattern`",
     );
     refused(
         &replaced("kind = \"kafka\"\n", ""),
@@ -2223,5 +2223,71 @@ fn sort_is_a_list_of_fields_with_directions() {
         ),
         "channel[0].destination.sort[1]",
         "not a sort term",
+    );
+}
+
+#[test]
+fn a_table_per_topic_runs_a_member_channel_per_topic() {
+    let c = parse(&replaced("table = \"events\"", "table = \"{topic}\"\nmax_tables = 20")).unwrap();
+    let channel = &c.channels[0];
+    assert!(channel.is_table_per_topic());
+    assert_eq!(iceberg(&c).max_tables, 20);
+    let m = channel.member("Orders.EU-1");
+    assert_eq!(m.name, "events.orders_eu_1");
+    assert_eq!(m.destination.iceberg().unwrap().table, "orders_eu_1");
+    let SourceConfig::Kafka(k) = &m.source else {
+        panic!("kafka")
+    };
+    assert_eq!(k.topics, TopicSelection::One("Orders.EU-1".into()));
+    assert!(!m.is_table_per_topic());
+    // A channel with one named table has no members: it is its own.
+    let plain = parse(MINIMAL).unwrap();
+    assert_eq!(plain.channels[0].member("x"), plain.channels[0]);
+    assert_eq!(iceberg(&plain).max_tables, DEFAULT_MAX_TABLES);
+}
+
+#[test]
+fn topic_names_map_to_iceberg_table_names() {
+    assert_eq!(table_of_topic("orders"), "orders");
+    assert_eq!(table_of_topic("Orders.EU-1"), "orders_eu_1");
+    assert_eq!(table_of_topic("a.b"), table_of_topic("a_b"));
+    assert_eq!(table_of_topic("__x-Y"), "__x_y");
+}
+
+#[test]
+fn a_table_per_topic_with_a_registry_takes_each_topics_subject() {
+    let text = confluent("avro", "registry_url = \"http://r:8081\"")
+        .replacen("table = \"events\"", "table = \"{topic}\"", 1)
+        .replacen("topic = \"events\"", "topic_pattern = \"ev\\\\..*\"", 1);
+    let c = parse(&text).unwrap();
+    assert_eq!(confluent_of(&c).subject, "{topic}-value");
+    let m = c.channels[0].member("ev.orders");
+    let Some(SchemaConfig::Confluent(s)) = &m.schema else {
+        panic!("confluent")
+    };
+    assert_eq!(s.subject, "ev.orders-value");
+    // Several topics into one table: the subject must be named.
+    let text = confluent("avro", "registry_url = \"http://r:8081\"")
+        .replacen("topic = \"events\"", "topics = [\"a\", \"b\"]", 1);
+    refused(&text, "channel[0].schema.subject", "several topics into one table");
+}
+
+#[test]
+fn a_table_per_topic_needs_a_kafka_source_and_a_bounded_table_count() {
+    refused(
+        &replaced("table = \"events\"", "table = \"{topic}\"\nmax_tables = 0"),
+        "channel[0].destination.max_tables",
+        "",
+    );
+    let kinesis = replaced(
+        "kind = \"kafka\"\nbootstrap_servers = \"localhost:9092\"\ntopic = \"events\"",
+        "kind = \"kinesis\"\nstream_name = \"events\"",
+    )
+    .replacen("table = \"events\"", "table = \"{topic}\"", 1);
+    refused(&kinesis, "channel[0].destination.table", "needs a Kafka source");
+    refused(
+        &replaced("table = \"events\"", "table = \"{stream}\""),
+        "channel[0].destination.table",
+        "",
     );
 }
