@@ -1166,8 +1166,8 @@ fn a_new_key_or_a_renamed_key_changes_the_rendered_reference() {
     let (_, source) = config_source();
     let (before, _) = render_config(&source);
     let added = source.replacen(
-        "    pub topic: String,\n",
-        "    pub topic: String,\n    /// The consumer group. Required.\n    pub group_id: String,\n",
+        "    pub bootstrap_servers: String,\n",
+        "    pub bootstrap_servers: String,\n    /// The consumer group. Required.\n    pub group_id: String,\n",
         1,
     );
     assert_ne!(added, source, "the fixture edit must apply");
@@ -1176,12 +1176,12 @@ fn a_new_key_or_a_renamed_key_changes_the_rendered_reference() {
     assert!(after.contains("| `group_id` | string | required | The consumer group. |"));
     assert_ne!(before, after);
     let renamed = source.replacen(
-        "    pub topic: String,\n",
-        "    #[serde(rename = \"topic_name\")]\n    pub topic: String,\n",
+        "    pub bootstrap_servers: String,\n",
+        "    #[serde(rename = \"brokers\")]\n    pub bootstrap_servers: String,\n",
         1,
     );
     let (after, _) = render_config(&renamed);
-    assert!(after.contains("| `topic_name` |") && !after.contains("| `topic` |"));
+    assert!(after.contains("| `brokers` |") && !after.contains("| `bootstrap_servers` |"));
 }
 
 #[test]
@@ -1212,8 +1212,8 @@ fn an_undocumented_or_unreachable_struct_is_a_problem() {
         "{problems:?}"
     );
     let undocumented = source.replacen(
-        "    pub topic: String,\n",
-        "    pub topic: String,\n    pub partitions: u32,\n",
+        "    pub bootstrap_servers: String,\n",
+        "    pub bootstrap_servers: String,\n    pub partitions: u32,\n",
         1,
     );
     let (_, problems) = render_config(&undocumented);
