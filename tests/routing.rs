@@ -355,3 +355,65 @@ async fn the_control_plane_acts_on_every_table_of_a_table_per_topic_channel() {
         log_of(dir, "w")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_table_suspends_its_topic_alone() {
+    use floe::lease::BatchStore as _;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let broker = Broker::start_topics(&["ev.t00", "ev.t01", "ev.t02"], 1);
+    let bs = broker.bootstrap.clone();
+    for i in 0..3 {
+        produce(&bs, i, 0..20);
+    }
+    let mut w = Worker::start_with(dir, "w", &config(dir, &bs, "w", "off"));
+    assert!(
+        wait_all(dir, 3, 20, Duration::from_secs(90)).await,
+        "{}",
+        log_of(dir, "w")
+    );
+    let catalog = floe::catalog::open_sql_catalog(
+        &dir.join("catalog.sqlite"),
+        &dir.join("warehouse"),
+        "floe",
+    )
+    .await
+    .unwrap();
+    let dropped = TableIdent::new(NamespaceIdent::new("routed".into()), table(1));
+    catalog.drop_table(&dropped).await.unwrap();
+    for i in 0..3 {
+        produce(&bs, i, 20..40);
+    }
+    // The other tables go on; the dropped one's member is SUSPENDED; the process keeps running.
+    let store = floe::lease::sql::SqlLeaseStore::open_sqlite(dir.join("leases.sqlite"))
+        .await
+        .unwrap();
+    let member = floe::config::member_name("r", &table(1));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let others = counts(dir, 0).await.0 + counts(dir, 0).await.1 >= 40
+            && counts(dir, 2).await.0 + counts(dir, 2).await.1 >= 40;
+        let state = store.get_channel_state(&member).await.unwrap();
+        let suspended = state.is_some_and(|s| s.state == floe::lease::ChannelStatus::Suspended);
+        if others && suspended {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "others delivered: {others}, {member} suspended: {suspended}\n{}",
+            log_of(dir, "w")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(w.child.try_wait().unwrap().is_none(), "the process goes on");
+    for i in [0, 2] {
+        let (rows, dlq) = counts(dir, i).await;
+        assert_eq!(
+            (rows, dlq),
+            (39, 1),
+            "table {} holds every record once",
+            table(i)
+        );
+    }
+    assert_eq!(w.terminate().code(), Some(0), "{}", log_of(dir, "w"));
+}

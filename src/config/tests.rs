@@ -2228,7 +2228,11 @@ fn sort_is_a_list_of_fields_with_directions() {
 
 #[test]
 fn a_table_per_topic_runs_a_member_channel_per_topic() {
-    let c = parse(&replaced("table = \"events\"", "table = \"{topic}\"\nmax_tables = 20")).unwrap();
+    let c = parse(&replaced(
+        "table = \"events\"",
+        "table = \"{topic}\"\nmax_tables = 20",
+    ))
+    .unwrap();
     let channel = &c.channels[0];
     assert!(channel.is_table_per_topic());
     assert_eq!(iceberg(&c).max_tables, 20);
@@ -2267,9 +2271,16 @@ fn a_table_per_topic_with_a_registry_takes_each_topics_subject() {
     };
     assert_eq!(s.subject, "ev.orders-value");
     // Several topics into one table: the subject must be named.
-    let text = confluent("avro", "registry_url = \"http://r:8081\"")
-        .replacen("topic = \"events\"", "topics = [\"a\", \"b\"]", 1);
-    refused(&text, "channel[0].schema.subject", "several topics into one table");
+    let text = confluent("avro", "registry_url = \"http://r:8081\"").replacen(
+        "topic = \"events\"",
+        "topics = [\"a\", \"b\"]",
+        1,
+    );
+    refused(
+        &text,
+        "channel[0].schema.subject",
+        "several topics into one table",
+    );
 }
 
 #[test]
@@ -2284,7 +2295,11 @@ fn a_table_per_topic_needs_a_kafka_source_and_a_bounded_table_count() {
         "kind = \"kinesis\"\nstream_name = \"events\"",
     )
     .replacen("table = \"events\"", "table = \"{topic}\"", 1);
-    refused(&kinesis, "channel[0].destination.table", "needs a Kafka source");
+    refused(
+        &kinesis,
+        "channel[0].destination.table",
+        "needs a Kafka source",
+    );
     refused(
         &replaced("table = \"events\"", "table = \"{stream}\""),
         "channel[0].destination.table",
