@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # floe's test command (README.md): installs what the tests need, builds, runs every test.
-#   - a Python virtualenv in .venv with PyIceberg (the independent Iceberg reader)
+#   - a Python virtualenv in .venv with PyIceberg and DuckDB (the two independent Iceberg readers)
 #   - the Rust build (librdkafka is compiled from source by rdkafka; needs gcc and make)
 #   - a PostgreSQL server on loopback (deploy/local/postgres.sh: Debian's packages, port 55432),
 #     for the PostgreSQL lease store and SQL catalog tests; its URL exported
@@ -17,11 +17,12 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
-if ! .venv/bin/python -c 'import pyiceberg, pyarrow, sqlalchemy, psycopg2' 2>/dev/null; then
-  echo "setting up .venv with PyIceberg"
+if ! .venv/bin/python -c 'import pyiceberg, pyarrow, sqlalchemy, psycopg2, duckdb' 2>/dev/null; then
+  echo "setting up .venv with PyIceberg and DuckDB (the two independent Iceberg readers)"
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check \
-    'pyiceberg[sql-sqlite,sql-postgres,pyarrow]==0.12.0'
+    'pyiceberg[sql-sqlite,sql-postgres,pyarrow]==0.12.0' \
+    duckdb==1.4.4 duckdb-ext-iceberg==1.4.4.20260205 duckdb-ext-avro==1.4.4.20260205
 fi
 export FLOE_PYTHON="$root/.venv/bin/python"
 # The Confluent serializers the tests produce Avro, Protobuf and JSON Schema records with (pinned).

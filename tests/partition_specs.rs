@@ -42,6 +42,22 @@ async fn deliver_with(destination: &str) -> Value {
     assert_eq!((rows, dlq), (TOTAL, 0));
     let t = read_with_pyiceberg(dir.path(), &[]);
     assert_eq!(t["distinct_ids"], TOTAL, "every record once");
+    // The second reader: DuckDB's iceberg_scan, with a predicate on the partition sources that
+    // lets it prune files by their partition values and statistics.
+    let metadata = t["metadata_location"].as_str().unwrap();
+    let metadata = metadata.strip_prefix("file://").unwrap_or(metadata);
+    let d = run_py_reader(
+        "read_duckdb.py",
+        &[
+            metadata.as_ref(),
+            "--where".as_ref(),
+            "event_time >= TIMESTAMPTZ '2026-07-11 00:00:00+00' AND source >= 'c' AND id % 7 = 3"
+                .as_ref(),
+        ],
+    );
+    assert_eq!((d["rows"].as_u64(), d["distinct_ids"].as_u64()), (Some(TOTAL), Some(TOTAL)), "{d}");
+    assert!(d["matching_unpruned"].as_u64().unwrap() > 0, "{d}");
+    assert_eq!(d["matching"], d["matching_unpruned"], "pruning lost no row: {d}");
 
     let (catalog, warehouse) = (
         dir.path().join("catalog.sqlite"),
@@ -116,4 +132,7 @@ async fn a_sorted_table_writes_every_file_in_its_sort_order() {
         ])
     );
     assert_eq!(p["unsorted_files"], 0, "{p}");
+    // Every data file records the sort order its rows are in (order id 1).
+    assert_eq!(p["file_sort_order_ids"], json!([1]), "{p}");
+    assert_eq!(p["files_without_sort_order_id"], 0, "{p}");
 }

@@ -256,7 +256,7 @@ async fn write_batches(
             }
         }
         files.extend(writer.close().await?);
-        return Ok(files);
+        return with_sort_order_id(files, table);
     }
     // The name generator's counter is shared by the builder's clones: a pass never reuses a
     // file name of an earlier one.
@@ -287,7 +287,39 @@ async fn write_batches(
     if passes > 1 {
         tracing::info!(channel = %settings.channel, %file_id, passes, files = files.len(), max_open_partitions = max_open, "write spilled: more partitions than max_open_partitions, open files closed between passes");
     }
-    Ok(files)
+    with_sort_order_id(files, table)
+}
+
+/// `files` of a sorted table with the table's default sort order id recorded in each (the data
+/// file field `sort_order_id`, Iceberg spec "Manifests": the order the file's rows are in, so
+/// engines may rely on it); unchanged for an unsorted table. iceberg-rust 0.10.1's writers
+/// leave the field unset and `DataFile` has no setter, so each file goes through its JSON form.
+///
+/// Errors: a file that does not serialize for the table's default partition spec.
+fn with_sort_order_id(files: Vec<DataFile>, table: &Table) -> iceberg::Result<Vec<DataFile>> {
+    let md = table.metadata();
+    let order = md.default_sort_order();
+    if order.is_unsorted() {
+        return Ok(files);
+    }
+    let spec = md.default_partition_spec();
+    let partition_type = spec.partition_type(md.current_schema())?;
+    files
+        .into_iter()
+        .map(|f| {
+            let json = serialize_data_file_to_json(f, &partition_type, FormatVersion::V2)?;
+            let mut value: serde_json::Value = serde_json::from_str(&json).map_err(|e| {
+                iceberg::Error::new(iceberg::ErrorKind::Unexpected, "data file JSON").with_source(e)
+            })?;
+            value["sort_order_id"] = serde_json::json!(order.order_id);
+            iceberg::spec::deserialize_data_file_from_json(
+                &value.to_string(),
+                spec.spec_id(),
+                &partition_type,
+                md.current_schema(),
+            )
+        })
+        .collect()
 }
 
 /// The next rows to write: the next batch of `batches` (`chunk_bytes` 0), or batches
@@ -584,6 +616,11 @@ mod tests {
                     }
                 }
                 rows += keys.len();
+                assert_eq!(
+                    f.sort_order_id(),
+                    Some(table.metadata().default_sort_order().order_id as i32),
+                    "the file records the order its rows are in"
+                );
                 // source ascending, nulls first (None < Some); id descending.
                 let in_order = keys
                     .windows(2)

@@ -10,7 +10,8 @@ Usage: read_partitions.py CATALOG_SQLITE WAREHOUSE_DIR NAMESPACE.TABLE [--catalo
 Output keys: spec ([{source, transform, name}]), files, rows, tuples (distinct partition tuples),
 mismatches (up to 20 {file, field, row_value, expected, recorded}), mixed_files (files whose
 rows span several tuples), sort_order ([{source, direction, null_order}]), unsorted_files (files
-whose rows are not in the table's sort order, as pyarrow sorts them).
+whose rows are not in the table's sort order, as pyarrow sorts them), file_sort_order_ids (the
+distinct sort_order_id of the data files), files_without_sort_order_id.
 """
 import argparse
 import datetime
@@ -111,6 +112,8 @@ def main():
         "mixed_files": mixed,
         "sort_order": [{"source": n, "direction": d, "null_order": o} for n, d, o in order],
         "unsorted_files": unsorted,
+        "file_sort_order_ids": sorted({f.sort_order_id for f in files if f.sort_order_id is not None}),
+        "files_without_sort_order_id": sum(1 for f in files if f.sort_order_id is None),
     }
     json.dump(out, sys.stdout)
 
