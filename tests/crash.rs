@@ -546,8 +546,27 @@ async fn floe_maintain_compacts_a_stopped_channel_and_refuses_beside_a_live_comm
         d[0].clone()
     };
     let health = describe()["table_health"].clone();
-    assert!(health["hours_to_compact"].as_u64().unwrap() > 0, "{health}");
+    assert!(
+        health["partitions_to_compact"].as_u64().unwrap() > 0,
+        "{health}"
+    );
     assert!(health["last_maintenance"].is_null(), "{health}");
+    // A compaction that fails (its input files gone) is reported and exits non-zero, never
+    // "nothing to do": the data files are moved away for one run, then back.
+    let moved = dir.path().join("moved-away");
+    let data_files = parquet_files(&dir.path().join("warehouse"));
+    assert!(!data_files.is_empty());
+    std::fs::create_dir_all(&moved).unwrap();
+    for (i, f) in data_files.iter().enumerate() {
+        std::fs::rename(f, moved.join(i.to_string())).unwrap();
+    }
+    let failed = maintain();
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("compaction failed"), "{stderr}");
+    for (i, f) in data_files.iter().enumerate() {
+        std::fs::rename(moved.join(i.to_string()), f).unwrap();
+    }
     // Workers stopped: one pass.
     let done = maintain();
     let stdout = String::from_utf8_lossy(&done.stdout);
@@ -587,7 +606,7 @@ async fn floe_maintain_compacts_a_stopped_channel_and_refuses_beside_a_live_comm
         Some(newest_shard_commit.as_str()),
         "{described}"
     );
-    assert_eq!(health["hours_to_compact"], 0, "{health}");
+    assert_eq!(health["partitions_to_compact"], 0, "{health}");
     assert!(
         health["last_maintenance"]
             .as_str()
@@ -665,4 +684,21 @@ async fn commits_gather_every_workers_batches_at_most_once_per_half_the_freshnes
         gaps.iter().all(|g| *g >= 4_500),
         "commits at least ~5 s apart while three workers hand off: gaps {gaps:?}"
     );
+}
+
+/// Every `.parquet` file under `dir`, recursively.
+fn parquet_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "parquet") {
+                out.push(path);
+            }
+        }
+    }
+    out
 }

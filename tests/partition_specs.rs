@@ -55,9 +55,16 @@ async fn deliver_with(destination: &str) -> Value {
                 .as_ref(),
         ],
     );
-    assert_eq!((d["rows"].as_u64(), d["distinct_ids"].as_u64()), (Some(TOTAL), Some(TOTAL)), "{d}");
+    assert_eq!(
+        (d["rows"].as_u64(), d["distinct_ids"].as_u64()),
+        (Some(TOTAL), Some(TOTAL)),
+        "{d}"
+    );
     assert!(d["matching_unpruned"].as_u64().unwrap() > 0, "{d}");
-    assert_eq!(d["matching"], d["matching_unpruned"], "pruning lost no row: {d}");
+    assert_eq!(
+        d["matching"], d["matching_unpruned"],
+        "pruning lost no row: {d}"
+    );
 
     let (catalog, warehouse) = (
         dir.path().join("catalog.sqlite"),

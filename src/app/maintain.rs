@@ -154,6 +154,7 @@ async fn maintain_channel(
             .map_err(|e| unavailable(format!("commit round: {e}")))?;
         let mut tasks: Vec<&'static str> = Vec::new();
         let mut snapshots: Vec<String> = Vec::new();
+        let mut failures: Vec<String> = Vec::new();
         for _ in 0..MAX_LOOKS {
             let report = target
                 .maintain_once(lease.lease_counter)
@@ -167,7 +168,10 @@ async fn maintain_channel(
                 )
             }));
             if report.compaction_started {
-                target.maintainer().wait_for_compaction().await;
+                if let Some(e) = target.maintainer().wait_for_compaction().await {
+                    failures.push(format!("compaction failed: {e}"));
+                    break;
+                }
                 continue;
             }
             if report.snapshot_id.is_none() {
@@ -180,6 +184,14 @@ async fn maintain_channel(
             .map_err(|e| unavailable(format!("orphan sweep: {e}")))?;
         target.maintainer().wait_for_sweep().await;
         target.wait_for_cleanup().await;
+        if !failures.is_empty() {
+            // Not "nothing to do": the work is still there, and the operator must know.
+            return Err(unavailable(format!(
+                "committed {} pending batches; maintenance: {}",
+                round.committed,
+                failures.join("; ")
+            )));
+        }
         tasks.dedup();
         Ok::<_, AppError>(format!(
             "committed {} pending batches; maintenance: {}{}; orphan sweep: {}",

@@ -424,12 +424,12 @@ pub fn describe_text(d: &ChannelDescription) -> String {
         row(
             "table_health",
             format!(
-                "{} snapshots, {} manifests, {} data files ({}), {} closed hours to compact, {} metadata files logged",
+                "{} snapshots, {} manifests, {} data files ({}), {} closed partitions to compact, {} metadata files logged",
                 h.snapshots,
                 h.manifests,
                 h.data_files,
                 bytesize::ByteSize::b(h.data_bytes),
-                h.hours_to_compact,
+                h.partitions_to_compact,
                 h.metadata_log
             ),
         );

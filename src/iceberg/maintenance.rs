@@ -265,15 +265,14 @@ pub struct TableHealth {
     pub data_bytes: u64,
     /// Closed partitions (ended at least `compaction_delay` ago, or quiet that long for a spec
     /// without a time transform) with small files of two writes or more: work for compaction.
-    /// (Named for the hour partitions it counted first.)
-    pub hours_to_compact: usize,
+    pub partitions_to_compact: usize,
     /// Metadata files in the metadata log.
     pub metadata_log: usize,
     /// When floe's last maintenance snapshot was committed (RFC 3339) and its tasks.
     pub last_maintenance: Option<String>,
 }
 
-/// The health of `table` at `now_ms`, small files judged against `target` bytes and closed hours
+/// The health of `table` at `now_ms`, small files judged against `target` bytes and closed partitions
 /// by `delay_ms` (reads the current snapshot's manifests).
 ///
 /// Errors: a manifest list or manifest cannot be read.
@@ -286,7 +285,7 @@ pub async fn table_health(
     let current = CurrentFiles::load(table).await?;
     // plan_compaction stops at one task's budget; count every closed partition it would take.
     let small_below = target / SMALL_SHARE.1 * SMALL_SHARE.0;
-    let hours_to_compact = files_by_partition(&current)
+    let partitions_to_compact = files_by_partition(&current)
         .iter()
         .filter(|(g, files)| {
             let small: Vec<_> = files
@@ -314,7 +313,7 @@ pub async fn table_health(
         manifests: current.manifests.len(),
         data_files: current.live().count(),
         data_bytes: current.live().map(|e| e.file_size_in_bytes()).sum(),
-        hours_to_compact,
+        partitions_to_compact,
         metadata_log: md.metadata_log().len(),
         last_maintenance,
     })
@@ -913,7 +912,7 @@ impl Maintainer {
                         files_removed = step.remove.len(),
                         files_added = step.add.len(),
                         rows_compacted = compacted.as_ref().filter(|_| with_compaction).map_or(0, |c| c.rows),
-                        hours_expired = if step.tasks.contains(&"record-expiry") { expired.len() } else { 0 },
+                        partitions_expired = if step.tasks.contains(&"record-expiry") { expired.len() } else { 0 },
                         manifests_before,
                         manifests_after = done.manifests,
                         took_ms = started.elapsed().as_millis() as u64,
@@ -1034,18 +1033,24 @@ impl Maintainer {
         });
     }
 
-    /// Waits for a running compaction task to finish (for tests and `floe maintain`).
-    pub async fn wait_for_compaction(&self) {
+    /// Waits for a running compaction task to finish (for tests and `floe maintain`); returns
+    /// why it failed, if it did (its partitions are planned again at the next look).
+    pub async fn wait_for_compaction(&self) -> Option<String> {
         let job = self.state.lock().await.job.take();
-        if let Some(job) = job {
-            let outcome = job.await;
-            let mut st = self.state.lock().await;
-            st.ready = self.finished(&mut st, outcome);
-        }
+        let job = job?;
+        let outcome = job.await;
+        let failure = match &outcome {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(format!("the task ended abnormally: {e}")),
+        };
+        let mut st = self.state.lock().await;
+        st.ready = self.finished(&mut st, outcome);
+        failure
     }
 
-    /// The outcome of a compaction task: its files, or `None` (counted and logged; its hours
-    /// are planned again at the next look).
+    /// The outcome of a compaction task: its files, or `None` (counted and logged; its
+    /// partitions are planned again at the next look).
     fn finished(
         &self,
         st: &mut State,
@@ -1060,7 +1065,7 @@ impl Maintainer {
             Err(e) => format!("the task ended abnormally: {e}"),
         };
         telemetry::record_maintenance_run(&self.channel, "compaction", "failed");
-        tracing::warn!(channel = %self.channel, error = %e, "compaction failed; its hours are planned again at the next look");
+        tracing::warn!(channel = %self.channel, error = %e, "compaction failed; its partitions are planned again at the next look");
         None
     }
 
