@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{bad_kind, log_of, Broker, Worker, BASE_MS, SEED};
 use floe::dlq::{Dlq, LocalDlq};
+use floe::lease::{LeaseKey, LeaseStore as _};
 use floe::tools::sample_events::{bad_event, event_json};
 use iceberg::{NamespaceIdent, TableIdent};
 
@@ -183,6 +184,26 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
         produce(&bs, i, ns);
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // w1 is the committer of some tables (each table's committer lease is its own): those
+    // committers die with it, mid-run.
+    let store = floe::lease::sql::SqlLeaseStore::open_sqlite(dir.join("leases.sqlite"))
+        .await
+        .unwrap();
+    let mut w1_commits = Vec::new();
+    for i in 0..AT_START {
+        let member = floe::config::member_name("r", &table(i));
+        let leases = store.list_leases(&member).await.unwrap();
+        if leases
+            .iter()
+            .any(|l| l.key == LeaseKey::Committer && l.owner.as_deref() == Some("w1"))
+        {
+            w1_commits.push(table(i));
+        }
+    }
+    assert!(
+        !w1_commits.is_empty(),
+        "w1 commits some of the tables it is killed with"
+    );
     w1.signal("KILL");
     drop(w1);
     let w3 = Worker::start_with(dir, "w3", &config(dir, &bs, "w3", &metrics[2]));
@@ -262,6 +283,7 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
         report.insert(table(i), (ids.len(), t["commits"].as_u64().unwrap()));
     }
     let commits: u64 = report.values().map(|(_, c)| c).sum();
+    eprintln!("routing: w1 was the committer of {w1_commits:?} when SIGKILLed");
     eprintln!(
         "routing: {all} tables in {elapsed:.0} s; rows and commits per table: {report:?}; {commits} commits in all; catalog calls (table loads + commits) of the two surviving workers: {calls} ({:.2}/s)",
         calls / elapsed
