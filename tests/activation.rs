@@ -205,3 +205,36 @@ async fn a_source_the_worker_refuses_is_refused_before_the_channel_is_activated(
         );
     }
 }
+
+/// A table whose partition spec or sort order is not the channel's (the configuration changed
+/// after the table was made) is refused naming the key that differs, not `destination.table`.
+#[tokio::test]
+async fn a_table_with_another_partition_spec_or_sort_order_is_refused_naming_that_key() {
+    for (changed, key, reason) in [
+        (
+            "partition = [\"day(event_time)\"]",
+            "channel[0].destination.partition",
+            "its partition spec is not [day(event_time)]",
+        ),
+        (
+            "partition_field = \"event_time\"\nsort = [\"id\"]",
+            "channel[0].destination.sort",
+            "its sort order is not [id",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config_toml(dir.path(), NO_BROKER, "w1", 6);
+        std::fs::write(dir.path().join("floe.toml"), &config).unwrap();
+        let o = run(dir.path(), Entry::Create);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        std::fs::write(
+            dir.path().join("floe.toml"),
+            config.replace("partition_field = \"event_time\"", changed),
+        )
+        .unwrap();
+        let o = run(dir.path(), Entry::Run);
+        assert_eq!(o.status.code(), Some(78), "{key}: {}", stderr(&o));
+        assert!(stderr(&o).contains(key), "{key}: {}", stderr(&o));
+        assert!(stderr(&o).contains(reason), "{key}: {}", stderr(&o));
+    }
+}

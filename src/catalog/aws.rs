@@ -238,6 +238,7 @@ pub async fn check_table_encryption(
             "it is encrypted with {algorithm}{}, not SSE-KMS under the channel's kms_key_arn {key} (S3 Tables cannot re-encrypt a table: use another table, or set kms_key_arn to the table's key)",
             table_key.map(|k| format!(" under {k}")).unwrap_or_default()
         ),
+        key: "table",
     })
 }
 

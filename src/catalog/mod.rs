@@ -29,6 +29,9 @@ pub enum CatalogError {
         channel: String,
         /// Why.
         reason: String,
+        /// The `[channel.destination]` key the difference is about: `"table"` (another
+        /// owner, the schema), `"partition"` (the partition spec) or `"sort"` (the sort order).
+        key: &'static str,
     },
     /// The catalog must not or cannot be used as configured (the warehouse bucket is owned by
     /// another account, SigV4 without a region): fix the configuration; no retry helps.

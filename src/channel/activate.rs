@@ -457,11 +457,11 @@ pub async fn ensure_channel_table(
     }
     let table = match ensure_table(catalog, &spec, schema).await {
         Ok(table) => table,
-        Err(e @ CatalogError::Incompatible { .. }) if at_activation => {
+        Err(e @ CatalogError::Incompatible { key, .. }) if at_activation => {
             return Err(fail(
                 store,
                 state,
-                table_path,
+                format!("channel[{index}].destination.{key}"),
                 e.to_string(),
                 "point it at another table",
             )
@@ -469,9 +469,9 @@ pub async fn ensure_channel_table(
         }
         // The table recorded at activation no longer fits this worker's configuration (a
         // schema edited on one machine): only this worker stops.
-        Err(e @ CatalogError::Incompatible { .. }) => {
+        Err(e @ CatalogError::Incompatible { key, .. }) => {
             return Err(ActivateError::Refused {
-                path: table_path,
+                path: format!("channel[{index}].destination.{key}"),
                 message: e.to_string(),
             })
         }

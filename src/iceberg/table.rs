@@ -134,11 +134,13 @@ pub fn check_same_table(ident: &TableIdent, was: &uuid::Uuid, table: &Table) -> 
 /// differs from the channel's (docs/design.md "Iceberg table"; a table with a schema history
 /// evolved under `evolution = "compatible"` only has to take the channel's version).
 fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result<(), CatalogError> {
-    let incompatible = |reason: String| CatalogError::Incompatible {
+    let incompatible_at = |key: &'static str, reason: String| CatalogError::Incompatible {
         table: spec.ident.to_string(),
         channel: spec.channel.clone(),
         reason,
+        key,
     };
+    let incompatible = |reason: String| incompatible_at("table", reason);
     let md = table.metadata();
     match md.properties().get(PROP_CHANNEL) {
         Some(owner) if *owner == spec.channel => {}
@@ -166,10 +168,10 @@ fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result
         });
     if !ok {
         let want: Vec<String> = terms.iter().map(|t| t.to_string()).collect();
-        return Err(incompatible(format!(
-            "its partition spec is not [{}]",
-            want.join(", ")
-        )));
+        return Err(incompatible_at(
+            "partition",
+            format!("its partition spec is not [{}]", want.join(", ")),
+        ));
     }
     let order = md.default_sort_order();
     let sorted_as_configured = order.fields.len() == spec.sort.len()
@@ -183,10 +185,10 @@ fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result
         });
     if !sorted_as_configured {
         let want: Vec<String> = spec.sort.iter().map(|t| t.to_string()).collect();
-        return Err(incompatible(format!(
-            "its sort order is not [{}]",
-            want.join(", ")
-        )));
+        return Err(incompatible_at(
+            "sort",
+            format!("its sort order is not [{}]", want.join(", ")),
+        ));
     }
     // A table evolved by `evolution = "compatible"` (it has a schema history) takes the
     // channel's version when its records convert into the table's schema: the table may have
