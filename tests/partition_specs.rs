@@ -143,3 +143,27 @@ async fn a_sorted_table_writes_every_file_in_its_sort_order() {
     assert_eq!(p["file_sort_order_ids"], json!([1]), "{p}");
     assert_eq!(p["files_without_sort_order_id"], 0, "{p}");
 }
+
+/// The two time transforms the other tests leave out, each beside another term: `year` with
+/// `identity`, `hour` with `bucket` of a string.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn year_and_hour_beside_other_terms_write_the_values_pyiceberg_computes() {
+    let p = deliver_with_spec(r#"["year(event_time)", "identity(source)"]"#).await;
+    assert_eq!(
+        p["spec"],
+        json!([
+            {"source": "event_time", "transform": "year", "name": "event_time_year"},
+            {"source": "source", "transform": "identity", "name": "source"},
+        ])
+    );
+    let p = deliver_with_spec(r#"["hour(event_time)", "bucket(3, source)"]"#).await;
+    assert_eq!(
+        p["spec"],
+        json!([
+            {"source": "event_time", "transform": "hour", "name": "event_time_hour"},
+            {"source": "source", "transform": "bucket[3]", "name": "source_bucket"},
+        ])
+    );
+    // 72 hours × up to 3 buckets.
+    assert!(p["tuples"].as_u64().unwrap() > 72, "{p}");
+}
