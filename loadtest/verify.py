@@ -2,7 +2,7 @@
 """Reconcile an Iceberg table and a DLQ against floe-loadgen manifests, by id.
 
 Reads the table with PyIceberg (floe's SQLite catalog; local or s3:// warehouse) — only the data
-files the current snapshot references, each with its hour partition value — and the published
+files the current snapshot references, each with its partition tuple — and the published
 DLQ entries (local directory or S3 prefix), then checks:
 
   manifest      every manifest is complete and the sink acknowledged every record
@@ -12,22 +12,24 @@ DLQ entries (local directory or S3 prefix), then checks:
   bad in table  no record meant for the DLQ is in the table
   good in DLQ   no valid record is in the DLQ
   DLQ <CODE>    the DLQ holds exactly the ids expected under each error code
-  hour          every row's hour(event_time) equals its data file's partition value
+  partition     every row's partition values (PyIceberg's transforms of its source values, any
+                spec) equal its data file's partition tuple
   deletes       the snapshot has no delete files (floe only appends)
 
 Usage:
   verify.py --manifest M.jsonl [--manifest ...] --catalog CATALOG.sqlite --warehouse DIR|s3://B/P
             --table NS.TABLE --dlq DIR|s3://BUCKET/PREFIX --channel NAME
-            [--s3-endpoint URL] [--catalog-name floe] [--partition-field event_time]
+            [--s3-endpoint URL] [--catalog-name floe]
             [--wait-seconds N]   (first wait until rows + DLQ entries reach the produced count)
             [--json FILE]        (also write the figures as JSON)
 
 Prints one line per check (`PASS name: detail` / `FAIL name: detail`), a figures line
-`records R, delivered D, dead-lettered Q, missing M, duplicated U, wrong-hour H`, and last
+`records R, delivered D, dead-lettered Q, missing M, duplicated U, wrong-partition P`, and last
 `N passed, N failed`. Exit status 0 only when every check passes.
 """
 import argparse
 import collections
+import datetime
 import json
 import os
 import sys
@@ -40,7 +42,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "py"))
 from read_table import open_catalog  # noqa: E402  (the integration tests' PyIceberg reader)
 
-HOUR_US = 3_600_000_000
+EPOCH = datetime.date(1970, 1, 1)
 
 
 def load_manifests(paths):
@@ -122,29 +124,48 @@ def table_rows(a):
     return int(snap.summary.additional_properties.get("total-records", 0))
 
 
+def internal(value):
+    """A partition value as Iceberg stores it (a date as days since the epoch)."""
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return (value - EPOCH).days
+    return value
+
+
 def read_table(a):
-    """(ids: list, wrong_hour: [(id, hour, partition)], delete_files: int, data_files: int)."""
+    """(ids: list, wrong: [(id, field, expected, recorded)], delete_files: int, data_files: int).
+
+    Every row's partition tuple, computed with PyIceberg's own transforms of its source values
+    (any spec: identity, year, month, day, hour, bucket, truncate, void), against the tuple its
+    data file's manifest entry records."""
     t = open_table(a)
     ids, wrong, deletes, files = [], [], 0, 0
     if t.current_snapshot() is None:
         return ids, wrong, deletes, files
-    spec = t.spec()
-    pos = [i for i, f in enumerate(spec.fields) if str(f.transform) == "hour"]
+    schema = t.schema()
+    terms = []
+    for pf in t.spec().fields:
+        field = schema.find_field(pf.source_id)
+        terms.append((field.name, pf.name, pf.transform.transform(field.field_type)))
+    sources = sorted({source for source, _, _ in terms} | {"id"})
     for task in t.scan().plan_files():
         files += 1
         deletes += len(task.delete_files)
         with t.io.new_input(task.file.file_path).open() as f:
-            data = pq.read_table(f, columns=["id", a.partition_field])
+            data = pq.read_table(f, columns=sources)
         file_ids = data.column("id").to_pylist()
         ids += file_ids
-        if not pos:
-            continue
-        part = task.file.partition[pos[0]]
-        ts = data.column(a.partition_field)
-        micros = pc.cast(pc.cast(ts, pa.timestamp("us", tz="UTC")), pa.int64()).to_pylist()
-        for i, us in zip(file_ids, micros):
-            if us is None or us // HOUR_US != part:
-                wrong.append((i, None if us is None else us // HOUR_US, part))
+        columns = {}
+        for source in sources:
+            col = data.column(source)
+            if pa.types.is_timestamp(col.type):
+                col = pc.cast(pc.cast(col, pa.timestamp("us", tz="UTC")), pa.int64())
+            columns[source] = col.to_pylist()
+        for k, (source, name, fn) in enumerate(terms):
+            recorded = internal(task.file.partition[k])
+            for i, v in zip(file_ids, columns[source]):
+                expected = fn(v)
+                if expected != recorded:
+                    wrong.append((i, name, expected, recorded))
     return ids, wrong, deletes, files
 
 
@@ -157,7 +178,8 @@ def main():
     ap.add_argument("--dlq", required=True)
     ap.add_argument("--channel", required=True)
     ap.add_argument("--catalog-name", default="floe")
-    ap.add_argument("--partition-field", default="event_time")
+    # Accepted for older scripts; the spec's own fields are checked.
+    ap.add_argument("--partition-field", default="event_time", help=argparse.SUPPRESS)
     ap.add_argument("--s3-endpoint", default=os.environ.get("FLOE_TEST_AWS_ENDPOINT", ""))
     ap.add_argument("--wait-seconds", type=float, default=0)
     ap.add_argument("--json", default="")
@@ -178,7 +200,7 @@ def main():
                 break
             time.sleep(2)
 
-    ids, wrong_hour, delete_files, data_files = read_table(a)
+    ids, wrong_partition, delete_files, data_files = read_table(a)
     entries = read_dlq(a.dlq, a.channel, a.s3_endpoint)
 
     seen = collections.Counter(ids)
@@ -225,7 +247,7 @@ def main():
         if want != got:
             detail += f"; missing {sample(want - got)}, extra {sample(got - want)}"
         check(f"DLQ {code}", ok, detail)
-    check("hour", not wrong_hour, f"{len(wrong_hour)} rows in the wrong hour partition" + (f" (e.g. {wrong_hour[:5]})" if wrong_hour else f" of {len(ids)} in {data_files} data files"))
+    check("partition", not wrong_partition, f"{len(wrong_partition)} partition values that are not the transform of their row" + (f" (e.g. {wrong_partition[:5]})" if wrong_partition else f" of {len(ids)} rows in {data_files} data files"))
     check("deletes", delete_files == 0, f"{delete_files} delete files")
 
     for name, ok, detail in checks:
@@ -236,14 +258,14 @@ def main():
         "dead_lettered": len(entries),
         "missing": len(missing),
         "duplicated": len(duplicated),
-        "wrong_hour": len(wrong_hour),
+        "wrong_partition": len(wrong_partition),
         "data_files": data_files,
         "passed": sum(ok for _, ok, _ in checks),
         "failed": sum(not ok for _, ok, _ in checks),
     }
     print(
         f"records {records}, delivered {len(ids)}, dead-lettered {len(entries)}, "
-        f"missing {len(missing)}, duplicated {len(duplicated)}, wrong-hour {len(wrong_hour)}"
+        f"missing {len(missing)}, duplicated {len(duplicated)}, wrong-partition {len(wrong_partition)}"
     )
     print(f"{figures['passed']} passed, {figures['failed']} failed")
     if a.json:

@@ -41,7 +41,7 @@ fn assert_chaos_passed(stdout: &str) {
         .find(|l| l.starts_with("chaos: ") && l.contains(" faults "))
         .unwrap_or_else(|| panic!("no summary line:\n{stdout}"));
     assert!(
-        summary.contains("missing 0, duplicated 0, wrong-hour 0"),
+        summary.contains("missing 0, duplicated 0, wrong-partition 0"),
         "{summary}\n{stdout}"
     );
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
