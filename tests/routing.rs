@@ -95,7 +95,7 @@ name = "r"
 
 /// The DLQ of topic `i`'s table: its member channel's (`r.<table>`).
 fn dlq_of(dir: &Path, i: u64) -> LocalDlq {
-    LocalDlq::new(dir.join("dlq"), &floe::config::member_name("r", &table(i)))
+    LocalDlq::new(dir.join("dlq"), &floe::config::member_name("r", &topic(i)))
 }
 
 /// Rows and published DLQ entries of topic `i`'s table, (0, 0) before it exists.
@@ -191,7 +191,7 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
         .unwrap();
     let mut w1_commits = Vec::new();
     for i in 0..AT_START {
-        let member = floe::config::member_name("r", &table(i));
+        let member = floe::config::member_name("r", &topic(i));
         let leases = store.list_leases(&member).await.unwrap();
         if leases
             .iter()
@@ -261,7 +261,7 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
         );
         assert_eq!(
             t["owner"].as_str(),
-            Some(floe::config::member_name("r", &table(i)).as_str())
+            Some(floe::config::member_name("r", &topic(i)).as_str())
         );
         let mut dead: Vec<u64> = dlq_of(dir, i)
             .read_published()
@@ -322,8 +322,8 @@ async fn the_control_plane_acts_on_every_table_of_a_table_per_topic_channel() {
     assert!(ok, "{out}");
     for line in [
         "channel r: ACTIVE",
-        "channel r.ev_a: ACTIVE",
-        "channel r.ev_b: ACTIVE",
+        "channel r.ev.a: ACTIVE",
+        "channel r.ev.b: ACTIVE",
     ] {
         assert!(out.contains(line), "create prints {line:?}: {out}");
     }
@@ -349,12 +349,12 @@ async fn the_control_plane_acts_on_every_table_of_a_table_per_topic_channel() {
     let (ok, out) = channel_cli(dir, &["describe", "r"]);
     assert!(ok, "{out}");
     assert!(
-        out.contains("channel r.ev_a") && out.contains("channel r.ev_b"),
+        out.contains("channel r.ev.a") && out.contains("channel r.ev.b"),
         "{out}"
     );
-    let (ok, out) = channel_cli(dir, &["describe", "r.ev_b"]);
+    let (ok, out) = channel_cli(dir, &["describe", "r.ev.b"]);
     assert!(
-        ok && out.contains("routed.ev_b") && !out.contains("r.ev_a"),
+        ok && out.contains("routed.ev_b") && !out.contains("r.ev.a"),
         "{out}"
     );
 
@@ -362,8 +362,8 @@ async fn the_control_plane_acts_on_every_table_of_a_table_per_topic_channel() {
     assert!(ok, "{out}");
     for line in [
         "channel r: DELETING",
-        "channel r.ev_a: DELETING",
-        "channel r.ev_b: DELETING",
+        "channel r.ev.a: DELETING",
+        "channel r.ev.b: DELETING",
     ] {
         assert!(out.contains(line), "delete prints {line:?}: {out}");
     }
@@ -410,7 +410,7 @@ async fn a_dropped_table_suspends_its_topic_alone() {
     let store = floe::lease::sql::SqlLeaseStore::open_sqlite(dir.join("leases.sqlite"))
         .await
         .unwrap();
-    let member = floe::config::member_name("r", &table(1));
+    let member = floe::config::member_name("r", &topic(1));
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let others = counts(dir, 0).await.0 + counts(dir, 0).await.1 >= 40
@@ -438,4 +438,105 @@ async fn a_dropped_table_suspends_its_topic_alone() {
         );
     }
     assert_eq!(w.terminate().code(), Some(0), "{}", log_of(dir, "w"));
+}
+
+/// Two topics whose names map to one table (`ev.x`, `ev_x`): whichever order the workers saw
+/// them in, the table holds the records of the topic that created it, exactly once, and the
+/// other topic is not read — refused by name by a worker that lists both, and by the table's
+/// ownership for a worker that met the other topic first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_topics_with_one_table_name_never_share_the_table() {
+    use floe::lease::BatchStore as _;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let broker = Broker::start_topics(&["ev_x"], 1);
+    let bs = broker.bootstrap.clone();
+    let toml = |id: &str| config(dir, &bs, id, "off").replace(r#""ev\\..*""#, r#""ev[._]x""#);
+    let owner_ids = |n: std::ops::Range<u64>| n.map(|n| 500_000 + n);
+    let other_ids = |n: std::ops::Range<u64>| n.map(|n| 600_000 + n);
+    let produce_to = |topic: &str, ids: Vec<u64>| {
+        let (from, to) = (ids[0], ids[ids.len() - 1] + 1);
+        common::produce_payloads_to(&bs, topic, from..to, |id| {
+            event_json(id, SEED, BASE_MS, 3).into_bytes()
+        });
+    };
+    produce_to("ev_x", owner_ids(0..30).collect());
+    // Worker a meets ev_x alone: its member creates table ev_x.
+    let a = Worker::start_with(dir, "a", &toml("a"));
+    let ident = TableIdent::new(NamespaceIdent::new("routed".into()), "ev_x".into());
+    let rows = |dir: &Path| {
+        let ident = ident.clone();
+        let dir = dir.to_path_buf();
+        async move {
+            let Ok(catalog) = floe::catalog::open_sql_catalog(
+                &dir.join("catalog.sqlite"),
+                &dir.join("warehouse"),
+                "floe",
+            )
+            .await
+            else {
+                return 0;
+            };
+            let dlq: Dlq = LocalDlq::new(dir.join("dlq"), "unused").into();
+            floe::tools::quickstart::counts(catalog.as_ref(), &ident, &dlq)
+                .await
+                .0
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rows(dir).await < 30 {
+        assert!(Instant::now() < deadline, "{}", log_of(dir, "a"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Then ev.x appears, and worker b starts, listing both (ev.x sorts first).
+    produce_to("ev.x", other_ids(0..30).collect());
+    produce_to("ev_x", owner_ids(30..60).collect());
+    let b = Worker::start_with(dir, "b", &toml("b"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rows(dir).await < 60 {
+        assert!(Instant::now() < deadline, "{}", log_of(dir, "a"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Both workers listed both topics since (refresh 5 s).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(b.terminate().code(), Some(0), "{}", log_of(dir, "b"));
+    assert_eq!(a.terminate().code(), Some(0), "{}", log_of(dir, "a"));
+    let catalog = dir.join("catalog.sqlite");
+    let warehouse = dir.join("warehouse");
+    let read = common::run_py_reader(
+        "read_namespace.py",
+        &[
+            catalog.as_os_str(),
+            warehouse.as_os_str(),
+            "routed".as_ref(),
+        ],
+    );
+    let ids: Vec<u64> = read["ev_x"]["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        owner_ids(0..60).collect::<Vec<_>>(),
+        "only ev_x's records, once"
+    );
+    assert_eq!(read["ev_x"]["owner"].as_str(), Some("r.ev_x"));
+    assert!(
+        log_of(dir, "a").contains("topic not read: its table name is the table of another topic"),
+        "{}",
+        log_of(dir, "a")
+    );
+    let store = floe::lease::sql::SqlLeaseStore::open_sqlite(dir.join("leases.sqlite"))
+        .await
+        .unwrap();
+    let other = store.get_channel_state("r.ev.x").await.unwrap();
+    assert!(
+        other.is_none()
+            || other
+                .as_ref()
+                .is_some_and(|s| s.state == floe::lease::ChannelStatus::Failed),
+        "ev.x's member never became the table's writer: {other:?}"
+    );
 }

@@ -9,7 +9,7 @@
 //!
 //! ```text
 //!   supervisor ── every topic_refresh_interval: list the topics the channel selects
-//!       │  new topic   -> member `<channel>.<table>`: activation at the channel's time, table, tasks
+//!       │  new topic   -> member `<channel>.<topic>`: activation at the channel's time, table, tasks
 //!       │  topic gone  -> stop its member (drain, release leases); table and checkpoints kept
 //!       │  past max_tables, or a table name another topic has -> not read (logged, counted)
 //!       └─ the channel no longer ACTIVE (floe channel delete) -> stop starting members

@@ -154,18 +154,18 @@ impl ChannelConfig {
     }
 
     /// The member channel of `topic` in a channel with `table = "{topic}"`: named
-    /// `<channel>.<table>` (a name no configured channel can have, `.` being outside channel
-    /// names), reading `topic` alone, into table [`table_of_topic`]`(topic)` of the channel's
-    /// namespace, with `{topic}` of a registry `subject` replaced by the topic. Each member is a
-    /// channel of its own in the lease store: its leases, committer lease and epoch, state and
-    /// checkpoints (in its table). A channel that is not per topic is returned unchanged.
+    /// `<channel>.<topic>` ([`member_name`]), reading `topic` alone, into table
+    /// [`table_of_topic`]`(topic)` of the channel's namespace, with `{topic}` of a registry
+    /// `subject` replaced by the topic. Each member is a channel of its own in the lease store:
+    /// its leases, committer lease and epoch, state and checkpoints (in its table). A channel
+    /// that is not per topic is returned unchanged.
     pub fn member(&self, topic: &str) -> ChannelConfig {
         if !self.is_table_per_topic() {
             return self.clone();
         }
         let table = table_of_topic(topic);
         let mut member = self.clone();
-        member.name = member_name(&self.name, &table);
+        member.name = member_name(&self.name, topic);
         if let SourceConfig::Kafka(k) = &mut member.source {
             k.topics = TopicSelection::One(topic.to_string());
         }
@@ -179,10 +179,13 @@ impl ChannelConfig {
     }
 }
 
-/// The name of the member channel of `table` in channel `channel` (`table = "{topic}"`):
-/// `<channel>.<table>`.
-pub fn member_name(channel: &str, table: &str) -> String {
-    format!("{channel}.{table}")
+/// The name of the member channel of `topic` in channel `channel` (`table = "{topic}"`):
+/// `<channel>.<topic>`, the topic as Kafka names it. A name no configured channel can have (`.`
+/// and capitals are outside channel names), and one per topic even when two topics map to one
+/// table name (`a.b`, `a_b`): the two members are then two channels, and the table's ownership
+/// (`floe.channel`) lets only the first write it, whichever worker saw which topic first.
+pub fn member_name(channel: &str, topic: &str) -> String {
+    format!("{channel}.{topic}")
 }
 
 /// `[channel.source]` (`kind`), see [`file::SourceSection`].

@@ -2237,7 +2237,7 @@ fn a_table_per_topic_runs_a_member_channel_per_topic() {
     assert!(channel.is_table_per_topic());
     assert_eq!(iceberg(&c).max_tables, 20);
     let m = channel.member("Orders.EU-1");
-    assert_eq!(m.name, "events.orders_eu_1");
+    assert_eq!(m.name, "events.Orders.EU-1");
     assert_eq!(m.destination.iceberg().unwrap().table, "orders_eu_1");
     let SourceConfig::Kafka(k) = &m.source else {
         panic!("kafka")
