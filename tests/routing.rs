@@ -220,6 +220,26 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
             scrape_sum(m, "floe_catalog_table_loads_total") + scrape_sum(m, "floe_commits_total")
         })
         .sum();
+    let rss_kib = |w: &Worker| {
+        std::fs::read_to_string(format!("/proc/{}/status", w.child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let threads = |w: &Worker| {
+        std::fs::read_dir(format!("/proc/{}/task", w.child.id()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    eprintln!(
+        "routing: worker w2 with {all} tables: RSS {} MiB, {} threads",
+        rss_kib(&w2) / 1024,
+        threads(&w2)
+    );
     assert_eq!(w2.terminate().code(), Some(0));
     assert_eq!(w3.terminate().code(), Some(0));
 
