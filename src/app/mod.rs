@@ -669,6 +669,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         // get leases. A child's keys wait for it after their parent ends, so Kinesis is listed
         // more often.
         let discovery_period = match channel.source {
+            // Topics of a list or pattern come and go: within topic_refresh_interval.
+            SourceConfig::Kafka(ref k) if k.topics.single().is_none() => {
+                Duration::from_secs(30).min(k.topic_refresh_interval)
+            }
             SourceConfig::Kafka(_) => Duration::from_secs(30),
             SourceConfig::Kinesis(_) => Duration::from_secs(10),
         };

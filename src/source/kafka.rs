@@ -73,6 +73,7 @@
 
 mod api;
 pub mod embedded;
+pub mod topics;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -222,8 +223,8 @@ impl KafkaSourceConfig {
 }
 
 /// The source of a Kafka channel: a [`KafkaSource`] for `topic = "..."` (shards `"0"`, `"1"`,
-/// …); for `topics`/`topic_pattern`, a source over several topics (shards
-/// `<topic>:<partition>`).
+/// …); for `topics`/`topic_pattern`, a [`topics::KafkaTopicsSource`] over several topics
+/// (shards `<topic>:<partition>`).
 ///
 /// Errors: [`SourceError`] when librdkafka refuses the client properties.
 pub fn open_channel_source(
@@ -234,12 +235,9 @@ pub fn open_channel_source(
         crate::config::TopicSelection::One(topic) => Ok(Arc::new(KafkaSource::try_new(
             KafkaSourceConfig::from_channel(channel, source, topic),
         )?)),
-        other => Err(SourceError::Fatal {
-            message: format!(
-                "reading several topics ({}) is not built yet",
-                other.describe()
-            ),
-        }),
+        crate::config::TopicSelection::List(_) | crate::config::TopicSelection::Pattern(_) => Ok(
+            Arc::new(topics::KafkaTopicsSource::try_new(channel, source)?),
+        ),
     }
 }
 
@@ -511,21 +509,14 @@ impl KafkaSource {
         T: Send + 'static,
         F: Fn(&FloeConsumer, Duration) -> Result<T, SourceError> + Clone + Send + 'static,
     {
-        let mut backoff = Backoff::new(METADATA_FIRST_BACKOFF, Duration::MAX).with_factor(4);
-        let mut attempt = 1;
-        loop {
-            let client = self.metadata.clone();
-            let timeout = self.config.request_timeout;
-            let op2 = op.clone();
-            match blocking(move || op2(&client, timeout)).await {
-                Err(e) if e.is_retryable() && attempt < METADATA_ATTEMPTS => {
-                    tracing::warn!(topic = %self.config.topic, attempt, error = %e, "kafka {what} failed, retrying");
-                    tokio::time::sleep(backoff.next_delay()).await;
-                    attempt += 1;
-                }
-                r => return r,
-            }
-        }
+        with_retry(
+            &self.metadata,
+            self.config.request_timeout,
+            &self.config.topic,
+            what,
+            op,
+        )
+        .await
     }
 
     /// The first offset of `partition` at or after `timestamp_ms` (see [`check_time_answer`]).
@@ -1091,6 +1082,35 @@ fn partition_of(shard: &ShardId) -> Result<i32, SourceError> {
             shard: shard.clone(),
             message: "shard id is not a kafka partition number".to_string(),
         })
+}
+
+/// Runs a metadata call of `client` on a blocking thread, retrying retryable errors with
+/// backoff ([`METADATA_ATTEMPTS`] attempts); `topics` names what is asked about in the logs.
+async fn with_retry<T, F>(
+    client: &Arc<FloeConsumer>,
+    timeout: Duration,
+    topics: &str,
+    what: &'static str,
+    op: F,
+) -> Result<T, SourceError>
+where
+    T: Send + 'static,
+    F: Fn(&FloeConsumer, Duration) -> Result<T, SourceError> + Clone + Send + 'static,
+{
+    let mut backoff = Backoff::new(METADATA_FIRST_BACKOFF, Duration::MAX).with_factor(4);
+    let mut attempt = 1;
+    loop {
+        let client = client.clone();
+        let op2 = op.clone();
+        match blocking(move || op2(&client, timeout)).await {
+            Err(e) if e.is_retryable() && attempt < METADATA_ATTEMPTS => {
+                tracing::warn!(topic = %topics, attempt, error = %e, "kafka {what} failed, retrying");
+                tokio::time::sleep(backoff.next_delay()).await;
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
 }
 
 async fn blocking<T, F>(f: F) -> Result<T, SourceError>

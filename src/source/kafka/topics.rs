@@ -1,0 +1,444 @@
+//! Several Kafka topics as one [`Source`]: a channel with `topics = [...]` or
+//! `topic_pattern = "..."` delivering into one table (docs/kafka.md, "Several topics").
+//!
+//! ```text
+//!   KafkaTopicsSource ── metadata client (one per channel per worker)
+//!        │                 list_shards / topics: one Metadata request for every topic of the
+//!        │                 cluster, kept when TopicSelection::selects(topic)
+//!        └── per topic, created on first use: KafkaSource (the single-topic source, sharing the
+//!              metadata client) ── its own shared consumer (first open) and probe client
+//!   shard "orders:3" ── split at the last ':' ──► KafkaSource("orders"), shard "3"
+//! ```
+//!
+//! - **Shards are `<topic>:<partition>`** ([`shard_of`], [`topic_partition_of`]): topic names
+//!   cannot hold `:`, so the split is unambiguous; a channel with `topic = "..."` keeps the bare
+//!   partition numbers (`"0"`, `"1"`, …) of [`KafkaSource`].
+//! - **Each topic is read by the single-topic [`KafkaSource`]**, so offsets, checkpoint checks,
+//!   lag and lost positions behave exactly as for one topic. The cost is per topic a worker
+//!   reads: one librdkafka consumer (a thread of its own plus one per broker, connections and
+//!   fetch buffers), and one probe client once a checkpoint of the topic is checked; the
+//!   metadata client is shared by all topics of the channel.
+//! - **A deleted topic** leaves the listing, so its partitions get no new leases. A reader of a
+//!   topic absent from the cluster (opened after the deletion, or whose reads failed with an
+//!   unknown topic confirmed by a listing) reads nothing and fails nothing: the worker goes on
+//!   with the channel's other shards, the table and its checkpoints stay. Every
+//!   `ABSENT_TOPIC_CHECK` it looks for the topic again; if it is back (recreated under the same
+//!   name) a reader that holds a position of the old log refuses it with
+//!   [`SourceError::PositionLost`] (as a recreated topic is refused today), and a reader without
+//!   a checkpoint starts reading it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::OnceCell;
+
+use super::api::{self, FloeConsumer};
+use super::{lock, with_retry, KafkaSource, KafkaSourceConfig, RECREATED_REMEDY};
+use crate::config::TopicSelection;
+use crate::model::{Position, ShardId};
+use crate::source::{
+    InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord, StartAt,
+};
+
+/// How long a listing of the cluster's topics answers "does this topic exist" (open, checkpoint
+/// checks); an absent answer is always confirmed by a fresh listing.
+const LISTING_REUSE: Duration = Duration::from_secs(10);
+
+/// How often the reader of a partition of an absent topic looks for the topic again.
+const ABSENT_TOPIC_CHECK: Duration = Duration::from_secs(10);
+
+/// The shard id of `partition` of `topic` in a channel reading several topics:
+/// `<topic>:<partition>`.
+pub fn shard_of(topic: &str, partition: i32) -> ShardId {
+    ShardId(format!("{topic}:{partition}"))
+}
+
+/// The topic and partition a `<topic>:<partition>` shard id names (split at the last `:`).
+///
+/// Errors: `None` when the id has no `:`, an empty topic, or a partition that is not a
+/// non-negative decimal `i32`.
+pub fn topic_partition_of(shard: &ShardId) -> Option<(&str, i32)> {
+    let (topic, partition) = shard.as_str().rsplit_once(':')?;
+    let partition = ShardId(partition.to_string()).as_kafka_partition()?;
+    (!topic.is_empty()).then_some((topic, partition))
+}
+
+/// The topics of a `topics`/`topic_pattern` channel as one [`Source`]; shards are
+/// `<topic>:<partition>` (see the module docs).
+#[derive(Clone)]
+pub struct KafkaTopicsSource {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    selection: TopicSelection,
+    /// The settings every per-topic source copies (its `topic` set); `topic` here is the
+    /// selection as written, for logs.
+    config: KafkaSourceConfig,
+    metadata: Arc<FloeConsumer>,
+    /// The source of each topic read or checked so far.
+    sources: Mutex<HashMap<String, Arc<KafkaSource>>>,
+    /// The last listing of the selected topics, and when it was made.
+    listing: Mutex<Option<(Instant, Arc<BTreeMap<String, Vec<i32>>>)>>,
+}
+
+impl std::fmt::Debug for KafkaTopicsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaTopicsSource")
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+impl KafkaTopicsSource {
+    /// The source of channel `channel`'s `[channel.source]` (any [`TopicSelection`]; a single
+    /// `topic` is read through [`KafkaSource`] by [`super::open_channel_source`]). No network
+    /// call.
+    ///
+    /// Errors: [`SourceError::Config`] when a client property is refused or invalid.
+    pub fn try_new(
+        channel: &str,
+        source: &crate::config::KafkaSourceConfig,
+    ) -> Result<Self, SourceError> {
+        let config = KafkaSourceConfig::from_channel(channel, source, &source.topics.describe());
+        Self::with_settings(config, source.topics.clone())
+    }
+
+    /// The source of the topics `selection` picks, with `config`'s connection settings (its
+    /// `topic` only names the selection in logs). No network call.
+    ///
+    /// Errors: [`SourceError::Config`] when a client property is refused or invalid.
+    pub fn with_settings(
+        config: KafkaSourceConfig,
+        selection: TopicSelection,
+    ) -> Result<Self, SourceError> {
+        api::check_client_properties(&config)?;
+        let metadata = api::metadata_client(&config)?;
+        Ok(KafkaTopicsSource {
+            inner: Arc::new(Inner {
+                selection,
+                config,
+                metadata: Arc::new(metadata),
+                sources: Mutex::new(HashMap::new()),
+                listing: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The selected topics the cluster has now, by name (one Metadata request for every topic
+    /// of the cluster, retried like the other metadata calls). The per-topic supervision of
+    /// `table = "{topic}"` calls it every `topic_refresh_interval`.
+    ///
+    /// Errors: retryable errors of the request after its retries; other client errors.
+    pub async fn topics(&self) -> Result<Vec<String>, SourceError> {
+        Ok(self.inner.list().await?.keys().cloned().collect())
+    }
+
+    /// Records left to read on a shard after its `checkpoint` ([`KafkaSource::lag_after`] of
+    /// the shard's topic).
+    ///
+    /// Errors: as [`KafkaSource::lag_after`]; [`SourceError::InvalidPosition`] for a shard id
+    /// that is not `<topic>:<partition>`.
+    pub async fn lag_after(&self, shard: &ShardId, checkpoint: i64) -> Result<u64, SourceError> {
+        let (source, partition) = self.inner.split(shard)?;
+        source
+            .lag_after(&partition, checkpoint)
+            .await
+            .map_err(|e| renamed(e, shard))
+    }
+}
+
+impl Inner {
+    /// Lists the selected topics now and keeps the listing.
+    async fn list(&self) -> Result<Arc<BTreeMap<String, Vec<i32>>>, SourceError> {
+        let all = with_retry(
+            &self.metadata,
+            self.config.request_timeout,
+            &self.config.topic,
+            "fetch metadata",
+            api::topics,
+        )
+        .await?;
+        let selected: BTreeMap<String, Vec<i32>> = all
+            .into_iter()
+            .filter(|(topic, _)| self.selection.selects(topic))
+            .collect();
+        let selected = Arc::new(selected);
+        *lock(&self.listing) = Some((Instant::now(), selected.clone()));
+        // Sources of topics gone from the cluster are dropped (their readers keep what they use).
+        lock(&self.sources).retain(|topic, _| selected.contains_key(topic));
+        Ok(selected)
+    }
+
+    /// Whether `topic` is in the cluster: from a listing younger than [`LISTING_REUSE`] when it
+    /// names the topic, else from a fresh listing.
+    async fn present(&self, topic: &str) -> Result<bool, SourceError> {
+        let recent = lock(&self.listing)
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < LISTING_REUSE)
+            .is_some_and(|(_, listed)| listed.contains_key(topic));
+        if recent {
+            return Ok(true);
+        }
+        Ok(self.list().await?.contains_key(topic))
+    }
+
+    /// The source of `shard`'s topic (created on first use) and the partition's shard id in it.
+    fn split(&self, shard: &ShardId) -> Result<(Arc<KafkaSource>, ShardId), SourceError> {
+        let (topic, partition) =
+            topic_partition_of(shard).ok_or_else(|| SourceError::InvalidPosition {
+                shard: shard.clone(),
+                message: "shard id is not <topic>:<partition>".to_string(),
+            })?;
+        let source = lock(&self.sources)
+            .entry(topic.to_string())
+            .or_insert_with(|| {
+                let mut config = self.config.clone();
+                config.topic = topic.to_string();
+                Arc::new(KafkaSource {
+                    config: Arc::new(config),
+                    metadata: self.metadata.clone(),
+                    shared: OnceCell::new(),
+                    probe: Arc::default(),
+                })
+            })
+            .clone();
+        Ok((source, ShardId::kafka_partition(partition)))
+    }
+}
+
+/// `e` of a per-topic source, naming the channel's shard id (`<topic>:<partition>`) instead of
+/// the bare partition number.
+fn renamed(e: SourceError, shard: &ShardId) -> SourceError {
+    match e {
+        SourceError::PositionLost { message, .. } => SourceError::PositionLost {
+            shard: shard.clone(),
+            message,
+        },
+        SourceError::InvalidPosition { message, .. } => SourceError::InvalidPosition {
+            shard: shard.clone(),
+            message,
+        },
+        e => e,
+    }
+}
+
+#[async_trait]
+impl Source for KafkaTopicsSource {
+    async fn list_shards(&self) -> Result<Vec<ShardInfo>, SourceError> {
+        let listed = self.inner.list().await?;
+        Ok(listed
+            .iter()
+            .flat_map(|(topic, partitions)| {
+                partitions.iter().map(|p| ShardInfo {
+                    id: shard_of(topic, *p),
+                    parents: Vec::new(),
+                })
+            })
+            .collect())
+    }
+
+    /// As [`KafkaSource`]'s; for a topic absent from the cluster, the start unresolved
+    /// (resolved by the reader if the topic comes back).
+    async fn start_position(
+        &self,
+        shard: &ShardId,
+        initial: &InitialPosition,
+    ) -> Result<StartAt, SourceError> {
+        let (source, partition) = self.inner.split(shard)?;
+        if !self.inner.present(source.topic()).await? {
+            return Ok(match initial {
+                InitialPosition::Earliest => StartAt::Earliest,
+                InitialPosition::Latest => StartAt::Latest,
+                InitialPosition::AtTimestamp(t) => StartAt::AtTimestamp(*t),
+            });
+        }
+        source
+            .start_position(&partition, initial)
+            .await
+            .map_err(|e| renamed(e, shard))
+    }
+
+    /// As [`KafkaSource`]'s; a checkpoint of a topic absent from the cluster passes here and is
+    /// refused by the reader should the topic come back (module docs).
+    async fn check_checkpoint(
+        &self,
+        shard: &ShardId,
+        checkpoint: &Position,
+        committed_by_ms: i64,
+    ) -> Result<(), SourceError> {
+        let (source, partition) = self.inner.split(shard)?;
+        if !self.inner.present(source.topic()).await? {
+            return Ok(());
+        }
+        source
+            .check_checkpoint(&partition, checkpoint, committed_by_ms)
+            .await
+            .map_err(|e| renamed(e, shard))
+    }
+
+    async fn open(
+        &self,
+        shard: &ShardId,
+        start: StartAt,
+    ) -> Result<Box<dyn ShardReader>, SourceError> {
+        let (source, partition) = self.inner.split(shard)?;
+        let mut reader = TopicShardReader {
+            inner: self.inner.clone(),
+            shard: shard.clone(),
+            source,
+            partition,
+            resume: start,
+            state: ReaderState::Absent {
+                checked_at: Instant::now(),
+            },
+        };
+        if self.inner.present(reader.source.topic()).await? {
+            reader.open_inner().await?;
+        } else {
+            reader.absent("not in the cluster when the reader opened");
+        }
+        Ok(Box::new(reader))
+    }
+}
+
+/// Reads one partition of one topic through the topic's [`KafkaSource`], naming records and
+/// errors with the channel's shard id; idle while the topic is absent (module docs).
+struct TopicShardReader {
+    inner: Arc<Inner>,
+    shard: ShardId,
+    source: Arc<KafkaSource>,
+    /// The partition's shard id in the topic's source.
+    partition: ShardId,
+    /// Where reading starts again: the start until a record is returned, then after the last
+    /// record returned.
+    resume: StartAt,
+    state: ReaderState,
+}
+
+enum ReaderState {
+    Reading(Box<dyn ShardReader>),
+    /// The topic is absent from the cluster; last looked for at `checked_at`.
+    Absent {
+        checked_at: Instant,
+    },
+}
+
+impl TopicShardReader {
+    /// Opens the topic's reader at `resume`; a topic deleted meanwhile leaves the reader absent.
+    async fn open_inner(&mut self) -> Result<(), SourceError> {
+        match self.source.open(&self.partition, self.resume.clone()).await {
+            Ok(reader) => {
+                self.state = ReaderState::Reading(reader);
+                Ok(())
+            }
+            Err(SourceError::NotFound { what }) if !self.inner.present(self.topic()).await? => {
+                self.absent(&what);
+                Ok(())
+            }
+            Err(e) => Err(renamed(e, &self.shard)),
+        }
+    }
+
+    fn topic(&self) -> &str {
+        self.source.topic()
+    }
+
+    fn absent(&mut self, why: &str) {
+        tracing::warn!(channel = %self.inner.config.channel, shard = %self.shard, topic = %self.topic(), reason = %why, "topic deleted: its shard is not read (its table and checkpoints are kept); looking for the topic every {}s", ABSENT_TOPIC_CHECK.as_secs());
+        self.state = ReaderState::Absent {
+            checked_at: Instant::now(),
+        };
+    }
+
+    /// The absent topic is looked for again: back with a position of the old log is a
+    /// recreated topic (refused), back without one is read from the start.
+    async fn look_for_topic(&mut self) -> Result<(), SourceError> {
+        if !self.inner.present(self.topic()).await? {
+            return Ok(());
+        }
+        if let Some(position) = self.resume.after_exclusive() {
+            return Err(SourceError::PositionLost {
+                shard: self.shard.clone(),
+                message: format!(
+                    "topic {} was deleted and is back: floe holds position {position} of partition {} of the deleted topic's log and will not read the new log from it ({RECREATED_REMEDY})",
+                    self.topic(),
+                    self.partition,
+                ),
+            });
+        }
+        tracing::info!(channel = %self.inner.config.channel, shard = %self.shard, topic = %self.topic(), "topic is back: reading it from the channel's initial position");
+        self.open_inner().await
+    }
+}
+
+#[async_trait]
+impl ShardReader for TopicShardReader {
+    async fn next_batch(
+        &mut self,
+        max_records: usize,
+        wait: Duration,
+    ) -> Result<Vec<SourceRecord>, SourceError> {
+        let reader = match &mut self.state {
+            ReaderState::Reading(reader) => reader,
+            ReaderState::Absent { checked_at } => {
+                if checked_at.elapsed() < ABSENT_TOPIC_CHECK {
+                    tokio::time::sleep(wait).await;
+                    return Ok(Vec::new());
+                }
+                *checked_at = Instant::now();
+                self.look_for_topic().await?;
+                return Ok(Vec::new());
+            }
+        };
+        match reader.next_batch(max_records, wait).await {
+            Ok(mut records) => {
+                for r in &mut records {
+                    r.shard = self.shard.clone();
+                }
+                if let Some(last) = records.last() {
+                    self.resume = StartAt::After(last.position.clone());
+                }
+                Ok(records)
+            }
+            Err(SourceError::NotFound { what }) => {
+                if !self.inner.present(self.topic()).await? {
+                    self.absent(&what);
+                    return Ok(Vec::new());
+                }
+                // The cluster lists the topic: a transient answer, retried as unavailable.
+                Err(SourceError::Unavailable { message: what })
+            }
+            Err(e) => Err(renamed(e, &self.shard)),
+        }
+    }
+
+    fn lag(&self) -> Option<Lag> {
+        match &self.state {
+            ReaderState::Reading(reader) => reader.lag(),
+            ReaderState::Absent { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard id of a several-topic channel names its topic and partition; the split is at the
+    /// last `:` (topic names cannot hold one) and anything else is not such an id.
+    #[test]
+    fn shard_ids_name_topic_and_partition() {
+        let id = shard_of("orders.eu-1", 7);
+        assert_eq!(id.as_str(), "orders.eu-1:7");
+        assert_eq!(topic_partition_of(&id), Some(("orders.eu-1", 7)));
+        assert_eq!(topic_partition_of(&shard_of("a", 0)), Some(("a", 0)));
+        for bad in ["7", ":7", "t:", "t:-1", "t:x", "t:7:", "t: 7"] {
+            assert_eq!(topic_partition_of(&ShardId(bad.to_string())), None, "{bad}");
+        }
+        // Single-topic shard ids are bare partition numbers, not of this form.
+        assert_eq!(topic_partition_of(&ShardId::kafka_partition(3)), None);
+    }
+}
