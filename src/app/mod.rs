@@ -873,6 +873,10 @@ impl crate::lease::manager::ShardDiscovery for SourceShards {
             .map(|s| LeaseSpec::new(LeaseKey::Shard(s.id.clone())).with_parents(s.parents.clone()))
             .collect())
     }
+
+    fn unlisted_shards_are_gone(&self) -> bool {
+        self.0.unlisted_shards_are_gone()
+    }
 }
 
 /// The committer of one channel while this worker holds its lease: a round every second, and

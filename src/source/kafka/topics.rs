@@ -227,6 +227,11 @@ fn renamed(e: SourceError, shard: &ShardId) -> SourceError {
 
 #[async_trait]
 impl Source for KafkaTopicsSource {
+    /// A deleted topic's partitions leave the listing: their lease rows go (module docs).
+    fn unlisted_shards_are_gone(&self) -> bool {
+        true
+    }
+
     async fn list_shards(&self) -> Result<Vec<ShardInfo>, SourceError> {
         let listed = self.inner.list().await?;
         Ok(listed
