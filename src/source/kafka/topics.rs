@@ -21,8 +21,9 @@
 //! - **A deleted topic** leaves the listing, so its partitions get no new leases. A reader of a
 //!   topic absent from the cluster (opened after the deletion, or whose reads failed with an
 //!   unknown topic confirmed by a listing) reads nothing and fails nothing: the worker goes on
-//!   with the channel's other shards, the table and its checkpoints stay. Every
-//!   `ABSENT_TOPIC_CHECK` it looks for the topic again; if it is back (recreated under the same
+//!   with the channel's other shards, the table and its checkpoints stay; shard discovery
+//!   deletes the lease rows of partitions no longer listed ([`Source::unlisted_shards_are_gone`]),
+//!   which releases them. Every 10 s until then it looks for the topic again; if it is back (recreated under the same
 //!   name) a reader that holds a position of the old log refuses it with
 //!   [`SourceError::PositionLost`] (as a recreated topic is refused today), and a reader without
 //!   a checkpoint starts reading it.
@@ -82,6 +83,8 @@ struct Inner {
     sources: Mutex<HashMap<String, Arc<KafkaSource>>>,
     /// The last listing of the selected topics, and when it was made.
     listing: Mutex<Option<(Instant, Arc<BTreeMap<String, Vec<i32>>>)>>,
+    /// How often a reader of an absent topic looks for it ([`ABSENT_TOPIC_CHECK`]).
+    absent_check: Duration,
 }
 
 impl std::fmt::Debug for KafkaTopicsSource {
@@ -123,6 +126,7 @@ impl KafkaTopicsSource {
                 metadata: Arc::new(metadata),
                 sources: Mutex::new(HashMap::new()),
                 listing: Mutex::new(None),
+                absent_check: ABSENT_TOPIC_CHECK,
             }),
         })
     }
@@ -352,7 +356,7 @@ impl TopicShardReader {
     }
 
     fn absent(&mut self, why: &str) {
-        tracing::warn!(channel = %self.inner.config.channel, shard = %self.shard, topic = %self.topic(), reason = %why, "topic deleted: its shard is not read (its table and checkpoints are kept); looking for the topic every {}s", ABSENT_TOPIC_CHECK.as_secs());
+        tracing::warn!(channel = %self.inner.config.channel, shard = %self.shard, topic = %self.topic(), reason = %why, "topic deleted: its shard is not read (its table and checkpoints are kept); looking for the topic every {:?}", self.inner.absent_check);
         self.state = ReaderState::Absent {
             checked_at: Instant::now(),
         };
@@ -389,7 +393,7 @@ impl ShardReader for TopicShardReader {
         let reader = match &mut self.state {
             ReaderState::Reading(reader) => reader,
             ReaderState::Absent { checked_at } => {
-                if checked_at.elapsed() < ABSENT_TOPIC_CHECK {
+                if checked_at.elapsed() < self.inner.absent_check {
                     tokio::time::sleep(wait).await;
                     return Ok(Vec::new());
                 }
@@ -430,7 +434,125 @@ impl ShardReader for TopicShardReader {
 
 #[cfg(test)]
 mod tests {
+    use super::super::embedded::EmbeddedKafka;
     use super::*;
+    use crate::config::TopicPattern;
+
+    /// Reads `reader` until it returned `n` records or failed (at most 15 s); the records'
+    /// `(shard, offset)` and the error.
+    async fn read(
+        reader: &mut Box<dyn ShardReader>,
+        n: usize,
+    ) -> (Vec<(String, Position)>, Option<SourceError>) {
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while got.len() < n && Instant::now() < deadline {
+            match reader.next_batch(100, Duration::from_millis(200)).await {
+                Ok(batch) => got.extend(batch.into_iter().map(|r| (r.shard.0, r.position))),
+                Err(e) => return (got, Some(e)),
+            }
+        }
+        (got, None)
+    }
+
+    /// A pattern source lists the matching topics' partitions as `<topic>:<partition>` and
+    /// reads them; a partition of a topic absent from the cluster opens as an idle reader (no
+    /// error: the worker's other shards go on) that, once the topic exists, reads it from the
+    /// start when it held no checkpoint and refuses it as a recreated topic when it did.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn absent_topics_idle_then_are_read_or_refused_as_recreated_when_they_appear() {
+        let kafka = EmbeddedKafka::start(1).unwrap();
+        kafka.create_topic("t.a", 2).unwrap();
+        kafka.create_topic("other", 1).unwrap();
+        let producer = kafka.producer().unwrap();
+        for i in 0..3 {
+            producer.send("t.a", Some(1), b"k", b"v", None).unwrap();
+            producer
+                .send("other", Some(0), b"k", i.to_string().as_bytes(), None)
+                .unwrap();
+        }
+        producer.flush(Duration::from_secs(10)).unwrap();
+        let config = KafkaSourceConfig::new(kafka.bootstrap_servers(), "t")
+            .with_request_timeout(Duration::from_secs(2));
+        let selection = TopicSelection::Pattern(TopicPattern::new("t\\..*").unwrap());
+        let mut source = KafkaTopicsSource::with_settings(config, selection).unwrap();
+        Arc::get_mut(&mut source.inner).unwrap().absent_check = Duration::from_millis(300);
+
+        let ids: Vec<String> = source
+            .list_shards()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id.0)
+            .collect();
+        assert_eq!(ids, ["t.a:0", "t.a:1"]);
+        assert_eq!(source.topics().await.unwrap(), ["t.a"]);
+        let mut a1 = source
+            .open(&shard_of("t.a", 1), StartAt::Earliest)
+            .await
+            .unwrap();
+        let (got, err) = read(&mut a1, 3).await;
+        assert!(err.is_none(), "{err:?}");
+        let want: Vec<(String, Position)> = (0..3)
+            .map(|o| ("t.a:1".to_string(), Position::Offset(o)))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(source.lag_after(&shard_of("t.a", 1), 1).await.unwrap(), 1);
+
+        // Topic t.b does not exist (deleted): checks pass, the start stays unresolved, readers
+        // idle without failing.
+        let b0 = shard_of("t.b", 0);
+        source
+            .check_checkpoint(&b0, &Position::Offset(5), crate::time::now_ms())
+            .await
+            .unwrap();
+        assert_eq!(
+            source
+                .start_position(&b0, &InitialPosition::AtTimestamp(7))
+                .await
+                .unwrap(),
+            StartAt::AtTimestamp(7)
+        );
+        let mut fresh = source.open(&b0, StartAt::Earliest).await.unwrap();
+        let mut resumed = source
+            .open(&b0, StartAt::After(Position::Offset(5)))
+            .await
+            .unwrap();
+        for reader in [&mut fresh, &mut resumed] {
+            for _ in 0..3 {
+                let batch = reader.next_batch(10, Duration::from_millis(200)).await;
+                assert!(batch.unwrap().is_empty());
+            }
+            assert_eq!(reader.lag(), None);
+        }
+
+        // The topic appears (recreated): read from the start, or refused after a checkpoint.
+        kafka.create_topic("t.b", 1).unwrap();
+        producer.send("t.b", Some(0), b"k", b"v", None).unwrap();
+        producer.send("t.b", Some(0), b"k", b"v", None).unwrap();
+        producer.flush(Duration::from_secs(10)).unwrap();
+        let (got, err) = read(&mut fresh, 2).await;
+        assert!(err.is_none(), "{err:?}");
+        let want: Vec<(String, Position)> = (0..2)
+            .map(|o| ("t.b:0".to_string(), Position::Offset(o)))
+            .collect();
+        assert_eq!(got, want);
+        let (got, err) = read(&mut resumed, 1).await;
+        assert!(got.is_empty());
+        match err {
+            Some(SourceError::PositionLost { shard, message }) => {
+                assert_eq!(shard, b0);
+                assert!(message.contains("deleted and is back"), "{message}");
+            }
+            other => panic!("expected PositionLost, got {other:?}"),
+        }
+        assert!(source
+            .list_shards()
+            .await
+            .unwrap()
+            .iter()
+            .any(|s| s.id == b0));
+    }
 
     /// A shard id of a several-topic channel names its topic and partition; the split is at the
     /// last `:` (topic names cannot hold one) and anything else is not such an id.
