@@ -18,15 +18,19 @@
 //!   reads: one librdkafka consumer (a thread of its own plus one per broker, connections and
 //!   fetch buffers), and one probe client once a checkpoint of the topic is checked; the
 //!   metadata client is shared by all topics of the channel.
-//! - **A deleted topic** leaves the listing, so its partitions get no new leases. A reader of a
-//!   topic absent from the cluster (opened after the deletion, or whose reads failed with an
-//!   unknown topic confirmed by a listing) reads nothing and fails nothing: the worker goes on
-//!   with the channel's other shards, the table and its checkpoints stay; shard discovery
-//!   deletes the lease rows of partitions no longer listed ([`Source::unlisted_shards_are_gone`]),
-//!   which releases them. Every 10 s until then it looks for the topic again; if it is back (recreated under the same
-//!   name) a reader that holds a position of the old log refuses it with
-//!   [`SourceError::PositionLost`] (as a recreated topic is refused today), and a reader without
-//!   a checkpoint starts reading it.
+//! - **A deleted topic** leaves the listing. Shard discovery then deletes its partitions'
+//!   lease rows ([`Source::unlisted_shards_are_gone`]), which releases them: their holders drop
+//!   the readers as for a lease lost, nothing new is assigned, the table and its checkpoints
+//!   stay. Until then, a reader of a partition absent from the cluster (opened after the
+//!   deletion, or whose reads failed with an unknown topic that a listing confirmed) reads
+//!   nothing and fails nothing, so the worker goes on with the channel's other shards; it never
+//!   answers `NotFound`, which a worker takes for a shard that ended (`SHARD_END`). Every 10 s
+//!   it looks for the partition again: once it is back (the topic recreated under the same
+//!   name), a reader holding a position of the old log refuses it with
+//!   [`SourceError::PositionLost`] (the recreated-topic refusal of a single topic), and one
+//!   without a checkpoint reads it from the channel's initial position. A recreated topic that
+//!   gets lease rows again resumes from the table's checkpoints through the usual checks
+//!   ([`Source::check_checkpoint`], the offsets at open), as one topic does.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -176,17 +180,24 @@ impl Inner {
         Ok(selected)
     }
 
-    /// Whether `topic` is in the cluster: from a listing younger than [`LISTING_REUSE`] when it
-    /// names the topic, else from a fresh listing.
-    async fn present(&self, topic: &str) -> Result<bool, SourceError> {
+    /// Whether the partition `shard` names is in the cluster: from a listing younger than
+    /// [`LISTING_REUSE`] when it names the partition, else from a fresh listing.
+    async fn present(&self, shard: &ShardId) -> Result<bool, SourceError> {
+        let Some((topic, partition)) = topic_partition_of(shard) else {
+            return Ok(false);
+        };
+        let holds = |listed: &BTreeMap<String, Vec<i32>>| {
+            listed.get(topic).is_some_and(|ps| ps.contains(&partition))
+        };
         let recent = lock(&self.listing)
             .as_ref()
             .filter(|(at, _)| at.elapsed() < LISTING_REUSE)
-            .is_some_and(|(_, listed)| listed.contains_key(topic));
+            .is_some_and(|(_, listed)| holds(listed));
         if recent {
             return Ok(true);
         }
-        Ok(self.list().await?.contains_key(topic))
+        let listed = self.list().await?;
+        Ok(holds(&listed))
     }
 
     /// The source of `shard`'s topic (created on first use) and the partition's shard id in it.
@@ -249,29 +260,34 @@ impl Source for KafkaTopicsSource {
             .collect())
     }
 
-    /// As [`KafkaSource`]'s; for a topic absent from the cluster, the start unresolved
-    /// (resolved by the reader if the topic comes back).
+    /// As [`KafkaSource`]'s; for a partition absent from the cluster (its topic deleted), the
+    /// start unresolved (resolved by the reader if the partition appears).
     async fn start_position(
         &self,
         shard: &ShardId,
         initial: &InitialPosition,
     ) -> Result<StartAt, SourceError> {
+        let unresolved = || match initial {
+            InitialPosition::Earliest => StartAt::Earliest,
+            InitialPosition::Latest => StartAt::Latest,
+            InitialPosition::AtTimestamp(t) => StartAt::AtTimestamp(*t),
+        };
         let (source, partition) = self.inner.split(shard)?;
-        if !self.inner.present(source.topic()).await? {
-            return Ok(match initial {
-                InitialPosition::Earliest => StartAt::Earliest,
-                InitialPosition::Latest => StartAt::Latest,
-                InitialPosition::AtTimestamp(t) => StartAt::AtTimestamp(*t),
-            });
+        if !self.inner.present(shard).await? {
+            return Ok(unresolved());
         }
-        source
-            .start_position(&partition, initial)
-            .await
-            .map_err(|e| renamed(e, shard))
+        match source.start_position(&partition, initial).await {
+            // Deleted since the listing: never a NotFound, which a worker takes for a shard
+            // that ended.
+            Err(SourceError::NotFound { .. }) if !self.inner.present(shard).await? => {
+                Ok(unresolved())
+            }
+            r => r.map_err(|e| renamed(e, shard)),
+        }
     }
 
-    /// As [`KafkaSource`]'s; a checkpoint of a topic absent from the cluster passes here and is
-    /// refused by the reader should the topic come back (module docs).
+    /// As [`KafkaSource`]'s; a checkpoint of a partition absent from the cluster passes here and
+    /// is refused by the reader should the partition appear again (module docs).
     async fn check_checkpoint(
         &self,
         shard: &ShardId,
@@ -279,13 +295,16 @@ impl Source for KafkaTopicsSource {
         committed_by_ms: i64,
     ) -> Result<(), SourceError> {
         let (source, partition) = self.inner.split(shard)?;
-        if !self.inner.present(source.topic()).await? {
+        if !self.inner.present(shard).await? {
             return Ok(());
         }
-        source
+        match source
             .check_checkpoint(&partition, checkpoint, committed_by_ms)
             .await
-            .map_err(|e| renamed(e, shard))
+        {
+            Err(SourceError::NotFound { .. }) if !self.inner.present(shard).await? => Ok(()),
+            r => r.map_err(|e| renamed(e, shard)),
+        }
     }
 
     async fn open(
@@ -304,7 +323,7 @@ impl Source for KafkaTopicsSource {
                 checked_at: Instant::now(),
             },
         };
-        if self.inner.present(reader.source.topic()).await? {
+        if self.inner.present(shard).await? {
             reader.open_inner().await?;
         } else {
             reader.absent("not in the cluster when the reader opened");
@@ -343,7 +362,7 @@ impl TopicShardReader {
                 self.state = ReaderState::Reading(reader);
                 Ok(())
             }
-            Err(SourceError::NotFound { what }) if !self.inner.present(self.topic()).await? => {
+            Err(SourceError::NotFound { what }) if !self.inner.present(&self.shard).await? => {
                 self.absent(&what);
                 Ok(())
             }
@@ -365,7 +384,7 @@ impl TopicShardReader {
     /// The absent topic is looked for again: back with a position of the old log is a
     /// recreated topic (refused), back without one is read from the start.
     async fn look_for_topic(&mut self) -> Result<(), SourceError> {
-        if !self.inner.present(self.topic()).await? {
+        if !self.inner.present(&self.shard).await? {
             return Ok(());
         }
         if let Some(position) = self.resume.after_exclusive() {
@@ -413,7 +432,7 @@ impl ShardReader for TopicShardReader {
                 Ok(records)
             }
             Err(SourceError::NotFound { what }) => {
-                if !self.inner.present(self.topic()).await? {
+                if !self.inner.present(&self.shard).await? {
                     self.absent(&what);
                     return Ok(Vec::new());
                 }
