@@ -70,6 +70,9 @@ pub fn topic_partition_of(shard: &ShardId) -> Option<(&str, i32)> {
     (!topic.is_empty()).then_some((topic, partition))
 }
 
+/// The partition ids of each selected topic, by topic name.
+type Listing = BTreeMap<String, Vec<i32>>;
+
 /// The topics of a `topics`/`topic_pattern` channel as one [`Source`]; shards are
 /// `<topic>:<partition>` (see the module docs).
 #[derive(Clone)]
@@ -86,7 +89,7 @@ struct Inner {
     /// The source of each topic read or checked so far.
     sources: Mutex<HashMap<String, Arc<KafkaSource>>>,
     /// The last listing of the selected topics, and when it was made.
-    listing: Mutex<Option<(Instant, Arc<BTreeMap<String, Vec<i32>>>)>>,
+    listing: Mutex<Option<(Instant, Arc<Listing>)>>,
     /// How often a reader of an absent topic looks for it ([`ABSENT_TOPIC_CHECK`]).
     absent_check: Duration,
 }
@@ -160,7 +163,7 @@ impl KafkaTopicsSource {
 
 impl Inner {
     /// Lists the selected topics now and keeps the listing.
-    async fn list(&self) -> Result<Arc<BTreeMap<String, Vec<i32>>>, SourceError> {
+    async fn list(&self) -> Result<Arc<Listing>, SourceError> {
         let all = with_retry(
             &self.metadata,
             self.config.request_timeout,
@@ -169,7 +172,7 @@ impl Inner {
             api::topics,
         )
         .await?;
-        let selected: BTreeMap<String, Vec<i32>> = all
+        let selected: Listing = all
             .into_iter()
             .filter(|(topic, _)| self.selection.selects(topic))
             .collect();
@@ -186,9 +189,7 @@ impl Inner {
         let Some((topic, partition)) = topic_partition_of(shard) else {
             return Ok(false);
         };
-        let holds = |listed: &BTreeMap<String, Vec<i32>>| {
-            listed.get(topic).is_some_and(|ps| ps.contains(&partition))
-        };
+        let holds = |listed: &Listing| listed.get(topic).is_some_and(|ps| ps.contains(&partition));
         let recent = lock(&self.listing)
             .as_ref()
             .filter(|(at, _)| at.elapsed() < LISTING_REUSE)
