@@ -201,6 +201,23 @@ impl Inner {
         Ok(holds(&listed))
     }
 
+    /// After a per-topic source answered `NotFound` (`what`) for `shard`: `Ok` when a fresh
+    /// listing confirms the partition is gone, else [`SourceError::Unavailable`] (a transient
+    /// answer, retried). A several-topic source never answers `NotFound`, which a worker takes
+    /// for a shard that ended (`SHARD_END`, never read again).
+    async fn confirm_gone(&self, shard: &ShardId, what: String) -> Result<(), SourceError> {
+        let Some((topic, partition)) = topic_partition_of(shard) else {
+            return Ok(());
+        };
+        let listed = self.list().await?;
+        if listed.get(topic).is_some_and(|ps| ps.contains(&partition)) {
+            return Err(SourceError::Unavailable {
+                message: format!("{what} (the cluster lists partition {shard}: retried)"),
+            });
+        }
+        Ok(())
+    }
+
     /// The source of `shard`'s topic (created on first use) and the partition's shard id in it.
     fn split(&self, shard: &ShardId) -> Result<(Arc<KafkaSource>, ShardId), SourceError> {
         let (topic, partition) =
@@ -280,7 +297,8 @@ impl Source for KafkaTopicsSource {
         match source.start_position(&partition, initial).await {
             // Deleted since the listing: never a NotFound, which a worker takes for a shard
             // that ended.
-            Err(SourceError::NotFound { .. }) if !self.inner.present(shard).await? => {
+            Err(SourceError::NotFound { what }) => {
+                self.inner.confirm_gone(shard, what).await?;
                 Ok(unresolved())
             }
             r => r.map_err(|e| renamed(e, shard)),
@@ -303,7 +321,7 @@ impl Source for KafkaTopicsSource {
             .check_checkpoint(&partition, checkpoint, committed_by_ms)
             .await
         {
-            Err(SourceError::NotFound { .. }) if !self.inner.present(shard).await? => Ok(()),
+            Err(SourceError::NotFound { what }) => self.inner.confirm_gone(shard, what).await,
             r => r.map_err(|e| renamed(e, shard)),
         }
     }
@@ -363,7 +381,8 @@ impl TopicShardReader {
                 self.state = ReaderState::Reading(reader);
                 Ok(())
             }
-            Err(SourceError::NotFound { what }) if !self.inner.present(&self.shard).await? => {
+            Err(SourceError::NotFound { what }) => {
+                self.inner.confirm_gone(&self.shard, what.clone()).await?;
                 self.absent(&what);
                 Ok(())
             }
@@ -433,12 +452,9 @@ impl ShardReader for TopicShardReader {
                 Ok(records)
             }
             Err(SourceError::NotFound { what }) => {
-                if !self.inner.present(&self.shard).await? {
-                    self.absent(&what);
-                    return Ok(Vec::new());
-                }
-                // The cluster lists the topic: a transient answer, retried as unavailable.
-                Err(SourceError::Unavailable { message: what })
+                self.inner.confirm_gone(&self.shard, what.clone()).await?;
+                self.absent(&what);
+                Ok(Vec::new())
             }
             Err(e) => Err(renamed(e, &self.shard)),
         }
