@@ -139,6 +139,10 @@ pub struct KafkaSourceConfig {
     /// The rate limit of librdkafka's repeated log lines and errors, shared by every client
     /// built from these settings (and their clones).
     log_throttle: Arc<api::LogThrottle>,
+    /// Whether the channel's shard ids are `<topic>:<partition>` (one topic of a channel
+    /// reading several, [`topics`]) rather than bare partition numbers: the `shard` label of
+    /// the source's metrics follows.
+    shard_ids_name_topic: bool,
 }
 
 impl fmt::Debug for KafkaSourceConfig {
@@ -170,6 +174,17 @@ impl KafkaSourceConfig {
             request_timeout: Duration::from_secs(10),
             skip_lost_positions: false,
             log_throttle: Arc::default(),
+            shard_ids_name_topic: false,
+        }
+    }
+
+    /// The channel's id of `shard` (a partition of this topic): the partition number, or
+    /// `<topic>:<partition>` in a channel reading several topics.
+    fn channel_shard(&self, shard: &ShardId) -> String {
+        if self.shard_ids_name_topic {
+            format!("{}:{shard}", self.topic)
+        } else {
+            shard.to_string()
         }
     }
 
@@ -976,7 +991,11 @@ fn check_resume(
         skipped,
         "records deleted by retention before floe read them: skipping ahead to offset {low} (on_position_lost = \"skip\")"
     );
-    crate::telemetry::record_offsets_skipped(&config.channel, shard.as_str(), skipped);
+    crate::telemetry::record_offsets_skipped(
+        &config.channel,
+        &config.channel_shard(shard),
+        skipped,
+    );
     Ok(low)
 }
 

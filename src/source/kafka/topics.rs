@@ -230,6 +230,7 @@ impl Inner {
             .or_insert_with(|| {
                 let mut config = self.config.clone();
                 config.topic = topic.to_string();
+                config.shard_ids_name_topic = true;
                 Arc::new(KafkaSource {
                     config: Arc::new(config),
                     metadata: self.metadata.clone(),
@@ -603,5 +604,26 @@ mod tests {
         }
         // Single-topic shard ids are bare partition numbers, not of this form.
         assert_eq!(topic_partition_of(&ShardId::kafka_partition(3)), None);
+    }
+
+    /// A topic's source names the channel's shard (the `shard` label of its metrics) as the
+    /// channel does; a single-topic source keeps the bare partition number.
+    #[test]
+    fn a_topics_source_names_shards_as_the_channel_does() {
+        let config = KafkaSourceConfig::new("127.0.0.1:9", "unused");
+        let several = KafkaTopicsSource::with_settings(
+            config.clone(),
+            TopicSelection::List(vec!["orders".into()]),
+        )
+        .unwrap();
+        let (source, partition) = several.inner.split(&shard_of("orders", 3)).unwrap();
+        assert_eq!(source.topic(), "orders");
+        assert_eq!(partition, ShardId::kafka_partition(3));
+        assert_eq!(source.config.channel_shard(&partition), "orders:3");
+        assert_eq!(config.channel_shard(&partition), "3");
+        assert!(matches!(
+            several.inner.split(&ShardId::kafka_partition(3)),
+            Err(SourceError::InvalidPosition { .. })
+        ));
     }
 }
