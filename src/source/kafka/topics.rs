@@ -139,8 +139,10 @@ impl KafkaTopicsSource {
     }
 
     /// The selected topics the cluster has now, by name (one Metadata request for every topic
-    /// of the cluster, retried like the other metadata calls). The per-topic supervision of
-    /// `table = "{topic}"` calls it every `topic_refresh_interval`.
+    /// of the cluster, retried like the other metadata calls), for callers that follow the
+    /// selection themselves, such as the per-topic supervision of `table = "{topic}"` (every
+    /// `topic_refresh_interval`). Build the source once with [`KafkaTopicsSource::try_new`] and
+    /// call this on it: each source keeps one metadata client.
     ///
     /// Errors: retryable errors of the request after its retries; other client errors.
     pub async fn topics(&self) -> Result<Vec<String>, SourceError> {
