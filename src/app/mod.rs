@@ -768,6 +768,10 @@ impl Fleet {
         // get leases. A child's keys wait for it after their parent ends, so Kinesis is listed
         // more often.
         let discovery_period = match channel.source {
+            // Topics of a list or pattern come and go: within topic_refresh_interval.
+            SourceConfig::Kafka(ref k) if k.topics.single().is_none() => {
+                Duration::from_secs(30).min(k.topic_refresh_interval)
+            }
             SourceConfig::Kafka(_) => Duration::from_secs(30),
             SourceConfig::Kinesis(_) => Duration::from_secs(10),
         };
@@ -953,6 +957,10 @@ impl crate::lease::manager::ShardDiscovery for SourceShards {
             .iter()
             .map(|s| LeaseSpec::new(LeaseKey::Shard(s.id.clone())).with_parents(s.parents.clone()))
             .collect())
+    }
+
+    fn unlisted_shards_are_gone(&self) -> bool {
+        self.0.unlisted_shards_are_gone()
     }
 }
 

@@ -24,12 +24,9 @@ use crate::channel::ChannelStops;
 use crate::config::{table_of_topic, ChannelConfig, DestinationConfig, SourceConfig};
 use crate::lease::ChannelStatus;
 use crate::retry::Backoff;
-use crate::source::kafka::TopicLister;
+use crate::source::kafka::topics::KafkaTopicsSource;
 
 use super::{activate_err, channel_err, AppError, FatalScope, Fleet};
-
-/// How long one listing of the cluster's topics may take.
-const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A topic's member channel, as the supervisor knows it.
 enum Member {
@@ -64,7 +61,9 @@ pub(super) struct TopicSupervisor {
     fleet: Arc<Fleet>,
     index: usize,
     channel: ChannelConfig,
-    lister: TopicLister,
+    /// Lists the topics the channel selects (its metadata client only: no topic is read
+    /// through it).
+    lister: KafkaTopicsSource,
     /// The channel's activation time (epoch ms): every member's.
     activated_at_ms: i64,
     refresh: Duration,
@@ -102,8 +101,7 @@ impl TopicSupervisor {
         {
             return Err(channel_err(name, message));
         }
-        let lister =
-            TopicLister::new(name, kafka, LIST_TIMEOUT).map_err(|e| channel_err(name, e))?;
+        let lister = KafkaTopicsSource::try_new(name, kafka).map_err(|e| channel_err(name, e))?;
         Ok(TopicSupervisor {
             index,
             channel: channel.clone(),

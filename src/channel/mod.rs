@@ -255,9 +255,8 @@ pub async fn resolve_members(config: &mut Config) -> Result<(), ControlError> {
         if !channel.is_table_per_topic() {
             continue;
         }
-        let lister =
-            crate::source::kafka::TopicLister::new(&channel.name, kafka, Duration::from_secs(10))
-                .map_err(|e| {
+        let lister = crate::source::kafka::topics::KafkaTopicsSource::try_new(&channel.name, kafka)
+            .map_err(|e| {
                 ControlError::refused(format!("channel[{index}].source"), e.to_string())
             })?;
         let topics = lister.topics().await.map_err(|e| {
@@ -1218,7 +1217,8 @@ fn last_commit_per_shard(table: &Table) -> BTreeMap<String, i64> {
 
 /// Kafka lag of the channel's shards after their checkpoints ([`KafkaSource::lag_after`]: 0
 /// once only transaction markers are left), or why the position is lost, for the shards the
-/// broker answers for within 3 s in all; nothing is shown for the others.
+/// broker answers for within 3 s in all; nothing is shown for the others. Shards of several
+/// topics (`<topic>:<partition>`) are asked of their topic.
 ///
 /// [`KafkaSource::lag_after`]: crate::source::kafka::KafkaSource::lag_after
 async fn kafka_lags(
@@ -1229,13 +1229,21 @@ async fn kafka_lags(
         // Kinesis lag (MillisBehindLatest) is only known to the readers: see the metrics.
         return BTreeMap::new();
     };
-    let Some(topic) = kafka.topics.single() else {
-        return BTreeMap::new();
-    };
+    use crate::source::kafka::{topics::KafkaTopicsSource, KafkaSource, KafkaSourceConfig};
     let source_config =
-        crate::source::kafka::KafkaSourceConfig::from_channel(&channel.name, kafka, topic)
+        KafkaSourceConfig::from_channel(&channel.name, kafka, &kafka.topics.describe())
             .with_request_timeout(Duration::from_secs(2));
-    let Ok(source) = crate::source::kafka::KafkaSource::try_new(source_config) else {
+    // One topic: shards "0", "1", …; several: "<topic>:<partition>".
+    enum Topics {
+        One(KafkaSource),
+        Several(KafkaTopicsSource),
+    }
+    let source = match kafka.topics.single() {
+        Some(_) => KafkaSource::try_new(source_config).map(Topics::One),
+        None => KafkaTopicsSource::with_settings(source_config, kafka.topics.clone())
+            .map(Topics::Several),
+    };
+    let Ok(source) = source else {
         return BTreeMap::new();
     };
     let mut out = BTreeMap::new();
@@ -1244,7 +1252,11 @@ async fn kafka_lags(
             let crate::model::Position::Offset(checkpoint) = position else {
                 continue;
             };
-            let lag = match source.lag_after(shard, *checkpoint).await {
+            let lag = match &source {
+                Topics::One(one) => one.lag_after(shard, *checkpoint).await,
+                Topics::Several(several) => several.lag_after(shard, *checkpoint).await,
+            };
+            let lag = match lag {
                 Ok(lag) => Ok(lag),
                 Err(crate::source::SourceError::PositionLost { message, .. }) => Err(message),
                 Err(_) => continue,

@@ -2306,3 +2306,115 @@ fn a_table_per_topic_needs_a_kafka_source_and_a_bounded_table_count() {
         "",
     );
 }
+
+/// `MINIMAL` reading `source_lines` (TOML of `[channel.source]`) instead of `topic = "events"`.
+fn topics_source(source_lines: &str) -> String {
+    replaced("topic = \"events\"", source_lines)
+}
+
+#[test]
+fn kafka_topics_and_topic_pattern_select_several_topics() {
+    let list = parse(&topics_source("topics = [\"orders\", \"refunds\"]")).unwrap();
+    let k = kafka(&list);
+    assert_eq!(
+        k.topics,
+        TopicSelection::List(vec!["orders".into(), "refunds".into()])
+    );
+    assert_eq!(k.topic_refresh_interval, DEFAULT_TOPIC_REFRESH_INTERVAL);
+    assert!(k.topics.selects("refunds") && !k.topics.selects("order"));
+    assert_eq!(k.topics.single(), None);
+
+    let pattern = parse(&topics_source(
+        "topic_pattern = \"events\\\\..*\"\ntopic_refresh_interval = \"5s\"",
+    ))
+    .unwrap();
+    let k = kafka(&pattern);
+    assert_eq!(k.topic_refresh_interval, Duration::from_secs(5));
+    // Whole names only.
+    assert!(
+        k.topics.selects("events.eu")
+            && !k.topics.selects("events")
+            && !k.topics.selects("x.events.eu")
+    );
+    // Kafka's internal topics never match a pattern.
+    let all = parse(&topics_source("topic_pattern = \".*\"")).unwrap();
+    assert!(kafka(&all).topics.selects("orders"));
+    assert!(!kafka(&all).topics.selects("__consumer_offsets"));
+}
+
+#[test]
+fn kafka_topics_and_topic_pattern_are_checked() {
+    refused(
+        &topics_source("topic = \"events\"\ntopics = [\"a\"]"),
+        "channel[0].source.topic",
+        "exclude each other",
+    );
+    refused(
+        &topics_source("topics = [\"a\"]\ntopic_pattern = \"a.*\""),
+        "channel[0].source.topic",
+        "exclude each other",
+    );
+    refused(
+        &topics_source(""),
+        "channel[0].source.topic",
+        "missing: give `topic`, `topics` or `topic_pattern`",
+    );
+    refused(
+        &topics_source("topic_pattern = \"events(\""),
+        "channel[0].source.topic_pattern",
+        "not a regular expression",
+    );
+    refused(
+        &topics_source("topic_pattern = \"\""),
+        "channel[0].source.topic_pattern",
+        "must not be empty",
+    );
+    refused(
+        &topics_source("topics = [\"a\", \"b\", \"a\"]"),
+        "channel[0].source.topics[2]",
+        "\"a\" is listed twice",
+    );
+    refused(
+        &topics_source("topics = [\"a\", \"b:1\"]"),
+        "channel[0].source.topics[1]",
+        "not a valid Kafka topic name",
+    );
+    refused(
+        &topics_source("topics = []"),
+        "channel[0].source.topics",
+        "must list 1 to 1000 topics",
+    );
+    refused(
+        &topics_source("topics = [\"a\"]\ntopic_refresh_interval = \"1s\""),
+        "channel[0].source.topic_refresh_interval",
+        "is below the minimum 5s",
+    );
+}
+
+/// A Confluent format takes its subject from the topic (`<topic>-value`); several topics into
+/// one table have no one topic, so the subject must be named.
+#[test]
+fn several_topics_into_one_table_name_their_registry_subject() {
+    let several = |lines: &str| {
+        confluent("avro", lines).replacen("topic = \"events\"", "topics = [\"a\", \"b\"]", 1)
+    };
+    refused(
+        &several("registry_url = \"http://r:8081\""),
+        "channel[0].schema.subject",
+        "missing: a channel reading several topics into one table",
+    );
+    let c = parse(&several(
+        "registry_url = \"http://r:8081\"\nsubject = \"orders-value\"",
+    ))
+    .unwrap();
+    assert_eq!(confluent_of(&c).subject, "orders-value");
+}
+
+#[test]
+fn a_raw_destination_reads_one_topic() {
+    refused(
+        &raw("").replacen("topic = \"events\"", "topics = [\"a\", \"b\"]", 1),
+        "channel[0].source.topic",
+        "a raw S3 destination reads one topic",
+    );
+}

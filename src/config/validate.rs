@@ -673,6 +673,16 @@ impl Checker<'_> {
                 return None;
             }
         }
+        // A raw object's key names its stream (`{topic}`): one topic per raw channel.
+        if let (Some(DestinationConfig::S3(_)), Some(SourceConfig::Kafka(k))) = (&destination, &source) {
+            if k.topics.single().is_none() {
+                self.error(
+                    format!("{p}.source.topic"),
+                    "a raw S3 destination reads one topic (its object keys name it): use `topic`, and a channel per topic",
+                );
+                return None;
+            }
+        }
         if let Some(DestinationConfig::Iceberg(d)) = &destination {
             if d.table == TABLE_PER_TOPIC && !matches!(source, Some(SourceConfig::Kafka(_))) {
                 self.error(

@@ -341,6 +341,13 @@ pub trait ShardDiscovery: Send + Sync {
     ///
     /// Errors: a description of the source's failure (logged; retried at the next period).
     async fn shards(&self) -> Result<Vec<LeaseSpec>, String>;
+
+    /// Whether a shard the source stops listing is gone for good, finished or not (a deleted
+    /// topic of a Kafka channel reading several topics): its lease row is then deleted, which
+    /// releases it. `false` (the default): only finished shards' rows are deleted.
+    fn unlisted_shards_are_gone(&self) -> bool {
+        false
+    }
 }
 
 /// Settings of a [`LeaseManager`].
@@ -1093,7 +1100,15 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 return Ok(());
             }
         };
-        let removed = self.remove_finished(leases, &specs).await;
+        let removed = self
+            .remove_unlisted(leases, &specs, discovery.unlisted_shards_are_gone())
+            .await;
+        for owner in removed.iter().filter_map(|l| l.owner.as_deref()) {
+            // Its owner is told at once (notify_news sends to a worker not notified yet), and
+            // drops the shard as a lease lost.
+            b.notified.remove(owner);
+        }
+        let removed = removed.len();
         let known: BTreeSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
         let missing: Vec<LeaseSpec> = specs
             .into_iter()
@@ -1113,30 +1128,44 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
 
     /// Deletes the rows of finished shards (checkpoint hint `SHARD_END`) that the source no
     /// longer lists (a closed Kinesis shard past retention), so a long-lived stream's lease table
-    /// does not grow with every resharding. A finished shard still listed keeps its row: deleted,
-    /// discovery would create it again as a new shard. A child whose parent row is gone counts
-    /// that parent as finished ([`active_shards`]). Returns how many rows were deleted; a failed
-    /// delete (the row changed) is tried again at the next discovery.
-    async fn remove_finished(&self, leases: &[Lease], listed: &[LeaseSpec]) -> usize {
+    /// does not grow with every resharding; with `unlisted_gone`
+    /// ([`ShardDiscovery::unlisted_shards_are_gone`]) the rows of every shard no longer listed,
+    /// held or not (a deleted topic: its leases are released; the table keeps its checkpoints).
+    /// A finished shard still listed keeps its row: deleted, discovery would create it again as
+    /// a new shard. A child whose parent row is gone counts that parent as finished
+    /// ([`active_shards`]). Returns the rows deleted; a failed delete (the row changed) is
+    /// tried again at the next discovery.
+    async fn remove_unlisted(
+        &self,
+        leases: &[Lease],
+        listed: &[LeaseSpec],
+        unlisted_gone: bool,
+    ) -> Vec<Lease> {
+        let mut removed = Vec::new();
         if listed.is_empty() {
             // An empty listing is more likely a fault than a stream without shards.
-            return 0;
+            return removed;
         }
         let channel = &self.config.channel;
         let listed: BTreeSet<&LeaseKey> = listed.iter().map(|s| &s.key).collect();
-        let mut removed = 0;
         for lease in leases {
-            if lease.key.shard_id().is_none() || !is_finished(lease) || listed.contains(&lease.key)
+            if lease.key.shard_id().is_none()
+                || !(unlisted_gone || is_finished(lease))
+                || listed.contains(&lease.key)
             {
                 continue;
             }
             match self.store.delete_lease(lease).await {
                 Ok(()) => {
-                    removed += 1;
-                    tracing::info!(channel = %channel, lease = %lease.key, "finished shard left the stream: its lease row is deleted");
+                    removed.push(lease.clone());
+                    if is_finished(lease) {
+                        tracing::info!(channel = %channel, lease = %lease.key, "finished shard left the stream: its lease row is deleted");
+                    } else {
+                        tracing::warn!(channel = %channel, lease = %lease.key, owner = ?lease.owner, "shard left the source (its topic was deleted): its lease row is deleted, which releases it; the table keeps its checkpoint");
+                    }
                 }
                 Err(err) => {
-                    tracing::warn!(channel = %channel, lease = %lease.key, error = %err, "deleting a finished shard's lease row failed; tried again at the next discovery");
+                    tracing::warn!(channel = %channel, lease = %lease.key, error = %err, "deleting the lease row of a shard no longer listed failed; tried again at the next discovery");
                 }
             }
         }
@@ -1793,6 +1822,65 @@ mod tests {
             .push(LeaseSpec::new(LeaseKey::shard("other")));
         periods(&mut a, 2).await;
         assert!(store.get_lease("c", &c).await.unwrap().is_some());
+    }
+
+    /// A listing whose unlisted shards are gone for good (a Kafka channel reading several
+    /// topics).
+    struct TopicsListed(Arc<Listed>);
+
+    #[async_trait::async_trait]
+    impl ShardDiscovery for TopicsListed {
+        async fn shards(&self) -> Result<Vec<LeaseSpec>, String> {
+            self.0.shards().await
+        }
+
+        fn unlisted_shards_are_gone(&self) -> bool {
+            true
+        }
+    }
+
+    /// Issue 32: a topic deleted from a channel reading several topics leaves the listing; its
+    /// partitions' rows are deleted, held or not, and the holder drops them as lost (its reader
+    /// stops), while the other topics' shards stay held. A topic recreated under the same name
+    /// gets rows again (its checkpoints, in the table, decide where it resumes).
+    #[tokio::test(start_paused = true)]
+    async fn the_held_shards_of_a_deleted_topic_lose_their_rows_and_are_dropped() {
+        let store = Arc::new(MemoryLeaseStore::new());
+        let specs: Vec<LeaseSpec> = ["a:0", "a:1", "b:0"]
+            .iter()
+            .map(|s| LeaseSpec::new(LeaseKey::shard(*s)))
+            .collect();
+        store.ensure_leases("c", &specs).await.unwrap();
+        let listed = Arc::new(Listed(std::sync::Mutex::new(specs.clone())));
+        let discovery = Arc::new(TopicsListed(listed.clone()));
+        let mut a = manager(&store, "a").with_discovery(discovery, INTERVAL);
+        periods(&mut a, 4).await;
+        let held = |m: &LeaseManager<MemoryLeaseStore>| -> Vec<String> {
+            m.held().shards.keys().map(|s| s.0.clone()).collect()
+        };
+        assert_eq!(held(&a), ["a:0", "a:1", "b:0"]);
+        // Topic a deleted.
+        listed
+            .0
+            .lock()
+            .unwrap()
+            .retain(|s| s.key == LeaseKey::shard("b:0"));
+        periods(&mut a, 3).await;
+        assert_eq!(held(&a), ["b:0"]);
+        for gone in ["a:0", "a:1"] {
+            assert_eq!(
+                store.get_lease("c", &LeaseKey::shard(gone)).await.unwrap(),
+                None
+            );
+        }
+        // Recreated.
+        listed
+            .0
+            .lock()
+            .unwrap()
+            .push(LeaseSpec::new(LeaseKey::shard("a:0")));
+        periods(&mut a, 4).await;
+        assert_eq!(held(&a), ["a:0", "b:0"]);
     }
 
     /// Found by the multi-process test (tests/aws_kafka.rs): a balancer that assigned shards to

@@ -73,6 +73,7 @@
 
 mod api;
 pub mod embedded;
+pub mod topics;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -138,6 +139,10 @@ pub struct KafkaSourceConfig {
     /// The rate limit of librdkafka's repeated log lines and errors, shared by every client
     /// built from these settings (and their clones).
     log_throttle: Arc<api::LogThrottle>,
+    /// Whether the channel's shard ids are `<topic>:<partition>` (one topic of a channel
+    /// reading several, [`topics`]) rather than bare partition numbers: the `shard` label of
+    /// the source's metrics follows.
+    shard_ids_name_topic: bool,
 }
 
 impl fmt::Debug for KafkaSourceConfig {
@@ -169,6 +174,17 @@ impl KafkaSourceConfig {
             request_timeout: Duration::from_secs(10),
             skip_lost_positions: false,
             log_throttle: Arc::default(),
+            shard_ids_name_topic: false,
+        }
+    }
+
+    /// The channel's id of `shard` (a partition of this topic): the partition number, or
+    /// `<topic>:<partition>` in a channel reading several topics.
+    fn channel_shard(&self, shard: &ShardId) -> String {
+        if self.shard_ids_name_topic {
+            format!("{}:{shard}", self.topic)
+        } else {
+            shard.to_string()
         }
     }
 
@@ -222,8 +238,8 @@ impl KafkaSourceConfig {
 }
 
 /// The source of a Kafka channel: a [`KafkaSource`] for `topic = "..."` (shards `"0"`, `"1"`,
-/// …); for `topics`/`topic_pattern`, a source over several topics (shards
-/// `<topic>:<partition>`).
+/// …); for `topics`/`topic_pattern`, a [`topics::KafkaTopicsSource`] over several topics
+/// (shards `<topic>:<partition>`).
 ///
 /// Errors: [`SourceError`] when librdkafka refuses the client properties.
 pub fn open_channel_source(
@@ -234,57 +250,9 @@ pub fn open_channel_source(
         crate::config::TopicSelection::One(topic) => Ok(Arc::new(KafkaSource::try_new(
             KafkaSourceConfig::from_channel(channel, source, topic),
         )?)),
-        other => Err(SourceError::Fatal {
-            message: format!(
-                "reading several topics ({}) is not built yet",
-                other.describe()
-            ),
-        }),
-    }
-}
-
-/// Lists the topics of the cluster a Kafka channel selects (`topic`, `topics` or
-/// `topic_pattern`, [`crate::config::TopicSelection::selects`]) through one client kept for
-/// the channel's life: one metadata request for every topic per call.
-pub struct TopicLister {
-    client: Arc<api::FloeConsumer>,
-    selection: crate::config::TopicSelection,
-    timeout: Duration,
-}
-
-impl TopicLister {
-    /// A lister for channel `channel`'s source (no connection yet).
-    ///
-    /// Errors: [`SourceError::Config`] when librdkafka refuses the client properties.
-    pub fn new(
-        channel: &str,
-        source: &crate::config::KafkaSourceConfig,
-        timeout: Duration,
-    ) -> Result<Self, SourceError> {
-        let config = KafkaSourceConfig::from_channel(channel, source, "");
-        Ok(TopicLister {
-            client: Arc::new(api::metadata_client(&config)?),
-            selection: source.topics.clone(),
-            timeout,
-        })
-    }
-
-    /// The selected topics that exist now, sorted (a listed topic that does not exist is left
-    /// out).
-    ///
-    /// Errors: [`SourceError::Unavailable`] when the cluster does not answer within the
-    /// lister's timeout.
-    pub async fn topics(&self) -> Result<Vec<String>, SourceError> {
-        let (client, selection, timeout) =
-            (self.client.clone(), self.selection.clone(), self.timeout);
-        blocking(move || {
-            let topics = api::topics(&client, timeout)?;
-            Ok(topics
-                .into_iter()
-                .filter(|t| selection.selects(t))
-                .collect())
-        })
-        .await
+        crate::config::TopicSelection::List(_) | crate::config::TopicSelection::Pattern(_) => Ok(
+            Arc::new(topics::KafkaTopicsSource::try_new(channel, source)?),
+        ),
     }
 }
 
@@ -556,21 +524,14 @@ impl KafkaSource {
         T: Send + 'static,
         F: Fn(&FloeConsumer, Duration) -> Result<T, SourceError> + Clone + Send + 'static,
     {
-        let mut backoff = Backoff::new(METADATA_FIRST_BACKOFF, Duration::MAX).with_factor(4);
-        let mut attempt = 1;
-        loop {
-            let client = self.metadata.clone();
-            let timeout = self.config.request_timeout;
-            let op2 = op.clone();
-            match blocking(move || op2(&client, timeout)).await {
-                Err(e) if e.is_retryable() && attempt < METADATA_ATTEMPTS => {
-                    tracing::warn!(topic = %self.config.topic, attempt, error = %e, "kafka {what} failed, retrying");
-                    tokio::time::sleep(backoff.next_delay()).await;
-                    attempt += 1;
-                }
-                r => return r,
-            }
-        }
+        with_retry(
+            &self.metadata,
+            self.config.request_timeout,
+            &self.config.topic,
+            what,
+            op,
+        )
+        .await
     }
 
     /// The first offset of `partition` at or after `timestamp_ms` (see [`check_time_answer`]).
@@ -1030,7 +991,11 @@ fn check_resume(
         skipped,
         "records deleted by retention before floe read them: skipping ahead to offset {low} (on_position_lost = \"skip\")"
     );
-    crate::telemetry::record_offsets_skipped(&config.channel, shard.as_str(), skipped);
+    crate::telemetry::record_offsets_skipped(
+        &config.channel,
+        &config.channel_shard(shard),
+        skipped,
+    );
     Ok(low)
 }
 
@@ -1136,6 +1101,35 @@ fn partition_of(shard: &ShardId) -> Result<i32, SourceError> {
             shard: shard.clone(),
             message: "shard id is not a kafka partition number".to_string(),
         })
+}
+
+/// Runs a metadata call of `client` on a blocking thread, retrying retryable errors with
+/// backoff ([`METADATA_ATTEMPTS`] attempts); `topics` names what is asked about in the logs.
+async fn with_retry<T, F>(
+    client: &Arc<FloeConsumer>,
+    timeout: Duration,
+    topics: &str,
+    what: &'static str,
+    op: F,
+) -> Result<T, SourceError>
+where
+    T: Send + 'static,
+    F: Fn(&FloeConsumer, Duration) -> Result<T, SourceError> + Clone + Send + 'static,
+{
+    let mut backoff = Backoff::new(METADATA_FIRST_BACKOFF, Duration::MAX).with_factor(4);
+    let mut attempt = 1;
+    loop {
+        let client = client.clone();
+        let op2 = op.clone();
+        match blocking(move || op2(&client, timeout)).await {
+            Err(e) if e.is_retryable() && attempt < METADATA_ATTEMPTS => {
+                tracing::warn!(topic = %topics, attempt, error = %e, "kafka {what} failed, retrying");
+                tokio::time::sleep(backoff.next_delay()).await;
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
 }
 
 async fn blocking<T, F>(f: F) -> Result<T, SourceError>

@@ -228,6 +228,14 @@ pub trait Source: Send + Sync {
     ) -> Result<(), SourceError> {
         Ok(())
     }
+
+    /// Whether a shard this source stops listing is gone for good, finished or not, so that
+    /// shard discovery deletes its lease row (releasing it): `true` for a Kafka channel reading
+    /// several topics, whose deleted topics leave the listing. `false` by default: a Kinesis
+    /// shard leaves only once finished, a topic's partitions never leave it.
+    fn unlisted_shards_are_gone(&self) -> bool {
+        false
+    }
 }
 
 /// Reads one shard, in position order.

@@ -4,7 +4,7 @@
 //! Every function here **blocks** (librdkafka's API is synchronous): call them from
 //! `tokio::task::spawn_blocking`, never from an async task.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -447,24 +447,37 @@ pub(super) fn partitions(
     Ok(ids)
 }
 
-/// Metadata request for every topic of the cluster: their names, sorted (topics the broker
-/// reports with an error, such as one being deleted, left out).
+/// Metadata request for every topic of the cluster: each topic's partition ids, ascending, by
+/// topic name. Topics the broker reports as unknown (deleted while the request ran) are left
+/// out; a topic with another error (a leader election) is listed with the partitions the broker
+/// named, so a transient error never looks like a deleted topic.
+///
+/// Errors: mapped client errors.
 pub(super) fn topics(
     consumer: &FloeConsumer,
     timeout: Duration,
-) -> Result<Vec<String>, SourceError> {
+) -> Result<BTreeMap<String, Vec<i32>>, SourceError> {
     let metadata = consumer
         .fetch_metadata(None, timeout)
-        .map_err(|e| map_error(&e, "fetch metadata"));
+        .map_err(|e| map_error(&e, "fetch metadata of every topic"));
     serve_events(consumer);
-    let mut names: Vec<String> = metadata?
-        .topics()
-        .iter()
-        .filter(|t| t.error().is_none())
-        .map(|t| t.name().to_string())
-        .collect();
-    names.sort_unstable();
-    Ok(names)
+    let metadata = metadata?;
+    let mut out = BTreeMap::new();
+    for t in metadata.topics() {
+        let unknown = t.error().is_some_and(|err| {
+            matches!(
+                RDKafkaErrorCode::from(err),
+                RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic
+            )
+        });
+        if unknown {
+            continue;
+        }
+        let mut ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+        ids.sort_unstable();
+        out.insert(t.name().to_string(), ids);
+    }
+    Ok(out)
 }
 
 /// ListOffsets request: `(low, high)` watermarks of a partition — the oldest offset the broker
