@@ -95,7 +95,7 @@ name = "r"
 
 /// The DLQ of topic `i`'s table: its member channel's (`r.<table>`).
 fn dlq_of(dir: &Path, i: u64) -> LocalDlq {
-    LocalDlq::new(dir.join("dlq"), &floe::config::member_name("r", &topic(i)))
+    LocalDlq::new(dir.join("dlq"), floe::config::member_name("r", &topic(i)))
 }
 
 /// Rows and published DLQ entries of topic `i`'s table, (0, 0) before it exists.
