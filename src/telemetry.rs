@@ -19,8 +19,10 @@ pub const DATA_FRESHNESS_SECONDS: &str = "floe_data_freshness_seconds";
 /// The channel's data freshness bound in force (configured or updated), seconds.
 pub const DATA_FRESHNESS_TARGET_SECONDS: &str = "floe_data_freshness_target_seconds";
 /// 1 for each channel this process serves, labelled with its record format (`json`, `gsr_json`,
-/// `json_sr`, `avro`, `gsr_avro`, `protobuf`): join on `channel` to break any channel metric down
-/// by format (the Prometheus "info metric" pattern; one series per channel).
+/// `json_sr`, `avro`, `gsr_avro`, `protobuf`) and its table (`namespace.table`): join on `channel`
+/// to break any channel metric down by format or table — each table of a `table = "{topic}"`
+/// channel is a member channel of its own (the Prometheus "info metric" pattern; one series per
+/// channel, so at most `max_tables` per per-topic channel).
 pub const CHANNEL_INFO: &str = "floe_channel_info";
 /// Records read from the source.
 pub const RECORDS_READ_TOTAL: &str = "floe_records_read_total";
@@ -158,7 +160,7 @@ pub fn describe() {
     describe_gauge!(
         CHANNEL_INFO,
         Unit::Count,
-        "1 per channel served, labelled with its record format (join on channel)"
+        "1 per channel served, labelled with its record format and table (join on channel)"
     );
     describe_counter!(
         RECORDS_READ_TOTAL,
@@ -558,9 +560,10 @@ pub fn record_files(channel: &str, sizes: impl IntoIterator<Item = u64>) {
     }
 }
 
-/// Publishes `channel`'s record format (`format`, as configured) as [`CHANNEL_INFO`].
-pub fn set_channel_info(channel: &str, format: &'static str) {
-    gauge!(CHANNEL_INFO, "channel" => channel.to_string(), "format" => format).set(1.0);
+/// Publishes `channel`'s record format (`format`, as configured) and table (`namespace.table`)
+/// as [`CHANNEL_INFO`].
+pub fn set_channel_info(channel: &str, format: &'static str, table: &str) {
+    gauge!(CHANNEL_INFO, "channel" => channel.to_string(), "format" => format, "table" => table.to_string()).set(1.0);
 }
 
 /// Sets the freshness bound of a channel.

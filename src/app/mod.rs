@@ -499,7 +499,7 @@ async fn prepare_iceberg(
         DlqLocation::Local(path) => LocalDlq::new(path, name).into(),
         DlqLocation::S3(location) => S3Dlq::new(aws.s3(), location.clone(), name).into(),
     };
-    crate::telemetry::set_channel_info(name, config.record.format.as_str());
+    crate::telemetry::set_channel_info(name, config.record.format.as_str(), &ident.to_string());
     let record_decoder = match config.record.format {
         RecordFormat::Json => RecordDecoder::Json,
         RecordFormat::GsrJson | RecordFormat::GsrAvro => RecordDecoder::Gsr {

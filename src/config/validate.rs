@@ -674,7 +674,9 @@ impl Checker<'_> {
             }
         }
         // A raw object's key names its stream (`{topic}`): one topic per raw channel.
-        if let (Some(DestinationConfig::S3(_)), Some(SourceConfig::Kafka(k))) = (&destination, &source) {
+        if let (Some(DestinationConfig::S3(_)), Some(SourceConfig::Kafka(k))) =
+            (&destination, &source)
+        {
             if k.topics.single().is_none() {
                 self.error(
                     format!("{p}.source.topic"),
