@@ -144,6 +144,7 @@ fn minimal_config_takes_every_default() {
             namespace: "quickstart".to_owned(),
             table: "events".to_owned(),
             max_tables: DEFAULT_MAX_TABLES,
+            route: None,
             partition_field: "event_time".to_owned(),
             partition: vec![crate::schema::partition::PartitionTerm::hour("event_time")],
             sort: Vec::new(),
@@ -2224,4 +2225,154 @@ fn sort_is_a_list_of_fields_with_directions() {
         "channel[0].destination.sort[1]",
         "not a sort term",
     );
+}
+
+// ---- table = "{route}": fan-out by a field (docs/routing.md, "Fan-out by a field") ----
+
+/// `MINIMAL` with `table = "{route}"` and `lines` in `[channel.destination]`.
+fn routed(lines: &str) -> String {
+    replaced(
+        "table = \"events\"",
+        &format!("table = \"{{route}}\"\n{lines}"),
+    )
+}
+
+const ROUTES: &str = "route_field = \"region\"\nroutes = { eu = \"events_eu\", us = \"events_us\", ap = \"events_ap\", \"7\" = \"events_us\" }";
+
+#[test]
+fn a_routed_channel_has_a_member_per_table_and_the_first_table_writes_the_unroutable() {
+    let config = parse(&routed(ROUTES)).unwrap();
+    let channel = &config.channels[0];
+    assert!(channel.is_routed());
+    let route = iceberg(&config).route.clone().unwrap();
+    assert_eq!(route.field, "region");
+    assert_eq!(route.unroutable, Unroutable::Dlq);
+    let tables: Vec<&str> = route.tables().into_iter().collect();
+    assert_eq!(tables, ["events_ap", "events_eu", "events_us"]);
+    assert_eq!(route.dlq_table(), Some("events_ap"));
+    assert_eq!(route.table_of(Some("7")), Some("events_us"));
+    assert_eq!(route.table_of(Some("mars")), None);
+    let member = channel.route_member("events_eu");
+    assert_eq!(member.name, "events.events_eu");
+    assert_eq!(member.destination.iceberg().unwrap().table, "events_eu");
+    assert_eq!(member.member_route().map(|(_, t)| t), Some("events_eu"));
+    assert_eq!(
+        channel.member_route(),
+        None,
+        "the routed channel itself is no member"
+    );
+
+    // A default table: one of the routes' or another, a member too.
+    let config = parse(&routed(&format!("{ROUTES}\nunroutable = \"events_other\""))).unwrap();
+    let route = iceberg(&config).route.clone().unwrap();
+    assert_eq!(route.tables().len(), 4);
+    assert_eq!(route.table_of(Some("mars")), Some("events_other"));
+    assert_eq!(route.table_of(None), Some("events_other"));
+    assert_eq!(route.dlq_table(), None);
+    let config = parse(&routed(&format!("{ROUTES}\nunroutable = \"events_eu\""))).unwrap();
+    assert_eq!(iceberg(&config).route.as_ref().unwrap().tables().len(), 3);
+
+    // Not routed: no route, members are the channel itself.
+    let plain = parse(MINIMAL).unwrap();
+    assert_eq!(iceberg(&plain).route, None);
+    assert_eq!(plain.channels[0].route_member("x"), plain.channels[0]);
+}
+
+#[test]
+fn route_keys_are_refused_naming_the_key() {
+    let paths = |text: &str| -> Vec<String> { errors(text).into_iter().map(|e| e.path).collect() };
+    assert_eq!(
+        paths(&routed("")),
+        [
+            "channel[0].destination.route_field",
+            "channel[0].destination.routes"
+        ]
+    );
+    refused(
+        &routed("route_field = \"region\"\nroutes = {}"),
+        "channel[0].destination.routes",
+        "at least one",
+    );
+    refused(
+        &routed("route_field = \" \"\nroutes = { eu = \"events_eu\" }"),
+        "channel[0].destination.route_field",
+        "must not be empty",
+    );
+    refused(
+        &routed(
+            "route_field = \"region\"\nroutes = { eu = \"events_eu\", \"e u\" = \"Events-EU\" }",
+        ),
+        "channel[0].destination.routes.\"e u\"",
+        "not a valid name",
+    );
+    refused(
+        &routed(&format!("{ROUTES}\nunroutable = \"Other\"")),
+        "channel[0].destination.unroutable",
+        "not a valid name",
+    );
+    refused(
+        &routed(&format!("{ROUTES}\nmax_tables = 2")),
+        "channel[0].destination.routes",
+        "routes to 3 tables (with the unroutable table), more than channel[0].destination.max_tables = 2",
+    );
+    // Without table = "{route}" (a plain table, or a table per topic), each key is refused.
+    for (line, key) in [
+        ("route_field = \"region\"", "route_field"),
+        ("routes = { eu = \"events_eu\" }", "routes"),
+        ("unroutable = \"dlq\"", "unroutable"),
+    ] {
+        refused(
+            &with("[channel.destination]", line),
+            &format!("channel[0].destination.{key}"),
+            "applies only to channel[0].destination.table = \"{route}\"",
+        );
+        refused(
+            &replaced(
+                "table = \"events\"",
+                &format!("table = \"{{topic}}\"\n{line}"),
+            ),
+            &format!("channel[0].destination.{key}"),
+            "applies only to",
+        );
+    }
+    // The route value is read from JSON documents only, for now.
+    let gsr = errors(&routed(ROUTES).replacen(
+        "[channel.schema]",
+        "[channel.record]\nformat = \"gsr_json\"\n[channel.schema]",
+        1,
+    ));
+    assert!(
+        gsr.iter().any(|e| e.path == "channel[0].record.format"
+            && e.message.contains("needs format = \"json\"")),
+        "{gsr:#?}"
+    );
+}
+
+#[test]
+fn a_route_field_the_schema_file_lacks_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("s.json");
+    std::fs::write(
+        &schema,
+        r#"{"type":"object","properties":{"event_time":{"type":"string","format":"date-time"},"region":{"type":"string"},"score":{"type":"number"},"user":{"type":"object","properties":{"zone":{"type":"string"}}}},"required":["event_time"]}"#,
+    )
+    .unwrap();
+    let check = |field: &str| {
+        let text = routed(&ROUTES.replace("\"region\"", &format!("\"{field}\"")))
+            .replace("event.schema.json", &schema.display().to_string());
+        let config = parse(&text).unwrap();
+        crate::channel::schema_file::check_schema(0, &config.channels[0]).map(|_| ())
+    };
+    assert!(check("region").is_ok());
+    for (field, needle) in [
+        ("zone", "\"zone\" is not a top-level field of the schema"),
+        (
+            "score",
+            "\"score\" is a double: a route field is a string, an integer or a boolean",
+        ),
+    ] {
+        let e = check(field).unwrap_err();
+        assert_eq!(e.path, "channel[0].destination.route_field", "{e:?}");
+        assert!(e.message.contains(needle), "{e:?}");
+    }
 }

@@ -756,7 +756,7 @@ impl ChannelWorker {
             // One call per read batch (not per record): the sink's future is boxed.
             for pushed in sink.push(id, batch).await? {
                 let position = match pushed {
-                    Pushed::Buffered(position) => position,
+                    Pushed::Buffered(position) | Pushed::Skipped(position) => position,
                     Pushed::Rejected {
                         reason,
                         record: rec,
