@@ -1,0 +1,195 @@
+//! Fan-out by a field (`table = "{route}"`, docs/routing.md): one Kafka topic delivered to
+//! three tables by each record's `region`, by two `floe run` workers, one SIGKILLed mid-run
+//! and restarted; PyIceberg then checks by id that every table holds exactly its records once,
+//! and the DLQs hold exactly the unroutable and the bad records once.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use floe::dlq::{Dlq, LocalDlq};
+use iceberg::{NamespaceIdent, TableIdent};
+
+const TABLES: [&str; 3] = ["events_ap", "events_eu", "events_us"];
+
+/// What record `id` is, and where it must end up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// A row of this table.
+    Row(&'static str),
+    /// A DLQ entry of this table's member, with this code.
+    Dead(&'static str, &'static str),
+}
+
+/// Record `id`'s payload and fate: regions eu/us/ap (an unknown region and a missing one
+/// among them), some records the schema refuses (in their region's table's DLQ), some that
+/// are not JSON (in the first table's DLQ, as the unroutable ones).
+fn record(id: u64) -> (Vec<u8>, Fate) {
+    let time = "2026-07-09T20:15:00Z";
+    if id % 97 == 50 {
+        return (
+            b"{not json".to_vec(),
+            Fate::Dead("events_ap", "DESERIALIZATION_ERROR"),
+        );
+    }
+    let (region, fate) = match id % 10 {
+        0..=2 => ("\"eu\"", Fate::Row("events_eu")),
+        3..=5 => ("\"us\"", Fate::Row("events_us")),
+        6 | 7 => ("\"ap\"", Fate::Row("events_ap")),
+        8 => ("\"mars\"", Fate::Dead("events_ap", "UNROUTABLE")),
+        _ => ("", Fate::Dead("events_ap", "UNROUTABLE")),
+    };
+    if let (7, Fate::Row(table)) = (id % 31, fate) {
+        // The value is not a number: refused by its region's table.
+        let json = format!(r#"{{"id":{id},"event_time":"{time}","value":"x","region":{region}}}"#);
+        return (json.into_bytes(), Fate::Dead(table, "TYPE_MISMATCH"));
+    }
+    let json = if region.is_empty() {
+        format!(r#"{{"id":{id},"event_time":"{time}","value":1.5}}"#)
+    } else {
+        format!(r#"{{"id":{id},"event_time":"{time}","value":1.5,"region":{region}}}"#)
+    };
+    (json.into_bytes(), fate)
+}
+
+fn config(dir: &Path, bootstrap: &str, id: &str) -> String {
+    let schema = dir.join("region.schema.json");
+    config_toml(dir, bootstrap, id, 4)
+        .replace(
+            "  table = \"events\"\n",
+            "  table = \"{route}\"\n  route_field = \"region\"\n  routes = { eu = \"events_eu\", us = \"events_us\", ap = \"events_ap\" }\n",
+        )
+        .replace(
+            &format!("{}/config/event.schema.json", env!("CARGO_MANIFEST_DIR")),
+            &schema.display().to_string(),
+        )
+}
+
+fn member_dlq(dir: &Path, table: &str) -> LocalDlq {
+    LocalDlq::new(dir.join("dlq"), &format!("it.{table}"))
+}
+
+/// Rows of the three tables plus published DLQ entries of their members.
+async fn delivered_everywhere(dir: &Path) -> u64 {
+    let mut total = 0;
+    for table in TABLES {
+        let dlq: Dlq = member_dlq(dir, table).into();
+        let Ok(catalog) = floe::catalog::open_sql_catalog(
+            &dir.join("catalog.sqlite"),
+            &dir.join("warehouse"),
+            "floe",
+        )
+        .await
+        else {
+            return 0;
+        };
+        let ident = TableIdent::new(NamespaceIdent::new("it".into()), table.into());
+        let (rows, dead) = floe::tools::quickstart::counts(catalog.as_ref(), &ident, &dlq).await;
+        total += rows + dead;
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_topic_fanned_out_by_a_field_lands_once_per_table_through_a_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("region.schema.json"),
+        r#"{"type":"object","properties":{"id":{"type":"integer"},"event_time":{"type":"string","format":"date-time"},"value":{"type":"number"},"region":{"type":"string"}},"required":["id","event_time","value"]}"#,
+    )
+    .unwrap();
+    let broker = Broker::start();
+    let total = 4_000u64;
+    let payload = |id: u64| record(id).0;
+    produce_payloads(&broker.bootstrap, 0..total / 2, payload);
+    let (d, b) = (dir.path(), broker.bootstrap.as_str());
+    let w1 = Worker::start_with(d, "w1", &config(d, b, "w1"));
+    let w2 = Worker::start_with(d, "w2", &config(d, b, "w2"));
+    // Both read and hand off batches; then one is killed while batches are pending.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    produce_payloads(&broker.bootstrap, total / 2..total, payload);
+    w1.signal("KILL");
+    drop(w1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let w1 = Worker::start_with(d, "w1", &config(d, b, "w1"));
+    let started = std::time::Instant::now();
+    let mut seen = 0;
+    while started.elapsed() < Duration::from_secs(120) {
+        seen = delivered_everywhere(d).await;
+        if seen >= total {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(w1.terminate().success(), "w1 exits 0:\n{}", log_of(d, "w1"));
+    assert!(w2.terminate().success(), "w2 exits 0:\n{}", log_of(d, "w2"));
+    assert_eq!(seen, total, "all delivered; w2's log:\n{}", log_of(d, "w2"));
+
+    let mut rows: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+    let mut dead: BTreeMap<(&str, &str), BTreeSet<u64>> = BTreeMap::new();
+    for id in 0..total {
+        match record(id).1 {
+            Fate::Row(t) => rows.entry(t).or_default().insert(id),
+            Fate::Dead(t, code) => dead.entry((t, code)).or_default().insert(id),
+        };
+    }
+    let all: Vec<u64> = (0..total).collect();
+    for table in TABLES {
+        let read = run_py_reader(
+            "read_table.py",
+            &[
+                d.join("catalog.sqlite").as_os_str(),
+                d.join("warehouse").as_os_str(),
+                format!("it.{table}").as_ref(),
+                "--ids".as_ref(),
+                all.iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+                    .as_ref(),
+            ],
+        );
+        let expected = &rows[table];
+        assert_eq!(read["rows"], expected.len() as u64, "{table}: count(*)");
+        assert_eq!(
+            read["distinct_ids"],
+            expected.len() as u64,
+            "{table}: no id twice"
+        );
+        let ids: BTreeSet<u64> = read["sample"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.parse().unwrap())
+            .collect();
+        assert_eq!(&ids, expected, "{table}: exactly its records");
+
+        let entries = member_dlq(d, table).read_published().unwrap();
+        let mut by_code: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for e in &entries {
+            by_code
+                .entry(e.error_code.clone())
+                .or_default()
+                .push(e.key.as_deref().unwrap().parse().unwrap());
+        }
+        let expected: BTreeMap<String, Vec<u64>> = dead
+            .iter()
+            .filter(|((t, _), _)| *t == table)
+            .map(|((_, code), ids)| (code.to_string(), ids.iter().copied().collect()))
+            .collect();
+        for ids in by_code.values_mut() {
+            ids.sort();
+        }
+        assert_eq!(by_code, expected, "{table}: DLQ entries by code, each once");
+        if table == "events_ap" {
+            let unroutable = entries
+                .iter()
+                .find(|e| e.error_code == "UNROUTABLE")
+                .unwrap();
+            assert_eq!(unroutable.field, "/region");
+        }
+    }
+}
