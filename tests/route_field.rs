@@ -24,9 +24,35 @@ enum Fate {
     Dead(&'static str, &'static str),
 }
 
-/// Record `id`'s payload and fate: regions eu/us/ap (an unknown region and a missing one
-/// among them), some records the schema refuses (in their region's table's DLQ), some that
-/// are not JSON (in the first table's DLQ, as the unroutable ones).
+/// How records are framed (`record.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// `json`.
+    Json,
+    /// `gsr_json`, payloads zlib-compressed or not (the route field is read after inflating).
+    GsrJson,
+}
+
+/// The one GSR schema version of the `gsr_json` run.
+const VERSION: &str = "3f36e6d8-d20e-43b7-90ea-3ad724880d60";
+
+/// Record `id` as produced in `format`, and its fate.
+fn framed(format: Format, id: u64) -> (Vec<u8>, Fate) {
+    let (json, fate) = record(id);
+    match format {
+        Format::Json => (json, fate),
+        // Not framed at all: refused by the first table's member, as the unroutable ones.
+        Format::GsrJson if id % 97 == 60 => (json, Fate::Dead("events_ap", "INVALID_SCHEMA")),
+        Format::GsrJson => {
+            let version = uuid::Uuid::parse_str(VERSION).unwrap();
+            (gsr_frame(version, id % 2 == 0, &json), fate)
+        }
+    }
+}
+
+/// Record `id`'s JSON document and fate: regions eu/us/ap (an unknown region and a missing
+/// one among them), some records the schema refuses (in their region's table's DLQ), some
+/// that are not JSON (in the first table's DLQ, as the unroutable ones).
 fn record(id: u64) -> (Vec<u8>, Fate) {
     let time = "2026-07-09T20:15:00Z";
     if id % 97 == 50 {
@@ -55,9 +81,9 @@ fn record(id: u64) -> (Vec<u8>, Fate) {
     (json.into_bytes(), fate)
 }
 
-fn config(dir: &Path, bootstrap: &str, id: &str) -> String {
+fn config(format: Format, dir: &Path, bootstrap: &str, id: &str) -> String {
     let schema = dir.join("region.schema.json");
-    config_toml(dir, bootstrap, id, 4)
+    let text = config_toml(dir, bootstrap, id, 4)
         .replace(
             "  table = \"events\"\n",
             "  table = \"{route}\"\n  route_field = \"region\"\n  routes = { eu = \"events_eu\", us = \"events_us\", ap = \"events_ap\" }\n",
@@ -65,7 +91,19 @@ fn config(dir: &Path, bootstrap: &str, id: &str) -> String {
         .replace(
             &format!("{}/config/event.schema.json", env!("CARGO_MANIFEST_DIR")),
             &schema.display().to_string(),
-        )
+        );
+    match format {
+        Format::Json => text,
+        Format::GsrJson => text
+            .replace("format = \"json\"", "format = \"gsr_json\"")
+            .replace(
+                "  [channel.destination]\n",
+                &format!(
+                    "    [channel.schema.versions]\n    \"{VERSION}\" = \"{}\"\n  [channel.destination]\n",
+                    schema.display()
+                ),
+            ),
+    }
 }
 
 fn member_dlq(dir: &Path, table: &str) -> LocalDlq {
@@ -95,6 +133,17 @@ async fn delivered_everywhere(dir: &Path) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_topic_fanned_out_by_a_field_lands_once_per_table_through_a_sigkill() {
+    fan_out(Format::Json, 4_000, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gsr_json_records_are_routed_by_their_inflated_document() {
+    fan_out(Format::GsrJson, 1_000, false).await;
+}
+
+/// Produces `total` records in `format` (half before the workers start, half after), runs two
+/// workers (SIGKILLing and restarting one when `kill`) and checks every table and DLQ by id.
+async fn fan_out(format: Format, total: u64, kill: bool) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("region.schema.json"),
@@ -102,19 +151,22 @@ async fn one_topic_fanned_out_by_a_field_lands_once_per_table_through_a_sigkill(
     )
     .unwrap();
     let broker = Broker::start();
-    let total = 4_000u64;
-    let payload = |id: u64| record(id).0;
+    let payload = |id: u64| framed(format, id).0;
     produce_payloads(&broker.bootstrap, 0..total / 2, payload);
     let (d, b) = (dir.path(), broker.bootstrap.as_str());
-    let w1 = Worker::start_with(d, "w1", &config(d, b, "w1"));
-    let w2 = Worker::start_with(d, "w2", &config(d, b, "w2"));
-    // Both read and hand off batches; then one is killed while batches are pending.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    let mut w1 = Worker::start_with(d, "w1", &config(format, d, b, "w1"));
+    let w2 = Worker::start_with(d, "w2", &config(format, d, b, "w2"));
+    if kill {
+        // Both read and hand off batches; then one is killed while batches are pending.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
     produce_payloads(&broker.bootstrap, total / 2..total, payload);
-    w1.signal("KILL");
-    drop(w1);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let w1 = Worker::start_with(d, "w1", &config(d, b, "w1"));
+    if kill {
+        w1.signal("KILL");
+        drop(w1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        w1 = Worker::start_with(d, "w1", &config(format, d, b, "w1"));
+    }
     let started = std::time::Instant::now();
     let mut seen = 0;
     while started.elapsed() < Duration::from_secs(120) {
@@ -131,7 +183,7 @@ async fn one_topic_fanned_out_by_a_field_lands_once_per_table_through_a_sigkill(
     let mut rows: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
     let mut dead: BTreeMap<(&str, &str), BTreeSet<u64>> = BTreeMap::new();
     for id in 0..total {
-        match record(id).1 {
+        match framed(format, id).1 {
             Fate::Row(t) => rows.entry(t).or_default().insert(id),
             Fate::Dead(t, code) => dead.entry((t, code)).or_default().insert(id),
         };

@@ -458,7 +458,8 @@ pub struct IcebergDestinationSection {
     /// in `routes` (a string as is; an integer or a boolean as its JSON text, `42`, `true`; a
     /// missing field, `null` or another type is unroutable). Required with `table = "{route}"`
     /// and refused without it; the schema must have it as a top-level field (checked at
-    /// activation). Only with `record.format = "json"` for now. Each table is written by a
+    /// activation). Only with the JSON formats (`record.format` `"json"`, `"gsr_json"`,
+    /// `"json_sr"`) for now. Each table is written by a
     /// member channel `<channel>.<table>` that reads the whole source (docs/routing.md, "Fan-out
     /// by a field").
     pub route_field: Option<String>,

@@ -2335,17 +2335,40 @@ fn route_keys_are_refused_naming_the_key() {
             "applies only to",
         );
     }
-    // The route value is read from JSON documents only, for now.
-    let gsr = errors(&routed(ROUTES).replacen(
-        "[channel.schema]",
-        "[channel.record]\nformat = \"gsr_json\"\n[channel.schema]",
-        1,
-    ));
-    assert!(
-        gsr.iter().any(|e| e.path == "channel[0].record.format"
-            && e.message.contains("needs format = \"json\"")),
-        "{gsr:#?}"
-    );
+    // The route value is read from JSON documents: json, gsr_json, json_sr.
+    let framed = |format: &str| {
+        routed(ROUTES)
+            .replacen(
+                "file = \"event.schema.json\"",
+                "registry_url = \"http://r\"",
+                1,
+            )
+            .replacen(
+                "[channel.schema]",
+                &format!("[channel.record]\nformat = \"{format}\"\n[channel.schema]"),
+                1,
+            )
+    };
+    for format in ["avro", "protobuf"] {
+        refused(
+            &framed(format),
+            "channel[0].record.format",
+            "needs a JSON format (\"json\", \"gsr_json\" or \"json_sr\")",
+        );
+    }
+    assert!(parse(&framed("json_sr")).unwrap().channels[0].is_routed());
+    let gsr = routed(ROUTES)
+        .replacen(
+            "file = \"event.schema.json\"",
+            &format!("file = \"v1.json\"\nversions = {{ \"{V1}\" = \"v1.json\" }}"),
+            1,
+        )
+        .replacen(
+            "[channel.schema]",
+            "[channel.record]\nformat = \"gsr_json\"\n[channel.schema]",
+            1,
+        );
+    assert!(parse(&gsr).unwrap().channels[0].is_routed());
 }
 
 #[test]

@@ -683,11 +683,15 @@ impl Checker<'_> {
         }
         if let (Some(DestinationConfig::Iceberg(d)), Some(record)) = (&destination, &record) {
             // The route value is read from the JSON document (docs/routing.md).
-            if d.route.is_some() && record.format != RecordFormat::Json {
+            let json = matches!(
+                record.format,
+                RecordFormat::Json | RecordFormat::GsrJson | RecordFormat::JsonSr
+            );
+            if d.route.is_some() && !json {
                 self.error(
                     format!("{p}.record.format"),
                     format!(
-                        "\"{}\" cannot be routed by a field yet: table = \"{{route}}\" needs format = \"json\"",
+                        "\"{}\" cannot be routed by a field yet: table = \"{{route}}\" needs a JSON format (\"json\", \"gsr_json\" or \"json_sr\")",
                         record.format.as_str()
                     ),
                 );

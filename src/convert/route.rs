@@ -69,20 +69,20 @@ impl Router {
         }
     }
 
-    /// What this member does with `record` (a JSON document).
-    pub fn decide(&self, record: &[u8]) -> RouteDecision {
-        let owns_unroutable = self.owner.as_deref() == Some(self.table.as_str());
-        let value = if record.len() > self.max_record_size {
+    /// What this member does with the record whose JSON document is `document` (after the
+    /// record's framing, `record.format`).
+    pub fn decide(&self, document: &[u8]) -> RouteDecision {
+        let value = if document.len() > self.max_record_size {
             RouteValue::NotJson
         } else {
-            route_value(record, &self.route.field)
+            route_value(document, &self.route.field)
         };
         let value = match value {
-            RouteValue::NotJson if owns_unroutable => return RouteDecision::Keep,
-            RouteValue::NotJson => return RouteDecision::Skip,
+            RouteValue::NotJson => return self.decide_unreadable(),
             RouteValue::Value(v) => Some(v),
             RouteValue::Unusable => None,
         };
+        let owns_unroutable = self.owns_unroutable();
         match self.route.table_of(value.as_deref()) {
             Some(t) if t == self.table => RouteDecision::Keep,
             Some(_) => RouteDecision::Skip,
@@ -104,6 +104,23 @@ impl Router {
             }),
             None => RouteDecision::Skip,
         }
+    }
+}
+
+impl Router {
+    /// What this member does with a record whose JSON document cannot be read (its framing is
+    /// refused: a bad GSR or Confluent header, a payload that does not inflate): the
+    /// unroutable owner keeps it (its decoder refuses it with its own code), the others skip.
+    pub fn decide_unreadable(&self) -> RouteDecision {
+        if self.owns_unroutable() {
+            RouteDecision::Keep
+        } else {
+            RouteDecision::Skip
+        }
+    }
+
+    fn owns_unroutable(&self) -> bool {
+        self.owner.as_deref() == Some(self.table.as_str())
     }
 }
 
@@ -266,6 +283,15 @@ mod tests {
         assert_eq!(keepers(&dlq, r#"{"region":"eu""#), one("events_ap"));
         let big = format!(r#"{{"region":"eu","pad":"{}"}}"#, "x".repeat(1000));
         assert_eq!(keepers(&dlq, &big), one("events_ap"));
+        for t in dlq.tables() {
+            let unreadable = Router::new(&dlq, t, 1000).decide_unreadable();
+            let expected = if t == "events_ap" {
+                RouteDecision::Keep
+            } else {
+                RouteDecision::Skip
+            };
+            assert_eq!(unreadable, expected, "{t}");
+        }
 
         let default = route(Unroutable::Table("events_zz".into()));
         assert_eq!(keepers(&default, r#"{"region":"mars"}"#), one("events_zz"));

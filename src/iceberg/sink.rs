@@ -785,8 +785,14 @@ impl BatchSink for IcebergSink {
                 RecordDecoder::Gsr { .. } | RecordDecoder::Confluent { .. }
             );
         for record in records {
-            if let Some(router) = &self.io.route {
-                match router.decide(&record.payload) {
+            if let Some(router) = self.io.route.clone() {
+                // The JSON document after the record's framing (a GSR payload is inflated
+                // here and again when converted: routed GSR channels pay it twice).
+                let decision = match self.io.record_decoder.payload_of(&record.payload) {
+                    Ok(document) => router.decide(document),
+                    Err(_) => router.decide_unreadable(),
+                };
+                match decision {
                     RouteDecision::Keep => {}
                     RouteDecision::Skip => {
                         out.push(Pushed::Skipped(record.position));
