@@ -45,7 +45,7 @@ fn framed(format: Format, id: u64) -> (Vec<u8>, Fate) {
         Format::GsrJson if id % 97 == 60 => (json, Fate::Dead("events_ap", "INVALID_SCHEMA")),
         Format::GsrJson => {
             let version = uuid::Uuid::parse_str(VERSION).unwrap();
-            (gsr_frame(version, id % 2 == 0, &json), fate)
+            (gsr_frame(version, id.is_multiple_of(2), &json), fate)
         }
     }
 }
@@ -107,7 +107,7 @@ fn config(format: Format, dir: &Path, bootstrap: &str, id: &str) -> String {
 }
 
 fn member_dlq(dir: &Path, table: &str) -> LocalDlq {
-    LocalDlq::new(dir.join("dlq"), &format!("it.{table}"))
+    LocalDlq::new(dir.join("dlq"), format!("it.{table}"))
 }
 
 /// Rows of the three tables plus published DLQ entries of their members.

@@ -388,6 +388,8 @@ pub enum SchemaVersionText {
 }
 
 /// `[channel.destination]`: where a channel delivers. Tagged by `kind`.
+// Parsed once per channel at start: the size of the Iceberg variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum DestinationSection {
     /// `kind = "iceberg"`: an Apache Iceberg table, partitioned by hour or by its `partition`
