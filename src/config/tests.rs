@@ -2399,3 +2399,33 @@ fn a_route_field_the_schema_file_lacks_is_refused_naming_the_key() {
         assert!(e.message.contains(needle), "{e:?}");
     }
 }
+
+#[test]
+fn a_routed_table_another_channel_writes_is_refused_and_two_routed_channels_may_share_a_namespace()
+{
+    let plain = &MINIMAL[MINIMAL.find("[[channel]]").unwrap()..];
+    let plain = plain
+        .replace("name = \"events\"", "name = \"plain\"")
+        .replace("table = \"events\"", "table = \"events_us\"");
+    refused(
+        &format!("{}{plain}", routed(ROUTES)),
+        "channel[1].destination.table",
+        "table quickstart.events_us is already written by channel[0] \"events\"",
+    );
+    let routed_text = routed(ROUTES);
+    let second = &routed_text[routed_text.find("[[channel]]").unwrap()..];
+    let second = second.replace("name = \"events\"", "name = \"other\"");
+    let clashes = errors(&format!("{routed_text}{second}"));
+    assert_eq!(clashes.len(), 3, "one per table: {clashes:#?}");
+    assert!(clashes
+        .iter()
+        .all(|e| e.path == "channel[1].destination.routes"));
+    assert!(clashes[0]
+        .message
+        .contains("table quickstart.events_ap is already written by channel[0] \"events\""));
+    let disjoint = second
+        .replace("events_eu", "x_eu")
+        .replace("events_us", "x_us")
+        .replace("events_ap", "x_ap");
+    assert!(parse(&format!("{routed_text}{disjoint}")).is_ok());
+}

@@ -2037,19 +2037,25 @@ impl Checker<'_> {
                     continue;
                 }
             };
-            let key = (d.catalog.identity(), d.namespace.as_str(), d.table.as_str());
-            if let Some(first) = tables.get(&key) {
-                self.error(
-                    format!("channel[{i}].destination.table"),
-                    format!(
-                        "table {}.{} is already written by channel[{first}] \"{}\": each table has one channel",
-                        d.namespace,
-                        d.table,
-                        channels[*first].as_ref().map_or("", |c| c.name.as_str())
-                    ),
-                );
-            } else {
-                tables.insert(key, i);
+            // A routed channel writes each of its routes' tables (and its default table).
+            let (written, key_path): (Vec<&str>, &str) = match &d.route {
+                Some(route) => (route.tables().into_iter().collect(), "routes"),
+                None => (vec![d.table.as_str()], "table"),
+            };
+            for table in written {
+                let key = (d.catalog.identity(), d.namespace.as_str(), table);
+                if let Some(first) = tables.get(&key) {
+                    self.error(
+                        format!("channel[{i}].destination.{key_path}"),
+                        format!(
+                            "table {}.{table} is already written by channel[{first}] \"{}\": each table has one channel",
+                            d.namespace,
+                            channels[*first].as_ref().map_or("", |c| c.name.as_str())
+                        ),
+                    );
+                } else {
+                    tables.insert(key, i);
+                }
             }
         }
     }
