@@ -245,3 +245,83 @@ async fn fan_out(format: Format, total: u64, kill: bool) {
         }
     }
 }
+
+/// `floe channel <args>` with the config `<dir>/floe.toml`.
+fn channel_cli(dir: &Path, args: &[&str]) -> std::process::Output {
+    let config = dir.join("floe.toml");
+    let mut all = vec!["channel", args[0], "--config", config.to_str().unwrap()];
+    all.extend_from_slice(&args[1..]);
+    std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(&all)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run floe")
+}
+
+/// The routed channel has no table of its own: `floe channel create` names its members, which
+/// are created and described by name; `floe channel delete <channel>` stops every member of a
+/// running worker and waits for their leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_commands_reach_the_members_and_delete_stops_them_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("region.schema.json"),
+        r#"{"type":"object","properties":{"id":{"type":"integer"},"event_time":{"type":"string","format":"date-time"},"value":{"type":"number"},"region":{"type":"string"}},"required":["id","event_time","value"]}"#,
+    )
+    .unwrap();
+    let broker = Broker::start();
+    let toml = config(Format::Json, d, &broker.bootstrap, "w1");
+    std::fs::write(d.join("floe.toml"), &toml).unwrap();
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+
+    let o = channel_cli(d, &["create", "it"]);
+    assert_eq!(o.status.code(), Some(78), "{}", text(&o));
+    assert!(
+        text(&o).contains("it.events_ap, it.events_eu, it.events_us"),
+        "{}",
+        text(&o)
+    );
+    let o = channel_cli(d, &["create", "it.events_eu"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = channel_cli(d, &["describe", "it.events_eu"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("it.events_eu"), "{}", text(&o));
+
+    let total = 300;
+    produce_payloads(&broker.bootstrap, 0..total, |id| record(id).0);
+    let w1 = Worker::start_with(d, "w1", &toml);
+    let started = std::time::Instant::now();
+    while delivered_everywhere(d).await < total && started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(delivered_everywhere(d).await, total, "{}", log_of(d, "w1"));
+    let o = channel_cli(d, &["delete", "it", "--wait", "30s"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}\n{}",
+        text(&o),
+        log_of(d, "w1")
+    );
+    let store = floe::lease::sql::SqlLeaseStore::open_sqlite(d.join("leases.sqlite"))
+        .await
+        .unwrap();
+    for table in TABLES {
+        let leases = floe::lease::LeaseStore::list_leases(&store, &format!("it.{table}"))
+            .await
+            .unwrap();
+        assert!(!leases.is_empty(), "{table}");
+        assert!(
+            leases.iter().all(|l| l.owner.is_none()),
+            "{table}: every lease released: {leases:?}"
+        );
+    }
+    assert!(w1.terminate().success(), "{}", log_of(d, "w1"));
+}

@@ -12,7 +12,8 @@
 //! members start with the process: no lister. Each member is a channel of its own in the lease
 //! store (leases, committer lease and epoch, checkpoints in its table), so exactly-once per
 //! table is the single-table protocol of docs/design.md; a member skips the other tables'
-//! records and checkpoints past them.
+//! records and checkpoints past them. Each member watches the channel's state besides its own:
+//! `floe channel delete <channel>` stops them all.
 
 use crate::channel::activate;
 use crate::config::ChannelConfig;
@@ -52,8 +53,18 @@ impl Fleet {
             )
             .await
             .map_err(|e| activate_err(&member.name, e))?;
-            self.start_channel(index, member.clone(), FatalScope::Member)
+            let stops = self
+                .start_channel(index, member.clone(), FatalScope::Member)
                 .await?;
+            // `floe channel delete <channel>` (or a FAILED, SUSPENDED channel) stops every
+            // member, as each member's own state stops it alone.
+            self.tracker.spawn(crate::channel::watch_channel(
+                self.store.clone(),
+                name.to_string(),
+                stops,
+                self.config.worker.shutdown_timeout + std::time::Duration::from_secs(2),
+                self.stop_reading.clone(),
+            ));
             tracing::info!(channel = %name, member = %member.name, table, "routed table started");
         }
         Ok(())

@@ -205,18 +205,26 @@ pub fn effective_freshness(config: &ChannelConfig, overrides: &ChannelOverrides)
 // ---------------------------------------------------------------------------------------------
 // Helpers shared by the operations
 
-/// The channel named `name` in `config`, with its index (for key paths).
+/// The channel named `name` in `config`, with its index (for key paths): a configured channel,
+/// or a member `<channel>.<table>` of a channel with `table = "{route}"` (docs/routing.md).
 ///
 /// Errors: [`ControlError::Refused`] when the file has no such channel.
-pub fn find_channel<'a>(
-    config: &'a Config,
-    name: &str,
-) -> Result<(usize, &'a ChannelConfig), ControlError> {
+pub fn find_channel(config: &Config, name: &str) -> Result<(usize, ChannelConfig), ControlError> {
     config
         .channels
         .iter()
         .enumerate()
-        .find(|(_, c)| c.name == name)
+        .find_map(|(i, c)| {
+            if c.name == name {
+                return Some((i, c.clone()));
+            }
+            let route = c.destination.iceberg()?.route.as_ref()?;
+            let table = route
+                .tables()
+                .into_iter()
+                .find(|t| crate::config::member_name(&c.name, t) == name)?;
+            Some((i, c.route_member(table)))
+        })
         .ok_or_else(|| {
             ControlError::refused(
                 "channel",
@@ -231,6 +239,19 @@ pub fn find_channel<'a>(
                 ),
             )
         })
+}
+
+/// The member channels `<channel>.<table>` of channel `name` when it has `table = "{route}"`
+/// (docs/routing.md), in table order; empty for any other channel.
+pub fn member_names(config: &Config, name: &str) -> Vec<String> {
+    config
+        .channels
+        .iter()
+        .filter(|c| c.name == name)
+        .filter_map(|c| c.destination.iceberg()?.route.as_ref())
+        .flat_map(|r| r.tables())
+        .map(|t| crate::config::member_name(name, t))
+        .collect()
 }
 
 /// The channel's table identifier; `None` for a raw S3 destination.
@@ -406,6 +427,18 @@ pub async fn create(
     aws: &crate::aws::AwsClients,
 ) -> Result<ChannelState, ControlError> {
     let (index, channel) = find_channel(config, name)?;
+    let channel = &channel;
+    if channel.is_routed() {
+        // Its tables are its members' (docs/routing.md, "Fan-out by a field").
+        let members = member_names(config, name);
+        return Err(ControlError::refused(
+            "channel",
+            format!(
+                "{name:?} (table = \"{{route}}\") writes its tables through member channels: create them by name ({}), or let floe run create them",
+                members.join(", ")
+            ),
+        ));
+    }
     let file_schema = preflight(index, channel, aws).await?;
     let current = store.get_channel_state(name).await?;
     let state = match create_decision(current.as_ref()) {
@@ -650,7 +683,8 @@ pub async fn deregister_consumer(
     aws: &crate::aws::AwsClients,
 ) -> Result<Option<String>, ControlError> {
     let (_, channel) = find_channel(config, name)?;
-    let Some((_, stream, consumer)) = crate::source::kinesis::efo::channel_consumer(channel) else {
+    let Some((_, stream, consumer)) = crate::source::kinesis::efo::channel_consumer(&channel)
+    else {
         return Ok(None);
     };
     match crate::source::kinesis::efo::deregister_consumer(&aws.kinesis(), &stream, &consumer)
@@ -830,6 +864,7 @@ pub async fn describe(
 ) -> Result<ChannelDescription, ControlError> {
     let aws = crate::aws::AwsClients::for_config(config).await;
     let (index, channel) = find_channel(config, name)?;
+    let channel = &channel;
     let state = store.get_channel_state(name).await?;
     let leases = store.list_leases(name).await?;
     let pending = store.list_pending(name).await?.len();

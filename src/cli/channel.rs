@@ -150,10 +150,23 @@ pub async fn run(command: &ChannelCommand) -> ExitCode {
     }
 }
 
+/// The channel named, or every channel of the file (a channel with `table = "{route}"` as its
+/// member channels, which hold its tables).
 fn names(config: &Config, name: &Option<String>) -> Vec<String> {
     match name {
         Some(n) => vec![n.clone()],
-        None => config.channels.iter().map(|c| c.name.clone()).collect(),
+        None => config
+            .channels
+            .iter()
+            .flat_map(|c| {
+                let members = control::member_names(config, &c.name);
+                if members.is_empty() {
+                    vec![c.name.clone()]
+                } else {
+                    members
+                }
+            })
+            .collect(),
     }
 }
 
@@ -241,8 +254,17 @@ async fn execute(
                 .map(|t| parse_duration("--wait", t))
                 .transpose()?;
             let state = control::delete(config, name, store).await?;
+            // A routed channel's leases are its members' (they stop with it).
+            let mut held_by = control::member_names(config, name);
+            held_by.push(name.clone());
             if let Some(wait) = wait {
-                if !control::wait_released(store, name, wait).await? {
+                let deadline = std::time::Instant::now() + wait;
+                let mut released = true;
+                for n in &held_by {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    released &= control::wait_released(store, n, left).await?;
+                }
+                if !released {
                     return Err(ControlError::Unavailable(format!(
                         "channel {name} is DELETING but workers still hold its leases after {wait:?} (a stopped worker's leases stay until it restarts or the channel is created again)"
                     )));

@@ -72,9 +72,10 @@ impl RouteConfig {
 
 impl ChannelConfig {
     /// Whether the channel fans records out by a field (`table = "{route}"`): it then runs as
-    /// one member channel per routed table ([`ChannelConfig::route_member`]).
+    /// one member channel per routed table ([`ChannelConfig::route_member`]). A member itself
+    /// is not.
     pub fn is_routed(&self) -> bool {
-        matches!(&self.destination, DestinationConfig::Iceberg(d) if d.route.is_some())
+        matches!(&self.destination, DestinationConfig::Iceberg(d) if d.route.is_some() && d.table == TABLE_ROUTED)
     }
 
     /// The member channel of `table` in a channel with `table = "{route}"`: named

@@ -2256,6 +2256,7 @@ fn a_routed_channel_has_a_member_per_table_and_the_first_table_writes_the_unrout
     assert_eq!(member.name, "events.events_eu");
     assert_eq!(member.destination.iceberg().unwrap().table, "events_eu");
     assert_eq!(member.member_route().map(|(_, t)| t), Some("events_eu"));
+    assert!(!member.is_routed(), "a member is not routed again");
     assert_eq!(
         channel.member_route(),
         None,
