@@ -2430,3 +2430,41 @@ fn a_routed_table_another_channel_writes_is_refused_and_two_routed_channels_may_
         .replace("events_ap", "x_ap");
     assert!(parse(&format!("{routed_text}{disjoint}")).is_ok());
 }
+
+#[test]
+fn a_routed_kinesis_channel_reads_with_a_consumer_per_member() {
+    let efo = aws_config()
+        .replacen(
+            "poll_interval = \"500ms\"",
+            "read_mode = \"enhanced_fan_out\"",
+            1,
+        )
+        .replacen(
+            "table = \"events\"",
+            &format!("table = \"{{route}}\"\n{ROUTES}"),
+            1,
+        );
+    let config = parse(&efo).unwrap();
+    let member = config.channels[0].route_member("events_eu");
+    let SourceConfig::Kinesis(k) = &member.source else {
+        panic!()
+    };
+    assert_eq!(
+        k.read_mode.consumer_name(&member.name).as_deref(),
+        Some("floe-events.events_eu")
+    );
+    refused(
+        &efo.replacen("read_mode", "consumer_name = \"c\"\nread_mode", 1),
+        "channel[0].source.consumer_name",
+        "each table's member channel registers its own consumer",
+    );
+    let long = "t".repeat(125);
+    refused(
+        &efo.replacen("eu = \"events_eu\"", &format!("eu = \"{long}\""), 1),
+        "channel[0].destination.routes",
+        "at most 128 characters: this channel's longest is 137",
+    );
+    // Polling: any table name.
+    let polling = efo.replacen("read_mode = \"enhanced_fan_out\"", "", 1);
+    assert!(parse(&polling.replacen("eu = \"events_eu\"", &format!("eu = \"{long}\""), 1)).is_ok());
+}

@@ -687,6 +687,28 @@ impl Checker<'_> {
                 record.format,
                 RecordFormat::Json | RecordFormat::GsrJson | RecordFormat::JsonSr
             );
+            // Enhanced fan-out: each member registers its own consumer, `floe-<member>`.
+            if let (Some(route), Some(SourceConfig::Kinesis(k))) = (&d.route, &source) {
+                if let KinesisReadMode::EnhancedFanOut { consumer_name } = &k.read_mode {
+                    if consumer_name.is_some() {
+                        self.error(
+                            format!("{p}.source.consumer_name"),
+                            "not with table = \"{route}\": each table's member channel registers its own consumer, floe-<channel>.<table>",
+                        );
+                        return None;
+                    }
+                    let longest = route.tables().into_iter().map(str::len).max().unwrap_or(0);
+                    let consumer_len =
+                        "floe-".len() + name.as_deref().map_or(0, str::len) + 1 + longest;
+                    if consumer_len > 128 {
+                        self.error(
+                            format!("{p}.destination.routes"),
+                            format!("with read_mode = \"enhanced_fan_out\" each table's consumer is floe-<channel>.<table>, at most 128 characters: this channel's longest is {consumer_len}"),
+                        );
+                        return None;
+                    }
+                }
+            }
             if d.route.is_some() && !json {
                 self.error(
                     format!("{p}.record.format"),
