@@ -270,10 +270,16 @@ async fn execute(
                     )));
                 }
             }
-            let consumer = control::deregister_consumer(config, name, aws).await?;
+            // Enhanced fan-out: a routed channel's consumers are its members'.
+            let mut consumers = Vec::new();
+            for n in &held_by {
+                consumers.extend(control::deregister_consumer(config, n, aws).await?);
+            }
             print_states(&[state], json);
-            if let (Some(consumer), false) = (consumer, json) {
-                stdout::println(format!("deregistered the stream consumer \"{consumer}\""));
+            if !json {
+                for consumer in consumers {
+                    stdout::println(format!("deregistered the stream consumer \"{consumer}\""));
+                }
             }
         }
     }
