@@ -150,24 +150,24 @@ pub async fn run(command: &ChannelCommand) -> ExitCode {
     }
 }
 
-/// The channel named, or every channel of the file (a channel with `table = "{route}"` as its
-/// member channels, which hold its tables).
+/// The channel named, or every channel of the file; a channel with `table = "{route}"` as its
+/// member channels, which hold its tables (docs/routing.md).
 fn names(config: &Config, name: &Option<String>) -> Vec<String> {
-    match name {
+    let named: Vec<String> = match name {
         Some(n) => vec![n.clone()],
-        None => config
-            .channels
-            .iter()
-            .flat_map(|c| {
-                let members = control::member_names(config, &c.name);
-                if members.is_empty() {
-                    vec![c.name.clone()]
-                } else {
-                    members
-                }
-            })
-            .collect(),
-    }
+        None => config.channels.iter().map(|c| c.name.clone()).collect(),
+    };
+    named
+        .into_iter()
+        .flat_map(|n| {
+            let members = control::member_names(config, &n);
+            if members.is_empty() {
+                vec![n]
+            } else {
+                members
+            }
+        })
+        .collect()
 }
 
 fn parse_duration(flag: &str, text: &str) -> Result<Duration, ControlError> {
