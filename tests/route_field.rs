@@ -303,12 +303,40 @@ async fn channel_commands_reach_the_members_and_delete_stops_them_all() {
 
     let total = 300;
     produce_payloads(&broker.bootstrap, 0..total, |id| record(id).0);
-    let w1 = Worker::start_with(d, "w1", &toml);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w1 = Worker::start_with(
+        d,
+        "w1",
+        &toml.replace(
+            "metrics_address = \"off\"",
+            &format!("metrics_address = \"{metrics}\""),
+        ),
+    );
     let started = std::time::Instant::now();
     while delivered_everywhere(d).await < total && started.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert_eq!(delivered_everywhere(d).await, total, "{}", log_of(d, "w1"));
+    // Each member read every record and skipped the other tables' (read once each here: one
+    // worker, no rewind).
+    let scrape = samples(&get(&metrics, "/metrics").expect("metrics").1);
+    for table in TABLES {
+        let kept = (0..total)
+            // UNROUTABLE and not-JSON records are the first table's.
+            .filter(|id| matches!(record(*id).1, Fate::Row(t) | Fate::Dead(t, _) if t == table))
+            .count() as f64;
+        let channel = format!("channel=\"it.{table}\"");
+        assert_eq!(
+            sum(&scrape, "floe_records_read_total", &[&channel]),
+            total as f64,
+            "{table}"
+        );
+        assert_eq!(
+            sum(&scrape, "floe_records_skipped_total", &[&channel]),
+            total as f64 - kept,
+            "{table}"
+        );
+    }
     let o = channel_cli(d, &["delete", "it", "--wait", "30s"]);
     assert_eq!(
         o.status.code(),

@@ -387,8 +387,8 @@ pub enum SchemaVersionText {
     Other(toml::Value),
 }
 
-/// `[channel.destination]`: where a channel delivers. Tagged by `kind`.
 // Parsed once per channel at start: the size of the Iceberg variant does not matter.
+/// `[channel.destination]`: where a channel delivers. Tagged by `kind`.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum DestinationSection {
