@@ -359,4 +359,31 @@ async fn channel_commands_reach_the_members_and_delete_stops_them_all() {
         );
     }
     assert!(w1.terminate().success(), "{}", log_of(d, "w1"));
+    // Deleted with its members; created again with them.
+    let state = |name: String| {
+        let store = &store;
+        async move {
+            floe::lease::BatchStore::get_channel_state(store, &name)
+                .await
+                .unwrap()
+                .map(|s| s.state)
+        }
+    };
+    let names = || std::iter::once("it".to_string()).chain(TABLES.map(|t| format!("it.{t}")));
+    for name in names() {
+        assert_eq!(
+            state(name.clone()).await,
+            Some(floe::lease::ChannelStatus::Deleting),
+            "{name}"
+        );
+    }
+    let o = channel_cli(d, &["create", "it"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for name in names() {
+        assert_eq!(
+            state(name.clone()).await,
+            Some(floe::lease::ChannelStatus::Active),
+            "{name}"
+        );
+    }
 }

@@ -21,6 +21,7 @@
 //! store's compare-and-swap), so concurrent operators and workers never lose an update.
 
 pub mod activate;
+pub mod routed;
 pub mod schema_file;
 
 use activate::ActivateError;

@@ -170,6 +170,17 @@ fn names(config: &Config, name: &Option<String>) -> Vec<String> {
         .collect()
 }
 
+/// The channels with `table = "{route}"` among the channel named, or every channel.
+fn names_of_routed(config: &Config, name: &Option<String>) -> Vec<String> {
+    config
+        .channels
+        .iter()
+        .map(|c| c.name.clone())
+        .filter(|c| name.as_ref().is_none_or(|n| n == c))
+        .filter(|c| !control::member_names(config, c).is_empty())
+        .collect()
+}
+
 fn parse_duration(flag: &str, text: &str) -> Result<Duration, ControlError> {
     crate::config::units::parse_duration(text).map_err(|e| {
         ControlError::Refused(vec![crate::config::ConfigError {
@@ -189,6 +200,10 @@ async fn execute(
     match command {
         ChannelCommand::Create { name, .. } => {
             let mut states = Vec::new();
+            // A routed channel's own state first (its members' tables follow).
+            for n in names_of_routed(config, name) {
+                states.push(control::routed::activate_routed(config, &n, store).await?);
+            }
             for n in names(config, name) {
                 states.push(control::create(config, &n, store, aws).await?);
             }
@@ -253,9 +268,13 @@ async fn execute(
                 .as_deref()
                 .map(|t| parse_duration("--wait", t))
                 .transpose()?;
-            let state = control::delete(config, name, store).await?;
-            // A routed channel's leases are its members' (they stop with it).
+            // A routed channel is deleted with its members; its leases are theirs.
             let mut held_by = control::member_names(config, name);
+            let states = if held_by.is_empty() {
+                vec![control::delete(config, name, store).await?]
+            } else {
+                control::routed::delete_routed(config, name, store).await?
+            };
             held_by.push(name.clone());
             if let Some(wait) = wait {
                 let deadline = std::time::Instant::now() + wait;
@@ -275,7 +294,7 @@ async fn execute(
             for n in &held_by {
                 consumers.extend(control::deregister_consumer(config, n, aws).await?);
             }
-            print_states(&[state], json);
+            print_states(&states, json);
             if !json {
                 for consumer in consumers {
                     stdout::println(format!("deregistered the stream consumer \"{consumer}\""));
