@@ -387,3 +387,31 @@ async fn channel_commands_reach_the_members_and_delete_stops_them_all() {
         );
     }
 }
+
+/// A route field the schema lacks stops `floe run` (exit 78) naming the key, before anything
+/// is delivered.
+#[test]
+fn a_route_field_the_schema_lacks_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("region.schema.json"),
+        r#"{"type":"object","properties":{"id":{"type":"integer"},"event_time":{"type":"string","format":"date-time"},"value":{"type":"number"}},"required":["id","event_time","value"]}"#,
+    )
+    .unwrap();
+    let toml = config(Format::Json, d, "127.0.0.1:9", "w1");
+    let config = d.join("floe.toml");
+    std::fs::write(&config, toml).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["run", "--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("channel[0].destination.route_field")
+            && stderr.contains("\"region\" is not a top-level field of the schema"),
+        "{stderr}"
+    );
+}
