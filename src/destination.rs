@@ -78,6 +78,10 @@ impl SinkError {
 pub enum Pushed {
     /// The record, at this position, is in the buffer.
     Buffered(Position),
+    /// The record, at this position, is another table's (`table = "{route}"`,
+    /// docs/routing.md): no row and no DLQ entry here, but the batch's range covers it, so
+    /// the checkpoint moves past it.
+    Skipped(Position),
     /// The record cannot be delivered: it goes to the DLQ with `reason` (the record is handed
     /// back to build the DLQ entry).
     Rejected {

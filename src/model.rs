@@ -653,11 +653,14 @@ pub enum DlqCode {
     ValueOutOfRange,
     /// Larger than the maximum record size (after GSR decompression).
     RecordTooLarge,
+    /// `table = "{route}"` with `unroutable = "dlq"`: the route field is missing, `null`, of
+    /// another type than string, integer or boolean, or its value matches no route.
+    Unroutable,
 }
 
 impl DlqCode {
     /// Every code, in table order.
-    pub const ALL: [DlqCode; 8] = [
+    pub const ALL: [DlqCode; 9] = [
         DlqCode::DeserializationError,
         DlqCode::InvalidSchema,
         DlqCode::SchemaMismatch,
@@ -666,6 +669,7 @@ impl DlqCode {
         DlqCode::TypeMismatch,
         DlqCode::ValueOutOfRange,
         DlqCode::RecordTooLarge,
+        DlqCode::Unroutable,
     ];
 
     /// The code as written in DLQ entries and metric labels, e.g. `"DESERIALIZATION_ERROR"`.
@@ -679,6 +683,7 @@ impl DlqCode {
             DlqCode::TypeMismatch => "TYPE_MISMATCH",
             DlqCode::ValueOutOfRange => "VALUE_OUT_OF_RANGE",
             DlqCode::RecordTooLarge => "RECORD_TOO_LARGE",
+            DlqCode::Unroutable => "UNROUTABLE",
         }
     }
 }

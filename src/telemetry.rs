@@ -32,6 +32,9 @@ pub const RECORDS_READ_TOTAL: &str = "floe_records_read_total";
 pub const RECORDS_REREAD_TOTAL: &str = "floe_records_reread_total";
 /// Bytes of record payloads read from the source.
 pub const BYTES_READ_TOTAL: &str = "floe_bytes_read_total";
+/// Records a member channel of `table = "{route}"` read and skipped: routed to another of the
+/// channel's tables (docs/routing.md).
+pub const RECORDS_SKIPPED_TOTAL: &str = "floe_records_skipped_total";
 /// Rows committed to the table.
 pub const ROWS_DELIVERED_TOTAL: &str = "floe_rows_delivered_total";
 /// Records committed to the DLQ, by error code.
@@ -176,6 +179,11 @@ pub fn describe() {
         BYTES_READ_TOTAL,
         Unit::Bytes,
         "bytes of record payloads read from the source"
+    );
+    describe_counter!(
+        RECORDS_SKIPPED_TOTAL,
+        Unit::Count,
+        "records a member of a channel with table = \"{route}\" read and skipped: routed to another of its tables"
     );
     describe_counter!(
         ROWS_DELIVERED_TOTAL,
@@ -544,6 +552,11 @@ pub fn set_source_lag_records(channel: &str, records: u64) {
 pub fn record_read(channel: &str, records: u64, bytes: u64) {
     counter!(RECORDS_READ_TOTAL, "channel" => channel.to_string()).increment(records);
     counter!(BYTES_READ_TOTAL, "channel" => channel.to_string()).increment(bytes);
+}
+
+/// Records `records` skipped by a member of a routed channel (another table's).
+pub fn record_skipped(channel: &str, records: u64) {
+    counter!(RECORDS_SKIPPED_TOTAL, "channel" => channel.to_string()).increment(records);
 }
 
 /// Records `records` read again after a rewind for `cause` (a bounded label).

@@ -1103,3 +1103,113 @@ async fn efo_a_stream_with_20_consumers_or_a_deleting_consumer_is_refused_naming
     );
     stream.delete().await;
 }
+
+/// Fan-out by a field on Kinesis with enhanced fan-out (docs/routing.md, "Fan-out by a
+/// field"): each table's member channel registers its own consumer `floe-<channel>.<table>` and
+/// reads the whole stream; every table holds exactly its records; `floe channel delete`
+/// deregisters every member's consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn efo_a_routed_channel_registers_a_consumer_per_table_and_delete_deregisters_them() {
+    let target = Target::efo();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let stream = TestStream::create(&target.endpoint, 2).await;
+    let total = 120u64;
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for id in 0..total {
+        let json = floe::tools::sample_events::event_json(id, SEED, BASE_MS, 0);
+        let source = serde_json::from_str::<serde_json::Value>(&json).unwrap()["source"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let table = match source.as_str() {
+            "checkout" | "search" => format!("t_{source}"),
+            _ => "t_other".to_string(),
+        };
+        *expected.entry(table).or_default() += 1;
+        stream.put(&id.to_string(), json.as_bytes()).await;
+    }
+    let toml = kinesis_config(d, &target.endpoint, &stream.name, "w1", true).replacen(
+        "  table = \"events\"\n",
+        "  table = \"{route}\"\n  route_field = \"source\"\n  routes = { checkout = \"t_checkout\", search = \"t_search\" }\n  unroutable = \"t_other\"\n",
+        1,
+    );
+    let config = d.join("floe.toml");
+    std::fs::write(&config, &toml).unwrap();
+    let worker = Worker::start_with(d, "w1", &toml);
+    let rows = |table: &str| {
+        let read = run_py_reader(
+            "read_table.py",
+            &[
+                d.join("catalog.sqlite").as_os_str(),
+                d.join("warehouse").as_os_str(),
+                format!("it.{table}").as_ref(),
+            ],
+        );
+        (
+            read["rows"].as_u64().unwrap(),
+            read["distinct_ids"].as_u64().unwrap(),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut delivered = 0;
+        for table in expected.keys() {
+            let dlq: floe::dlq::Dlq =
+                floe::dlq::LocalDlq::new(d.join("dlq"), format!("it.{table}")).into();
+            let catalog = floe::catalog::open_sql_catalog(
+                &d.join("catalog.sqlite"),
+                &d.join("warehouse"),
+                "floe",
+            )
+            .await;
+            if let Ok(catalog) = catalog {
+                let ident = iceberg::TableIdent::new(
+                    iceberg::NamespaceIdent::new("it".into()),
+                    table.clone(),
+                );
+                let (r, dead) =
+                    floe::tools::quickstart::counts(catalog.as_ref(), &ident, &dlq).await;
+                delivered += r + dead;
+            }
+        }
+        if delivered >= total {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "delivered {delivered} of {total}:\n{}",
+            log_of(d, "w1")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for (table, n) in &expected {
+        assert_eq!(rows(table), (*n, *n), "{table}: exactly its records once");
+        let consumer = format!("floe-it.{table}");
+        assert_eq!(
+            consumer_status(&stream, &consumer).await.as_deref(),
+            Some("ACTIVE"),
+            "{consumer}"
+        );
+    }
+    let config = config.display().to_string();
+    let out = floe_cli(&[
+        "channel", "delete", "--config", &config, "it", "--wait", "30s",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for table in expected.keys() {
+        assert!(
+            stdout.contains(&format!(
+                "deregistered the stream consumer \"floe-it.{table}\""
+            )),
+            "{stdout}"
+        );
+    }
+    assert!(worker.terminate().success(), "{}", log_of(d, "w1"));
+    stream.delete().await;
+}

@@ -12,6 +12,7 @@
 //! ```
 
 pub mod maintain;
+mod routes;
 mod topics;
 use std::path::Path;
 use std::sync::Arc;
@@ -546,6 +547,13 @@ async fn prepare_iceberg(
                 swap,
                 lister: orphan_lister(&dest.catalog, aws),
                 evolution,
+                route: config.member_route().map(|(route, table)| {
+                    Arc::new(crate::convert::route::Router::new(
+                        route,
+                        table,
+                        config.record.max_record_size as usize,
+                    ))
+                }),
             },
         ),
         initial_position,
@@ -642,6 +650,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         if channel.is_table_per_topic() {
             let supervisor = topics::TopicSupervisor::start(fleet.clone(), index, channel).await?;
             fleet.tracker.spawn(supervisor.run());
+        } else if channel.is_routed() {
+            fleet.start_routed(index, channel).await?;
         } else {
             fleet
                 .start_channel(index, channel.clone(), FatalScope::Process)

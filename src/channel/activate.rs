@@ -440,6 +440,12 @@ pub async fn ensure_channel_table(
             crate::schema::sort::sort_order(&dest.sort, schema.iceberg_schema())
                 .map(|_| ())
                 .map_err(|(i, message)| (format!("sort[{i}]"), message))
+        })
+        .and_then(|()| match &dest.route {
+            Some(route) => route
+                .check_field(schema.iceberg_schema())
+                .map_err(|message| ("route_field".to_string(), message)),
+            None => Ok(()),
         });
     if let Err((key, message)) = terms {
         let path = format!("channel[{index}].destination.{key}");
@@ -449,7 +455,7 @@ pub async fn ensure_channel_table(
                 state,
                 path,
                 message,
-                "fix the partition spec or sort order",
+                "fix the partition spec, sort order or route field",
             )
             .await);
         }

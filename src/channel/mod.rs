@@ -205,21 +205,35 @@ pub fn effective_freshness(config: &ChannelConfig, overrides: &ChannelOverrides)
 // ---------------------------------------------------------------------------------------------
 // Helpers shared by the operations
 
-/// The channel named `name` in `config` (a channel of the file, or a member channel of a
-/// table per topic resolved by [`resolve_members`]), with the index of its `[[channel]]` (for
-/// key paths).
+/// The channel named `name` in `config`, with the index of its `[[channel]]` (for key paths):
+/// a configured channel, a member `<channel>.<table>` of a channel with `table = "{route}"`, or
+/// a member `<channel>.<topic>` of a channel with `table = "{topic}"` resolved by
+/// [`resolve_members`] (docs/routing.md).
 ///
 /// Errors: [`ControlError::Refused`] when the file has no such channel.
-pub fn find_channel<'a>(
-    config: &'a Config,
-    name: &str,
-) -> Result<(usize, &'a ChannelConfig), ControlError> {
+pub fn find_channel(config: &Config, name: &str) -> Result<(usize, ChannelConfig), ControlError> {
     config
         .channels
         .iter()
         .enumerate()
-        .chain(config.members.iter().map(|(i, c)| (*i, c)))
-        .find(|(_, c)| c.name == name)
+        .find_map(|(i, c)| {
+            if c.name == name {
+                return Some((i, c.clone()));
+            }
+            let route = c.destination.iceberg()?.route.as_ref()?;
+            let table = route
+                .tables()
+                .into_iter()
+                .find(|t| crate::config::member_name(&c.name, t) == name)?;
+            Some((i, c.route_member(table)))
+        })
+        .or_else(|| {
+            config
+                .members
+                .iter()
+                .find(|(_, c)| c.name == name)
+                .map(|(i, c)| (*i, c.clone()))
+        })
         .ok_or_else(|| {
             ControlError::refused(
                 "channel",
@@ -237,8 +251,9 @@ pub fn find_channel<'a>(
 }
 
 /// Resolves the member channels of every channel of `config` with `table = "{topic}"` (one per
-/// topic the cluster has now, [`ChannelConfig::member`]) into `config.members`, so that the
-/// control plane can create, describe, update and delete them by name. Topics past
+/// topic the cluster has now, [`ChannelConfig::member`]) or `table = "{route}"` (one per table,
+/// [`ChannelConfig::route_member`]) into `config.members`, so that the control plane can
+/// create, list, describe, update and delete them by name. Topics past
 /// `max_tables`, or whose table name another topic has, are left out as `floe run` leaves them
 /// out.
 ///
@@ -247,6 +262,13 @@ pub fn find_channel<'a>(
 pub async fn resolve_members(config: &mut Config) -> Result<(), ControlError> {
     let mut members = Vec::new();
     for (index, channel) in config.channels.iter().enumerate() {
+        // A routed channel's members are its tables, known from the file.
+        if let Some(route) = channel.destination.iceberg().and_then(|d| d.route.as_ref()) {
+            for table in route.tables() {
+                members.push((index, channel.route_member(table)));
+            }
+            continue;
+        }
         let (crate::config::SourceConfig::Kafka(kafka), Some(dest)) =
             (&channel.source, channel.destination.iceberg())
         else {
@@ -277,30 +299,37 @@ pub async fn resolve_members(config: &mut Config) -> Result<(), ControlError> {
     Ok(())
 }
 
-/// The member channels of channel `name` resolved by [`resolve_members`], in topic order
-/// (none for a channel that is not per topic).
-pub fn members_of<'a>(config: &'a Config, name: &str) -> Vec<&'a ChannelConfig> {
+/// The member channels of channel `name`: `<channel>.<table>` of each table of a channel with
+/// `table = "{route}"`, in table order; `<channel>.<topic>` of each topic of a channel with
+/// `table = "{topic}"` resolved by [`resolve_members`], in topic order; none for any other
+/// channel.
+pub fn member_names(config: &Config, name: &str) -> Vec<String> {
     let Some(index) = config.channels.iter().position(|c| c.name == name) else {
         return Vec::new();
     };
+    let channel = &config.channels[index];
+    if let Some(route) = channel.destination.iceberg().and_then(|d| d.route.as_ref()) {
+        return route
+            .tables()
+            .into_iter()
+            .map(|t| crate::config::member_name(name, t))
+            .collect();
+    }
     config
         .members
         .iter()
         .filter(|(i, _)| *i == index)
-        .map(|(_, c)| c)
+        .map(|(_, c)| c.name.clone())
         .collect()
 }
 
-/// `floe channel create` of a channel with `table = "{topic}"` itself (its members are created
-/// as channels of their own): records it ACTIVE with its activation time, every member's. A
-/// DELETING channel is activated anew.
+/// `floe channel create` of a channel with `table = "{topic}"` or `table = "{route}"` itself
+/// (its members are created as channels of their own): records it ACTIVE with its activation
+/// time, every member's. A DELETING channel is activated anew.
 ///
 /// Errors: [`ControlError::Refused`] for a FAILED or SUSPENDED state; [`ControlError::Unavailable`]
 /// when the lease store fails.
-pub async fn activate_per_topic(
-    name: &str,
-    store: &dyn Store,
-) -> Result<ChannelState, ControlError> {
+pub async fn activate_parent(name: &str, store: &dyn Store) -> Result<ChannelState, ControlError> {
     let current = store.get_channel_state(name).await?;
     match create_decision(current.as_ref()) {
         CreateDecision::AlreadyActive => Ok(current.expect("active state")),
@@ -323,7 +352,7 @@ pub async fn activate_per_topic(
             tracing::info!(
                 channel = name,
                 activated_at_ms = now,
-                "channel (a table per topic) activated"
+                "channel (a table per topic or route) activated"
             );
             Ok(active)
         }
@@ -518,6 +547,18 @@ pub async fn create_at(
     activated_at: Option<i64>,
 ) -> Result<ChannelState, ControlError> {
     let (index, channel) = find_channel(config, name)?;
+    let channel = &channel;
+    if channel.is_routed() {
+        // Its tables are its members' (docs/routing.md, "Fan-out by a field").
+        let members = member_names(config, name);
+        return Err(ControlError::refused(
+            "channel",
+            format!(
+                "{name:?} (table = \"{{route}}\") writes its tables through member channels: create them by name ({}), or let floe run create them",
+                members.join(", ")
+            ),
+        ));
+    }
     let file_schema = preflight(index, channel, aws).await?;
     let current = store.get_channel_state(name).await?;
     let state = match create_decision(current.as_ref()) {
@@ -762,7 +803,8 @@ pub async fn deregister_consumer(
     aws: &crate::aws::AwsClients,
 ) -> Result<Option<String>, ControlError> {
     let (_, channel) = find_channel(config, name)?;
-    let Some((_, stream, consumer)) = crate::source::kinesis::efo::channel_consumer(channel) else {
+    let Some((_, stream, consumer)) = crate::source::kinesis::efo::channel_consumer(&channel)
+    else {
         return Ok(None);
     };
     match crate::source::kinesis::efo::deregister_consumer(&aws.kinesis(), &stream, &consumer)
@@ -942,6 +984,7 @@ pub async fn describe(
 ) -> Result<ChannelDescription, ControlError> {
     let aws = crate::aws::AwsClients::for_config(config).await;
     let (index, channel) = find_channel(config, name)?;
+    let channel = &channel;
     let state = store.get_channel_state(name).await?;
     let leases = store.list_leases(name).await?;
     let pending = store.list_pending(name).await?.len();

@@ -44,6 +44,14 @@ pub fn check_schema(
             message: format!("{message} (schema file {})", file.display()),
         },
     )?;
+    if let Some(route) = &dest.route {
+        route
+            .check_field(mapped.iceberg_schema())
+            .map_err(|message| ConfigError {
+                path: format!("channel[{index}].destination.route_field"),
+                message: format!("{message} (schema file {})", file.display()),
+            })?;
+    }
     if let Some(versions) = versions {
         let mut listed = Vec::new();
         for (id, path) in versions {

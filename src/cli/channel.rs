@@ -151,21 +151,18 @@ pub async fn run(command: &ChannelCommand) -> ExitCode {
 }
 
 /// The channels a command acts on: `name`, or every channel of the file; a channel with
-/// `table = "{topic}"` stands for its member channels (resolved by
-/// [`control::resolve_members`]).
+/// `table = "{topic}"` or `table = "{route}"` stands for its member channels, which hold its
+/// tables (docs/routing.md).
 fn names(config: &Config, name: &Option<String>) -> Vec<String> {
-    let given: Vec<String> = match name {
+    let named: Vec<String> = match name {
         Some(n) => vec![n.clone()],
         None => config.channels.iter().map(|c| c.name.clone()).collect(),
     };
-    given
+    named
         .into_iter()
         .flat_map(|n| {
-            if is_per_topic(config, &n) {
-                control::members_of(config, &n)
-                    .into_iter()
-                    .map(|m| m.name.clone())
-                    .collect()
+            if is_parent(config, &n) {
+                control::member_names(config, &n)
             } else {
                 vec![n]
             }
@@ -173,20 +170,22 @@ fn names(config: &Config, name: &Option<String>) -> Vec<String> {
         .collect()
 }
 
-/// Whether `name` is a channel of the file with `table = "{topic}"`.
-fn is_per_topic(config: &Config, name: &str) -> bool {
+/// Whether `name` is a channel of the file that runs as member channels (`table = "{topic}"`
+/// or `table = "{route}"`).
+fn is_parent(config: &Config, name: &str) -> bool {
     config
         .channels
         .iter()
-        .any(|c| c.name == name && c.is_table_per_topic())
+        .any(|c| c.name == name && (c.is_table_per_topic() || c.is_routed()))
 }
 
-/// The channels of the file with `table = "{topic}"` a command names (`name`, or all).
-fn per_topic_named(config: &Config, name: &Option<String>) -> Vec<String> {
+/// The channels of the file with member channels that a command names (`name`, or all).
+fn parents_named(config: &Config, name: &Option<String>) -> Vec<String> {
     config
         .channels
         .iter()
-        .filter(|c| c.is_table_per_topic() && name.as_ref().is_none_or(|n| *n == c.name))
+        .filter(|c| name.as_ref().is_none_or(|n| *n == c.name))
+        .filter(|c| is_parent(config, &c.name))
         .map(|c| c.name.clone())
         .collect()
 }
@@ -209,7 +208,11 @@ async fn execute(
     let json = command.common().json;
     // A table per topic: its member channels, one per topic the cluster has now.
     let mut config = config.clone();
-    if config.channels.iter().any(|c| c.is_table_per_topic()) {
+    if config
+        .channels
+        .iter()
+        .any(|c| c.is_table_per_topic() || c.is_routed())
+    {
         match control::resolve_members(&mut config).await {
             Ok(()) => {}
             // `list` still shows the file's channels.
@@ -223,21 +226,18 @@ async fn execute(
     match command {
         ChannelCommand::Create { name, .. } => {
             let mut states = Vec::new();
-            // A channel with a table per topic is activated first: its activation time is
+            // A channel with member channels is activated first: its activation time is
             // every member's (a topic created later is read from its first record).
             let mut activated_at = std::collections::BTreeMap::new();
-            for parent in per_topic_named(config, name) {
-                let state = control::activate_per_topic(&parent, store).await?;
-                activated_at.insert(parent, state.activated_at_ms);
+            for parent in parents_named(config, name) {
+                let state = control::activate_parent(&parent, store).await?;
+                for member in control::member_names(config, &parent) {
+                    activated_at.insert(member, state.activated_at_ms);
+                }
                 states.push(state);
             }
             for n in names(config, name) {
-                let at = config
-                    .members
-                    .iter()
-                    .find(|(_, m)| m.name == n)
-                    .and_then(|(i, _)| activated_at.get(&config.channels[*i].name).copied())
-                    .flatten();
+                let at = activated_at.get(&n).copied().flatten();
                 states.push(control::create_at(config, &n, store, aws, at).await?);
             }
             print_states(&states, json);
@@ -304,27 +304,42 @@ async fn execute(
                 .as_deref()
                 .map(|t| parse_duration("--wait", t))
                 .transpose()?;
-            let mut states = Vec::new();
-            // A table per topic: the channel first (no member starts any more), then each
-            // member.
-            let mut targets = per_topic_named(config, &Some(name.clone()));
+            // A channel with member channels: the channel first (no member starts any more),
+            // then each member (one never created has nothing to delete).
+            let mut targets = parents_named(config, &Some(name.clone()));
+            let parent = !targets.is_empty();
             targets.extend(names(config, &Some(name.clone())));
+            let mut states = Vec::new();
             for n in &targets {
-                states.push(control::delete(config, n, store).await?);
-            }
-            if let Some(wait) = wait {
-                for n in &targets {
-                    if !control::wait_released(store, n, wait).await? {
-                        return Err(ControlError::Unavailable(format!(
-                            "channel {n} is DELETING but workers still hold its leases after {wait:?} (a stopped worker's leases stay until it restarts or the channel is created again)"
-                        )));
-                    }
+                match control::delete(config, n, store).await {
+                    Ok(state) => states.push(state),
+                    Err(ControlError::Refused(_)) if parent && n != name => {}
+                    Err(e) => return Err(e),
                 }
             }
-            let consumer = control::deregister_consumer(config, name, aws).await?;
+            if let Some(wait) = wait {
+                let deadline = std::time::Instant::now() + wait;
+                let mut released = true;
+                for n in &targets {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    released &= control::wait_released(store, n, left).await?;
+                }
+                if !released {
+                    return Err(ControlError::Unavailable(format!(
+                        "channel {name} is DELETING but workers still hold its leases after {wait:?} (a stopped worker's leases stay until it restarts or the channel is created again)"
+                    )));
+                }
+            }
+            // Enhanced fan-out: a routed channel's consumers are its members'.
+            let mut consumers = Vec::new();
+            for n in &targets {
+                consumers.extend(control::deregister_consumer(config, n, aws).await?);
+            }
             print_states(&states, json);
-            if let (Some(consumer), false) = (consumer, json) {
-                stdout::println(format!("deregistered the stream consumer \"{consumer}\""));
+            if !json {
+                for consumer in consumers {
+                    stdout::println(format!("deregistered the stream consumer \"{consumer}\""));
+                }
             }
         }
     }

@@ -387,7 +387,9 @@ pub enum SchemaVersionText {
     Other(toml::Value),
 }
 
+// Parsed once per channel at start: the size of the Iceberg variant does not matter.
 /// `[channel.destination]`: where a channel delivers. Tagged by `kind`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum DestinationSection {
     /// `kind = "iceberg"`: an Apache Iceberg table, partitioned by hour or by its `partition`
@@ -447,13 +449,31 @@ pub struct IcebergDestinationSection {
     /// delivery; floe never writes to a table it did not create. Or `"{topic}"` (a Kafka source):
     /// a table per topic, named after the topic (lowercased, every character outside `a-z 0-9 _`
     /// becoming `_`; docs/routing.md), each with its own checkpoints, committer and maintenance.
-    /// Required.
+    /// Or `"{route}"`: a table per value of `route_field`, as `routes` maps them. Required.
     pub table: String,
     /// With `table = "{topic}"`: the most tables (topics) the channel delivers to, 1 to 1000; a
     /// topic beyond them is not read (logged at error level, counted in
     /// `floe_topics_refused_total`). Bounds the channel's tasks, Kafka clients and metric label
     /// values. Default 100.
     pub max_tables: Option<WholeNumber>,
+    /// With `table = "{route}"`: the top-level field of each record whose value picks its table
+    /// in `routes` (a string as is; an integer or a boolean as its JSON text, `42`, `true`; a
+    /// missing field, `null` or another type is unroutable). Required with `table = "{route}"`
+    /// and refused without it; the schema must have it as a top-level field (checked at
+    /// activation). Only with the JSON formats (`record.format` `"json"`, `"gsr_json"`,
+    /// `"json_sr"`) for now. Each table is written by a
+    /// member channel `<channel>.<table>` that reads the whole source (docs/routing.md, "Fan-out
+    /// by a field").
+    pub route_field: Option<String>,
+    /// With `table = "{route}"`: route value → table, e.g. `{ eu = "events_eu", us =
+    /// "events_us" }`: 1 to `max_tables` values, table names of 1 to 255 characters from `a-z
+    /// 0-9 _` (several values may share a table). Required with `table = "{route}"`.
+    pub routes: Option<BTreeMap<String, String>>,
+    /// With `table = "{route}"`: where a record whose route value matches no route goes:
+    /// `"dlq"` (a DLQ entry with code `UNROUTABLE`, written once, by the member of the first
+    /// routed table in name order) or a table name (a default table, one of the routes' or
+    /// another). Default: `"dlq"`.
+    pub unroutable: Option<String>,
     /// Top-level schema field the table is partitioned on, by `hour(...)`: the shorthand of
     /// `partition = ["hour(<field>)"]`. It must map to `timestamptz`: a `string` with `format:
     /// date-time` (JSON Schema), a `timestamp-millis` or `timestamp-micros` long (Avro), a

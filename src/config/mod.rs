@@ -21,6 +21,7 @@ pub mod aws;
 pub mod file;
 pub mod postgres;
 pub mod raw;
+mod route;
 pub(crate) mod units;
 pub(crate) mod validate;
 
@@ -36,6 +37,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use aws::{AwsConfig, AwsService};
+pub use route::{RouteConfig, Unroutable, TABLE_ROUTED};
 
 /// Default of `worker.metrics_address`.
 pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9464";
@@ -655,6 +657,9 @@ pub struct IcebergDestinationConfig {
     /// `table = "{topic}"`: the most tables (topics) the channel delivers to; a topic past it is
     /// not read (logged, counted). Bounds the channel's tasks, clients and metric labels.
     pub max_tables: u32,
+    /// `table = "{route}"`: how records pick their table ([`RouteConfig`]); `None` otherwise.
+    /// Each routed table's member channel ([`ChannelConfig::route_member`]) keeps it.
+    pub route: Option<RouteConfig>,
     /// The time field: the top-level field of the spec's time transform, which every record
     /// must carry (`partition_field`, or the source of `hour`/`day`/`month`/`year` in
     /// `partition`); empty when the spec has no time transform.

@@ -144,6 +144,7 @@ fn minimal_config_takes_every_default() {
             namespace: "quickstart".to_owned(),
             table: "events".to_owned(),
             max_tables: DEFAULT_MAX_TABLES,
+            route: None,
             partition_field: "event_time".to_owned(),
             partition: vec![crate::schema::partition::PartitionTerm::hour("event_time")],
             sort: Vec::new(),
@@ -2417,4 +2418,246 @@ fn a_raw_destination_reads_one_topic() {
         "channel[0].source.topic",
         "a raw S3 destination reads one topic",
     );
+}
+
+// ---- table = "{route}": fan-out by a field (docs/routing.md, "Fan-out by a field") ----
+
+/// `MINIMAL` with `table = "{route}"` and `lines` in `[channel.destination]`.
+fn routed(lines: &str) -> String {
+    replaced(
+        "table = \"events\"",
+        &format!("table = \"{{route}}\"\n{lines}"),
+    )
+}
+
+const ROUTES: &str = "route_field = \"region\"\nroutes = { eu = \"events_eu\", us = \"events_us\", ap = \"events_ap\", \"7\" = \"events_us\" }";
+
+#[test]
+fn a_routed_channel_has_a_member_per_table_and_the_first_table_writes_the_unroutable() {
+    let config = parse(&routed(ROUTES)).unwrap();
+    let channel = &config.channels[0];
+    assert!(channel.is_routed());
+    let route = iceberg(&config).route.clone().unwrap();
+    assert_eq!(route.field, "region");
+    assert_eq!(route.unroutable, Unroutable::Dlq);
+    let tables: Vec<&str> = route.tables().into_iter().collect();
+    assert_eq!(tables, ["events_ap", "events_eu", "events_us"]);
+    assert_eq!(route.dlq_table(), Some("events_ap"));
+    assert_eq!(route.table_of(Some("7")), Some("events_us"));
+    assert_eq!(route.table_of(Some("mars")), None);
+    let member = channel.route_member("events_eu");
+    assert_eq!(member.name, "events.events_eu");
+    assert_eq!(member.destination.iceberg().unwrap().table, "events_eu");
+    assert_eq!(member.member_route().map(|(_, t)| t), Some("events_eu"));
+    assert!(!member.is_routed(), "a member is not routed again");
+    assert_eq!(
+        channel.member_route(),
+        None,
+        "the routed channel itself is no member"
+    );
+
+    // A default table: one of the routes' or another, a member too.
+    let config = parse(&routed(&format!("{ROUTES}\nunroutable = \"events_other\""))).unwrap();
+    let route = iceberg(&config).route.clone().unwrap();
+    assert_eq!(route.tables().len(), 4);
+    assert_eq!(route.table_of(Some("mars")), Some("events_other"));
+    assert_eq!(route.table_of(None), Some("events_other"));
+    assert_eq!(route.dlq_table(), None);
+    let config = parse(&routed(&format!("{ROUTES}\nunroutable = \"events_eu\""))).unwrap();
+    assert_eq!(iceberg(&config).route.as_ref().unwrap().tables().len(), 3);
+
+    // Not routed: no route, members are the channel itself.
+    let plain = parse(MINIMAL).unwrap();
+    assert_eq!(iceberg(&plain).route, None);
+    assert_eq!(plain.channels[0].route_member("x"), plain.channels[0]);
+}
+
+#[test]
+fn route_keys_are_refused_naming_the_key() {
+    let paths = |text: &str| -> Vec<String> { errors(text).into_iter().map(|e| e.path).collect() };
+    assert_eq!(
+        paths(&routed("")),
+        [
+            "channel[0].destination.route_field",
+            "channel[0].destination.routes"
+        ]
+    );
+    refused(
+        &routed("route_field = \"region\"\nroutes = {}"),
+        "channel[0].destination.routes",
+        "at least one",
+    );
+    refused(
+        &routed("route_field = \" \"\nroutes = { eu = \"events_eu\" }"),
+        "channel[0].destination.route_field",
+        "must not be empty",
+    );
+    refused(
+        &routed(
+            "route_field = \"region\"\nroutes = { eu = \"events_eu\", \"e u\" = \"Events-EU\" }",
+        ),
+        "channel[0].destination.routes.\"e u\"",
+        "not a valid name",
+    );
+    refused(
+        &routed(&format!("{ROUTES}\nunroutable = \"Other\"")),
+        "channel[0].destination.unroutable",
+        "not a valid name",
+    );
+    refused(
+        &routed(&format!("{ROUTES}\nmax_tables = 2")),
+        "channel[0].destination.routes",
+        "routes to 3 tables (with the unroutable table), more than channel[0].destination.max_tables = 2",
+    );
+    // Without table = "{route}" (a plain table, or a table per topic), each key is refused.
+    for (line, key) in [
+        ("route_field = \"region\"", "route_field"),
+        ("routes = { eu = \"events_eu\" }", "routes"),
+        ("unroutable = \"dlq\"", "unroutable"),
+    ] {
+        refused(
+            &with("[channel.destination]", line),
+            &format!("channel[0].destination.{key}"),
+            "applies only to channel[0].destination.table = \"{route}\"",
+        );
+        refused(
+            &replaced(
+                "table = \"events\"",
+                &format!("table = \"{{topic}}\"\n{line}"),
+            ),
+            &format!("channel[0].destination.{key}"),
+            "applies only to",
+        );
+    }
+    // The route value is read from JSON documents: json, gsr_json, json_sr.
+    let framed = |format: &str| {
+        routed(ROUTES)
+            .replacen(
+                "file = \"event.schema.json\"",
+                "registry_url = \"http://r\"",
+                1,
+            )
+            .replacen(
+                "[channel.schema]",
+                &format!("[channel.record]\nformat = \"{format}\"\n[channel.schema]"),
+                1,
+            )
+    };
+    for format in ["avro", "protobuf"] {
+        refused(
+            &framed(format),
+            "channel[0].record.format",
+            "needs a JSON format (\"json\", \"gsr_json\" or \"json_sr\")",
+        );
+    }
+    assert!(parse(&framed("json_sr")).unwrap().channels[0].is_routed());
+    let gsr = routed(ROUTES)
+        .replacen(
+            "file = \"event.schema.json\"",
+            &format!("file = \"v1.json\"\nversions = {{ \"{V1}\" = \"v1.json\" }}"),
+            1,
+        )
+        .replacen(
+            "[channel.schema]",
+            "[channel.record]\nformat = \"gsr_json\"\n[channel.schema]",
+            1,
+        );
+    assert!(parse(&gsr).unwrap().channels[0].is_routed());
+}
+
+#[test]
+fn a_route_field_the_schema_file_lacks_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("s.json");
+    std::fs::write(
+        &schema,
+        r#"{"type":"object","properties":{"event_time":{"type":"string","format":"date-time"},"region":{"type":"string"},"score":{"type":"number"},"user":{"type":"object","properties":{"zone":{"type":"string"}}}},"required":["event_time"]}"#,
+    )
+    .unwrap();
+    let check = |field: &str| {
+        let text = routed(&ROUTES.replace("\"region\"", &format!("\"{field}\"")))
+            .replace("event.schema.json", &schema.display().to_string());
+        let config = parse(&text).unwrap();
+        crate::channel::schema_file::check_schema(0, &config.channels[0]).map(|_| ())
+    };
+    assert!(check("region").is_ok());
+    for (field, needle) in [
+        ("zone", "\"zone\" is not a top-level field of the schema"),
+        (
+            "score",
+            "\"score\" is a double: a route field is a string, an integer or a boolean",
+        ),
+    ] {
+        let e = check(field).unwrap_err();
+        assert_eq!(e.path, "channel[0].destination.route_field", "{e:?}");
+        assert!(e.message.contains(needle), "{e:?}");
+    }
+}
+
+#[test]
+fn a_routed_table_another_channel_writes_is_refused_and_two_routed_channels_may_share_a_namespace()
+{
+    let plain = &MINIMAL[MINIMAL.find("[[channel]]").unwrap()..];
+    let plain = plain
+        .replace("name = \"events\"", "name = \"plain\"")
+        .replace("table = \"events\"", "table = \"events_us\"");
+    refused(
+        &format!("{}{plain}", routed(ROUTES)),
+        "channel[1].destination.table",
+        "table quickstart.events_us is already written by channel[0] \"events\"",
+    );
+    let routed_text = routed(ROUTES);
+    let second = &routed_text[routed_text.find("[[channel]]").unwrap()..];
+    let second = second.replace("name = \"events\"", "name = \"other\"");
+    let clashes = errors(&format!("{routed_text}{second}"));
+    assert_eq!(clashes.len(), 3, "one per table: {clashes:#?}");
+    assert!(clashes
+        .iter()
+        .all(|e| e.path == "channel[1].destination.routes"));
+    assert!(clashes[0]
+        .message
+        .contains("table quickstart.events_ap is already written by channel[0] \"events\""));
+    let disjoint = second
+        .replace("events_eu", "x_eu")
+        .replace("events_us", "x_us")
+        .replace("events_ap", "x_ap");
+    assert!(parse(&format!("{routed_text}{disjoint}")).is_ok());
+}
+
+#[test]
+fn a_routed_kinesis_channel_reads_with_a_consumer_per_member() {
+    let efo = aws_config()
+        .replacen(
+            "poll_interval = \"500ms\"",
+            "read_mode = \"enhanced_fan_out\"",
+            1,
+        )
+        .replacen(
+            "table = \"events\"",
+            &format!("table = \"{{route}}\"\n{ROUTES}"),
+            1,
+        );
+    let config = parse(&efo).unwrap();
+    let member = config.channels[0].route_member("events_eu");
+    let SourceConfig::Kinesis(k) = &member.source else {
+        panic!()
+    };
+    assert_eq!(
+        k.read_mode.consumer_name(&member.name).as_deref(),
+        Some("floe-events.events_eu")
+    );
+    refused(
+        &efo.replacen("read_mode", "consumer_name = \"c\"\nread_mode", 1),
+        "channel[0].source.consumer_name",
+        "each table's member channel registers its own consumer",
+    );
+    let long = "t".repeat(125);
+    refused(
+        &efo.replacen("eu = \"events_eu\"", &format!("eu = \"{long}\""), 1),
+        "channel[0].destination.routes",
+        "at most 128 characters: this channel's longest is 137",
+    );
+    // Polling: any table name.
+    let polling = efo.replacen("read_mode = \"enhanced_fan_out\"", "", 1);
+    assert!(parse(&polling.replacen("eu = \"events_eu\"", &format!("eu = \"{long}\""), 1)).is_ok());
 }

@@ -694,6 +694,45 @@ impl Checker<'_> {
                 return None;
             }
         }
+        if let (Some(DestinationConfig::Iceberg(d)), Some(record)) = (&destination, &record) {
+            // The route value is read from the JSON document (docs/routing.md).
+            let json = matches!(
+                record.format,
+                RecordFormat::Json | RecordFormat::GsrJson | RecordFormat::JsonSr
+            );
+            // Enhanced fan-out: each member registers its own consumer, `floe-<member>`.
+            if let (Some(route), Some(SourceConfig::Kinesis(k))) = (&d.route, &source) {
+                if let KinesisReadMode::EnhancedFanOut { consumer_name } = &k.read_mode {
+                    if consumer_name.is_some() {
+                        self.error(
+                            format!("{p}.source.consumer_name"),
+                            "not with table = \"{route}\": each table's member channel registers its own consumer, floe-<channel>.<table>",
+                        );
+                        return None;
+                    }
+                    let longest = route.tables().into_iter().map(str::len).max().unwrap_or(0);
+                    let consumer_len =
+                        "floe-".len() + name.as_deref().map_or(0, str::len) + 1 + longest;
+                    if consumer_len > 128 {
+                        self.error(
+                            format!("{p}.destination.routes"),
+                            format!("with read_mode = \"enhanced_fan_out\" each table's consumer is floe-<channel>.<table>, at most 128 characters: this channel's longest is {consumer_len}"),
+                        );
+                        return None;
+                    }
+                }
+            }
+            if d.route.is_some() && !json {
+                self.error(
+                    format!("{p}.record.format"),
+                    format!(
+                        "\"{}\" cannot be routed by a field yet: table = \"{{route}}\" needs a JSON format (\"json\", \"gsr_json\" or \"json_sr\")",
+                        record.format.as_str()
+                    ),
+                );
+                return None;
+            }
+        }
         Some(ChannelConfig {
             name: name?,
             source: source?,
@@ -1499,7 +1538,7 @@ impl Checker<'_> {
             "a-z 0-9 _",
             lower,
         );
-        let table = if d.table == super::TABLE_PER_TOPIC {
+        let table = if d.table == super::TABLE_PER_TOPIC || d.table == super::TABLE_ROUTED {
             Some(d.table)
         } else {
             self.name(&format!("{p}.table"), d.table, 255, "a-z 0-9 _", lower)
@@ -1514,7 +1553,7 @@ impl Checker<'_> {
             Some(CatalogConfig::S3Tables(_)) => (
                 namespace.and_then(|n| self.s3tables_name(&format!("{p}.namespace"), n)),
                 table.and_then(|t| {
-                    if t == super::TABLE_PER_TOPIC {
+                    if t == super::TABLE_PER_TOPIC || t == super::TABLE_ROUTED {
                         Some(t)
                     } else {
                         self.s3tables_name(&format!("{p}.table"), t)
@@ -1523,6 +1562,13 @@ impl Checker<'_> {
             ),
             _ => (namespace, table),
         };
+        let route = self.route(
+            p,
+            table.as_deref(),
+            (d.route_field, d.routes, d.unroutable),
+            max_tables,
+            matches!(catalog, Some(CatalogConfig::S3Tables(_))),
+        );
         let partition = self.partition(p, d.partition_field, d.partition);
         let mut sort = Some(Vec::new());
         for (i, text) in d.sort.unwrap_or_default().iter().enumerate() {
@@ -1603,6 +1649,7 @@ impl Checker<'_> {
             namespace: namespace?,
             table: table?,
             max_tables: max_tables?,
+            route: route?,
             partition_field: partition.clone()?.0,
             partition: partition?.1,
             sort: sort?,
@@ -1612,6 +1659,117 @@ impl Checker<'_> {
             buffer_size: bounds?.2,
             max_open_partitions: max_open_partitions?,
         })
+    }
+
+    /// `route_field`, `routes` and `unroutable`: required with `table = "{route}"` (1 to
+    /// `max_tables` routes to valid table names), refused without it.
+    fn route(
+        &mut self,
+        p: &str,
+        table: Option<&str>,
+        (field, routes, unroutable): (
+            Option<String>,
+            Option<BTreeMap<String, String>>,
+            Option<String>,
+        ),
+        max_tables: Option<u32>,
+        s3tables: bool,
+    ) -> Option<Option<super::RouteConfig>> {
+        if table != Some(super::TABLE_ROUTED) {
+            let mut ok = true;
+            for (given, key) in [
+                (field.is_some(), "route_field"),
+                (routes.is_some(), "routes"),
+                (unroutable.is_some(), "unroutable"),
+            ] {
+                if given {
+                    self.error(
+                        format!("{p}.{key}"),
+                        format!("applies only to {p}.table = \"{{route}}\" (a table per value of route_field)"),
+                    );
+                    ok = false;
+                }
+            }
+            return ok.then_some(None);
+        }
+        let lower = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+        let table_name = |v: &mut Self, path: String, t: String| {
+            let t = v.name(&path, t, 255, "a-z 0-9 _", lower)?;
+            if s3tables {
+                v.s3tables_name(&path, t)
+            } else {
+                Some(t)
+            }
+        };
+        let field = match field {
+            Some(f) if !f.trim().is_empty() => Some(f),
+            Some(_) => {
+                self.error(format!("{p}.route_field"), "must not be empty");
+                None
+            }
+            None => {
+                self.error(
+                    format!("{p}.route_field"),
+                    format!("required with {p}.table = \"{{route}}\": the top-level field whose value picks each record's table"),
+                );
+                None
+            }
+        };
+        let mut checked = Some(BTreeMap::new());
+        match routes {
+            None => {
+                self.error(
+                    format!("{p}.routes"),
+                    format!("required with {p}.table = \"{{route}}\": route value -> table, e.g. {{ eu = \"events_eu\" }}"),
+                );
+                checked = None;
+            }
+            Some(routes) => {
+                if routes.is_empty() {
+                    self.error(
+                        format!("{p}.routes"),
+                        "must map at least one value to a table",
+                    );
+                    checked = None;
+                }
+                for (value, t) in routes {
+                    let path = format!("{p}.routes.{}", quote_key(&value));
+                    match table_name(self, path, t) {
+                        Some(t) => {
+                            if let Some(c) = checked.as_mut() {
+                                c.insert(value, t);
+                            }
+                        }
+                        None => checked = None,
+                    }
+                }
+            }
+        }
+        let unroutable = match unroutable.as_deref() {
+            None | Some("dlq") => Some(super::Unroutable::Dlq),
+            Some(_) => table_name(
+                self,
+                format!("{p}.unroutable"),
+                unroutable.unwrap_or_default(),
+            )
+            .map(super::Unroutable::Table),
+        };
+        let route = super::RouteConfig {
+            field: field?,
+            routes: checked?,
+            unroutable: unroutable?,
+        };
+        let num_tables = route.tables().len();
+        if let Some(max) = max_tables {
+            if num_tables > max as usize {
+                self.error(
+                    format!("{p}.routes"),
+                    format!("routes to {num_tables} tables (with the unroutable table), more than {p}.max_tables = {max}"),
+                );
+                return None;
+            }
+        }
+        Some(Some(route))
     }
 
     /// `partition_field` or `partition` (exactly one of them): the time field and the spec's
@@ -1914,19 +2072,25 @@ impl Checker<'_> {
                     continue;
                 }
             };
-            let key = (d.catalog.identity(), d.namespace.as_str(), d.table.as_str());
-            if let Some(first) = tables.get(&key) {
-                self.error(
-                    format!("channel[{i}].destination.table"),
-                    format!(
-                        "table {}.{} is already written by channel[{first}] \"{}\": each table has one channel",
-                        d.namespace,
-                        d.table,
-                        channels[*first].as_ref().map_or("", |c| c.name.as_str())
-                    ),
-                );
-            } else {
-                tables.insert(key, i);
+            // A routed channel writes each of its routes' tables (and its default table).
+            let (written, key_path): (Vec<&str>, &str) = match &d.route {
+                Some(route) => (route.tables().into_iter().collect(), "routes"),
+                None => (vec![d.table.as_str()], "table"),
+            };
+            for table in written {
+                let key = (d.catalog.identity(), d.namespace.as_str(), table);
+                if let Some(first) = tables.get(&key) {
+                    self.error(
+                        format!("channel[{i}].destination.{key_path}"),
+                        format!(
+                            "table {}.{table} is already written by channel[{first}] \"{}\": each table has one channel",
+                            d.namespace,
+                            channels[*first].as_ref().map_or("", |c| c.name.as_str())
+                        ),
+                    );
+                } else {
+                    tables.insert(key, i);
+                }
             }
         }
     }

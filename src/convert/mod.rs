@@ -30,6 +30,7 @@ mod decode;
 mod json;
 mod protobuf;
 pub mod render;
+pub mod route;
 pub(crate) mod time;
 
 pub use json::MAX_DEPTH;

@@ -81,7 +81,8 @@ fn dlq_codes_are_spelled_as_in_the_design() {
             "MISSING_PARTITION_VALUE",
             "TYPE_MISMATCH",
             "VALUE_OUT_OF_RANGE",
-            "RECORD_TOO_LARGE"
+            "RECORD_TOO_LARGE",
+            "UNROUTABLE"
         ]
     );
 }

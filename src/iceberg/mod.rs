@@ -49,6 +49,9 @@ pub struct IcebergIo {
     pub lister: Option<orphans::FileLister>,
     /// `evolution = "compatible"`: how the worker evolves the table (`None`: it never does).
     pub evolution: Option<EvolutionSettings>,
+    /// A member of a channel with `table = "{route}"`: which records this table keeps
+    /// (docs/routing.md); `None`: every record.
+    pub route: Option<Arc<crate::convert::route::Router>>,
 }
 
 /// What a worker needs to evolve its channel's table (`[channel.schema] evolution =

@@ -31,6 +31,7 @@ use super::writer::{data_file_paths, write_data_files, WrittenFiles};
 use super::{EvolutionSettings, IcebergIo};
 use crate::config::GlueSchemaVersion;
 use crate::confluent::{self, SchemaKey};
+use crate::convert::route::RouteDecision;
 use crate::convert::Converter;
 use crate::destination::{BatchSink, Pushed, SinkError, Written};
 use crate::dlq::DlqEntry;
@@ -784,6 +785,25 @@ impl BatchSink for IcebergSink {
                 RecordDecoder::Gsr { .. } | RecordDecoder::Confluent { .. }
             );
         for record in records {
+            if let Some(router) = self.io.route.clone() {
+                // The JSON document after the record's framing (a GSR payload is inflated
+                // here and again when converted: routed GSR channels pay it twice).
+                let decision = match self.io.record_decoder.payload_of(&record.payload) {
+                    Ok(document) => router.decide(document),
+                    Err(_) => router.decide_unreadable(),
+                };
+                match decision {
+                    RouteDecision::Keep => {}
+                    RouteDecision::Skip => {
+                        out.push(Pushed::Skipped(record.position));
+                        continue;
+                    }
+                    RouteDecision::DeadLetter(reason) => {
+                        out.push(Pushed::Rejected { reason, record });
+                        continue;
+                    }
+                }
+            }
             if versioned {
                 let pushed = self.push_versioned(&record.payload).await?;
                 out.push(match pushed {

@@ -715,6 +715,7 @@ impl ChannelWorker {
         let sink = self.sink.as_mut().expect("sink open");
         let mut records = 0u64;
         let mut bytes = 0u64;
+        let mut skipped = 0u64;
         let mut reread: BTreeMap<RereadCause, u64> = BTreeMap::new();
         for (id, st) in self.readers.iter_mut() {
             if (sink.buffered_bytes() + self.dlq_bytes) as u64 >= self.settings.buffer_size {
@@ -757,6 +758,10 @@ impl ChannelWorker {
             for pushed in sink.push(id, batch).await? {
                 let position = match pushed {
                     Pushed::Buffered(position) => position,
+                    Pushed::Skipped(position) => {
+                        skipped += 1;
+                        position
+                    }
                     Pushed::Rejected {
                         reason,
                         record: rec,
@@ -802,6 +807,9 @@ impl ChannelWorker {
         }
         if records > 0 {
             telemetry::record_read(&self.settings.channel, records, bytes);
+        }
+        if skipped > 0 {
+            telemetry::record_skipped(&self.settings.channel, skipped);
         }
         for (cause, n) in reread {
             telemetry::record_reread(&self.settings.channel, cause.as_str(), n);

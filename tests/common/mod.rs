@@ -735,6 +735,7 @@ impl WorkerRig {
                 swap: None,
                 lister: None,
                 evolution: None,
+                route: None,
             },
         );
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);

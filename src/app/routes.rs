@@ -1,0 +1,72 @@
+//! Fan-out by a field: a channel with `table = "{route}"` runs as one member channel per
+//! routed table (docs/routing.md, "Fan-out by a field").
+//!
+//! ```text
+//!   channel `c` (table = "{route}") ── activation time recorded once, for `c`
+//!       ├─ member `c.events_ap` ── reads the whole source, keeps region=ap (+ UNROUTABLE DLQ)
+//!       ├─ member `c.events_eu` ── reads the whole source, keeps region=eu
+//!       └─ member `c.events_us` ── reads the whole source, keeps region=us
+//! ```
+//!
+//! The set of tables is static (the configuration's `routes` and default table), so the
+//! members start with the process: no lister. Each member is a channel of its own in the lease
+//! store (leases, committer lease and epoch, checkpoints in its table), so exactly-once per
+//! table is the single-table protocol of docs/design.md; a member skips the other tables'
+//! records and checkpoints past them. Each member watches the channel's state besides its own:
+//! `floe channel delete <channel>` stops them all.
+
+use crate::channel::activate;
+use crate::config::ChannelConfig;
+
+use super::{activate_err, channel_err, AppError, FatalScope, Fleet};
+
+impl Fleet {
+    /// Activates routed channel `channel` (its activation time is every member's) and starts
+    /// a member channel per table of its route, each stopping alone on a fatal error.
+    ///
+    /// Errors: [`AppError::ChannelRefused`] for a channel that is not ACTIVE or a member
+    /// refused at start (a foreign table, a route field the schema lacks);
+    /// [`AppError::ChannelUnavailable`] when the lease store fails.
+    pub(super) async fn start_routed(
+        &self,
+        index: usize,
+        channel: &ChannelConfig,
+    ) -> Result<(), AppError> {
+        let name = channel.name.as_str();
+        let Some(route) = channel.destination.iceberg().and_then(|d| d.route.as_ref()) else {
+            return Err(channel_err(name, "table = \"{route}\" needs a route"));
+        };
+        let state = activate::record_activation(self.store.as_ref(), name)
+            .await
+            .map_err(|e| activate_err(name, e))?;
+        if let crate::channel::RunDecision::Refuse(message) =
+            crate::channel::run_decision(Some(&state))
+        {
+            return Err(channel_err(name, message));
+        }
+        for table in route.tables() {
+            let member = channel.route_member(table);
+            activate::record_activation_at(
+                self.store.as_ref(),
+                &member.name,
+                state.activated_at_ms,
+            )
+            .await
+            .map_err(|e| activate_err(&member.name, e))?;
+            let stops = self
+                .start_channel(index, member.clone(), FatalScope::Member)
+                .await?;
+            // `floe channel delete <channel>` (or a FAILED, SUSPENDED channel) stops every
+            // member, as each member's own state stops it alone.
+            self.tracker.spawn(crate::channel::watch_channel(
+                self.store.clone(),
+                name.to_string(),
+                stops,
+                self.config.worker.shutdown_timeout + std::time::Duration::from_secs(2),
+                self.stop_reading.clone(),
+            ));
+            tracing::info!(channel = %name, member = %member.name, table, "routed table started");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,137 @@
+//! `table = "{route}"`: one source fanned out to several tables by a top-level field of each
+//! record (docs/routing.md, "Fan-out by a field").
+//!
+//! Such a channel runs as one **member channel** per routed table
+//! ([`ChannelConfig::route_member`]), each a channel of its own in the lease store (its leases,
+//! committer lease and epoch, checkpoints in its table), each reading the whole source and
+//! keeping only the records routed to its table. Exactly-once per table is the single-table
+//! protocol, unchanged: a member skips (checkpoints past) the records of the other tables.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{member_name, ChannelConfig, DestinationConfig};
+
+/// `table = "{route}"`: a table per value of `route_field` (docs/routing.md).
+pub const TABLE_ROUTED: &str = "{route}";
+
+/// Where a record whose route value matches no route goes (`channel.destination.unroutable`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unroutable {
+    /// `"dlq"`: a DLQ entry with code `UNROUTABLE`, written by the member of
+    /// [`RouteConfig::dlq_table`] alone.
+    Dlq,
+    /// A default table: its member keeps the record as a row.
+    Table(String),
+}
+
+/// The validated `route_field`, `routes` and `unroutable` of a channel with
+/// `table = "{route}"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    /// The top-level field whose value picks the table.
+    pub field: String,
+    /// Route value → table name.
+    pub routes: BTreeMap<String, String>,
+    /// Where unroutable records go.
+    pub unroutable: Unroutable,
+}
+
+impl RouteConfig {
+    /// Every table the channel writes, in name order: the routes' tables and the default
+    /// table. One member channel each.
+    pub fn tables(&self) -> BTreeSet<&str> {
+        let mut tables: BTreeSet<&str> = self.routes.values().map(String::as_str).collect();
+        if let Unroutable::Table(t) = &self.unroutable {
+            tables.insert(t);
+        }
+        tables
+    }
+
+    /// The table of a record whose route value is `value` (`None`: no usable value): its
+    /// route's table, else the default table; `None` when it goes to the DLQ.
+    pub fn table_of(&self, value: Option<&str>) -> Option<&str> {
+        match value.and_then(|v| self.routes.get(v)) {
+            Some(table) => Some(table),
+            None => match &self.unroutable {
+                Unroutable::Table(t) => Some(t),
+                Unroutable::Dlq => None,
+            },
+        }
+    }
+
+    /// With `unroutable = "dlq"`: the one table whose member writes the `UNROUTABLE` DLQ
+    /// entries, the first in name order (the other members skip those records). `None` with a
+    /// default table.
+    pub fn dlq_table(&self) -> Option<&str> {
+        match &self.unroutable {
+            Unroutable::Dlq => self.tables().into_iter().next(),
+            Unroutable::Table(_) => None,
+        }
+    }
+}
+
+impl ChannelConfig {
+    /// Whether the channel fans records out by a field (`table = "{route}"`): it then runs as
+    /// one member channel per routed table ([`ChannelConfig::route_member`]). A member itself
+    /// is not.
+    pub fn is_routed(&self) -> bool {
+        matches!(&self.destination, DestinationConfig::Iceberg(d) if d.route.is_some() && d.table == TABLE_ROUTED)
+    }
+
+    /// The member channel of `table` in a channel with `table = "{route}"`: named
+    /// `<channel>.<table>` ([`member_name`]), reading the channel's whole source into `table`
+    /// of its namespace and keeping the route (the member keeps only its table's records). A
+    /// channel of its own in the lease store: its leases, committer lease and epoch, state
+    /// and checkpoints (in its table). A channel that is not routed is returned unchanged.
+    pub fn route_member(&self, table: &str) -> ChannelConfig {
+        if !self.is_routed() {
+            return self.clone();
+        }
+        let mut member = self.clone();
+        member.name = member_name(&self.name, table);
+        if let DestinationConfig::Iceberg(d) = &mut member.destination {
+            d.table = table.to_string();
+        }
+        member
+    }
+
+    /// The route of a member channel of a channel with `table = "{route}"`, with the member's
+    /// own table: `None` for any other channel (and for the routed channel itself, whose table
+    /// is `{route}`).
+    pub fn member_route(&self) -> Option<(&RouteConfig, &str)> {
+        match &self.destination {
+            DestinationConfig::Iceberg(d) if d.table != TABLE_ROUTED => {
+                d.route.as_ref().map(|r| (r, d.table.as_str()))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl RouteConfig {
+    /// Checks that the route field is a top-level field of the table schema `schema` whose
+    /// values can be routed: a string, an int, a long or a boolean.
+    ///
+    /// Errors: what is wrong, for the key `channel[i].destination.route_field`.
+    pub fn check_field(&self, schema: &iceberg::spec::Schema) -> Result<(), String> {
+        use iceberg::spec::{PrimitiveType, Type};
+        let Some(field) = schema.as_struct().field_by_name(&self.field) else {
+            return Err(format!(
+                "\"{}\" is not a top-level field of the schema",
+                self.field
+            ));
+        };
+        match field.field_type.as_ref() {
+            Type::Primitive(
+                PrimitiveType::String
+                | PrimitiveType::Int
+                | PrimitiveType::Long
+                | PrimitiveType::Boolean,
+            ) => Ok(()),
+            other => Err(format!(
+                "\"{}\" is a {other}: a route field is a string, an integer or a boolean",
+                self.field
+            )),
+        }
+    }
+}
