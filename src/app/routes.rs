@@ -21,6 +21,40 @@ use crate::config::ChannelConfig;
 use super::{activate_err, channel_err, AppError, FatalScope, Fleet};
 
 impl Fleet {
+    /// Records the activation of `name`, a channel that runs as member channels (`table =
+    /// "{route}"` or `table = "{topic}"`): its activation time is every member's.
+    ///
+    /// Errors: [`AppError::ChannelRefused`] for a channel that is not ACTIVE (being deleted);
+    /// [`AppError::ChannelUnavailable`] when the lease store fails.
+    pub(super) async fn activate_parent(
+        &self,
+        name: &str,
+    ) -> Result<crate::lease::ChannelState, AppError> {
+        let state = activate::record_activation(self.store.as_ref(), name)
+            .await
+            .map_err(|e| activate_err(name, e))?;
+        if let crate::channel::RunDecision::Refuse(message) =
+            crate::channel::run_decision(Some(&state))
+        {
+            return Err(channel_err(name, message));
+        }
+        Ok(state)
+    }
+
+    /// Stops a member (its `stops`) when its channel `parent` is no longer ACTIVE: `floe
+    /// channel delete <channel>` stops every member, as each member's own state stops it alone.
+    pub(super) fn watch_parent(&self, parent: &str, stops: crate::channel::ChannelStops) {
+        self.tracker.spawn(crate::channel::watch_channel(
+            self.store.clone(),
+            parent.to_string(),
+            stops,
+            self.config.worker.shutdown_timeout + std::time::Duration::from_secs(2),
+            self.stop_reading.clone(),
+        ));
+    }
+}
+
+impl Fleet {
     /// Activates routed channel `channel` (its activation time is every member's) and starts
     /// a member channel per table of its route, each stopping alone on a fatal error.
     ///
@@ -36,14 +70,7 @@ impl Fleet {
         let Some(route) = channel.destination.iceberg().and_then(|d| d.route.as_ref()) else {
             return Err(channel_err(name, "table = \"{route}\" needs a route"));
         };
-        let state = activate::record_activation(self.store.as_ref(), name)
-            .await
-            .map_err(|e| activate_err(name, e))?;
-        if let crate::channel::RunDecision::Refuse(message) =
-            crate::channel::run_decision(Some(&state))
-        {
-            return Err(channel_err(name, message));
-        }
+        let state = self.activate_parent(name).await?;
         for table in route.tables() {
             let member = channel.route_member(table);
             activate::record_activation_at(
@@ -56,15 +83,7 @@ impl Fleet {
             let stops = self
                 .start_channel(index, member.clone(), FatalScope::Member)
                 .await?;
-            // `floe channel delete <channel>` (or a FAILED, SUSPENDED channel) stops every
-            // member, as each member's own state stops it alone.
-            self.tracker.spawn(crate::channel::watch_channel(
-                self.store.clone(),
-                name.to_string(),
-                stops,
-                self.config.worker.shutdown_timeout + std::time::Duration::from_secs(2),
-                self.stop_reading.clone(),
-            ));
+            self.watch_parent(name, stops);
             tracing::info!(channel = %name, member = %member.name, table, "routed table started");
         }
         Ok(())

@@ -93,14 +93,7 @@ impl TopicSupervisor {
                 "table = \"{topic}\" needs a Kafka source and an Iceberg destination",
             ));
         };
-        let state = activate::record_activation(fleet.store.as_ref(), name)
-            .await
-            .map_err(|e| activate_err(name, e))?;
-        if let crate::channel::RunDecision::Refuse(message) =
-            crate::channel::run_decision(Some(&state))
-        {
-            return Err(channel_err(name, message));
-        }
+        let state = fleet.activate_parent(name).await?;
         let lister = KafkaTopicsSource::try_new(name, kafka).map_err(|e| channel_err(name, e))?;
         Ok(TopicSupervisor {
             index,
@@ -250,6 +243,7 @@ impl TopicSupervisor {
                 .unwrap_or_default();
             match result {
                 Ok(stops) => {
+                    fleet.watch_parent(&parent, stops.clone());
                     tracing::info!(channel = %parent, topic = %topic, member = %member.name, table = %table, "table started for topic");
                     members.insert(topic, Member::Running { table, stops });
                 }
