@@ -115,6 +115,7 @@ async fn an_unreadable_recorded_schema_version_is_refused_through_either_entry()
             version: 0,
             updated_at_ms: 1,
             overrides: Default::default(),
+            from_first_record: false,
         };
         store.put_channel_state(&seeded, None).await.unwrap();
         drop(store);

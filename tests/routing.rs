@@ -457,6 +457,29 @@ async fn a_dropped_table_suspends_its_topic_alone() {
             table(i)
         );
     }
+    // `floe channel delete` and `create` of the member start it over in the running worker:
+    // a new table, read from the channel's initial position (here "earliest": every record of
+    // the topic again; the old DLQ entry stays beside the new one).
+    std::fs::write(dir.join("floe.toml"), config(dir, &bs, "cli", "off")).unwrap();
+    for command in ["delete", "create"] {
+        let (ok, out) = channel_cli(dir, &[command, &member]);
+        assert!(ok, "{command}: {out}");
+    }
+    produce(&bs, 1, 40..60);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (rows, dlq) = counts(dir, 1).await;
+        if rows >= 59 {
+            assert_eq!((rows, dlq), (59, 2), "{}", log_of(dir, "w"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{rows} of 59 rows delivered after the member was created again:\n{}",
+            log_of(dir, "w")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     assert_eq!(w.terminate().code(), Some(0), "{}", log_of(dir, "w"));
 }
 
@@ -559,4 +582,83 @@ async fn two_topics_with_one_table_name_never_share_the_table() {
                 .is_some_and(|s| s.state == floe::lease::ChannelStatus::Failed),
         "ev.x's member never became the table's writer: {other:?}"
     );
+}
+
+/// A topic that appears after the channel's activation is read from its first record, also
+/// when its records carry older timestamps (MirrorMaker 2, a replay with preserved CreateTime):
+/// the activation-time lookup would skip them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_that_appears_later_is_read_from_its_first_record_whatever_its_timestamps() {
+    use floe::lease::BatchStore as _;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let broker = Broker::start_topics(&["other"], 1);
+    let bs = broker.bootstrap.clone();
+    // The channel was activated ten minutes ago.
+    let store = floe::lease::sql::SqlLeaseStore::open_sqlite(dir.join("leases.sqlite"))
+        .await
+        .unwrap();
+    let activated = floe::time::now_ms() - 600_000;
+    store
+        .put_channel_state(
+            &floe::lease::ChannelState {
+                channel: "r".into(),
+                state: floe::lease::ChannelStatus::Active,
+                status_reason: None,
+                activated_at_ms: Some(activated),
+                table_uuid: None,
+                schema_version_id: None,
+                version: 0,
+                updated_at_ms: activated,
+                overrides: Default::default(),
+                from_first_record: false,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let toml = config(dir, &bs, "w", "off").replace("initial_position = \"earliest\"\n", "");
+    assert!(!toml.contains("earliest"));
+    let w = Worker::start_with(dir, "w", &toml);
+    // A mirrored topic: 20 records stamped three hours ago, then 20 stamped now.
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &bs)
+        .create()
+        .unwrap();
+    let hours_ago = floe::time::now_ms() - 3 * 3_600_000;
+    for n in 0..40u64 {
+        let id = id_of(7, n);
+        let payload = event_json(id, SEED, BASE_MS, 3);
+        let key = id.to_string();
+        let mut record = BaseRecord::to("ev.t07").key(&key).payload(&payload);
+        if n < 20 {
+            record = record.timestamp(hours_ago);
+        }
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (rows, dlq) = counts(dir, 7).await;
+        if rows + dlq >= 40 {
+            assert_eq!((rows, dlq), (40, 0), "{}", log_of(dir, "w"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{rows} of 40 delivered:\n{}",
+            log_of(dir, "w")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let member = store
+        .get_channel_state(&floe::config::member_name("r", "ev.t07"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(member.from_first_record, "{member:?}");
+    assert_eq!(member.activated_at_ms, Some(activated));
+    assert_eq!(w.terminate().code(), Some(0));
 }

@@ -54,11 +54,30 @@ pub async fn maintain(
         .await
         .map_err(AppError::AwsCredentialsMissing)?;
     let store = open_lease_store(&config.lease_store, &aws).await?;
+    // A channel with a table per topic or per route is maintained table by table: its member
+    // channels (each with its committer lease), named `<channel>.<topic>` / `<channel>.<table>`.
+    let mut config = config.clone();
+    if config
+        .channels
+        .iter()
+        .any(|c| c.is_table_per_topic() || c.is_routed())
+    {
+        crate::channel::resolve_members(&mut config, store.as_ref())
+            .await
+            .map(drop)
+            .map_err(|e| AppError::ChannelUnavailable {
+                channel: channel.unwrap_or_default().to_string(),
+                message: e.to_string(),
+            })?;
+    }
+    let config = &config;
     let chosen: Vec<(usize, &ChannelConfig)> = config
         .channels
         .iter()
         .enumerate()
-        .filter(|(_, c)| channel.is_none_or(|n| c.name == n))
+        .filter(|(_, c)| !c.is_table_per_topic() && !c.is_routed())
+        .chain(config.members.iter().map(|(i, c)| (*i, c)))
+        .filter(|(i, c)| channel.is_none_or(|n| c.name == n || config.channels[*i].name == n))
         .collect();
     if let Some(name) = channel {
         match chosen.first() {

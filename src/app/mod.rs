@@ -377,6 +377,11 @@ fn initial_position_of(config: &ChannelConfig, state: &ChannelState) -> InitialP
     };
     match initial {
         crate::config::InitialPosition::Earliest => InitialPosition::Earliest,
+        // A member of a topic that appeared after its channel's activation: from the first
+        // record, whatever the records' timestamps.
+        crate::config::InitialPosition::ActivationTime if state.from_first_record => {
+            InitialPosition::Earliest
+        }
         crate::config::InitialPosition::ActivationTime => {
             InitialPosition::AtTimestamp(state.activated_at_ms.unwrap_or(0))
         }

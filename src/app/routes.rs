@@ -77,6 +77,7 @@ impl Fleet {
                 self.store.as_ref(),
                 &member.name,
                 state.activated_at_ms,
+                false,
             )
             .await
             .map_err(|e| activate_err(&member.name, e))?;

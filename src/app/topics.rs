@@ -21,7 +21,10 @@ use std::time::Duration;
 
 use crate::channel::activate;
 use crate::channel::ChannelStops;
-use crate::config::{table_of_topic, ChannelConfig, DestinationConfig, SourceConfig};
+use crate::config::{
+    admit_topics, member_name, table_of_topic, ChannelConfig, DestinationConfig, SourceConfig,
+    TopicRefusal, MAX_MEMBER_NAME,
+};
 use crate::lease::ChannelStatus;
 use crate::retry::Backoff;
 use crate::source::kafka::topics::KafkaTopicsSource;
@@ -31,10 +34,7 @@ use super::{activate_err, channel_err, AppError, FatalScope, Fleet};
 /// A topic's member channel, as the supervisor knows it.
 enum Member {
     /// Being prepared (activation, table, first shard listing).
-    Starting {
-        /// Its table's name.
-        table: String,
-    },
+    Starting,
     /// Delivering; `stops` stop it alone.
     Running {
         /// Its table's name.
@@ -42,18 +42,9 @@ enum Member {
         /// Its switches.
         stops: ChannelStops,
     },
-    /// Refused at start (a foreign table, a schema the table refuses): not retried until the
-    /// topic is gone and back, or the process restarts.
+    /// Refused at start (a foreign table, a schema the table refuses): retried once its state
+    /// is ACTIVE again (`floe channel delete` and `create` of the member).
     Refused,
-}
-
-impl Member {
-    fn table(&self) -> Option<&str> {
-        match self {
-            Member::Starting { table } | Member::Running { table, .. } => Some(table),
-            Member::Refused => None,
-        }
-    }
 }
 
 /// The supervisor of one channel with `table = "{topic}"`.
@@ -71,6 +62,17 @@ pub(super) struct TopicSupervisor {
     members: Arc<Mutex<BTreeMap<String, Member>>>,
     /// Topics already reported as not read, with the reason (one log line and one count each).
     reported: BTreeSet<(String, &'static str)>,
+    /// Topics whose member channel has a state in the lease store (admitted before).
+    known: BTreeSet<String>,
+}
+
+/// How many members deliver: started and not stopped (a suspended or deleted member's worker
+/// loop has returned).
+fn running(members: &BTreeMap<String, Member>) -> usize {
+    members
+        .values()
+        .filter(|m| matches!(m, Member::Running { stops, .. } if !stops.worker_done.is_cancelled()))
+        .count()
 }
 
 impl TopicSupervisor {
@@ -104,6 +106,7 @@ impl TopicSupervisor {
             max_tables: dest.max_tables as usize,
             members: Arc::default(),
             reported: BTreeSet::new(),
+            known: BTreeSet::new(),
             fleet,
         })
     }
@@ -123,7 +126,7 @@ impl TopicSupervisor {
             let wait = match self.lister.topics().await {
                 Ok(topics) => {
                     backoff.reset();
-                    self.reconcile(&topics);
+                    self.reconcile(&topics).await;
                     self.refresh
                 }
                 Err(e) => {
@@ -148,13 +151,57 @@ impl TopicSupervisor {
         }
     }
 
-    /// Starts a member for each new topic (within `max_tables`, unless its table name is
-    /// another topic's) and stops the members of topics no longer listed.
-    fn reconcile(&mut self, topics: &[String]) {
+    /// Starts a member for each topic [`admit_topics`] admits (the topics whose member has a
+    /// state in the lease store first, then new ones within `max_tables` whose table name is
+    /// free: every worker makes the same choice), stops the members of topics no longer
+    /// listed, and starts again a member that stopped (suspended, deleted) or was refused once
+    /// its state is ACTIVE again (`floe channel delete` and `create` of the member).
+    async fn reconcile(&mut self, topics: &[String]) {
         let name = self.channel.name.clone();
+        let store = self.fleet.store.clone();
+        // Members that stopped or were refused: retried when their state is ACTIVE again.
+        let stalled: Vec<String> = {
+            let members = self.members.lock().expect("members lock");
+            members
+                .iter()
+                .filter(|(_, m)| match m {
+                    Member::Running { stops, .. } => stops.worker_done.is_cancelled(),
+                    Member::Refused => true,
+                    Member::Starting => false,
+                })
+                .map(|(t, _)| t.clone())
+                .collect()
+        };
+        let mut revived = Vec::new();
+        for topic in stalled {
+            let member = member_name(&name, &topic);
+            if let Ok(Some(state)) = store.get_channel_state(&member).await {
+                if state.state == ChannelStatus::Active {
+                    revived.push(topic);
+                }
+            }
+        }
+        // Topics whose member has a state: admitted before, by this worker or another.
+        let unknown: Vec<String> = {
+            let members = self.members.lock().expect("members lock");
+            topics
+                .iter()
+                .filter(|t| !members.contains_key(*t) && !self.known.contains(*t))
+                .cloned()
+                .collect()
+        };
+        for topic in unknown {
+            if let Ok(Some(_)) = store.get_channel_state(&member_name(&name, &topic)).await {
+                self.known.insert(topic);
+            }
+        }
         let listed: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
         let drain = self.fleet.config.worker.shutdown_timeout;
         let mut members = self.members.lock().expect("members lock");
+        for topic in revived {
+            tracing::info!(channel = %name, topic = %topic, "the topic's member channel is ACTIVE again: starting it");
+            members.remove(&topic);
+        }
         // Topics gone: their members stop; their tables and checkpoints stay.
         let gone: Vec<String> = members
             .keys()
@@ -163,7 +210,7 @@ impl TopicSupervisor {
             .collect();
         for topic in gone {
             match members.get(&topic) {
-                Some(Member::Starting { .. }) => continue, // stopped at the next listing
+                Some(Member::Starting) => continue, // stopped at the next listing
                 Some(Member::Running { table, stops }) => {
                     tracing::warn!(channel = %name, topic = %topic, table = %table, "topic no longer exists: stopping its table's member channel (leases released; the table and its checkpoints are kept)");
                     let stops = stops.clone();
@@ -174,43 +221,35 @@ impl TopicSupervisor {
             members.remove(&topic);
             self.reported.retain(|(t, _)| t != &topic);
         }
-        for topic in topics {
-            if members.contains_key(topic) {
+        let mut known = self.known.clone();
+        known.extend(members.keys().cloned());
+        let (admitted, refused) = admit_topics(&name, topics, &known, self.max_tables);
+        for (topic, why) in refused {
+            if !self.reported.insert((topic.clone(), why.reason())) {
                 continue;
             }
-            let table = table_of_topic(topic);
-            let clash = members
-                .iter()
-                .find(|(_, m)| m.table() == Some(table.as_str()))
-                .map(|(t, _)| t.clone());
-            if let Some(other) = clash {
-                if self.reported.insert((topic.clone(), "name_clash")) {
-                    tracing::error!(channel = %name, topic = %topic, table = %table, other_topic = %other, "topic not read: its table name is the table of another topic of the channel (names are lowercased, characters outside a-z 0-9 _ become _); rename one topic or give it a channel of its own");
-                    crate::telemetry::record_topic_refused(&name, "name_clash");
+            let table = table_of_topic(&topic);
+            match &why {
+                TopicRefusal::NameClash { other } => {
+                    tracing::error!(channel = %name, topic = %topic, table = %table, other_topic = %other, "topic not read: its table name is the table of another topic of the channel (names are lowercased, characters outside a-z 0-9 _ become _); rename one topic or give it a channel of its own")
                 }
-                continue;
-            }
-            let open = members.values().filter(|m| m.table().is_some()).count();
-            if open >= self.max_tables {
-                if self.reported.insert((topic.clone(), "max_tables")) {
-                    tracing::error!(channel = %name, topic = %topic, max_tables = self.max_tables, "topic not read: the channel delivers to max_tables tables already (channel.destination.max_tables)");
-                    crate::telemetry::record_topic_refused(&name, "max_tables");
+                TopicRefusal::MaxTables => {
+                    tracing::error!(channel = %name, topic = %topic, max_tables = self.max_tables, "topic not read: the channel delivers to max_tables tables already (channel.destination.max_tables)")
                 }
-                continue;
+                TopicRefusal::NameTooLong => {
+                    tracing::error!(channel = %name, topic = %topic, max = MAX_MEMBER_NAME, "topic not read: its member channel name <channel>.<topic> is too long (it names the table's data files)")
+                }
             }
-            members.insert(
-                topic.clone(),
-                Member::Starting {
-                    table: table.clone(),
-                },
-            );
-            self.spawn_member(topic.clone());
+            crate::telemetry::record_topic_refused(&name, why.reason());
         }
-        let running = members
-            .values()
-            .filter(|m| matches!(m, Member::Running { .. }))
-            .count();
-        crate::telemetry::set_channel_tables(&name, running);
+        for topic in admitted {
+            if members.contains_key(&topic) {
+                continue;
+            }
+            members.insert(topic.clone(), Member::Starting);
+            self.spawn_member(topic);
+        }
+        crate::telemetry::set_channel_tables(&name, running(&members));
     }
 
     /// Prepares and starts the member of `topic` in a task of its own (a slow or failing table
@@ -219,14 +258,20 @@ impl TopicSupervisor {
         let fleet = self.fleet.clone();
         let members = self.members.clone();
         let member = self.channel.member(&topic);
-        let (index, activated_at, parent) =
-            (self.index, self.activated_at_ms, self.channel.name.clone());
+        let (index, activated_at, parent, refresh) = (
+            self.index,
+            self.activated_at_ms,
+            self.channel.name.clone(),
+            self.refresh,
+        );
         self.fleet.tracker.spawn(async move {
             let started = async {
+                let late = activate::appeared_later(activated_at, crate::time::now_ms(), refresh);
                 activate::record_activation_at(
                     fleet.store.as_ref(),
                     &member.name,
                     Some(activated_at),
+                    late,
                 )
                 .await
                 .map_err(|e| activate_err(&member.name, e))?;
@@ -257,11 +302,7 @@ impl TopicSupervisor {
                     members.insert(topic, Member::Refused);
                 }
             }
-            let running = members
-                .values()
-                .filter(|m| matches!(m, Member::Running { .. }))
-                .count();
-            crate::telemetry::set_channel_tables(&parent, running);
+            crate::telemetry::set_channel_tables(&parent, running(&members));
         });
     }
 }

@@ -118,19 +118,33 @@ pub async fn record_activation(
     store: &dyn Store,
     channel: &str,
 ) -> Result<ChannelState, ActivateError> {
-    record_activation_at(store, channel, None).await
+    record_activation_at(store, channel, None, false).await
+}
+
+/// Whether the member channel of a topic of a `table = "{topic}"` channel activated at
+/// `activated_at_ms`, first met `now_ms`, is of a topic that appeared after the activation: more
+/// than a topic listing (`refresh`) and a minute later. Its shards then start at their first
+/// record: the activation-time lookup would skip the records a mirrored or replayed topic
+/// carries with older timestamps (docs/routing.md, "Choosing topics"). A topic that existed at
+/// the activation but got its table only later (left out by `max_tables`, the brokers
+/// unreachable at the first listing) is so read from its first record too: older records
+/// delivered, none lost.
+pub fn appeared_later(activated_at_ms: i64, now_ms: i64, refresh: std::time::Duration) -> bool {
+    now_ms - activated_at_ms > (refresh + std::time::Duration::from_secs(60)).as_millis() as i64
 }
 
 /// [`record_activation`], recording `at` (epoch ms) instead of now as the activation time of a
-/// channel without state: a member of a channel with `table = "{topic}"` takes its channel's
-/// activation time, so a topic created after it is read from its first record (the
-/// activation-time lookup finds it), as a Kafka partition added later is.
+/// channel without state: a member channel of a channel with `table = "{topic}"` or `table =
+/// "{route}"` takes its channel's activation time. A member of a topic that appeared after
+/// that ([`appeared_later`]) is recorded to start its shards at their first record
+/// ([`ChannelState::from_first_record`]).
 ///
 /// Errors: as [`record_activation`].
 pub async fn record_activation_at(
     store: &dyn Store,
     channel: &str,
     at: Option<i64>,
+    from_first_record: bool,
 ) -> Result<ChannelState, ActivateError> {
     for _ in 0..5 {
         if let Some(state) = store.get_channel_state(channel).await? {
@@ -148,9 +162,15 @@ pub async fn record_activation_at(
             version: 0,
             updated_at_ms: now,
             overrides: Default::default(),
+            from_first_record,
         };
         if store.put_channel_state(&state, None).await.is_ok() {
-            tracing::info!(channel, activated_at_ms = activated_at, "channel activated");
+            tracing::info!(
+                channel,
+                activated_at_ms = activated_at,
+                from_first_record,
+                "channel activated"
+            );
         }
     }
     Err(ActivateError::Unavailable(

@@ -259,8 +259,12 @@ pub fn find_channel(config: &Config, name: &str) -> Result<(usize, ChannelConfig
 ///
 /// Errors: [`ControlError::Unavailable`] when a Kafka cluster does not answer the topic listing;
 /// [`ControlError::Refused`] when librdkafka refuses the client properties.
-pub async fn resolve_members(config: &mut Config) -> Result<(), ControlError> {
+pub async fn resolve_members(
+    config: &mut Config,
+    store: &dyn Store,
+) -> Result<Vec<(String, String, crate::config::TopicRefusal)>, ControlError> {
     let mut members = Vec::new();
+    let mut left_out = Vec::new();
     for (index, channel) in config.channels.iter().enumerate() {
         // A routed channel's members are its tables, known from the file.
         if let Some(route) = channel.destination.iceberg().and_then(|d| d.route.as_ref()) {
@@ -287,16 +291,27 @@ pub async fn resolve_members(config: &mut Config) -> Result<(), ControlError> {
                 channel.name
             ))
         })?;
-        let mut tables = std::collections::BTreeSet::new();
-        for topic in topics {
-            let table = crate::config::table_of_topic(&topic);
-            if tables.len() < dest.max_tables as usize && tables.insert(table) {
-                members.push((index, channel.member(&topic)));
+        // The choice `floe run` makes (crate::config::admit_topics): members with a state
+        // first, whatever the limit, so the control plane reaches every table delivered.
+        let mut known = std::collections::BTreeSet::new();
+        for topic in &topics {
+            let member = crate::config::member_name(&channel.name, topic);
+            if store.get_channel_state(&member).await?.is_some() {
+                known.insert(topic.clone());
             }
         }
+        let (admitted, refused) =
+            crate::config::admit_topics(&channel.name, &topics, &known, dest.max_tables as usize);
+        members.extend(admitted.iter().map(|t| (index, channel.member(t))));
+        left_out.extend(
+            refused
+                .into_iter()
+                .map(|(topic, why)| (channel.name.clone(), topic, why)),
+        );
     }
+    members.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
     config.members = members;
-    Ok(())
+    Ok(left_out)
 }
 
 /// The member channels of channel `name`: `<channel>.<table>` of each table of a channel with
@@ -347,6 +362,7 @@ pub async fn activate_parent(name: &str, store: &dyn Store) -> Result<ChannelSta
                 version: 0,
                 updated_at_ms: 0,
                 overrides: current.map(|s| s.overrides).unwrap_or_default(),
+                from_first_record: false,
             };
             let active = put(store, active, expected).await?;
             tracing::info!(
@@ -584,6 +600,7 @@ pub async fn create_at(
                 updated_at_ms: 0,
                 // Settings changed by update survive a delete and create.
                 overrides: current.map(|s| s.overrides).unwrap_or_default(),
+                from_first_record: false,
             };
             put(store, creating, expected).await?
         }
@@ -636,10 +653,24 @@ pub async fn create_at(
     .await
     .map_err(creating)?;
     let expected = Some(state.version);
+    // A member of a topic that appeared after its channel's activation reads it from its first
+    // record, as `floe run` would start it (activate::appeared_later).
+    let late = match (activated_at, &channel.source) {
+        (Some(at), crate::config::SourceConfig::Kafka(k))
+            if config
+                .members
+                .iter()
+                .any(|(i, m)| m.name == name && config.channels[*i].is_table_per_topic()) =>
+        {
+            activate::appeared_later(at, now_ms(), k.topic_refresh_interval)
+        }
+        _ => false,
+    };
     let active = ChannelState {
         state: ChannelStatus::Active,
         status_reason: None,
         activated_at_ms: Some(activated_at.unwrap_or_else(now_ms)),
+        from_first_record: late || state.from_first_record,
         ..state
     };
     let active = put(store, active, expected).await?;
@@ -1444,6 +1475,7 @@ mod tests {
             version: 3,
             updated_at_ms: 2,
             overrides: Default::default(),
+            from_first_record: false,
         }
     }
 

@@ -213,8 +213,24 @@ async fn execute(
         .iter()
         .any(|c| c.is_table_per_topic() || c.is_routed())
     {
-        match control::resolve_members(&mut config).await {
-            Ok(()) => {}
+        match control::resolve_members(&mut config, store).await {
+            Ok(left_out) => {
+                for (channel, topic, why) in left_out {
+                    eprintln!(
+                        "channel {channel}: topic {topic} has no table: {}",
+                        match why {
+                            crate::config::TopicRefusal::MaxTables =>
+                                "the channel has max_tables tables already (channel.destination.max_tables)".to_string(),
+                            crate::config::TopicRefusal::NameClash { other } =>
+                                format!("its table name is topic {other}'s table"),
+                            crate::config::TopicRefusal::NameTooLong => format!(
+                                "its member channel name is longer than {} characters",
+                                crate::config::MAX_MEMBER_NAME
+                            ),
+                        }
+                    );
+                }
+            }
             // `list` still shows the file's channels.
             Err(e) if matches!(command, ChannelCommand::List { .. }) => {
                 eprintln!("{e}; member channels (a table per topic) are not listed")

@@ -190,6 +190,83 @@ pub fn member_name(channel: &str, topic: &str) -> String {
     format!("{channel}.{topic}")
 }
 
+/// The longest member channel name (`<channel>.<topic>`): it names the member's data files
+/// (`<member>-<uuid>-<n>.parquet`, within a file system's 255-byte names) and its local DLQ
+/// directory.
+pub const MAX_MEMBER_NAME: usize = 200;
+
+/// Why a topic of a `table = "{topic}"` channel gets no member channel ([`admit_topics`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicRefusal {
+    /// The channel has `max_tables` tables already.
+    MaxTables,
+    /// Its table name is the table of `other`, admitted before it.
+    NameClash {
+        /// The topic whose table it is.
+        other: String,
+    },
+    /// `<channel>.<topic>` is longer than [`MAX_MEMBER_NAME`].
+    NameTooLong,
+}
+
+impl TopicRefusal {
+    /// The `reason` label of `floe_topics_refused_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            TopicRefusal::MaxTables => "max_tables",
+            TopicRefusal::NameClash { .. } => "name_clash",
+            TopicRefusal::NameTooLong => "name_too_long",
+        }
+    }
+}
+
+/// Which of `topics` (the selected topics the cluster has, any order) channel `channel` with
+/// `table = "{topic}"` delivers, the same answer for every worker and the control plane given
+/// the same listing (docs/routing.md, "Limits"): first every topic in `known` (its member
+/// channel has a state in the lease store: it was admitted once, and stays, whatever the limit),
+/// then the others in name order while fewer than `max_tables` are admitted and their table
+/// name is not an admitted topic's. A member name longer than [`MAX_MEMBER_NAME`] is never
+/// admitted. Returns the admitted topics, and the others with why.
+pub fn admit_topics(
+    channel: &str,
+    topics: &[String],
+    known: &std::collections::BTreeSet<String>,
+    max_tables: usize,
+) -> (Vec<String>, Vec<(String, TopicRefusal)>) {
+    let mut sorted: Vec<&String> = topics.iter().collect();
+    sorted.sort_by_key(|t| (!known.contains(*t), t.as_str()));
+    let (mut admitted, mut refused) = (Vec::new(), Vec::new());
+    let mut tables: BTreeMap<String, String> = BTreeMap::new();
+    for topic in sorted {
+        if member_name(channel, topic).len() > MAX_MEMBER_NAME {
+            refused.push((topic.clone(), TopicRefusal::NameTooLong));
+            continue;
+        }
+        let table = table_of_topic(topic);
+        if known.contains(topic) {
+            tables.entry(table).or_insert_with(|| topic.clone());
+            admitted.push(topic.clone());
+            continue;
+        }
+        if let Some(other) = tables.get(&table) {
+            refused.push((
+                topic.clone(),
+                TopicRefusal::NameClash {
+                    other: other.clone(),
+                },
+            ));
+            continue;
+        }
+        if admitted.len() >= max_tables {
+            refused.push((topic.clone(), TopicRefusal::MaxTables));
+            continue;
+        }
+        tables.insert(table, topic.clone());
+        admitted.push(topic.clone());
+    }
+    (admitted, refused)
+}
+
 /// `[channel.source]` (`kind`), see [`file::SourceSection`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceConfig {

@@ -2661,3 +2661,49 @@ fn a_routed_kinesis_channel_reads_with_a_consumer_per_member() {
     let polling = efo.replacen("read_mode = \"enhanced_fan_out\"", "", 1);
     assert!(parse(&polling.replacen("eu = \"events_eu\"", &format!("eu = \"{long}\""), 1)).is_ok());
 }
+
+#[test]
+fn every_worker_admits_the_same_topics_of_a_table_per_topic_channel() {
+    let t = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let none = std::collections::BTreeSet::new();
+    // New topics in name order, within max_tables; a clashing table name after its owner.
+    let (admitted, refused) = admit_topics("c", &t(&["b", "a_x", "a.x", "c"]), &none, 2);
+    assert_eq!(admitted, t(&["a.x", "b"]));
+    assert_eq!(
+        refused,
+        vec![
+            (
+                "a_x".to_string(),
+                TopicRefusal::NameClash {
+                    other: "a.x".into()
+                }
+            ),
+            ("c".to_string(), TopicRefusal::MaxTables),
+        ]
+    );
+    // A topic whose member has a state (admitted before, by any worker) comes first, even past
+    // the limit, and owns its table name.
+    let known: std::collections::BTreeSet<String> = ["c".to_string(), "a_x".to_string()].into();
+    let (admitted, refused) = admit_topics("c", &t(&["b", "a_x", "a.x", "c"]), &known, 2);
+    assert_eq!(admitted, t(&["a_x", "c"]));
+    assert_eq!(
+        refused,
+        vec![
+            (
+                "a.x".to_string(),
+                TopicRefusal::NameClash {
+                    other: "a_x".into()
+                }
+            ),
+            ("b".to_string(), TopicRefusal::MaxTables),
+        ]
+    );
+    // Listing order does not matter.
+    let (again, _) = admit_topics("c", &t(&["c", "a.x", "b", "a_x"]), &known, 2);
+    assert_eq!(again, admitted);
+    // A member name too long to name files is never admitted.
+    let long = format!("t{}", "l".repeat(MAX_MEMBER_NAME));
+    let (admitted, refused) = admit_topics("c", &[long.clone()], &none, 5);
+    assert!(admitted.is_empty());
+    assert_eq!(refused, vec![(long, TopicRefusal::NameTooLong)]);
+}

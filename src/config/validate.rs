@@ -686,7 +686,7 @@ impl Checker<'_> {
             }
         }
         if let Some(DestinationConfig::Iceberg(d)) = &destination {
-            if d.table == TABLE_PER_TOPIC && !matches!(source, Some(SourceConfig::Kafka(_))) {
+            if d.table == TABLE_PER_TOPIC && matches!(source, Some(SourceConfig::Kinesis(_))) {
                 self.error(
                     format!("{p}.destination.table"),
                     "\"{topic}\" (a table per topic) needs a Kafka source",

@@ -600,6 +600,7 @@ pub async fn channel_state_put_is_conditional_on_version<S: BatchStore>(store: &
         version: 99,
         updated_at_ms: 1_700_000_000_000,
         overrides: Default::default(),
+        from_first_record: false,
     };
     assert_conflict(store.put_channel_state(&state, Some(0)).await);
     assert_eq!(store.put_channel_state(&state, None).await.unwrap(), 1);

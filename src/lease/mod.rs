@@ -241,6 +241,12 @@ pub struct ChannelState {
     /// Absent in rows written before it existed (decoded as no override).
     #[serde(default)]
     pub overrides: ChannelOverrides,
+    /// A member channel of a `table = "{topic}"` channel whose topic appeared after the
+    /// channel's activation: its shards without a checkpoint start at their first record, not
+    /// at `activated_at_ms` (a mirrored or replayed topic keeps older record timestamps, which
+    /// the activation-time lookup would skip). Absent (false) in every other state.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_first_record: bool,
 }
 
 /// The settings `floe channel update` may change on a live channel; `None` keeps the
