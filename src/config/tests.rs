@@ -2707,3 +2707,12 @@ fn every_worker_admits_the_same_topics_of_a_table_per_topic_channel() {
     assert!(admitted.is_empty());
     assert_eq!(refused, vec![(long, TopicRefusal::NameTooLong)]);
 }
+
+#[test]
+fn max_tables_applies_only_to_several_tables() {
+    refused(
+        &replaced("table = \"events\"", "table = \"events\"\nmax_tables = 5"),
+        "channel[0].destination.max_tables",
+        "applies only with table = \"{topic}\" or \"{route}\"",
+    );
+}

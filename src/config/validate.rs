@@ -1538,17 +1538,26 @@ impl Checker<'_> {
             "a-z 0-9 _",
             lower,
         );
-        let table = if d.table == super::TABLE_PER_TOPIC || d.table == super::TABLE_ROUTED {
+        let several_tables = d.table == super::TABLE_PER_TOPIC || d.table == super::TABLE_ROUTED;
+        let table = if several_tables {
             Some(d.table)
         } else {
             self.name(&format!("{p}.table"), d.table, 255, "a-z 0-9 _", lower)
         };
-        let max_tables = self.number(
-            &format!("{p}.max_tables"),
-            d.max_tables,
-            super::DEFAULT_MAX_TABLES,
-            MAX_TABLES_RANGE,
-        );
+        let max_tables = if d.max_tables.is_some() && !several_tables {
+            self.error(
+                format!("{p}.max_tables"),
+                "applies only with table = \"{topic}\" or \"{route}\" (this channel writes one table)",
+            );
+            None
+        } else {
+            self.number(
+                &format!("{p}.max_tables"),
+                d.max_tables,
+                super::DEFAULT_MAX_TABLES,
+                MAX_TABLES_RANGE,
+            )
+        };
         let (namespace, table) = match &catalog {
             Some(CatalogConfig::S3Tables(_)) => (
                 namespace.and_then(|n| self.s3tables_name(&format!("{p}.namespace"), n)),
