@@ -2703,7 +2703,7 @@ fn every_worker_admits_the_same_topics_of_a_table_per_topic_channel() {
     assert_eq!(again, admitted);
     // A member name too long to name files is never admitted.
     let long = format!("t{}", "l".repeat(MAX_MEMBER_NAME));
-    let (admitted, refused) = admit_topics("c", &[long.clone()], &none, 5);
+    let (admitted, refused) = admit_topics("c", std::slice::from_ref(&long), &none, 5);
     assert!(admitted.is_empty());
     assert_eq!(refused, vec![(long, TopicRefusal::NameTooLong)]);
 }
