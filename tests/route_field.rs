@@ -10,8 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use floe::dlq::{Dlq, LocalDlq};
-use iceberg::{NamespaceIdent, TableIdent};
+use floe::dlq::LocalDlq;
 
 const TABLES: [&str; 3] = ["events_ap", "events_eu", "events_us"];
 
@@ -114,18 +113,7 @@ fn member_dlq(dir: &Path, table: &str) -> LocalDlq {
 async fn delivered_everywhere(dir: &Path) -> u64 {
     let mut total = 0;
     for table in TABLES {
-        let dlq: Dlq = member_dlq(dir, table).into();
-        let Ok(catalog) = floe::catalog::open_sql_catalog(
-            &dir.join("catalog.sqlite"),
-            &dir.join("warehouse"),
-            "floe",
-        )
-        .await
-        else {
-            return 0;
-        };
-        let ident = TableIdent::new(NamespaceIdent::new("it".into()), table.into());
-        let (rows, dead) = floe::tools::quickstart::counts(catalog.as_ref(), &ident, &dlq).await;
+        let (rows, dead) = common::delivered_to(dir, "it", table, &format!("it.{table}")).await;
         total += rows + dead;
     }
     total

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{bad_kind, log_of, Broker, Worker, BASE_MS, SEED};
-use floe::dlq::{Dlq, LocalDlq};
+use floe::dlq::LocalDlq;
 use floe::lease::{LeaseKey, LeaseStore as _};
 use floe::tools::sample_events::{bad_event, event_json};
 use iceberg::{NamespaceIdent, TableIdent};
@@ -100,18 +100,13 @@ fn dlq_of(dir: &Path, i: u64) -> LocalDlq {
 
 /// Rows and published DLQ entries of topic `i`'s table, (0, 0) before it exists.
 async fn counts(dir: &Path, i: u64) -> (u64, u64) {
-    let dlq: Dlq = dlq_of(dir, i).into();
-    let Ok(catalog) = floe::catalog::open_sql_catalog(
-        &dir.join("catalog.sqlite"),
-        &dir.join("warehouse"),
-        "floe",
+    common::delivered_to(
+        dir,
+        "routed",
+        &table(i),
+        &floe::config::member_name("r", &topic(i)),
     )
     .await
-    else {
-        return (0, 0);
-    };
-    let ident = TableIdent::new(NamespaceIdent::new("routed".into()), table(i));
-    floe::tools::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
 }
 
 /// Waits until tables `0..tables` hold `per_topic` records each (rows + DLQ), or `timeout`.
@@ -506,22 +501,10 @@ async fn two_topics_with_one_table_name_never_share_the_table() {
     produce_to("ev_x", owner_ids(0..30).collect());
     // Worker a meets ev_x alone: its member creates table ev_x.
     let a = Worker::start_with(dir, "a", &toml("a"));
-    let ident = TableIdent::new(NamespaceIdent::new("routed".into()), "ev_x".into());
     let rows = |dir: &Path| {
-        let ident = ident.clone();
         let dir = dir.to_path_buf();
         async move {
-            let Ok(catalog) = floe::catalog::open_sql_catalog(
-                &dir.join("catalog.sqlite"),
-                &dir.join("warehouse"),
-                "floe",
-            )
-            .await
-            else {
-                return 0;
-            };
-            let dlq: Dlq = LocalDlq::new(dir.join("dlq"), "unused").into();
-            floe::tools::quickstart::counts(catalog.as_ref(), &ident, &dlq)
+            common::delivered_to(&dir, "routed", "ev_x", "r.ev_x")
                 .await
                 .0
         }

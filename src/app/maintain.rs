@@ -57,11 +57,7 @@ pub async fn maintain(
     // A channel with a table per topic or per route is maintained table by table: its member
     // channels (each with its committer lease), named `<channel>.<topic>` / `<channel>.<table>`.
     let mut config = config.clone();
-    if config
-        .channels
-        .iter()
-        .any(|c| c.is_table_per_topic() || c.is_routed())
-    {
+    if config.channels.iter().any(|c| c.has_members()) {
         crate::channel::resolve_members(&mut config, store.as_ref())
             .await
             .map(drop)
@@ -75,7 +71,7 @@ pub async fn maintain(
         .channels
         .iter()
         .enumerate()
-        .filter(|(_, c)| !c.is_table_per_topic() && !c.is_routed())
+        .filter(|(_, c)| !c.has_members())
         .chain(config.members.iter().map(|(i, c)| (*i, c)))
         .filter(|(i, c)| channel.is_none_or(|n| c.name == n || config.channels[*i].name == n))
         .collect();

@@ -176,7 +176,7 @@ fn is_parent(config: &Config, name: &str) -> bool {
     config
         .channels
         .iter()
-        .any(|c| c.name == name && (c.is_table_per_topic() || c.is_routed()))
+        .any(|c| c.name == name && c.has_members())
 }
 
 /// The channels of the file with member channels that a command names (`name`, or all).
@@ -208,11 +208,7 @@ async fn execute(
     let json = command.common().json;
     // A table per topic: its member channels, one per topic the cluster has now.
     let mut config = config.clone();
-    if config
-        .channels
-        .iter()
-        .any(|c| c.is_table_per_topic() || c.is_routed())
-    {
+    if config.channels.iter().any(|c| c.has_members()) {
         match control::resolve_members(&mut config, store).await {
             Ok(left_out) => {
                 for (channel, topic, why) in left_out {

@@ -149,6 +149,12 @@ pub struct ChannelConfig {
 }
 
 impl ChannelConfig {
+    /// Whether the channel runs as member channels, one per table: `table = "{topic}"` or
+    /// `table = "{route}"` (docs/routing.md).
+    pub fn has_members(&self) -> bool {
+        self.is_table_per_topic() || self.is_routed()
+    }
+
     /// Whether the channel writes a table per topic (`table = "{topic}"`): it then runs as one
     /// member channel per topic ([`ChannelConfig::member`]).
     pub fn is_table_per_topic(&self) -> bool {

@@ -785,7 +785,7 @@ impl BatchSink for IcebergSink {
                 RecordDecoder::Gsr { .. } | RecordDecoder::Confluent { .. }
             );
         for record in records {
-            if let Some(router) = self.io.route.clone() {
+            if let Some(router) = &self.io.route {
                 // The JSON document after the record's framing (a GSR payload is inflated
                 // here and again when converted: routed GSR channels pay it twice).
                 let decision = match self.io.record_decoder.payload_of(&record.payload) {

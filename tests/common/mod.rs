@@ -406,7 +406,14 @@ pub fn produce_payloads_to(
 
 /// Rows in the current snapshot (from its summary) and published DLQ entries.
 pub async fn delivered(dir: &Path) -> (u64, u64) {
-    let dlq: floe::dlq::Dlq = LocalDlq::new(dir.join("dlq"), "it").into();
+    delivered_to(dir, "it", "events", "it").await
+}
+
+/// Rows of table `namespace.table` of the SQL catalog under `dir` (from its current snapshot's
+/// summary; 0 before the table exists) and the published DLQ entries of channel `channel`
+/// (a member channel's own, for a table per topic or route).
+pub async fn delivered_to(dir: &Path, namespace: &str, table: &str, channel: &str) -> (u64, u64) {
+    let dlq: floe::dlq::Dlq = LocalDlq::new(dir.join("dlq"), channel).into();
     let Ok(catalog) = floe::catalog::open_sql_catalog(
         &dir.join("catalog.sqlite"),
         &dir.join("warehouse"),
@@ -422,7 +429,7 @@ pub async fn delivered(dir: &Path) -> (u64, u64) {
                 .unwrap_or(0),
         );
     };
-    let ident = TableIdent::new(NamespaceIdent::new("it".into()), "events".into());
+    let ident = TableIdent::new(NamespaceIdent::new(namespace.into()), table.into());
     floe::tools::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
 }
 
