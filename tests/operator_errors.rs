@@ -243,3 +243,45 @@ fn with_closed_stdout(dir: &Path, args: &[&str]) -> Output {
         .output()
         .unwrap()
 }
+
+/// Issue 44: `floe records check` exits with a code a CI gate can use: 0 when every record would
+/// be a row, 1 when one would go to the DLQ, 2 when the check cannot run; and it checks a
+/// channel whose spec has no hour (`--partition none`).
+#[test]
+fn records_check_exit_code_says_whether_a_record_goes_to_the_dlq() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("s.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}"#,
+    )
+    .unwrap();
+    let check = |input: &str, extra: &[&str]| {
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, input).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args(["records", "check", "--schema"])
+            .arg(&schema)
+            .args(extra)
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let good = check("{\"id\": 1}\n{\"id\": 2}\n", &["--partition", "none"]);
+    assert_eq!(good.status.code(), Some(0), "{}", stderr(&good));
+    let line: serde_json::Value =
+        serde_json::from_slice(good.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(line["partition"], serde_json::json!({}), "{line}");
+    assert!(line.get("hour").is_none(), "no time field, no hour: {line}");
+    let bad = check("{\"id\": 1}\n{\"id\": \"x\"}\n", &["--partition", "none"]);
+    assert_eq!(bad.status.code(), Some(1), "{}", stderr(&bad));
+    assert_eq!(String::from_utf8_lossy(&bad.stdout).lines().count(), 2);
+    // No date-time field and no spec: the setup is refused.
+    let refused = check("{\"id\": 1}\n", &[]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("date-time"),
+        "{}",
+        stderr(&refused)
+    );
+}
