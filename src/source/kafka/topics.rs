@@ -238,6 +238,7 @@ impl Inner {
                     metadata: self.metadata.clone(),
                     shared: OnceCell::new(),
                     probe: Arc::default(),
+                    predating_logged: Default::default(),
                 })
             })
             .clone();
