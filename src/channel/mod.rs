@@ -912,6 +912,11 @@ pub struct ChannelDescription {
     pub updated_at: Option<String>,
     /// `namespace.table`.
     pub table: String,
+    /// The catalog the table was read from, as its identity (`sql:<name>:<database path or URL
+    /// without password>`, `rest:<uri>:<warehouse>`, `s3tables:<table bucket ARN>`,
+    /// `glue:<catalog id>`); absent for a raw S3 destination.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<String>,
     /// The table's UUID recorded at creation.
     pub table_uuid: Option<String>,
     /// The channel's Glue schema version id (Glue schemas only): the table's current version
@@ -1231,6 +1236,7 @@ async fn describe_with(
             .as_ref()
             .map(|s| crate::time::rfc3339_ms(s.updated_at_ms)),
         table: destination_name(channel),
+        catalog: channel.destination.iceberg().map(|d| d.catalog.identity()),
         table_uuid: state.as_ref().and_then(|s| s.table_uuid.clone()),
         // An evolved table's current version is the channel's (workers record it in the
         // channel state at their next start).

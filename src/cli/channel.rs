@@ -405,6 +405,9 @@ pub fn describe_text(d: &ChannelDescription) -> String {
             d.table_uuid.clone().unwrap_or_else(dash)
         ),
     );
+    if let Some(catalog) = &d.catalog {
+        row("catalog", catalog.clone());
+    }
     if let Some(subject) = &d.subject {
         row("subject", subject.clone());
         row("schema_id", d.schema_id.clone().unwrap_or_else(dash));
