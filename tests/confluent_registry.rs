@@ -660,3 +660,58 @@ async fn a_subject_of_another_schema_type_than_the_format_is_refused_naming_the_
     assert!(err.contains("is a JSON schema"), "{err}");
     assert!(err.contains("channel.record.format = \"avro\""), "{err}");
 }
+
+/// A minimal registry (only what the serializers call, plus the subject endpoints): schema 7
+/// is version 2 of `s` (version 1 is schema 5); `GET /schemas/ids/{id}/versions` answers the
+/// registry's own 404.
+async fn registry_without_id_versions(schema: String) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let schema = schema.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let n = conn.read(&mut buf).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&buf[..n]);
+                let path = request.split(' ').nth(1).unwrap_or("");
+                let path = path.split('?').next().unwrap_or("");
+                let version = |id: u32, v: i64| json!({"subject": "s", "version": v, "id": id, "schemaType": "JSON", "schema": schema});
+                let (status, body) = match path {
+                    "/schemas/ids/7" => ("200 OK", json!({"schemaType": "JSON", "schema": schema})),
+                    "/subjects/s/versions" => ("200 OK", json!([1, 2])),
+                    "/subjects/s/versions/1" => ("200 OK", version(5, 1)),
+                    "/subjects/s/versions/2" => ("200 OK", version(7, 2)),
+                    _ => (
+                        "404 Not Found",
+                        json!({"error_code": 404, "message": "HTTP 404 Not Found"}),
+                    ),
+                };
+                let body = body.to_string();
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// Issue 44: a registry without `GET /schemas/ids/{id}/versions` made floe decide a new id
+/// belonged to no subject (every record of a new version to the DLQ as SCHEMA_MISMATCH). The
+/// client falls back to the channel subject's versions.
+#[tokio::test]
+async fn a_registry_without_the_id_versions_endpoint_resolves_the_subject_from_its_versions() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let schema = json_schema("")["schema"].as_str().unwrap().to_string();
+    let url = registry_without_id_versions(schema).await;
+    let c = client(&[url], Auth::None, "s");
+    let resolved = c.by_id(7).await.unwrap();
+    assert_eq!(resolved.version_in("s"), Some(2), "{:?}", resolved.subjects);
+}
