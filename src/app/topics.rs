@@ -292,6 +292,10 @@ impl TopicSupervisor {
                     tracing::info!(channel = %parent, topic = %topic, member = %member.name, table = %table, "table started for topic");
                     members.insert(topic, Member::Running { table, stops });
                 }
+                // Shutting down: the topic is started again by the next run.
+                Err(AppError::Stopped(_)) => {
+                    members.remove(&topic);
+                }
                 Err(e) if e.is_retryable() => {
                     tracing::warn!(channel = %parent, topic = %topic, error = %e, "could not start the topic's table; retrying at the next topic listing");
                     members.remove(&topic);
