@@ -257,3 +257,108 @@ async fn a_channel_whose_records_all_predate_its_activation_says_so_once() {
     assert!(status.success(), "{status:?}");
     assert_eq!(delivered(dir.path()).await, (0, 0), "nothing read");
 }
+
+/// Issue 44, item 1: a `topic_pattern` that matches nothing was silent. Both table kinds now say
+/// so the same way: a warning naming `channel[i].source.topic_pattern` and the topics it was
+/// matched against, `/readyz` 503 with `no_topic_matches` per channel, `floe_channel_topics` 0,
+/// and `floe channel describe` printing the same line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_pattern_matching_nothing_is_said_by_the_log_readyz_metrics_and_describe() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic("events", 2).unwrap();
+    let port = free_port();
+    let d = dir.path().display();
+    let channel = |name: &str, table: &str| {
+        format!(
+            r#"
+[[channel]]
+name = "{name}"
+  [channel.source]
+  kind = "kafka"
+  bootstrap_servers = "{bootstrap}"
+  topic_pattern = "orders\\..*"
+  topic_refresh_interval = "5s"
+  [channel.record]
+  format = "json"
+  [channel.schema]
+  file = "{manifest}/config/event.schema.json"
+  [channel.destination]
+  kind = "iceberg"
+  namespace = "it"
+  table = "{table}"
+  partition_field = "event_time"
+    [channel.destination.catalog]
+    kind = "sql"
+    uri = "{d}/catalog.sqlite"
+    warehouse = "{d}/warehouse"
+  [channel.dlq]
+  kind = "local"
+  path = "{d}/dlq"
+"#,
+            bootstrap = kafka.bootstrap_servers(),
+            manifest = env!("CARGO_MANIFEST_DIR"),
+        )
+    };
+    let toml = format!(
+        "[worker]\nid = \"w1\"\nmetrics_address = \"127.0.0.1:{port}\"\n[lease_store]\nkind = \"sqlite\"\npath = \"{d}/leases.sqlite\"\n{}{}",
+        channel("named", "orders"),
+        channel("pertopic", "{topic}")
+    );
+    let worker = Worker::start_with(dir.path(), "w1", &toml);
+    let said = |i: usize| {
+        format!(
+            "no topic matches channel[{i}].source.topic_pattern = \"orders\\\\..*\" (matched against the cluster's 1 topics: events)"
+        )
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    let addr = format!("127.0.0.1:{port}");
+    let ready = loop {
+        let log = log_of(dir.path(), "w1");
+        let ready = get(&addr, "/readyz");
+        if log.contains(&said(0)) && log.contains(&said(1)) {
+            if let Some((503, body)) = &ready {
+                let body: serde_json::Value = serde_json::from_str(body).unwrap();
+                if body["channels"].as_array().is_some_and(|c| c.len() == 2) {
+                    break body;
+                }
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "{ready:?}\n{log}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    for (i, name) in ["named", "pertopic"].iter().enumerate() {
+        let c = ready["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["channel"] == *name)
+            .unwrap_or_else(|| panic!("{ready}"));
+        assert_eq!(c["ready"], false, "{ready}");
+        assert_eq!(c["no_topic_matches"], said(i).as_str(), "{ready}");
+    }
+    let (_, scrape) = get(&addr, "/metrics").unwrap();
+    let s = samples(&scrape);
+    for name in ["named", "pertopic"] {
+        let key = format!("floe_channel_topics{{channel=\"{name}\"}}");
+        assert_eq!(s.get(&key), Some(&0.0), "{key}\n{scrape}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["channel", "describe", "--json", "--config"])
+        .arg(dir.path().join("w1.toml"))
+        .output()
+        .unwrap();
+    let described: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    for (i, name) in ["named", "pertopic"].iter().enumerate() {
+        let d = described
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["channel"] == *name)
+            .unwrap_or_else(|| panic!("{described}"));
+        assert_eq!(d["no_topic_matches"], said(i).as_str(), "{described}");
+    }
+    let status = worker.terminate();
+    assert!(status.success(), "{status:?}");
+}

@@ -277,11 +277,12 @@ pub async fn prepare_channel(
 ) -> Result<PreparedChannel, AppError> {
     match &config.destination {
         DestinationConfig::Iceberg(dest) => prepare_iceberg(index, config, dest, store, aws).await,
-        DestinationConfig::S3(dest) => prepare_raw(config, dest, store, aws).await,
+        DestinationConfig::S3(dest) => prepare_raw(index, config, dest, store, aws).await,
     }
 }
 
 async fn prepare_raw(
+    index: usize,
     config: &ChannelConfig,
     dest: &crate::config::raw::RawDestinationConfig,
     store: &dyn Store,
@@ -289,7 +290,7 @@ async fn prepare_raw(
 ) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
     // Everything this worker could refuse is checked before the channel's state changes.
-    let source = open_source(config, aws)?;
+    let source = open_source(index, config, aws)?;
     let raw = RawStore::new(aws.s3(), dest.location.clone(), name);
     raw.check_writable().await.map_err(|e| {
         let message = format!(
@@ -333,10 +334,14 @@ async fn prepare_raw(
 /// refuses (a client property librdkafka rejects) must stop it before it records an activation.
 ///
 /// Errors: [`AppError::ChannelRefused`] naming the channel and the reason.
-fn open_source(config: &ChannelConfig, aws: &AwsClients) -> Result<Arc<dyn Source>, AppError> {
+fn open_source(
+    index: usize,
+    config: &ChannelConfig,
+    aws: &AwsClients,
+) -> Result<Arc<dyn Source>, AppError> {
     let name = config.name.as_str();
     Ok(match &config.source {
-        SourceConfig::Kafka(kafka) => crate::source::kafka::open_channel_source(name, kafka)
+        SourceConfig::Kafka(kafka) => crate::source::kafka::open_channel_source(index, name, kafka)
             .map_err(|e| channel_err(name, e))?,
         SourceConfig::Kinesis(kinesis) => Arc::new(KinesisSource::new(aws.kinesis(), kinesis)),
     })
@@ -427,7 +432,7 @@ async fn prepare_iceberg(
         .await
         .map_err(|e| activate_err(name, e))?;
     // Refused before activation (see `open_source`).
-    let source = open_source(config, aws)?;
+    let source = open_source(index, config, aws)?;
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),
         dest.table.clone(),

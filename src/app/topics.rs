@@ -96,7 +96,9 @@ impl TopicSupervisor {
             ));
         };
         let state = fleet.activate_parent(name).await?;
-        let lister = KafkaTopicsSource::try_new(name, kafka).map_err(|e| channel_err(name, e))?;
+        let lister = KafkaTopicsSource::try_new(name, kafka)
+            .map_err(|e| channel_err(name, e))?
+            .at_index(index);
         Ok(TopicSupervisor {
             index,
             channel: channel.clone(),

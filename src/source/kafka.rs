@@ -243,6 +243,7 @@ impl KafkaSourceConfig {
 ///
 /// Errors: [`SourceError`] when librdkafka refuses the client properties.
 pub fn open_channel_source(
+    index: usize,
     channel: &str,
     source: &crate::config::KafkaSourceConfig,
 ) -> Result<Arc<dyn Source>, SourceError> {
@@ -251,7 +252,7 @@ pub fn open_channel_source(
             KafkaSourceConfig::from_channel(channel, source, topic),
         )?)),
         crate::config::TopicSelection::List(_) | crate::config::TopicSelection::Pattern(_) => Ok(
-            Arc::new(topics::KafkaTopicsSource::try_new(channel, source)?),
+            Arc::new(topics::KafkaTopicsSource::try_new(channel, source)?.at_index(index)),
         ),
     }
 }
