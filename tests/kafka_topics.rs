@@ -268,40 +268,24 @@ async fn a_topic_pattern_matching_nothing_is_said_by_the_log_readyz_metrics_and_
     let kafka = EmbeddedKafka::start(1).unwrap();
     kafka.create_topic("events", 2).unwrap();
     let port = free_port();
-    let d = dir.path().display();
+    // Two channels of the tests' configuration, each selecting topics by a pattern that matches
+    // nothing: one into a named table, one a table per topic.
+    let base = config_toml(dir.path(), kafka.bootstrap_servers(), "w1", 6).replace(
+        "metrics_address = \"off\"",
+        &format!("metrics_address = \"127.0.0.1:{port}\""),
+    );
+    let (head, channel) = base.split_at(base.find("[[channel]]").unwrap());
     let channel = |name: &str, table: &str| {
-        format!(
-            r#"
-[[channel]]
-name = "{name}"
-  [channel.source]
-  kind = "kafka"
-  bootstrap_servers = "{bootstrap}"
-  topic_pattern = "orders\\..*"
-  topic_refresh_interval = "5s"
-  [channel.record]
-  format = "json"
-  [channel.schema]
-  file = "{manifest}/config/event.schema.json"
-  [channel.destination]
-  kind = "iceberg"
-  namespace = "it"
-  table = "{table}"
-  partition_field = "event_time"
-    [channel.destination.catalog]
-    kind = "sql"
-    uri = "{d}/catalog.sqlite"
-    warehouse = "{d}/warehouse"
-  [channel.dlq]
-  kind = "local"
-  path = "{d}/dlq"
-"#,
-            bootstrap = kafka.bootstrap_servers(),
-            manifest = env!("CARGO_MANIFEST_DIR"),
-        )
+        channel
+            .replace("name = \"it\"", &format!("name = \"{name}\""))
+            .replace(
+                "topic = \"events\"",
+                "topic_pattern = \"orders\\\\..*\"\n  topic_refresh_interval = \"5s\"",
+            )
+            .replace("table = \"events\"", &format!("table = \"{table}\""))
     };
     let toml = format!(
-        "[worker]\nid = \"w1\"\nmetrics_address = \"127.0.0.1:{port}\"\n[lease_store]\nkind = \"sqlite\"\npath = \"{d}/leases.sqlite\"\n{}{}",
+        "{head}{}{}",
         channel("named", "orders"),
         channel("pertopic", "{topic}")
     );
