@@ -11,7 +11,7 @@
 //!             3. release leases    (another worker takes over at once), exit 0
 //! ```
 //!
-//! A channel is prepared by its destination kind ([`iceberg`](self::iceberg): schema, catalog,
+//! A channel is prepared by its destination kind (`iceberg`: schema, catalog,
 //! table, DLQ; `raw`: source and bucket), then `tasks` starts its tasks. A channel with
 //! `table = "{topic}"` (`topics`) or `table = "{route}"` (`routes`) runs as member channels,
 //! each started the same way.
