@@ -16,6 +16,7 @@
 //! ```
 //!
 //! Module map, by layer from the bottom (imports only point down; `tests/layout.rs` checks it):
+//! - `failpoint` the crash tests' named steps in the commit protocols (test builds only).
 //! - [`model`] pure protocol data: positions, shard ranges, checkpoints, pending batches;
 //!   [`time`] wall clock, civil calendar, RFC 3339; [`retry`] the one backoff;
 //!   [`schema`] JSON Schema → Iceberg mapping.
@@ -58,6 +59,7 @@ pub mod confluent;
 pub mod convert;
 pub mod destination;
 pub mod dlq;
+mod failpoint;
 pub mod gsr;
 pub mod health;
 pub mod iceberg;

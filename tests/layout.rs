@@ -16,6 +16,7 @@ use std::path::Path;
 
 /// Layers, lowest first. A module may import modules of lower layers only.
 const LAYERS: &[(&str, &[&str])] = &[
+    ("crash-test failpoints", &["failpoint"]),
     ("pure data and rules", &["model", "time", "retry", "schema"]),
     ("configuration", &["config"]),
     ("Confluent Schema Registry", &["confluent"]),

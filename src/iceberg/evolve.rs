@@ -260,10 +260,10 @@ pub async fn apply_version(
             .into_iter()
             .collect(),
         });
-        super::maintenance::step_point("evolution-decided").await;
+        crate::failpoint::step_point("evolution-decided").await;
         match swap.swap(ident, requirements, updates).await {
             Ok(committed) => {
-                super::maintenance::step_point("evolution-committed").await;
+                crate::failpoint::step_point("evolution-committed").await;
                 let outcome = if changed { "evolved" } else { "recorded" };
                 telemetry::record_schema_change(channel, outcome);
                 let changes_text: Vec<String> =
