@@ -1883,7 +1883,7 @@ mod tests {
         assert_eq!(held(&a), ["a:0", "b:0"]);
     }
 
-    /// Found by the multi-process test (tests/aws_kafka.rs): a balancer that assigned shards to
+    /// Found by the multi-process test (tests/it/aws_kafka.rs): a balancer that assigned shards to
     /// itself in its last period, before its worker side read them, stopped with those rows
     /// still in its name; they waited a lease_duration for the next balancer.
     #[tokio::test(start_paused = true)]
