@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -44,11 +44,35 @@ fn log(dir: &Path) -> String {
 async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start();
+    let (run, addr, config) = start_ready_worker(dir.path(), &broker).await;
+    let config_arg = config.to_str().unwrap();
+
+    let total = 2_000u64;
+    produce(&broker.bootstrap, 0, total);
+    let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(120)).await;
+    assert_eq!(rows + dlq, total, "{}", log(dir.path()));
+    let expected_bad = (0..total).filter(|id| bad_kind(*id).is_some()).count() as u64;
+    assert_eq!(dlq, expected_bad);
+
+    let scrape = scrape_once_counted(&addr, rows, dlq).await;
+    let s = samples(&scrape);
+    assert_counters_match_delivery(&scrape, total, rows, dlq);
+    assert_histograms(&scrape);
+    let batches = committed_batch_log_lines(dir.path(), rows, dlq);
+    assert_catalog_loads_grow_with_commits_not_time(&addr, &s, batches).await;
+    assert_describe_shows_owner_checkpoints_and_no_lag(config_arg);
+    assert_delete_drains_and_keeps_the_data(dir.path(), &addr, config_arg, (rows, dlq)).await;
+    assert_sigterm_exits_cleanly(run, dir.path()).await;
+}
+
+/// Writes the config (metrics on a free port), creates channel `it` and starts `floe run`;
+/// returns once `/healthz` and `/readyz` answer: (the process, the metrics address, the config).
+async fn start_ready_worker(dir: &Path, broker: &Broker) -> (Run, String, PathBuf) {
     let addr = format!("127.0.0.1:{}", free_port());
-    let config = dir.path().join("floe.toml");
+    let config = dir.join("floe.toml");
     std::fs::write(
         &config,
-        config_toml(dir.path(), &broker.bootstrap, "w1", 6).replace(
+        config_toml(dir, &broker.bootstrap, "w1", 6).replace(
             "metrics_address = \"off\"",
             &format!("metrics_address = \"{addr}\""),
         ),
@@ -62,7 +86,7 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
         .args(["--log-format", "json", "run", "--config", config_arg])
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("w1.log")).unwrap())
+        .stderr(std::fs::File::create(dir.join("w1.log")).unwrap())
         .spawn()
         .unwrap());
     wait_for("/healthz", Duration::from_secs(60), || {
@@ -79,24 +103,26 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
     let ready: serde_json::Value = serde_json::from_str(&ready).unwrap();
     assert_eq!(ready["ready"], true);
     assert_eq!(ready["channels"][0]["channel"], "it");
+    (run, addr, config)
+}
 
-    let total = 2_000u64;
-    produce(&broker.bootstrap, 0, total);
-    let (rows, dlq) = wait_delivered(dir.path(), total, Duration::from_secs(120)).await;
-    assert_eq!(rows + dlq, total, "{}", log(dir.path()));
-    let expected_bad = (0..total).filter(|id| bad_kind(*id).is_some()).count() as u64;
-    assert_eq!(dlq, expected_bad);
-
+/// The first `/metrics` scrape that counts `rows` delivered and `dlq` dead-lettered.
+async fn scrape_once_counted(addr: &str, rows: u64, dlq: u64) -> String {
     // The committer counts after the commit round returns: wait for the scrape to catch up.
     let mut scrape = String::new();
     wait_for("rows in /metrics", Duration::from_secs(20), || {
-        scrape = get(&addr, "/metrics").map(|r| r.1).unwrap_or_default();
+        scrape = get(addr, "/metrics").map(|r| r.1).unwrap_or_default();
         let s = samples(&scrape);
         sum(&s, "floe_rows_delivered_total", &[]) == rows as f64
             && sum(&s, "floe_rows_dead_lettered_total", &[]) == dlq as f64
     })
     .await;
-    let s = samples(&scrape);
+    scrape
+}
+
+/// The counters and gauges of `scrape` against what was delivered.
+fn assert_counters_match_delivery(scrape: &str, total: u64, rows: u64, dlq: u64) {
+    let s = samples(scrape);
     let ch = r#"channel="it""#;
     assert_eq!(sum(&s, "floe_rows_delivered_total", &[ch]), rows as f64);
     assert_eq!(sum(&s, "floe_rows_dead_lettered_total", &[ch]), dlq as f64);
@@ -142,7 +168,12 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
         sum(&s, "floe_dlq_writes_total", &[r#"outcome="failed""#]),
         0.0
     );
-    // Histograms are real Prometheus histograms, with HELP text.
+}
+
+/// Histograms are real Prometheus histograms, with HELP text.
+fn assert_histograms(scrape: &str) {
+    let s = samples(scrape);
+    let ch = r#"channel="it""#;
     assert!(
         scrape.contains("# TYPE floe_commit_duration_seconds histogram"),
         "{scrape}"
@@ -162,14 +193,17 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
     let files = sum(&s, "floe_data_files_written_total", &[ch]);
     assert!(files >= 1.0);
     assert_eq!(sum(&s, "floe_data_file_size_bytes_count", &[ch]), files);
+}
 
-    // One JSON log line per committed batch; their rows and DLQ rows add up.
-    let lines: Vec<serde_json::Value> = log(dir.path())
+/// One JSON log line per committed batch; their rows and DLQ rows add up. Returns the number of
+/// batches.
+fn committed_batch_log_lines(dir: &Path, rows: u64, dlq: u64) -> usize {
+    let lines: Vec<serde_json::Value> = log(dir)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|l| l["fields"]["message"] == "batch committed")
         .collect();
-    assert!(!lines.is_empty(), "{}", log(dir.path()));
+    assert!(!lines.is_empty(), "{}", log(dir));
     let logged_rows: u64 = lines
         .iter()
         .map(|l| l["fields"]["rows"].as_u64().unwrap())
@@ -195,9 +229,19 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
     }
     assert_eq!(lines[0]["fields"]["channel"], "it");
 
-    // Catalog loads grow with commits, not with time: the worker loads the table when it opens
-    // its sink, when it gains shards and once per batch that left the pending set; an idle
-    // committer loads nothing (but for the SHARD_END hint check every 30 s).
+    lines.len()
+}
+
+/// Catalog loads grow with commits, not with time: the worker loads the table when it opens
+/// its sink, when it gains shards and once per batch that left the pending set; an idle
+/// committer loads nothing (but for the SHARD_END hint check every 30 s). `s` is the scrape
+/// taken when the delivery was counted.
+async fn assert_catalog_loads_grow_with_commits_not_time(
+    addr: &str,
+    s: &std::collections::BTreeMap<String, f64>,
+    batches: usize,
+) {
+    let ch = r#"channel="it""#;
     let loads = |s: &std::collections::BTreeMap<String, f64>, by: &str| {
         sum(
             s,
@@ -211,32 +255,34 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
     // this test on a loaded machine).
     let mut settled = String::new();
     wait_for("the worker settled", Duration::from_secs(30), || {
-        settled = get(&addr, "/metrics").map(|r| r.1).unwrap_or_default();
+        settled = get(addr, "/metrics").map(|r| r.1).unwrap_or_default();
         sum(&samples(&settled), "floe_data_freshness_seconds", &[ch]) == 0.0
     })
     .await;
     let worker_loads = loads(&samples(&settled), "worker");
     assert!(worker_loads >= 1.0);
     assert!(
-        worker_loads <= lines.len() as f64 + 4.0,
+        worker_loads <= batches as f64 + 4.0,
         "{worker_loads} worker loads for {} batches",
-        lines.len()
+        batches
     );
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let idle = samples(&get(&addr, "/metrics").unwrap().1);
+    let idle = samples(&get(addr, "/metrics").unwrap().1);
     assert_eq!(
         loads(&idle, "worker"),
         worker_loads,
         "an idle worker loads nothing"
     );
     assert!(
-        loads(&idle, "committer") - loads(&s, "committer") <= 1.0,
+        loads(&idle, "committer") - loads(s, "committer") <= 1.0,
         "an idle committer loads at most once in 6 s: {} then {}",
-        loads(&s, "committer"),
+        loads(s, "committer"),
         loads(&idle, "committer")
     );
+}
 
-    // describe: every shard owned by w1, with its checkpoint, no lag, a last commit.
+/// `floe channel describe`: every shard owned by w1, with its checkpoint, no lag, a last commit.
+fn assert_describe_shows_owner_checkpoints_and_no_lag(config_arg: &str) {
     let o = floe(&[
         "channel", "describe", "--config", config_arg, "it", "--json",
     ]);
@@ -251,30 +297,37 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
         assert!(shard["last_commit_at"].is_string(), "{d}");
     }
     assert_eq!(d[0]["committer"], "w1");
+}
 
-    // delete: the running worker drains the channel and releases every lease; the data stays.
+/// `floe channel delete`: the running worker drains the channel and releases every lease; the
+/// data stays.
+async fn assert_delete_drains_and_keeps_the_data(
+    dir: &Path,
+    addr: &str,
+    config_arg: &str,
+    (rows, dlq): (u64, u64),
+) {
+    let ch = r#"channel="it""#;
     let o = floe(&[
         "channel", "delete", "--config", config_arg, "it", "--wait", "60s",
     ]);
-    assert!(o.status.success(), "{o:?}\n{}", log(dir.path()));
+    assert!(o.status.success(), "{o:?}\n{}", log(dir));
     wait_for("/readyz 503 after delete", Duration::from_secs(20), || {
-        get(&addr, "/readyz").is_some_and(|r| r.0 == 503)
+        get(addr, "/readyz").is_some_and(|r| r.0 == 503)
     })
     .await;
-    let s = samples(&get(&addr, "/metrics").unwrap().1);
+    let s = samples(&get(addr, "/metrics").unwrap().1);
     assert_eq!(sum(&s, "floe_leases_held", &[ch]), 0.0);
+    assert_eq!(delivered(dir).await, (rows, dlq), "delivered data is kept");
     assert_eq!(
-        delivered(dir.path()).await,
-        (rows, dlq),
-        "delivered data is kept"
-    );
-    assert_eq!(
-        get(&addr, "/healthz").map(|r| r.0),
+        get(addr, "/healthz").map(|r| r.0),
         Some(200),
         "the process lives on"
     );
+}
 
-    let mut run = run;
+/// SIGTERM: the process drains and exits 0.
+async fn assert_sigterm_exits_cleanly(mut run: Run, dir: &Path) {
     Command::new("kill")
         .args(["-TERM", &run.0.id().to_string()])
         .status()
@@ -287,5 +340,5 @@ async fn metrics_health_and_delivery_logs_match_what_was_delivered() {
         assert!(Instant::now() < deadline, "no exit after SIGTERM");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert!(status.success(), "{}", log(dir.path()));
+    assert!(status.success(), "{}", log(dir));
 }

@@ -50,7 +50,20 @@ async fn kafka_topic_lands_in_iceberg_exactly_once_and_pyiceberg_reads_it() {
     let _ = ids;
     assert_eq!(keys.len() as u64, expected_bad);
 
-    // Types as the mapping table says.
+    assert_types_and_partition_spec(&t);
+    // Checkpoints: every partition's last offset, in the table.
+    let props = &t["properties"];
+    assert_eq!(props["floe.channel"], "it");
+    assert_eq!(props["write.parquet.compression-codec"], "zstd");
+    let offsets = checkpointed_offsets(props);
+    assert_eq!(offsets, total, "checkpoints cover every produced offset");
+
+    assert_snapshot_summaries(&t, rows);
+    assert_sample_rows_equal_what_was_produced(&t, &sample_ids);
+}
+
+/// Types as the mapping table says; partition spec hour(event_time).
+fn assert_types_and_partition_spec(t: &serde_json::Value) {
     let schema = &t["schema"];
     assert_eq!(schema["id"], "long");
     assert_eq!(schema["event_time"], "timestamptz");
@@ -77,15 +90,10 @@ async fn kafka_topic_lands_in_iceberg_exactly_once_and_pyiceberg_reads_it() {
         t["partition_spec"],
         serde_json::json!([{"source": "event_time", "transform": "hour", "name": "event_time_hour"}])
     );
+}
 
-    // Checkpoints: every partition's last offset, in the table.
-    let props = &t["properties"];
-    assert_eq!(props["floe.channel"], "it");
-    assert_eq!(props["write.parquet.compression-codec"], "zstd");
-    let offsets = checkpointed_offsets(props);
-    assert_eq!(offsets, total, "checkpoints cover every produced offset");
-
-    // Snapshot summaries: added-records adds up; each floe snapshot names its batches.
+/// Snapshot summaries: added-records adds up; each floe snapshot names its batches, none twice.
+fn assert_snapshot_summaries(t: &serde_json::Value, rows: u64) {
     let snaps = t["snapshots"].as_array().unwrap();
     let added: u64 = snaps
         .iter()
@@ -142,9 +150,11 @@ async fn kafka_topic_lands_in_iceberg_exactly_once_and_pyiceberg_reads_it() {
     batch_ids.sort();
     batch_ids.dedup();
     assert_eq!(batch_ids.len(), n, "no batch committed twice");
+}
 
-    // Values: sample rows equal what was produced.
-    for id in sample_ids {
+/// Values: sample rows equal what was produced.
+fn assert_sample_rows_equal_what_was_produced(t: &serde_json::Value, sample_ids: &[u64]) {
+    for &id in sample_ids {
         if bad_kind(id).is_some() {
             continue;
         }

@@ -142,17 +142,8 @@ fn scrape_sum(addr: &str, name: &str) -> f64 {
 async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let mut names: Vec<String> = (0..AT_START).map(topic).collect();
-    names.push("other".to_string());
-    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let broker = Broker::start_topics(&name_refs, 2);
+    let broker = broker_with_the_first_phase();
     let bs = broker.bootstrap.clone();
-    for i in 0..AT_START {
-        produce(&bs, i, 0..PER_PHASE);
-    }
-    common::produce_payloads_to(&bs, "other", 900_000..900_050, |id| {
-        event_json(id, SEED, BASE_MS, 3).into_bytes()
-    });
 
     let metrics: Vec<String> = (0..3)
         .map(|_| format!("127.0.0.1:{}", common::free_port()))
@@ -178,22 +169,8 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
         produce(&bs, i, ns);
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    // w1 is the committer of some tables (each table's committer lease is its own): those
-    // committers die with it, mid-run.
-    let store = floe::lease::sql::SqlLeaseStore::open_sqlite(dir.join("leases.sqlite"))
-        .await
-        .unwrap();
-    let mut w1_commits = Vec::new();
-    for i in 0..AT_START {
-        let member = floe::config::member_name("r", &topic(i));
-        let leases = store.list_leases(&member).await.unwrap();
-        if leases
-            .iter()
-            .any(|l| l.key == LeaseKey::Committer && l.owner.as_deref() == Some("w1"))
-        {
-            w1_commits.push(table(i));
-        }
-    }
+    // w1 is the committer of some tables: those committers die with it, mid-run.
+    let w1_commits = tables_committed_by(dir, "w1").await;
     assert!(
         !w1_commits.is_empty(),
         "w1 commits some of the tables it is killed with"
@@ -214,6 +191,58 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
             scrape_sum(m, "floe_catalog_table_loads_total") + scrape_sum(m, "floe_commits_total")
         })
         .sum();
+    report_resources(&w2, all);
+    assert_eq!(w2.terminate().code(), Some(0));
+    assert_eq!(w3.terminate().code(), Some(0));
+
+    let report = assert_every_table_holds_exactly_its_topics_records(dir, all);
+    let commits: u64 = report.values().map(|(_, c)| c).sum();
+    eprintln!("routing: w1 was the committer of {w1_commits:?} when SIGKILLed");
+    eprintln!(
+        "routing: {all} tables in {elapsed:.0} s; rows and commits per table: {report:?}; {commits} commits in all; catalog calls (table loads + commits) of the two surviving workers: {calls} ({:.2}/s)",
+        calls / elapsed
+    );
+}
+
+/// The broker with topics `ev.t00`…`ev.t17` (2 partitions each) holding the first phase's
+/// records, and `other` (which the pattern does not match) holding 50 records.
+fn broker_with_the_first_phase() -> Broker {
+    let mut names: Vec<String> = (0..AT_START).map(topic).collect();
+    names.push("other".to_string());
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let broker = Broker::start_topics(&name_refs, 2);
+    let bs = &broker.bootstrap;
+    for i in 0..AT_START {
+        produce(bs, i, 0..PER_PHASE);
+    }
+    common::produce_payloads_to(bs, "other", 900_000..900_050, |id| {
+        event_json(id, SEED, BASE_MS, 3).into_bytes()
+    });
+    broker
+}
+
+/// The tables (of the topics present at the start) whose committer lease `worker` holds: each
+/// table's committer lease is its own.
+async fn tables_committed_by(dir: &Path, worker: &str) -> Vec<String> {
+    let store = floe::lease::sql::SqlLeaseStore::open_sqlite(dir.join("leases.sqlite"))
+        .await
+        .unwrap();
+    let mut commits = Vec::new();
+    for i in 0..AT_START {
+        let member = floe::config::member_name("r", &topic(i));
+        let leases = store.list_leases(&member).await.unwrap();
+        if leases
+            .iter()
+            .any(|l| l.key == LeaseKey::Committer && l.owner.as_deref() == Some(worker))
+        {
+            commits.push(table(i));
+        }
+    }
+    commits
+}
+
+/// Prints the resident memory and thread count of worker `w` serving `all` tables.
+fn report_resources(w: &Worker, all: u64) {
     let rss_kib = |w: &Worker| {
         std::fs::read_to_string(format!("/proc/{}/status", w.child.id()))
             .ok()
@@ -231,13 +260,17 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
     };
     eprintln!(
         "routing: worker w2 with {all} tables: RSS {} MiB, {} threads",
-        rss_kib(&w2) / 1024,
-        threads(&w2)
+        rss_kib(w) / 1024,
+        threads(w)
     );
-    assert_eq!(w2.terminate().code(), Some(0));
-    assert_eq!(w3.terminate().code(), Some(0));
+}
 
-    // Every table, read by PyIceberg: exactly its topic's good records, once.
+/// Every table, read by PyIceberg: exactly its topic's good records, once, and its DLQ exactly
+/// the bad ones, once. Returns each table's (rows, commits).
+fn assert_every_table_holds_exactly_its_topics_records(
+    dir: &Path,
+    all: u64,
+) -> BTreeMap<String, (usize, u64)> {
     let catalog = dir.join("catalog.sqlite");
     let warehouse = dir.join("warehouse");
     let read = common::run_py_reader(
@@ -296,12 +329,7 @@ async fn twenty_topics_by_pattern_land_in_twenty_tables_exactly_once_across_a_si
         );
         report.insert(table(i), (ids.len(), t["commits"].as_u64().unwrap()));
     }
-    let commits: u64 = report.values().map(|(_, c)| c).sum();
-    eprintln!("routing: w1 was the committer of {w1_commits:?} when SIGKILLed");
-    eprintln!(
-        "routing: {all} tables in {elapsed:.0} s; rows and commits per table: {report:?}; {commits} commits in all; catalog calls (table loads + commits) of the two surviving workers: {calls} ({:.2}/s)",
-        calls / elapsed
-    );
+    report
 }
 
 fn channel_cli(dir: &Path, args: &[&str]) -> (bool, String) {

@@ -261,7 +261,18 @@ async fn compatible_versions_evolve_the_table_once_and_an_incompatible_one_is_de
     assert_eq!((rows, dead), (TOTAL - 50, 50), "{log}");
     let table = assert_delivered_once(dir.path(), &vs, &log);
 
-    // The evolved schema: new fields optional, the int widened, nothing else changed.
+    assert_evolved_schema_and_rows(&table);
+    assert_history_names_the_changes(&table);
+    assert_describe_shows_the_history(dir.path(), &vs);
+    assert_one_evolution_and_one_incompatible_version_counted(&scrape);
+    assert!(log.contains("schema evolved"), "{log}");
+    with_evolution_off_version_1_is_dead_lettered(dir.path(), &text, &broker, &vs).await;
+    vs.delete().await;
+}
+
+/// The evolved schema: new fields optional, the int widened, nothing else changed. Old rows
+/// read the new columns as null, new rows have values; v1 rows after v2 too.
+fn assert_evolved_schema_and_rows(table: &Value) {
     let schema = &table["schema"];
     assert_eq!(schema["user.tier"], "long", "{schema}");
     assert_eq!(schema["user.device.os"], "string", "{schema}");
@@ -280,7 +291,7 @@ async fn compatible_versions_evolve_the_table_once_and_an_incompatible_one_is_de
     // What the run shows (`--nocapture`): the history and a row of each version.
     eprintln!(
         "schema history: {}\nschema: {}\nv1 row 0: {}\nv2 row 200: {}\nv1 row 450: {}",
-        serde_json::to_string_pretty(&history(&table)).unwrap(),
+        serde_json::to_string_pretty(&history(table)).unwrap(),
         table["schema"],
         sample["0"],
         sample["200"],
@@ -301,9 +312,11 @@ async fn compatible_versions_evolve_the_table_once_and_an_incompatible_one_is_de
         assert_eq!(row["user"]["device"]["os"], "ios", "{row}");
         assert_eq!(row["user"]["device"]["build"], json!(id), "{row}");
     }
-    // The history as `floe channel describe` shows it: v1 (activation), then v2 with its
-    // changes; and the metric and log line of the change.
-    let h = history(&table);
+}
+
+/// The history: v1 (activation), then v2 with its changes.
+fn assert_history_names_the_changes(table: &Value) {
+    let h = history(table);
     assert!(h[0]["changes"].as_array().unwrap().is_empty());
     let changes: Vec<&str> = h[1]["changes"]
         .as_array()
@@ -321,9 +334,14 @@ async fn compatible_versions_evolve_the_table_once_and_an_incompatible_one_is_de
             "{want}: {changes:?}"
         );
     }
+}
+
+/// The history as `floe channel describe` shows it, and the channel's version: the table's
+/// current one, before any worker restarted.
+fn assert_describe_shows_the_history(dir: &Path, vs: &Versions) {
     let out = Command::new(env!("CARGO_BIN_EXE_floe"))
         .args(["channel", "describe", "it", "--json", "--config"])
-        .arg(dir.path().join("w1.toml"))
+        .arg(dir.join("w1.toml"))
         .output()
         .unwrap();
     assert!(
@@ -351,7 +369,11 @@ async fn compatible_versions_evolve_the_table_once_and_an_incompatible_one_is_de
     assert_eq!(described_version, &json!(vs.v2.to_string()), "{d}");
     assert_eq!(described[1]["version_number"], 2);
     assert_eq!(described[1]["version_id"], json!(vs.v2.to_string()));
-    let s = samples(&scrape);
+}
+
+/// The metric of the change: one version evolved the table, one was incompatible.
+fn assert_one_evolution_and_one_incompatible_version_counted(scrape: &str) {
+    let s = samples(scrape);
     assert_eq!(
         sum(&s, "floe_schema_changes_total", &["outcome=\"evolved\""]),
         1.0,
@@ -366,20 +388,26 @@ async fn compatible_versions_evolve_the_table_once_and_an_incompatible_one_is_de
         1.0,
         "{scrape}"
     );
-    assert!(log.contains("schema evolved"), "{log}");
+}
 
-    // Evolution switched off: the table keeps its evolved schema and its current version (2)
-    // stays the channel's; version 1's records are SCHEMA_MISMATCH again.
+/// Evolution switched off: the table keeps its evolved schema and its current version (2)
+/// stays the channel's; version 1's records are SCHEMA_MISMATCH again.
+async fn with_evolution_off_version_1_is_dead_lettered(
+    dir: &Path,
+    text: &str,
+    broker: &Broker,
+    vs: &Versions,
+) {
     let off = text.replacen("evolution = \"compatible\"", "evolution = \"none\"", 1);
-    let worker = Worker::start_with(dir.path(), "w1", &off);
-    produce_all(&broker.bootstrap, &vs, 550..560);
-    produce_payloads(&broker.bootstrap, 600..610, |id| record(&vs, 1, id));
-    let (rows, dead) = wait_delivered(dir.path(), TOTAL + 20, Duration::from_secs(90)).await;
+    let worker = Worker::start_with(dir, "w1", &off);
+    produce_all(&broker.bootstrap, vs, 550..560);
+    produce_payloads(&broker.bootstrap, 600..610, |id| record(vs, 1, id));
+    let (rows, dead) = wait_delivered(dir, TOTAL + 20, Duration::from_secs(90)).await;
     assert!(worker.terminate().success());
-    let log = log_of(dir.path(), "w1");
+    let log = log_of(dir, "w1");
     assert_eq!((rows, dead), (TOTAL - 50 + 10, 50 + 10), "{log}");
     assert!(!log.contains("differs from the version recorded"), "{log}");
-    let dlq = floe::dlq::LocalDlq::new(dir.path().join("dlq"), "it")
+    let dlq = floe::dlq::LocalDlq::new(dir.join("dlq"), "it")
         .read_published()
         .unwrap();
     let off_dead: Vec<_> = dlq
@@ -392,7 +420,6 @@ async fn compatible_versions_evolve_the_table_once_and_an_incompatible_one_is_de
         assert_eq!(e.schema_version, vs.v1.to_string());
         assert!(e.message.contains("evolution is \"none\""), "{}", e.message);
     }
-    vs.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,9 +10,12 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use floe::commit::Committer;
 use floe::iceberg::table_state::table_checkpoints;
-use floe::lease::{BatchStore, LeaseKey, LeaseManager, LeaseManagerConfig, LeaseSpec, LeaseStore};
-use floe::model::{Lineage, Position, ShardId};
+use floe::lease::{
+    BatchStore, LeaseKey, LeaseManager, LeaseManagerConfig, LeaseSpec, LeaseStore, SqlLeaseStore,
+};
+use floe::model::{Checkpoints, Lineage, Position, ShardId};
 use floe::source::memory::MemorySource;
 use floe::source::Source;
 use floe::tools::sample_events::event_json;
@@ -33,7 +36,43 @@ fn append(source: &MemorySource, shard: &ShardId, ids: std::ops::Range<u64>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards() {
     let rig = common::WorkerRig::new("rs").await;
-    let (catalog, ident, store) = (rig.catalog.clone(), rig.ident.clone(), rig.store.clone());
+    let (source, family) = two_parents_and_their_child(&rig).await;
+    let (mut manager, epoch) = take_the_parents_not_the_child(&rig, &family).await;
+    let (stop, worker_task) = rig.spawn_worker(
+        source.clone(),
+        Duration::from_millis(300),
+        Duration::from_secs(2),
+        manager.subscribe(),
+    );
+    let committer = rig.committer(epoch);
+    commit_until_the_child_is_read(&rig, &committer, &mut manager, &source, &family).await;
+    let cp =
+        release_the_parents_until_pruned(&rig, &committer, &mut manager, &source, &family).await;
+    let Family { p, q, c } = &family;
+    assert_eq!(
+        cp.0.keys().collect::<Vec<_>>(),
+        vec![c],
+        "the ended parents' SHARD_END is pruned: {cp:?}"
+    );
+    let lineage = Lineage::from_parents([(c, [p.clone(), q.clone()].as_slice())]);
+    assert!(cp.is_ended(p, &lineage) && cp.is_ended(q, &lineage));
+    stop.cancel();
+    worker_task.await.unwrap().unwrap();
+    assert_every_record_once_and_the_parents_finished(&rig, &family).await;
+}
+
+/// Two parent shards and the child they were merged into.
+struct Family {
+    p: ShardId,
+    q: ShardId,
+    c: ShardId,
+}
+
+/// The in-memory source with the family's shards and their leases in the rig's store: p is
+/// closed from the start; q is closed only after its records are committed
+/// ([`commit_until_the_child_is_read`]), so its end comes in a batch of its own with no rows.
+async fn two_parents_and_their_child(rig: &common::WorkerRig) -> (Arc<MemorySource>, Family) {
+    let store = &rig.store;
     let (p, q, c) = (
         ShardId("shardId-p".into()),
         ShardId("shardId-q".into()),
@@ -43,8 +82,6 @@ async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards(
     source.add_shard(p.clone(), Vec::new());
     source.add_shard(q.clone(), Vec::new());
     source.add_shard(c.clone(), vec![p.clone(), q.clone()]);
-    // p is closed from the start; q is closed only after its records are committed, so its end
-    // comes in a batch of its own with no rows.
     append(&source, &p, 0..5);
     source.close(&p);
     append(&source, &q, 100..103);
@@ -56,9 +93,17 @@ async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards(
         .map(|s| LeaseSpec::new(LeaseKey::Shard(s.id)).with_parents(s.parents))
         .collect();
     store.ensure_leases("rs", &specs).await.unwrap();
+    (source, Family { p, q, c })
+}
 
+/// The lease manager of the lone worker once it holds the parents (and not the child, whose
+/// parents have not ended), with its committer lease's counter.
+async fn take_the_parents_not_the_child(
+    rig: &common::WorkerRig,
+    Family { p, q, c }: &Family,
+) -> (LeaseManager<SqlLeaseStore>, u64) {
     let mut manager = LeaseManager::new(
-        store.clone(),
+        rig.store.clone(),
         LeaseManagerConfig::new("rs", "w1", Duration::from_secs(30)),
     );
     // Period 1: the lone worker takes the committer lease and becomes the balancer; period 2:
@@ -67,44 +112,48 @@ async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards(
         manager.tick().await.unwrap();
     }
     let held = manager.held();
-    assert!(held.shards.contains_key(&p) && held.shards.contains_key(&q));
+    assert!(held.shards.contains_key(p) && held.shards.contains_key(q));
     assert!(
-        !held.shards.contains_key(&c),
+        !held.shards.contains_key(c),
         "a child waits for its parents' SHARD_END"
     );
     let epoch = held.committer.as_ref().unwrap().lease_counter;
+    (manager, epoch)
+}
 
-    let (stop, worker_task) = rig.spawn_worker(
-        source.clone(),
-        Duration::from_millis(300),
-        Duration::from_secs(2),
-        manager.subscribe(),
-    );
-    let committer = rig.committer(epoch);
-
+/// Commits until the child's records are: q is closed once its records are committed, and the
+/// child, once leased (never before both parents ended), is fed its records.
+async fn commit_until_the_child_is_read(
+    rig: &common::WorkerRig,
+    committer: &Committer,
+    manager: &mut LeaseManager<SqlLeaseStore>,
+    source: &MemorySource,
+    Family { p, q, c }: &Family,
+) {
+    let (catalog, ident) = (&rig.catalog, &rig.ident);
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut q_closed, mut child_fed) = (false, false);
     loop {
         committer.run_round().await.unwrap();
         manager.tick().await.unwrap();
-        let cp = table_checkpoints(&catalog.load_table(&ident).await.unwrap()).unwrap();
-        if !q_closed && cp.get(&q) == Some(&Position::Offset(2)) {
-            source.close(&q);
+        let cp = table_checkpoints(&catalog.load_table(ident).await.unwrap()).unwrap();
+        if !q_closed && cp.get(q) == Some(&Position::Offset(2)) {
+            source.close(q);
             q_closed = true;
         }
         let parents_ended =
-            cp.get(&p) == Some(&Position::ShardEnd) && cp.get(&q) == Some(&Position::ShardEnd);
-        if manager.held().shards.contains_key(&c) {
+            cp.get(p) == Some(&Position::ShardEnd) && cp.get(q) == Some(&Position::ShardEnd);
+        if manager.held().shards.contains_key(c) {
             assert!(
                 parents_ended,
                 "child leased before its parents ended: {cp:?}"
             );
             if !child_fed {
-                append(&source, &c, 200..204);
+                append(source, c, 200..204);
                 child_fed = true;
             }
         }
-        if cp.get(&c) == Some(&Position::Offset(3)) {
+        if cp.get(c) == Some(&Position::Offset(3)) {
             break;
         }
         assert!(
@@ -113,45 +162,56 @@ async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Issue 33: the child is committed, but the worker still holds the parents' leases (it
-    // would read them again from no checkpoint after a rewind): their SHARD_END stays.
-    let cp = table_checkpoints(&catalog.load_table(&ident).await.unwrap()).unwrap();
-    assert_eq!(cp.get(&p), Some(&Position::ShardEnd), "{cp:?}");
-    assert_eq!(cp.get(&q), Some(&Position::ShardEnd), "{cp:?}");
+}
+
+/// Issue 33: the child is committed, but the worker still holds the parents' leases (it
+/// would read them again from no checkpoint after a rewind): their SHARD_END stays until their
+/// holder lets them go (as a worker that stops does). Returns the checkpoints once the child's
+/// next records are committed.
+async fn release_the_parents_until_pruned(
+    rig: &common::WorkerRig,
+    committer: &Committer,
+    manager: &mut LeaseManager<SqlLeaseStore>,
+    source: &MemorySource,
+    Family { p, q, c }: &Family,
+) -> Checkpoints {
+    let (catalog, ident, store) = (&rig.catalog, &rig.ident, &rig.store);
+    let cp = table_checkpoints(&catalog.load_table(ident).await.unwrap()).unwrap();
+    assert_eq!(cp.get(p), Some(&Position::ShardEnd), "{cp:?}");
+    assert_eq!(cp.get(q), Some(&Position::ShardEnd), "{cp:?}");
     // Their holder lets them go (as a worker that stops does); the next commit prunes them.
     for lease in store.list_leases("rs").await.unwrap() {
-        if lease.key.shard_id().is_some_and(|s| *s == p || *s == q) {
+        if lease.key.shard_id().is_some_and(|s| s == p || s == q) {
             store.release_lease(&lease).await.unwrap();
         }
     }
-    append(&source, &c, 204..206);
+    append(source, c, 204..206);
     let deadline = Instant::now() + Duration::from_secs(60);
-    let cp = loop {
+    loop {
         committer.run_round().await.unwrap();
         manager.tick().await.unwrap();
         for lease in store.list_leases("rs").await.unwrap() {
-            if lease.key.shard_id().is_some_and(|s| *s == p || *s == q) {
+            if lease.key.shard_id().is_some_and(|s| s == p || s == q) {
                 assert_eq!(lease.owner, None, "a finished parent leased again");
             }
         }
-        let cp = table_checkpoints(&catalog.load_table(&ident).await.unwrap()).unwrap();
-        if cp.get(&c) == Some(&Position::Offset(5)) {
+        let cp = table_checkpoints(&catalog.load_table(ident).await.unwrap()).unwrap();
+        if cp.get(c) == Some(&Position::Offset(5)) {
             break cp;
         }
         assert!(Instant::now() < deadline, "the child stalled: {cp:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(
-        cp.0.keys().collect::<Vec<_>>(),
-        vec![&c],
-        "the ended parents' SHARD_END is pruned: {cp:?}"
-    );
-    let lineage = Lineage::from_parents([(&c, [p.clone(), q.clone()].as_slice())]);
-    assert!(cp.is_ended(&p, &lineage) && cp.is_ended(&q, &lineage));
-    stop.cancel();
-    worker_task.await.unwrap().unwrap();
+    }
+}
 
-    let table = catalog.load_table(&ident).await.unwrap();
+/// Every record in the table exactly once; q's end committed on its own, p's with its rows; the
+/// parents' leases hinted finished; nothing pending.
+async fn assert_every_record_once_and_the_parents_finished(
+    rig: &common::WorkerRig,
+    Family { p, q, .. }: &Family,
+) {
+    let (catalog, ident, store) = (&rig.catalog, &rig.ident, &rig.store);
+    let table = catalog.load_table(ident).await.unwrap();
     let mut ids = floe::tools::quickstart::table_ids(&table).await.unwrap();
     ids.sort();
     let expected: Vec<i64> = (0..5).chain(100..103).chain(200..206).collect();
@@ -182,7 +242,7 @@ async fn closed_shards_end_at_shard_end_and_their_child_is_read_only_afterwards(
     // The committer told the lease store: the parents are finished.
     for lease in store.list_leases("rs").await.unwrap() {
         match lease.key.shard_id() {
-            Some(s) if *s == p || *s == q => {
+            Some(s) if s == p || s == q => {
                 assert_eq!(lease.checkpoint_hint, Some(Position::ShardEnd), "{s}")
             }
             _ => {}
