@@ -1,6 +1,6 @@
 //! Failpoints for the crash tests: named steps in the middle of a commit protocol at which a
 //! test build stops the process, so that a test can check that a kill at exactly that step
-//! loses and duplicates nothing (tests/crash.rs, tests/schema_evolution.rs).
+//! loses and duplicates nothing (tests/it/crash.rs, tests/it/schema_evolution.rs).
 //!
 //! A test sets one variable in the environment of the `floe run` process it spawns:
 //! `FLOE_CRASH_AT=<step>` aborts the process at that step (no cleanup, as SIGKILL), and

@@ -15,7 +15,7 @@
 //!              (or, raw: publish objects + compare-and-swap of the delivered checkpoints)
 //! ```
 //!
-//! Module map, by layer from the bottom (imports only point down; `tests/layout.rs` checks it):
+//! Module map, by layer from the bottom (imports only point down; `tests/it/layout.rs` checks it):
 //! - `failpoint` the crash tests' named steps in the commit protocols (test builds only).
 //! - [`model`] pure protocol data: positions, shard ranges, checkpoints, pending batches;
 //!   [`time`] wall clock, civil calendar, RFC 3339; [`retry`] the one backoff;
@@ -37,8 +37,8 @@
 //! - [`app`] `floe run`: wiring, supervision, three-phase shutdown.
 //! - [`cli`] the `floe` subcommands; [`tools`] quickstart, load generator, sample events.
 //!
-//! Invariants (docs/design.md "Invariants"; pinned by `commit`, `model`, `tests/commit_race.rs`,
-//! `tests/crash.rs`):
+//! Invariants (docs/design.md "Invariants"; pinned by `commit`, `model`, `tests/it/commit_race.rs`,
+//! `tests/it/crash.rs`):
 //! - the table is the source of truth: checkpoints live in its metadata, written in the same
 //!   commit as the data files, and never move backwards;
 //! - a batch is committed only if every shard range continues exactly at the checkpoint and was

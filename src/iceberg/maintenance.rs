@@ -342,7 +342,7 @@ pub struct Compacted {
 /// Compaction only merges such files: iceberg-rust 0.10.1's reader projects a file of an
 /// earlier schema onto the current one only for top-level changes, and fails on a struct that
 /// gained a field (`Incorrect number of arrays for StructArray fields`, found by
-/// tests/schema_evolution.rs). Files written before a schema change
+/// tests/it/schema_evolution.rs). Files written before a schema change
 /// (`evolution = "compatible"`) are left as they are, readable by every engine.
 ///
 /// Errors: the file cannot be read.

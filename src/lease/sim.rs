@@ -100,7 +100,7 @@ pub struct Report {
     pub conflicts_per_s: f64,
     /// In the steady-state window: catalog table loads per second, fleet-wide, at
     /// [`DATA_FRESHNESS`]. The simulation runs no readers or committer, so this applies the
-    /// daemon's load rules (tests/worker_leases.rs and tests/ops_endpoints.rs pin them) to the
+    /// daemon's load rules (tests/it/worker_leases.rs, tests/it/ops_endpoints.rs pin them) to the
     /// simulated fleet: every worker holding shards hands off one batch per freshness and loads
     /// the table once when it leaves the pending set; the committer commits every half
     /// freshness, with one load to plan and one in the commit. (Before this rule a worker loaded

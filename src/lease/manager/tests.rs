@@ -557,7 +557,7 @@ async fn the_held_shards_of_a_deleted_topic_lose_their_rows_and_are_dropped() {
     assert_eq!(held(&a), ["a:0", "b:0"]);
 }
 
-/// Found by the multi-process test (tests/aws_kafka.rs): a balancer that assigned shards to
+/// Found by the multi-process test (tests/it/aws_kafka.rs): a balancer that assigned shards to
 /// itself in its last period, before its worker side read them, stopped with those rows
 /// still in its name; they waited a lease_duration for the next balancer.
 #[tokio::test(start_paused = true)]
