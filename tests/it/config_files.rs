@@ -368,7 +368,8 @@ fn raw_s3_config_validates_and_passes_floe_validate() {
 #[test]
 fn every_shipped_config_passes_floe_validate_and_the_checks_floe_run_makes_first() {
     use floe::source::kafka::{KafkaSource, KafkaSourceConfig};
-    // The variables the examples read ("env:VARNAME"); nothing else in this binary reads them.
+    // The variables the examples read ("env:VARNAME"); no other test module reads them (they share
+    // this process: set once, never changed).
     for (name, value) in [
         ("KAFKA_SASL_USERNAME", "floe"),
         ("KAFKA_SASL_PASSWORD", "dummy"),
