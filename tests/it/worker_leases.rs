@@ -559,7 +559,6 @@ async fn a_failed_hand_off_is_retried_keeping_the_buffer() {
     assert_eq!(rig.sorted_table_ids().await, (0..20).collect::<Vec<i64>>());
 }
 
-/// The process-wide Prometheus recorder (installed once per test binary).
 /// Stops the worker, runs a committer until `shard`'s checkpoint reaches `last`, and checks that
 /// the table holds ids `0..=last` exactly once.
 async fn drain_until_committed(
@@ -585,6 +584,8 @@ async fn drain_until_committed(
     );
 }
 
+/// The process-wide Prometheus recorder (installed once in the test binary; only this module
+/// installs one).
 fn metrics() -> &'static metrics_exporter_prometheus::PrometheusHandle {
     static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
         std::sync::OnceLock::new();
