@@ -31,8 +31,6 @@ use crate::config::{
     RecordFormat, SchemaConfig, SourceConfig,
 };
 use crate::dlq::{Dlq, LocalDlq, S3Dlq};
-use crate::gsr::wire::{GsrDecoder, RecordDecoder};
-use crate::gsr::{load_channel_schema, ChannelRegistry};
 use crate::iceberg::target::IcebergTarget;
 use crate::iceberg::writer::{ParquetCompression, WriterSettings};
 use crate::iceberg::IcebergIo;
@@ -44,6 +42,9 @@ use crate::lease::{BatchStore, ChannelState, ChannelStatus, LeaseKey, LeaseSpec,
 use crate::raw::target::RawTarget;
 use crate::raw::RawIo;
 use crate::raw::RawStore;
+use crate::registry::channel_schema::{load_channel_schema, ChannelRegistry};
+use crate::registry::decoder::RecordDecoder;
+use crate::registry::framing::gsr::GsrDecoder;
 use crate::retry::Backoff;
 use crate::source::kinesis::{efo, KinesisSource};
 use crate::source::{InitialPosition, Source};
