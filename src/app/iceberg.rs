@@ -14,12 +14,13 @@ use crate::config::{
     SchemaEvolution,
 };
 use crate::dlq::{Dlq, LocalDlq, S3Dlq};
-use crate::gsr::wire::{GsrDecoder, RecordDecoder};
-use crate::gsr::{load_channel_schema, ChannelRegistry};
 use crate::iceberg::evolve::VersionRef;
 use crate::iceberg::writer::{ParquetCompression, WriterSettings};
 use crate::iceberg::{EvolutionSettings, IcebergIo};
 use crate::lease::{ChannelState, Store};
+use crate::registry::channel_schema::{load_channel_schema, ChannelRegistry};
+use crate::registry::decoder::RecordDecoder;
+use crate::registry::framing::gsr::GsrDecoder;
 use crate::schema::MappedSchema;
 use crate::worker::ChannelIo;
 

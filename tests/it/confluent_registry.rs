@@ -9,8 +9,8 @@ use crate::common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use floe::confluent::api::{Auth, HttpRegistry};
-use floe::confluent::{ConfluentClient, RegistryError, SchemaType};
+use floe::registry::confluent::api::{Auth, HttpRegistry};
+use floe::registry::confluent::{ConfluentClient, RegistryError, SchemaType};
 use serde_json::json;
 
 /// The shared registry's URL; panics with instructions when it is not running.
@@ -222,14 +222,20 @@ async fn an_outage_is_unavailable_within_the_budget_then_fails_fast() {
     let e = c.by_id(1).await.unwrap_err();
     assert!(matches!(e, RegistryError::Unavailable(_)), "{e}");
     assert!(e.is_retryable());
-    assert_eq!(c.lookups(), u64::from(floe::confluent::LOOKUP_ATTEMPTS));
-    assert!(t.elapsed() < floe::confluent::LOOKUP_BUDGET);
+    assert_eq!(
+        c.lookups(),
+        u64::from(floe::registry::confluent::LOOKUP_ATTEMPTS)
+    );
+    assert!(t.elapsed() < floe::registry::confluent::LOOKUP_BUDGET);
     // The cooldown: no request until it passes.
     assert!(matches!(
         c.by_id(1).await,
         Err(RegistryError::Unavailable(_))
     ));
-    assert_eq!(c.lookups(), u64::from(floe::confluent::LOOKUP_ATTEMPTS));
+    assert_eq!(
+        c.lookups(),
+        u64::from(floe::registry::confluent::LOOKUP_ATTEMPTS)
+    );
 }
 
 #[tokio::test]
@@ -403,15 +409,15 @@ async fn records_check_resolves_json_sr_ids_offline_and_through_the_registry() {
 
 #[tokio::test]
 async fn without_evolution_only_the_channels_id_is_delivered() {
-    use floe::gsr::wire::{PayloadError, RecordDecoder};
     use floe::model::DlqCode;
+    use floe::registry::decoder::{PayloadError, RecordDecoder};
     let url = registry_url();
     let subject = common::unique_name("floe-none-value");
     let v1 = register(&url, &subject, json_schema("")).await;
     let v2 = register(&url, &subject, json_schema("note")).await;
     let other = register(&url, &common::unique_name("floe-y-value"), json_schema("y")).await;
     let key = |id| {
-        floe::confluent::SchemaKey {
+        floe::registry::framing::confluent::SchemaKey {
             id,
             indexes: vec![],
         }

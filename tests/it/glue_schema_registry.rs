@@ -830,7 +830,7 @@ async fn a_worker_whose_glue_config_does_not_fit_exits_78_and_the_channel_stays_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_glue_lookup_against_a_registry_that_never_answers_fails_within_the_bound() {
-    use floe::gsr::{RegistryClient, RegistryError, LOOKUP_BUDGET};
+    use floe::registry::gsr::{RegistryClient, RegistryError, LOOKUP_BUDGET};
     // Accepts connections and never answers.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

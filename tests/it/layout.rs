@@ -34,8 +34,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("crash-test failpoints", &["failpoint"]),
     ("pure data and rules", &["model", "time", "retry", "schema"]),
     ("configuration", &["config"]),
-    ("Confluent Schema Registry", &["confluent"]),
-    ("Glue Schema Registry", &["gsr"]),
+    (
+        "schema registries: framing, decoder, version resolution, clients",
+        &["registry"],
+    ),
     ("record conversion", &["convert"]),
     ("metrics, AWS clients", &["telemetry", "aws"]),
     ("sources, lease store, DLQ", &["source", "lease", "dlq"]),
@@ -145,8 +147,10 @@ fn module_graph() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
         }
         let name = file.file_name().unwrap().to_string_lossy();
         let entry = graph.entry(module.clone()).or_default();
-        // Unit-test files and the conformance suite are test code.
-        if name == "tests.rs" || name == "conformance.rs" {
+        // Unit-test files (`tests.rs`, or the files of a module's `tests/` folder) and the
+        // conformance suite are test code.
+        let in_tests_folder = rel.components().any(|c| c.as_os_str() == "tests");
+        if name == "tests.rs" || name == "conformance.rs" || in_tests_folder {
             continue;
         }
         let code = code_of(&std::fs::read_to_string(&file).unwrap());

@@ -1,5 +1,5 @@
-//! The record decoder: one pass over a record's bytes, driven by the mapped schema, validating every
-//! value (docs/schema-mapping.md "Value rules") while appending it to its column.
+//! The JSON Schema decoder: one pass over a JSON record's bytes, driven by the mapped JSON Schema,
+//! validating every value (docs/schema-mapping.md "Value rules") while appending it to its column.
 //!
 //! Errors come in two kinds. A syntax error (the record is not JSON, per RFC 8259 and RFC 7493) stops
 //! the pass at once: `DESERIALIZATION_ERROR`. A value error (wrong type, out of range, missing field)
@@ -9,7 +9,11 @@
 
 use base64::Engine as _;
 
-use super::column::{Col, Data, DecMultiple, DecimalPlan, ListCol, MapCol, StructCol};
+use arrow_buffer::BooleanBufferBuilder;
+
+use super::column::{
+    Col, Data, DecMultiple, DecimalPlan, LargeVarBuf, ListCol, MapCol, StructCol, VarBuf,
+};
 use super::json::{has_duplicate_spans, unescape, KeySet, NumTok, Reader, SyntaxError, MAX_DEPTH};
 use super::time::{parse_date, parse_date_time, parse_time, TimeError};
 use super::{DlqCode, DlqReason};
@@ -304,215 +308,263 @@ impl<'a, 'n> Ctx<'a, 'n> {
             self.on_null(col);
             return Ok(());
         }
-        let buf = self.r.buf;
         let Col {
             meta,
             validity,
             data,
             ..
         } = col;
-        match data {
-            Data::Bool(b) => match c {
-                b't' => {
-                    self.r.literal(b"true")?;
-                    b.append(true);
-                }
-                b'f' => {
-                    self.r.literal(b"false")?;
-                    b.append(false);
-                }
-                _ => return self.type_mismatch(c, "boolean"),
-            },
+        // Each arm appends the value and says so, or records why not (then nothing is appended).
+        let appended = match data {
+            Data::Bool(b) => self.decode_bool(c, b)?,
             Data::Int(v, spec) => {
-                if !is_num_start(c) {
-                    return self.type_mismatch(c, "integer");
-                }
-                let t = self.r.scan_number()?;
-                let Some(x) =
-                    self.int_value(t, spec, i128::from(i32::MIN), i128::from(i32::MAX), "int")
-                else {
-                    return Ok(());
-                };
-                v.push(x as i32);
+                let (min, max) = (i128::from(i32::MIN), i128::from(i32::MAX));
+                let x = self.decode_integer(c, spec, min, max, "int")?;
+                x.map(|x| v.push(x as i32)).is_some()
             }
             Data::Long(v, spec) => {
-                if !is_num_start(c) {
-                    return self.type_mismatch(c, "integer");
-                }
-                let t = self.r.scan_number()?;
-                let Some(x) =
-                    self.int_value(t, spec, i128::from(i64::MIN), i128::from(i64::MAX), "long")
-                else {
-                    return Ok(());
-                };
-                v.push(x as i64);
+                let (min, max) = (i128::from(i64::MIN), i128::from(i64::MAX));
+                let x = self.decode_integer(c, spec, min, max, "long")?;
+                x.map(|x| v.push(x as i64)).is_some()
             }
-            Data::Double(v, spec) => {
-                if !is_num_start(c) {
-                    return self.type_mismatch(c, "number");
-                }
-                let t = self.r.scan_number()?;
-                let tok = &buf[t.range()];
-                let x = parse_f64(tok);
-                if !x.is_finite() {
-                    self.fail(DlqCode::ValueOutOfRange, || {
-                        "number beyond the range of a double".to_string()
-                    });
-                    return Ok(());
-                }
-                if !spec.is_empty() && !self.check_num(tok, spec) {
-                    return Ok(());
-                }
-                v.push(x);
-            }
-            Data::Decimal(v, plan) => {
-                if !is_num_start(c) {
-                    return self.type_mismatch(c, "number");
-                }
-                let t = self.r.scan_number()?;
-                let Some(x) = self.decimal_value(&buf[t.range()], plan) else {
-                    return Ok(());
-                };
-                v.push(x);
-            }
-            Data::Str(vb, spec) => {
-                if c != b'"' {
-                    return self.type_mismatch(c, "string");
-                }
-                let t = self.r.scan_string()?;
-                let start = vb.data.len();
-                let raw = &buf[t.range()];
-                if t.escaped() {
-                    unescape(raw, &mut vb.data);
-                } else {
-                    vb.data.extend_from_slice(raw);
-                }
-                if !spec.is_empty() && !self.check_str(&vb.data[start..], spec) {
-                    return Ok(());
-                }
-                vb.commit();
-            }
+            Data::Double(v, spec) => self.decode_double(c, v, spec)?,
+            Data::Decimal(v, plan) => self.decode_decimal(c, v, plan)?,
+            Data::Str(vb, spec) => self.decode_str(c, vb, spec)?,
             Data::Enum(vb, spec) => {
-                if !self.decode_enum(c, &mut vb.data, spec)? {
-                    return Ok(());
+                let member = self.decode_enum(c, &mut vb.data, spec)?;
+                if member {
+                    vb.commit();
                 }
-                vb.commit();
+                member
             }
             Data::Timestamptz(v, spec) => {
-                if c != b'"' {
-                    return self.type_mismatch(c, "string (date-time)");
+                let what = ("string (date-time)", "an RFC 3339 date-time");
+                let us = self.decode_temporal(c, spec, what, parse_date_time)?;
+                if let (Some(us), true) = (us, meta.is_partition) {
+                    self.partition_us = Some(us);
                 }
-                let r = self.with_string(spec, parse_date_time)?;
-                match r {
-                    Some(Ok(us)) => {
-                        if meta.is_partition {
-                            self.partition_us = Some(us);
-                        }
-                        v.push(us);
-                    }
-                    Some(Err(e)) => {
-                        self.time_error(e, "an RFC 3339 date-time");
-                        return Ok(());
-                    }
-                    None => return Ok(()),
-                }
+                us.map(|us| v.push(us)).is_some()
             }
             Data::Date(v, spec) => {
-                if c != b'"' {
-                    return self.type_mismatch(c, "string (date)");
-                }
-                match self.with_string(spec, parse_date)? {
-                    Some(Ok(d)) => v.push(d),
-                    Some(Err(e)) => {
-                        self.time_error(e, "an RFC 3339 full-date");
-                        return Ok(());
-                    }
-                    None => return Ok(()),
-                }
+                let what = ("string (date)", "an RFC 3339 full-date");
+                let d = self.decode_temporal(c, spec, what, parse_date)?;
+                d.map(|d| v.push(d)).is_some()
             }
             Data::Time(v, spec) => {
-                if c != b'"' {
-                    return self.type_mismatch(c, "string (time)");
-                }
-                match self.with_string(spec, parse_time)? {
-                    Some(Ok(t)) => v.push(t),
-                    Some(Err(e)) => {
-                        self.time_error(e, "an RFC 3339 full-time");
-                        return Ok(());
-                    }
-                    None => return Ok(()),
-                }
+                let what = ("string (time)", "an RFC 3339 full-time");
+                let t = self.decode_temporal(c, spec, what, parse_time)?;
+                t.map(|t| v.push(t)).is_some()
             }
-            Data::Uuid(v, spec) => {
-                if c != b'"' {
-                    return self.type_mismatch(c, "string (uuid)");
-                }
-                match self.with_string(spec, parse_uuid)? {
-                    Some(Some(u)) => v.extend_from_slice(&u),
-                    Some(None) => {
-                        self.fail(DlqCode::TypeMismatch, || {
-                            "not a hyphenated 8-4-4-4-12 uuid".to_string()
-                        });
-                        return Ok(());
-                    }
-                    None => return Ok(()),
-                }
-            }
-            Data::Binary(v, spec) => {
-                if c != b'"' {
-                    return self.type_mismatch(c, "string (base64)");
-                }
-                let data = &mut v.data;
-                match self.with_string(spec, |b| {
-                    base64::engine::general_purpose::STANDARD.decode_vec(b, data)
-                })? {
-                    Some(Ok(())) => v.commit(),
-                    Some(Err(_)) => {
-                        self.fail(DlqCode::TypeMismatch, || {
-                            "not base64 (RFC 4648 §4, padded, no whitespace)".to_string()
-                        });
-                        return Ok(());
-                    }
-                    None => return Ok(()),
-                }
-            }
+            Data::Uuid(v, spec) => self.decode_uuid(c, v, spec)?,
+            Data::Binary(v, spec) => self.decode_binary(c, v, spec)?,
             Data::Struct(s) => {
                 if c != b'{' {
                     return self.type_mismatch(c, "object");
                 }
                 self.decode_struct(s)?;
-                if self.err.is_some() {
-                    return Ok(());
-                }
+                self.err.is_none()
             }
             Data::List(l) => {
                 if c != b'[' {
                     return self.type_mismatch(c, "array");
                 }
                 self.decode_list(l)?;
-                if self.err.is_some() {
-                    return Ok(());
-                }
+                self.err.is_none()
             }
             Data::Map(m) => {
                 if c != b'{' {
                     return self.type_mismatch(c, "object");
                 }
                 self.decode_map(m)?;
-                if self.err.is_some() {
-                    return Ok(());
-                }
+                self.err.is_none()
             }
             // No JSON Schema maps to these (docs/schema-mapping.md): a JSON channel's table has
             // them only as columns its schema versions lack, which are never decoded.
             Data::Float(_) | Data::Fixed(..) | Data::Timestamp(_) => {
                 return self.type_mismatch(c, "a value of a type JSON Schema does not map to");
             }
-        }
-        if let Some(vb) = validity {
-            vb.append(true);
+        };
+        if appended {
+            if let Some(vb) = validity {
+                vb.append(true);
+            }
         }
         Ok(())
+    }
+
+    /// A `boolean` into `b`; `Ok(false)` when the value is not one (error recorded).
+    #[inline]
+    fn decode_bool(&mut self, c: u8, b: &mut BooleanBufferBuilder) -> Result<bool, SyntaxError> {
+        match c {
+            b't' => self.r.literal(b"true")?,
+            b'f' => self.r.literal(b"false")?,
+            _ => return self.type_mismatch(c, "boolean").map(|()| false),
+        }
+        b.append(c == b't');
+        Ok(true)
+    }
+
+    /// An `integer` within `min..=max` (the column type `name`'s range) that passes `spec`;
+    /// `Ok(None)` when it is refused (error recorded).
+    #[inline]
+    fn decode_integer(
+        &mut self,
+        c: u8,
+        spec: &IntSpec,
+        min: i128,
+        max: i128,
+        name: &'static str,
+    ) -> Result<Option<i128>, SyntaxError> {
+        if !is_num_start(c) {
+            return self.type_mismatch(c, "integer").map(|()| None);
+        }
+        let t = self.r.scan_number()?;
+        Ok(self.int_value(t, spec, min, max, name))
+    }
+
+    /// A `number` into a `double` column; `Ok(false)` when it is refused (error recorded).
+    #[inline]
+    fn decode_double(
+        &mut self,
+        c: u8,
+        v: &mut Vec<f64>,
+        spec: &NumSpec,
+    ) -> Result<bool, SyntaxError> {
+        if !is_num_start(c) {
+            return self.type_mismatch(c, "number").map(|()| false);
+        }
+        let t = self.r.scan_number()?;
+        let buf = self.r.buf;
+        let tok = &buf[t.range()];
+        let x = parse_f64(tok);
+        if !x.is_finite() {
+            self.fail(DlqCode::ValueOutOfRange, || {
+                "number beyond the range of a double".to_string()
+            });
+            return Ok(false);
+        }
+        if !spec.is_empty() && !self.check_num(tok, spec) {
+            return Ok(false);
+        }
+        v.push(x);
+        Ok(true)
+    }
+
+    /// A `number` into a `decimal` column; `Ok(false)` when it is refused (error recorded).
+    #[inline]
+    fn decode_decimal(
+        &mut self,
+        c: u8,
+        v: &mut Vec<i128>,
+        plan: &DecimalPlan,
+    ) -> Result<bool, SyntaxError> {
+        if !is_num_start(c) {
+            return self.type_mismatch(c, "number").map(|()| false);
+        }
+        let t = self.r.scan_number()?;
+        let buf = self.r.buf;
+        let Some(x) = self.decimal_value(&buf[t.range()], plan) else {
+            return Ok(false);
+        };
+        v.push(x);
+        Ok(true)
+    }
+
+    /// A `string` unescaped straight into `vb`; `Ok(false)` when it is refused (error recorded,
+    /// the bytes written are not committed).
+    #[inline]
+    fn decode_str(&mut self, c: u8, vb: &mut VarBuf, spec: &StrSpec) -> Result<bool, SyntaxError> {
+        if c != b'"' {
+            return self.type_mismatch(c, "string").map(|()| false);
+        }
+        let t = self.r.scan_string()?;
+        let buf = self.r.buf;
+        let start = vb.data.len();
+        let raw = &buf[t.range()];
+        if t.escaped() {
+            unescape(raw, &mut vb.data);
+        } else {
+            vb.data.extend_from_slice(raw);
+        }
+        if !spec.is_empty() && !self.check_str(&vb.data[start..], spec) {
+            return Ok(false);
+        }
+        vb.commit();
+        Ok(true)
+    }
+
+    /// A date, time or date-time string read by `parse`; `what` is (the type expected, the RFC
+    /// 3339 production named when it does not parse). `Ok(None)` when it is refused (error
+    /// recorded).
+    #[inline]
+    fn decode_temporal<T>(
+        &mut self,
+        c: u8,
+        spec: &StrSpec,
+        what: (&'static str, &'static str),
+        parse: impl FnOnce(&[u8]) -> Result<T, TimeError>,
+    ) -> Result<Option<T>, SyntaxError> {
+        if c != b'"' {
+            return self.type_mismatch(c, what.0).map(|()| None);
+        }
+        match self.with_string(spec, parse)? {
+            Some(Ok(value)) => Ok(Some(value)),
+            Some(Err(e)) => {
+                self.time_error(e, what.1);
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// A hyphenated uuid string into its 16 bytes; `Ok(false)` when it is refused (error recorded).
+    #[inline]
+    fn decode_uuid(&mut self, c: u8, v: &mut Vec<u8>, spec: &StrSpec) -> Result<bool, SyntaxError> {
+        if c != b'"' {
+            return self.type_mismatch(c, "string (uuid)").map(|()| false);
+        }
+        match self.with_string(spec, parse_uuid)? {
+            Some(Some(u)) => {
+                v.extend_from_slice(&u);
+                Ok(true)
+            }
+            Some(None) => {
+                self.fail(DlqCode::TypeMismatch, || {
+                    "not a hyphenated 8-4-4-4-12 uuid".to_string()
+                });
+                Ok(false)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// A base64 string decoded into `v`; `Ok(false)` when it is refused (error recorded).
+    #[inline]
+    fn decode_binary(
+        &mut self,
+        c: u8,
+        v: &mut LargeVarBuf,
+        spec: &StrSpec,
+    ) -> Result<bool, SyntaxError> {
+        if c != b'"' {
+            return self.type_mismatch(c, "string (base64)").map(|()| false);
+        }
+        let data = &mut v.data;
+        match self.with_string(spec, |b| {
+            base64::engine::general_purpose::STANDARD.decode_vec(b, data)
+        })? {
+            Some(Ok(())) => {
+                v.commit();
+                Ok(true)
+            }
+            Some(Err(_)) => {
+                self.fail(DlqCode::TypeMismatch, || {
+                    "not base64 (RFC 4648 §4, padded, no whitespace)".to_string()
+                });
+                Ok(false)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Scans the string at the cursor, unescapes it if needed, checks `spec`, and applies `f` to its

@@ -1005,7 +1005,7 @@ proptest! {
 
     #[test]
     fn generated_event_records_round_trip(batch in proptest::collection::vec(event_strategy(), 1..8)) {
-        let schema: Value = serde_json::from_str(include_str!("../../tests/data/event.schema.json")).unwrap();
+        let schema: Value = serde_json::from_str(include_str!("../../../tests/data/event.schema.json")).unwrap();
         let mut c = conv(&schema);
         let mut hours = Vec::new();
         for (rec, _) in &batch {

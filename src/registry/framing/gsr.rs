@@ -1,6 +1,7 @@
 //! The AWS Glue Schema Registry (GSR) wire format, as written by the GSR serializer library
 //! (`GlueSchemaRegistryDeserializerDataParser`): it frames each record before it reaches the
-//! converter ([`crate::convert`]).
+//! converter ([`crate::convert`]). Pure: the lookups of unknown versions are the decoder's
+//! ([`crate::registry::decoder`]).
 //!
 //! ```text
 //!  byte 0      byte 1        bytes 2..18                       bytes 18..
@@ -12,19 +13,16 @@
 //! Errors (docs/schema-mapping.md "DLQ error codes", issue 5): plain JSON, an empty record, a header version other
 //! than 3, a compression byte other than 0 or 5, a header shorter than 18 bytes, a schema version
 //! the registry answers "not found" for → `INVALID_SCHEMA` (a registry that cannot be asked is no
-//! DLQ reason: [`PayloadError::Registry`], the worker retries); a known version that is not the channel's → `SCHEMA_MISMATCH`; a zlib
+//! DLQ reason: [`crate::registry::decoder::PayloadError::Registry`], the worker retries); a known version that is not the channel's → `SCHEMA_MISMATCH`; a zlib
 //! payload that does not inflate (truncated, raw deflate without the RFC 1950 header, Adler-32
 //! mismatch, trailing bytes) → `DESERIALIZATION_ERROR`; an inflated payload beyond the maximum record
 //! size (a decompression bomb) → `RECORD_TOO_LARGE`, found after inflating at most that many bytes.
 
 use std::collections::HashSet;
 use std::io::Read;
-use std::sync::Arc;
 
-use serde_json::Value;
 use uuid::Uuid;
 
-use crate::gsr::{RegistryClient, RegistryError};
 use crate::model::{DlqCode, DlqReason};
 
 /// Header version byte written by the GSR serializer.
@@ -123,24 +121,6 @@ pub fn inflate(payload: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), Dl
     }
 }
 
-/// Splits a registry's versions listed offline into the channel's version (the first whose
-/// document equals `channel_doc`) and the others.
-pub fn split_versions(
-    channel_doc: &Value,
-    versions: impl IntoIterator<Item = (Uuid, Value)>,
-) -> (Option<Uuid>, Vec<Uuid>) {
-    let mut channel = None;
-    let mut others = Vec::new();
-    for (id, doc) in versions {
-        if channel.is_none() && doc == *channel_doc {
-            channel = Some(id);
-        } else {
-            others.push(id);
-        }
-    }
-    (channel, others)
-}
-
 /// Decodes GSR framing for one channel: knows the channel's schema version and the other versions of
 /// the registry, and inflates payloads into a reused buffer.
 #[derive(Debug, Clone)]
@@ -224,157 +204,6 @@ impl GsrDecoder {
                 Ok(&self.buf)
             }
             _ => Ok(payload),
-        }
-    }
-}
-
-/// How a channel's worker turns a record into its JSON payload (`record.format`).
-#[derive(Debug, Clone, Default)]
-pub enum RecordDecoder {
-    /// `json`: the record is the payload (the converter says when it carries a GSR header).
-    #[default]
-    Json,
-    /// `gsr_json`: the header is checked against the channel's version; another version id is
-    /// looked up in the registry (when there is one) to tell `SCHEMA_MISMATCH` from
-    /// `INVALID_SCHEMA`.
-    Gsr {
-        /// The decoder (channel version, versions known so far).
-        decoder: GsrDecoder,
-        /// The registry, absent when the versions are listed offline.
-        registry: Option<Arc<RegistryClient>>,
-    },
-    /// `avro`, `protobuf`, `json_sr`: the Confluent wire format ([`crate::confluent::wire`]).
-    /// Without evolution only the channel's schema key is delivered; another id is looked up to
-    /// tell `SCHEMA_MISMATCH` (a schema the registry has) from `INVALID_SCHEMA` (one it has not).
-    Confluent {
-        /// Whether message indexes follow the schema id (`protobuf`).
-        protobuf: bool,
-        /// The channel's schema key (id and message indexes packed, see
-        /// [`crate::confluent::SchemaKey::to_uuid`]).
-        channel_key: Uuid,
-        /// The registry.
-        client: Arc<crate::confluent::ConfluentClient>,
-    },
-}
-
-/// Why [`RecordDecoder::payload`] has no payload.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PayloadError {
-    /// The record goes to the DLQ with this reason.
-    #[error("{}", .0.message)]
-    Record(DlqReason),
-    /// The record's schema version id could not be looked up (the registry is unavailable or
-    /// refuses): not a property of the record. The worker restarts from the table's checkpoints
-    /// with backoff; nothing goes to the DLQ.
-    #[error("schema version {id} could not be looked up: {error}")]
-    Registry {
-        /// The version id.
-        id: Uuid,
-        /// The registry's answer after its retries.
-        error: RegistryError,
-    },
-    /// As [`PayloadError::Registry`], for a Confluent schema id.
-    #[error("schema id {id} could not be looked up: {error}")]
-    ConfluentRegistry {
-        /// The schema id.
-        id: u32,
-        /// The registry's answer after its retries.
-        error: crate::confluent::RegistryError,
-    },
-}
-
-impl From<DlqReason> for PayloadError {
-    fn from(reason: DlqReason) -> Self {
-        PayloadError::Record(reason)
-    }
-}
-
-impl RecordDecoder {
-    /// The JSON payload of `record`.
-    ///
-    /// Errors: [`PayloadError::Record`] with the record's [`DlqReason`] (a version id Glue answers
-    /// "not found" for is `INVALID_SCHEMA`, a version it knows `SCHEMA_MISMATCH`);
-    /// [`PayloadError::Registry`] when the id could not be looked up (unavailable, refused).
-    pub async fn payload<'a>(&'a mut self, record: &'a [u8]) -> Result<&'a [u8], PayloadError> {
-        match self {
-            RecordDecoder::Json => Ok(record),
-            RecordDecoder::Gsr { decoder, registry } => {
-                if let (Some(registry), Some(id)) = (registry, decoder.unresolved(record)) {
-                    match registry.by_id(id).await {
-                        Ok(_) => decoder.add_known(id),
-                        Err(RegistryError::NotFound(_)) => {}
-                        Err(error) => return Err(PayloadError::Registry { id, error }),
-                    }
-                }
-                Ok(decoder.decode(record)?)
-            }
-            RecordDecoder::Confluent {
-                protobuf,
-                channel_key,
-                client,
-            } => {
-                let framed = crate::confluent::wire::parse(record, *protobuf)?;
-                let key = crate::confluent::SchemaKey {
-                    id: framed.id,
-                    indexes: framed.indexes,
-                };
-                if key.to_uuid() == Some(*channel_key) {
-                    return Ok(framed.payload);
-                }
-                match client.by_id(key.id).await {
-                    Ok(resolved) => Err(PayloadError::Record(crate::confluent::not_the_channels(
-                        &resolved,
-                        &key,
-                        client.subject(),
-                    ))),
-                    Err(crate::confluent::RegistryError::NotFound(_)) => {
-                        Err(PayloadError::Record(crate::confluent::unknown_id(&key)))
-                    }
-                    Err(error) => Err(PayloadError::ConfluentRegistry { id: key.id, error }),
-                }
-            }
-        }
-    }
-
-    /// The key of `record`'s schema under evolution: a GSR record's version id, or a Confluent
-    /// record's [`crate::confluent::SchemaKey`] packed into a UUID.
-    ///
-    /// Errors: the framing's [`DlqReason`]; `SCHEMA_MISMATCH` for message indexes floe cannot
-    /// record; `INVALID_SCHEMA` on a `json` channel (no key).
-    pub fn schema_key(&self, record: &[u8]) -> Result<Uuid, DlqReason> {
-        match self {
-            RecordDecoder::Json => Err(DlqReason::record(
-                DlqCode::InvalidSchema,
-                "a json record names no schema version".to_string(),
-            )),
-            RecordDecoder::Gsr { .. } => Ok(parse_header(record)?.0.schema_version),
-            RecordDecoder::Confluent { protobuf, .. } => {
-                let framed = crate::confluent::wire::parse(record, *protobuf)?;
-                let key = crate::confluent::SchemaKey {
-                    id: framed.id,
-                    indexes: framed.indexes,
-                };
-                key.to_uuid().ok_or_else(|| {
-                    DlqReason::record(
-                        DlqCode::SchemaMismatch,
-                        format!("{key}: message indexes above 255 are not supported"),
-                    )
-                })
-            }
-        }
-    }
-
-    /// The payload of `record` whatever its schema version (decided by the caller from
-    /// [`RecordDecoder::schema_key`]).
-    ///
-    /// Errors: the framing's [`DlqReason`] (and, for GSR, inflate errors).
-    pub fn payload_of<'a>(&'a mut self, record: &'a [u8]) -> Result<&'a [u8], DlqReason> {
-        match self {
-            RecordDecoder::Json => Ok(record),
-            RecordDecoder::Gsr { decoder, .. } => decoder.payload_of(record),
-            RecordDecoder::Confluent { protobuf, .. } => {
-                Ok(crate::confluent::wire::parse(record, *protobuf)?.payload)
-            }
         }
     }
 }

@@ -115,6 +115,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A base-128 varint of at most `max_bytes` bytes.
+    // Kept over prost's decode_varint: Avro's `int` stops at 5 bytes, and the error names the byte.
     #[inline]
     fn varint(&mut self, max_bytes: usize) -> Res<u64> {
         let mut v = 0u64;
@@ -586,5 +587,4 @@ fn skip(n: &Node, r: &mut Reader<'_>) -> Res<()> {
 }
 
 #[cfg(test)]
-#[path = "tests_avro.rs"]
 mod tests;

@@ -1,6 +1,7 @@
 //! Schemas from a Confluent-compatible schema registry (issue 31): where the schema of an `avro`,
 //! `protobuf` or `json_sr` channel comes from (`[channel.schema] registry_url`), and how the
-//! schema id in each record's Confluent framing ([`wire`]) is resolved.
+//! schema id in each record's Confluent framing ([`crate::registry::framing::confluent`]) is
+//! resolved.
 //!
 //! ```text
 //!  activation:  GET /subjects/{subject}/versions/latest ─> map to Iceberg ─> create the table
@@ -26,17 +27,15 @@
 //! so a Confluent id is recorded where a Glue schema version id is.
 
 pub mod api;
-pub mod wire;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use uuid::Uuid;
-
 use crate::config::{ConfluentSchemaConfig, ENV_REGISTRY_BASIC_AUTH, ENV_REGISTRY_BEARER_TOKEN};
 use crate::model::{DlqCode, DlqReason};
+use crate::registry::framing::confluent::SchemaKey;
 use crate::retry::{with_retries, Backoff};
 use crate::schema::protobuf::MessageSelector;
 use crate::schema::MappedSchema;
@@ -148,62 +147,6 @@ impl ResolvedSchema {
             .filter(|(s, _)| s == subject)
             .map(|(_, v)| *v)
             .max()
-    }
-}
-
-/// A schema id with the Protobuf message indexes of the record's message (empty for Avro and
-/// JSON Schema): what decides a record's converter.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SchemaKey {
-    /// The schema id.
-    pub id: u32,
-    /// Protobuf message indexes (`[0]`: the first message).
-    pub indexes: Vec<i32>,
-}
-
-/// Byte 4 of a [`SchemaKey`] packed into a UUID.
-const KEY_MARK: u8 = 0xcf;
-
-impl SchemaKey {
-    /// The key packed into a UUID (bytes 0–3 the id, big-endian; byte 4 `0xcf`; byte 5 the
-    /// number of indexes; then each index as one byte), as the table's schema history records
-    /// it. `None` when an index is above 255 or there are more than 10 (such records are refused).
-    pub fn to_uuid(&self) -> Option<Uuid> {
-        if self.indexes.len() > wire::MAX_MESSAGE_INDEXES {
-            return None;
-        }
-        let mut b = [0u8; 16];
-        b[..4].copy_from_slice(&self.id.to_be_bytes());
-        b[4] = KEY_MARK;
-        b[5] = self.indexes.len() as u8;
-        for (i, index) in self.indexes.iter().enumerate() {
-            b[6 + i] = u8::try_from(*index).ok()?;
-        }
-        Some(Uuid::from_bytes(b))
-    }
-
-    /// The key a UUID of [`SchemaKey::to_uuid`] packs; `None` for any other UUID.
-    pub fn from_uuid(u: Uuid) -> Option<SchemaKey> {
-        let b = u.as_bytes();
-        let n = b[5] as usize;
-        if b[4] != KEY_MARK || n > wire::MAX_MESSAGE_INDEXES || b[6 + n..].iter().any(|&x| x != 0) {
-            return None;
-        }
-        Some(SchemaKey {
-            id: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-            indexes: b[6..6 + n].iter().map(|&x| i32::from(x)).collect(),
-        })
-    }
-}
-
-impl std::fmt::Display for SchemaKey {
-    /// `schema id 7`, or `schema id 7 message [1, 0]`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "schema id {}", self.id)?;
-        if !self.indexes.is_empty() {
-            write!(f, " message {:?}", self.indexes)?;
-        }
-        Ok(())
     }
 }
 
@@ -631,55 +574,6 @@ pub fn unknown_id(key: &SchemaKey) -> DlqReason {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn schema_keys_pack_into_uuids_and_back() {
-        for key in [
-            SchemaKey {
-                id: 1,
-                indexes: vec![],
-            },
-            SchemaKey {
-                id: u32::MAX,
-                indexes: vec![0],
-            },
-            SchemaKey {
-                id: 258,
-                indexes: vec![1, 0, 255],
-            },
-            SchemaKey {
-                id: 7,
-                indexes: vec![9; 10],
-            },
-        ] {
-            let u = key.to_uuid().unwrap();
-            assert_eq!(SchemaKey::from_uuid(u), Some(key.clone()), "{key}");
-        }
-        assert_eq!(
-            SchemaKey {
-                id: 1,
-                indexes: vec![256]
-            }
-            .to_uuid(),
-            None
-        );
-        assert_eq!(
-            SchemaKey::from_uuid(Uuid::parse_str("3f36e6d8-d20e-43b7-90ea-3ad724880d60").unwrap()),
-            None
-        );
-        assert_ne!(
-            SchemaKey {
-                id: 1,
-                indexes: vec![]
-            }
-            .to_uuid(),
-            SchemaKey {
-                id: 1,
-                indexes: vec![0]
-            }
-            .to_uuid()
-        );
-    }
 
     #[test]
     fn a_message_name_gives_the_confluent_indexes() {

@@ -694,7 +694,7 @@ fn uuid_on_fixed_16_reads_the_raw_bytes() {
 #[test]
 fn records_from_the_confluent_avro_serializer_decode() {
     let fixture: Value = serde_json::from_str(include_str!(
-        "../../tests/data/avro_confluent_serializer.json"
+        "../../../tests/data/avro_confluent_serializer.json"
     ))
     .unwrap();
     let text = fixture["schema"].as_str().unwrap();

@@ -12,6 +12,8 @@
 //! record's message in the schema's `.proto` file: `[0]` is its first message, `[1, 0]` the first
 //! message nested in its second.
 
+use uuid::Uuid;
+
 use crate::model::{DlqCode, DlqReason};
 
 /// The magic byte opening every record.
@@ -34,14 +36,26 @@ pub struct Framed<'a> {
     pub payload: &'a [u8],
 }
 
-fn bad(message: String) -> DlqReason {
-    DlqReason::record(DlqCode::DeserializationError, message)
+/// What is wrong with a record's framing: the message of its `DESERIALIZATION_ERROR`, made a
+/// [`DlqReason`] once, by the public functions ([`dlq_reason`]).
+struct Malformed(String);
+
+fn bad(message: String) -> Malformed {
+    Malformed(message)
+}
+
+fn dlq_reason(m: Malformed) -> DlqReason {
+    DlqReason::record(DlqCode::DeserializationError, m.0)
 }
 
 /// The schema id of a framed record, without reading the rest.
 ///
 /// Errors: `DESERIALIZATION_ERROR` for an empty record, another magic byte, a truncated id.
 pub fn schema_id(record: &[u8]) -> Result<u32, DlqReason> {
+    read_schema_id(record).map_err(dlq_reason)
+}
+
+fn read_schema_id(record: &[u8]) -> Result<u32, Malformed> {
     match record.first() {
         None => return Err(bad("empty record (no Confluent framing)".into())),
         Some(&MAGIC) => {}
@@ -71,7 +85,9 @@ pub fn schema_id(record: &[u8]) -> Result<u32, DlqReason> {
 
 /// Reads one zigzag varint (at most 5 bytes, an `int` as Confluent writes it) from `bytes` at
 /// `*at`, advancing `*at`.
-fn zigzag_varint(bytes: &[u8], at: &mut usize) -> Result<i32, DlqReason> {
+// Kept over prost's decode_varint (64-bit, one error): the framing's `int` stops at 5 bytes and
+// its DLQ message tells a truncated index from an overlong one.
+fn zigzag_varint(bytes: &[u8], at: &mut usize) -> Result<i32, Malformed> {
     let mut value: u32 = 0;
     for shift in (0..35).step_by(7) {
         let Some(&b) = bytes.get(*at) else {
@@ -86,12 +102,72 @@ fn zigzag_varint(bytes: &[u8], at: &mut usize) -> Result<i32, DlqReason> {
     Err(bad("message index varint longer than 5 bytes".into()))
 }
 
+/// A schema id with the Protobuf message indexes of the record's message (empty for Avro and
+/// JSON Schema): what decides a record's converter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SchemaKey {
+    /// The schema id.
+    pub id: u32,
+    /// Protobuf message indexes (`[0]`: the first message).
+    pub indexes: Vec<i32>,
+}
+
+/// Byte 4 of a [`SchemaKey`] packed into a UUID.
+const KEY_MARK: u8 = 0xcf;
+
+impl SchemaKey {
+    /// The key packed into a UUID (bytes 0–3 the id, big-endian; byte 4 `0xcf`; byte 5 the
+    /// number of indexes; then each index as one byte), as the table's schema history records
+    /// it. `None` when an index is above 255 or there are more than 10 (such records are refused).
+    pub fn to_uuid(&self) -> Option<Uuid> {
+        if self.indexes.len() > MAX_MESSAGE_INDEXES {
+            return None;
+        }
+        let mut b = [0u8; 16];
+        b[..4].copy_from_slice(&self.id.to_be_bytes());
+        b[4] = KEY_MARK;
+        b[5] = self.indexes.len() as u8;
+        for (i, index) in self.indexes.iter().enumerate() {
+            b[6 + i] = u8::try_from(*index).ok()?;
+        }
+        Some(Uuid::from_bytes(b))
+    }
+
+    /// The key a UUID of [`SchemaKey::to_uuid`] packs; `None` for any other UUID.
+    pub fn from_uuid(u: Uuid) -> Option<SchemaKey> {
+        let b = u.as_bytes();
+        let n = b[5] as usize;
+        if b[4] != KEY_MARK || n > MAX_MESSAGE_INDEXES || b[6 + n..].iter().any(|&x| x != 0) {
+            return None;
+        }
+        Some(SchemaKey {
+            id: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            indexes: b[6..6 + n].iter().map(|&x| i32::from(x)).collect(),
+        })
+    }
+}
+
+impl std::fmt::Display for SchemaKey {
+    /// `schema id 7`, or `schema id 7 message [1, 0]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "schema id {}", self.id)?;
+        if !self.indexes.is_empty() {
+            write!(f, " message {:?}", self.indexes)?;
+        }
+        Ok(())
+    }
+}
+
 /// Parses the framing of a record; `protobuf` says whether message indexes follow the id.
 ///
 /// Errors: `DESERIALIZATION_ERROR` naming what is wrong (magic byte, truncated id or indexes, a
 /// negative count or index, more than [`MAX_MESSAGE_INDEXES`] indexes).
 pub fn parse(record: &[u8], protobuf: bool) -> Result<Framed<'_>, DlqReason> {
-    let id = schema_id(record)?;
+    read_framing(record, protobuf).map_err(dlq_reason)
+}
+
+fn read_framing(record: &[u8], protobuf: bool) -> Result<Framed<'_>, Malformed> {
+    let id = read_schema_id(record)?;
     if !protobuf {
         return Ok(Framed {
             id,
@@ -189,5 +265,54 @@ mod tests {
             assert_eq!(e.code, DlqCode::DeserializationError, "{bytes}");
             assert!(e.message.contains(why), "{bytes}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn schema_keys_pack_into_uuids_and_back() {
+        for key in [
+            SchemaKey {
+                id: 1,
+                indexes: vec![],
+            },
+            SchemaKey {
+                id: u32::MAX,
+                indexes: vec![0],
+            },
+            SchemaKey {
+                id: 258,
+                indexes: vec![1, 0, 255],
+            },
+            SchemaKey {
+                id: 7,
+                indexes: vec![9; 10],
+            },
+        ] {
+            let u = key.to_uuid().unwrap();
+            assert_eq!(SchemaKey::from_uuid(u), Some(key.clone()), "{key}");
+        }
+        assert_eq!(
+            SchemaKey {
+                id: 1,
+                indexes: vec![256]
+            }
+            .to_uuid(),
+            None
+        );
+        assert_eq!(
+            SchemaKey::from_uuid(Uuid::parse_str("3f36e6d8-d20e-43b7-90ea-3ad724880d60").unwrap()),
+            None
+        );
+        assert_ne!(
+            SchemaKey {
+                id: 1,
+                indexes: vec![]
+            }
+            .to_uuid(),
+            SchemaKey {
+                id: 1,
+                indexes: vec![0]
+            }
+            .to_uuid()
+        );
     }
 }

@@ -2,9 +2,11 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::config::aws::check_schema_arn;
-use crate::config::{Config, RecordFormat};
-use crate::gsr::wire::{GsrDecoder, PayloadError, RecordDecoder};
+use crate::config::{ChannelConfig, Config, RecordFormat};
 use crate::model::DlqCode;
+use crate::registry::channel_schema::{load_channel_schema, ChannelRegistry, SchemaLoadError};
+use crate::registry::decoder::{PayloadError, RecordDecoder};
+use crate::registry::framing::gsr::GsrDecoder;
 
 const ARN: &str = "arn:aws:glue:us-east-1:123456789012:schema/reg/events";
 const SCHEMA: &str = r#"{"type":"object","properties":{"event_time":{"type":"string","format":"date-time"},"id":{"type":"integer"}},"required":["event_time"]}"#;
@@ -36,7 +38,7 @@ fn glue_registry(versions: &[SchemaVersionInfo]) -> (Arc<MemoryRegistry>, Channe
 }
 
 fn glue_channel(version: &str) -> ChannelConfig {
-    let text = include_str!("../../config/quickstart.toml").replace(
+    let text = include_str!("../../../config/quickstart.toml").replace(
         "file = \"event.schema.json\"",
         &format!("glue_schema_arn = \"{ARN}\"\n{version}"),
     );
@@ -267,7 +269,7 @@ async fn offline_versions_name_the_channels_version_by_its_document() {
     std::fs::write(dir.path().join("v1.json"), SCHEMA).unwrap();
     std::fs::write(dir.path().join("v2.json"), r#"{"type":"object"}"#).unwrap();
     let text = |file: &str| {
-        include_str!("../../config/quickstart.toml")
+        include_str!("../../../config/quickstart.toml")
             .replace("format = \"json\"", "format = \"gsr_json\"")
             .replace(
                 "file = \"event.schema.json\"",
