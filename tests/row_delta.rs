@@ -158,6 +158,14 @@ impl Rig {
     }
 }
 
+/// A row delta adding `data_files`.
+fn adding(data_files: Vec<DataFile>) -> RowDelta {
+    RowDelta {
+        data_files,
+        ..RowDelta::default()
+    }
+}
+
 /// The summary of the snapshot with sequence number `seq` (1-based), as PyIceberg reads it.
 fn summary(read: &Value, seq: usize) -> &serde_json::Map<String, Value> {
     read["pyiceberg"]["snapshots"][seq - 1].as_object().unwrap()
@@ -182,10 +190,7 @@ async fn three_row_deltas(rig: &Rig) -> Value {
     let b1 = rig.data_file("b", 10..20).await;
     let (a1_path, b1_path) = (a1.file_path().to_string(), b1.file_path().to_string());
     // 1. Add a1, b1; delete id 2 (a1 row 2) in the same commit; set a checkpoint.
-    let mut d1 = RowDelta {
-        data_files: vec![a1, b1],
-        ..RowDelta::default()
-    };
+    let mut d1 = adding(vec![a1, b1]);
     d1.delete(&a1_path, 2);
     d1.properties
         .insert("floe.checkpoint.test".into(), "1".into());
@@ -193,10 +198,7 @@ async fn three_row_deltas(rig: &Rig) -> Value {
     // 2. Add a2; delete ids 5 (a1: merges with {2}), 10 (b1 row 0), 24 (a2 row 4, same commit).
     let a2 = rig.data_file("a", 20..25).await;
     let a2_path = a2.file_path().to_string();
-    let mut d2 = RowDelta {
-        data_files: vec![a2],
-        ..RowDelta::default()
-    };
+    let mut d2 = adding(vec![a2]);
     d2.delete(&a1_path, 5);
     d2.delete(&b1_path, 0);
     d2.delete(&a2_path, 4);
@@ -209,6 +211,16 @@ async fn three_row_deltas(rig: &Rig) -> Value {
     rig.commit(&d3).await.unwrap().unwrap();
     rig.assert_one_position_delete_file_per_data_file().await;
     rig.read()
+}
+
+/// The values of `field` (`content`, `format`) over the delete files PyIceberg's scan applies.
+fn delete_files<'a>(read: &'a Value, field: &str) -> BTreeSet<&'a str> {
+    read["pyiceberg"]["delete_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f[field].as_str().unwrap())
+        .collect()
 }
 
 fn expected_ids() -> Vec<i64> {
@@ -268,19 +280,21 @@ fn assert_common_summaries(read: &Value) {
         ],
     );
     for seq in 1..=3 {
-        for key in ["deleted-records", "deleted-data-files", "added-equality-deletes"] {
+        for key in [
+            "deleted-records",
+            "deleted-data-files",
+            "added-equality-deletes",
+        ] {
             assert!(!summary(read, seq).contains_key(key), "{seq} {key}");
         }
     }
     let py = &read["pyiceberg"];
     assert_eq!(py["properties"]["floe.checkpoint.test"], "2");
-    let contents: BTreeSet<&str> = py["delete_files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["content"].as_str().unwrap())
-        .collect();
-    assert_eq!(contents, BTreeSet::from(["POSITION_DELETES"]), "{py}");
+    assert_eq!(
+        delete_files(read, "content"),
+        BTreeSet::from(["POSITION_DELETES"]),
+        "{py}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,13 +310,7 @@ async fn v2_position_deletes_read_back_by_pyiceberg_and_duckdb() {
     }
     assert_summary(&read, 2, &[("added-position-delete-files", "3")]);
     assert_summary(&read, 3, &[("removed-position-delete-files", "1")]);
-    let formats: BTreeSet<&str> = read["pyiceberg"]["delete_files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["format"].as_str().unwrap())
-        .collect();
-    assert_eq!(formats, BTreeSet::from(["PARQUET"]));
+    assert_eq!(delete_files(&read, "format"), BTreeSet::from(["PARQUET"]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,13 +324,7 @@ async fn v3_deletion_vectors_read_back_by_pyiceberg_and_duckdb() {
     assert_summary(&read, 1, &[("added-dvs", "1")]);
     assert_summary(&read, 2, &[("added-dvs", "3"), ("removed-dvs", "1")]);
     assert_summary(&read, 3, &[("added-dvs", "1"), ("removed-dvs", "1")]);
-    let formats: BTreeSet<&str> = read["pyiceberg"]["delete_files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["format"].as_str().unwrap())
-        .collect();
-    assert_eq!(formats, BTreeSet::from(["PUFFIN"]));
+    assert_eq!(delete_files(&read, "format"), BTreeSet::from(["PUFFIN"]));
     // Row lineage: each snapshot's first-row-id is the table's next-row-id before it.
     let table = rig.table().await;
     let mut snapshots: Vec<_> = table.metadata().snapshots().collect();
@@ -361,10 +363,7 @@ async fn a_row_delta_on_a_moved_base_is_a_conflict() {
         let rig = rig(version).await;
         let a1 = rig.data_file("a", 0..10).await;
         let a1_path = a1.file_path().to_string();
-        let mut d1 = RowDelta {
-            data_files: vec![a1],
-            ..RowDelta::default()
-        };
+        let mut d1 = adding(vec![a1]);
         d1.delete(&a1_path, 1);
         rig.commit(&d1).await.unwrap();
         let stale = RowDeltaBase::load(&rig.table().await).await.unwrap();
@@ -374,7 +373,8 @@ async fn a_row_delta_on_a_moved_base_is_a_conflict() {
 
         let mut d3 = RowDelta::default();
         d3.delete(&a1_path, 3);
-        d3.properties.insert("floe.checkpoint.test".into(), "3".into());
+        d3.properties
+            .insert("floe.checkpoint.test".into(), "3".into());
         let commit_id = Uuid::now_v7();
         let e = commit_row_delta(&stale, &d3, &rig.swap, commit_id)
             .await
@@ -383,22 +383,89 @@ async fn a_row_delta_on_a_moved_base_is_a_conflict() {
         assert!(e.is_retryable() && e.outcome_known());
         let table = rig.table().await;
         assert_eq!(table.metadata().current_snapshot_id(), landed);
-        assert!(!table.metadata().properties().contains_key("floe.checkpoint.test"));
-        assert_eq!(files_named(&rig.warehouse, &commit_id.to_string()), Vec::<String>::new());
+        assert!(!table
+            .metadata()
+            .properties()
+            .contains_key("floe.checkpoint.test"));
+        assert_eq!(
+            files_named(&rig.warehouse, &commit_id.to_string()),
+            Vec::<String>::new()
+        );
         // A properties-only delta on the stale base conflicts too.
         let mut d4 = RowDelta::default();
-        d4.properties.insert("floe.checkpoint.test".into(), "4".into());
-        let e = commit_row_delta(&stale, &d4, &rig.swap, Uuid::now_v7()).await.unwrap_err();
+        d4.properties
+            .insert("floe.checkpoint.test".into(), "4".into());
+        let e = commit_row_delta(&stale, &d4, &rig.swap, Uuid::now_v7())
+            .await
+            .unwrap_err();
         assert!(matches!(e, RowDeltaError::Conflict { .. }), "{e}");
 
         let fresh = RowDeltaBase::load(&rig.table().await).await.unwrap();
         let mut past = RowDelta::default();
         past.delete(&a1_path, 10);
-        let e = commit_row_delta(&fresh, &past, &rig.swap, Uuid::now_v7()).await.unwrap_err();
-        assert!(matches!(e, RowDeltaError::Invalid(_)) && !e.is_retryable(), "{e}");
+        let e = commit_row_delta(&fresh, &past, &rig.swap, Uuid::now_v7())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, RowDeltaError::Invalid(_)) && !e.is_retryable(),
+            "{e}"
+        );
         let mut absent = RowDelta::default();
         absent.delete("file:/nowhere.parquet", 0);
-        let e = commit_row_delta(&fresh, &absent, &rig.swap, Uuid::now_v7()).await.unwrap_err();
+        let e = commit_row_delta(&fresh, &absent, &rig.swap, Uuid::now_v7())
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("not live"), "{e}");
     }
+}
+
+/// A v2 table upgraded to v3: the next delete of a data file with a position-delete file writes
+/// a deletion vector holding both files' positions and removes the Parquet file (v3 adds no
+/// position-delete files); the data manifest written before the upgrade gets its first row id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_upgrade_to_v3_a_deletion_vector_absorbs_the_position_delete_file() {
+    use iceberg::transaction::{ApplyTransactionAction, Transaction};
+    let rig = rig(FormatVersion::V2).await;
+    let a1 = rig.data_file("a", 0..10).await;
+    let a1_path = a1.file_path().to_string();
+    let mut d1 = adding(vec![a1]);
+    d1.delete(&a1_path, 1);
+    rig.commit(&d1).await.unwrap();
+    let tx = Transaction::new(&rig.table().await);
+    let tx = tx
+        .upgrade_table_version()
+        .set_format_version(FormatVersion::V3)
+        .apply(tx)
+        .unwrap();
+    tx.commit(rig.catalog.as_ref()).await.unwrap();
+
+    let mut d2 = RowDelta::default();
+    d2.delete(&a1_path, 3);
+    rig.commit(&d2).await.unwrap();
+    rig.assert_one_position_delete_file_per_data_file().await;
+    let read = rig.read();
+    eprintln!("upgraded: {read}");
+    let expected: Vec<i64> = (0..10).filter(|i| ![1, 3].contains(i)).collect();
+    assert_eq!(read["pyiceberg"]["ids"], serde_json::json!(expected));
+    assert_eq!(read["duckdb"]["ids"], serde_json::json!(expected));
+    assert_eq!(delete_files(&read, "format"), BTreeSet::from(["PUFFIN"]));
+    assert_summary(
+        &read,
+        2,
+        &[
+            ("operation", "delete"),
+            ("added-dvs", "1"),
+            ("removed-position-delete-files", "1"),
+            ("added-position-deletes", "2"),
+            ("removed-position-deletes", "1"),
+            ("total-delete-files", "1"),
+            ("total-position-deletes", "2"),
+        ],
+    );
+    let table = rig.table().await;
+    assert_eq!(
+        table.metadata().current_snapshot().unwrap().row_range(),
+        Some((0, 10))
+    );
+    assert_eq!(table.metadata().next_row_id(), 10);
 }

@@ -114,7 +114,10 @@ impl RowDeltaBase {
                 if let (DataContentType::PositionDeletes, Some(target)) =
                     (f.content_type(), f.referenced_data_file())
                 {
-                    base.file_deletes.entry(target).or_default().push((index, i));
+                    base.file_deletes
+                        .entry(target)
+                        .or_default()
+                        .push((index, i));
                 }
             }
             base.delete_manifests.push(DeleteManifest {

@@ -191,7 +191,9 @@ async fn commit_properties(
     swap: &dyn TableSwap,
 ) -> Result<RowDeltaCommitted, RowDeltaError> {
     if delta.properties.is_empty() {
-        return Err(RowDeltaError::Invalid("the row delta changes nothing".into()));
+        return Err(RowDeltaError::Invalid(
+            "the row delta changes nothing".into(),
+        ));
     }
     let updates = vec![TableUpdate::SetProperties {
         updates: delta.properties.clone(),
@@ -218,7 +220,7 @@ fn swap_error(e: iceberg::Error, base: Option<i64>, snapshot_id: Option<i64>) ->
         },
         _ => RowDeltaError::OutcomeUnknown {
             snapshot_id,
-            source: e,
+            source: Box::new(e),
         },
     }
 }
@@ -279,7 +281,11 @@ async fn merge_previous(base: &RowDeltaBase, targets: &mut [Target]) -> Result<(
     for t in targets.iter_mut() {
         for e in &t.replaces {
             let f = e.data_file();
-            let previous = match (f.file_format(), f.content_offset(), f.content_size_in_bytes()) {
+            let previous = match (
+                f.file_format(),
+                f.content_offset(),
+                f.content_size_in_bytes(),
+            ) {
                 (DataFileFormat::Puffin, Some(offset), Some(length)) => {
                     dv::read_dv(io, f.file_path(), offset as u64, length as u64).await
                 }
@@ -390,7 +396,10 @@ async fn write_manifests(
             RowDeltaError::Invalid(format!("partition spec {spec_id} not in the table"))
         })?;
         let builder = ManifestWriterBuilder::new(
-            base.table.file_io().new_output(&path).map_err(unavailable)?,
+            base.table
+                .file_io()
+                .new_output(&path)
+                .map_err(unavailable)?,
             Some(snapshot_id),
             md.current_schema().clone(),
             spec.as_ref().clone(),
@@ -405,7 +414,8 @@ async fn write_manifests(
     if !delta.data_files.is_empty() {
         let mut w = new_writer(md.default_partition_spec_id(), false)?;
         for f in &delta.data_files {
-            w.add_file(f.clone(), sequence_number).map_err(unavailable)?;
+            w.add_file(f.clone(), sequence_number)
+                .map_err(unavailable)?;
         }
         manifests.push(w.write_manifest_file().await.map_err(unavailable)?);
     }
@@ -443,7 +453,8 @@ async fn write_manifests(
     for (spec_id, files) in by_spec {
         let mut w = new_writer(spec_id, true)?;
         for f in files {
-            w.add_file(f.clone(), sequence_number).map_err(unavailable)?;
+            w.add_file(f.clone(), sequence_number)
+                .map_err(unavailable)?;
         }
         manifests.push(w.write_manifest_file().await.map_err(unavailable)?);
     }
@@ -526,10 +537,14 @@ fn summary(
     let count = |files: &[&DataFile], dv: bool| files.iter().filter(|f| is_dv(f) == dv).count();
     let added_refs: Vec<&DataFile> = added_deletes.iter().collect();
     let added_records: u64 = delta.data_files.iter().map(|f| f.record_count()).sum();
-    let added_data_size: u64 = delta.data_files.iter().map(|f| f.file_size_in_bytes()).sum();
+    let added_data_size: u64 = delta
+        .data_files
+        .iter()
+        .map(|f| f.file_size_in_bytes())
+        .sum();
     let added_positions: u64 = added_deletes.iter().map(|f| f.record_count()).sum();
     let removed_positions: u64 = removed.iter().map(|f| f.record_count()).sum();
-    let added_size = added_data_size + added_deletes.iter().map(|f| content_size(f)).sum::<u64>();
+    let added_size = added_data_size + added_deletes.iter().map(content_size).sum::<u64>();
     let removed_size: u64 = removed.iter().map(|f| content_size(f)).sum();
     let partitions: HashSet<String> = delta
         .data_files
@@ -542,11 +557,17 @@ fn summary(
         ("added-data-files", delta.data_files.len() as u64),
         ("added-records", added_records),
         ("added-delete-files", added_deletes.len() as u64),
-        ("added-position-delete-files", count(&added_refs, false) as u64),
+        (
+            "added-position-delete-files",
+            count(&added_refs, false) as u64,
+        ),
         ("added-dvs", count(&added_refs, true) as u64),
         ("added-position-deletes", added_positions),
         ("removed-delete-files", removed.len() as u64),
-        ("removed-position-delete-files", count(&removed, false) as u64),
+        (
+            "removed-position-delete-files",
+            count(&removed, false) as u64,
+        ),
         ("removed-dvs", count(&removed, true) as u64),
         ("removed-position-deletes", removed_positions),
         ("added-files-size", added_size),
@@ -554,7 +575,10 @@ fn summary(
         ("changed-partition-count", partitions.len() as u64),
     ];
     let totals = [
-        ("total-data-files", t.data_files + delta.data_files.len() as u64),
+        (
+            "total-data-files",
+            t.data_files + delta.data_files.len() as u64,
+        ),
         ("total-records", t.records + added_records),
         ("total-files-size", t.files_size + added_size - removed_size),
         (

@@ -141,10 +141,7 @@ pub async fn write_puffin(
             .sequence_number(-1)
             .data(data)
             .properties(HashMap::from([
-                (
-                    PROPERTY_REFERENCED_DATA_FILE.to_string(),
-                    data_file.clone(),
-                ),
+                (PROPERTY_REFERENCED_DATA_FILE.to_string(), data_file.clone()),
                 (
                     PROPERTY_CARDINALITY.to_string(),
                     positions.len().to_string(),
@@ -257,7 +254,15 @@ mod tests {
 
     #[test]
     fn round_trips_positions_across_32_bit_keys() {
-        let positions = treemap(&[0, 1, 65_535, 65_536, u32::MAX as u64, 1 << 32, (5 << 32) + 9]);
+        let positions = treemap(&[
+            0,
+            1,
+            65_535,
+            65_536,
+            u32::MAX as u64,
+            1 << 32,
+            (5 << 32) + 9,
+        ]);
         assert_eq!(decode(&encode(&positions).unwrap()).unwrap(), positions);
         let mut dense = RoaringTreemap::new();
         dense.insert_range(10..200_000);
@@ -282,8 +287,14 @@ mod tests {
         let mut blob = JAVA_EMPTY;
         blob[4] = 0;
         assert!(decode(&blob).unwrap_err().to_string().contains("magic"));
-        assert!(decode(&JAVA_EMPTY[..19]).unwrap_err().to_string().contains("length"));
-        assert!(decode(&JAVA_EMPTY[..8]).unwrap_err().to_string().contains("frame"));
+        assert!(decode(&JAVA_EMPTY[..19])
+            .unwrap_err()
+            .to_string()
+            .contains("length"));
+        assert!(decode(&JAVA_EMPTY[..8])
+            .unwrap_err()
+            .to_string()
+            .contains("frame"));
     }
 
     /// The offsets [`write_puffin`] reports are those of the file's own footer, and each blob
@@ -312,7 +323,9 @@ mod tests {
                 blob.properties()[PROPERTY_CARDINALITY],
                 positions.len().to_string()
             );
-            let read = read_dv(&file_io, &path, dv.offset, dv.length).await.unwrap();
+            let read = read_dv(&file_io, &path, dv.offset, dv.length)
+                .await
+                .unwrap();
             assert_eq!(read, *positions);
         }
     }

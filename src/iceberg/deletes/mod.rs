@@ -70,7 +70,7 @@ pub enum RowDeltaError {
         what: &'static str,
         /// The storage's error.
         #[source]
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
     /// The swap failed in a way that does not say whether it happened: reload the table and
     /// look for `snapshot_id` among its snapshots (`None`: a properties-only delta; compare the
@@ -81,13 +81,16 @@ pub enum RowDeltaError {
         snapshot_id: Option<i64>,
         /// The swap's error.
         #[source]
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
 }
 
 impl RowDeltaError {
     fn unavailable(what: &'static str, source: iceberg::Error) -> Self {
-        RowDeltaError::Unavailable { what, source }
+        RowDeltaError::Unavailable {
+            what,
+            source: Box::new(source),
+        }
     }
 
     /// Whether the caller may try again (after reloading the base, for a conflict): all but

@@ -151,8 +151,9 @@ pub async fn read_position_deletes(
         )
     };
     for batch in reader {
-        let batch = batch
-            .map_err(|e| Error::new(ErrorKind::Unexpected, "position delete read").with_source(e))?;
+        let batch = batch.map_err(|e| {
+            Error::new(ErrorKind::Unexpected, "position delete read").with_source(e)
+        })?;
         let paths = batch
             .column_by_name("file_path")
             .and_then(|c| c.as_any().downcast_ref::<StringArray>())
@@ -200,7 +201,10 @@ mod tests {
         );
         assert_eq!(f.lower_bounds()[&POS_FIELD_ID], Datum::long(0));
         assert_eq!(f.upper_bounds()[&POS_FIELD_ID], Datum::long(70_000));
-        assert_eq!(f.file_size_in_bytes(), std::fs::metadata(&path).unwrap().len());
+        assert_eq!(
+            f.file_size_in_bytes(),
+            std::fs::metadata(&path).unwrap().len()
+        );
         let read = read_position_deletes(&file_io, &path, "file:/data/a.parquet")
             .await
             .unwrap();
@@ -220,7 +224,11 @@ mod tests {
             .collect();
         assert_eq!(ids, [FILE_PATH_FIELD_ID, POS_FIELD_ID]);
         let batch = builder.build().unwrap().next().unwrap().unwrap();
-        let pos = batch.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        let pos = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
         assert_eq!(pos.values().to_vec(), [0, 4, 9, 70_000]);
     }
 }
