@@ -85,7 +85,8 @@ struct Target {
 /// `RowDelta`). Files are named after `commit_id`.
 ///
 /// Errors: [`RowDeltaError::Invalid`] (nothing written: a delete of a data file that is not live
-/// in the base nor added, a position past the file's rows, an added file that is not new data);
+/// in the base nor added, a position past the file's rows, an added file that is not new data,
+/// a format v1 table, a delta that changes nothing);
 /// [`RowDeltaError::Conflict`] (the base moved: nothing committed, this call's files deleted);
 /// [`RowDeltaError::Unavailable`] (writing or reading files failed before the swap: nothing
 /// committed); [`RowDeltaError::OutcomeUnknown`] (the swap failed otherwise: reload the table
@@ -96,12 +97,6 @@ pub async fn commit_row_delta(
     swap: &dyn TableSwap,
     commit_id: Uuid,
 ) -> Result<RowDeltaCommitted, RowDeltaError> {
-    let md = base.table.metadata();
-    if md.current_snapshot_id() != base.snapshot_id {
-        return Err(RowDeltaError::Invalid(
-            "the base was not loaded from the table's current snapshot".into(),
-        ));
-    }
     let mut targets = plan(base, delta)?;
     if targets.is_empty() && delta.data_files.is_empty() {
         return commit_properties(base, delta, swap).await;
@@ -228,6 +223,11 @@ fn swap_error(e: iceberg::Error, base: Option<i64>, snapshot_id: Option<i64>) ->
 /// The data files the deletes of `delta` target, checked against `base` and `delta.data_files`.
 fn plan(base: &RowDeltaBase, delta: &RowDelta) -> Result<Vec<Target>, RowDeltaError> {
     let md = base.table.metadata();
+    if md.format_version() == FormatVersion::V1 {
+        return Err(RowDeltaError::Invalid(
+            "format version 1 tables have no delete files: upgrade the table to 2 or 3".into(),
+        ));
+    }
     let default_spec = md.default_partition_spec_id();
     let mut added: HashMap<&str, &DataFile> = HashMap::new();
     for f in &delta.data_files {
@@ -611,8 +611,8 @@ fn summary(
     }
 }
 
-/// A random positive snapshot id no snapshot of `table` has (iceberg-rust's rule; the same as
-/// `iceberg::rewrite`'s private helper).
+/// A random positive snapshot id no snapshot of `table` has (iceberg-rust's rule; a copy of the
+/// private helper of `crate::iceberg::rewrite`).
 fn unique_snapshot_id(table: &iceberg::table::Table) -> i64 {
     loop {
         let (a, b) = Uuid::new_v4().as_u64_pair();

@@ -12,8 +12,8 @@
 //! previous one, ORs the new positions in, and removes it in the same snapshot (the v3 spec
 //! requires it for DVs; for v2 it keeps reads at one delete file per data file).
 //! iceberg-rust 0.10.1 has no row-delta action and no position-delete or DV writer, so the
-//! snapshot is built here as `iceberg::rewrite` builds floe's `replace` snapshots: manifests,
-//! manifest list and snapshot written by floe, swapped in through a
+//! snapshot is built here as `crate::iceberg::rewrite` builds floe's `replace` snapshots:
+//! manifests, manifest list and snapshot written by floe, swapped in through a
 //! [`crate::catalog::swap::TableSwap`] on condition that the base snapshot is still current.
 //!
 //! ```text
