@@ -14,6 +14,7 @@ use crate::registry::decoder::RecordDecoder;
 use crate::schema::MappedSchema;
 use writer::WriterSettings;
 
+pub mod deletes;
 pub mod evolve;
 pub mod fence;
 pub mod maintenance;
