@@ -127,8 +127,8 @@ pub trait BatchSink: Send {
     /// Buffers `records` of `shard` (one read batch, in order); returns what happened to each,
     /// in the same order. One call per read batch keeps the boxed future off the per-record path.
     ///
-    /// Errors: `Unavailable` when a dependency needed to read a record failed (a GSR schema
-    /// version lookup): that record is not dead-lettered, the loop restarts and reads it again.
+    /// Errors: `Unavailable` when a dependency needed to read a record failed (a schema
+    /// registry lookup, Glue or Confluent): that record is not dead-lettered, the loop restarts and reads it again.
     async fn push(
         &mut self,
         shard: &ShardId,

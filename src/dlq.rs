@@ -44,8 +44,8 @@ pub struct DlqEntry {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub key: Option<String>,
     /// Schema version the record was checked against: the version id in a GSR record's header,
-    /// `schema id N` for a Confluent-framed record, otherwise the channel's schema (file path or
-    /// GSR version id at the worker's start).
+    /// `schema id N` for a Confluent-framed record ([`crate::registry::schema_label`]), otherwise
+    /// the channel's schema (file path or GSR version id at the worker's start).
     pub schema_version: String,
     /// Error code (docs/schema-mapping.md "DLQ error codes").
     pub error_code: String,

@@ -21,6 +21,10 @@ pub fn uuid_v7_ms(id: &uuid::Uuid) -> Option<i64> {
     Some(secs as i64 * 1000 + i64::from(nanos / 1_000_000))
 }
 
+// Kept hand-rolled rather than `chrono` (in the lock file through iceberg): `days_from_civil`
+// runs on the record path, once per `date` and `date-time` value of every record
+// (`convert::time::full_date`, already validated there), where these few integer operations
+// need no second validation and no `NaiveDate` round trip.
 /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
 pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };

@@ -12,10 +12,17 @@ pub mod swap;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use iceberg::io::LocalFsStorageFactory;
 use iceberg::{Catalog, CatalogBuilder, Error, ErrorKind};
 use iceberg_catalog_sql::{SqlCatalogBuilder, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE};
+
+/// Connect timeout of a REST catalog request (the catalog client's and the SigV4 relay's).
+pub const REST_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on one REST catalog request (a commit writes a metadata file on the server); the SigV4
+/// relay answers 504 a little before it.
+pub const REST_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Error from opening a catalog or preparing the table.
 #[derive(Debug, thiserror::Error)]

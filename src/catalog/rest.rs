@@ -29,7 +29,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_credential_types::provider::SharedCredentialsProvider;
@@ -53,14 +52,9 @@ use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use crate::aws::AwsClients;
 use crate::catalog::sigv4::{start_signing_relay, SigV4Signer, SigningRelay};
 use crate::catalog::swap::TableSwap;
-use crate::catalog::CatalogError;
+use crate::catalog::{CatalogError, REST_CONNECT_TIMEOUT, REST_REQUEST_TIMEOUT};
 use crate::config::{AwsConfig, AwsService};
 use crate::config::{RestAuth, RestCatalogConfig};
-
-/// Connect timeout of a REST catalog request.
-pub const REST_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bound on one REST catalog request (a commit writes a metadata file on the server).
-pub const REST_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Header of the REST specification asking the server to vend storage credentials.
 pub const ACCESS_DELEGATION_HEADER: &str = "X-Iceberg-Access-Delegation";

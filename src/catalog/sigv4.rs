@@ -26,7 +26,7 @@
 //! Errors reach the catalog client as HTTP answers in the REST specification's error model
 //! (`{"error": {"message", "type", "code"}}`): 502 when no credentials can be had or the server
 //! cannot be reached, 504 when it does not answer within
-//! [`crate::catalog::rest::REST_REQUEST_TIMEOUT`]; the server's own answers (403 for a refused
+//! [`crate::catalog::REST_REQUEST_TIMEOUT`]; the server's own answers (403 for a refused
 //! signature or missing permission) pass through unchanged.
 
 use std::sync::{Arc, RwLock};
@@ -44,7 +44,7 @@ use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
-use crate::catalog::rest::{REST_CONNECT_TIMEOUT, REST_REQUEST_TIMEOUT};
+use crate::catalog::{REST_CONNECT_TIMEOUT, REST_REQUEST_TIMEOUT};
 use crate::health::serve_http1;
 
 /// Largest request body the relay signs (bytes); catalog requests are JSON of a few KiB to MiB.

@@ -28,10 +28,12 @@ use crate::catalog::CatalogError;
 use crate::config::{
     CatalogConfig, ChannelConfig, GlueSchemaVersion, SchemaConfig, SchemaEvolution,
 };
-use crate::gsr::{load_channel_schema, ChannelRegistry, ChannelSchema, SchemaLoadError};
 use crate::iceberg::table::{ensure_table, TableSpec};
 use crate::iceberg::writer::ParquetCompression;
 use crate::lease::{ChannelState, ChannelStatus, LeaseError, Store};
+use crate::registry::channel_schema::{
+    load_channel_schema, ChannelRegistry, ChannelSchema, SchemaLoadError,
+};
 use crate::time::now_ms;
 
 /// Why activation did not complete, shaped by what the caller does next.

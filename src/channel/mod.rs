@@ -631,9 +631,10 @@ pub async fn create_at(
         Some(schema) => schema,
         None => {
             let registry =
-                crate::gsr::ChannelRegistry::of(channel, || aws.glue()).map_err(|e| {
-                    ControlError::refused(format!("channel[{index}].schema"), e.to_string())
-                })?;
+                crate::registry::channel_schema::ChannelRegistry::of(channel, || aws.glue())
+                    .map_err(|e| {
+                        ControlError::refused(format!("channel[{index}].schema"), e.to_string())
+                    })?;
             activate::resolve_schema(index, channel, store, &mut state, registry.as_ref())
                 .await
                 .map_err(creating)?
@@ -690,7 +691,8 @@ async fn check_active_glue_schema(
     active: &ChannelState,
     aws: &crate::aws::AwsClients,
 ) -> Result<(), ControlError> {
-    use crate::gsr::{load_channel_schema, ChannelRegistry, RegistryClient, SchemaLoadError};
+    use crate::registry::channel_schema::{load_channel_schema, ChannelRegistry, SchemaLoadError};
+    use crate::registry::gsr::RegistryClient;
     let Some(crate::config::SchemaConfig::Glue {
         version,
         schema_arn,
@@ -1006,7 +1008,7 @@ pub struct SchemaHistoryEntry {
 /// A Confluent schema key packed in a UUID, as text (`"42"`, `"42 message [1, 0]"`); `None` for
 /// a Glue version id.
 fn confluent_id_text(id: uuid::Uuid) -> Option<String> {
-    let key = crate::confluent::SchemaKey::from_uuid(id)?;
+    let key = crate::registry::framing::confluent::SchemaKey::from_uuid(id)?;
     Some(match key.indexes.as_slice() {
         [] => key.id.to_string(),
         i => format!("{} message {i:?}", key.id),

@@ -58,7 +58,7 @@ pub fn check_schema(
             let doc = read_schema(path).map_err(|m| error(&format!("versions.\"{id}\""), m))?;
             listed.push((*id, doc));
         }
-        if crate::gsr::wire::split_versions(&schema, listed)
+        if crate::registry::channel_schema::split_versions(&schema, listed)
             .0
             .is_none()
         {

@@ -66,7 +66,8 @@ use arrow_array::RecordBatch;
 
 use crate::convert::render::row_to_json;
 use crate::convert::{Converter, DlqCode, DlqReason};
-use crate::gsr::wire::{split_versions, GsrDecoder};
+use crate::registry::channel_schema::split_versions;
+use crate::registry::framing::gsr::GsrDecoder;
 use crate::schema::partition::{time_field, unbound_spec, PartitionTerm};
 use crate::schema::{date_time_fields, MappedSchema};
 
@@ -187,12 +188,17 @@ pub struct ConfluentCheck {
     /// For `protobuf`: the message indexes of `--message` (`[0]`, the first message, by default)
     /// and its name.
     own_message: Option<(Vec<i32>, String)>,
-    registry: Option<(tokio::runtime::Runtime, crate::confluent::ConfluentClient)>,
+    registry: Option<(
+        tokio::runtime::Runtime,
+        crate::registry::confluent::ConfluentClient,
+    )>,
     subject: Option<String>,
     partition: String,
     /// A converter per schema id met (other than `--schema-id`), or why its records are refused.
-    converters:
-        std::collections::HashMap<crate::confluent::SchemaKey, Result<Converter, DlqReason>>,
+    converters: std::collections::HashMap<
+        crate::registry::framing::confluent::SchemaKey,
+        Result<Converter, DlqReason>,
+    >,
 }
 
 impl ConfluentCheck {
@@ -200,9 +206,9 @@ impl ConfluentCheck {
         let registry = match &args.registry_url {
             None => None,
             Some(url) => {
-                let auth = crate::confluent::auth_from_env(|k| std::env::var(k).ok())
+                let auth = crate::registry::confluent::auth_from_env(|k| std::env::var(k).ok())
                     .map_err(|e| Refusal(e.to_string()))?;
-                let http = crate::confluent::api::HttpRegistry::new(
+                let http = crate::registry::confluent::api::HttpRegistry::new(
                     &[url.trim_end_matches('/').to_string()],
                     auth,
                     None,
@@ -215,7 +221,7 @@ impl ConfluentCheck {
                 let subject = args.subject.clone().unwrap_or_default();
                 Some((
                     runtime,
-                    crate::confluent::ConfluentClient::new(http, &subject),
+                    crate::registry::confluent::ConfluentClient::new(http, &subject),
                 ))
             }
         };
@@ -231,8 +237,11 @@ impl ConfluentCheck {
     }
 
     /// The converter of a record of `key` that is not `--schema-id`'s.
-    fn converter(&mut self, key: crate::confluent::SchemaKey) -> &mut Result<Converter, DlqReason> {
-        use crate::confluent::{map_schema, RegistryError, SchemaType};
+    fn converter(
+        &mut self,
+        key: crate::registry::framing::confluent::SchemaKey,
+    ) -> &mut Result<Converter, DlqReason> {
+        use crate::registry::confluent::{map_schema, RegistryError, SchemaType};
         use crate::schema::protobuf::MessageSelector;
         let Some((runtime, client)) = &self.registry else {
             return self.converters.entry(key.clone()).or_insert_with(|| {
@@ -245,14 +254,14 @@ impl ConfluentCheck {
         if !self.converters.contains_key(&key) {
             let found = runtime.block_on(client.by_id(key.id));
             let conv = match found {
-                Err(RegistryError::NotFound(_)) => Err(crate::confluent::unknown_id(&key)),
+                Err(RegistryError::NotFound(_)) => Err(crate::registry::confluent::unknown_id(&key)),
                 Err(e) => Err(DlqReason::record(
                     DlqCode::InvalidSchema,
                     format!("{key} could not be looked up (the daemon would wait for the registry): {e}"),
                 )),
                 Ok(r) => match &self.subject {
                     Some(s) if r.version_in(s).is_none() => {
-                        Err(crate::confluent::not_the_channels(&r, &key, s))
+                        Err(crate::registry::confluent::not_the_channels(&r, &key, s))
                     }
                     _ => {
                         let choice = (r.schema_type == SchemaType::Protobuf)
@@ -548,7 +557,7 @@ fn setup_avro_or_protobuf(
     args: &RecordsCheckArgs,
     spec: Option<Vec<PartitionTerm>>,
 ) -> Result<CheckSetup, Refusal> {
-    use crate::confluent::{ResolvedSchema, SchemaType};
+    use crate::registry::confluent::{ResolvedSchema, SchemaType};
     use crate::schema::protobuf::{timestamp_fields, MessageSelector, ProtoFile};
     refuse_gsr_flags(args)?;
     let path = args.schema.display();
@@ -612,7 +621,7 @@ fn setup_avro_or_protobuf(
             references: Vec::new(),
             subjects: Vec::new(),
         };
-        let indexes = crate::confluent::message_indexes(&resolved, &message.name)
+        let indexes = crate::registry::confluent::message_indexes(&resolved, &message.name)
             .map_err(|e| Refusal(format!("--schema {path}: {e}")))?;
         confluent.own_message = Some((indexes, message.name.clone()));
     }
@@ -763,7 +772,7 @@ fn check_confluent(
     conv: &mut Converter,
     record: &[u8],
 ) -> Result<(RecordBatch, i64), DlqReason> {
-    let framed = crate::confluent::wire::parse(record, c.protobuf)?;
+    let framed = crate::registry::framing::confluent::parse(record, c.protobuf)?;
     let own_id = match c.schema_id {
         Some(id) => id == framed.id,
         None => c.registry.is_none(),
@@ -783,7 +792,7 @@ fn check_confluent(
     let conv = if own {
         conv
     } else {
-        let key = crate::confluent::SchemaKey {
+        let key = crate::registry::framing::confluent::SchemaKey {
             id: framed.id,
             indexes: framed.indexes,
         };
@@ -806,7 +815,7 @@ fn check_evolving(
     notes: &mut Vec<(usize, Value)>,
     index: usize,
 ) -> Result<(RecordBatch, i64), DlqReason> {
-    let (header, _) = crate::gsr::wire::parse_header(record)?;
+    let (header, _) = crate::registry::framing::gsr::parse_header(record)?;
     let id = header.schema_version;
     let mapped = match evo.versions.get(&id) {
         None if Some(id) == evo.channel => {

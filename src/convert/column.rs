@@ -305,29 +305,17 @@ fn expect_type(ptr: &str, field: &FieldRef, want: &DataType) -> Result<(), Schem
     }
 }
 
-impl Col {
-    /// Builds the buffers of `spec` for the table's Arrow field `field` (same name and structure).
-    pub fn build(
-        spec: &FieldSpec,
+impl Data {
+    /// The buffers of a column of scalar type `ty` for the table's Arrow field `field`.
+    ///
+    /// Errors: the field's Arrow type is not the one `ty` maps to.
+    fn scalar(
+        ty: &FieldType,
         field: &FieldRef,
         ptr: &str,
-        names: &mut Vec<Box<str>>,
         mode: BuildMode,
-    ) -> Result<Col, SchemaError> {
-        let name_id = names.len() as u32;
-        names.push(spec.name.clone().into_boxed_str());
-        let relaxed = mode == BuildMode::Evolved && field.is_nullable();
-        if field.is_nullable() != spec.nullable() && !relaxed {
-            return Err(mismatch(
-                ptr,
-                format!(
-                    "nullability differs (schema nullable: {}, table: {})",
-                    spec.nullable(),
-                    field.is_nullable()
-                ),
-            ));
-        }
-        let data = match &spec.ty {
+    ) -> Result<Data, SchemaError> {
+        Ok(match ty {
             FieldType::Boolean => {
                 expect_type(ptr, field, &DataType::Boolean)?;
                 Data::Bool(BooleanBufferBuilder::new(0))
@@ -426,6 +414,36 @@ impl Col {
                     Box::new(s.clone()),
                 )
             }
+            FieldType::Struct(_) | FieldType::List(_) | FieldType::Map(_) => {
+                unreachable!("nested types are built by Col::build")
+            }
+        })
+    }
+}
+
+impl Col {
+    /// Builds the buffers of `spec` for the table's Arrow field `field` (same name and structure).
+    pub fn build(
+        spec: &FieldSpec,
+        field: &FieldRef,
+        ptr: &str,
+        names: &mut Vec<Box<str>>,
+        mode: BuildMode,
+    ) -> Result<Col, SchemaError> {
+        let name_id = names.len() as u32;
+        names.push(spec.name.clone().into_boxed_str());
+        let relaxed = mode == BuildMode::Evolved && field.is_nullable();
+        if field.is_nullable() != spec.nullable() && !relaxed {
+            return Err(mismatch(
+                ptr,
+                format!(
+                    "nullability differs (schema nullable: {}, table: {})",
+                    spec.nullable(),
+                    field.is_nullable()
+                ),
+            ));
+        }
+        let data = match &spec.ty {
             FieldType::Struct(s) => {
                 let DataType::Struct(fields) = field.data_type() else {
                     return Err(mismatch(
@@ -453,6 +471,7 @@ impl Col {
                 };
                 Data::Map(Box::new(MapCol::build(m, entries, ptr, names, mode)?))
             }
+            scalar => Data::scalar(scalar, field, ptr, mode)?,
         };
         Ok(Col {
             meta: Meta {

@@ -1,33 +1,36 @@
-//! Record conversion, the pipeline's hot path: JSON record bytes → Arrow columns of the table schema,
-//! validated against the channel's JSON Schema while they are decoded (docs/schema-mapping.md "Value rules" and
-//! "DLQ error codes").
+//! Record conversion, the pipeline's hot path: a record's payload → Arrow columns of the table
+//! schema, validated while it is decoded (docs/schema-mapping.md "Value rules" and "DLQ error
+//! codes"). The payload is what the registry room's decoder ([`crate::registry::decoder`]) left
+//! after the record's framing; its format is the mapped schema's [`Decoding`]:
 //!
 //! ```text
-//!   record bytes ──► size check ──► one-pass pull parse (json.rs: syntax, UTF-8, escapes, depth,
-//!   (after GSR        (RECORD_       duplicate keys), driven by the mapped schema, validating each
-//!    decoding)         TOO_LARGE)    value (decode.rs) and appending it to its column (column.rs)
-//!                                            │ ok                      │ error
-//!                                            ▼                         ▼
-//!                                   row appended,            every column truncated back:
-//!                                   hour partition           DlqReason {code, field, message}
+//!   payload ──► size check ──► JSON Schema: one-pass pull parse (json.rs: syntax, UTF-8, escapes,
+//!   (after      (RECORD_         depth, duplicate keys) driven by the mapped schema, validating
+//!    framing)    TOO_LARGE)      each value (json_schema.rs)
+//!                            ──► Avro: the writer schema's datum, resolved (avro/)
+//!                            ──► Protobuf: the message's fields, scanned then read (protobuf/)
+//!                                  │ each value appended to its column (column.rs)
+//!                                  ▼ ok                          │ error
+//!                           row appended,              every column truncated back:
+//!                           hour partition             DlqReason {code, field, message}
 //! ```
 //!
-//! Every record is parsed exactly once, with no tree allocated per record: numbers are read from
-//! their exact text (decimals and integers never through `f64`), strings are unescaped straight into
-//! the column buffers. One bad record never fails a batch: it is reported as a [`DlqReason`] and
-//! leaves the buffers as they were, so rows stay in input order. Specs followed: JSON (RFC 8259) with
-//! the I-JSON restrictions (RFC 7493: no duplicate keys, no lone surrogates, valid UTF-8), RFC 3339
-//! dates and times, base64 per RFC 4648 §4, JSON Schema draft-04/-07 validation keywords, and the
-//! Iceberg spec's types with iceberg-rust's Arrow mapping.
+//! Every record is decoded exactly once, with no tree allocated per record: JSON numbers are read
+//! from their exact text (decimals and integers never through `f64`), strings are unescaped straight
+//! into the column buffers. One bad record never fails a batch: it is reported as a [`DlqReason`]
+//! and leaves the buffers as they were, so rows stay in input order. Specs followed: JSON (RFC 8259)
+//! with the I-JSON restrictions (RFC 7493: no duplicate keys, no lone surrogates, valid UTF-8), RFC
+//! 3339 dates and times, base64 per RFC 4648 §4, JSON Schema draft-04/-07 validation keywords, Avro
+//! 1.11 binary encoding, the Protocol Buffers binary encoding, and the Iceberg spec's types
+//! with iceberg-rust's Arrow mapping.
 //!
 //! The invariant it upholds for exactly-once delivery: every record it is given ends up either as
 //! exactly one row or as exactly one DLQ reason.
 
 mod avro;
 mod column;
-mod decode;
-
 mod json;
+mod json_schema;
 mod protobuf;
 pub mod render;
 pub mod route;
@@ -43,7 +46,7 @@ use arrow_schema::SchemaRef;
 
 use crate::schema::{Decoding, MappedSchema, SchemaError};
 use column::{BuildMode, StructCol};
-use decode::{Ctx, Scratch};
+use json_schema::{Ctx, Scratch};
 
 /// Default largest record accepted, in bytes (10 MiB, the Kinesis record limit).
 pub const DEFAULT_MAX_RECORD_SIZE: usize = 10 * 1024 * 1024;
@@ -54,7 +57,7 @@ const MAX_BUFFERED_INPUT: usize = (i32::MAX as usize) / 2;
 
 pub use crate::model::{DlqCode, DlqReason};
 
-/// Converts JSON records into rows of one table, buffering them as Arrow columns until
+/// Converts records (JSON, Avro or Protobuf payloads) into rows of one table, buffering them as Arrow columns until
 /// [`Converter::finish`]. Push-based and single-threaded; reuse one per channel and worker.
 pub struct Converter {
     schema: Arc<MappedSchema>,
@@ -203,7 +206,7 @@ impl Converter {
     /// One JSON document into one row; returns the partition field's µs (`i64::MIN` when the
     /// record has none: then no row was appended either).
     fn push_json(&mut self, record: &[u8], draft: crate::schema::Draft) -> Result<i64, DlqReason> {
-        if crate::gsr::wire::looks_like_gsr(record) {
+        if crate::registry::looks_like_gsr(record) {
             return Err(DlqReason::record(
                 DlqCode::DeserializationError,
                 "record carries a GSR header; set record.format = gsr_json",

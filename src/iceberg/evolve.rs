@@ -44,7 +44,7 @@ use crate::time::now_ms;
 
 /// Table property: the schema version id whose records the table was last evolved for (the
 /// channel's current version): a Glue `SchemaVersionId`, or a Confluent schema id and message
-/// indexes packed into a UUID ([`crate::confluent::SchemaKey::to_uuid`]).
+/// indexes packed into a UUID ([`crate::registry::framing::confluent::SchemaKey::to_uuid`]).
 pub const PROP_SCHEMA_VERSION_ID: &str = "floe.schema-version-id";
 /// Table property: the schema history, a JSON array of [`AppliedVersion`], oldest first.
 pub const PROP_SCHEMA_HISTORY: &str = "floe.schema-history";
@@ -99,7 +99,7 @@ pub fn current_version(table: &Table) -> Option<Uuid> {
 /// channel's subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VersionRef {
-    /// `SchemaVersionId`, or the Confluent [`crate::confluent::SchemaKey`] packed into a UUID.
+    /// `SchemaVersionId`, or the Confluent [`crate::registry::framing::confluent::SchemaKey`] packed into a UUID.
     pub id: Uuid,
     /// `VersionNumber`, or the version of the subject.
     pub number: i64,
@@ -260,10 +260,10 @@ pub async fn apply_version(
             .into_iter()
             .collect(),
         });
-        super::maintenance::step_point("evolution-decided").await;
+        crate::failpoint::step_point("evolution-decided").await;
         match swap.swap(ident, requirements, updates).await {
             Ok(committed) => {
-                super::maintenance::step_point("evolution-committed").await;
+                crate::failpoint::step_point("evolution-committed").await;
                 let outcome = if changed { "evolved" } else { "recorded" };
                 telemetry::record_schema_change(channel, outcome);
                 let changes_text: Vec<String> =

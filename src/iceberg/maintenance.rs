@@ -48,7 +48,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::fence::DeletionFence;
-use super::rewrite::{commit_rewrite, CurrentFiles, Rewrite};
+use super::rewrite::{commit_rewrite, CurrentFiles, Rewrite, Rewritten};
 use super::writer::{rewrite_data_files, WriterSettings};
 use crate::catalog::swap::TableSwap;
 use crate::config::MaintenanceConfig;
@@ -65,27 +65,6 @@ const JOB_TARGETS: u64 = 4;
 
 /// Attempts to commit one compaction's outputs before they are given up.
 const MAX_COMMIT_ATTEMPTS: u32 = 3;
-
-/// Test builds only (the `testsuite` feature): stops the process at maintenance step `step` as
-/// the crash tests need — `FLOE_CRASH_AT=<step>` aborts it (no cleanup, as SIGKILL), and
-/// `FLOE_PAUSE_AT=<step>` holds the step for 5 s (a window for the test to SIGSTOP the process).
-/// Steps: `compaction-written` (outputs written, not committed), `rewrite-written` (manifests and
-/// manifest list written, not swapped), `rewrite-committed` (swapped, nothing after it done).
-/// Compiled to nothing otherwise.
-pub(crate) async fn step_point(step: &str) {
-    #[cfg(feature = "testsuite")]
-    {
-        if std::env::var("FLOE_CRASH_AT").is_ok_and(|s| s == step) {
-            eprintln!("FLOE_CRASH_AT={step}: aborting");
-            std::process::abort();
-        }
-        if std::env::var("FLOE_PAUSE_AT").is_ok_and(|s| s == step) {
-            eprintln!("FLOE_PAUSE_AT={step}: pausing");
-            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-        }
-    }
-    let _ = step;
-}
 
 /// One partition of the table as maintenance plans it: the live files of one partition tuple
 /// of one spec, and when the partition closes (docs/partitioning.md, "Maintenance"). Ordered
@@ -363,7 +342,7 @@ pub struct Compacted {
 /// Compaction only merges such files: iceberg-rust 0.10.1's reader projects a file of an
 /// earlier schema onto the current one only for top-level changes, and fails on a struct that
 /// gained a field (`Incorrect number of arrays for StructArray fields`, found by
-/// tests/schema_evolution.rs). Files written before a schema change
+/// tests/it/schema_evolution.rs). Files written before a schema change
 /// (`evolution = "compatible"`) are left as they are, readable by every engine.
 ///
 /// Errors: the file cannot be read.
@@ -488,7 +467,7 @@ pub async fn compact(
         ));
     }
     tracing::info!(table = %table.identifier(), %file_id, inputs = inputs.len(), outputs = outputs.len(), rows, "compaction written");
-    step_point("compaction-written").await;
+    crate::failpoint::step_point("compaction-written").await;
     Ok(Compacted {
         inputs: inputs.iter().map(|e| e.file_path().to_string()).collect(),
         rows,
@@ -619,6 +598,22 @@ fn task_label(task: &str) -> &'static str {
         "manifest-rewrite" => "manifest_rewrite",
         _ => "record_expiry",
     }
+}
+
+/// One look of [`Maintainer::maintain`] at a table, as its commits need it.
+struct Look<'a> {
+    /// The table as the look found it.
+    table: &'a Table,
+    /// Where the look's snapshots are committed.
+    swap: &'a dyn TableSwap,
+    /// Deletes the outputs of a compaction given up.
+    fence: &'a DeletionFence,
+    /// The partitions whose records the look expires.
+    expired: &'a HashSet<Group>,
+    /// Manifests of the table as the look found it.
+    manifests_before: usize,
+    /// When the look's first commit started.
+    started: Instant,
 }
 
 impl Maintainer {
@@ -808,14 +803,63 @@ impl Maintainer {
             current.live().count(),
         );
         let now = (self.clock)();
-        let live: HashSet<&str> = current.live().map(|e| e.file_path()).collect();
 
         // Record expiration: whole files removed, a `delete` snapshot of its own.
+        let (expiry, expired) = self.plan_record_expiry(due, &current, &groups, now);
+        // Compaction and manifest rewrite: the same rows in other files, a `replace`.
+        let mut compacted = st.ready.take();
+        let rewrite = self.plan_replace(due, table, &current, &expiry, &mut compacted, fence);
+
+        let steps: Vec<Rewrite> = [expiry, rewrite]
+            .into_iter()
+            .filter(|r| !r.is_empty())
+            .collect();
+        if steps.is_empty() {
+            if self.may_start_compaction(due, &st, current.has_deletes) {
+                report.compaction_started =
+                    self.start_compaction(&mut st, table, &groups, now, &expired);
+            }
+            return Ok(report);
+        }
+        let look = Look {
+            table,
+            swap,
+            fence,
+            expired: &expired,
+            manifests_before: current.manifests.len(),
+            started: Instant::now(),
+        };
+        let base = self
+            .commit_steps(&look, &mut st, steps, current, compacted, &mut report)
+            .await?;
+        let after = CurrentFiles::load(&base).await?;
+        telemetry::set_table_shape(&self.channel, after.manifests.len(), after.live().count());
+        // Plan the next compaction on the table as committed, in this same look: a look that
+        // always commits something (record expiry of late records) must not keep compaction
+        // from ever starting (found by a fresh-user test).
+        if self.may_start_compaction(due, &st, after.has_deletes) {
+            report.compaction_started =
+                self.start_compaction(&mut st, &base, &files_by_partition(&after), now, &expired);
+        }
+        report.table = Some(base);
+        Ok(report)
+    }
+
+    /// The record expiration of a look (`due`): every file of the partitions whose period ended
+    /// more than `record_retention` before `now`, and those partitions. Nothing on a table with
+    /// delete files.
+    fn plan_record_expiry(
+        &self,
+        due: bool,
+        current: &CurrentFiles,
+        groups: &BTreeMap<Group, Vec<&ManifestEntryRef>>,
+        now: i64,
+    ) -> (Rewrite, HashSet<Group>) {
         let mut expiry = Rewrite::default();
         let mut expired: HashSet<Group> = HashSet::new();
         if let (true, Some(retention)) = (due, self.config.record_retention) {
             if !current.has_deletes {
-                for g in expired_partitions(&groups, retention.as_millis() as i64, now) {
+                for g in expired_partitions(groups, retention.as_millis() as i64, now) {
                     expiry
                         .remove
                         .extend(groups[&g].iter().map(|e| e.file_path().to_string()));
@@ -826,10 +870,25 @@ impl Maintainer {
                 }
             }
         }
-        // Compaction and manifest rewrite: the same rows in other files, a `replace`.
+        (expiry, expired)
+    }
+
+    /// The `replace` of a look: the finished compaction (`compacted`) while its inputs are still
+    /// live and not expired, and a manifest merge when due and there are too many manifests. A
+    /// compaction already committed (an earlier outcome was unknown) or overtaken is taken out
+    /// of `compacted`; an overtaken one's outputs are deleted through `fence`.
+    fn plan_replace(
+        &self,
+        due: bool,
+        table: &Table,
+        current: &CurrentFiles,
+        expiry: &Rewrite,
+        compacted: &mut Option<Compacted>,
+        fence: &DeletionFence,
+    ) -> Rewrite {
+        let live: HashSet<&str> = current.live().map(|e| e.file_path()).collect();
         let mut rewrite = Rewrite::default();
-        let mut compacted = st.ready.take();
-        if let Some(c) = &compacted {
+        if let Some(c) = compacted.as_ref() {
             let committed = c.outputs.iter().any(|f| live.contains(f.file_path()));
             let usable = c.inputs.iter().all(|p| live.contains(p.as_str()))
                 && !c.inputs.iter().any(|p| expiry.remove.contains(p))
@@ -854,27 +913,33 @@ impl Maintainer {
             rewrite.merge_manifests = true;
             rewrite.tasks.push("manifest-rewrite");
         }
+        rewrite
+    }
 
-        let steps: Vec<Rewrite> = [expiry, rewrite]
-            .into_iter()
-            .filter(|r| !r.is_empty())
-            .collect();
-        if steps.is_empty() {
-            if due
-                && self.config.compaction
-                && st.job.is_none()
-                && st.ready.is_none()
-                && !current.has_deletes
-            {
-                report.compaction_started =
-                    self.start_compaction(&mut st, table, &groups, now, &expired);
-            }
-            return Ok(report);
-        }
-        let manifests_before = current.manifests.len();
-        let started = Instant::now();
+    /// Whether a look (`due`) starts a compaction task: compaction is on, no task runs or waits
+    /// for its commit, and the table has no delete files.
+    fn may_start_compaction(&self, due: bool, st: &State, has_deletes: bool) -> bool {
+        due && self.config.compaction && st.job.is_none() && st.ready.is_none() && !has_deletes
+    }
+
+    /// Commits the look's `steps` in order, each on the table the one before left (`current`:
+    /// the files of the first); snapshot expiry rides in the last. Returns the table as the last
+    /// committed snapshot left it. A step that fails ends the look: its compaction is kept for
+    /// the next look (or given up after [`MAX_COMMIT_ATTEMPTS`] conflicts).
+    ///
+    /// Errors: the failure of the first step (a later one's is logged: the report says what
+    /// committed).
+    async fn commit_steps(
+        &self,
+        look: &Look<'_>,
+        st: &mut State,
+        steps: Vec<Rewrite>,
+        current: CurrentFiles,
+        mut compacted: Option<Compacted>,
+        report: &mut MaintenanceReport,
+    ) -> iceberg::Result<Table> {
         let last = steps.len() - 1;
-        let (mut base, mut base_files) = (table.clone(), current);
+        let (mut base, mut base_files) = (look.table.clone(), current);
         for (i, mut step) in steps.into_iter().enumerate() {
             if i > 0 {
                 base_files = CurrentFiles::load(&base).await?;
@@ -884,94 +949,106 @@ impl Maintainer {
                 step.expire = expirable(&base, &self.config, now_ms());
             }
             let with_compaction = step.tasks.contains(&"compaction");
-            match commit_rewrite(&base, &base_files, &step, swap, Uuid::now_v7()).await {
+            match commit_rewrite(&base, &base_files, &step, look.swap, Uuid::now_v7()).await {
                 Ok(done) => {
-                    for t in &step.tasks {
-                        telemetry::record_maintenance_run(
-                            &self.channel,
-                            task_label(t),
-                            "committed",
-                        );
-                    }
-                    if let Some(c) = compacted.as_ref().filter(|_| with_compaction) {
-                        telemetry::record_compaction_files(
-                            &self.channel,
-                            c.inputs.len() as u64,
-                            c.outputs.len() as u64,
-                        );
-                    }
-                    let snapshot = MaintenanceSnapshot::of(&done.table, done.snapshot_id);
-                    tracing::info!(
-                        channel = %self.channel,
-                        table = %table.identifier(),
-                        tasks = %step.tasks.join(","),
-                        snapshot_id = done.snapshot_id,
-                        operation = %snapshot.operation,
-                        added_records = snapshot.added_records,
-                        deleted_records = snapshot.deleted_records,
-                        files_removed = step.remove.len(),
-                        files_added = step.add.len(),
-                        rows_compacted = compacted.as_ref().filter(|_| with_compaction).map_or(0, |c| c.rows),
-                        partitions_expired = if step.tasks.contains(&"record-expiry") { expired.len() } else { 0 },
-                        manifests_before,
-                        manifests_after = done.manifests,
-                        took_ms = started.elapsed().as_millis() as u64,
-                        "table maintained"
-                    );
-                    report.snapshot_id = Some(done.snapshot_id);
-                    report.snapshots.push(snapshot);
-                    report.tasks.extend(step.tasks.iter().copied());
-                    report.files_removed += step.remove.len();
-                    report.files_added += step.add.len();
+                    let c = compacted.as_ref().filter(|_| with_compaction);
+                    self.committed(look, &step, &done, c, report);
                     if with_compaction {
                         compacted = None;
                     }
                     base = done.table;
                 }
                 Err(e) => {
-                    let outcome = match e.kind() {
-                        ErrorKind::CatalogCommitConflicts | ErrorKind::DataInvalid => "conflict",
-                        _ => "failed",
-                    };
-                    for t in &step.tasks {
-                        telemetry::record_maintenance_run(&self.channel, task_label(t), outcome);
-                    }
-                    if let Some(mut c) = compacted.take() {
-                        if with_compaction {
-                            c.attempts += 1;
-                        }
-                        if c.attempts >= MAX_COMMIT_ATTEMPTS && outcome == "conflict" {
-                            self.abandon(&base, c, "its commit was refused too often", fence);
-                        } else {
-                            st.ready = Some(c);
-                        }
-                    }
-                    // Look again at the next call rather than after a whole interval.
-                    st.next_look = None;
+                    let c = compacted.take().map(|mut c| {
+                        c.attempts += u32::from(with_compaction);
+                        c
+                    });
+                    self.not_committed(look, st, &step, &base, c, &e);
                     if report.snapshots.is_empty() {
                         return Err(e);
                     }
-                    tracing::warn!(channel = %self.channel, table = %table.identifier(), tasks = %step.tasks.join(","), error = %e, "maintenance snapshot not committed after the record expiry before it; tried again at the next look");
+                    tracing::warn!(channel = %self.channel, table = %look.table.identifier(), tasks = %step.tasks.join(","), error = %e, "maintenance snapshot not committed after the record expiry before it; tried again at the next look");
                     break;
                 }
             }
         }
-        let after = CurrentFiles::load(&base).await?;
-        telemetry::set_table_shape(&self.channel, after.manifests.len(), after.live().count());
-        // Plan the next compaction on the table as committed, in this same look: a look that
-        // always commits something (record expiry of late records) must not keep compaction
-        // from ever starting (found by a fresh-user test).
-        if due
-            && self.config.compaction
-            && st.job.is_none()
-            && st.ready.is_none()
-            && !after.has_deletes
-        {
-            report.compaction_started =
-                self.start_compaction(&mut st, &base, &files_by_partition(&after), now, &expired);
+        Ok(base)
+    }
+
+    /// Counts, logs and reports committed step `step` (`compacted`: the compaction it
+    /// committed, if any).
+    fn committed(
+        &self,
+        look: &Look<'_>,
+        step: &Rewrite,
+        done: &Rewritten,
+        compacted: Option<&Compacted>,
+        report: &mut MaintenanceReport,
+    ) {
+        for t in &step.tasks {
+            telemetry::record_maintenance_run(&self.channel, task_label(t), "committed");
         }
-        report.table = Some(base);
-        Ok(report)
+        if let Some(c) = compacted {
+            telemetry::record_compaction_files(
+                &self.channel,
+                c.inputs.len() as u64,
+                c.outputs.len() as u64,
+            );
+        }
+        let snapshot = MaintenanceSnapshot::of(&done.table, done.snapshot_id);
+        tracing::info!(
+            channel = %self.channel,
+            table = %look.table.identifier(),
+            tasks = %step.tasks.join(","),
+            snapshot_id = done.snapshot_id,
+            operation = %snapshot.operation,
+            added_records = snapshot.added_records,
+            deleted_records = snapshot.deleted_records,
+            files_removed = step.remove.len(),
+            files_added = step.add.len(),
+            rows_compacted = compacted.map_or(0, |c| c.rows),
+            partitions_expired = if step.tasks.contains(&"record-expiry") { look.expired.len() } else { 0 },
+            manifests_before = look.manifests_before,
+            manifests_after = done.manifests,
+            took_ms = look.started.elapsed().as_millis() as u64,
+            "table maintained"
+        );
+        report.snapshot_id = Some(done.snapshot_id);
+        report.snapshots.push(snapshot);
+        report.tasks.extend(step.tasks.iter().copied());
+        report.files_removed += step.remove.len();
+        report.files_added += step.add.len();
+    }
+
+    /// Counts step `step`, which failed with `e` on `base`, and has the next call look again.
+    /// The look's compaction (`compacted`) waits for the next look, or is given up (its outputs
+    /// deleted through the fence) once its commit was refused [`MAX_COMMIT_ATTEMPTS`] times
+    /// (its `attempts` count this one).
+    fn not_committed(
+        &self,
+        look: &Look<'_>,
+        st: &mut State,
+        step: &Rewrite,
+        base: &Table,
+        compacted: Option<Compacted>,
+        e: &iceberg::Error,
+    ) {
+        let outcome = match e.kind() {
+            ErrorKind::CatalogCommitConflicts | ErrorKind::DataInvalid => "conflict",
+            _ => "failed",
+        };
+        for t in &step.tasks {
+            telemetry::record_maintenance_run(&self.channel, task_label(t), outcome);
+        }
+        if let Some(c) = compacted {
+            if c.attempts >= MAX_COMMIT_ATTEMPTS && outcome == "conflict" {
+                self.abandon(base, c, "its commit was refused too often", look.fence);
+            } else {
+                st.ready = Some(c);
+            }
+        }
+        // Look again at the next call rather than after a whole interval.
+        st.next_look = None;
     }
 
     /// Starts a compaction task for the files [`plan_compaction`] picks of `groups` (of

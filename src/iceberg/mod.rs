@@ -10,10 +10,11 @@ use std::sync::Arc;
 use iceberg::{Catalog, TableIdent};
 
 use crate::dlq::Dlq;
-use crate::gsr::wire::RecordDecoder;
+use crate::registry::decoder::RecordDecoder;
 use crate::schema::MappedSchema;
 use writer::WriterSettings;
 
+pub mod deletes;
 pub mod evolve;
 pub mod fence;
 pub mod maintenance;
@@ -62,7 +63,7 @@ pub struct EvolutionSettings {
     /// schema are never applied.
     pub schema_arn: String,
     /// The registry versions are looked up in.
-    pub registry: crate::gsr::ChannelRegistry,
+    pub registry: crate::registry::channel_schema::ChannelRegistry,
     /// The channel's version as activation resolved it (recorded first in the history).
     pub base: Option<evolve::VersionRef>,
     /// `record.format = "json"` with `version = "latest"`: how often to ask for a new latest

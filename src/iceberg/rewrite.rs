@@ -195,14 +195,49 @@ pub async fn commit_rewrite(
     swap: &dyn TableSwap,
     commit_id: Uuid,
 ) -> iceberg::Result<Rewritten> {
+    let parent = check_rewritable(table, current, rewrite)?;
+    let summary = summary(current, rewrite, commit_id);
+    check_operation(&summary, current.live().map(|e| e.record_count()).sum())?;
     let md = table.metadata();
+    let new = NewSnapshot {
+        snapshot_id: unique_snapshot_id(table),
+        sequence_number: md.next_sequence_number(),
+        parent,
+        commit_id,
+    };
+    let plan = ManifestPlan::of(current, rewrite, md.default_partition_spec_id());
+    let mut written: Vec<String> = Vec::new();
+    let result = write_and_swap(table, rewrite, swap, &new, plan, summary, &mut written).await;
+    if let Err(e) = &result {
+        let refused = matches!(
+            e.kind(),
+            ErrorKind::CatalogCommitConflicts | ErrorKind::DataInvalid
+        );
+        if refused {
+            for path in &written {
+                let _ = table.file_io().delete(path).await;
+            }
+        }
+    }
+    result
+}
+
+/// The parent of the snapshot `rewrite` makes: `table`'s current snapshot, which `current`
+/// must be, and whose live files must hold every file `rewrite` removes.
+///
+/// Errors: `ErrorKind::DataInvalid` (see [`commit_rewrite`]).
+fn check_rewritable(
+    table: &Table,
+    current: &CurrentFiles,
+    rewrite: &Rewrite,
+) -> iceberg::Result<i64> {
     let Some(parent) = current.snapshot_id else {
         return Err(Error::new(
             ErrorKind::DataInvalid,
             "a table without a snapshot has nothing to rewrite",
         ));
     };
-    if md.current_snapshot_id() != Some(parent) {
+    if table.metadata().current_snapshot_id() != Some(parent) {
         return Err(Error::new(
             ErrorKind::DataInvalid,
             "the loaded files are not the table's current snapshot",
@@ -221,132 +256,181 @@ pub async fn commit_rewrite(
             format!("data file {missing} is not live in snapshot {parent}"),
         ));
     }
-    let summary = summary(current, rewrite, commit_id);
-    check_operation(&summary, current.live().map(|e| e.record_count()).sum())?;
-    let snapshot_id = unique_snapshot_id(table);
-    let sequence_number = md.next_sequence_number();
+    Ok(parent)
+}
 
-    // Which manifests are carried and which are re-written.
-    let mut carried: Vec<ManifestFile> = Vec::new();
-    let mut items: BTreeMap<i32, Vec<Item>> = BTreeMap::new();
-    let mut replaced = 0usize;
-    for m in &current.manifests {
-        let touched = m
-            .entries
-            .iter()
-            .any(|e| e.is_alive() && rewrite.remove.contains(e.file_path()));
-        let small = rewrite.merge_manifests && m.file.manifest_length < MANIFEST_TARGET_BYTES;
-        if !touched && !small {
-            carried.push(m.file.clone());
-            continue;
-        }
-        replaced += 1;
-        let group = items.entry(m.file.partition_spec_id).or_default();
-        for e in m.entries.iter().filter(|e| e.is_alive()) {
-            if rewrite.remove.contains(e.file_path()) {
-                group.push(Item::Deleted(e));
-            } else {
-                group.push(Item::Existing(e));
+/// The identity of the snapshot a rewrite makes.
+struct NewSnapshot {
+    snapshot_id: i64,
+    sequence_number: i64,
+    /// The current snapshot it is made on.
+    parent: i64,
+    /// Names its manifests and manifest list.
+    commit_id: Uuid,
+}
+
+/// Which manifests of the current snapshot a rewrite carries as they are, and the entries of
+/// the manifests it writes, by partition spec id.
+struct ManifestPlan<'a> {
+    carried: Vec<ManifestFile>,
+    items: BTreeMap<i32, Vec<Item<'a>>>,
+    /// Manifests of the parent not carried.
+    replaced: usize,
+}
+
+impl<'a> ManifestPlan<'a> {
+    /// A manifest touched by a removal, or small when merging, is re-written (its live entries
+    /// `EXISTING` or `DELETED`); added files go in new manifests of `default_spec`.
+    fn of(current: &'a CurrentFiles, rewrite: &'a Rewrite, default_spec: i32) -> Self {
+        let mut carried: Vec<ManifestFile> = Vec::new();
+        let mut items: BTreeMap<i32, Vec<Item>> = BTreeMap::new();
+        let mut replaced = 0usize;
+        for m in &current.manifests {
+            let touched = m
+                .entries
+                .iter()
+                .any(|e| e.is_alive() && rewrite.remove.contains(e.file_path()));
+            let small = rewrite.merge_manifests && m.file.manifest_length < MANIFEST_TARGET_BYTES;
+            if !touched && !small {
+                carried.push(m.file.clone());
+                continue;
+            }
+            replaced += 1;
+            let group = items.entry(m.file.partition_spec_id).or_default();
+            for e in m.entries.iter().filter(|e| e.is_alive()) {
+                if rewrite.remove.contains(e.file_path()) {
+                    group.push(Item::Deleted(e));
+                } else {
+                    group.push(Item::Existing(e));
+                }
             }
         }
-    }
-    let default_spec = md.default_partition_spec_id();
-    for f in &rewrite.add {
-        items.entry(default_spec).or_default().push(Item::Added(f));
-    }
-
-    let mut written: Vec<String> = Vec::new();
-    let result: iceberg::Result<Rewritten> = async {
-        let mut manifests = carried;
-        let mut n = 0usize;
-        for (spec_id, group) in &items {
-            for chunk in group.chunks(MAX_ENTRIES_PER_MANIFEST) {
-                let path = format!("{}/metadata/{commit_id}-r{n}.avro", md.location());
-                n += 1;
-                written.push(path.clone());
-                manifests.push(
-                    write_manifest(table, snapshot_id, sequence_number, *spec_id, &path, chunk)
-                        .await?,
-                );
-            }
+        for f in &rewrite.add {
+            items.entry(default_spec).or_default().push(Item::Added(f));
         }
-        let list_path = format!(
-            "{}/metadata/snap-{snapshot_id}-0-{commit_id}.avro",
-            md.location()
-        );
-        written.push(list_path.clone());
-        let mut list = ManifestListWriter::v2(
-            table.file_io().new_output(&list_path)?.writer().await?,
-            snapshot_id,
-            Some(parent),
-            sequence_number,
-        );
-        let count = manifests.len();
-        list.add_manifests(manifests.into_iter())?;
-        list.close().await?;
-
-        let snapshot = Snapshot::builder()
-            .with_snapshot_id(snapshot_id)
-            .with_parent_snapshot_id(Some(parent))
-            .with_sequence_number(sequence_number)
-            .with_timestamp_ms(now_ms().max(md.last_updated_ms()))
-            .with_manifest_list(list_path)
-            .with_schema_id(md.current_schema_id())
-            .with_summary(summary)
-            .build();
-        let requirements = vec![
-            TableRequirement::UuidMatch { uuid: md.uuid() },
-            TableRequirement::RefSnapshotIdMatch {
-                r#ref: MAIN_BRANCH.to_string(),
-                snapshot_id: Some(parent),
-            },
-        ];
-        let mut updates = Vec::new();
-        let current_id = md.current_snapshot_id();
-        let expire: Vec<i64> = rewrite
-            .expire
-            .iter()
-            .copied()
-            .filter(|id| Some(*id) != current_id)
-            .collect();
-        if !expire.is_empty() {
-            updates.push(TableUpdate::RemoveSnapshots {
-                snapshot_ids: expire,
-            });
+        ManifestPlan {
+            carried,
+            items,
+            replaced,
         }
-        updates.extend([
-            TableUpdate::AddSnapshot { snapshot },
-            TableUpdate::SetSnapshotRef {
-                ref_name: MAIN_BRANCH.to_string(),
-                reference: SnapshotReference::new(
+    }
+}
+
+/// Writes the manifests and the manifest list of snapshot `new` (each path pushed to `written`
+/// before it is written) and swaps it in with `summary`, expiring `rewrite.expire` in the same
+/// update.
+///
+/// Errors: writing the files, and the swap's (see [`commit_rewrite`]).
+async fn write_and_swap(
+    table: &Table,
+    rewrite: &Rewrite,
+    swap: &dyn TableSwap,
+    new: &NewSnapshot,
+    plan: ManifestPlan<'_>,
+    summary: Summary,
+    written: &mut Vec<String>,
+) -> iceberg::Result<Rewritten> {
+    let md = table.metadata();
+    let replaced = plan.replaced;
+    let (list_path, count) = write_manifests(table, new, plan, written).await?;
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(new.snapshot_id)
+        .with_parent_snapshot_id(Some(new.parent))
+        .with_sequence_number(new.sequence_number)
+        .with_timestamp_ms(now_ms().max(md.last_updated_ms()))
+        .with_manifest_list(list_path)
+        .with_schema_id(md.current_schema_id())
+        .with_summary(summary)
+        .build();
+    let requirements = vec![
+        TableRequirement::UuidMatch { uuid: md.uuid() },
+        TableRequirement::RefSnapshotIdMatch {
+            r#ref: MAIN_BRANCH.to_string(),
+            snapshot_id: Some(new.parent),
+        },
+    ];
+    let mut updates = Vec::new();
+    let current_id = md.current_snapshot_id();
+    let expire: Vec<i64> = rewrite
+        .expire
+        .iter()
+        .copied()
+        .filter(|id| Some(*id) != current_id)
+        .collect();
+    if !expire.is_empty() {
+        updates.push(TableUpdate::RemoveSnapshots {
+            snapshot_ids: expire,
+        });
+    }
+    updates.extend([
+        TableUpdate::AddSnapshot { snapshot },
+        TableUpdate::SetSnapshotRef {
+            ref_name: MAIN_BRANCH.to_string(),
+            reference: SnapshotReference::new(
+                new.snapshot_id,
+                SnapshotRetention::branch(None, None, None),
+            ),
+        },
+    ]);
+    crate::failpoint::step_point("rewrite-written").await;
+    let committed = swap.swap(table.identifier(), requirements, updates).await?;
+    crate::failpoint::step_point("rewrite-committed").await;
+    Ok(Rewritten {
+        table: committed,
+        snapshot_id: new.snapshot_id,
+        manifests: count,
+        manifests_replaced: replaced,
+    })
+}
+
+/// Writes `plan`'s new manifests (at most [`MAX_ENTRIES_PER_MANIFEST`] entries each) and the
+/// manifest list of snapshot `new` (the carried manifests and the new ones), each path pushed
+/// to `written` before it is written. Returns the list's path and its number of manifests.
+///
+/// Errors: writing a file.
+async fn write_manifests(
+    table: &Table,
+    new: &NewSnapshot,
+    plan: ManifestPlan<'_>,
+    written: &mut Vec<String>,
+) -> iceberg::Result<(String, usize)> {
+    let md = table.metadata();
+    let (snapshot_id, commit_id) = (new.snapshot_id, new.commit_id);
+    let mut manifests = plan.carried;
+    let mut n = 0usize;
+    for (spec_id, group) in &plan.items {
+        for chunk in group.chunks(MAX_ENTRIES_PER_MANIFEST) {
+            let path = format!("{}/metadata/{commit_id}-r{n}.avro", md.location());
+            n += 1;
+            written.push(path.clone());
+            manifests.push(
+                write_manifest(
+                    table,
                     snapshot_id,
-                    SnapshotRetention::branch(None, None, None),
-                ),
-            },
-        ]);
-        super::maintenance::step_point("rewrite-written").await;
-        let committed = swap.swap(table.identifier(), requirements, updates).await?;
-        super::maintenance::step_point("rewrite-committed").await;
-        Ok(Rewritten {
-            table: committed,
-            snapshot_id,
-            manifests: count,
-            manifests_replaced: replaced,
-        })
-    }
-    .await;
-    if let Err(e) = &result {
-        let refused = matches!(
-            e.kind(),
-            ErrorKind::CatalogCommitConflicts | ErrorKind::DataInvalid
-        );
-        if refused {
-            for path in &written {
-                let _ = table.file_io().delete(path).await;
-            }
+                    new.sequence_number,
+                    *spec_id,
+                    &path,
+                    chunk,
+                )
+                .await?,
+            );
         }
     }
-    result
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit_id}.avro",
+        md.location()
+    );
+    written.push(list_path.clone());
+    let mut list = ManifestListWriter::v2(
+        table.file_io().new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        Some(new.parent),
+        new.sequence_number,
+    );
+    let count = manifests.len();
+    list.add_manifests(manifests.into_iter())?;
+    list.close().await?;
+    Ok((list_path, count))
 }
 
 /// The guard every maintenance snapshot passes before it reaches the catalog: its operation

@@ -1,11 +1,20 @@
-//! The worker's side of the Iceberg destination: records are decoded (plain JSON or the GSR wire
-//! format) and converted into the columns of the table's current schema; a batch is written as
-//! Parquet data files under the table location plus one staged DLQ object (docs/design.md,
-//! protocol step 2). Nothing is referenced by the table until the committer commits the batch.
+//! The worker's side of the Iceberg destination: records are unframed by the channel's
+//! [`RecordDecoder`] (plain JSON, the GSR header, the Confluent wire format), routed when the
+//! channel fans out by a field, and converted (JSON Schema, Avro or Protobuf) into the columns of
+//! the table's current schema; a batch is written as Parquet data files under the table location
+//! plus one staged DLQ object (docs/design.md, protocol step 2). Nothing is referenced by the
+//! table until the committer commits the batch.
+//!
+//! ```text
+//!  records ─> [route] ─> RecordDecoder ─> payload ─> Converter (of the record's version) ─> rows
+//!                            │ schema key (evolution)      ▲
+//!                            └─> registry::versions ─> Candidate ─> applied (evolve) ─┘
+//! ```
 //!
 //! With `evolution = "compatible"` the sink keeps one converter per schema version it has met,
-//! all writing the columns of the table's current schema; a version not yet in the table's
-//! schema history is applied first ([`super::evolve`]). When the table's schema changes (this
+//! all writing the columns of the table's current schema; a version met for the first time is
+//! looked up and mapped by the registry room ([`crate::registry::versions`]) and, when not yet in
+//! the table's schema history, applied first ([`super::evolve`]). When the table's schema changes (this
 //! worker's change or another's, seen on a reload), the rows converted so far are sealed with
 //! the table they were converted for and written as data files of that schema: a batch may then
 //! hold files of two schemas, which the table reads alike by field id.
@@ -30,14 +39,14 @@ use super::table_state::table_checkpoints;
 use super::writer::{data_file_paths, write_data_files, WrittenFiles};
 use super::{EvolutionSettings, IcebergIo};
 use crate::config::GlueSchemaVersion;
-use crate::confluent::{self, SchemaKey};
 use crate::convert::route::RouteDecision;
 use crate::convert::Converter;
 use crate::destination::{BatchSink, Pushed, SinkError, Written};
 use crate::dlq::DlqEntry;
-use crate::gsr::wire::{PayloadError, RecordDecoder};
-use crate::gsr::{ChannelRegistry, RegistryError};
 use crate::model::{BatchFiles, Checkpoints, DlqCode, DlqReason, ShardId};
+use crate::registry::channel_schema::ChannelRegistry;
+use crate::registry::decoder::{PayloadError, RecordDecoder};
+use crate::registry::versions::{candidate, glue_candidate, Candidate};
 use crate::schema::MappedSchema;
 use crate::source::SourceRecord;
 use crate::telemetry;
@@ -119,6 +128,14 @@ fn arrow_of(table: &Table) -> Result<arrow_schema::SchemaRef, SinkError> {
 
 fn mismatch(message: String) -> DlqReason {
     DlqReason::record(DlqCode::SchemaMismatch, message)
+}
+
+/// The version `candidate` is, as the evolution records it.
+fn version_of(candidate: &Candidate) -> VersionRef {
+    VersionRef {
+        id: candidate.id,
+        number: candidate.number,
+    }
 }
 
 impl IcebergSink {
@@ -255,61 +272,23 @@ impl IcebergSink {
         if let Some(reason) = evo.refused.get(&id) {
             return Ok(Err(reason.clone()));
         }
-        let candidate = match &evo.settings.registry {
-            ChannelRegistry::Glue(registry) => {
-                match glue_version_and_reader(registry, id, evo.base_id(), &self.io.schema).await {
-                    Ok((info, reader)) => glue_candidate(
-                        &info,
-                        reader.as_deref(),
-                        &evo.settings.schema_arn,
-                        &self.io.schema,
-                    ),
-                    Err(RegistryError::NotFound(_)) => {
-                        return Ok(Err(DlqReason::record(
-                            DlqCode::InvalidSchema,
-                            format!("unknown schema version {id}"),
-                        )))
-                    }
-                    Err(e) => {
-                        telemetry::record_schema_lookup_error(&self.channel);
-                        return Err(SinkError::unavailable(
-                            "schema registry",
-                            PayloadError::Registry { id, error: e },
-                        ));
-                    }
-                }
-            }
-            ChannelRegistry::Confluent(client) => {
-                let key = SchemaKey::from_uuid(id).expect("a Confluent channel's keys");
-                let base = evo.base_id().and_then(SchemaKey::from_uuid);
-                let looked_up = match client.by_id(key.id).await {
-                    Ok(resolved) => older_avro_reader(client, &resolved, base.as_ref())
-                        .await
-                        .map(|reader| (resolved, reader)),
-                    Err(e) => Err(e),
-                };
-                match looked_up {
-                    Ok((resolved, reader)) => confluent_candidate(
-                        &resolved,
-                        reader.as_deref(),
-                        key,
-                        client.subject(),
-                        &self.io.schema,
-                    ),
-                    Err(confluent::RegistryError::NotFound(_)) => {
-                        return Ok(Err(confluent::unknown_id(&key)))
-                    }
-                    Err(error) => {
-                        telemetry::record_schema_lookup_error(&self.channel);
-                        return Err(SinkError::unavailable(
-                            "schema registry",
-                            PayloadError::ConfluentRegistry { id: key.id, error },
-                        ));
-                    }
-                }
+        let looked_up = candidate(
+            &evo.settings.registry,
+            id,
+            evo.base_id(),
+            &evo.settings.schema_arn,
+            &self.io.schema,
+        )
+        .await;
+        let candidate = match looked_up {
+            Ok(Ok(candidate)) => candidate,
+            Ok(Err(reason)) => return Ok(Err(reason)),
+            Err(e) => {
+                telemetry::record_schema_lookup_error(&self.channel);
+                return Err(SinkError::unavailable("schema registry", e));
             }
         };
-        let version = candidate.version;
+        let version = version_of(&candidate);
         match self.apply(candidate).await? {
             Ok(mapped) => {
                 let conv = self.evolved_converter(mapped)?;
@@ -343,7 +322,7 @@ impl IcebergSink {
         &mut self,
         candidate: Candidate,
     ) -> Result<Result<Arc<MappedSchema>, DlqReason>, SinkError> {
-        let version = candidate.version;
+        let version = version_of(&candidate);
         let decided = self.decide(candidate).await?;
         if let Err(reason) = &decided {
             let polls = self
@@ -372,11 +351,8 @@ impl IcebergSink {
     ) -> Result<Result<Arc<MappedSchema>, DlqReason>, SinkError> {
         let evo = self.evolving.as_ref().expect("evolving");
         let base = evo.settings.base;
-        let Candidate {
-            version,
-            label,
-            mapped,
-        } = candidate;
+        let version = version_of(&candidate);
+        let Candidate { label, mapped, .. } = candidate;
         let mapped = match mapped {
             Ok(m) => m,
             Err(reason) => return Ok(Err(reason)),
@@ -449,11 +425,8 @@ impl IcebergSink {
         {
             return Ok(());
         }
-        let version = VersionRef {
-            id: latest.version_id,
-            number: latest.version_number,
-        };
         let candidate = glue_candidate(&latest, None, &arn, &self.io.schema);
+        let version = version_of(&candidate);
         match self.apply(candidate).await? {
             Ok(mapped) => {
                 let conv = self.evolved_converter(mapped)?;
@@ -557,172 +530,6 @@ impl IcebergSink {
         }
         self.sealed = kept;
         Ok(out)
-    }
-}
-
-/// A schema version met in a record, looked up and mapped, as the evolution decides on it.
-struct Candidate {
-    version: VersionRef,
-    /// How messages name it: `schema version N (ID)`, `schema id N`.
-    label: String,
-    /// Its mapped schema, or why its records go to the DLQ (another schema's, unmappable).
-    mapped: Result<Arc<MappedSchema>, DlqReason>,
-}
-
-/// Glue version `id` and, on a `gsr_avro` channel (`channel` decodes Avro) when it is an older
-/// version of the schema than the channel's base `base_id` (the version the table was created or
-/// evolved from), the base as the Avro reader schema its records are resolved against, so that
-/// the fields it lacks take the reader's defaults (Avro 1.11 "Schema Resolution").
-///
-/// Errors: the lookups (cached for the process, the base's since activation).
-async fn glue_version_and_reader(
-    registry: &crate::gsr::RegistryClient,
-    id: Uuid,
-    base_id: Option<Uuid>,
-    channel: &MappedSchema,
-) -> Result<
-    (
-        Arc<crate::gsr::SchemaVersionInfo>,
-        Option<Arc<crate::gsr::SchemaVersionInfo>>,
-    ),
-    RegistryError,
-> {
-    let info = registry.by_id(id).await?;
-    let avro = matches!(channel.decoding(), crate::schema::Decoding::Avro(_));
-    let Some(base_id) = base_id.filter(|b| avro && *b != id) else {
-        return Ok((info, None));
-    };
-    let base = registry.by_id(base_id).await?;
-    let older = base.schema_arn == info.schema_arn && info.version_number < base.version_number;
-    Ok((info, older.then_some(base)))
-}
-
-/// A Glue version `info` of the channel's schema `schema_arn`, mapped as JSON Schema or, on a
-/// `gsr_avro` channel (`channel` decodes Avro), as Avro: read through `reader` when it is an
-/// older version than the channel's base ([`glue_version_and_reader`]).
-fn glue_candidate(
-    info: &crate::gsr::SchemaVersionInfo,
-    reader: Option<&crate::gsr::SchemaVersionInfo>,
-    schema_arn: &str,
-    channel: &MappedSchema,
-) -> Candidate {
-    let partition_field = channel.partition_field();
-    let version = VersionRef {
-        id: info.version_id,
-        number: info.version_number,
-    };
-    let label = format!("schema version {} ({})", info.version_number, version.id);
-    let mapped = if info.schema_arn != schema_arn {
-        Err(mismatch(format!(
-            "{label} is a version of {}, not of the channel's schema {schema_arn}",
-            info.schema_arn
-        )))
-    } else if matches!(channel.decoding(), crate::schema::Decoding::Avro(_)) {
-        match reader {
-            Some(reader) => crate::gsr::map_glue_avro_resolved(info, reader, partition_field),
-            None => crate::gsr::map_glue_version(info, true, partition_field),
-        }
-        .map(Arc::new)
-        .map_err(|e| {
-            mismatch(format!(
-                "{label} cannot be mapped to an Iceberg schema: {e}"
-            ))
-        })
-    } else {
-        crate::gsr::json_schema_of(info)
-            .map_err(|e| mismatch(format!("{label}: {e}")))
-            .and_then(|doc| {
-                MappedSchema::from_json_schema(&doc, partition_field).map_err(|e| {
-                    mismatch(format!(
-                        "{label} cannot be mapped to an Iceberg schema: {e}"
-                    ))
-                })
-            })
-            .map(Arc::new)
-    };
-    Candidate {
-        version,
-        label,
-        mapped,
-    }
-}
-
-/// The Avro reader schema records of `writer` are resolved against: the channel's base schema
-/// (`base`, the subject's latest version at activation, which the table was created or evolved
-/// from) when `writer` is an older version of the subject, so that the fields it lacks take the
-/// reader's defaults (Avro 1.11 "Schema Resolution"). `None` for other formats and for versions
-/// at or after the base (their own schema is the reader; the table evolves to it).
-///
-/// Errors: the base's lookup (cached for the process after activation, so a failure is rare).
-async fn older_avro_reader(
-    client: &confluent::ConfluentClient,
-    writer: &confluent::ResolvedSchema,
-    base: Option<&SchemaKey>,
-) -> Result<Option<Arc<confluent::ResolvedSchema>>, confluent::RegistryError> {
-    let Some(base) = base else {
-        return Ok(None);
-    };
-    if writer.schema_type != confluent::SchemaType::Avro || base.id == writer.id {
-        return Ok(None);
-    }
-    let reader = client.by_id(base.id).await?;
-    let subject = client.subject();
-    match (writer.version_in(subject), reader.version_in(subject)) {
-        (Some(w), Some(r)) if w < r => Ok(Some(reader)),
-        _ => Ok(None),
-    }
-}
-
-/// A Confluent schema `resolved` met as `key` on a channel of `subject`: a version of another
-/// subject is refused. An Avro writer older than the channel's base is read through `reader`
-/// ([`older_avro_reader`]).
-fn confluent_candidate(
-    resolved: &confluent::ResolvedSchema,
-    reader: Option<&confluent::ResolvedSchema>,
-    key: SchemaKey,
-    subject: &str,
-    channel: &MappedSchema,
-) -> Candidate {
-    let partition_field = channel.partition_field();
-    let number = resolved.version_in(subject);
-    let label = match number {
-        Some(n) => format!("{key} (version {n} of {subject})"),
-        None => key.to_string(),
-    };
-    let channel_type = match channel.decoding() {
-        crate::schema::Decoding::Avro(_) => confluent::SchemaType::Avro,
-        crate::schema::Decoding::Protobuf(_) => confluent::SchemaType::Protobuf,
-        crate::schema::Decoding::JsonSchema(_) => confluent::SchemaType::Json,
-    };
-    let choice = (resolved.schema_type == confluent::SchemaType::Protobuf)
-        .then(|| crate::schema::protobuf::MessageSelector::Indexes(key.indexes.clone()));
-    let mapped = match number {
-        None => Err(confluent::not_the_channels(resolved, &key, subject)),
-        // A version of another schema type (the subject's compatibility allowed it): its
-        // records cannot be read as the channel's format.
-        Some(_) if resolved.schema_type != channel_type => Err(mismatch(format!(
-            "{label} is a {} schema; the channel reads {}",
-            resolved.schema_type.as_str(),
-            channel_type.as_str()
-        ))),
-        Some(_) => match reader {
-            Some(reader) => confluent::map_avro_resolved(resolved, reader, partition_field),
-            None => confluent::map_schema(resolved, partition_field, choice.as_ref()),
-        }
-        .map(Arc::new)
-        .map_err(|e| {
-            mismatch(format!(
-                "{label} cannot be mapped to an Iceberg schema: {e}"
-            ))
-        }),
-    };
-    Candidate {
-        version: VersionRef {
-            id: key.to_uuid().expect("a key from a record"),
-            number: number.unwrap_or(0),
-        },
-        label,
-        mapped,
     }
 }
 

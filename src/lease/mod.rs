@@ -31,7 +31,7 @@
 //! machine; PostgreSQL: a fleet of hosts without AWS), the in-memory [`memory::MemoryLeaseStore`] (tests and the fleet simulation), the
 //! conformance suite `conformance` (with `cfg(test)` or the `testsuite` feature), and
 //! [`dynamodb::DynamoDbLeaseStore`] (a fleet on AWS), which passes the same suite against the
-//! local emulator (`tests/lease_conformance.rs`).
+//! local emulator (`tests/it/lease_conformance.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -100,7 +100,7 @@ pub struct Report {
     pub conflicts_per_s: f64,
     /// In the steady-state window: catalog table loads per second, fleet-wide, at
     /// [`DATA_FRESHNESS`]. The simulation runs no readers or committer, so this applies the
-    /// daemon's load rules (tests/worker_leases.rs and tests/ops_endpoints.rs pin them) to the
+    /// daemon's load rules (tests/it/worker_leases.rs, tests/it/ops_endpoints.rs pin them) to the
     /// simulated fleet: every worker holding shards hands off one batch per freshness and loads
     /// the table once when it leaves the pending set; the committer commits every half
     /// freshness, with one load to plan and one in the commit. (Before this rule a worker loaded
@@ -523,6 +523,10 @@ fn shard_name(i: usize) -> ShardId {
     ShardId(format!("shardId-{i:012}"))
 }
 
+/// What a scenario's event measured: lease periods from the event until the fleet converged,
+/// and seconds from the event until every active shard was held again (`None`: never).
+type EventOutcome = (Option<f64>, Option<f64>);
+
 /// Runs scenario `name` on `store` (a fresh, empty store; `store_name` is reported) and returns
 /// its report. `blocking`: run every store call on the blocking pool (real I/O).
 ///
@@ -543,240 +547,298 @@ pub async fn run_scenario<S: LeaseStore + ?Sized + 'static>(
             SCENARIOS.join(", ")
         ));
     }
-    let specs: Vec<LeaseSpec> = (0..size.shards)
-        .map(|i| LeaseSpec::new(LeaseKey::Shard(shard_name(i))))
-        .collect();
-    let setup = Arc::new(CountingStore {
-        inner: store.clone(),
-        counters: Arc::default(),
-        partitioned: Arc::default(),
-        blocking,
-    });
-    setup
-        .ensure_leases(CHANNEL, &specs)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut fleet = Fleet {
-        store: store.clone(),
-        setup: setup.clone(),
-        counters: Arc::default(),
-        shards: Arc::new(SimShards(Mutex::new(specs))),
-        size,
-        blocking,
-        workers: Vec::new(),
-        next_id: 0,
-        max_held: 0,
-        double_held: 0,
-        child_before_parent: 0,
-    };
-    let d = size.lease_duration;
-    let limit = d * 30;
+    let mut fleet = Fleet::start(store, size, blocking).await?;
+    let limit = size.lease_duration * 30;
     let event = if name == "cold_start" {
         fleet.add_workers(size.workers);
         fleet.until_converged(limit).await
     } else {
-        fleet.add_workers(size.workers);
-        let (warm, _) = fleet.until_converged(limit).await;
+        fleet.warm_up(name, limit).await?;
+        fleet.apply_event(name, limit).await?
+    };
+    let report = fleet.report(name, store_name, event).await?;
+    fleet.shutdown().await;
+    Ok(report)
+}
+
+/// The shards a reshard of `parents` parents adds after the first `shards`: half the parents
+/// split in two, the other half merge in pairs.
+fn reshard_children(shards: usize, parents: usize) -> Vec<LeaseSpec> {
+    let mut next = shards;
+    let mut new_specs = Vec::new();
+    let (splits, merges) = (parents / 2, parents - parents / 2);
+    for i in 0..splits {
+        for _ in 0..2 {
+            new_specs.push(
+                LeaseSpec::new(LeaseKey::Shard(shard_name(next))).with_parents(vec![shard_name(i)]),
+            );
+            next += 1;
+        }
+    }
+    for pair in (splits..splits + merges).collect::<Vec<_>>().chunks(2) {
+        new_specs.push(
+            LeaseSpec::new(LeaseKey::Shard(shard_name(next)))
+                .with_parents(pair.iter().map(|i| shard_name(*i)).collect()),
+        );
+        next += 1;
+    }
+    new_specs
+}
+
+impl<S: LeaseStore + ?Sized + 'static> Fleet<S> {
+    /// A fleet of no workers on `store`, whose lease table holds the `size.shards` shards.
+    async fn start(store: Arc<S>, size: FleetSize, blocking: bool) -> Result<Self, String> {
+        let specs: Vec<LeaseSpec> = (0..size.shards)
+            .map(|i| LeaseSpec::new(LeaseKey::Shard(shard_name(i))))
+            .collect();
+        let setup = Arc::new(CountingStore {
+            inner: store.clone(),
+            counters: Arc::default(),
+            partitioned: Arc::default(),
+            blocking,
+        });
+        setup
+            .ensure_leases(CHANNEL, &specs)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Fleet {
+            store,
+            setup,
+            counters: Arc::default(),
+            shards: Arc::new(SimShards(Mutex::new(specs))),
+            size,
+            blocking,
+            workers: Vec::new(),
+            next_id: 0,
+            max_held: 0,
+            double_held: 0,
+            child_before_parent: 0,
+        })
+    }
+
+    /// Starts the fleet's workers and lets them converge and settle before scenario `name`'s
+    /// event; the event's `max_held` counts from here.
+    async fn warm_up(&mut self, name: &str, limit: Duration) -> Result<(), String> {
+        self.add_workers(self.size.workers);
+        let (warm, _) = self.until_converged(limit).await;
         if warm.is_none() {
             return Err(format!(
                 "{name}: the fleet did not converge before the event"
             ));
         }
         // Let the warm-up's notices settle before the event.
-        fleet.steady(d).await;
-        fleet.max_held = 0;
+        self.steady(self.size.lease_duration).await;
+        self.max_held = 0;
+        Ok(())
+    }
+
+    /// Applies the event of scenario `name` (not `cold_start`) to a warm fleet and measures
+    /// until the fleet converged again.
+    async fn apply_event(&mut self, name: &str, limit: Duration) -> Result<EventOutcome, String> {
         match name {
-            "rolling_restart" => {
-                let batch = (size.workers / 10).max(1);
-                let start = Instant::now();
-                let mut restarted = 0;
-                while restarted < size.workers {
-                    let ids = fleet
-                        .stop_gracefully_at_once(batch.min(size.workers - restarted))
-                        .await;
-                    restarted += ids.len();
-                    for id in ids {
-                        fleet.start_worker(id);
-                    }
-                    if fleet.until_converged(limit).await.0.is_none() {
-                        return Err(format!(
-                            "rolling_restart: no convergence after restarting {restarted} workers"
-                        ));
-                    }
-                }
-                let took = Instant::now() - start;
-                (Some(took.as_secs_f64() / size.period().as_secs_f64()), None)
-            }
-            "crash_20pct" => {
-                // The balancer (committer holder) among them: the worst case.
-                let n = (size.workers / 5).max(1).min(size.workers - 1);
-                if n == 0 {
-                    return Err("crash_20pct needs at least 2 workers".into());
-                }
-                if let Some(leader) = fleet.leader() {
-                    fleet.crash(leader);
-                }
-                while fleet.workers.len() > size.workers - n {
-                    fleet.crash(0);
-                }
-                fleet.until_converged(limit).await
-            }
+            "rolling_restart" => self.rolling_restart(limit).await,
+            "crash_20pct" => self.crash_20pct(limit).await,
             "join_50pct" => {
-                fleet.add_workers((size.workers / 2).max(1));
-                fleet.until_converged(limit).await
+                self.add_workers((self.size.workers / 2).max(1));
+                Ok(self.until_converged(limit).await)
             }
-            "reshard_100" => {
-                // 100 parents (or all shards, if fewer): half split in two, half merge in pairs.
-                let parents = 100.min(size.shards / 2 * 2);
-                if parents < 2 {
-                    return Err("reshard_100 needs at least 2 shards".into());
-                }
-                let mut next = size.shards;
-                let mut new_specs = Vec::new();
-                // Half the parents split in two, the other half merge in pairs.
-                let (splits, merges) = (parents / 2, parents - parents / 2);
-                for i in 0..splits {
-                    for _ in 0..2 {
-                        new_specs.push(
-                            LeaseSpec::new(LeaseKey::Shard(shard_name(next)))
-                                .with_parents(vec![shard_name(i)]),
-                        );
-                        next += 1;
-                    }
-                }
-                for pair in (splits..splits + merges).collect::<Vec<_>>().chunks(2) {
-                    new_specs.push(
-                        LeaseSpec::new(LeaseKey::Shard(shard_name(next)))
-                            .with_parents(pair.iter().map(|i| shard_name(*i)).collect()),
-                    );
-                    next += 1;
-                }
-                let children: BTreeSet<LeaseKey> =
-                    new_specs.iter().map(|s| s.key.clone()).collect();
-                fleet.shards.0.lock().expect("shards").extend(new_specs);
-                // Until the balancer's discovery has created the children's rows, the fleet
-                // would count as converged on the parents alone (found by a break test: at 5
-                // shards, convergence was sometimes measured before discovery, and the
-                // children's assignment then counted as moves after convergence).
-                for _ in 0..30 {
-                    let rows = setup
-                        .list_leases(CHANNEL)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    if children.iter().all(|k| rows.iter().any(|l| &l.key == k)) {
-                        break;
-                    }
-                    fleet.steady(size.period()).await;
-                }
-                // The parents' readers reach SHARD_END a few periods later, one after the
-                // other, and the committer records it.
-                let start = Instant::now();
-                for i in 0..parents {
-                    if i % 10 == 0 {
-                        fleet.steady(size.period()).await;
-                    }
-                    setup
-                        .set_checkpoint_hint(
-                            CHANNEL,
-                            &LeaseKey::Shard(shard_name(i)),
-                            &Position::ShardEnd,
-                        )
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
-                let offset = (Instant::now() - start).as_secs_f64();
-                let (p, held) = fleet.until_converged(limit).await;
-                // Later the parents pass the stream's retention and leave the listing: the
-                // balancer deletes their rows during the steady window.
-                let parents: BTreeSet<LeaseKey> = (0..parents)
-                    .map(|i| LeaseKey::Shard(shard_name(i)))
-                    .collect();
-                fleet
-                    .shards
-                    .0
-                    .lock()
-                    .expect("shards")
-                    .retain(|s| !parents.contains(&s.key));
-                let period = size.period().as_secs_f64();
-                (p.map(|p| p + offset / period), held.map(|h| h + offset))
-            }
-            "partition" => {
-                // A worker holding shards, not the balancer.
-                let leader = fleet.leader();
-                let Some(index) = (0..fleet.workers.len()).find(|i| {
-                    Some(*i) != leader && !fleet.workers[*i].rx.borrow().shards.is_empty()
-                }) else {
-                    return Err(
-                        "partition needs a worker other than the balancer that holds shards".into(),
-                    );
-                };
-                fleet.workers[index]
-                    .partitioned
-                    .store(true, Ordering::SeqCst);
-                let start = Instant::now();
-                let mut all_held = None;
-                while Instant::now() - start < d * 3 {
-                    tokio::time::sleep(SAMPLE).await;
-                    let (held, _) = fleet.sample().await;
-                    // Its shards are dropped after lease_duration, then taken over.
-                    if held && all_held.is_none() && Instant::now() - start > d {
-                        all_held = Some((Instant::now() - start).as_secs_f64());
-                    }
-                }
-                fleet.workers[index]
-                    .partitioned
-                    .store(false, Ordering::SeqCst);
-                let offset = (Instant::now() - start).as_secs_f64();
-                let (p, _) = fleet.until_converged(limit).await;
-                (
-                    p.map(|p| p + offset / size.period().as_secs_f64()),
-                    all_held,
-                )
-            }
+            "reshard_100" => self.reshard_100(limit).await,
+            "partition" => self.partition(limit).await,
             _ => unreachable!("checked above"),
         }
-    };
-    let (periods_to_converge, all_held_after_s) = event;
-    // Steady state: 20 periods after convergence.
-    let window = size.period() * 20;
-    let (writes, reads, conflicts, moves) = fleet.steady(window).await;
-    let totals = fleet.counters.snapshot();
-    let per = |n: u64| n as f64 / window.as_secs_f64() / size.shards as f64;
-    let holders = fleet
-        .workers
-        .iter()
-        .filter(|w| !w.rx.borrow().shards.is_empty())
-        .count();
-    let freshness = DATA_FRESHNESS.as_secs_f64();
-    let catalog_loads_per_s = holders as f64 / freshness + 2.0 / (freshness / 2.0);
-    let finished_rows = setup
-        .list_leases(CHANNEL)
-        .await
-        .map_err(|e| e.to_string())?
-        .iter()
-        .filter(|l| l.checkpoint_hint == Some(Position::ShardEnd))
-        .count();
-    let report = Report {
-        scenario: name.to_string(),
-        store: store_name.to_string(),
-        shards: size.shards,
-        workers: size.workers,
-        lease_duration_s: d.as_secs_f64(),
-        periods_to_converge,
-        all_held_after_s,
-        max_held: fleet.max_held,
-        double_held: fleet.double_held,
-        child_before_parent: fleet.child_before_parent,
-        moves_after_converge: moves,
-        writes_per_shard_s: per(writes),
-        reads_per_shard_s: per(reads),
-        conflicts_per_s: conflicts as f64 / window.as_secs_f64(),
-        catalog_loads_per_s: Some(catalog_loads_per_s),
-        finished_rows,
-        total_writes: totals.0,
-        total_reads: totals.1,
-        total_conflicts: totals.2,
-    };
-    fleet.shutdown().await;
-    Ok(report)
+    }
+
+    /// Restarts every worker gracefully, a tenth at a time, each batch after the fleet
+    /// converged from the last.
+    async fn rolling_restart(&mut self, limit: Duration) -> Result<EventOutcome, String> {
+        let size = self.size;
+        let batch = (size.workers / 10).max(1);
+        let start = Instant::now();
+        let mut restarted = 0;
+        while restarted < size.workers {
+            let ids = self
+                .stop_gracefully_at_once(batch.min(size.workers - restarted))
+                .await;
+            restarted += ids.len();
+            for id in ids {
+                self.start_worker(id);
+            }
+            if self.until_converged(limit).await.0.is_none() {
+                return Err(format!(
+                    "rolling_restart: no convergence after restarting {restarted} workers"
+                ));
+            }
+        }
+        let took = Instant::now() - start;
+        Ok((Some(took.as_secs_f64() / size.period().as_secs_f64()), None))
+    }
+
+    /// Crashes a fifth of the workers, the balancer (committer holder) among them: the worst
+    /// case.
+    async fn crash_20pct(&mut self, limit: Duration) -> Result<EventOutcome, String> {
+        let workers = self.size.workers;
+        let n = (workers / 5).max(1).min(workers - 1);
+        if n == 0 {
+            return Err("crash_20pct needs at least 2 workers".into());
+        }
+        if let Some(leader) = self.leader() {
+            self.crash(leader);
+        }
+        while self.workers.len() > workers - n {
+            self.crash(0);
+        }
+        Ok(self.until_converged(limit).await)
+    }
+
+    /// Reshards 100 parents (or all shards, if fewer), lets their readers reach `SHARD_END`,
+    /// then drops the parents from the source's listing (past retention).
+    async fn reshard_100(&mut self, limit: Duration) -> Result<EventOutcome, String> {
+        let size = self.size;
+        let parents = 100.min(size.shards / 2 * 2);
+        if parents < 2 {
+            return Err("reshard_100 needs at least 2 shards".into());
+        }
+        let new_specs = reshard_children(size.shards, parents);
+        let children: BTreeSet<LeaseKey> = new_specs.iter().map(|s| s.key.clone()).collect();
+        self.shards.0.lock().expect("shards").extend(new_specs);
+        self.await_rows(&children).await?;
+        // The parents' readers reach SHARD_END a few periods later, one after the
+        // other, and the committer records it.
+        let start = Instant::now();
+        for i in 0..parents {
+            if i % 10 == 0 {
+                self.steady(size.period()).await;
+            }
+            self.setup
+                .set_checkpoint_hint(
+                    CHANNEL,
+                    &LeaseKey::Shard(shard_name(i)),
+                    &Position::ShardEnd,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        let offset = (Instant::now() - start).as_secs_f64();
+        let (p, held) = self.until_converged(limit).await;
+        // Later the parents pass the stream's retention and leave the listing: the
+        // balancer deletes their rows during the steady window.
+        let parents: BTreeSet<LeaseKey> = (0..parents)
+            .map(|i| LeaseKey::Shard(shard_name(i)))
+            .collect();
+        self.shards
+            .0
+            .lock()
+            .expect("shards")
+            .retain(|s| !parents.contains(&s.key));
+        let period = size.period().as_secs_f64();
+        Ok((p.map(|p| p + offset / period), held.map(|h| h + offset)))
+    }
+
+    /// Waits (up to 30 periods) until the balancer's discovery has created the rows of
+    /// `children`.
+    async fn await_rows(&mut self, children: &BTreeSet<LeaseKey>) -> Result<(), String> {
+        // Until then the fleet would count as converged on the parents alone (found by a break
+        // test: at 5 shards, convergence was sometimes measured before discovery, and the
+        // children's assignment then counted as moves after convergence).
+        for _ in 0..30 {
+            let rows = self
+                .setup
+                .list_leases(CHANNEL)
+                .await
+                .map_err(|e| e.to_string())?;
+            if children.iter().all(|k| rows.iter().any(|l| &l.key == k)) {
+                break;
+            }
+            self.steady(self.size.period()).await;
+        }
+        Ok(())
+    }
+
+    /// Cuts a worker holding shards, not the balancer, off the store for three lease durations,
+    /// then heals the partition.
+    async fn partition(&mut self, limit: Duration) -> Result<EventOutcome, String> {
+        let d = self.size.lease_duration;
+        let leader = self.leader();
+        let Some(index) = (0..self.workers.len())
+            .find(|i| Some(*i) != leader && !self.workers[*i].rx.borrow().shards.is_empty())
+        else {
+            return Err(
+                "partition needs a worker other than the balancer that holds shards".into(),
+            );
+        };
+        self.workers[index]
+            .partitioned
+            .store(true, Ordering::SeqCst);
+        let start = Instant::now();
+        let mut all_held = None;
+        while Instant::now() - start < d * 3 {
+            tokio::time::sleep(SAMPLE).await;
+            let (held, _) = self.sample().await;
+            // Its shards are dropped after lease_duration, then taken over.
+            if held && all_held.is_none() && Instant::now() - start > d {
+                all_held = Some((Instant::now() - start).as_secs_f64());
+            }
+        }
+        self.workers[index]
+            .partitioned
+            .store(false, Ordering::SeqCst);
+        let offset = (Instant::now() - start).as_secs_f64();
+        let (p, _) = self.until_converged(limit).await;
+        Ok((
+            p.map(|p| p + offset / self.size.period().as_secs_f64()),
+            all_held,
+        ))
+    }
+
+    /// Measures 20 periods of steady state after the event and reports scenario `name`.
+    async fn report(
+        &mut self,
+        name: &str,
+        store_name: &str,
+        event: EventOutcome,
+    ) -> Result<Report, String> {
+        let size = self.size;
+        let (periods_to_converge, all_held_after_s) = event;
+        // Steady state: 20 periods after convergence.
+        let window = size.period() * 20;
+        let (writes, reads, conflicts, moves) = self.steady(window).await;
+        let totals = self.counters.snapshot();
+        let per = |n: u64| n as f64 / window.as_secs_f64() / size.shards as f64;
+        let holders = self
+            .workers
+            .iter()
+            .filter(|w| !w.rx.borrow().shards.is_empty())
+            .count();
+        let freshness = DATA_FRESHNESS.as_secs_f64();
+        let catalog_loads_per_s = holders as f64 / freshness + 2.0 / (freshness / 2.0);
+        let finished_rows = self
+            .setup
+            .list_leases(CHANNEL)
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .filter(|l| l.checkpoint_hint == Some(Position::ShardEnd))
+            .count();
+        Ok(Report {
+            scenario: name.to_string(),
+            store: store_name.to_string(),
+            shards: size.shards,
+            workers: size.workers,
+            lease_duration_s: size.lease_duration.as_secs_f64(),
+            periods_to_converge,
+            all_held_after_s,
+            max_held: self.max_held,
+            double_held: self.double_held,
+            child_before_parent: self.child_before_parent,
+            moves_after_converge: moves,
+            writes_per_shard_s: per(writes),
+            reads_per_shard_s: per(reads),
+            conflicts_per_s: conflicts as f64 / window.as_secs_f64(),
+            catalog_loads_per_s: Some(catalog_loads_per_s),
+            finished_rows,
+            total_writes: totals.0,
+            total_reads: totals.1,
+            total_conflicts: totals.2,
+        })
+    }
 }

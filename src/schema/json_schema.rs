@@ -424,7 +424,6 @@ impl<'a> Mapper<'a> {
         depth: usize,
     ) -> Result<FieldSpec, SchemaError> {
         let s = &r.schema;
-        let mut admits_null = r.admits_null;
         for kw in UNENFORCED {
             if s.get(*kw).is_some() {
                 return Err(SchemaError::unsupported(
@@ -445,64 +444,8 @@ impl<'a> Mapper<'a> {
         } else {
             s.get("const").map(|c| vec![c.clone()])
         };
-        // Type: a string, or an array of one type plus "null".
-        let (ty, null_in_type) = match s.get("type") {
-            None => (None, false),
-            Some(Value::String(t)) => (Some(t.clone()), false),
-            Some(Value::Array(ts)) => {
-                let mut names = Vec::new();
-                let mut null = false;
-                for t in ts {
-                    match t.as_str() {
-                        Some("null") => null = true,
-                        Some(t) => names.push(t.to_string()),
-                        None => {
-                            return Err(SchemaError::invalid(ptr, "type entries must be strings"))
-                        }
-                    }
-                }
-                // JSON Schema: "integer" inside "number" is the same union as "number".
-                if names.len() == 2
-                    && names.contains(&"number".into())
-                    && names.contains(&"integer".into())
-                {
-                    names.retain(|n| n != "integer");
-                }
-                match names.len() {
-                    0 if enum_members.is_none() => {
-                        return Err(SchemaError::unsupported(
-                            ptr,
-                            "type null alone has no Iceberg type",
-                        ))
-                    }
-                    0 => (None, null),
-                    1 => (Some(names.remove(0)), null),
-                    _ => {
-                        return Err(SchemaError::unsupported(
-                            ptr,
-                            format!(
-                            "union of {} has no Iceberg mapping (only \"T or null\" unions are)",
-                            names.join("|")
-                        ),
-                        ))
-                    }
-                }
-            }
-            Some(_) => {
-                return Err(SchemaError::invalid(
-                    ptr,
-                    "type must be a string or an array",
-                ))
-            }
-        };
-        admits_null |= null_in_type;
-        if ty.as_deref() == Some("null") && enum_members.is_none() {
-            return Err(SchemaError::unsupported(
-                ptr,
-                "type null has no Iceberg type",
-            ));
-        }
-
+        let (ty, null_in_type) = type_keyword(s, ptr, enum_members.is_some())?;
+        let admits_null = r.admits_null || null_in_type;
         let mk = |ty: FieldType, admits_null: bool| FieldSpec {
             id,
             name: name.to_string(),
@@ -513,37 +456,11 @@ impl<'a> Mapper<'a> {
             doc: doc.clone(),
             has_default: false,
         };
-
         if let Some(members) = enum_members {
-            let json_ty = match ty.as_deref() {
-                None => None,
-                Some(t) => Some(
-                    JsonType::named(t)
-                        .ok_or_else(|| SchemaError::invalid(ptr, format!("unknown type {t:?}")))?,
-                ),
-            };
-            let (members, null_member) =
-                self.enum_members(s, &members, json_ty, admits_null, ptr)?;
-            let mut strspec = if matches!(json_ty, None | Some(JsonType::String)) {
-                self.str_spec(s, ptr)?
-            } else {
-                StrSpec::default()
-            };
-            strspec.format = s
-                .get("format")
-                .and_then(Value::as_str)
-                .and_then(StrFormat::asserted);
-            // A union's null branch allows null whatever the other branch's enum says; a null
-            // the `type` keyword lets through is still checked against the members.
-            let allows_null = null_member || r.admits_null;
-            let spec = EnumSpec {
-                members,
-                ty: json_ty,
-                null_refused_by_enum: !allows_null && (json_ty.is_none() || null_in_type),
-            };
-            return Ok(mk(FieldType::Enum(spec, strspec), allows_null));
+            let (ft, allows_null) =
+                self.enum_type(r, &members, ty.as_deref(), null_in_type, ptr)?;
+            return Ok(mk(ft, allows_null));
         }
-
         let Some(ty) = ty else {
             return Err(SchemaError::unsupported(
                 ptr,
@@ -552,86 +469,9 @@ impl<'a> Mapper<'a> {
         };
         let ft = match ty.as_str() {
             "boolean" => FieldType::Boolean,
-            "integer" => {
-                let spec = self.num_spec(s, ptr)?;
-                let mut lo = i128::MIN;
-                let mut hi = i128::MAX;
-                for b in &spec.lower {
-                    let v = if b.exclusive {
-                        b.value.floor_i128().saturating_add(1)
-                    } else {
-                        b.value.ceil_i128()
-                    };
-                    lo = lo.max(v);
-                }
-                for b in &spec.upper {
-                    let v = if b.exclusive {
-                        b.value.ceil_i128().saturating_sub(1)
-                    } else {
-                        b.value.floor_i128()
-                    };
-                    hi = hi.min(v);
-                }
-                let is = IntSpec {
-                    lo,
-                    hi,
-                    multiple_of: spec.multiple_of,
-                };
-                if lo >= i128::from(i32::MIN) && hi <= i128::from(i32::MAX) {
-                    FieldType::Int(is)
-                } else {
-                    FieldType::Long(is)
-                }
-            }
-            "number" => {
-                let spec = self.num_spec(s, ptr)?;
-                match &spec.multiple_of {
-                    Some(m) => {
-                        let scale = if m.exp < 0 { m.exp.unsigned_abs() } else { 0 };
-                        if scale > 38 {
-                            return Err(SchemaError::unsupported(
-                                &format!("{ptr}/multipleOf"),
-                                format!("multipleOf {} needs decimal scale {scale} > 38", m.text),
-                            ));
-                        }
-                        FieldType::Decimal {
-                            precision: 38,
-                            scale: scale as u32,
-                            spec,
-                        }
-                    }
-                    None => FieldType::Double(spec),
-                }
-            }
-            "string" => {
-                let mut ss = self.str_spec(s, ptr)?;
-                let format = s.get("format").and_then(Value::as_str);
-                let encoding = s
-                    .get("contentEncoding")
-                    .or_else(|| s.get("encoding"))
-                    .and_then(Value::as_str);
-                let is_b64 = matches!(encoding, Some("base64" | "byte"))
-                    || matches!(format, Some("byte" | "base64"));
-                if is_b64 {
-                    FieldType::Binary(ss)
-                } else {
-                    match format {
-                        Some("date-time") => FieldType::Timestamptz(ss),
-                        Some("date") => FieldType::Date(ss),
-                        Some("time") => FieldType::Time(ss),
-                        Some("uuid") => FieldType::Uuid(ss),
-                        Some("ipv4") => {
-                            ss.format = Some(StrFormat::Ipv4);
-                            FieldType::String(ss)
-                        }
-                        Some("ipv6") => {
-                            ss.format = Some(StrFormat::Ipv6);
-                            FieldType::String(ss)
-                        }
-                        _ => FieldType::String(ss),
-                    }
-                }
-            }
+            "integer" => integer_type(self.num_spec(s, ptr)?),
+            "number" => number_type(self.num_spec(s, ptr)?, ptr)?,
+            "string" => string_type(s, self.str_spec(s, ptr)?),
             "object" => self.object_type(s, ptr, depth)?,
             "array" => self.array_type(s, ptr, depth)?,
             other => {
@@ -639,6 +479,46 @@ impl<'a> Mapper<'a> {
             }
         };
         Ok(mk(ft, admits_null))
+    }
+
+    /// The type of an `enum`/`const` field whose `type` keyword names `ty` (with `null` when
+    /// `null_in_type`), and whether it allows `null`.
+    fn enum_type(
+        &mut self,
+        r: &Resolved,
+        members: &[Value],
+        ty: Option<&str>,
+        null_in_type: bool,
+        ptr: &str,
+    ) -> Result<(FieldType, bool), SchemaError> {
+        let s = &r.schema;
+        let admits_null = r.admits_null || null_in_type;
+        let json_ty = match ty {
+            None => None,
+            Some(t) => Some(
+                JsonType::named(t)
+                    .ok_or_else(|| SchemaError::invalid(ptr, format!("unknown type {t:?}")))?,
+            ),
+        };
+        let (members, null_member) = self.enum_members(s, members, json_ty, admits_null, ptr)?;
+        let mut strspec = if matches!(json_ty, None | Some(JsonType::String)) {
+            self.str_spec(s, ptr)?
+        } else {
+            StrSpec::default()
+        };
+        strspec.format = s
+            .get("format")
+            .and_then(Value::as_str)
+            .and_then(StrFormat::asserted);
+        // A union's null branch allows null whatever the other branch's enum says; a null
+        // the `type` keyword lets through is still checked against the members.
+        let allows_null = null_member || r.admits_null;
+        let spec = EnumSpec {
+            members,
+            ty: json_ty,
+            null_refused_by_enum: !allows_null && (json_ty.is_none() || null_in_type),
+        };
+        Ok((FieldType::Enum(spec, strspec), allows_null))
     }
 
     /// The members of an `enum`/`const` that its sibling keywords allow (JSON Schema applies
@@ -1230,4 +1110,154 @@ pub(super) fn ecma_to_rust_regex(p: &str) -> String {
         }
     }
     out
+}
+
+/// The `type` keyword of `s`: a type name (or none), and whether `null` is allowed by it. A
+/// string, or an array of one type plus "null" (`integer` inside `number` is `number`);
+/// `has_enum`: an `enum`/`const` may stand for the type.
+///
+/// Errors: other unions, `null` alone without an enum, malformed keywords.
+fn type_keyword(
+    s: &Value,
+    ptr: &str,
+    has_enum: bool,
+) -> Result<(Option<String>, bool), SchemaError> {
+    let (ty, null_in_type) = match s.get("type") {
+        None => (None, false),
+        Some(Value::String(t)) => (Some(t.clone()), false),
+        Some(Value::Array(ts)) => {
+            let mut names = Vec::new();
+            let mut null = false;
+            for t in ts {
+                match t.as_str() {
+                    Some("null") => null = true,
+                    Some(t) => names.push(t.to_string()),
+                    None => return Err(SchemaError::invalid(ptr, "type entries must be strings")),
+                }
+            }
+            // JSON Schema: "integer" inside "number" is the same union as "number".
+            if names.len() == 2
+                && names.contains(&"number".into())
+                && names.contains(&"integer".into())
+            {
+                names.retain(|n| n != "integer");
+            }
+            match names.len() {
+                0 if !has_enum => {
+                    return Err(SchemaError::unsupported(
+                        ptr,
+                        "type null alone has no Iceberg type",
+                    ))
+                }
+                0 => (None, null),
+                1 => (Some(names.remove(0)), null),
+                _ => {
+                    return Err(SchemaError::unsupported(
+                        ptr,
+                        format!(
+                            "union of {} has no Iceberg mapping (only \"T or null\" unions are)",
+                            names.join("|")
+                        ),
+                    ))
+                }
+            }
+        }
+        Some(_) => {
+            return Err(SchemaError::invalid(
+                ptr,
+                "type must be a string or an array",
+            ))
+        }
+    };
+    if ty.as_deref() == Some("null") && !has_enum {
+        return Err(SchemaError::unsupported(
+            ptr,
+            "type null has no Iceberg type",
+        ));
+    }
+    Ok((ty, null_in_type))
+}
+
+/// An `integer` with bounds `spec`: `int` when every allowed value fits 32 bits, else `long`.
+fn integer_type(spec: NumSpec) -> FieldType {
+    let mut lo = i128::MIN;
+    let mut hi = i128::MAX;
+    for b in &spec.lower {
+        let v = if b.exclusive {
+            b.value.floor_i128().saturating_add(1)
+        } else {
+            b.value.ceil_i128()
+        };
+        lo = lo.max(v);
+    }
+    for b in &spec.upper {
+        let v = if b.exclusive {
+            b.value.ceil_i128().saturating_sub(1)
+        } else {
+            b.value.floor_i128()
+        };
+        hi = hi.min(v);
+    }
+    let is = IntSpec {
+        lo,
+        hi,
+        multiple_of: spec.multiple_of,
+    };
+    if lo >= i128::from(i32::MIN) && hi <= i128::from(i32::MAX) {
+        FieldType::Int(is)
+    } else {
+        FieldType::Long(is)
+    }
+}
+
+/// A `number`: `decimal(38, s)` with `multipleOf` (s its fractional digits), else `double`.
+///
+/// Errors: a scale above 38.
+fn number_type(spec: NumSpec, ptr: &str) -> Result<FieldType, SchemaError> {
+    Ok(match &spec.multiple_of {
+        Some(m) => {
+            let scale = if m.exp < 0 { m.exp.unsigned_abs() } else { 0 };
+            if scale > 38 {
+                return Err(SchemaError::unsupported(
+                    &format!("{ptr}/multipleOf"),
+                    format!("multipleOf {} needs decimal scale {scale} > 38", m.text),
+                ));
+            }
+            FieldType::Decimal {
+                precision: 38,
+                scale: scale as u32,
+                spec,
+            }
+        }
+        None => FieldType::Double(spec),
+    })
+}
+
+/// A `string` of schema `s` checked by `ss`: binary when base64-encoded, else by its `format`.
+fn string_type(s: &Value, mut ss: StrSpec) -> FieldType {
+    let format = s.get("format").and_then(Value::as_str);
+    let encoding = s
+        .get("contentEncoding")
+        .or_else(|| s.get("encoding"))
+        .and_then(Value::as_str);
+    let is_b64 =
+        matches!(encoding, Some("base64" | "byte")) || matches!(format, Some("byte" | "base64"));
+    if is_b64 {
+        return FieldType::Binary(ss);
+    }
+    match format {
+        Some("date-time") => FieldType::Timestamptz(ss),
+        Some("date") => FieldType::Date(ss),
+        Some("time") => FieldType::Time(ss),
+        Some("uuid") => FieldType::Uuid(ss),
+        Some("ipv4") => {
+            ss.format = Some(StrFormat::Ipv4);
+            FieldType::String(ss)
+        }
+        Some("ipv6") => {
+            ss.format = Some(StrFormat::Ipv6);
+            FieldType::String(ss)
+        }
+        _ => FieldType::String(ss),
+    }
 }

@@ -1,10 +1,21 @@
-//! JSON Schema → Iceberg schema mapping: the first step of the pipeline's `validate → convert` stage.
+//! Schema → Iceberg schema mapping: the first step of the pipeline's `validate → convert` stage.
+//! A channel's schema, in any of the three languages floe reads, is mapped to an Iceberg table
+//! schema (Iceberg table spec, "Schemas and Data Types") and to the plan the
+//! [`crate::convert::Converter`] runs on every record ([`MappedSchema`], its [`Decoding`]):
 //!
-//! A channel's JSON Schema (draft-04 or draft-07, see <https://json-schema.org/specification-links>) is
-//! mapped once, at channel creation, to an Iceberg table schema (Iceberg table spec, "Schemas and Data
-//! Types") and to the validation plan the [`crate::convert::Converter`] runs on every record. The
-//! mapping is the table of docs/schema-mapping.md "JSON Schema → Iceberg"; anything it cannot map exactly is refused
-//! here, naming the place by JSON pointer (RFC 6901), so that validation never fails open.
+//! - JSON Schema (`json`, `gsr_json`, `json_sr` channels): here and in `json_schema.rs`, the rules
+//!   below;
+//! - Avro (`gsr_avro`, `avro`): [`avro`], with the Avro schema resolution of older writers;
+//! - Protobuf (`protobuf`): [`protobuf`], the `.proto` files compiled with their references.
+//!
+//! Beside them: [`partition`] (the partition spec and its transforms), [`sort`] (the sort order),
+//! [`evolution`] (whether a new schema version is a compatible evolution of the table's). The
+//! mapping runs at activation, and again for each schema version met under
+//! `evolution = "compatible"`. Anything a mapping cannot map exactly is refused, naming the place
+//! (for JSON Schema by JSON pointer, RFC 6901), so that validation never fails open.
+//!
+//! A JSON Schema (draft-04 or draft-07, see <https://json-schema.org/specification-links>) maps by
+//! the table of docs/schema-mapping.md "JSON Schema → Iceberg":
 //!
 //! | JSON Schema | Iceberg |
 //! |---|---|

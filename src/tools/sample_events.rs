@@ -854,7 +854,7 @@ mod tests {
 
     #[test]
     fn framed_bad_records_break_the_framing_or_the_payload() {
-        use crate::confluent::wire;
+        use crate::registry::framing::confluent as wire;
         let e = EventValues::generate(5, 42, BASE, 3);
         let json = event_json(5, 42, BASE, 3);
         let avro = confluent_frame(9, false, &event_avro(&avro_schema(), &e).unwrap());

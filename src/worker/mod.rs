@@ -778,13 +778,8 @@ impl ChannelWorker {
                                 .map(|k| String::from_utf8_lossy(k).into_owned()),
                             // A GSR or Confluent record names its version: the one it was
                             // checked (or refused) as, whatever the channel's.
-                            schema_version: crate::gsr::wire::parse_header(&rec.payload)
-                                .map(|(h, _)| h.schema_version.to_string())
-                                .or_else(|_| {
-                                    crate::confluent::wire::schema_id(&rec.payload)
-                                        .map(|id| format!("schema id {id}"))
-                                })
-                                .unwrap_or_else(|_| self.settings.schema_version.clone()),
+                            schema_version: crate::registry::schema_label(&rec.payload)
+                                .unwrap_or_else(|| self.settings.schema_version.clone()),
                             error_code: reason.code.as_str().to_string(),
                             field: reason.field,
                             message: reason.message,

@@ -53,6 +53,7 @@ fn draft04(mut c: Case) -> Case {
     c
 }
 
+// A table of data: one row per value rule of docs/schema-mapping.md, with its expected outcome.
 fn cases() -> Vec<Case> {
     let ab = json!({"type": "string", "enum": ["a", "b"]});
     let a_or_null = json!({"type": ["string", "null"], "enum": ["a"]});

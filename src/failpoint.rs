@@ -1,0 +1,30 @@
+//! Failpoints for the crash tests: named steps in the middle of a commit protocol at which a
+//! test build stops the process, so that a test can check that a kill at exactly that step
+//! loses and duplicates nothing (tests/it/crash.rs, tests/it/schema_evolution.rs).
+//!
+//! A test sets one variable in the environment of the `floe run` process it spawns:
+//! `FLOE_CRASH_AT=<step>` aborts the process at that step (no cleanup, as SIGKILL), and
+//! `FLOE_PAUSE_AT=<step>` holds the step for 5 s (a window for the test to SIGSTOP it). Only
+//! builds with the `testsuite` feature read them; otherwise [`step_point`] compiles to nothing.
+//!
+//! Steps: `compaction-written` (compaction outputs written, not committed), `rewrite-written`
+//! (a rewrite's manifests and manifest list written, not swapped), `rewrite-committed` (swapped,
+//! nothing after it done), `evolution-decided` and `evolution-committed` (a schema evolution
+//! before and after its commit).
+
+/// Stops the process at step `step` when the environment names it (see the module docs); does
+/// nothing without the `testsuite` feature.
+pub(crate) async fn step_point(step: &str) {
+    #[cfg(feature = "testsuite")]
+    {
+        if std::env::var("FLOE_CRASH_AT").is_ok_and(|s| s == step) {
+            eprintln!("FLOE_CRASH_AT={step}: aborting");
+            std::process::abort();
+        }
+        if std::env::var("FLOE_PAUSE_AT").is_ok_and(|s| s == step) {
+            eprintln!("FLOE_PAUSE_AT={step}: pausing");
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        }
+    }
+    let _ = step;
+}

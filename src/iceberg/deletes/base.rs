@@ -1,0 +1,171 @@
+//! The base of a row delta: the table's current snapshot with its live data files and the
+//! delete files that reference one data file each (the ones a new delete of that data file
+//! merges and replaces).
+
+use std::collections::HashMap;
+
+use iceberg::spec::{
+    DataContentType, DataFileFormat, ManifestContentType, ManifestEntryRef, ManifestFile, Struct,
+};
+use iceberg::table::Table;
+
+/// A live data file of the base snapshot: what a delete file for it copies.
+#[derive(Debug, Clone)]
+pub struct LiveDataFile {
+    /// Its partition spec.
+    pub spec_id: i32,
+    /// Its partition tuple.
+    pub partition: Struct,
+    /// Rows in the file (positions run from 0 to `record_count - 1`).
+    pub record_count: u64,
+}
+
+/// A delete manifest of the base snapshot with its entries.
+#[derive(Debug, Clone)]
+pub(super) struct DeleteManifest {
+    pub(super) file: ManifestFile,
+    pub(super) entries: Vec<ManifestEntryRef>,
+}
+
+/// Totals over the live files of the base snapshot (snapshot summary `total-*` fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Totals {
+    pub(super) data_files: u64,
+    pub(super) records: u64,
+    pub(super) files_size: u64,
+    pub(super) delete_files: u64,
+    pub(super) position_deletes: u64,
+    pub(super) equality_deletes: u64,
+}
+
+/// The snapshot a row delta is built on: a table as loaded, its current snapshot's manifests,
+/// its live data files by path, and per data file path the live delete files that reference
+/// only it (`referenced_data_file`: floe's position-delete files and deletion vectors).
+#[derive(Debug, Clone)]
+pub struct RowDeltaBase {
+    pub(super) table: Table,
+    pub(super) snapshot_id: Option<i64>,
+    pub(super) data_manifests: Vec<ManifestFile>,
+    pub(super) delete_manifests: Vec<DeleteManifest>,
+    pub(super) live_data: HashMap<String, LiveDataFile>,
+    /// Data file path -> (index in `delete_manifests`, index of the entry).
+    pub(super) file_deletes: HashMap<String, Vec<(usize, usize)>>,
+    pub(super) totals: Totals,
+    pub(super) has_equality_deletes: bool,
+}
+
+impl RowDeltaBase {
+    /// Reads the manifest list and every manifest of `table`'s current snapshot (none for a
+    /// table without snapshots).
+    ///
+    /// Errors: any storage or decoding error.
+    pub async fn load(table: &Table) -> iceberg::Result<Self> {
+        let mut base = RowDeltaBase {
+            table: table.clone(),
+            snapshot_id: table.metadata().current_snapshot_id(),
+            data_manifests: Vec::new(),
+            delete_manifests: Vec::new(),
+            live_data: HashMap::new(),
+            file_deletes: HashMap::new(),
+            totals: Totals::default(),
+            has_equality_deletes: false,
+        };
+        let Some(snapshot) = table.metadata().current_snapshot() else {
+            return Ok(base);
+        };
+        let list = table.manifest_list_reader(snapshot).load().await?;
+        for file in list.entries() {
+            let manifest = file.load_manifest(table.file_io()).await?;
+            let entries: Vec<ManifestEntryRef> = manifest
+                .entries()
+                .iter()
+                .filter(|e| e.is_alive())
+                .cloned()
+                .collect();
+            if file.content == ManifestContentType::Data {
+                for e in &entries {
+                    base.totals.data_files += 1;
+                    base.totals.records += e.record_count();
+                    base.totals.files_size += e.file_size_in_bytes();
+                    base.live_data.insert(
+                        e.file_path().to_string(),
+                        LiveDataFile {
+                            spec_id: file.partition_spec_id,
+                            partition: e.data_file().partition().clone(),
+                            record_count: e.record_count(),
+                        },
+                    );
+                }
+                base.data_manifests.push(file.clone());
+                continue;
+            }
+            let index = base.delete_manifests.len();
+            for (i, e) in entries.iter().enumerate() {
+                let f = e.data_file();
+                base.totals.delete_files += 1;
+                base.totals.files_size += content_size(f);
+                match f.content_type() {
+                    DataContentType::EqualityDeletes => {
+                        base.has_equality_deletes = true;
+                        base.totals.equality_deletes += f.record_count();
+                    }
+                    _ => base.totals.position_deletes += f.record_count(),
+                }
+                if let (DataContentType::PositionDeletes, Some(target)) =
+                    (f.content_type(), f.referenced_data_file())
+                {
+                    base.file_deletes
+                        .entry(target)
+                        .or_default()
+                        .push((index, i));
+                }
+            }
+            base.delete_manifests.push(DeleteManifest {
+                file: file.clone(),
+                entries,
+            });
+        }
+        Ok(base)
+    }
+
+    /// The table as loaded.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    /// The base snapshot (`None`: the table had none).
+    pub fn snapshot_id(&self) -> Option<i64> {
+        self.snapshot_id
+    }
+
+    /// The live data file at `path`, if any.
+    pub fn data_file(&self, path: &str) -> Option<&LiveDataFile> {
+        self.live_data.get(path)
+    }
+
+    /// Whether any live delete file is an equality-delete file (floe never writes one; another
+    /// engine may have).
+    pub fn has_equality_deletes(&self) -> bool {
+        self.has_equality_deletes
+    }
+
+    /// The live delete files of the base that reference only `data_file`: at most one when
+    /// floe wrote them (what [`super::commit_row_delta`] merges and replaces).
+    pub fn deletes_of(&self, data_file: &str) -> Vec<&ManifestEntryRef> {
+        self.file_deletes
+            .get(data_file)
+            .into_iter()
+            .flatten()
+            .map(|&(m, e)| &self.delete_manifests[m].entries[e])
+            .collect()
+    }
+}
+
+/// The bytes a delete file contributes to `*-files-size`: a deletion vector counts its blob
+/// (`content_size_in_bytes`, as Iceberg Java's summaries do), any other file its size.
+pub(super) fn content_size(f: &iceberg::spec::DataFile) -> u64 {
+    match (f.file_format(), f.content_size_in_bytes()) {
+        (DataFileFormat::Puffin, Some(n)) => n as u64,
+        _ => f.file_size_in_bytes(),
+    }
+}
