@@ -22,7 +22,7 @@
 //!   operator_errors, worker_leases, worker_shard_end;
 //! - the Python virtualenv (`FLOE_PYTHON`: PyIceberg, DuckDB, the Confluent serializers):
 //!   confluent_formats, kafka_topics, maintenance, partition_specs, pipeline, quickstart,
-//!   route_field, routing;
+//!   route_field, routing, row_delta;
 //! - the AWS emulators (`deploy/local/aws-emulators.sh`), most with the Python virtualenv too:
 //!   aws_catalogs, aws_fleet, aws_kafka, crash, glue_schema_registry, kinesis_source (also
 //!   kinesalite and the enhanced fan-out emulator), loadtest, ops_endpoints, raw_s3,
@@ -68,6 +68,7 @@ mod raw_s3;
 mod rest_catalog;
 mod route_field;
 mod routing;
+mod row_delta;
 mod schema_evolution;
 #[cfg(feature = "testsuite")]
 mod worker_leases;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent readers of a table with deletes by position (tests/row_delta.rs): PyIceberg through
+"""Independent readers of a table with deletes by position (tests/it/row_delta.rs): PyIceberg through
 floe's SQLite catalog, and DuckDB's iceberg extension (`iceberg_scan` of the metadata file, loaded
 offline as in read_duckdb.py).
 

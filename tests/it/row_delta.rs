@@ -2,11 +2,10 @@
 //! independent readers: PyIceberg and DuckDB's iceberg extension, for format v2 (position-delete
 //! files) and format v3 (deletion vectors).
 
-mod common;
-
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::common;
 use arrow_array::{Int64Array, RecordBatch, StringArray};
 use floe::catalog::swap::{SqlSwap, TableSwap};
 use floe::iceberg::deletes::{commit_row_delta, RowDelta, RowDeltaBase, RowDeltaError};
