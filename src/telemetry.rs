@@ -151,6 +151,7 @@ pub const DATA_FILE_SIZE_BUCKETS: &[f64] = &[
     2_147_483_648.0,
 ];
 
+// A table of data: one `describe_*!` entry (name, unit, HELP text) per metric, kept whole.
 /// Registers HELP text and units for every metric.
 pub fn describe() {
     describe_gauge!(

@@ -415,71 +415,11 @@ pub async fn ensure_channel_table(
         sort: dest.sort.clone(),
     };
     let ident = &spec.ident;
-    let unavailable = |e: iceberg::Error| ActivateError::Unavailable(format!("catalog: {e}"));
-    // The table recorded at activation must still be the same table: a table that was dropped
-    // (and maybe recreated) is not written to, or records would be delivered again.
-    if let Some(uuid) = state.table_uuid.clone() {
-        let current = if catalog.table_exists(ident).await.map_err(unavailable)? {
-            Some(
-                catalog
-                    .load_table(ident)
-                    .await
-                    .map_err(unavailable)?
-                    .metadata()
-                    .uuid()
-                    .to_string(),
-            )
-        } else {
-            None
-        };
-        match current {
-            Some(current) if current == uuid => {}
-            // Another table under the name: affirmative evidence that the channel's table was
-            // replaced. The channel is suspended for the whole fleet.
-            Some(current) => {
-                let reason =
-                    format!("table {ident} (uuid {uuid}) was dropped and replaced (now {current})");
-                tracing::error!(channel = name, reason = %reason, "channel SUSPENDED");
-                state.state = ChannelStatus::Suspended;
-                state.status_reason = Some(reason.clone());
-                if let Err(e) = put(store, state).await {
-                    tracing::warn!(channel = name, error = %e, "could not record the channel as suspended");
-                }
-                return Err(ActivateError::Suspended(reason));
-            }
-            // Missing from *this worker's* catalog: a dropped table, or a worker configured with
-            // another catalog (a typo in `uri`, another `name`, another host's SQLite file).
-            // Only this worker stops; a worker that sees the drop while delivering suspends the
-            // channel (the worker loop's table-gone path).
-            None => {
-                return Err(ActivateError::Refused {
-                    path: format!("channel[{index}].destination.catalog"),
-                    message: format!(
-                        "table {ident} (uuid {uuid}, recorded when the channel was activated) is not in this worker's catalog: check channel.destination.catalog (every worker of a channel must use the same catalog); if the table was dropped, the channel is suspended by the workers that deliver to it"
-                    ),
-                })
-            }
-        }
-    }
+    check_recorded_table(index, name, store, state, catalog, ident).await?;
     let at_activation = state.table_uuid.is_none() || activating(state);
-    let table_path = format!("channel[{index}].destination.table");
-    // The partition spec's and sort order's terms against the schema (a registry schema is first seen here;
-    // a schema file was checked by `floe validate` already).
-    let terms = crate::schema::partition::unbound_spec(&dest.partition, schema.iceberg_schema())
-        .map(|_| ())
-        .map_err(|(i, message)| (format!("partition[{i}]"), message))
-        .and_then(|()| {
-            crate::schema::sort::sort_order(&dest.sort, schema.iceberg_schema())
-                .map(|_| ())
-                .map_err(|(i, message)| (format!("sort[{i}]"), message))
-        })
-        .and_then(|()| match &dest.route {
-            Some(route) => route
-                .check_field(schema.iceberg_schema())
-                .map_err(|message| ("route_field".to_string(), message)),
-            None => Ok(()),
-        });
-    if let Err((key, message)) = terms {
+    // The partition spec's and sort order's terms against the schema (a registry schema is first
+    // seen here; a schema file was checked by `floe validate` already).
+    if let Err((key, message)) = check_table_terms(dest, schema) {
         let path = format!("channel[{index}].destination.{key}");
         if at_activation {
             return Err(fail(
@@ -519,30 +459,11 @@ pub async fn ensure_channel_table(
                 message: e.to_string(),
             })
         }
-        Err(CatalogError::Unavailable(e)) => return Err(unavailable(e)),
+        Err(CatalogError::Unavailable(e)) => return Err(catalog_unavailable(e)),
     };
     if at_activation {
         if let CatalogConfig::S3Tables(s3t) = &dest.catalog {
-            match crate::catalog::aws::check_table_encryption(s3t, aws, ident, name).await {
-                Ok(()) => {}
-                Err(e @ CatalogError::Incompatible { .. }) => {
-                    return Err(fail(
-                        store,
-                        state,
-                        table_path,
-                        e.to_string(),
-                        "point it at another table",
-                    )
-                    .await);
-                }
-                Err(CatalogError::Refused { key, message }) => {
-                    return Err(ActivateError::Refused {
-                        path: format!("channel[{index}].destination.catalog.{key}"),
-                        message,
-                    })
-                }
-                Err(CatalogError::Unavailable(e)) => return Err(unavailable(e)),
-            }
+            check_s3tables_encryption(index, name, store, state, s3t, aws, ident).await?;
         }
     }
     if state.table_uuid.is_none() {
@@ -556,4 +477,125 @@ pub async fn ensure_channel_table(
         }
     }
     Ok(table)
+}
+
+/// An Iceberg error of the catalog, as the operation's error.
+fn catalog_unavailable(e: iceberg::Error) -> ActivateError {
+    ActivateError::Unavailable(format!("catalog: {e}"))
+}
+
+/// Checks that the table recorded at activation (its uuid in `state`) is still the table under
+/// `ident`; nothing to check before a table was recorded.
+///
+/// Errors: `Suspended` (recorded) when another table took its name; `Refused` when this
+/// worker's catalog lacks it; `Unavailable`.
+async fn check_recorded_table(
+    index: usize,
+    name: &str,
+    store: &dyn Store,
+    state: &mut ChannelState,
+    catalog: &dyn Catalog,
+    ident: &iceberg::TableIdent,
+) -> Result<(), ActivateError> {
+    // The table recorded at activation must still be the same table: a table that was dropped
+    // (and maybe recreated) is not written to, or records would be delivered again.
+    let Some(uuid) = state.table_uuid.clone() else {
+        return Ok(());
+    };
+    let current = if catalog
+        .table_exists(ident)
+        .await
+        .map_err(catalog_unavailable)?
+    {
+        Some(
+            catalog
+                .load_table(ident)
+                .await
+                .map_err(catalog_unavailable)?
+                .metadata()
+                .uuid()
+                .to_string(),
+        )
+    } else {
+        None
+    };
+    match current {
+        Some(current) if current == uuid => Ok(()),
+        // Another table under the name: affirmative evidence that the channel's table was
+        // replaced. The channel is suspended for the whole fleet.
+        Some(current) => {
+            let reason =
+                format!("table {ident} (uuid {uuid}) was dropped and replaced (now {current})");
+            tracing::error!(channel = name, reason = %reason, "channel SUSPENDED");
+            state.state = ChannelStatus::Suspended;
+            state.status_reason = Some(reason.clone());
+            if let Err(e) = put(store, state).await {
+                tracing::warn!(channel = name, error = %e, "could not record the channel as suspended");
+            }
+            Err(ActivateError::Suspended(reason))
+        }
+        // Missing from *this worker's* catalog: a dropped table, or a worker configured with
+        // another catalog (a typo in `uri`, another `name`, another host's SQLite file).
+        // Only this worker stops; a worker that sees the drop while delivering suspends the
+        // channel (the worker loop's table-gone path).
+        None => Err(ActivateError::Refused {
+            path: format!("channel[{index}].destination.catalog"),
+            message: format!(
+                "table {ident} (uuid {uuid}, recorded when the channel was activated) is not in this worker's catalog: check channel.destination.catalog (every worker of a channel must use the same catalog); if the table was dropped, the channel is suspended by the workers that deliver to it"
+            ),
+        }),
+    }
+}
+
+/// The partition spec's and sort order's terms, and the route field, against the table's
+/// schema: `(key under channel[i].destination, why)` of the first that does not fit.
+fn check_table_terms(
+    dest: &crate::config::IcebergDestinationConfig,
+    schema: &crate::schema::MappedSchema,
+) -> Result<(), (String, String)> {
+    crate::schema::partition::unbound_spec(&dest.partition, schema.iceberg_schema())
+        .map(|_| ())
+        .map_err(|(i, message)| (format!("partition[{i}]"), message))
+        .and_then(|()| {
+            crate::schema::sort::sort_order(&dest.sort, schema.iceberg_schema())
+                .map(|_| ())
+                .map_err(|(i, message)| (format!("sort[{i}]"), message))
+        })
+        .and_then(|()| match &dest.route {
+            Some(route) => route
+                .check_field(schema.iceberg_schema())
+                .map_err(|message| ("route_field".to_string(), message)),
+            None => Ok(()),
+        })
+}
+
+/// At activation, checks that an S3 Tables table is encrypted as configured.
+///
+/// Errors: `Failed` (recorded) for a table encrypted otherwise; `Refused` naming the catalog
+/// key; `Unavailable`.
+async fn check_s3tables_encryption(
+    index: usize,
+    name: &str,
+    store: &dyn Store,
+    state: &mut ChannelState,
+    s3t: &crate::config::S3TablesCatalogConfig,
+    aws: &crate::aws::AwsClients,
+    ident: &iceberg::TableIdent,
+) -> Result<(), ActivateError> {
+    match crate::catalog::aws::check_table_encryption(s3t, aws, ident, name).await {
+        Ok(()) => Ok(()),
+        Err(e @ CatalogError::Incompatible { .. }) => Err(fail(
+            store,
+            state,
+            format!("channel[{index}].destination.table"),
+            e.to_string(),
+            "point it at another table",
+        )
+        .await),
+        Err(CatalogError::Refused { key, message }) => Err(ActivateError::Refused {
+            path: format!("channel[{index}].destination.catalog.{key}"),
+            message,
+        }),
+        Err(CatalogError::Unavailable(e)) => Err(catalog_unavailable(e)),
+    }
 }

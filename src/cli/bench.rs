@@ -178,21 +178,21 @@ impl Framing {
                 if pos >= buf.len() {
                     return Ok(None);
                 }
-                let mut len: u64 = 0;
-                let mut i = pos;
-                loop {
-                    let Some(&b) = buf.get(i) else {
+                let mut rest = &buf[pos..];
+                let len = match prost::encoding::decode_varint(&mut rest) {
+                    Ok(len) => len,
+                    // Fewer than 10 bytes, each continuing the length: the rest is still to come.
+                    Err(_) if buf.len() - pos < 10 && buf[pos..].iter().all(|b| b & 0x80 != 0) => {
                         return truncated(eof, pos);
-                    };
-                    if i - pos == 10 {
-                        return Err(invalid(pos, "a record length longer than 10 bytes"));
                     }
-                    len |= u64::from(b & 0x7f) << (7 * (i - pos));
-                    i += 1;
-                    if b & 0x80 == 0 {
-                        break;
+                    Err(_) => {
+                        return Err(invalid(
+                            pos,
+                            "a record length that is not a varint of at most 64 bits",
+                        ));
                     }
-                }
+                };
+                let i = buf.len() - rest.len();
                 let Some(end) = usize::try_from(len).ok().and_then(|l| i.checked_add(l)) else {
                     return Err(invalid(pos, "a record length beyond memory"));
                 };

@@ -38,7 +38,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use iceberg::{NamespaceIdent, TableIdent};
+use iceberg::{Catalog, NamespaceIdent, TableIdent};
 
 use crate::commit::Committer;
 use crate::config::MaintenanceConfig;
@@ -46,7 +46,7 @@ use crate::convert::Converter;
 use crate::dlq::LocalDlq;
 use crate::iceberg::table::{ensure_table, referenced_data_files, TableSpec};
 use crate::iceberg::target::IcebergTarget;
-use crate::iceberg::writer::{write_data_files, ParquetCompression, WriterSettings};
+use crate::iceberg::writer::{write_data_files, ParquetCompression, WriterSettings, WrittenFiles};
 use crate::lease::{BatchStore, LeaseStore, SqlLeaseStore};
 use crate::model::{BatchFiles, CheckpointRange, PendingBatch, Position, ShardId, ShardRange};
 use crate::schema::MappedSchema;
@@ -165,6 +165,122 @@ fn window(label: &str, durations: &[Duration]) -> String {
 ///
 /// Errors: the catalog, storage or lease store failed, or a commit round failed.
 pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError> {
+    let bench = open_table(args).await?;
+    let (catalog, ident) = (&bench.catalog, &bench.ident);
+    let store = open_lease_store(args, &bench.run_id).await?;
+    let maintenance = MaintenanceConfig {
+        enabled: args.maintenance == OnOff::On,
+        snapshot_retention: args.snapshot_retention,
+        min_snapshots: args.min_snapshots,
+        // The bench decides when to look (every `look_every` commits).
+        interval: Duration::ZERO,
+        ..MaintenanceConfig::default()
+    };
+    let writer = WriterSettings {
+        channel: "bench".into(),
+        compression: ParquetCompression::Zstd(3),
+        target_file_size: 128 << 20,
+        max_open_partitions: 48,
+    };
+    let swap =
+        crate::catalog::swap::SqlSwap::open(catalog.clone(), &bench.database, &bench.catalog_name)
+            .await
+            .map_err(err)?;
+    // The replayed stream's clock: hour-aligned, ending an hour before the wall clock.
+    let step_ms = args.freshness.as_millis() as i64;
+    let span_ms = step_ms * args.commits as i64;
+    let start_ms = (crate::time::now_ms() - span_ms - 2 * 3_600_000) / 3_600_000 * 3_600_000;
+    let stream_now = Arc::new(std::sync::atomic::AtomicI64::new(start_ms));
+    let clock = {
+        let stream_now = stream_now.clone();
+        Arc::new(move || stream_now.load(std::sync::atomic::Ordering::Relaxed))
+    };
+    let leases: Arc<dyn LeaseStore> = store.clone();
+    let batches: Arc<dyn BatchStore> = store.clone();
+    let committer = Committer::new(
+        "bench",
+        IcebergTarget::new(
+            "bench",
+            ident.clone(),
+            catalog.clone(),
+            LocalDlq::new(args.dir.join("dlq"), "bench"),
+        )
+        .with_maintenance(maintenance)
+        .with_rewrites(Some(Arc::new(swap)), writer.clone())
+        .with_clock(clock),
+        leases,
+        batches.clone(),
+        1,
+    );
+    let mut durations = Vec::with_capacity(args.commits as usize);
+    // Per shard: the last position committed, and the next record number.
+    let mut after: Vec<(Option<Position>, u64)> = vec![(None, 0); args.shards as usize];
+    let mut looks = Vec::new();
+    for n in 0..args.commits {
+        let now = start_ms + (n as i64 + 1) * step_ms;
+        stream_now.store(now, std::sync::atomic::Ordering::Relaxed);
+        let table = catalog.load_table(ident).await.map_err(err)?;
+        let arrow = Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
+                .map_err(err)?,
+        );
+        let mut conv = Converter::try_new(bench.schema.clone(), arrow).map_err(err)?;
+        let first = n * args.rows;
+        for id in first..first + args.rows {
+            conv.push(event_json(id, 7, now - step_ms, 0).as_bytes())
+                .map_err(|e| err(e.message))?;
+        }
+        let batch_id = uuid::Uuid::now_v7();
+        let written = write_data_files(&table, &writer, batch_id, conv.finish())
+            .await
+            .map_err(err)?;
+        let batch = pending_batch(args, n, &mut after, batch_id, written);
+        batches.put_batch(&batch).await.map_err(err)?;
+        let started = Instant::now();
+        let report = committer.commit_round().await.map_err(err)?;
+        durations.push(started.elapsed());
+        if args.maintenance == OnOff::On && args.look_every > 0 && (n + 1) % args.look_every == 0 {
+            let started = Instant::now();
+            committer.maintain().await;
+            looks.push(started.elapsed());
+        }
+        if report.committed != 1 {
+            return Err(err(format!("round {n} committed {report:?}")));
+        }
+        // The early window, when the run is longer (otherwise the last window is the same).
+        if n + 1 == 100 && args.commits > 100 {
+            stdout::println(window(
+                "commit 100",
+                &durations[durations.len().saturating_sub(100)..],
+            ));
+        }
+    }
+    let label = format!("commit {}", args.commits);
+    stdout::println(window(
+        &label,
+        &durations[durations.len().saturating_sub(100)..],
+    ));
+    print_looks(&mut looks);
+    print_table_shape(args, &bench, start_ms + span_ms).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The benchmark's table and where it lives.
+struct BenchTable {
+    /// Tells one run's rows apart on PostgreSQL (catalog name and lease schema).
+    run_id: String,
+    database: crate::config::CatalogDatabase,
+    catalog_name: String,
+    catalog: Arc<dyn Catalog>,
+    /// The quickstart's `Event` schema, hour-partitioned by `event_time`.
+    schema: Arc<MappedSchema>,
+    ident: TableIdent,
+}
+
+/// Creates the benchmark's catalog and table under `--dir` (or on `--postgres-url`).
+///
+/// Errors: `--dir` holds an earlier run's table; the catalog or storage failed.
+async fn open_table(args: &BenchCommitsArgs) -> Result<BenchTable, BenchCommitsError> {
     let catalog_path = args.dir.join("catalog.sqlite");
     let warehouse = args.dir.join("warehouse");
     if catalog_path.exists() || warehouse.exists() {
@@ -206,7 +322,24 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
     ensure_table(catalog.as_ref(), &spec, &schema)
         .await
         .map_err(err)?;
-    let store = Arc::new(match &args.postgres_url {
+    Ok(BenchTable {
+        run_id,
+        database,
+        catalog_name,
+        catalog,
+        schema,
+        ident,
+    })
+}
+
+/// The run's lease store: SQLite under `--dir`, or a schema of its own on `--postgres-url`.
+///
+/// Errors: the lease store cannot be opened.
+async fn open_lease_store(
+    args: &BenchCommitsArgs,
+    run_id: &str,
+) -> Result<Arc<SqlLeaseStore>, BenchCommitsError> {
+    Ok(Arc::new(match &args.postgres_url {
         Some(url) => SqlLeaseStore::open_postgres(&crate::lease::PostgresOptions {
             url: url.clone(),
             ssl_mode: crate::lease::SslMode::Prefer,
@@ -219,132 +352,58 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         None => SqlLeaseStore::open_sqlite(args.dir.join("leases.sqlite"))
             .await
             .map_err(err)?,
-    });
-    let maintenance = MaintenanceConfig {
-        enabled: args.maintenance == OnOff::On,
-        snapshot_retention: args.snapshot_retention,
-        min_snapshots: args.min_snapshots,
-        // The bench decides when to look (every `look_every` commits).
-        interval: Duration::ZERO,
-        ..MaintenanceConfig::default()
+    }))
+}
+
+/// Round `n`'s pending batch of the `written` files: the first batch starts every shard, later
+/// ones continue one shard each, in turn (`after` holds each shard's last position committed
+/// and its next record number).
+fn pending_batch(
+    args: &BenchCommitsArgs,
+    n: u64,
+    after: &mut [(Option<Position>, u64)],
+    batch_id: uuid::Uuid,
+    written: WrittenFiles,
+) -> PendingBatch {
+    // The first batch starts every shard; later ones continue one shard each, in turn.
+    let covered: Vec<u32> = if n == 0 {
+        (0..args.shards).collect()
+    } else {
+        vec![(n % args.shards as u64) as u32]
     };
-    let writer = WriterSettings {
-        channel: "bench".into(),
-        compression: ParquetCompression::Zstd(3),
-        target_file_size: 128 << 20,
-        max_open_partitions: 48,
-    };
-    let swap = crate::catalog::swap::SqlSwap::open(catalog.clone(), &database, &catalog_name)
-        .await
-        .map_err(err)?;
-    // The replayed stream's clock: hour-aligned, ending an hour before the wall clock.
-    let step_ms = args.freshness.as_millis() as i64;
-    let span_ms = step_ms * args.commits as i64;
-    let start_ms = (crate::time::now_ms() - span_ms - 2 * 3_600_000) / 3_600_000 * 3_600_000;
-    let stream_now = Arc::new(std::sync::atomic::AtomicI64::new(start_ms));
-    let clock = {
-        let stream_now = stream_now.clone();
-        Arc::new(move || stream_now.load(std::sync::atomic::Ordering::Relaxed))
-    };
-    let leases: Arc<dyn LeaseStore> = store.clone();
-    let batches: Arc<dyn BatchStore> = store.clone();
-    let committer = Committer::new(
-        "bench",
-        IcebergTarget::new(
-            "bench",
-            ident.clone(),
-            catalog.clone(),
-            LocalDlq::new(args.dir.join("dlq"), "bench"),
-        )
-        .with_maintenance(maintenance)
-        .with_rewrites(Some(Arc::new(swap)), writer.clone())
-        .with_clock(clock),
-        leases,
-        batches.clone(),
-        1,
-    );
-    let mut durations = Vec::with_capacity(args.commits as usize);
-    // Per shard: the last position committed, and the next record number.
-    let mut after: Vec<(Option<Position>, u64)> = vec![(None, 0); args.shards as usize];
-    let mut looks = Vec::new();
-    for n in 0..args.commits {
-        let now = start_ms + (n as i64 + 1) * step_ms;
-        stream_now.store(now, std::sync::atomic::Ordering::Relaxed);
-        let table = catalog.load_table(&ident).await.map_err(err)?;
-        let arrow = Arc::new(
-            iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
-                .map_err(err)?,
-        );
-        let mut conv = Converter::try_new(schema.clone(), arrow).map_err(err)?;
-        let first = n * args.rows;
-        for id in first..first + args.rows {
-            conv.push(event_json(id, 7, now - step_ms, 0).as_bytes())
-                .map_err(|e| err(e.message))?;
-        }
-        let batch_id = uuid::Uuid::now_v7();
-        let written = write_data_files(&table, &writer, batch_id, conv.finish())
-            .await
-            .map_err(err)?;
-        // The first batch starts every shard; later ones continue one shard each, in turn.
-        let covered: Vec<u32> = if n == 0 {
-            (0..args.shards).collect()
-        } else {
-            vec![(n % args.shards as u64) as u32]
-        };
-        let mut ranges = Vec::with_capacity(covered.len());
-        for &i in &covered {
-            let (prev, next) = &mut after[i as usize];
-            *next += args.rows;
-            let last = position(args.positions, *next - 1);
-            ranges.push(ShardRange {
-                shard: shard(args.positions, i),
-                range: CheckpointRange {
-                    after_exclusive: prev.replace(last.clone()),
-                    last_inclusive: last,
-                },
-                lease_counter: 0,
-            });
-        }
-        let batch = PendingBatch {
-            channel: "bench".into(),
-            batch_id,
-            worker_id: "bench".into(),
-            shards: ranges,
-            files: BatchFiles::Iceberg {
-                data_files: written.data_files_json,
-                dlq_staged: None,
+    let mut ranges = Vec::with_capacity(covered.len());
+    for &i in &covered {
+        let (prev, next) = &mut after[i as usize];
+        *next += args.rows;
+        let last = position(args.positions, *next - 1);
+        ranges.push(ShardRange {
+            shard: shard(args.positions, i),
+            range: CheckpointRange {
+                after_exclusive: prev.replace(last.clone()),
+                last_inclusive: last,
             },
-            num_rows: written.num_rows,
-            num_dead_lettered: 0,
-            dead_lettered_by_code: Default::default(),
-            data_bytes: written.num_bytes,
-            oldest_read_at_ms: 0,
-        };
-        batches.put_batch(&batch).await.map_err(err)?;
-        let started = Instant::now();
-        let report = committer.commit_round().await.map_err(err)?;
-        durations.push(started.elapsed());
-        if args.maintenance == OnOff::On && args.look_every > 0 && (n + 1) % args.look_every == 0 {
-            let started = Instant::now();
-            committer.maintain().await;
-            looks.push(started.elapsed());
-        }
-        if report.committed != 1 {
-            return Err(err(format!("round {n} committed {report:?}")));
-        }
-        // The early window, when the run is longer (otherwise the last window is the same).
-        if n + 1 == 100 && args.commits > 100 {
-            stdout::println(window(
-                "commit 100",
-                &durations[durations.len().saturating_sub(100)..],
-            ));
-        }
+            lease_counter: 0,
+        });
     }
-    let label = format!("commit {}", args.commits);
-    stdout::println(window(
-        &label,
-        &durations[durations.len().saturating_sub(100)..],
-    ));
+    PendingBatch {
+        channel: "bench".into(),
+        batch_id,
+        worker_id: "bench".into(),
+        shards: ranges,
+        files: BatchFiles::Iceberg {
+            data_files: written.data_files_json,
+            dlq_staged: None,
+        },
+        num_rows: written.num_rows,
+        num_dead_lettered: 0,
+        dead_lettered_by_code: Default::default(),
+        data_bytes: written.num_bytes,
+        oldest_read_at_ms: 0,
+    }
+}
+
+/// Prints the maintenance looks' times (`{"maintenance_looks": N, "p50_ms", "p99_ms", "max_ms"}`).
+fn print_looks(looks: &mut [Duration]) {
     looks.sort();
     let ms = |d: Option<&Duration>| d.map_or(0.0, |d| (d.as_secs_f64() * 10_000.0).round() / 10.0);
     stdout::println(format!(
@@ -356,7 +415,25 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
             "max_ms": ms(looks.last()),
         })
     ));
-    let table = catalog.load_table(&ident).await.map_err(err)?;
+}
+
+/// Prints the table's shape after the run (snapshots, manifests, data files per hour, …);
+/// `last_ms` is the replayed stream's last time.
+///
+/// Errors: the table or its manifests cannot be read.
+async fn print_table_shape(
+    args: &BenchCommitsArgs,
+    bench: &BenchTable,
+    last_ms: i64,
+) -> Result<(), BenchCommitsError> {
+    let BenchTable {
+        database,
+        catalog_name,
+        catalog,
+        ident,
+        ..
+    } = bench;
+    let table = catalog.load_table(ident).await.map_err(err)?;
     let metadata_json_bytes = table
         .metadata_location()
         .map(|l| {
@@ -386,7 +463,6 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
         *per_hour.entry(hour).or_default() += 1;
     }
     // Closed hours: ended at least the compaction delay before the stream's last time.
-    let last_ms = start_ms + span_ms;
     let closed_max = per_hour
         .iter()
         .filter(|(h, _)| {
@@ -417,5 +493,5 @@ pub async fn run(args: &BenchCommitsArgs) -> Result<ExitCode, BenchCommitsError>
             "table": format!("{database}#{catalog_name}.{ident}"),
         })
     ));
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

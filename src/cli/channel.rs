@@ -206,35 +206,7 @@ async fn execute(
     aws: &crate::aws::AwsClients,
 ) -> Result<(), ControlError> {
     let json = command.common().json;
-    // A table per topic: its member channels, one per topic the cluster has now.
-    let mut config = config.clone();
-    if config.channels.iter().any(|c| c.has_members()) {
-        match control::resolve_members(&mut config, store).await {
-            Ok(left_out) => {
-                for (channel, topic, why) in left_out {
-                    eprintln!(
-                        "channel {channel}: topic {topic} has no table: {}",
-                        match why {
-                            crate::config::TopicRefusal::MaxTables =>
-                                "the channel has max_tables tables already (channel.destination.max_tables)".to_string(),
-                            crate::config::TopicRefusal::NameClash { other } =>
-                                format!("its table name is topic {other}'s table"),
-                            crate::config::TopicRefusal::NameTooLong => format!(
-                                "its member channel name is longer than {} characters",
-                                crate::config::MAX_MEMBER_NAME
-                            ),
-                        }
-                    );
-                }
-            }
-            // `list` still shows the file's channels.
-            Err(e) if matches!(command, ChannelCommand::List { .. }) => {
-                eprintln!("{e}; member channels (a table per topic) are not listed")
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let config = &config;
+    let config = &with_members(command, config, store).await?;
     match command {
         ChannelCommand::Create { name, .. } => {
             let mut states = Vec::new();
@@ -329,47 +301,103 @@ async fn execute(
             print_states(&states, json);
         }
         ChannelCommand::Delete { name, wait, .. } => {
-            let wait = wait
-                .as_deref()
-                .map(|t| parse_duration("--wait", t))
-                .transpose()?;
-            // A channel with member channels: the channel first (no member starts any more),
-            // then each member (one never created has nothing to delete).
-            let mut targets = parents_named(config, &Some(name.clone()));
-            let parent = !targets.is_empty();
-            targets.extend(names(config, &Some(name.clone())));
-            let mut states = Vec::new();
-            for n in &targets {
-                match control::delete(config, n, store).await {
-                    Ok(state) => states.push(state),
-                    Err(ControlError::Refused(_)) if parent && n != name => {}
-                    Err(e) => return Err(e),
+            delete(config, name, wait.as_deref(), store, aws, json).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `config` with the member channels of every channel with `table = "{topic}"` or
+/// `table = "{route}"` resolved (one per topic the cluster has now), the topics left without a
+/// table said on stderr. `list` goes on with the file's channels when the cluster cannot be
+/// asked.
+///
+/// Errors: [`control::resolve_members`]'s, except for `list`.
+async fn with_members(
+    command: &ChannelCommand,
+    config: &Config,
+    store: &dyn Store,
+) -> Result<Config, ControlError> {
+    // A table per topic: its member channels, one per topic the cluster has now.
+    let mut config = config.clone();
+    if config.channels.iter().any(|c| c.has_members()) {
+        match control::resolve_members(&mut config, store).await {
+            Ok(left_out) => {
+                for (channel, topic, why) in left_out {
+                    eprintln!(
+                        "channel {channel}: topic {topic} has no table: {}",
+                        match why {
+                            crate::config::TopicRefusal::MaxTables =>
+                                "the channel has max_tables tables already (channel.destination.max_tables)".to_string(),
+                            crate::config::TopicRefusal::NameClash { other } =>
+                                format!("its table name is topic {other}'s table"),
+                            crate::config::TopicRefusal::NameTooLong => format!(
+                                "its member channel name is longer than {} characters",
+                                crate::config::MAX_MEMBER_NAME
+                            ),
+                        }
+                    );
                 }
             }
-            if let Some(wait) = wait {
-                let deadline = std::time::Instant::now() + wait;
-                let mut released = true;
-                for n in &targets {
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    released &= control::wait_released(store, n, left).await?;
-                }
-                if !released {
-                    return Err(ControlError::Unavailable(format!(
-                        "channel {name} is DELETING but workers still hold its leases after {wait:?} (a stopped worker's leases stay until it restarts or the channel is created again)"
-                    )));
-                }
+            // `list` still shows the file's channels.
+            Err(e) if matches!(command, ChannelCommand::List { .. }) => {
+                eprintln!("{e}; member channels (a table per topic) are not listed")
             }
-            // Enhanced fan-out: a routed channel's consumers are its members'.
-            let mut consumers = Vec::new();
-            for n in &targets {
-                consumers.extend(control::deregister_consumer(config, n, aws).await?);
-            }
-            print_states(&states, json);
-            if !json {
-                for consumer in consumers {
-                    stdout::println(format!("deregistered the stream consumer \"{consumer}\""));
-                }
-            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(config)
+}
+
+/// `floe channel delete NAME [--wait D]`: the channel (and, for a channel with members, the
+/// channel first, then each member), the wait for the leases, the stream consumers
+/// deregistered.
+///
+/// Errors: the delete, the wait or the deregistration failed.
+async fn delete(
+    config: &Config,
+    name: &str,
+    wait: Option<&str>,
+    store: &dyn Store,
+    aws: &crate::aws::AwsClients,
+    json: bool,
+) -> Result<(), ControlError> {
+    let wait = wait.map(|t| parse_duration("--wait", t)).transpose()?;
+    // A channel with member channels: the channel first (no member starts any more),
+    // then each member (one never created has nothing to delete).
+    let mut targets = parents_named(config, &Some(name.to_string()));
+    let parent = !targets.is_empty();
+    targets.extend(names(config, &Some(name.to_string())));
+    let mut states = Vec::new();
+    for n in &targets {
+        match control::delete(config, n, store).await {
+            Ok(state) => states.push(state),
+            Err(ControlError::Refused(_)) if parent && n != name => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(wait) = wait {
+        let deadline = std::time::Instant::now() + wait;
+        let mut released = true;
+        for n in &targets {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            released &= control::wait_released(store, n, left).await?;
+        }
+        if !released {
+            return Err(ControlError::Unavailable(format!(
+                "channel {name} is DELETING but workers still hold its leases after {wait:?} (a stopped worker's leases stay until it restarts or the channel is created again)"
+            )));
+        }
+    }
+    // Enhanced fan-out: a routed channel's consumers are its members'.
+    let mut consumers = Vec::new();
+    for n in &targets {
+        consumers.extend(control::deregister_consumer(config, n, aws).await?);
+    }
+    print_states(&states, json);
+    if !json {
+        for consumer in consumers {
+            stdout::println(format!("deregistered the stream consumer \"{consumer}\""));
         }
     }
     Ok(())

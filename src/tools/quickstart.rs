@@ -373,30 +373,7 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
             dir.display()
         )));
     }
-    let encoder = match args.format {
-        QuickstartFormat::Json => {
-            std::fs::write(dir.join("event.schema.json"), EVENT_SCHEMA).map_err(|e| setup(&e))?;
-            Encoder::Json
-        }
-        QuickstartFormat::Avro => {
-            let id = register_schema(&args.registry_url, args.format).await?;
-            let schema =
-                apache_avro::Schema::parse_str(EVENT_AVRO_SCHEMA).map_err(|e| setup(&e))?;
-            stdout::println(format!(
-                "registered config/event.avsc under subject {SUBJECT} at {} (schema id {id})",
-                args.registry_url
-            ));
-            Encoder::Avro { schema, id }
-        }
-        QuickstartFormat::Protobuf => {
-            let id = register_schema(&args.registry_url, args.format).await?;
-            stdout::println(format!(
-                "registered config/event.proto under subject {SUBJECT} at {} (schema id {id})",
-                args.registry_url
-            ));
-            Encoder::Protobuf { id }
-        }
-    };
+    let encoder = prepare_encoder(args, &dir).await?;
 
     stdout::println("starting an embedded Kafka broker (librdkafka mock cluster), topic `events` with 4 partitions");
     let kafka = EmbeddedKafka::start(3).map_err(|e| setup(&e))?;
@@ -496,9 +473,59 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
         }
     }
 
-    // Report.
+    let rec = report(&dir, catalog.as_ref(), &ident, &local_dlq, &dlq, total).await?;
+    // The broker lives until the process exits: dropping it here would make the workers'
+    // lingering Kafka clients log disconnects after the summary line.
+    std::mem::forget(kafka);
+    Ok(rec)
+}
+
+/// The quickstart's record encoder for `--format`: JSON (its schema file written into `dir`), or
+/// Avro or Protobuf with the schema registered at `--registry-url`.
+///
+/// Errors: the schema file cannot be written, or the registry refuses the schema.
+async fn prepare_encoder(args: &QuickstartArgs, dir: &Path) -> Result<Encoder, QuickstartError> {
+    let setup = |e: &dyn std::fmt::Display| QuickstartError::Setup(e.to_string());
+    Ok(match args.format {
+        QuickstartFormat::Json => {
+            std::fs::write(dir.join("event.schema.json"), EVENT_SCHEMA).map_err(|e| setup(&e))?;
+            Encoder::Json
+        }
+        QuickstartFormat::Avro => {
+            let id = register_schema(&args.registry_url, args.format).await?;
+            let schema =
+                apache_avro::Schema::parse_str(EVENT_AVRO_SCHEMA).map_err(|e| setup(&e))?;
+            stdout::println(format!(
+                "registered config/event.avsc under subject {SUBJECT} at {} (schema id {id})",
+                args.registry_url
+            ));
+            Encoder::Avro { schema, id }
+        }
+        QuickstartFormat::Protobuf => {
+            let id = register_schema(&args.registry_url, args.format).await?;
+            stdout::println(format!(
+                "registered config/event.proto under subject {SUBJECT} at {} (schema id {id})",
+                args.registry_url
+            ));
+            Encoder::Protobuf { id }
+        }
+    })
+}
+
+/// Prints what was delivered (rows, snapshots, files per hour, DLQ entries by code) and how to
+/// query it, and reconciles it with the `total` records produced.
+///
+/// Errors: the table or the DLQ cannot be read.
+async fn report(
+    dir: &Path,
+    catalog: &dyn Catalog,
+    ident: &TableIdent,
+    local_dlq: &LocalDlq,
+    dlq: &Dlq,
+    total: u64,
+) -> Result<Reconciliation, QuickstartError> {
     let table = catalog
-        .load_table(&ident)
+        .load_table(ident)
         .await
         .map_err(|e| QuickstartError::Pipeline(e.to_string()))?;
     let ids = table_ids(&table)
@@ -551,9 +578,6 @@ pub async fn run(args: &QuickstartArgs) -> Result<Reconciliation, QuickstartErro
     let keys: Vec<Option<String>> = entries.into_iter().map(|e| e.key).collect();
     let rec = reconcile(total, &ids, &keys);
     stdout::println(rec.to_string());
-    // The broker lives until the process exits: dropping it here would make the workers'
-    // lingering Kafka clients log disconnects after the summary line.
-    std::mem::forget(kafka);
     Ok(rec)
 }
 

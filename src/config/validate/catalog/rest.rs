@@ -1,8 +1,8 @@
 //! Validation of `[channel.destination.catalog]` with `kind = "rest"` (an Iceberg REST catalog).
 
-use super::super::file::RestCatalogSection;
-use super::super::{PropertyValue, RestAuth, RestCatalogConfig};
-use super::Checker;
+use crate::config::file::RestCatalogSection;
+use crate::config::validate::Checker;
+use crate::config::{PropertyValue, RestAuth, RestCatalogConfig};
 
 impl Checker<'_> {
     /// Validates a REST catalog section at key path `p`: an `http(s)://` URI, at most one way to
@@ -10,7 +10,7 @@ impl Checker<'_> {
     pub(super) fn rest_catalog(
         &mut self,
         p: &str,
-        s: RestCatalogSection,
+        mut s: RestCatalogSection,
     ) -> Option<RestCatalogConfig> {
         let mut ok = true;
         let uri = self.http_uri(&format!("{p}.uri"), &s.uri);
@@ -34,6 +34,69 @@ impl Checker<'_> {
                 self.error(format!("{p}.scope"), "must not be empty");
             }
         }
+        let auth = self.rest_auth(p, &mut s, uri.as_deref());
+        if let Some(RestAuth::Token(PropertyValue::FromEnv { var, value })) = &auth {
+            if value.trim().is_empty() || value.contains(['\r', '\n']) {
+                ok = false;
+                self.error(
+                    format!("{p}.token"),
+                    format!("environment variable {var} does not hold a bearer token (empty, or a line break)"),
+                );
+            }
+        }
+        if (s.oauth2_server_uri.is_some() || s.scope.is_some())
+            && !matches!(auth, Some(RestAuth::OAuth2 { .. }))
+            && auth.is_some()
+        {
+            ok = false;
+            let key = if s.oauth2_server_uri.is_some() {
+                "oauth2_server_uri"
+            } else {
+                "scope"
+            };
+            self.error(
+                format!("{p}.{key}"),
+                "applies only to OAuth2 client credentials (`credential`, or `client_id` + `client_secret`)",
+            );
+        }
+        if s.sigv4 != Some(true) {
+            for (key, set) in [
+                ("signing_name", s.signing_name.is_some()),
+                ("signing_region", s.signing_region.is_some()),
+            ] {
+                if set {
+                    ok = false;
+                    self.error(format!("{p}.{key}"), "applies only with sigv4 = true");
+                }
+            }
+        }
+        if let Some(arn) = &s.kms_key_arn {
+            if let Err(why) = crate::config::aws::check_kms_key_arn(arn) {
+                ok = false;
+                self.error(format!("{p}.kms_key_arn"), why);
+            }
+        }
+        let config = RestCatalogConfig {
+            uri: uri?,
+            warehouse: s.warehouse,
+            auth: auth?,
+            oauth2_server_uri: s.oauth2_server_uri,
+            scope: s.scope,
+            kms_key_arn: s.kms_key_arn,
+            vended_credentials: s.vended_credentials.unwrap_or(false),
+        };
+        ok.then_some(config)
+    }
+
+    /// The one way a REST catalog at key path `p` authenticates (none, a bearer token, OAuth2
+    /// client credentials or SigV4; secrets from the environment). Takes the credentials out of
+    /// `s`; `uri` is the catalog's URI when valid (SigV4's defaults are read from it).
+    fn rest_auth(
+        &mut self,
+        p: &str,
+        s: &mut RestCatalogSection,
+        uri: Option<&str>,
+    ) -> Option<RestAuth> {
         let given: Vec<&str> = [
             ("token", s.token.is_some()),
             ("credential", s.credential.is_some()),
@@ -46,7 +109,12 @@ impl Checker<'_> {
         .into_iter()
         .filter_map(|(key, set)| set.then_some(key))
         .collect();
-        let auth = match (s.token, s.credential, s.client_id, s.client_secret) {
+        match (
+            s.token.take(),
+            s.credential.take(),
+            s.client_id.take(),
+            s.client_secret.take(),
+        ) {
             _ if given.len() > 1 => {
                 self.error(
                     p,
@@ -58,7 +126,7 @@ impl Checker<'_> {
                 None
             }
             _ if s.sigv4 == Some(true) => {
-                let uri = uri.as_deref().unwrap_or_default();
+                let uri = uri.unwrap_or_default();
                 let name =
                     self.sigv4_part(&format!("{p}.signing_name"), s.signing_name.clone(), || {
                         default_signing_name(uri).to_owned()
@@ -113,58 +181,7 @@ impl Checker<'_> {
                 );
                 None
             }
-        };
-        if let Some(RestAuth::Token(PropertyValue::FromEnv { var, value })) = &auth {
-            if value.trim().is_empty() || value.contains(['\r', '\n']) {
-                ok = false;
-                self.error(
-                    format!("{p}.token"),
-                    format!("environment variable {var} does not hold a bearer token (empty, or a line break)"),
-                );
-            }
         }
-        if (s.oauth2_server_uri.is_some() || s.scope.is_some())
-            && !matches!(auth, Some(RestAuth::OAuth2 { .. }))
-            && auth.is_some()
-        {
-            ok = false;
-            let key = if s.oauth2_server_uri.is_some() {
-                "oauth2_server_uri"
-            } else {
-                "scope"
-            };
-            self.error(
-                format!("{p}.{key}"),
-                "applies only to OAuth2 client credentials (`credential`, or `client_id` + `client_secret`)",
-            );
-        }
-        if s.sigv4 != Some(true) {
-            for (key, set) in [
-                ("signing_name", s.signing_name.is_some()),
-                ("signing_region", s.signing_region.is_some()),
-            ] {
-                if set {
-                    ok = false;
-                    self.error(format!("{p}.{key}"), "applies only with sigv4 = true");
-                }
-            }
-        }
-        if let Some(arn) = &s.kms_key_arn {
-            if let Err(why) = crate::config::aws::check_kms_key_arn(arn) {
-                ok = false;
-                self.error(format!("{p}.kms_key_arn"), why);
-            }
-        }
-        let config = RestCatalogConfig {
-            uri: uri?,
-            warehouse: s.warehouse,
-            auth: auth?,
-            oauth2_server_uri: s.oauth2_server_uri,
-            scope: s.scope,
-            kms_key_arn: s.kms_key_arn,
-            vended_credentials: s.vended_credentials.unwrap_or(false),
-        };
-        ok.then_some(config)
     }
 
     /// A SigV4 signing name or region at key path `path`: the configured one (letters, digits and
