@@ -279,22 +279,29 @@ async fn run(config_path: PathBuf, metrics_address: Option<String>, format: LogF
             shutdown.cancel();
         });
     }
+    // One rule for every dependency (docs/operations.md, exit codes): the last line names the
+    // key to check (in the error) and the exit code.
     match floe::app::run(config, shutdown).await {
-        Ok(()) => 0,
+        Ok(()) | Err(floe::app::AppError::Stopped(_)) => 0,
         Err(e) if e.is_retryable() => {
-            tracing::error!(error = %e, "floe run failed: a dependency stayed unavailable");
+            tracing::error!(
+                error = %e,
+                exit_code = 1,
+                "floe run failed: a dependency stayed unavailable (exit 1: restart once it is reachable)"
+            );
             1
         }
         Err(e) => {
             // A problem an operator must fix (schema, table ownership, table dropped, no AWS
             // credentials): 78 = EX_CONFIG, so systemd's RestartPreventExitStatus=78 does not
             // restart it in a loop.
+            let failed = "floe run failed (exit 78: fix the configuration or the table first)";
             match e.detail() {
                 Some(detail) if format == LogFormat::Json => {
-                    tracing::error!(error = %e, detail, "floe run failed")
+                    tracing::error!(error = %e, exit_code = 78, detail, "{failed}")
                 }
                 detail => {
-                    tracing::error!(error = %e, "floe run failed");
+                    tracing::error!(error = %e, exit_code = 78, "{failed}");
                     if let Some(detail) = detail {
                         tracing::debug!(detail, "floe run failed: the cause in full");
                     }

@@ -5,7 +5,8 @@
 //!  GET /metrics  200  the Prometheus text exposition (metrics-exporter-prometheus render)
 //!  GET /healthz  200  "ok": the process is alive and serving
 //!  GET /readyz   200  every channel holds at least one lease and its catalog answers
-//!                503  otherwise (starting, no lease, catalog unreachable); the body says why
+//!                503  otherwise (starting, no lease, catalog unreachable, no topic matching
+//!                     its topics/topic_pattern); the body says why
 //!  other paths   404; other methods 405
 //! ```
 //!
@@ -49,6 +50,9 @@ struct ChannelProbe {
 #[derive(Default)]
 pub struct Readiness {
     channels: Mutex<BTreeMap<String, ChannelProbe>>,
+    /// The channels whose topic selection matches no topic, with the line to show
+    /// ([`crate::source::kafka::topics::unmatched_channels`] for the process's readiness).
+    unmatched: Option<fn() -> BTreeMap<String, String>>,
 }
 
 /// Readiness of one channel, as `/readyz` reports it (JSON).
@@ -62,7 +66,12 @@ pub struct ChannelReadiness {
     pub committer: bool,
     /// `None` when the catalog answered; otherwise why not.
     pub catalog_error: Option<String>,
-    /// Whether this channel is ready: a lease held and the catalog answering.
+    /// `"no topic matches channel[i].source.topic_pattern = …"` when the channel's `topics` or
+    /// `topic_pattern` matched no topic at its last listing (either table kind: a channel with
+    /// `table = "{topic}"` is then listed under its own name, having no member).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_topic_matches: Option<String>,
+    /// Whether this channel is ready: a lease held, the catalog answering, a topic matched.
     pub ready: bool,
 }
 
@@ -79,7 +88,10 @@ impl Readiness {
     /// The process-wide registry `floe run` fills.
     pub fn global() -> &'static Readiness {
         static GLOBAL: OnceLock<Readiness> = OnceLock::new();
-        GLOBAL.get_or_init(Readiness::default)
+        GLOBAL.get_or_init(|| Readiness {
+            unmatched: Some(crate::source::kafka::topics::unmatched_channels),
+            ..Readiness::default()
+        })
     }
 
     /// Adds (or replaces) a prepared channel.
@@ -148,7 +160,30 @@ impl Readiness {
                 shard_leases,
                 committer,
                 catalog_error,
+                no_topic_matches: None,
             });
+        }
+        // A channel whose topic selection matches nothing is not ready, said the same way for a
+        // named table (registered) and a table per topic (no member registered).
+        for (channel, note) in self
+            .unmatched
+            .map(|unmatched| unmatched())
+            .unwrap_or_default()
+        {
+            match channels.iter_mut().find(|c| c.channel == channel) {
+                Some(c) => {
+                    c.ready = false;
+                    c.no_topic_matches = Some(note);
+                }
+                None => channels.push(ChannelReadiness {
+                    channel,
+                    shard_leases: 0,
+                    committer: false,
+                    catalog_error: None,
+                    no_topic_matches: Some(note),
+                    ready: false,
+                }),
+            }
         }
         ReadyReport {
             ready: !channels.is_empty() && channels.iter().all(|c| c.ready),

@@ -54,6 +54,9 @@ pub const SHARDS_EXPIRED_TOTAL: &str = "floe_shards_expired_total";
 /// Tables a channel with `table = "{topic}"` delivers to in this worker (member channels
 /// started, one per topic).
 pub const CHANNEL_TABLES: &str = "floe_channel_tables";
+/// Topics a channel's `topics` or `topic_pattern` selects at its last listing (0: no topic
+/// matches: a warning names the key, `/readyz` and `floe channel describe` say so).
+pub const CHANNEL_TOPICS: &str = "floe_channel_topics";
 /// Topics a channel with `table = "{topic}"` selects but does not read, by reason
 /// (`max_tables`, `name_clash`, `refused`).
 pub const TOPICS_REFUSED_TOTAL: &str = "floe_topics_refused_total";
@@ -225,6 +228,11 @@ pub fn describe() {
         CHANNEL_TABLES,
         Unit::Count,
         "tables (topics) a channel with table = \"{topic}\" delivers to from this worker: its member channels started"
+    );
+    describe_gauge!(
+        CHANNEL_TOPICS,
+        Unit::Count,
+        "topics a channel's topics or topic_pattern selects at its last listing (0: no topic matches)"
     );
     describe_counter!(
         TOPICS_REFUSED_TOTAL,
@@ -398,6 +406,12 @@ pub fn record_shard_expired(channel: &str) {
 /// from this worker.
 pub fn set_channel_tables(channel: &str, tables: usize) {
     gauge!(CHANNEL_TABLES, "channel" => channel.to_string()).set(tables as f64);
+}
+
+/// Sets how many topics channel `channel`'s `topics`/`topic_pattern` selected at its last
+/// listing.
+pub fn set_channel_topics(channel: &str, topics: usize) {
+    gauge!(CHANNEL_TOPICS, "channel" => channel.to_string()).set(topics as f64);
 }
 
 /// Records a topic a channel with `table = "{topic}"` does not read, by reason (`max_tables`,

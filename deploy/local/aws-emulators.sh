@@ -20,7 +20,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 here="$root/deploy/local"
 state="$root/.local/emulators"
-venv="$root/.venv"
+venv="${FLOE_VENV:-$root/.venv}"  # FLOE_VENV: another virtualenv (deploy/local/README.md)
 node_prefix="$root/.local/node"
 
 MOTO_VERSION=5.2.1

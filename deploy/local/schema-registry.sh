@@ -2,7 +2,7 @@
 # floe's local Confluent-compatible schema registry (deploy/local/README.md, "Local schema registry"):
 # deploy/local/schema_registry.py, Python's standard library plus `protobuf`, state in memory.
 #
-#   deploy/local/schema-registry.sh install  the pinned serializers (schema-registry-requirements.txt) into .venv
+#   deploy/local/schema-registry.sh install  the pinned serializers (schema-registry-requirements.txt) into the venv
 #   deploy/local/schema-registry.sh start    install when missing, start, wait until it answers; a no-op when running
 #   deploy/local/schema-registry.sh stop     TERM, then KILL after a bound; removes the pid file
 #   deploy/local/schema-registry.sh status   one line; exit 0 only when it runs and answers (3 when stopped)
@@ -10,7 +10,9 @@
 #
 # Settings (environment): FLOE_SCHEMA_REGISTRY_PORT (18081), FLOE_SCHEMA_REGISTRY_DATA (a JSON file keeping
 # the state across restarts; default: memory only), FLOE_SCHEMA_REGISTRY_START_TIMEOUT (30 s to answer after
-# launch). Listens on 127.0.0.1 only, without authentication (a test that needs basic auth, a bearer token
+# launch), FLOE_VENV (the Python virtualenv it installs into and runs with: default .venv in the checkout,
+# ignored by git and shared with scripts/test.sh; point it at a cache directory to keep the checkout clean).
+# Listens on 127.0.0.1 only, without authentication (a test that needs basic auth, a bearer token
 # or TLS starts its own instance: see the README). State under .local/schema-registry/: registry.pid,
 # registry.port, registry.log, lock.
 set -euo pipefail
@@ -18,7 +20,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 here="$root/deploy/local"
 state="$root/.local/schema-registry"
-venv="$root/.venv"
+venv="${FLOE_VENV:-$root/.venv}"
 requirements="$here/schema-registry-requirements.txt"
 
 HOST=127.0.0.1
@@ -37,7 +39,7 @@ marker() { echo "$MARKER"; }
 case "$port" in '' | *[!0-9]*) die "FLOE_SCHEMA_REGISTRY_PORT must be a port number, not '$port'" ;; esac
 
 # ---- install -------------------------------------------------------------------------------------
-# Exit 0 when every `name==version` of the requirements file is installed in .venv at that version.
+# Exit 0 when every `name==version` of the requirements file is installed in $venv at that version.
 installed() {
   [ -x "$venv/bin/python" ] && "$venv/bin/python" - "$requirements" 2>/dev/null <<'EOF'
 import re, sys
@@ -55,7 +57,10 @@ EOF
 }
 
 cmd_install() {
-  if installed; then return; fi
+  if installed; then
+    say "the pinned serializers are installed in $venv (FLOE_VENV)"
+    return
+  fi
   if [ ! -x "$venv/bin/python" ]; then
     command -v python3 >/dev/null || die "python3 is needed (to create $venv)"
     say "creating $venv"

@@ -62,7 +62,7 @@ pub(super) async fn prepare_iceberg(
         .await
         .map_err(|e| activate_err(name, e))?;
     // Refused before activation (see `open_source`).
-    let source = open_source(config, aws)?;
+    let source = open_source(index, config, aws)?;
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),
         dest.table.clone(),

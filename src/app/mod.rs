@@ -76,6 +76,10 @@ pub enum AppError {
     /// saying where floe looked and what to set ([`AppError::detail`] has the SDK's chain).
     #[error("{0}")]
     AwsCredentialsMissing(crate::aws::CredentialsMissing),
+    /// The process was told to stop (SIGTERM, SIGINT) while it was still starting, waiting for a
+    /// dependency: not a failure. [`run`] drains what started and returns `Ok`.
+    #[error("stopped while {0}")]
+    Stopped(String),
 }
 
 impl AppError {
@@ -124,7 +128,8 @@ fn channel_unavailable(channel: &str, message: impl ToString) -> AppError {
 }
 
 /// Retries `f` with exponential backoff (0.5 s doubling to 8 s, about 1 minute in all) while
-/// its error is retryable and `stop` is not cancelled.
+/// its error is retryable. A `stop` (SIGTERM) ends it at once, even in the middle of an attempt
+/// (a Kafka metadata request waits up to 30 s): [`AppError::Stopped`].
 async fn with_retry<T, F, Fut>(
     what: &str,
     stop: &CancellationToken,
@@ -134,16 +139,22 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, AppError>>,
 {
+    let stopped = || AppError::Stopped(what.to_string());
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(8));
     let mut attempt = 1;
     loop {
-        match f().await {
+        let result = tokio::select! {
+            result = f() => result,
+            _ = stop.cancelled() => return Err(stopped()),
+        };
+        match result {
             Ok(v) => return Ok(v),
-            Err(e) if e.is_retryable() && attempt < 10 && !stop.is_cancelled() => {
+            Err(e) if e.is_retryable() && stop.is_cancelled() => return Err(stopped()),
+            Err(e) if e.is_retryable() && attempt < 10 => {
                 let delay = backoff.next_delay();
                 tracing::warn!(error = %e, attempt, "{what} failed; retrying in {delay:?}");
                 tokio::select! {
-                    _ = stop.cancelled() => return Err(e),
+                    _ = stop.cancelled() => return Err(stopped()),
                     _ = tokio::time::sleep(delay) => {}
                 }
                 attempt += 1;
@@ -256,7 +267,7 @@ pub async fn prepare_channel(
         DestinationConfig::Iceberg(dest) => {
             iceberg::prepare_iceberg(index, config, dest, store, aws).await
         }
-        DestinationConfig::S3(dest) => raw::prepare_raw(config, dest, store, aws).await,
+        DestinationConfig::S3(dest) => raw::prepare_raw(index, config, dest, store, aws).await,
     }
 }
 
@@ -264,10 +275,14 @@ pub async fn prepare_channel(
 /// refuses (a client property librdkafka rejects) must stop it before it records an activation.
 ///
 /// Errors: [`AppError::ChannelRefused`] naming the channel and the reason.
-fn open_source(config: &ChannelConfig, aws: &AwsClients) -> Result<Arc<dyn Source>, AppError> {
+fn open_source(
+    index: usize,
+    config: &ChannelConfig,
+    aws: &AwsClients,
+) -> Result<Arc<dyn Source>, AppError> {
     let name = config.name.as_str();
     Ok(match &config.source {
-        SourceConfig::Kafka(kafka) => crate::source::kafka::open_channel_source(name, kafka)
+        SourceConfig::Kafka(kafka) => crate::source::kafka::open_channel_source(index, name, kafka)
             .map_err(|e| channel_err(name, e))?,
         SourceConfig::Kinesis(kinesis) => Arc::new(KinesisSource::new(aws.kinesis(), kinesis)),
     })
@@ -378,10 +393,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     aws.check_credentials()
         .await
         .map_err(AppError::AwsCredentialsMissing)?;
-    let store = with_retry("opening the lease store", &shutdown, || {
+    let store = match with_retry("opening the lease store", &shutdown, || {
         open_lease_store(&config.lease_store, &aws)
     })
-    .await?;
+    .await
+    {
+        Err(AppError::Stopped(what)) => {
+            tracing::info!("stopped by a signal while {what}: nothing started, nothing to drain");
+            return Ok(());
+        }
+        store => store?,
+    };
     let fleet = Arc::new(Fleet {
         config: config.clone(),
         store,
@@ -396,17 +418,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         drain_switches: Arc::default(),
         shutdown: shutdown.clone(),
     });
-    for (index, channel) in config.channels.iter().enumerate() {
-        if channel.is_table_per_topic() {
-            let supervisor = topics::TopicSupervisor::start(fleet.clone(), index, channel).await?;
-            fleet.tracker.spawn(supervisor.run());
-        } else if channel.is_routed() {
-            fleet.start_routed(index, channel).await?;
-        } else {
-            fleet
-                .start_channel(index, channel.clone(), FatalScope::Process)
-                .await?;
+    match fleet.start_every_channel().await {
+        // A signal while a dependency was awaited: the channels started so far are drained.
+        Err(AppError::Stopped(what)) => {
+            tracing::info!("stopped by a signal while {what}, before every channel had started");
         }
+        started => started?,
     }
     fleet.tracker.close();
     fleet.workers.close();
@@ -472,6 +489,25 @@ struct Fleet {
 }
 
 impl Fleet {
+    /// Starts each configured channel in turn (a table per topic: its supervisor).
+    ///
+    /// Errors: the first channel that cannot start, [`AppError::Stopped`] on a signal.
+    async fn start_every_channel(self: &Arc<Self>) -> Result<(), AppError> {
+        for (index, channel) in self.config.channels.iter().enumerate() {
+            if channel.is_table_per_topic() {
+                let supervisor =
+                    topics::TopicSupervisor::start(self.clone(), index, channel).await?;
+                self.tracker.spawn(supervisor.run());
+            } else if channel.is_routed() {
+                self.start_routed(index, channel).await?;
+            } else {
+                self.start_channel(index, channel.clone(), FatalScope::Process)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Sets every channel's drain switch (shutdown): lease managers take no more leases.
     fn set_draining(&self) {
         for switch in self.drain_switches.lock().expect("drain switches").iter() {

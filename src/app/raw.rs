@@ -22,6 +22,7 @@ use super::{
 /// Errors: [`AppError::ChannelRefused`] or [`AppError::ChannelUnavailable`], naming the channel
 /// and the reason.
 pub(super) async fn prepare_raw(
+    index: usize,
     config: &ChannelConfig,
     dest: &RawDestinationConfig,
     store: &dyn Store,
@@ -29,7 +30,7 @@ pub(super) async fn prepare_raw(
 ) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
     // Everything this worker could refuse is checked before the channel's state changes.
-    let source = open_source(config, aws)?;
+    let source = open_source(index, config, aws)?;
     let raw = RawStore::new(aws.s3(), dest.location.clone(), name);
     raw.check_writable().await.map_err(|e| {
         let message = format!(

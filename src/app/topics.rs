@@ -96,7 +96,9 @@ impl TopicSupervisor {
             ));
         };
         let state = fleet.activate_parent(name).await?;
-        let lister = KafkaTopicsSource::try_new(name, kafka).map_err(|e| channel_err(name, e))?;
+        let lister = KafkaTopicsSource::try_new(name, kafka)
+            .map_err(|e| channel_err(name, e))?
+            .at_index(index);
         Ok(TopicSupervisor {
             index,
             channel: channel.clone(),
@@ -291,6 +293,10 @@ impl TopicSupervisor {
                     fleet.watch_parent(&parent, stops.clone());
                     tracing::info!(channel = %parent, topic = %topic, member = %member.name, table = %table, "table started for topic");
                     members.insert(topic, Member::Running { table, stops });
+                }
+                // Shutting down: the topic is started again by the next run.
+                Err(AppError::Stopped(_)) => {
+                    members.remove(&topic);
                 }
                 Err(e) if e.is_retryable() => {
                     tracing::warn!(channel = %parent, topic = %topic, error = %e, "could not start the topic's table; retrying at the next topic listing");

@@ -219,7 +219,17 @@ pub async fn resolve_schema(
     let recorded = recorded_schema_version(state)?;
     let resolved = match load_channel_schema(config, recorded, registry).await {
         Ok(s) => s,
-        Err(SchemaLoadError::Unavailable(m)) => return Err(ActivateError::Unavailable(m)),
+        Err(SchemaLoadError::Unavailable(m)) => {
+            // The last line of a `floe run` that gave up names the key to check, as for a broker.
+            let value = match &config.schema {
+                Some(SchemaConfig::Confluent(c)) => c.urls.join(","),
+                Some(SchemaConfig::Glue { schema_arn, .. }) => schema_arn.clone(),
+                _ => String::new(),
+            };
+            return Err(ActivateError::Unavailable(format!(
+                "{m} ({path} = \"{value}\": check that it is reachable from this host)"
+            )));
+        }
         Err(SchemaLoadError::Refused(reason)) if recorded.is_none() || activating(state) => {
             return Err(fail(store, state, path, reason, "fix the schema").await);
         }

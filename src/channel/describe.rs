@@ -53,6 +53,16 @@ pub struct ChannelDescription {
     pub updated_at: Option<String>,
     /// `namespace.table`.
     pub table: String,
+    /// The catalog the table was read from, as its identity (`sql:<name>:<database path or URL
+    /// without password>`, `rest:<uri>:<warehouse>`, `s3tables:<table bucket ARN>`,
+    /// `glue:<catalog id>`); absent for a raw S3 destination.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<String>,
+    /// `"no topic matches channel[i].source.topic_pattern = …"` when the channel's `topics` or
+    /// `topic_pattern` selects no topic of the cluster now (a channel with `table = "{topic}"`
+    /// then has no member: `floe channel describe` prints the same line under its name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_topic_matches: Option<String>,
     /// The table's UUID recorded at creation.
     pub table_uuid: Option<String>,
     /// The channel's Glue schema version id (Glue schemas only): the table's current version
@@ -203,7 +213,27 @@ pub async fn describe(
     )
     .await?;
     description.stream_consumer = describe_stream_consumer(channel, &aws).await;
+    description.no_topic_matches = topic_match_note(index, channel).await;
     Ok(description)
+}
+
+/// `"no topic matches …"` when channel `index`'s `topics`/`topic_pattern` selects no topic of
+/// the cluster now (one listing); `None` for a single topic, a Kinesis stream, when a topic
+/// matches, or when the brokers cannot be listed (describe then shows what it can).
+pub async fn topic_match_note(index: usize, channel: &ChannelConfig) -> Option<String> {
+    use crate::source::kafka::topics::{unmatched_channels, KafkaTopicsSource};
+    let crate::config::SourceConfig::Kafka(kafka) = &channel.source else {
+        return None;
+    };
+    kafka.topics.single().is_none().then_some(())?;
+    let lister = KafkaTopicsSource::try_new(&channel.name, kafka)
+        .ok()?
+        .at_index(index);
+    let selected = lister.topics().await.ok()?;
+    if !selected.is_empty() {
+        return None;
+    }
+    unmatched_channels().get(&channel.name).cloned()
 }
 
 /// The stream consumer of an enhanced fan-out Kinesis channel, `None` for other channels.
@@ -372,6 +402,8 @@ async fn describe_with(
             .as_ref()
             .map(|s| crate::time::rfc3339_ms(s.updated_at_ms)),
         table: destination_name(channel),
+        catalog: channel.destination.iceberg().map(|d| d.catalog.identity()),
+        no_topic_matches: None,
         table_uuid: state.as_ref().and_then(|s| s.table_uuid.clone()),
         // An evolved table's current version is the channel's (workers record it in the
         // channel state at their next start).

@@ -39,9 +39,8 @@ pub async fn resolve_members(
             continue;
         }
         let lister = crate::source::kafka::topics::KafkaTopicsSource::try_new(&channel.name, kafka)
-            .map_err(|e| {
-                ControlError::refused(format!("channel[{index}].source"), e.to_string())
-            })?;
+            .map_err(|e| ControlError::refused(format!("channel[{index}].source"), e.to_string()))?
+            .at_index(index);
         let topics = lister.topics().await.map_err(|e| {
             ControlError::Unavailable(format!(
                 "listing the topics of channel {}: {e}",

@@ -231,11 +231,28 @@ async fn execute(
             for n in names(config, name) {
                 out.push(control::describe(config, &n, store).await?);
             }
+            // A channel with `table = "{topic}"` whose selection matches no topic has no member:
+            // said under its own name, as for a named table.
+            let unmatched = crate::source::kafka::topics::unmatched_channels();
+            let memberless: Vec<(&String, &String)> = parents_named(config, name)
+                .iter()
+                .filter_map(|p| unmatched.get_key_value(p))
+                .collect();
             if json {
-                print_json(&out);
+                let mut all: Vec<serde_json::Value> = out
+                    .iter()
+                    .map(|d| serde_json::to_value(d).expect("serializes"))
+                    .collect();
+                all.extend(memberless.iter().map(|(channel, note)| {
+                    serde_json::json!({ "channel": channel, "no_topic_matches": note })
+                }));
+                print_json(&all);
             } else {
                 for d in &out {
                     stdout::print(describe_text(d));
+                }
+                for (channel, note) in &memberless {
+                    stdout::print(format!("channel {channel}\n  no_topic_matches {note}\n"));
                 }
             }
             if let Some(e) = out.iter().find_map(|d| d.catalog_error.as_ref()) {
@@ -433,6 +450,12 @@ pub fn describe_text(d: &ChannelDescription) -> String {
             d.table_uuid.clone().unwrap_or_else(dash)
         ),
     );
+    if let Some(catalog) = &d.catalog {
+        row("catalog", catalog.clone());
+    }
+    if let Some(note) = &d.no_topic_matches {
+        row("no_topic_matches", note.clone());
+    }
     if let Some(subject) = &d.subject {
         row("subject", subject.clone());
         row("schema_id", d.schema_id.clone().unwrap_or_else(dash));

@@ -3,7 +3,7 @@
 //! JSON line per input record.
 //!
 //! ```text
-//! floe records check --schema FILE [--partition-field NAME]
+//! floe records check --schema FILE [--partition-field NAME | --partition TERM ... | --config FILE [--channel NAME]]
 //!                    [--format json|gsr_json|json_sr|avro|protobuf] [--message NAME]
 //!                    [--schema-version UUID=FILE ...] [--encoding lines|hex] [INPUT|-]
 //!                    [--schema-id ID] [--registry-url URL] [--subject SUBJECT]
@@ -41,8 +41,18 @@
 //! `timestamp-millis`/`timestamp-micros` field (Avro) or singular `google.protobuf.Timestamp`
 //! (Protobuf).
 //!
-//! Exit status: 0 when every record was examined (whatever the outcome), 2 when the setup is refused
-//! (schema refused, unreadable file, bad flag value; the reason on stderr).
+//! The partition spec is `hour(--partition-field)` by default (the schema's only time field). A
+//! channel with another spec is checked with it: `--partition TERM` (repeatable, the terms of
+//! `[channel.destination] partition`, `--partition none` for an unpartitioned table) or
+//! `--config FILE [--channel NAME]` (that channel's spec, as `floe run` reads it). The spec is
+//! checked against the schema as the table's would be, and each row's `"partition"` holds one
+//! value per term, named as the table names its partition fields (`event_time_day`,
+//! `id_bucket`), computed by iceberg-rust's transforms; `"hour"` is printed when the spec has a
+//! time field.
+//!
+//! Exit status (for a CI gate): 0 when every record would be a row, 1 when at least one would go
+//! to the DLQ (each line says why), 2 when the check could not run (setup refused: schema or
+//! spec refused, unreadable file, bad flag value; or the input unreadable; the reason on stderr).
 
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -52,10 +62,13 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use arrow_array::RecordBatch;
+
 use crate::convert::render::row_to_json;
 use crate::convert::{Converter, DlqCode, DlqReason};
 use crate::registry::channel_schema::split_versions;
 use crate::registry::framing::gsr::GsrDecoder;
+use crate::schema::partition::{time_field, unbound_spec, PartitionTerm};
 use crate::schema::{date_time_fields, MappedSchema};
 
 /// How records are framed.
@@ -109,8 +122,20 @@ pub struct RecordsCheckArgs {
     /// The partition field (a top-level `timestamptz`: a string with format date-time, an Avro
     /// `timestamp-millis`/`timestamp-micros`, a `google.protobuf.Timestamp`). Default: the
     /// schema's only such field.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["partition", "config"])]
     pub partition_field: Option<String>,
+    /// The channel's partition spec, one term per flag as `[channel.destination] partition`
+    /// writes them (`--partition 'day(event_time)' --partition 'bucket(16, id)'`), or
+    /// `--partition none` for an unpartitioned table. Default: `hour(--partition-field)`.
+    #[arg(long = "partition", value_name = "TERM", conflicts_with = "config")]
+    pub partition: Vec<String>,
+    /// A configuration file: the partition spec is the channel's (`--channel`), as `floe run`
+    /// reads it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The channel of `--config` whose partition spec applies. Default: the file's only channel.
+    #[arg(long, value_name = "NAME", requires = "config")]
+    pub channel: Option<String>,
     /// Record framing.
     #[arg(long, value_enum, default_value = "json")]
     pub format: RecordFormat,
@@ -289,6 +314,12 @@ pub struct CheckSetup {
     pub notes: Vec<(usize, Value)>,
     /// For `json_sr`, `avro`, `protobuf`: how schema ids are resolved.
     pub confluent: Option<ConfluentCheck>,
+    /// The partition spec given by `--partition` or `--config`; `None` for the default
+    /// `hour(partition field)`, printed as before.
+    pub spec: Option<Vec<PartitionTerm>>,
+    /// Per record index, the partition values of its row under [`CheckSetup::spec`] (a JSON
+    /// object: partition field name → value in the Iceberg JSON single-value serialization).
+    pub partition_values: Vec<(usize, Value)>,
 }
 
 /// The table a check under `--evolution compatible` evolves, and the versions it may meet.
@@ -317,13 +348,15 @@ pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
             "--message applies to --format protobuf only".to_string(),
         ));
     }
+    let spec = spec_of(args)?;
     if matches!(args.format, RecordFormat::Avro | RecordFormat::Protobuf) {
-        return setup_avro_or_protobuf(args);
+        return setup_avro_or_protobuf(args, spec);
     }
     let doc = read_json(&args.schema)?;
-    let partition = match &args.partition_field {
-        Some(p) => p.clone(),
-        None => {
+    let partition = match (&args.partition_field, &spec) {
+        (_, Some(terms)) => time_field(terms).unwrap_or_default().to_string(),
+        (Some(p), None) => p.clone(),
+        (None, None) => {
             let fields = date_time_fields(&doc).map_err(|e| Refusal(e.to_string()))?;
             match fields.as_slice() {
                 [one] => one.clone(),
@@ -343,6 +376,7 @@ pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
     };
     let schema = MappedSchema::from_json_schema(&doc, &partition)
         .map_err(|e| Refusal(format!("schema refused: {e}")))?;
+    check_spec(spec.as_deref(), &schema)?;
     let mut evolution = None;
     let confluent_args = args.confluent.registry_url.is_some()
         || args.confluent.schema_id.is_some()
@@ -419,7 +453,93 @@ pub fn setup(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
         evolution,
         notes: Vec::new(),
         confluent,
+        spec,
+        partition_values: Vec::new(),
     })
+}
+
+/// The partition spec of `--partition` or `--config` (`None`: neither was given).
+fn spec_of(args: &RecordsCheckArgs) -> Result<Option<Vec<PartitionTerm>>, Refusal> {
+    if let Some(path) = &args.config {
+        let config = crate::config::Config::load(path)
+            .map_err(|errors| Refusal(format!("--config {} refused:\n{errors}", path.display())))?;
+        let channel = match &args.channel {
+            Some(name) => config.channels.iter().find(|c| &c.name == name),
+            None if config.channels.len() == 1 => config.channels.first(),
+            None => {
+                return Err(Refusal(format!(
+                    "--config {} has several channels: choose one with --channel",
+                    path.display()
+                )))
+            }
+        };
+        let channel = channel.ok_or_else(|| {
+            Refusal(format!(
+                "--config {} has no channel {:?}",
+                path.display(),
+                args.channel.as_deref().unwrap_or_default()
+            ))
+        })?;
+        let iceberg = channel.destination.iceberg().ok_or_else(|| {
+            Refusal(format!(
+                "channel {} delivers raw objects to S3: its records are not converted",
+                channel.name
+            ))
+        })?;
+        return Ok(Some(iceberg.partition.clone()));
+    }
+    match args.partition.as_slice() {
+        [] => Ok(None),
+        [none] if none == "none" => Ok(Some(Vec::new())),
+        terms => terms
+            .iter()
+            .map(|t| PartitionTerm::parse(t).map_err(|e| Refusal(format!("--partition {e}"))))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+    }
+}
+
+/// Refuses a spec the table would refuse: its terms against each other and `schema`'s fields.
+fn check_spec(spec: Option<&[PartitionTerm]>, schema: &MappedSchema) -> Result<(), Refusal> {
+    let Some(terms) = spec else {
+        return Ok(());
+    };
+    unbound_spec(terms, schema.iceberg_schema())
+        .map(drop)
+        .map_err(|(i, why)| Refusal(format!("partition term {i} refused: {why}")))
+}
+
+/// The partition values of the one-row `batch` under `terms`: partition field name → value,
+/// computed by iceberg-rust's transform of each term's source column.
+fn partition_values(terms: &[PartitionTerm], batch: &RecordBatch) -> Value {
+    let mut values = serde_json::Map::new();
+    for term in terms {
+        let value = batch
+            .column_by_name(&term.source)
+            .ok_or_else(|| format!("no column {}", term.source))
+            .and_then(|column| {
+                let transform =
+                    iceberg::transform::create_transform_function(&term.iceberg_transform())
+                        .map_err(|e| e.to_string())?;
+                let array = transform
+                    .transform(column.clone())
+                    .map_err(|e| e.to_string())?;
+                let field =
+                    arrow_schema::Field::new(term.field_name(), array.data_type().clone(), true);
+                RecordBatch::try_new(
+                    Arc::new(arrow_schema::Schema::new(vec![field])),
+                    vec![array],
+                )
+                .map_err(|e| e.to_string())
+            });
+        match value {
+            Ok(one) => values.extend(row_to_json(&one, 0)),
+            Err(why) => {
+                values.insert(term.field_name(), json!({ "error": why }));
+            }
+        }
+    }
+    Value::Object(values)
 }
 
 /// The refusal of `--evolution` and `--schema-version` with a Confluent format.
@@ -433,7 +553,10 @@ fn refuse_gsr_flags(args: &RecordsCheckArgs) -> Result<(), Refusal> {
 }
 
 /// The setup of `--format avro` or `protobuf`: `--schema` is an Avro schema or a `.proto` file.
-fn setup_avro_or_protobuf(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal> {
+fn setup_avro_or_protobuf(
+    args: &RecordsCheckArgs,
+    spec: Option<Vec<PartitionTerm>>,
+) -> Result<CheckSetup, Refusal> {
     use crate::registry::confluent::{ResolvedSchema, SchemaType};
     use crate::schema::protobuf::{timestamp_fields, MessageSelector, ProtoFile};
     refuse_gsr_flags(args)?;
@@ -455,9 +578,10 @@ fn setup_avro_or_protobuf(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal
         Some(name) => MessageSelector::Name(name.clone()),
         None => MessageSelector::Indexes(vec![0]),
     };
-    let partition = match &args.partition_field {
-        Some(p) => p.clone(),
-        None => {
+    let partition = match (&args.partition_field, &spec) {
+        (_, Some(terms)) => time_field(terms).unwrap_or_default().to_string(),
+        (Some(p), None) => p.clone(),
+        (None, None) => {
             let candidates = if protobuf {
                 timestamp_fields(&files, &selector).map_err(refused)?
             } else {
@@ -487,6 +611,7 @@ fn setup_avro_or_protobuf(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal
         MappedSchema::from_avro(&text, &[], &partition)
     }
     .map_err(refused)?;
+    check_spec(spec.as_deref(), &schema)?;
     let mut confluent = ConfluentCheck::new(&args.confluent, protobuf, &partition)?;
     if let crate::schema::Decoding::Protobuf(message) = schema.decoding() {
         let resolved = ResolvedSchema {
@@ -506,6 +631,8 @@ fn setup_avro_or_protobuf(args: &RecordsCheckArgs) -> Result<CheckSetup, Refusal
         evolution: None,
         notes: Vec::new(),
         confluent: Some(confluent),
+        spec,
+        partition_values: Vec::new(),
     })
 }
 
@@ -612,25 +739,26 @@ pub fn check_records(
                 }
             }
         };
-        if let (Some(evo), Some(g)) = (&mut setup.evolution, &mut setup.gsr) {
-            let index = out.len();
-            let outcome = check_evolving(evo, g, record, &mut setup.notes, index);
-            out.push(outcome);
-            continue;
-        }
-        if let Some(c) = &mut setup.confluent {
-            out.push(check_confluent(c, &mut conv, record));
-            continue;
-        }
-        let pushed = match &mut setup.gsr {
-            Some(g) => match g.decode(record) {
-                Ok(payload) => conv.push(payload),
-                Err(r) => Err(r),
-            },
-            None => conv.push(record),
+        let index = out.len();
+        let converted = if let (Some(evo), Some(g)) = (&mut setup.evolution, &mut setup.gsr) {
+            check_evolving(evo, g, record, &mut setup.notes, index)
+        } else if let Some(c) = &mut setup.confluent {
+            check_confluent(c, &mut conv, record)
+        } else {
+            let pushed = match &mut setup.gsr {
+                Some(g) => match g.decode(record) {
+                    Ok(payload) => conv.push(payload),
+                    Err(r) => Err(r),
+                },
+                None => conv.push(record),
+            };
+            pushed.map(|hour| (conv.finish(), hour))
         };
-        out.push(pushed.map(|hour| {
-            let batch = conv.finish();
+        out.push(converted.map(|(batch, hour)| {
+            if let Some(terms) = &setup.spec {
+                let values = partition_values(terms, &batch);
+                setup.partition_values.push((index, values));
+            }
             (Value::Object(row_to_json(&batch, 0)), hour)
         }));
     }
@@ -643,7 +771,7 @@ fn check_confluent(
     c: &mut ConfluentCheck,
     conv: &mut Converter,
     record: &[u8],
-) -> Result<(Value, i64), DlqReason> {
+) -> Result<(RecordBatch, i64), DlqReason> {
     let framed = crate::registry::framing::confluent::parse(record, c.protobuf)?;
     let own_id = match c.schema_id {
         Some(id) => id == framed.id,
@@ -674,8 +802,7 @@ fn check_confluent(
         }
     };
     let hour = conv.push(framed.payload)?;
-    let batch = conv.finish();
-    Ok((Value::Object(row_to_json(&batch, 0)), hour))
+    Ok((conv.finish(), hour))
 }
 
 /// One `gsr_json` record under `--evolution compatible`: its version is applied to the simulated
@@ -687,7 +814,7 @@ fn check_evolving(
     record: &[u8],
     notes: &mut Vec<(usize, Value)>,
     index: usize,
-) -> Result<(Value, i64), DlqReason> {
+) -> Result<(RecordBatch, i64), DlqReason> {
     let (header, _) = crate::registry::framing::gsr::parse_header(record)?;
     let id = header.schema_version;
     let mapped = match evo.versions.get(&id) {
@@ -752,12 +879,12 @@ fn check_evolving(
     };
     let payload = gsr.payload_of(record)?;
     let hour = conv.push(payload)?;
-    let batch = conv.finish();
-    Ok((Value::Object(row_to_json(&batch, 0)), hour))
+    Ok((conv.finish(), hour))
 }
 
-/// Runs `floe records check`: prints one JSON line per record on stdout. Returns exit status 0, or 2
-/// after printing a setup refusal on stderr.
+/// Runs `floe records check`: prints one JSON line per record on stdout. Returns exit status 0
+/// when every record is a row, 1 when one or more go to the DLQ, or 2 after printing a setup
+/// refusal on stderr.
 ///
 /// Errors: [`CheckError`] when the input cannot be read. A closed or unwritable stdout ends the
 /// process ([`crate::tools::stdout::exit_on_write_error`]).
@@ -784,11 +911,21 @@ pub fn run(args: &RecordsCheckArgs) -> Result<ExitCode, CheckError> {
     let mut w = BufWriter::new(stdout.lock());
     let pf = setup.schema.partition_field().to_string();
     let notes: std::collections::HashMap<usize, Value> = setup.notes.iter().cloned().collect();
+    let partitions: std::collections::HashMap<usize, Value> =
+        setup.partition_values.iter().cloned().collect();
     let mut write = || -> std::io::Result<()> {
         for (i, o) in outcomes.iter().enumerate() {
             let mut line = outcome_json(i, o, &pf);
-            if let (Some(note), Some(obj)) = (notes.get(&i), line.as_object_mut()) {
-                obj.insert("evolution".into(), note.clone());
+            if let Some(obj) = line.as_object_mut() {
+                if let Some(note) = notes.get(&i) {
+                    obj.insert("evolution".into(), note.clone());
+                }
+                if let Some(values) = partitions.get(&i) {
+                    obj.insert("partition".into(), values.clone());
+                    if pf.is_empty() {
+                        obj.remove("hour");
+                    }
+                }
             }
             serde_json::to_writer(&mut w, &line).map_err(std::io::Error::from)?;
             w.write_all(b"\n")?;
@@ -799,7 +936,11 @@ pub fn run(args: &RecordsCheckArgs) -> Result<ExitCode, CheckError> {
     if let Err(e) = write() {
         crate::tools::stdout::exit_on_write_error(&e);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if outcomes.iter().all(Result::is_ok) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 #[cfg(test)]
@@ -824,6 +965,9 @@ mod tests {
         RecordsCheckArgs {
             schema: schema.to_path_buf(),
             partition_field: None,
+            partition: Vec::new(),
+            config: None,
+            channel: None,
             format,
             message: None,
             schema_versions: Vec::new(),
@@ -944,13 +1088,7 @@ mod tests {
         assert_eq!(out[0]["row"]["id"], 42, "{out:?}");
     }
 
-    fn varint(mut v: u64, out: &mut Vec<u8>) {
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
+    use prost::encoding::encode_varint as varint;
 
     const PROTO: &str = r#"syntax = "proto3";
 package shop;
@@ -1024,6 +1162,95 @@ message Event {
             why.contains("shop.Missing") && why.contains("--schema"),
             "{why}"
         );
+    }
+
+    /// A schema without a date-time field, checked under the specs of channels that have no
+    /// `hour` partition: refused by default (no time field), accepted with `--partition`, each
+    /// row carrying its partition values as the table would compute them.
+    #[test]
+    fn a_partition_spec_other_than_hour_is_checked_and_computed() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = dir.path().join("s.json");
+        std::fs::write(
+            &schema,
+            r#"{"type": "object", "properties": {"id": {"type": "integer"}, "day": {"type": "string", "format": "date"}, "region": {"type": "string"}}, "required": ["id"]}"#,
+        )
+        .unwrap();
+        let mut a = args(RecordFormat::Json, &schema);
+        a.encoding = InputEncoding::Lines;
+        assert!(refusal(&a).contains("date-time"), "{}", refusal(&a));
+
+        let run = |a: &RecordsCheckArgs, input: &str| {
+            let mut s = setup(a).unwrap_or_else(|Refusal(r)| panic!("{r}"));
+            let outcomes = check_records(&mut s, input.as_bytes(), InputEncoding::Lines);
+            (outcomes, s.partition_values)
+        };
+        a.partition = vec!["none".to_string()];
+        let (outcomes, values) = run(&a, "{\"id\": 1}\n{\"id\": \"x\"}\n");
+        assert!(outcomes[0].is_ok() && outcomes[1].is_err(), "{outcomes:?}");
+        assert_eq!(values, [(0, json!({}))]);
+
+        a.partition = vec![
+            "identity(region)".to_string(),
+            "bucket(4, id)".to_string(),
+            "truncate(2, region)".to_string(),
+        ];
+        let (_, values) = run(&a, "{\"id\": 34, \"region\": \"eu-west\"}\n");
+        // bucket(4, 34): murmur3 of 34 as a long is 2017239379 (Iceberg spec, Appendix B).
+        assert_eq!(
+            values,
+            [(
+                0,
+                json!({"region": "eu-west", "id_bucket": 2017239379 % 4, "region_trunc": "eu"})
+            )]
+        );
+
+        // A time transform on the date-time partition field of the default schema.
+        std::fs::write(
+            &schema,
+            r#"{"type": "object", "properties": {"id": {"type": "integer"}, "event_time": {"type": "string", "format": "date-time"}}, "required": ["id", "event_time"]}"#,
+        )
+        .unwrap();
+        a.partition = vec!["day(event_time)".to_string()];
+        let (outcomes, values) = run(
+            &a,
+            "{\"id\": 1, \"event_time\": \"2026-07-09T20:00:00Z\"}\n",
+        );
+        assert!(outcomes[0].is_ok(), "{outcomes:?}");
+        assert_eq!(values, [(0, json!({"event_time_day": "2026-07-09"}))]);
+
+        // A term the table would refuse is refused naming its field.
+        a.partition = vec!["day(id)".to_string()];
+        let why = refusal(&a);
+        assert!(why.contains("\"id\"") && why.contains("date-time"), "{why}");
+        a.partition = vec!["bucket(0, id)".to_string()];
+        assert!(refusal(&a).contains("bucket"));
+        a.partition = vec!["hour(nope)".to_string()];
+        assert!(refusal(&a).contains("nope"));
+    }
+
+    #[test]
+    fn the_spec_can_come_from_the_channel_of_a_configuration_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = include_str!("../../config/quickstart.toml");
+        let schema = dir.path().join("event.schema.json");
+        std::fs::write(&schema, include_str!("../../config/event.schema.json")).unwrap();
+        let config = config.replace(
+            "partition_field = \"event_time\"",
+            "partition = [\"day(event_time)\", \"identity(source)\"]",
+        );
+        assert!(
+            config.contains("identity(source)"),
+            "quickstart.toml changed"
+        );
+        std::fs::write(dir.path().join("floe.toml"), &config).unwrap();
+        let mut a = args(RecordFormat::Json, &schema);
+        a.config = Some(dir.path().join("floe.toml"));
+        let s = setup(&a).unwrap_or_else(|Refusal(r)| panic!("{r}"));
+        let terms: Vec<String> = s.spec.unwrap().iter().map(ToString::to_string).collect();
+        assert_eq!(terms, ["day(event_time)", "identity(source)"]);
+        a.channel = Some("nope".to_string());
+        assert!(refusal(&a).contains("no channel \"nope\""));
     }
 
     #[test]

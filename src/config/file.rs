@@ -888,11 +888,15 @@ impl SectionError {
 /// A type parsed from one section.
 pub(crate) trait FromSection: Sized {
     /// Parses the section; `None` when the section is absent (a defaulted optional table).
-    fn from_section(value: Option<toml::Value>) -> Result<Self, SectionError>;
+    /// Returns the section without its unknown keys when the rest parses (so that what it holds
+    /// is still checked), and the problems: every unknown key, then the first other problem.
+    fn from_section(value: Option<toml::Value>) -> (Option<Self>, Vec<SectionError>);
 }
 
 impl<T> Section<T> {
-    pub(crate) fn parse(self) -> Result<T, SectionError>
+    /// See [`FromSection::from_section`]: the section without its unknown keys (if the rest
+    /// parses) and every problem.
+    pub(crate) fn parse(self) -> (Option<T>, Vec<SectionError>)
     where
         T: FromSection,
     {
@@ -900,12 +904,56 @@ impl<T> Section<T> {
     }
 }
 
+/// Deserializes `T` from `value`, reporting every key `T` does not know: serde stops at the first
+/// one, so each is taken out of the value in turn and `T` deserialized again. Returns `T` parsed
+/// from the rest (if it parses) and the errors: the unknown keys (serde's `unknown field`
+/// message, at the table holding the key), then `T`'s own first other error, if any.
+pub(crate) fn parse_past_unknown_keys<T: DeserializeOwned>(
+    mut value: toml::Value,
+) -> (Option<T>, Vec<SectionError>) {
+    let mut errors = Vec::new();
+    loop {
+        match T::deserialize(value.clone()) {
+            Ok(parsed) => return (Some(parsed), errors),
+            Err(e) => {
+                let error = SectionError::from_toml(e);
+                let removed = super::unknown_keys::unknown_key_of(&error.message)
+                    .is_some_and(|key| remove_key(&mut value, &error.key, key));
+                errors.push(error);
+                if !removed {
+                    return (None, errors);
+                }
+            }
+        }
+    }
+}
+
+/// Removes `key` from the table at the dotted `table_path` (empty: `value` itself) of `value`;
+/// whether it was there.
+fn remove_key(value: &mut toml::Value, table_path: &str, key: &str) -> bool {
+    let mut at = value;
+    for segment in table_path.split('.').filter(|s| !s.is_empty()) {
+        let next = match at {
+            toml::Value::Table(table) => table.get_mut(segment),
+            toml::Value::Array(items) => {
+                segment.parse::<usize>().ok().and_then(|i| items.get_mut(i))
+            }
+            _ => None,
+        };
+        match next {
+            Some(next) => at = next,
+            None => return false,
+        }
+    }
+    at.as_table_mut().is_some_and(|t| t.remove(key).is_some())
+}
+
 macro_rules! plain_section {
     ($($t:ty),*) => {$(
         impl FromSection for $t {
-            fn from_section(value: Option<toml::Value>) -> Result<Self, SectionError> {
+            fn from_section(value: Option<toml::Value>) -> (Option<Self>, Vec<SectionError>) {
                 let value = value.unwrap_or_else(|| toml::Value::Table(toml::Table::new()));
-                <$t>::deserialize(value).map_err(SectionError::from_toml)
+                parse_past_unknown_keys(value)
             }
         }
     )*};
@@ -944,8 +992,8 @@ fn tagged<K: DeserializeOwned>(
     Ok((kind, table))
 }
 
-fn variant<T: DeserializeOwned>(table: toml::Table) -> Result<T, SectionError> {
-    T::deserialize(toml::Value::Table(table)).map_err(SectionError::from_toml)
+fn variant<T: DeserializeOwned>(table: toml::Table) -> (Option<T>, Vec<SectionError>) {
+    parse_past_unknown_keys(toml::Value::Table(table))
 }
 
 /// Implements [`FromSection`] for a section tagged by `kind`: a closed enum of kinds, each with
@@ -954,18 +1002,24 @@ fn variant<T: DeserializeOwned>(table: toml::Table) -> Result<T, SectionError> {
 macro_rules! tagged_section {
     ($section:ident { $($kind:literal => $variant:ident($parse:tt)),* $(,)? }) => {
         impl FromSection for $section {
-            fn from_section(value: Option<toml::Value>) -> Result<Self, SectionError> {
+            fn from_section(value: Option<toml::Value>) -> (Option<Self>, Vec<SectionError>) {
                 #[derive(Deserialize)]
                 enum Kind { $(#[serde(rename = $kind)] $variant),* }
-                let (kind, table) = tagged::<Kind>(value)?;
+                let (kind, table) = match tagged::<Kind>(value) {
+                    Ok(tagged) => tagged,
+                    Err(e) => return (None, vec![e]),
+                };
                 match kind {
                     $(Kind::$variant => tagged_section!(@parse $section $variant $parse table)),*
                 }
             }
         }
     };
-    (@parse $section:ident $variant:ident table $table:ident) => { Ok($section::$variant($table)) };
-    (@parse $section:ident $variant:ident struct $table:ident) => { variant($table).map($section::$variant) };
+    (@parse $section:ident $variant:ident table $table:ident) => { (Some($section::$variant($table)), Vec::new()) };
+    (@parse $section:ident $variant:ident struct $table:ident) => {{
+        let (parsed, errors) = variant($table);
+        (parsed.map($section::$variant), errors)
+    }};
 }
 
 tagged_section!(LeaseStoreSection {

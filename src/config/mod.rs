@@ -23,6 +23,7 @@ pub mod postgres;
 pub mod raw;
 mod route;
 pub(crate) mod units;
+mod unknown_keys;
 pub(crate) mod validate;
 
 #[cfg(test)]
@@ -1170,25 +1171,57 @@ impl Config {
         env: &ConfigEnv,
     ) -> Result<Config, ConfigErrors> {
         let file_name = source_file.map(|f| f.display().to_string());
-        let file: file::ConfigFile = toml::from_str(text).map_err(|e| {
-            let location = e.span().map(|span| {
-                let before = &text[..span.start.min(text.len())];
-                let line = before.matches('\n').count() + 1;
-                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-                format!("line {line}, column {column}")
-            });
-            let path = match (file_name, location) {
-                (Some(file), Some(location)) => format!("{file}, {location}"),
-                (Some(file), None) => file,
-                (None, Some(location)) => location,
-                (None, None) => "toml".to_owned(),
-            };
-            ConfigErrors(vec![ConfigError {
-                path,
-                message: e.message().trim_end().to_owned(),
-            }])
-        })?;
-        validate::validate(file, base_dir, env)
+        let located = |position: Option<(usize, usize)>| match (&file_name, position) {
+            (Some(file), Some((line, column))) => format!("{file}, line {line}, column {column}"),
+            (Some(file), None) => file.clone(),
+            (None, Some((line, column))) => format!("line {line}, column {column}"),
+            (None, None) => "toml".to_owned(),
+        };
+        let (file, mut errors) = match toml::from_str::<file::ConfigFile>(text) {
+            Ok(file) => (file, Vec::new()),
+            Err(e) if unknown_keys::unknown_key_of(e.message()).is_some() => {
+                // Every unknown top-level key, each at its line; the sections are still checked.
+                let value: toml::Value = toml::from_str(text).map_err(|e| {
+                    ConfigErrors(vec![ConfigError {
+                        path: located(None),
+                        message: e.message().trim_end().to_owned(),
+                    }])
+                })?;
+                let (file, section_errors) = file::parse_past_unknown_keys(value);
+                let errors = section_errors
+                    .into_iter()
+                    .map(|e| {
+                        let key = unknown_keys::unknown_key_of(&e.message).unwrap_or(&e.key);
+                        let position = unknown_keys::key_position(text, "", key);
+                        ConfigError {
+                            path: located(position),
+                            message: unknown_keys::explained(&e.message, None),
+                        }
+                    })
+                    .collect();
+                match file {
+                    Some(file) => (file, errors),
+                    None => return Err(ConfigErrors(errors)),
+                }
+            }
+            Err(e) => {
+                let position = e
+                    .span()
+                    .map(|span| unknown_keys::line_and_column(text, span.start));
+                return Err(ConfigErrors(vec![ConfigError {
+                    path: located(position),
+                    message: e.message().trim_end().to_owned(),
+                }]));
+            }
+        };
+        match validate::validate(file, base_dir, env) {
+            Ok(config) if errors.is_empty() => Ok(config),
+            Ok(_) => Err(ConfigErrors(errors)),
+            Err(ConfigErrors(more)) => {
+                errors.extend(unknown_keys::explain_all(more, text));
+                Err(ConfigErrors(errors))
+            }
+        }
     }
 
     /// Reads and validates the file at `path`; relative paths in it are resolved against its

@@ -243,6 +243,7 @@ impl KafkaSourceConfig {
 ///
 /// Errors: [`SourceError`] when librdkafka refuses the client properties.
 pub fn open_channel_source(
+    index: usize,
     channel: &str,
     source: &crate::config::KafkaSourceConfig,
 ) -> Result<Arc<dyn Source>, SourceError> {
@@ -251,7 +252,7 @@ pub fn open_channel_source(
             KafkaSourceConfig::from_channel(channel, source, topic),
         )?)),
         crate::config::TopicSelection::List(_) | crate::config::TopicSelection::Pattern(_) => Ok(
-            Arc::new(topics::KafkaTopicsSource::try_new(channel, source)?),
+            Arc::new(topics::KafkaTopicsSource::try_new(channel, source)?.at_index(index)),
         ),
     }
 }
@@ -266,6 +267,9 @@ pub struct KafkaSource {
     /// The client that reads single records to check checkpoints, created on first use and
     /// kept (a check runs for every partition a worker takes).
     probe: Arc<ProbeSlot>,
+    /// Whether a partition whose every record predates the activation time was logged (once
+    /// per source: see [`KafkaSource::resolve_timestamp`]).
+    predating_logged: AtomicBool,
 }
 
 impl Drop for KafkaSource {
@@ -448,6 +452,7 @@ impl KafkaSource {
             metadata: Arc::new(metadata),
             shared: OnceCell::new(),
             probe: Arc::default(),
+            predating_logged: AtomicBool::new(false),
         })
     }
 
@@ -542,13 +547,25 @@ impl KafkaSource {
     ) -> Result<i64, SourceError> {
         let config = self.config.clone();
         let probe = self.probe.clone();
-        let (offset, corrected) = self
+        let (offset, corrected, (low, high)) = self
             .with_retry("offsets for times", move |client, _timeout| {
                 resolve_timestamp_blocking(&config, client, &probe, partition, timestamp_ms)
             })
             .await?;
         if corrected {
             crate::telemetry::record_start_position_corrected(&self.config.channel);
+        }
+        // Every record held predates the activation: the reader waits for new records, which
+        // looks like a channel reading nothing (issue 44). Said once, with the activation time.
+        if offset >= high && high > low && !self.predating_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                channel = %self.config.channel,
+                topic = %self.config.topic,
+                partition,
+                records = high - low,
+                activation_time = %crate::time::rfc3339_ms(timestamp_ms),
+                "every record of the partition predates the channel's activation time: only records appended from now on are read (initial_position = \"earliest\" reads those too; logged once per topic)"
+            );
         }
         Ok(offset)
     }
@@ -1153,7 +1170,7 @@ fn resolve_timestamp_blocking(
     probe: &ProbeSlot,
     partition: i32,
     timestamp_ms: i64,
-) -> Result<(i64, bool), SourceError> {
+) -> Result<(i64, bool, (i64, i64)), SourceError> {
     let topic = &config.topic;
     let timeout = config.request_timeout;
     // Watermarks first: if the lookup finds nothing, every record below `high` is older.
@@ -1161,11 +1178,13 @@ fn resolve_timestamp_blocking(
     let answer = api::offset_for_time(client, topic, partition, timestamp_ms, timeout)?;
     if high <= low {
         // Nothing held: every record appended from now on is newer.
-        return Ok((answer.unwrap_or(high).clamp(low.max(0), high.max(0)), false));
+        let offset = answer.unwrap_or(high).clamp(low.max(0), high.max(0));
+        return Ok((offset, false, (low, high)));
     }
-    with_cached_probe(probe, config, |probe| {
+    let (offset, corrected) = with_cached_probe(probe, config, |probe| {
         check_time_answer(config, probe, partition, timestamp_ms, (low, high), answer)
-    })
+    })?;
+    Ok((offset, corrected, (low, high)))
 }
 
 /// The slot of a source's probe client: the consumer that reads single records at chosen

@@ -177,6 +177,9 @@ fn run_case(case: &Value, schema: &Value) -> (usize, Vec<String>) {
             .get("partition_field")
             .and_then(Value::as_str)
             .map(str::to_string),
+        partition: Vec::new(),
+        config: None,
+        channel: None,
         format,
         schema_versions: versions,
         evolution: floe::cli::records::Evolution::None,
@@ -324,6 +327,9 @@ fn minimal_setup(
     let args = RecordsCheckArgs {
         schema: schema_path,
         partition_field: Some("event_time".into()),
+        partition: Vec::new(),
+        config: None,
+        channel: None,
         format,
         schema_versions: versions,
         evolution: floe::cli::records::Evolution::None,

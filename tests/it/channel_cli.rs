@@ -89,11 +89,18 @@ fn channel_lifecycle_create_update_delete_and_create_again() {
     let d = &json(&o)[0];
     assert_eq!(d["state"], "ACTIVE");
     assert_eq!(d["table"], "it.events");
+    // Issue 44: the catalog the table was read from, by its identity.
+    let catalog = format!("sql:floe:{}", dir.path().join("catalog.sqlite").display());
+    assert_eq!(d["catalog"], catalog.as_str());
     assert_eq!(d["data_freshness_seconds"], 10.0);
     assert_eq!(d["pending_batches"], 0);
     let text = stdout(&channel(dir.path(), &["describe", "it"]));
     assert!(
         text.contains("state            ACTIVE") && text.contains("LEASE_COUNTER"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("  catalog          {catalog}\n")),
         "{text}"
     );
 

@@ -140,29 +140,46 @@ async fn an_unknown_id_is_not_found_and_remembered() {
     assert_eq!(c.lookups(), before, "the negative cache answers");
 }
 
-/// A server that answers every request with a bare 404 page (an ingress's default backend).
-async fn default_backend_404() -> String {
+/// What a test server answers a request path with: status line, content type, body.
+type Answer = (&'static str, &'static str, String);
+
+/// A local HTTP server answering each request (one per connection) by `answer(path)`, the
+/// path without its query; returns its base URL.
+async fn http_server(answer: impl Fn(&str) -> Answer + Send + Sync + 'static) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let answer = std::sync::Arc::new(answer);
     tokio::spawn(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         loop {
             let Ok((mut conn, _)) = listener.accept().await else {
                 return;
             };
+            let answer = answer.clone();
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf).await;
-                let body = "<html>default backend - 404</html>";
-                let answer = format!(
-                    "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                let n = conn.read(&mut buf).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&buf[..n]);
+                let path = request.split(' ').nth(1).unwrap_or("");
+                let (status, content_type, body) = answer(path.split('?').next().unwrap_or(""));
+                let reply = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 );
-                let _ = conn.write_all(answer.as_bytes()).await;
+                let _ = conn.write_all(reply.as_bytes()).await;
             });
         }
     });
     format!("http://{addr}")
+}
+
+/// A server that answers every request with a bare 404 page (an ingress's default backend).
+async fn default_backend_404() -> String {
+    http_server(|_| {
+        let body = "<html>default backend - 404</html>".to_string();
+        ("404 Not Found", "text/html", body)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -318,16 +335,20 @@ fn records_check(
         }
     }
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
+    let outcomes: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+        .collect();
+    // Exit 0 when every record is a row, 1 when one goes to the DLQ (issue 44).
+    let dead_lettered = outcomes.iter().any(|o| o.get("dlq").is_some());
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(dead_lettered)),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    outcomes
 }
 
 fn frame(id: u32, json: &str) -> Vec<u8> {
@@ -665,4 +686,40 @@ async fn a_subject_of_another_schema_type_than_the_format_is_refused_naming_the_
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("is a JSON schema"), "{err}");
     assert!(err.contains("channel.record.format = \"avro\""), "{err}");
+}
+
+/// A minimal registry (only what the serializers call, plus the subject endpoints): schema 7
+/// is version 2 of `s` (version 1 is schema 5); `GET /schemas/ids/{id}/versions` answers the
+/// registry's own 404.
+async fn registry_without_id_versions(schema: String) -> String {
+    http_server(move |path| {
+        let version = |id: u32, v: i64| {
+            json!({"subject": "s", "version": v, "id": id, "schemaType": "JSON", "schema": schema})
+        };
+        let (status, body) = match path {
+            "/schemas/ids/7" => ("200 OK", json!({"schemaType": "JSON", "schema": schema})),
+            "/subjects/s/versions" => ("200 OK", json!([1, 2])),
+            "/subjects/s/versions/1" => ("200 OK", version(5, 1)),
+            "/subjects/s/versions/2" => ("200 OK", version(7, 2)),
+            _ => (
+                "404 Not Found",
+                json!({"error_code": 404, "message": "HTTP 404 Not Found"}),
+            ),
+        };
+        (status, "application/json", body.to_string())
+    })
+    .await
+}
+
+/// Issue 44: a registry without `GET /schemas/ids/{id}/versions` made floe decide a new id
+/// belonged to no subject (every record of a new version to the DLQ as SCHEMA_MISMATCH). The
+/// client falls back to the channel subject's versions.
+#[tokio::test]
+async fn a_registry_without_the_id_versions_endpoint_resolves_the_subject_from_its_versions() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let schema = json_schema("")["schema"].as_str().unwrap().to_string();
+    let url = registry_without_id_versions(schema).await;
+    let c = client(&[url], Auth::None, "s");
+    let resolved = c.by_id(7).await.unwrap();
+    assert_eq!(resolved.version_in("s"), Some(2), "{:?}", resolved.subjects);
 }

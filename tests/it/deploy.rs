@@ -212,3 +212,36 @@ fn ecs_and_iam_files_are_json_and_the_health_check_asks_floe() {
         );
     }
 }
+
+/// Issue 44: the local schema registry script installs into the virtualenv `FLOE_VENV` names
+/// (default: `.venv` in the checkout) and says which, so a user knows where it writes.
+#[test]
+fn the_schema_registry_script_installs_into_the_virtualenv_it_names() {
+    use std::os::unix::fs::PermissionsExt;
+    let venv = tempfile::tempdir().unwrap();
+    // A virtualenv whose python answers "every pinned package is installed".
+    let bin = venv.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("python"), "#!/bin/sh\ncat >/dev/null\nexit 0\n").unwrap();
+    std::fs::set_permissions(bin.join("python"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(root().join("deploy/local/schema-registry.sh"))
+        .arg("install")
+        .env("FLOE_VENV", venv.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("installed in {}", venv.path().display())),
+        "{stdout}"
+    );
+    let readme = read("deploy/local/README.md");
+    assert!(
+        readme.contains("FLOE_VENV"),
+        "deploy/local/README.md names FLOE_VENV"
+    );
+}

@@ -1360,3 +1360,19 @@ fn the_binaries_and_example_configs_are_all_listed() {
         );
     }
 }
+
+/// Issue 44: the README's Avro/Protobuf walkthrough says how to switch formats on the subject
+/// the quickstart registers (a registry keeps the first format's schema there).
+#[test]
+fn the_readme_says_how_to_switch_formats_on_one_subject() {
+    let readme = read(&root().join("README.md"));
+    let walkthrough = &readme[readme
+        .find("The same with Avro or Protobuf records")
+        .expect("the walkthrough")..];
+    let walkthrough = &walkthrough[..walkthrough.find("\n## ").unwrap_or(walkthrough.len())];
+    assert!(
+        walkthrough.contains("restart the local registry")
+            && walkthrough.contains("another subject"),
+        "{walkthrough}"
+    );
+}

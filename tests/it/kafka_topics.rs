@@ -145,3 +145,204 @@ async fn a_topic_pattern_reads_matching_topics_into_one_table_including_one_crea
         .collect();
     assert_eq!(lags, want, "{d}");
 }
+
+/// The first `toml` block of `docs/routing.md`, as written.
+fn routing_page_example() -> String {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/routing.md")).unwrap();
+    let start = page.find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let end = start + page[start..].find("```").unwrap();
+    page[start..end].to_string()
+}
+
+/// Issue 44: the example block of docs/routing.md, pasted into a channel, does what the text
+/// around it says: a table per topic matching the pattern, holding the records the topics
+/// already had. The test adds only what the block leaves out (the worker, lease store, record
+/// format, schema, catalog, DLQ, a broker's address) and a short `data_freshness` for speed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_routing_page_example_reads_the_records_the_topics_already_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic("events.a", 2).unwrap();
+    kafka.create_topic("events.b", 2).unwrap();
+    produce_to(&kafka, "events.a", 2, 0..100);
+    produce_to(&kafka, "events.b", 2, 100..250);
+
+    let block = routing_page_example();
+    assert!(
+        block.contains("bootstrap_servers = \"broker1:9092\""),
+        "{block}"
+    );
+    let block = block
+        .replace("broker1:9092", kafka.bootstrap_servers())
+        .replace(
+            "[channel.destination]\n",
+            "[channel.destination]\ndata_freshness = \"10s\"\n",
+        );
+    let d = dir.path().display();
+    let text = format!(
+        r#"[worker]
+id = "w1"
+metrics_address = "off"
+[lease_store]
+kind = "sqlite"
+path = "{d}/leases.sqlite"
+[[channel]]
+name = "it"
+{block}
+[channel.destination.catalog]
+kind = "sql"
+uri = "{d}/catalog.sqlite"
+warehouse = "{d}/warehouse"
+[channel.record]
+format = "json"
+[channel.schema]
+file = "{manifest}/config/event.schema.json"
+[channel.dlq]
+kind = "local"
+path = "{d}/dlq"
+"#,
+        manifest = env!("CARGO_MANIFEST_DIR")
+    );
+    let config = floe::config::Config::from_toml_str(&text, dir.path()).unwrap();
+    let shutdown = CancellationToken::new();
+    let worker = tokio::spawn({
+        let token = shutdown.clone();
+        async move { floe::app::run(config, token).await }
+    });
+    let counts = || async {
+        let a = delivered_to(dir.path(), "lake", "events_a", "it.events.a").await;
+        let b = delivered_to(dir.path(), "lake", "events_b", "it.events.b").await;
+        (a.0 + b.0, a.1 + b.1)
+    };
+    let (rows, dlq) = poll_delivered(250, Duration::from_secs(60), counts).await;
+    shutdown.cancel();
+    worker.await.unwrap().unwrap();
+    assert_eq!(
+        (rows, dlq),
+        (250, 0),
+        "every record the topics held, a table per topic"
+    );
+}
+
+/// Issue 44: a channel left at `initial_position = "activation_time"` on a topic whose records
+/// all predate its activation reads nothing until new records come; the worker says so once
+/// (not once per partition), with the activation time, instead of staying silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_whose_records_all_predate_its_activation_says_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic("events", 3).unwrap();
+    produce_to(&kafka, "events", 3, 0..30);
+    let text = config_toml(dir.path(), kafka.bootstrap_servers(), "w1", 6)
+        .replace("initial_position = \"earliest\"\n", "");
+    let worker = Worker::start_with(dir.path(), "w1", &text);
+    let said = "every record of the partition predates the channel's activation time";
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    while !log_of(dir.path(), "w1").contains(said) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The three partitions are leased within a few seconds: each would have said it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let status = worker.terminate();
+    let log = log_of(dir.path(), "w1");
+    assert_eq!(log.matches(said).count(), 1, "said once: {log}");
+    let line = log.lines().find(|l| l.contains(said)).unwrap();
+    assert!(
+        line.contains("activation_time=")
+            && line.contains("records=10")
+            && line.contains("earliest"),
+        "{line}"
+    );
+    assert!(status.success(), "{status:?}");
+    assert_eq!(delivered(dir.path()).await, (0, 0), "nothing read");
+}
+
+/// Issue 44, item 1: a `topic_pattern` that matches nothing was silent. Both table kinds now say
+/// so the same way: a warning naming `channel[i].source.topic_pattern` and the topics it was
+/// matched against, `/readyz` 503 with `no_topic_matches` per channel, `floe_channel_topics` 0,
+/// and `floe channel describe` printing the same line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_pattern_matching_nothing_is_said_by_the_log_readyz_metrics_and_describe() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic("events", 2).unwrap();
+    let port = free_port();
+    // Two channels of the tests' configuration, each selecting topics by a pattern that matches
+    // nothing: one into a named table, one a table per topic.
+    let base = config_toml(dir.path(), kafka.bootstrap_servers(), "w1", 6).replace(
+        "metrics_address = \"off\"",
+        &format!("metrics_address = \"127.0.0.1:{port}\""),
+    );
+    let (head, channel) = base.split_at(base.find("[[channel]]").unwrap());
+    let channel = |name: &str, table: &str| {
+        channel
+            .replace("name = \"it\"", &format!("name = \"{name}\""))
+            .replace(
+                "topic = \"events\"",
+                "topic_pattern = \"orders\\\\..*\"\n  topic_refresh_interval = \"5s\"",
+            )
+            .replace("table = \"events\"", &format!("table = \"{table}\""))
+    };
+    let toml = format!(
+        "{head}{}{}",
+        channel("named", "orders"),
+        channel("pertopic", "{topic}")
+    );
+    let worker = Worker::start_with(dir.path(), "w1", &toml);
+    let said = |i: usize| {
+        format!(
+            "no topic matches channel[{i}].source.topic_pattern = \"orders\\\\..*\" (matched against the cluster's 1 topics: events)"
+        )
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    let addr = format!("127.0.0.1:{port}");
+    let ready = loop {
+        let log = log_of(dir.path(), "w1");
+        let ready = get(&addr, "/readyz");
+        if log.contains(&said(0)) && log.contains(&said(1)) {
+            if let Some((503, body)) = &ready {
+                let body: serde_json::Value = serde_json::from_str(body).unwrap();
+                if body["channels"].as_array().is_some_and(|c| c.len() == 2) {
+                    break body;
+                }
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "{ready:?}\n{log}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    for (i, name) in ["named", "pertopic"].iter().enumerate() {
+        let c = ready["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["channel"] == *name)
+            .unwrap_or_else(|| panic!("{ready}"));
+        assert_eq!(c["ready"], false, "{ready}");
+        assert_eq!(c["no_topic_matches"], said(i).as_str(), "{ready}");
+    }
+    let (_, scrape) = get(&addr, "/metrics").unwrap();
+    let s = samples(&scrape);
+    for name in ["named", "pertopic"] {
+        let key = format!("floe_channel_topics{{channel=\"{name}\"}}");
+        assert_eq!(s.get(&key), Some(&0.0), "{key}\n{scrape}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["channel", "describe", "--json", "--config"])
+        .arg(dir.path().join("w1.toml"))
+        .output()
+        .unwrap();
+    let described: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    for (i, name) in ["named", "pertopic"].iter().enumerate() {
+        let d = described
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["channel"] == *name)
+            .unwrap_or_else(|| panic!("{described}"));
+        assert_eq!(d["no_topic_matches"], said(i).as_str(), "{described}");
+    }
+    let status = worker.terminate();
+    assert!(status.success(), "{status:?}");
+}

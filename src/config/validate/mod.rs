@@ -84,18 +84,17 @@ impl Checker<'_> {
     }
 
     fn section<T: FromSection>(&mut self, section: Section<T>, path: &str) -> Option<T> {
-        match section.parse() {
-            Ok(value) => Some(value),
-            Err(e) => {
-                let path = if e.key.is_empty() {
-                    path.to_owned()
-                } else {
-                    format!("{path}.{}", e.key)
-                };
-                self.error(path, e.message);
-                None
-            }
+        // Parsed without its unknown keys (each reported), the rest is still checked.
+        let (value, errors) = section.parse();
+        for e in errors {
+            let path = if e.key.is_empty() {
+                path.to_owned()
+            } else {
+                format!("{path}.{}", e.key)
+            };
+            self.error(path, e.message);
         }
+        value
     }
 
     fn duration(

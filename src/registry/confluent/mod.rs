@@ -10,6 +10,8 @@
 //!               schema id (+ message indexes) ─> converter cache ─hit─> decode
 //!                 └─miss─> GET /schemas/ids/{id}            (cached for the process)
 //!                          GET /schemas/ids/{id}/versions   (the subjects of the id)
+//!                            └─not found─> GET /subjects/{subject}/versions[/{n}]: the
+//!                              channel subject's versions that are the id (logged once)
 //!                          GET /subjects/{s}/versions/{n}   (each reference, recursively)
 //!                          404 ─> INVALID_SCHEMA; another subject's id ─> SCHEMA_MISMATCH
 //!                          unavailable (every URL, after retries) ─> the worker restarts from
@@ -29,7 +31,7 @@
 pub mod api;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -167,6 +169,8 @@ pub struct ConfluentClient {
     first_backoff: Duration,
     cooldown: Duration,
     lookups: AtomicU64,
+    /// Whether the registry was found without `GET /schemas/ids/{id}/versions` (logged once).
+    versions_endpoint_missing: AtomicBool,
 }
 
 impl std::fmt::Debug for ConfluentClient {
@@ -225,6 +229,7 @@ impl ConfluentClient {
             first_backoff: Duration::from_millis(200),
             cooldown: UNAVAILABLE_COOLDOWN,
             lookups: AtomicU64::new(0),
+            versions_endpoint_missing: AtomicBool::new(false),
         }
     }
 
@@ -373,23 +378,55 @@ impl ConfluentClient {
         let raw: RawSchema = self.get(&["schemas", "ids", &text]).await?;
         // `deleted=true`: a version soft-deleted after its records were produced still names the
         // subject its records belong to (Confluent hides such versions by default).
-        let subjects: Vec<RawSubjectVersion> = match self
-            .get_with_query(
+        let subjects: Vec<(String, i64)> = match self
+            .get_with_query::<Vec<RawSubjectVersion>>(
                 &["schemas", "ids", &text, "versions"],
                 &[("deleted", "true")],
             )
             .await
         {
-            Ok(s) => s,
-            // A registry without the endpoint: the id belongs to no known subject.
-            Err(RegistryError::NotFound(_)) => Vec::new(),
+            Ok(s) => s.into_iter().map(|s| (s.subject, s.version)).collect(),
+            // The id exists (answered above): a registry without the endpoint, such as a
+            // minimal one serving only the serializers' calls. Before deciding the id belongs to
+            // no subject, look among the channel subject's versions.
+            Err(RegistryError::NotFound(_)) => self.subject_versions_of(id).await?,
             Err(e) => return Err(e),
         };
-        let subjects = subjects
-            .into_iter()
-            .map(|s| (s.subject, s.version))
-            .collect();
         self.resolve(id, raw, subjects).await
+    }
+
+    /// The versions of the channel's subject that are schema `id`, for a registry without
+    /// `GET /schemas/ids/{id}/versions`: `GET /subjects/{subject}/versions`, then each version,
+    /// newest first, until one is `id` (soft-deleted versions included, as above). Logs once
+    /// per client which endpoint is missing. Empty when no version of the subject is `id`.
+    ///
+    /// Errors: as [`ConfluentClient::by_id`].
+    async fn subject_versions_of(&self, id: u32) -> Result<Vec<(String, i64)>, RegistryError> {
+        if !self.versions_endpoint_missing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                subject = %self.subject,
+                "the schema registry answers GET /schemas/ids/{{id}}/versions with not found: a new schema id's subject is looked up among the channel subject's versions instead (GET /subjects/{{subject}}/versions)"
+            );
+        }
+        let deleted = [("deleted", "true")];
+        let versions: Vec<i64> = match self
+            .get_with_query(&["subjects", &self.subject, "versions"], &deleted)
+            .await
+        {
+            Ok(versions) => versions,
+            Err(RegistryError::NotFound(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        for version in versions.into_iter().rev() {
+            let text = version.to_string();
+            let raw: RawSchema = self
+                .get_with_query(&["subjects", &self.subject, "versions", &text], &deleted)
+                .await?;
+            if raw.id == Some(id) {
+                return Ok(vec![(self.subject.clone(), version)]);
+            }
+        }
+        Ok(Vec::new())
     }
 
     /// Resolves `raw`'s references (depth first, each subject version once).

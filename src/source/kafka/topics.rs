@@ -73,6 +73,54 @@ pub fn topic_partition_of(shard: &ShardId) -> Option<(&str, i32)> {
 /// The partition ids of each selected topic, by topic name.
 type Listing = BTreeMap<String, Vec<i32>>;
 
+/// The channels of this process whose `topics`/`topic_pattern` matched no topic at their last
+/// listing, with what to say ([`no_topic_matches`]); process-wide like the metrics recorder, so
+/// that `/readyz` reports them whatever the channel's table kind.
+static UNMATCHED: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+
+/// The channels of this process whose topic selection matched no topic at their last listing:
+/// channel name → "no topic matches …".
+pub fn unmatched_channels() -> BTreeMap<String, String> {
+    lock(&UNMATCHED).clone()
+}
+
+/// How many topic names [`no_topic_matches`] shows.
+const TOPICS_SHOWN: usize = 5;
+
+/// What floe says when the selection `key` (`channel[0].source.topic_pattern = "orders\\..*"`)
+/// matches none of `listed` (the cluster's topics; Kafka's internal `__` topics left out): the
+/// key, how many topics it was matched against and the first few of them.
+pub fn no_topic_matches<'a>(key: &str, listed: impl IntoIterator<Item = &'a str>) -> String {
+    let listed: Vec<&str> = listed
+        .into_iter()
+        .filter(|t| !t.starts_with("__"))
+        .collect();
+    let mut shown = listed
+        .iter()
+        .take(TOPICS_SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if listed.len() > TOPICS_SHOWN {
+        shown.push_str(", …");
+    }
+    match listed.len() {
+        0 => format!("no topic matches {key}: the cluster has no topic"),
+        n => format!("no topic matches {key} (matched against the cluster's {n} topics: {shown})"),
+    }
+}
+
+/// The key of `selection` with its value as written, for messages:
+/// `channel[0].source.topic_pattern = "orders\\..*"` (`channel.source` without an index).
+fn selection_key(index: Option<usize>, selection: &TopicSelection) -> String {
+    let at = index.map_or("channel".to_string(), |i| format!("channel[{i}]"));
+    match selection {
+        TopicSelection::One(topic) => format!("{at}.source.topic = {topic:?}"),
+        TopicSelection::List(topics) => format!("{at}.source.topics = {topics:?}"),
+        TopicSelection::Pattern(p) => format!("{at}.source.topic_pattern = {:?}", p.as_str()),
+    }
+}
+
 /// The topics of a `topics`/`topic_pattern` channel as one [`Source`]; shards are
 /// `<topic>:<partition>` (see the module docs).
 #[derive(Clone)]
@@ -92,6 +140,9 @@ struct Inner {
     listing: Mutex<Option<(Instant, Arc<Listing>)>>,
     /// How often a reader of an absent topic looks for it ([`ABSENT_TOPIC_CHECK`]).
     absent_check: Duration,
+    /// The selection's key as written, for the warning when no topic matches
+    /// ([`KafkaTopicsSource::at_index`] gives it its channel's index).
+    config_key: String,
 }
 
 impl std::fmt::Debug for KafkaTopicsSource {
@@ -128,6 +179,7 @@ impl KafkaTopicsSource {
         let metadata = api::metadata_client(&config)?;
         Ok(KafkaTopicsSource {
             inner: Arc::new(Inner {
+                config_key: selection_key(None, &selection),
                 selection,
                 config,
                 metadata: Arc::new(metadata),
@@ -136,6 +188,15 @@ impl KafkaTopicsSource {
                 absent_check: ABSENT_TOPIC_CHECK,
             }),
         })
+    }
+
+    /// The source of the channel at `index` of the configuration: the warning of a selection
+    /// that matches no topic names `channel[index].source.…`. Call it on a new source.
+    pub fn at_index(mut self, index: usize) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.config_key = selection_key(Some(index), &inner.selection);
+        }
+        self
     }
 
     /// The selected topics the cluster has now, by name (one Metadata request for every topic
@@ -174,15 +235,34 @@ impl Inner {
             api::topics,
         )
         .await?;
+        let listed: Vec<String> = all.keys().cloned().collect();
         let selected: Listing = all
             .into_iter()
             .filter(|(topic, _)| self.selection.selects(topic))
             .collect();
+        self.say_matches(&selected, &listed);
         let selected = Arc::new(selected);
         *lock(&self.listing) = Some((Instant::now(), selected.clone()));
         // Sources of topics gone from the cluster are dropped (their readers keep what they use).
         lock(&self.sources).retain(|topic, _| selected.contains_key(topic));
         Ok(selected)
+    }
+
+    /// After each listing: the number of selected topics as a metric, and when none matches, a
+    /// warning naming the key and the topics it was matched against (at every listing until a
+    /// topic matches) and the channel in [`unmatched_channels`].
+    fn say_matches(&self, selected: &Listing, listed: &[String]) {
+        let channel = &self.config.channel;
+        crate::telemetry::set_channel_topics(channel, selected.len());
+        if !selected.is_empty() {
+            if lock(&UNMATCHED).remove(channel).is_some() {
+                tracing::info!(channel = %channel, topics = selected.len(), "topics match {} now", self.config_key);
+            }
+            return;
+        }
+        let note = no_topic_matches(&self.config_key, listed.iter().map(String::as_str));
+        tracing::warn!(channel = %channel, "{note}; nothing is read until a topic matches (listed again every topic_refresh_interval)");
+        lock(&UNMATCHED).insert(channel.clone(), note);
     }
 
     /// Whether the partition `shard` names is in the cluster: from a listing younger than
@@ -238,6 +318,7 @@ impl Inner {
                     metadata: self.metadata.clone(),
                     shared: OnceCell::new(),
                     probe: Arc::default(),
+                    predating_logged: Default::default(),
                 })
             })
             .clone();
