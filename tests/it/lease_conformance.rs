@@ -385,10 +385,14 @@ async fn sqlite_processes_race_for_leases() {
     store.ensure_leases("c", &specs).await.unwrap();
 
     let exe = std::env::current_exe().unwrap();
+    // The child runs this module's `child_racer` alone; test names leave out the crate's name.
+    let child_test = concat!(module_path!(), "::child_racer")
+        .split_once("::")
+        .map_or("child_racer", |(_, name)| name);
     let children: Vec<_> = (0..NUM_RACE_PROCESSES)
         .map(|i| {
             Command::new(&exe)
-                .args(["--exact", "child_racer", "--nocapture", "--test-threads=1"])
+                .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
                 .env(CHILD_DB_ENV, &path)
                 .env(CHILD_ID_ENV, format!("p{i}"))
                 .stdout(std::process::Stdio::piped())
