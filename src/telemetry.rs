@@ -35,6 +35,9 @@ pub const BYTES_READ_TOTAL: &str = "floe_bytes_read_total";
 /// Records a member channel of `table = "{route}"` read and skipped: routed to another of the
 /// channel's tables (docs/routing.md).
 pub const RECORDS_SKIPPED_TOTAL: &str = "floe_records_skipped_total";
+/// Kafka tombstones (records with a null value) read and skipped: no row, no DLQ entry; the
+/// checkpoint passes them (docs/kafka.md, "Tombstones").
+pub const TOMBSTONES_TOTAL: &str = "floe_tombstones_total";
 /// Rows committed to the table.
 pub const ROWS_DELIVERED_TOTAL: &str = "floe_rows_delivered_total";
 /// Records committed to the DLQ, by error code.
@@ -188,6 +191,11 @@ pub fn describe() {
         RECORDS_SKIPPED_TOTAL,
         Unit::Count,
         "records a member of a channel with table = \"{route}\" read and skipped: routed to another of its tables"
+    );
+    describe_counter!(
+        TOMBSTONES_TOTAL,
+        Unit::Count,
+        "Kafka tombstones (null values) read and skipped: no row and no DLQ entry"
     );
     describe_counter!(
         ROWS_DELIVERED_TOTAL,
@@ -572,6 +580,11 @@ pub fn record_read(channel: &str, records: u64, bytes: u64) {
 /// Records `records` skipped by a member of a routed channel (another table's).
 pub fn record_skipped(channel: &str, records: u64) {
     counter!(RECORDS_SKIPPED_TOTAL, "channel" => channel.to_string()).increment(records);
+}
+
+/// Records `records` Kafka tombstones read and skipped ([`TOMBSTONES_TOTAL`]).
+pub fn record_tombstones(channel: &str, records: u64) {
+    counter!(TOMBSTONES_TOTAL, "channel" => channel.to_string()).increment(records);
 }
 
 /// Records `records` read again after a rewind for `cause` (a bounded label).

@@ -858,6 +858,7 @@ impl ShardReader for KafkaShardReader {
                 position: Position::Offset(m.offset),
                 key: m.key,
                 payload: m.payload,
+                tombstone: m.tombstone,
                 arrival_ms: m.timestamp_ms.unwrap_or(fallback_ms),
                 read_at,
             });

@@ -359,6 +359,9 @@ fn accept(
         position: Position::Sequence(position),
         key: Some(key.into_bytes()),
         payload,
+        // A Kinesis record's data is a blob, possibly empty but never null: Kinesis has no
+        // tombstones (an empty record is converted, or dead-lettered, as any other).
+        tombstone: false,
         arrival_ms,
         read_at,
     };

@@ -285,6 +285,7 @@ impl MemoryShardReader {
                 position: Position::Offset(*o),
                 key: k.clone(),
                 payload: p.clone(),
+                tombstone: false,
                 arrival_ms: *ts,
                 read_at,
             })

@@ -41,8 +41,14 @@ pub struct SourceRecord {
     pub position: Position,
     /// The record key (Kafka message key, Kinesis partition key), `None` when the record has none.
     pub key: Option<Vec<u8>>,
-    /// The record value, exactly as stored in the stream; empty for a Kafka tombstone (null value).
+    /// The record value, exactly as stored in the stream; empty for a tombstone.
     pub payload: Vec<u8>,
+    /// Whether the record is a Kafka tombstone: a null value (a delete in a compacted topic,
+    /// Debezium's follow-up to a delete), as opposed to an empty one (`payload` is empty for
+    /// both). The worker skips tombstones: no row, no DLQ entry, counted in
+    /// `floe_tombstones_total`, passed by the checkpoint. Always `false` for Kinesis, whose
+    /// records cannot be null.
+    pub tombstone: bool,
     /// When the stream accepted the record, in milliseconds since the Unix epoch (Kafka: the
     /// message timestamp, CreateTime or LogAppendTime; Kinesis: ApproximateArrivalTimestamp).
     /// Falls back to the read time when the stream has no timestamp for the record.

@@ -716,6 +716,7 @@ impl ChannelWorker {
         let mut records = 0u64;
         let mut bytes = 0u64;
         let mut skipped = 0u64;
+        let mut tombstones = 0u64;
         let mut reread: BTreeMap<RereadCause, u64> = BTreeMap::new();
         for (id, st) in self.readers.iter_mut() {
             if (sink.buffered_bytes() + self.dlq_bytes) as u64 >= self.settings.buffer_size {
@@ -754,8 +755,22 @@ impl ChannelWorker {
             {
                 *reread.entry(cause).or_default() += n;
             }
+            // A tombstone (a Kafka record with a null value: a delete in a compacted topic,
+            // Debezium's follow-up to a delete) has no row to write, in any destination, and
+            // is no error: skipped here, never pushed nor dead-lettered, and covered by the
+            // batch range (recorded below) so the checkpoint passes it.
+            let last_read = batch.last().map(|r| r.position.clone());
+            let read = batch.len();
+            let batch: Vec<_> = batch.into_iter().filter(|r| !r.tombstone).collect();
+            let batch_tombstones = (read - batch.len()) as u64;
+            tombstones += batch_tombstones;
             // One call per read batch (not per record): the sink's future is boxed.
-            for pushed in sink.push(id, batch).await? {
+            let pushed_all = if batch.is_empty() {
+                Vec::new()
+            } else {
+                sink.push(id, batch).await?
+            };
+            for pushed in pushed_all {
                 let position = match pushed {
                     Pushed::Buffered(position) => position,
                     Pushed::Skipped(position) => {
@@ -795,6 +810,10 @@ impl ChannelWorker {
                 };
                 self.progress.record(id, position, now);
             }
+            if let (true, Some(last)) = (batch_tombstones > 0, last_read) {
+                // The batch's last position, whether a tombstone or a record pushed above.
+                self.progress.record(id, last, now);
+            }
             if st.reader.shard_ended() {
                 tracing::info!(channel = %self.settings.channel, shard = %id, "shard ended: every record read; handing off SHARD_END");
                 self.progress.end(id);
@@ -805,6 +824,9 @@ impl ChannelWorker {
         }
         if skipped > 0 {
             telemetry::record_skipped(&self.settings.channel, skipped);
+        }
+        if tombstones > 0 {
+            telemetry::record_tombstones(&self.settings.channel, tombstones);
         }
         for (cause, n) in reread {
             telemetry::record_reread(&self.settings.channel, cause.as_str(), n);

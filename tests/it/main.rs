@@ -19,7 +19,7 @@
 //! - nothing: activation (but AWS credentials in the environment, any: one configuration has
 //!   an `[aws]` section), cases, channel_cli, config_files, deploy (checks more with `promtool`
 //!   and `systemd-analyze` installed), docs, fleet_sim, kafka_positions, kafka_source, layout,
-//!   operator_errors, worker_leases, worker_shard_end;
+//!   operator_errors, tombstones, worker_leases, worker_shard_end;
 //! - the Python virtualenv (`FLOE_PYTHON`: PyIceberg, DuckDB, the Confluent serializers):
 //!   confluent_formats, kafka_topics, maintenance, partition_specs, pipeline, quickstart,
 //!   route_field, routing, row_delta;
@@ -70,6 +70,7 @@ mod route_field;
 mod routing;
 mod row_delta;
 mod schema_evolution;
+mod tombstones;
 #[cfg(feature = "testsuite")]
 mod worker_leases;
 mod worker_shard_end;

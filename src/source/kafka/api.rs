@@ -532,6 +532,8 @@ pub(super) struct RawMessage {
     pub(super) offset: i64,
     pub(super) key: Option<Vec<u8>>,
     pub(super) payload: Vec<u8>,
+    /// The value is null (a tombstone), not merely empty.
+    pub(super) tombstone: bool,
     pub(super) timestamp_ms: Option<i64>,
 }
 
@@ -557,6 +559,7 @@ pub(super) fn poll_batch(
                 offset: m.offset(),
                 key: m.key().map(<[u8]>::to_vec),
                 payload: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                tombstone: m.payload().is_none(),
                 timestamp_ms: m.timestamp().to_millis(),
             }),
             Some(Err(e)) => return (out, Some(e)),

@@ -414,13 +414,7 @@ pub async fn delivered(dir: &Path) -> (u64, u64) {
 /// (a member channel's own, for a table per topic or route).
 pub async fn delivered_to(dir: &Path, namespace: &str, table: &str, channel: &str) -> (u64, u64) {
     let dlq: floe::dlq::Dlq = LocalDlq::new(dir.join("dlq"), channel).into();
-    let Ok(catalog) = floe::catalog::open_sql_catalog(
-        &dir.join("catalog.sqlite"),
-        &dir.join("warehouse"),
-        "floe",
-    )
-    .await
-    else {
+    let Some(catalog) = sql_catalog(dir).await else {
         return (
             0,
             dlq.read_published()
@@ -431,6 +425,14 @@ pub async fn delivered_to(dir: &Path, namespace: &str, table: &str, channel: &st
     };
     let ident = TableIdent::new(NamespaceIdent::new(namespace.into()), table.into());
     floe::tools::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
+}
+
+/// The SQL catalog `floe` of [`config_toml`] under `dir` (`catalog.sqlite`, `warehouse/`);
+/// `None` when it cannot be opened (before the first worker created it).
+pub async fn sql_catalog(dir: &Path) -> Option<std::sync::Arc<dyn iceberg::Catalog>> {
+    floe::catalog::open_sql_catalog(&dir.join("catalog.sqlite"), &dir.join("warehouse"), "floe")
+        .await
+        .ok()
 }
 
 /// Polls `counts` (rows, DLQ entries) every 500 ms until their sum reaches `total`, or `timeout`
