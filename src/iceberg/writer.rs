@@ -293,33 +293,62 @@ async fn write_batches(
 /// `files` of a sorted table with the table's default sort order id recorded in each (the data
 /// file field `sort_order_id`, Iceberg spec "Manifests": the order the file's rows are in, so
 /// engines may rely on it); unchanged for an unsorted table. iceberg-rust 0.10.1's writers
-/// leave the field unset and `DataFile` has no setter, so each file goes through its JSON form.
+/// leave the field unset and `DataFile` has no setter, so each file is built again, field by
+/// field, with the public `DataFileBuilder`. (Not through the data file's JSON form: read into a
+/// `serde_json::Value`, its partition object has its keys in alphabetical order, and the reader
+/// matches the partition values to the spec's fields by position: a spec whose fields are not
+/// in alphabetical order got values of the wrong fields, and every commit failed.)
 ///
-/// Errors: a file that does not serialize for the table's default partition spec.
+/// Errors: a file the builder refuses (cannot happen for a file iceberg-rust built).
 fn with_sort_order_id(files: Vec<DataFile>, table: &Table) -> iceberg::Result<Vec<DataFile>> {
     let md = table.metadata();
     let order = md.default_sort_order();
     if order.is_unsorted() {
         return Ok(files);
     }
-    let spec = md.default_partition_spec();
-    let partition_type = spec.partition_type(md.current_schema())?;
+    // The writers wrote `files` for the default partition spec (DataFile has no getter of it).
+    let spec_id = md.default_partition_spec().spec_id();
+    let order_id = order.order_id as i32;
     files
         .into_iter()
-        .map(|f| {
-            let json = serialize_data_file_to_json(f, &partition_type, FormatVersion::V2)?;
-            let mut value: serde_json::Value = serde_json::from_str(&json).map_err(|e| {
-                iceberg::Error::new(iceberg::ErrorKind::Unexpected, "data file JSON").with_source(e)
-            })?;
-            value["sort_order_id"] = serde_json::json!(order.order_id);
-            iceberg::spec::deserialize_data_file_from_json(
-                &value.to_string(),
-                spec.spec_id(),
-                &partition_type,
-                md.current_schema(),
-            )
-        })
+        .map(|f| with_sort_order(&f, spec_id, order_id))
         .collect()
+}
+
+/// `file` (of partition spec `spec_id`) with `sort_order_id` set to `order_id`, every other
+/// field as it was.
+///
+/// Errors: a file the builder refuses (a required field unset: not for a built file).
+fn with_sort_order(file: &DataFile, spec_id: i32, order_id: i32) -> iceberg::Result<DataFile> {
+    let mut builder = iceberg::spec::DataFileBuilder::default();
+    builder
+        .content(file.content_type())
+        .file_path(file.file_path().to_string())
+        .file_format(file.file_format())
+        .partition(file.partition().clone())
+        .partition_spec_id(spec_id)
+        .record_count(file.record_count())
+        .file_size_in_bytes(file.file_size_in_bytes())
+        .column_sizes(file.column_sizes().clone())
+        .value_counts(file.value_counts().clone())
+        .null_value_counts(file.null_value_counts().clone())
+        .nan_value_counts(file.nan_value_counts().clone())
+        .lower_bounds(file.lower_bounds().clone())
+        .upper_bounds(file.upper_bounds().clone())
+        .key_metadata(file.key_metadata().map(<[u8]>::to_vec))
+        .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
+        .equality_ids(file.equality_ids())
+        .first_row_id(file.first_row_id())
+        .referenced_data_file(file.referenced_data_file())
+        .content_offset(file.content_offset())
+        .content_size_in_bytes(file.content_size_in_bytes())
+        .sort_order_id(order_id);
+    builder.build().map_err(|e| {
+        iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            format!("data file with its sort order id: {e}"),
+        )
+    })
 }
 
 /// The next rows to write: the next batch of `batches` (`chunk_bytes` 0), or batches

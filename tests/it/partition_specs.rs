@@ -144,6 +144,26 @@ async fn a_sorted_table_writes_every_file_in_its_sort_order() {
     assert_eq!(p["files_without_sort_order_id"], 0, "{p}");
 }
 
+/// A sorted table whose partition fields are not in alphabetical order (`source` before
+/// `event_time_day`) commits, with the right partition values in every data file: recording
+/// the sort order id once went through the data file's JSON form, which put the partition
+/// values in alphabetical order, and every commit failed ("type mismatch").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sorted_table_with_partition_fields_out_of_alphabetical_order_commits() {
+    let p =
+        deliver_with("partition = [\"identity(source)\", \"day(event_time)\"]\nsort = [\"id\"]")
+            .await;
+    assert_eq!(
+        p["spec"],
+        json!([
+            {"source": "source", "transform": "identity", "name": "source"},
+            {"source": "event_time", "transform": "day", "name": "event_time_day"},
+        ])
+    );
+    assert_eq!(p["unsorted_files"], 0, "{p}");
+    assert_eq!(p["file_sort_order_ids"], json!([1]), "{p}");
+}
+
 /// The two time transforms the other tests leave out, each beside another term: `year` with
 /// `identity`, `hour` with `bucket` of a string.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
