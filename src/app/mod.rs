@@ -350,10 +350,16 @@ fn initial_position_of(config: &ChannelConfig, state: &ChannelState) -> InitialP
 /// .source.bootstrap_servers = "kafka-1:9092": check that it is reachable from this host)`.
 fn source_error(index: usize, channel: &ChannelConfig, e: &crate::source::SourceError) -> String {
     let key = match &channel.source {
-        SourceConfig::Kafka(kafka) => format!(
-            "channel[{index}].source.bootstrap_servers = \"{}\"",
-            kafka.bootstrap_servers
-        ),
+        // A missing topic is the topic's key to fix, not the broker's.
+        SourceConfig::Kafka(kafka) => match (e, kafka.topics.single()) {
+            (crate::source::SourceError::NotFound { .. }, Some(topic)) => {
+                format!("channel[{index}].source.topic = \"{topic}\"")
+            }
+            _ => format!(
+                "channel[{index}].source.bootstrap_servers = \"{}\"",
+                kafka.bootstrap_servers
+            ),
+        },
         SourceConfig::Kinesis(kinesis) => {
             let key = match kinesis.stream {
                 crate::config::KinesisStream::Name(_) => "stream_name",
@@ -522,5 +528,43 @@ pub fn resolve(base: &Path, p: &Path) -> std::path::PathBuf {
         p.to_path_buf()
     } else {
         base.join(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::source::SourceError;
+
+    fn quickstart() -> Config {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+        let text = std::fs::read_to_string(dir.join("quickstart.toml")).unwrap();
+        Config::from_toml_str(&text, &dir).unwrap()
+    }
+
+    /// A topic that does not exist is the topic's key to fix (it named the brokers once); an
+    /// unreachable broker is the brokers'.
+    #[test]
+    fn a_missing_topic_names_the_topic_key_and_an_outage_the_brokers() {
+        let config = quickstart();
+        let channel = &config.channels[0];
+        let missing = SourceError::NotFound {
+            what: "metadata of topic events".into(),
+        };
+        let line = source_error(0, channel, &missing);
+        assert!(
+            line.contains("(channel[0].source.topic = \"events\")"),
+            "{line}"
+        );
+        let outage = SourceError::Unavailable {
+            message: "all brokers down".into(),
+        };
+        let line = source_error(0, channel, &outage);
+        assert!(
+            line.contains("channel[0].source.bootstrap_servers = \"localhost:9092\""),
+            "{line}"
+        );
     }
 }
