@@ -764,13 +764,10 @@ impl ChannelWorker {
             let batch: Vec<_> = batch.into_iter().filter(|r| !r.tombstone).collect();
             let batch_tombstones = (read - batch.len()) as u64;
             tombstones += batch_tombstones;
-            // One call per read batch (not per record): the sink's future is boxed.
-            let pushed_all = if batch.is_empty() {
-                Vec::new()
-            } else {
-                sink.push(id, batch).await?
-            };
-            for pushed in pushed_all {
+            // One call per read batch (not per record): the sink's future is boxed. Also for an
+            // empty batch (nothing read, or only tombstones): a push is where the sink does its
+            // timed work, such as asking the registry for the latest schema version.
+            for pushed in sink.push(id, batch).await? {
                 let position = match pushed {
                     Pushed::Buffered(position) => position,
                     Pushed::Skipped(position) => {
