@@ -759,11 +759,16 @@ impl ChannelWorker {
             // Debezium's follow-up to a delete) has no row to write, in any destination, and
             // is no error: skipped here, never pushed nor dead-lettered, and covered by the
             // batch range (recorded below) so the checkpoint passes it.
-            let last_read = batch.last().map(|r| r.position.clone());
+            // Records in front of the last one are covered by its position; a tombstone at the
+            // end must be recorded itself (below). Filtered in place: no copy of the batch.
+            let trailing_tombstone = batch
+                .last()
+                .filter(|r| r.tombstone)
+                .map(|r| r.position.clone());
+            let mut batch = batch;
             let read = batch.len();
-            let batch: Vec<_> = batch.into_iter().filter(|r| !r.tombstone).collect();
-            let batch_tombstones = (read - batch.len()) as u64;
-            tombstones += batch_tombstones;
+            batch.retain(|r| !r.tombstone);
+            tombstones += (read - batch.len()) as u64;
             // One call per read batch (not per record): the sink's future is boxed. Also for an
             // empty batch (nothing read, or only tombstones): a push is where the sink does its
             // timed work, such as asking the registry for the latest schema version.
@@ -807,8 +812,7 @@ impl ChannelWorker {
                 };
                 self.progress.record(id, position, now);
             }
-            if let (true, Some(last)) = (batch_tombstones > 0, last_read) {
-                // The batch's last position, whether a tombstone or a record pushed above.
+            if let Some(last) = trailing_tombstone {
                 self.progress.record(id, last, now);
             }
             if st.reader.shard_ended() {
