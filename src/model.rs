@@ -514,6 +514,12 @@ pub enum BatchFiles {
         /// Path of the staged DLQ object (JSON Lines), published only when the batch is
         /// committed.
         dlq_staged: Option<String>,
+        /// An upsert table's batch: path of the staged key file
+        /// ([`crate::iceberg::deletes::keys`]) of the keys the batch deletes (Debezium `d`
+        /// events, upsert tombstones), under the table location and never referenced by the
+        /// table; `None` when it deletes none, and always for an append table.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deleted_keys: Option<String>,
     },
     /// A raw S3 channel's batch.
     Raw {
@@ -568,6 +574,7 @@ impl BatchFiles {
         BatchFiles::Iceberg {
             data_files,
             dlq_staged,
+            deleted_keys: None,
         }
     }
 }
@@ -1084,6 +1091,7 @@ mod tests {
             BatchFiles::Iceberg {
                 data_files: vec![r#"{"content":0,"file_path":"s3://b/t/data/x.parquet"}"#.into()],
                 dlq_staged: Some("dlq/staged/x.jsonl".into()),
+                deleted_keys: None,
             }
         );
         // An Iceberg batch of DLQ entries only, and one of SHARD_END only.

@@ -393,6 +393,7 @@ fn pending_batch(
         files: BatchFiles::Iceberg {
             data_files: written.data_files_json,
             dlq_staged: None,
+            deleted_keys: None,
         },
         num_rows: written.num_rows,
         num_dead_lettered: 0,

@@ -128,6 +128,7 @@ mod tests {
             files: crate::model::BatchFiles::Iceberg {
                 data_files: vec![],
                 dlq_staged: None,
+                deleted_keys: None,
             },
             num_rows: 1,
             num_dead_lettered: 0,

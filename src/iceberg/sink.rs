@@ -692,6 +692,7 @@ impl BatchSink for IcebergSink {
             files: BatchFiles::Iceberg {
                 data_files: files.data_files_json,
                 dlq_staged,
+                deleted_keys: None,
             },
             sizes: files.sizes,
             num_rows: files.num_rows,
@@ -703,6 +704,7 @@ impl BatchSink for IcebergSink {
         let BatchFiles::Iceberg {
             data_files,
             dlq_staged,
+            ..
         } = files
         else {
             return;

@@ -190,6 +190,7 @@ mod tests {
             files: BatchFiles::Iceberg {
                 data_files: vec![],
                 dlq_staged: None,
+                deleted_keys: None,
             },
             num_rows: 0,
             num_dead_lettered: 0,

@@ -524,6 +524,7 @@ fn iceberg_files(b: &PendingBatch) -> (&[String], Option<&String>) {
         BatchFiles::Iceberg {
             data_files,
             dlq_staged,
+            ..
         } => (data_files, dlq_staged.as_ref()),
         BatchFiles::Raw { .. } => (&[], None),
     }

@@ -489,6 +489,7 @@ fn batch(channel: &str, batch_id: Uuid, last: i64) -> PendingBatch {
         files: crate::model::BatchFiles::Iceberg {
             data_files: vec![format!("{{\"file_path\":\"f-{batch_id}.parquet\"}}")],
             dlq_staged: Some(format!("dlq/staged/{batch_id}.jsonl")),
+            deleted_keys: None,
         },
         num_rows: 10,
         num_dead_lettered: 0,

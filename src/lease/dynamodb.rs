@@ -1019,6 +1019,7 @@ mod tests {
                     })
                     .collect(),
                 dlq_staged: None,
+                deleted_keys: None,
             },
             num_rows: 1,
             num_dead_lettered: 0,

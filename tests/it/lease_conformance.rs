@@ -172,6 +172,7 @@ fn big_batch(channel: &str, files: usize) -> floe::model::PendingBatch {
                 })
                 .collect(),
             dlq_staged: None,
+            deleted_keys: None,
         },
         num_rows: 10,
         num_dead_lettered: 0,

@@ -145,6 +145,7 @@ async fn a_committed_batch_is_recovered_after_its_snapshot_was_expired() {
         files: BatchFiles::Iceberg {
             data_files: vec![],
             dlq_staged: Some(staged),
+            deleted_keys: None,
         },
         num_rows: 0,
         num_dead_lettered: 2,

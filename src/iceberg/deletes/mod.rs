@@ -39,6 +39,7 @@
 mod base;
 mod commit;
 pub mod dv;
+pub mod keys;
 pub mod position;
 
 pub use base::{LiveDataFile, RowDeltaBase};

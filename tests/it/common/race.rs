@@ -199,6 +199,7 @@ pub async fn event_batch_at(
         files: floe::model::BatchFiles::Iceberg {
             data_files: written.data_files_json,
             dlq_staged: None,
+            deleted_keys: None,
         },
         num_rows: written.num_rows,
         num_dead_lettered: 0,
