@@ -10,6 +10,8 @@
 //!   common: --records N --start-id 0 --rate R (0: as fast as possible) --seed 42
 //!           --shape event|wide --spread-hours 3 --base-time 2026-07-09T20:00:00Z
 //!           --bad-share 0.01 | --bad KIND=SHARE ... --manifest FILE
+//!   change events (kafka and file): --changes --keys K --records M --updates 0.7 --deletes 0.1
+//!           [--schemas-enable] --seed S --manifest FILE
 //! ```
 
 use std::path::PathBuf;
@@ -18,7 +20,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use floe::tools::loadgen::{self, GenSpec, Produced};
+use floe::tools::loadgen::changes::{self, ChangeCounts, ChangeSpec, FinalState};
+use floe::tools::loadgen::{self, GenSpec, KafkaTarget, Produced};
 use floe::tools::sample_events::{BadKind, Shape};
 use serde_json::json;
 
@@ -101,9 +104,10 @@ struct Common {
     /// Earliest event time (RFC 3339 UTC, whole seconds).
     #[arg(long, default_value = "2026-07-09T20:00:00Z")]
     base_time: String,
-    /// Share of bad records (0..1), spread evenly over every kind.
-    #[arg(long, default_value_t = 0.01)]
-    bad_share: f64,
+    /// Share of bad records (0..1), spread evenly over every kind. Default: 0.01 (none with
+    /// --changes).
+    #[arg(long)]
+    bad_share: Option<f64>,
     /// Share of one kind of bad record, `KIND=SHARE` (repeatable; replaces --bad-share). Kinds:
     /// not_json, missing_value, missing_event_time, value_as_string, tier_out_of_range,
     /// event_time_without_offset, amount_too_precise.
@@ -115,6 +119,32 @@ struct Common {
     /// Progress line to stderr every N seconds (0: none).
     #[arg(long, default_value_t = 5)]
     progress_s: u64,
+    #[command(flatten)]
+    changes: ChangeArgs,
+}
+
+/// Change-event mode: Debezium-shaped change events of a `customers` table
+/// (loadtest/cdc_row.schema.json) keyed by `id`; `--records` counts the change events after the
+/// snapshot, `--base-time` is the first event's `ts_ms`.
+#[derive(clap::Args)]
+struct ChangeArgs {
+    /// Produce change events instead of Event records (kafka and file sinks).
+    #[arg(long)]
+    changes: bool,
+    /// Keys of the initial snapshot (op "r", ids 0..K) before the change events.
+    #[arg(long, default_value_t = 0, requires = "changes")]
+    keys: u64,
+    /// Share of updates among the change events (op "u" of a live key).
+    #[arg(long, default_value_t = 0.7, requires = "changes")]
+    updates: f64,
+    /// Share of deletes among the change events (op "d" of a live key, then a tombstone); the
+    /// rest are inserts (op "c": a new id, or a deleted one coming back).
+    #[arg(long, default_value_t = 0.1, requires = "changes")]
+    deletes: f64,
+    /// Debezium's JSON converter with schemas.enable=true: key and value as
+    /// {"schema":…,"payload":…}; default: the bare payload.
+    #[arg(long, requires = "changes")]
+    schemas_enable: bool,
 }
 
 fn parse_base_time(text: &str) -> anyhow::Result<i64> {
@@ -149,7 +179,8 @@ fn share_ppm(text: &str, what: &str) -> anyhow::Result<u32> {
 
 fn spec(c: &Common) -> anyhow::Result<GenSpec> {
     let bad_shares_ppm = if c.bad.is_empty() {
-        loadgen::even_shares(share_ppm(&c.bad_share.to_string(), "--bad-share")?)
+        let share = c.bad_share.unwrap_or(0.01);
+        loadgen::even_shares(share_ppm(&share.to_string(), "--bad-share")?)
     } else {
         let mut out = Vec::new();
         for item in &c.bad {
@@ -183,6 +214,66 @@ fn spec(c: &Common) -> anyhow::Result<GenSpec> {
         spread_hours: c.spread_hours,
         bad_shares_ppm,
     })
+}
+
+fn change_spec(c: &Common) -> anyhow::Result<ChangeSpec> {
+    if c.bad_share.is_some() || !c.bad.is_empty() {
+        bail!("--changes makes no bad records: leave out --bad-share and --bad");
+    }
+    let updates_ppm = share_ppm(&c.changes.updates.to_string(), "--updates")?;
+    let deletes_ppm = share_ppm(&c.changes.deletes.to_string(), "--deletes")?;
+    if updates_ppm + deletes_ppm > 1_000_000 {
+        bail!("--updates and --deletes add up to more than 1");
+    }
+    Ok(ChangeSpec {
+        seed: c.seed,
+        snapshot_keys: c.changes.keys,
+        changes: c.records,
+        updates_ppm,
+        deletes_ppm,
+        schemas_enable: c.changes.schemas_enable,
+        base_time_ms: parse_base_time(&c.base_time)?,
+    })
+}
+
+/// Prints the summary line of a change run, writes its manifest; fails when a message was not
+/// acknowledged.
+fn finish_changes(
+    c: &Common,
+    spec: &ChangeSpec,
+    sink: serde_json::Value,
+    (produced, counts, state): (Produced, ChangeCounts, FinalState),
+) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &c.manifest {
+        changes::write_manifest(path, spec, sink, &produced, &counts, &state)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let secs = produced.elapsed.as_secs_f64();
+    let messages = spec.events() + counts.tombstones;
+    println!(
+        "{}",
+        json!({
+            "events": spec.events(),
+            "messages": messages,
+            "acknowledged": produced.acknowledged,
+            "failed": produced.failed_ids.len(),
+            "by_op": counts.by_op,
+            "tombstones": counts.tombstones,
+            "live_keys": state.live_ids().count(),
+            "bytes": produced.bytes,
+            "retries": produced.retries,
+            "elapsed_s": secs,
+            "events_per_s": if secs > 0.0 { spec.events() as f64 / secs } else { 0.0 },
+        })
+    );
+    if !produced.failed_ids.is_empty() || produced.acknowledged != messages {
+        eprintln!(
+            "floe-loadgen: {} of {messages} messages not acknowledged",
+            messages - produced.acknowledged.min(messages)
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn rate(c: &Common) -> Option<f64> {
@@ -236,7 +327,6 @@ async fn main() -> anyhow::Result<ExitCode> {
             properties,
             common,
         } => {
-            let spec = spec(&common)?;
             let properties = properties
                 .iter()
                 .map(|p| {
@@ -246,18 +336,32 @@ async fn main() -> anyhow::Result<ExitCode> {
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let progress = Duration::from_secs(common.progress_s);
+            let sink = json!({"kind": "kafka", "bootstrap": bootstrap, "topic": topic});
+            if common.changes.changes {
+                let spec = change_spec(&common)?;
+                let s = spec.clone();
+                let r = rate(&common);
+                let out = tokio::task::spawn_blocking(move || {
+                    KafkaTarget {
+                        bootstrap: &bootstrap,
+                        topic: &topic,
+                        properties: &properties,
+                        rate: r,
+                        progress_every: progress,
+                    }
+                    .produce_changes(&s)
+                })
+                .await??;
+                return finish_changes(&common, &spec, sink, out);
+            }
+            let spec = spec(&common)?;
             let (s, b, t) = (spec.clone(), bootstrap.clone(), topic.clone());
             let r = rate(&common);
             let produced = tokio::task::spawn_blocking(move || {
                 loadgen::produce_kafka(&s, &b, &t, &properties, r, progress)
             })
             .await??;
-            finish(
-                &common,
-                &spec,
-                json!({"kind": "kafka", "bootstrap": bootstrap, "topic": topic}),
-                produced,
-            )
+            finish(&common, &spec, sink, produced)
         }
         Sink::Kinesis {
             stream,
@@ -266,6 +370,9 @@ async fn main() -> anyhow::Result<ExitCode> {
             concurrency,
             common,
         } => {
+            if common.changes.changes {
+                bail!("--changes: the kafka and file sinks only");
+            }
             let spec = spec(&common)?;
             let clients = floe::aws::AwsClients::load(&floe::config::aws::AwsConfig {
                 region,
@@ -290,6 +397,13 @@ async fn main() -> anyhow::Result<ExitCode> {
             )
         }
         Sink::File { output, common } => {
+            if common.changes.changes {
+                let spec = change_spec(&common)?;
+                let out = loadgen::write_changes_file(&spec, &output)
+                    .with_context(|| format!("writing {}", output.display()))?;
+                let sink = json!({"kind": "file", "path": output});
+                return finish_changes(&common, &spec, sink, out);
+            }
             let spec = spec(&common)?;
             let produced = loadgen::write_file(&spec, &output)
                 .with_context(|| format!("writing {}", output.display()))?;

@@ -13,6 +13,11 @@
 //!
 //! Every record's key (Kafka message key, Kinesis partition key) is its id, so a DLQ entry of a
 //! record that is not even JSON still names its id (`DlqEntry::key`).
+//!
+//! Change mode ([`changes`], `--changes`): Debezium-shaped change events of one table instead of
+//! `Event` records, to Kafka ([`KafkaTarget::produce_changes`]) or a file
+//! ([`write_changes_file`]), and a manifest of the table's expected final state
+//! ([`changes::write_manifest`]) that `loadtest/verify_cdc.py` checks an upsert table against.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -22,6 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+
+pub mod changes;
 
 use crate::tools::sample_events::{
     event_key, pick_bad_kind_by_share, shaped_bad, shaped_json, BadKind, Shape,
@@ -306,8 +313,15 @@ mod kafka {
         Ok(config.create_with_context(Ctx(reports))?)
     }
 
+    /// One message to send: the delivery opaque (record id or stream position), key, value
+    /// (`None`: a tombstone).
+    pub(super) type Outgoing = (u64, Vec<u8>, Option<Vec<u8>>);
+
+    /// Sends `messages` (`total` of them, for progress lines) paced to `rate`; counts retries
+    /// on a full queue in `produced`.
     pub(super) fn send_all(
-        spec: &GenSpec,
+        messages: impl Iterator<Item = Outgoing>,
+        total: u64,
         producer: &BaseProducer<Ctx>,
         topic: &str,
         rate: Option<f64>,
@@ -316,7 +330,7 @@ mod kafka {
     ) {
         let pacer = Pacer::new(rate);
         let mut progress = Progress::new(progress_every);
-        for (n, id) in spec.ids().enumerate() {
+        for (n, (opaque, key, payload)) in messages.enumerate() {
             let wait = pacer.delay(n as u64);
             if !wait.is_zero() {
                 producer.poll(wait);
@@ -327,14 +341,12 @@ mod kafka {
                     std::thread::sleep(rest);
                 }
             }
-            let (payload, bad) = spec.record(id);
-            let key = event_key(id);
-            note(produced, id, bad, payload.len());
-            let mut opaque = Box::new(id);
+            let mut opaque = Box::new(opaque);
             loop {
-                let record = BaseRecord::with_opaque_to(topic, opaque)
-                    .key(&key)
-                    .payload(&payload);
+                let mut record = BaseRecord::with_opaque_to(topic, opaque).key(&key);
+                if let Some(payload) = &payload {
+                    record = record.payload(payload);
+                }
                 match producer.send(record) {
                     Ok(()) => break,
                     Err((_, record)) => {
@@ -346,7 +358,7 @@ mod kafka {
                 }
             }
             producer.poll(Duration::ZERO);
-            progress.tick(n as u64 + 1, spec.records);
+            progress.tick(n as u64 + 1, total);
         }
     }
 }
@@ -363,25 +375,131 @@ pub fn produce_kafka(
     rate: Option<f64>,
     progress_every: Duration,
 ) -> Result<Produced, LoadgenError> {
-    use rdkafka::producer::Producer;
-    let start = Instant::now();
-    let reports = Arc::new(kafka::Reports::default());
-    let producer = kafka::producer(bootstrap, properties, reports.clone())?;
-    let mut produced = Produced::default();
-    kafka::send_all(spec, &producer, topic, rate, progress_every, &mut produced);
-    producer.flush(Duration::from_secs(180))?;
-    produced.acknowledged = reports.delivered.load(Ordering::Relaxed);
-    produced.failed_ids = std::mem::take(&mut *reports.failed.lock().unwrap());
-    produced.failed_ids.sort_unstable();
-    produced.per_shard = reports
-        .per_partition
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(p, n)| (p.to_string(), *n))
-        .collect();
-    produced.elapsed = start.elapsed();
+    let mut bad = Produced::default();
+    let messages = spec.ids().map(|id| {
+        let (payload, kind) = spec.record(id);
+        note(&mut bad, id, kind, payload.len());
+        (id, event_key(id).into_bytes(), Some(payload))
+    });
+    let target = KafkaTarget {
+        bootstrap,
+        topic,
+        properties,
+        rate,
+        progress_every,
+    };
+    let mut produced = target.produce(messages, spec.records)?;
+    produced.bad_by_code = bad.bad_by_code;
+    produced.bad_by_kind = bad.bad_by_kind;
+    produced.bytes = bad.bytes;
     Ok(produced)
+}
+
+/// Where and how fast [`KafkaTarget::produce`] sends.
+#[derive(Debug, Clone, Copy)]
+pub struct KafkaTarget<'a> {
+    /// Bootstrap servers.
+    pub bootstrap: &'a str,
+    /// Topic.
+    pub topic: &'a str,
+    /// librdkafka properties, applied after floe-loadgen's own.
+    pub properties: &'a [(String, String)],
+    /// Messages per second; `None`: as fast as possible.
+    pub rate: Option<f64>,
+    /// Progress line period (zero: none).
+    pub progress_every: Duration,
+}
+
+impl KafkaTarget<'_> {
+    /// Sends `messages` (opaque, key, value or `None` for a tombstone; `total` of them) with
+    /// the idempotent producer and waits for every delivery report: acknowledged count, failed
+    /// opaques, per-partition counts, retries, elapsed time (bytes and bad records are the
+    /// caller's).
+    ///
+    /// Errors: the client cannot be created, or the final flush times out.
+    fn produce(
+        &self,
+        messages: impl Iterator<Item = kafka::Outgoing>,
+        total: u64,
+    ) -> Result<Produced, LoadgenError> {
+        use rdkafka::producer::Producer;
+        let start = Instant::now();
+        let reports = Arc::new(kafka::Reports::default());
+        let producer = kafka::producer(self.bootstrap, self.properties, reports.clone())?;
+        let mut produced = Produced::default();
+        kafka::send_all(
+            messages,
+            total,
+            &producer,
+            self.topic,
+            self.rate,
+            self.progress_every,
+            &mut produced,
+        );
+        producer.flush(Duration::from_secs(180))?;
+        produced.acknowledged = reports.delivered.load(Ordering::Relaxed);
+        produced.failed_ids = std::mem::take(&mut *reports.failed.lock().unwrap());
+        produced.failed_ids.sort_unstable();
+        produced.per_shard = reports
+            .per_partition
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(p, n)| (p.to_string(), *n))
+            .collect();
+        produced.elapsed = start.elapsed();
+        Ok(produced)
+    }
+
+    /// Produces the change events of `spec` (key = the row's key as JSON, so a key stays on
+    /// one partition; a delete's tombstone right after it): what was sent, the counts by op
+    /// and the table's final state.
+    ///
+    /// Errors: as [`KafkaTarget::produce`].
+    pub fn produce_changes(
+        &self,
+        spec: &changes::ChangeSpec,
+    ) -> Result<(Produced, changes::ChangeCounts, changes::FinalState), LoadgenError> {
+        let mut counts = changes::ChangeCounts::default();
+        let mut bytes = 0u64;
+        let mut stream = changes::ChangeStream::new(spec.clone());
+        let messages = stream.by_ref().map(|m| {
+            counts.note(&m);
+            bytes += (m.key.len() + m.value.as_ref().map_or(0, Vec::len)) as u64;
+            (m.seq, m.key, m.value)
+        });
+        // Every delete adds a tombstone: the progress total counts events.
+        let mut produced = self.produce(messages, spec.events())?;
+        produced.bytes = bytes;
+        Ok((produced, counts, stream.state().clone()))
+    }
+}
+
+/// Writes the change events of `spec` to `path`, one Kafka value a line (the Debezium JSON;
+/// a tombstone is the line `null`), for the peer benchmark: what was written, the counts by
+/// op and the table's final state.
+///
+/// Errors: I/O.
+pub fn write_changes_file(
+    spec: &changes::ChangeSpec,
+    path: &Path,
+) -> std::io::Result<(Produced, changes::ChangeCounts, changes::FinalState)> {
+    let start = Instant::now();
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut produced = Produced::default();
+    let mut counts = changes::ChangeCounts::default();
+    let mut stream = changes::ChangeStream::new(spec.clone());
+    for m in stream.by_ref() {
+        counts.note(&m);
+        let value = m.value.as_deref().unwrap_or(b"null");
+        out.write_all(value)?;
+        out.write_all(b"\n")?;
+        produced.bytes += value.len() as u64;
+        produced.acknowledged += 1;
+    }
+    out.flush()?;
+    produced.elapsed = start.elapsed();
+    Ok((produced, counts, stream.state().clone()))
 }
 
 /// Most entries in one PutRecords call.
