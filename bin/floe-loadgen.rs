@@ -11,7 +11,7 @@
 //!           --shape event|wide --spread-hours 3 --base-time 2026-07-09T20:00:00Z
 //!           --bad-share 0.01 | --bad KIND=SHARE ... --manifest FILE
 //!   change events (kafka and file): --changes --keys K --records M --updates 0.7 --deletes 0.1
-//!           [--schemas-enable] --seed S --manifest FILE
+//!           [--schemas-enable] [--skip-snapshot] --seed S --manifest FILE
 //! ```
 
 use std::path::PathBuf;
@@ -145,6 +145,10 @@ struct ChangeArgs {
     /// {"schema":…,"payload":…}; default: the bare payload.
     #[arg(long, requires = "changes")]
     schemas_enable: bool,
+    /// Send only the change events: an earlier run with the same options and --records 0 sent
+    /// the snapshot (the manifest still describes the whole final state).
+    #[arg(long, requires = "changes")]
+    skip_snapshot: bool,
 }
 
 fn parse_base_time(text: &str) -> anyhow::Result<i64> {
@@ -233,6 +237,7 @@ fn change_spec(c: &Common) -> anyhow::Result<ChangeSpec> {
         deletes_ppm,
         schemas_enable: c.changes.schemas_enable,
         base_time_ms: parse_base_time(&c.base_time)?,
+        skip_snapshot: c.changes.skip_snapshot,
     })
 }
 
@@ -249,11 +254,11 @@ fn finish_changes(
             .with_context(|| format!("writing {}", path.display()))?;
     }
     let secs = produced.elapsed.as_secs_f64();
-    let messages = spec.events() + counts.tombstones;
+    let messages = spec.sent_events() + counts.tombstones;
     println!(
         "{}",
         json!({
-            "events": spec.events(),
+            "events": spec.sent_events(),
             "messages": messages,
             "acknowledged": produced.acknowledged,
             "failed": produced.failed_ids.len(),
@@ -263,7 +268,7 @@ fn finish_changes(
             "bytes": produced.bytes,
             "retries": produced.retries,
             "elapsed_s": secs,
-            "events_per_s": if secs > 0.0 { spec.events() as f64 / secs } else { 0.0 },
+            "events_per_s": if secs > 0.0 { spec.sent_events() as f64 / secs } else { 0.0 },
         })
     );
     if !produced.failed_ids.is_empty() || produced.acknowledged != messages {

@@ -9,6 +9,7 @@
 #   loadtest/chaos.sh [--source kafka|kinesis] [--quick] [--duration S] [--records N]
 #                     [--warehouse local|s3] [--seed N] [--dir DIR] [--release] [--keep]
 #                     [--read-mode polling|enhanced_fan_out]
+#                     [--cdc [--format-version 2|3]]    (also: --scenario cdc)
 #
 #   kafka:   floe-mock-kafka (8 partitions, more above ~160,000 records) + SQLite lease store + local warehouse and DLQ
 #   kinesis: the local emulators' moto (Kinesis 4 shards, DynamoDB leases; warehouse and DLQ local
@@ -23,11 +24,19 @@
 # Binaries: $FLOE_BIN, $FLOE_LOADGEN_BIN, $FLOE_MOCK_KAFKA_BIN, else $CARGO_TARGET_DIR/{debug,release}.
 # Prints each fault, verify's check lines, and last `chaos: <source> records R, faults F, ...`;
 # exit status 0 only when verify passes (and every worker exited 0 on SIGTERM).
+#
+# --cdc (Kafka only): change data capture under the same faults. floe-loadgen --changes produces
+# Debezium change events of a `customers` table (a snapshot of records/10 keys, then `records`
+# change events: 70% updates, 10% deletes with their tombstones, 20% inserts) into a channel with
+# envelope = "debezium", mode = "upsert", key = ["id"] (format_version 2, or 3: deletion
+# vectors), unpartitioned; then loadtest/verify_cdc.py checks the table against the final state:
+# no key twice, no deleted row alive, every live key with its last values (PyIceberg and DuckDB),
+# no equality-delete file, at most one delete file per data file, and an empty DLQ.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
 source_kind=kafka quick=0 duration="" records="" warehouse=local seed=1 dir="" profile=debug keep=0
-drain_timeout="" read_mode=polling
+drain_timeout="" read_mode=polling cdc=0 format_version=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --source) source_kind="$2"; shift 2 ;;
@@ -41,7 +50,10 @@ while [ $# -gt 0 ]; do
     --keep) keep=1; shift ;;
     --read-mode) read_mode="$2"; shift 2 ;;
     --drain-timeout) drain_timeout="$2"; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    --cdc) cdc=1; shift ;;
+    --scenario) case "$2" in cdc) cdc=1 ;; append) cdc=0 ;; *) echo "chaos: --scenario cdc|append" >&2; exit 2 ;; esac; shift 2 ;;
+    --format-version) format_version="$2"; shift 2 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "chaos: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -49,6 +61,8 @@ case "$source_kind" in kafka|kinesis) ;; *) echo "chaos: --source kafka|kinesis"
 case "$warehouse" in local|s3) ;; *) echo "chaos: --warehouse local|s3" >&2; exit 2 ;; esac
 case "$read_mode" in polling|enhanced_fan_out) ;; *) echo "chaos: --read-mode polling|enhanced_fan_out" >&2; exit 2 ;; esac
 [ "$read_mode" = polling ] || [ "$source_kind" = kinesis ] || { echo "chaos: --read-mode enhanced_fan_out needs --source kinesis" >&2; exit 2; }
+[ "$cdc" = 0 ] || [ "$source_kind" = kafka ] || { echo "chaos: --cdc needs --source kafka (floe-loadgen --changes produces to Kafka)" >&2; exit 2; }
+case "$format_version" in 2|3) ;; *) echo "chaos: --format-version 2|3" >&2; exit 2 ;; esac
 if [ "$quick" = 1 ]; then
   duration="${duration:-50}" records="${records:-15000}" drain_timeout="${drain_timeout:-120}"
 else
@@ -56,7 +70,9 @@ else
 fi
 lease_s=4                          # lease_duration; a SIGSTOP lasts lease_s + 2 s
 fault_every=$(( duration / 26 )); [ "$fault_every" -ge 3 ] || fault_every=3   # plus each fault's own time
-rate=$(( records * 10 / (duration * 9) + 1 ))   # production ends at ~90% of the fault window
+cdc_keys=$(( records / 10 ))       # --cdc: the snapshot's keys, produced before the change events
+events=$records; [ "$cdc" = 0 ] || events=$(( records + cdc_keys ))
+rate=$(( events * 10 / (duration * 9) + 1 ))   # production ends at ~90% of the fault window
 RANDOM=$seed
 
 # shellcheck source=loadtest/lib.sh
@@ -107,7 +123,9 @@ aws_block="" lease_block="" source_block="" wh="$dir/warehouse" dlq_block=""
 if [ "$source_kind" = kafka ]; then
   # The mock broker keeps 5 MiB per partition (bin/floe-mock-kafka.rs): at most ~4 MiB each
   # (records are ~190 B), so no record is deleted before the workers read it.
-  partitions=$(( (records * 200 + 4194303) / 4194304 ))
+  # (--cdc: change events are ~500 B, plus a tombstone per delete.)
+  record_bytes=200; [ "$cdc" = 0 ] || record_bytes=560
+  partitions=$(( (events * record_bytes + 4194303) / 4194304 ))
   [ "$partitions" -ge 8 ] || partitions=8
   lt_start_mock_kafka "$dir/broker.log" events "$partitions"
   say "floe-mock-kafka at $bootstrap (topic events, $partitions partitions)"
@@ -179,6 +197,44 @@ PY
   say "S3 warehouse $wh, DLQ $dlq_location"
 fi
 
+# The table: Event records appended, hour-partitioned; or (--cdc) the customers table upserted.
+if [ "$cdc" = 0 ]; then
+  table_block="[channel.schema]
+  file = \"$root/config/event.schema.json\"
+  [channel.destination]
+  kind = \"iceberg\"
+  namespace = \"chaos\"
+  table = \"events\"
+  partition_field = \"event_time\"
+  data_freshness = \"10s\"
+    # Table maintenance under the same faults as delivery: snapshot expiry in the commits,
+    # compaction of closed hours and the other rewrites every 30 s.
+    [channel.destination.maintenance]
+    snapshot_retention = \"1m\"
+    min_snapshots = 5
+    compaction_delay = \"0s\"
+    interval = \"30s\""
+else
+  table_block="[channel.record]
+  format = \"json\"
+  envelope = \"debezium\"
+  [channel.schema]
+  file = \"$root/loadtest/cdc_row.schema.json\"
+  [channel.destination]
+  kind = \"iceberg\"
+  namespace = \"chaos\"
+  table = \"customers\"
+  partition = []
+  mode = \"upsert\"
+  key = [\"id\"]
+  format_version = $format_version
+  data_freshness = \"10s\"
+    # Snapshot expiry and the maintenance rewrites under the same faults as delivery.
+    [channel.destination.maintenance]
+    snapshot_retention = \"1m\"
+    min_snapshots = 5
+    interval = \"30s\""
+fi
 config_of() {
   cat <<EOF
 [worker]
@@ -195,21 +251,7 @@ renew_interval = "1s"
 name = "$channel"
   [channel.source]
   $source_block
-  [channel.schema]
-  file = "$root/config/event.schema.json"
-  [channel.destination]
-  kind = "iceberg"
-  namespace = "chaos"
-  table = "events"
-  partition_field = "event_time"
-  data_freshness = "10s"
-    # Table maintenance under the same faults as delivery: snapshot expiry in the commits,
-    # compaction of closed hours and the other rewrites every 30 s.
-    [channel.destination.maintenance]
-    snapshot_retention = "1m"
-    min_snapshots = 5
-    compaction_delay = "0s"
-    interval = "30s"
+  $table_block
     [channel.destination.catalog]
     kind = "sql"
     name = "floe"
@@ -240,10 +282,15 @@ pick() { # a random worker in state $1
   [ ${#c[@]} -gt 0 ] && echo "${c[RANDOM % ${#c[@]}]}"
 }
 for w in "${workers[@]}"; do start_worker "$w"; sleep 0.3; done
-say "3 workers running (lease ${lease_s}s, freshness 10s); producing $records records at ~$rate/s; faults every ~${fault_every}s for ${duration}s"
+what="$records records"; [ "$cdc" = 0 ] || what="$events change events ($cdc_keys keys in the snapshot, format v$format_version)"
+say "3 workers running (lease ${lease_s}s, freshness 10s); producing $what at ~$rate/s; faults every ~${fault_every}s for ${duration}s"
 
 manifest="$dir/manifest.jsonl"
-if [ "$source_kind" = kafka ]; then
+if [ "$cdc" = 1 ]; then
+  "$loadgen" kafka --bootstrap "$bootstrap" --topic events --changes --keys "$cdc_keys" --records "$records" \
+    --updates 0.7 --deletes 0.1 --rate "$rate" --seed "$seed" --manifest "$manifest" --progress-s 30 \
+    >"$dir/loadgen.out" 2>"$dir/loadgen.log" &
+elif [ "$source_kind" = kafka ]; then
   "$loadgen" kafka --bootstrap "$bootstrap" --topic events --records "$records" --rate "$rate" \
     --seed "$seed" --spread-hours 3 --bad-share 0.01 --manifest "$manifest" --progress-s 30 \
     >"$dir/loadgen.out" 2>"$dir/loadgen.log" &
@@ -342,8 +389,13 @@ say "floe-loadgen: $(cat "$dir/loadgen.out")"
 [ "$lg_rc" = 0 ] || say "warning: floe-loadgen exited $lg_rc"
 
 # ---- drain, stop, verify ------------------------------------------------------------------------
-verify=("$py" "$root/loadtest/verify.py" --manifest "$manifest" --catalog "$dir/catalog.sqlite"
-  --warehouse "$wh" --table chaos.events --dlq "$dlq_location" --channel "$channel")
+if [ "$cdc" = 0 ]; then
+  verify=("$py" "$root/loadtest/verify.py" --manifest "$manifest" --catalog "$dir/catalog.sqlite"
+    --warehouse "$wh" --table chaos.events --dlq "$dlq_location" --channel "$channel")
+else
+  verify=("$py" "$root/loadtest/verify_cdc.py" --manifest "$manifest" --catalog "$dir/catalog.sqlite"
+    --warehouse "$wh" --table chaos.customers --dlq "$dlq_location" --channel "$channel")
+fi
 [ -z "${endpoint:-}" ] || verify+=(--s3-endpoint "$endpoint")
 say "draining (at most ${drain_timeout}s)"
 "${verify[@]}" --wait-seconds "$drain_timeout" >/dev/null 2>"$dir/drain.log" || true
@@ -366,9 +418,10 @@ say "workers stopped; verifying"
 vrc=0
 "${verify[@]}" >"$dir/verify.out" 2>&1 || vrc=$?
 cat "$dir/verify.out"
-summary=$(grep '^records ' "$dir/verify.out" || echo "verify produced no figures")
+summary=$(grep -E '^(records|keys) ' "$dir/verify.out" || echo "verify produced no figures")
 kinds=""; for k in "${!fault_counts[@]}"; do kinds+="$k=${fault_counts[$k]} "; done
 label="$source_kind"; [ "$read_mode" = polling ] || label="$source_kind $read_mode"
+[ "$cdc" = 0 ] || label="$source_kind cdc upsert v$format_version"
 echo "chaos: $label ($warehouse warehouse) $summary, faults $faults (${kinds% }), workers that exited by themselves $unexpected_exits, $((SECONDS - t0)) s"
 if [ "$vrc" = 0 ] && [ "$stop_rc" = 0 ] && [ "$lg_rc" = 0 ]; then chaos_ok=1; echo "chaos: PASS"; exit 0; fi
 echo "chaos: FAIL (verify $vrc, worker stop $stop_rc, loadgen $lg_rc); logs in $dir"

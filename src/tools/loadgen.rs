@@ -463,13 +463,13 @@ impl KafkaTarget<'_> {
         let mut counts = changes::ChangeCounts::default();
         let mut bytes = 0u64;
         let mut stream = changes::ChangeStream::new(spec.clone());
-        let messages = stream.by_ref().map(|m| {
+        let messages = stream.by_ref().filter(|m| spec.sends(m)).map(|m| {
             counts.note(&m);
             bytes += (m.key.len() + m.value.as_ref().map_or(0, Vec::len)) as u64;
             (m.seq, m.key, m.value)
         });
         // Every delete adds a tombstone: the progress total counts events.
-        let mut produced = self.produce(messages, spec.events())?;
+        let mut produced = self.produce(messages, spec.sent_events())?;
         produced.bytes = bytes;
         Ok((produced, counts, stream.state().clone()))
     }
@@ -489,7 +489,7 @@ pub fn write_changes_file(
     let mut produced = Produced::default();
     let mut counts = changes::ChangeCounts::default();
     let mut stream = changes::ChangeStream::new(spec.clone());
-    for m in stream.by_ref() {
+    for m in stream.by_ref().filter(|m| spec.sends(m)) {
         counts.note(&m);
         let value = m.value.as_deref().unwrap_or(b"null");
         out.write_all(value)?;

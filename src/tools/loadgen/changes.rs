@@ -42,12 +42,29 @@ pub struct ChangeSpec {
     pub schemas_enable: bool,
     /// Time of the first event (`ts_ms`), milliseconds since the epoch; each message is 1 ms later.
     pub base_time_ms: i64,
+    /// The snapshot's events are drawn (the state needs them) but not sent: an earlier run with
+    /// the same spec and `changes = 0` sent them.
+    pub skip_snapshot: bool,
 }
 
 impl ChangeSpec {
     /// Events of this spec (snapshot and changes), tombstones not counted.
     pub fn events(&self) -> u64 {
         self.snapshot_keys + self.changes
+    }
+
+    /// Events this run sends (tombstones not counted).
+    pub fn sent_events(&self) -> u64 {
+        if self.skip_snapshot {
+            self.changes
+        } else {
+            self.events()
+        }
+    }
+
+    /// Whether this run sends `message`.
+    pub fn sends(&self, message: &ChangeMessage) -> bool {
+        !(self.skip_snapshot && message.op == Some(Op::Read))
     }
 }
 
@@ -395,7 +412,7 @@ const VALUE_SCHEMA: &str = concat!(
     r#"],"optional":false,"name":"dbserver1.public.customers.Envelope","version":1}"#
 );
 
-/// What a change run produced, beyond [`super::Produced`]: events by op and tombstones.
+/// What a change run sent, beyond [`super::Produced`]: events by op and tombstones.
 #[derive(Debug, Default, Clone)]
 pub struct ChangeCounts {
     /// Events per op code (`r`, `c`, `u`, `d`).
@@ -442,6 +459,7 @@ pub fn write_manifest(
         "deletes_ppm": spec.deletes_ppm,
         "schemas_enable": spec.schemas_enable,
         "base_time_ms": spec.base_time_ms,
+        "skip_snapshot": spec.skip_snapshot,
         "sink": sink,
     });
     writeln!(out, "{header}")?;
@@ -461,7 +479,7 @@ pub fn write_manifest(
         writeln!(out, "{}", json!({"kind": "deleted", "ids": ids}))?;
     }
     let secs = produced.elapsed.as_secs_f64();
-    let events = spec.events();
+    let events = spec.sent_events();
     let done = json!({
         "kind": "done",
         "messages": events + counts.tombstones,
@@ -496,6 +514,7 @@ mod tests {
             deletes_ppm: 100_000,
             schemas_enable,
             base_time_ms: 1_783_627_200_000,
+            skip_snapshot: false,
         }
     }
 
