@@ -142,7 +142,7 @@ name = "cdc"
   table = "$2"
   partition = []
   mode = "$3"
-  key = ["id"]
+$( [ "$3" = upsert ] && echo '  key = ["id"]' )
   format_version = $format_version
   data_freshness = "10s"
   buffer_size = "64MiB"

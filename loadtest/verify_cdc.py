@@ -188,17 +188,9 @@ def delete_files(table, io):
 def duckdb_rows(metadata_location):
     """DuckDB's rows of the table, or the exception it raised."""
     import duckdb
-    from read_duckdb import extension
+    from read_duckdb import connect
 
-    con = duckdb.connect(
-        config={
-            "autoinstall_known_extensions": False,
-            "autoload_known_extensions": False,
-            "allow_unsigned_extensions": True,
-        }
-    )
-    con.execute(f"LOAD '{extension('avro')}'")
-    con.execute(f"LOAD '{extension('iceberg')}'")
+    con = connect()
     try:
         return con.execute(f"SELECT * FROM iceberg_scan('{metadata_location}')").fetch_arrow_table(), None
     except Exception as e:

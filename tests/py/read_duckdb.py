@@ -27,11 +27,8 @@ def extension(name):
     return os.path.abspath(found[0])
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("metadata")
-    ap.add_argument("--where", default="")
-    a = ap.parse_args()
+def connect():
+    """An in-memory DuckDB connection with the avro and iceberg extensions loaded offline."""
     con = duckdb.connect(
         config={
             "autoinstall_known_extensions": False,
@@ -41,6 +38,15 @@ def main():
     )
     con.execute(f"LOAD '{extension('avro')}'")
     con.execute(f"LOAD '{extension('iceberg')}'")
+    return con
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("metadata")
+    ap.add_argument("--where", default="")
+    a = ap.parse_args()
+    con = connect()
     scan = f"iceberg_scan('{a.metadata}')"
     rows, distinct = con.execute(f"SELECT count(*), count(DISTINCT id) FROM {scan}").fetchone()
     out = {"rows": rows, "distinct_ids": distinct}
