@@ -46,7 +46,7 @@ while [ $# -gt 0 ]; do
     --peer-only) floe_side=0; shift ;;
     --no-peer) peer=0; shift ;;
     --quick) quick=1; keys=20000 changes=20000; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "cdc: unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -53,7 +53,7 @@ while [ $# -gt 0 ]; do
     --cdc) cdc=1; shift ;;
     --scenario) case "$2" in cdc) cdc=1 ;; append) cdc=0 ;; *) echo "chaos: --scenario cdc|append" >&2; exit 2 ;; esac; shift 2 ;;
     --format-version) format_version="$2"; shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "chaos: unknown argument $1" >&2; exit 2 ;;
   esac
 done
