@@ -14,6 +14,7 @@ use crate::registry::decoder::RecordDecoder;
 use crate::schema::MappedSchema;
 use writer::WriterSettings;
 
+pub mod changes;
 pub mod deletes;
 pub mod evolve;
 pub mod fence;
@@ -53,6 +54,9 @@ pub struct IcebergIo {
     /// A member of a channel with `table = "{route}"`: which records this table keeps
     /// (docs/routing.md); `None`: every record.
     pub route: Option<Arc<crate::convert::route::Router>>,
+    /// Change data capture (`record.envelope`, `destination.mode = "upsert"`; docs/cdc.md):
+    /// `None` when every record is a row to append.
+    pub changes: Option<changes::ChangeSettings>,
 }
 
 /// What a worker needs to evolve its channel's table (`[channel.schema] evolution =

@@ -747,6 +747,7 @@ impl WorkerRig {
                 lister: None,
                 evolution: None,
                 route: None,
+                changes: None,
             },
         );
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);
