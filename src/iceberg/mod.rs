@@ -59,6 +59,17 @@ pub struct IcebergIo {
     pub changes: Option<changes::ChangeSettings>,
 }
 
+impl IcebergIo {
+    /// The key of an upsert table (`destination.mode = "upsert"`), `None` for an append table:
+    /// what the committer's target is switched to upsert commits with.
+    pub fn upsert_key(&self) -> Option<Vec<String>> {
+        self.changes
+            .as_ref()
+            .filter(|c| c.mode == crate::config::WriteMode::Upsert)
+            .map(|c| c.key.clone())
+    }
+}
+
 /// What a worker needs to evolve its channel's table (`[channel.schema] evolution =
 /// "compatible"`, [`evolve`]).
 #[derive(Clone)]
