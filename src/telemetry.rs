@@ -198,7 +198,7 @@ pub fn describe() {
     describe_counter!(
         TOMBSTONES_TOTAL,
         Unit::Count,
-        "Kafka tombstones (null values) read and skipped: no row and no DLQ entry"
+        "Kafka tombstones (null values) read and skipped: no row and no DLQ entry (with envelope = \"upsert\" each is a delete instead, in floe_cdc_events_total)"
     );
     describe_counter!(
         CDC_EVENTS_TOTAL,

@@ -3,8 +3,6 @@
 //! data files it writes are read back from Parquet and the batch's key file is decoded, so that
 //! each key ends either as exactly one row (its last) or as one deleted key, never both.
 
-use crate::common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
