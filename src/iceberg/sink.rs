@@ -152,6 +152,12 @@ fn push_payload(
     }
 }
 
+/// A batch after each key's last event: rows per schema, and the deleted keys.
+type LastEvents = (
+    Vec<(Table, RecordBatch)>,
+    Vec<super::deletes::keys::KeyHash>,
+);
+
 /// What a write takes out of the buffer: rows per schema with their seqs, and the deleted keys
 /// (key columns and seqs).
 struct Taken {
@@ -666,16 +672,7 @@ impl IcebergSink {
     ///
     /// Errors: `Incompatible` when the key columns cannot be hashed (refused at start already);
     /// `Unavailable` for arrow's filter kernel.
-    fn last_events(
-        &self,
-        taken: Taken,
-    ) -> Result<
-        (
-            Vec<(Table, RecordBatch)>,
-            Vec<super::deletes::keys::KeyHash>,
-        ),
-        SinkError,
-    > {
+    fn last_events(&self, taken: Taken) -> Result<LastEvents, SinkError> {
         let Some(changes) = self.changes.as_ref().filter(|c| c.upsert()) else {
             let groups = taken.groups.into_iter().map(|(t, b, _)| (t, b)).collect();
             return Ok((groups, Vec::new()));
