@@ -167,6 +167,17 @@ async fn rows_of(
     out
 }
 
+/// The DLQ codes of the records a push rejected, in order.
+fn rejected_codes(pushed: &[Pushed]) -> Vec<&'static str> {
+    pushed
+        .iter()
+        .filter_map(|p| match p {
+            Pushed::Rejected { reason, .. } => Some(reason.code.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn hash_of(ids: &[i64]) -> BTreeSet<KeyHash> {
     let col: ArrayRef = Arc::new(Int64Array::from(ids.to_vec()));
     key_hashes(&[col]).unwrap().into_iter().collect()
@@ -227,14 +238,7 @@ async fn debezium_events_of_two_shards_keep_each_keys_last_event() {
     pushed.extend(rig.sink.push(&s1, push(&s1, &shard1[..3])).await.unwrap());
     pushed.extend(rig.sink.push(&s0, push(&s0, &shard0[4..])).await.unwrap());
     pushed.extend(rig.sink.push(&s1, push(&s1, &shard1[3..])).await.unwrap());
-    let rejected: Vec<_> = pushed
-        .iter()
-        .filter_map(|p| match p {
-            Pushed::Rejected { reason, .. } => Some(reason.code.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(rejected, ["INVALID_ENVELOPE"]);
+    assert_eq!(rejected_codes(&pushed), ["INVALID_ENVELOPE"]);
 
     let written = rig
         .sink
@@ -335,14 +339,7 @@ async fn upsert_envelope_tombstones_delete_their_message_key() {
         record(&s0, 5, None, None), // no key: DLQ
     ];
     let pushed = rig.sink.push(&s0, records).await.unwrap();
-    let codes: Vec<_> = pushed
-        .iter()
-        .filter_map(|p| match p {
-            Pushed::Rejected { reason, .. } => Some(reason.code.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(codes, ["INVALID_ENVELOPE"]);
+    assert_eq!(rejected_codes(&pushed), ["INVALID_ENVELOPE"]);
     let written = rig
         .sink
         .write(uuid::Uuid::now_v7(), &[s0].into(), &[])
