@@ -138,6 +138,12 @@ pub trait BatchSink: Send {
     /// Drops everything buffered.
     fn clear(&mut self);
 
+    /// Whether Kafka tombstones are pushed to this sink (an `"upsert"` envelope: each deletes
+    /// the row of its message key); otherwise the worker skips them (counted) before pushing.
+    fn takes_tombstones(&self) -> bool {
+        false
+    }
+
     /// Drops the records of `shard` buffered so far (its lease was lost, or its reader
     /// rewinds); the other shards' records stay buffered.
     fn drop_shard(&mut self, shard: &ShardId);

@@ -663,11 +663,15 @@ pub enum DlqCode {
     /// `table = "{route}"` with `unroutable = "dlq"`: the route field is missing, `null`, of
     /// another type than string, integer or boolean, or its value matches no route.
     Unroutable,
+    /// `record.envelope` is not `"none"` and the record is not a change event of it: no `op`,
+    /// an unknown `op`, no `after` row for `c`/`r`/`u`, no `before` key for `d`; an `"upsert"`
+    /// tombstone without a usable message key.
+    InvalidEnvelope,
 }
 
 impl DlqCode {
     /// Every code, in table order.
-    pub const ALL: [DlqCode; 9] = [
+    pub const ALL: [DlqCode; 10] = [
         DlqCode::DeserializationError,
         DlqCode::InvalidSchema,
         DlqCode::SchemaMismatch,
@@ -677,6 +681,7 @@ impl DlqCode {
         DlqCode::ValueOutOfRange,
         DlqCode::RecordTooLarge,
         DlqCode::Unroutable,
+        DlqCode::InvalidEnvelope,
     ];
 
     /// The code as written in DLQ entries and metric labels, e.g. `"DESERIALIZATION_ERROR"`.
@@ -691,6 +696,7 @@ impl DlqCode {
             DlqCode::ValueOutOfRange => "VALUE_OUT_OF_RANGE",
             DlqCode::RecordTooLarge => "RECORD_TOO_LARGE",
             DlqCode::Unroutable => "UNROUTABLE",
+            DlqCode::InvalidEnvelope => "INVALID_ENVELOPE",
         }
     }
 }

@@ -38,6 +38,9 @@ pub const RECORDS_SKIPPED_TOTAL: &str = "floe_records_skipped_total";
 /// Kafka tombstones (records with a null value) read and skipped: no row, no DLQ entry; the
 /// checkpoint passes them (docs/kafka.md, "Tombstones").
 pub const TOMBSTONES_TOTAL: &str = "floe_tombstones_total";
+/// Change events read by a channel with an envelope or in upsert mode, by `op`: `upsert` (a row
+/// written), `delete` (a key deleted; appends nothing in append mode), `truncate` (skipped).
+pub const CDC_EVENTS_TOTAL: &str = "floe_cdc_events_total";
 /// Rows committed to the table.
 pub const ROWS_DELIVERED_TOTAL: &str = "floe_rows_delivered_total";
 /// Records committed to the DLQ, by error code.
@@ -195,7 +198,12 @@ pub fn describe() {
     describe_counter!(
         TOMBSTONES_TOTAL,
         Unit::Count,
-        "Kafka tombstones (null values) read and skipped: no row and no DLQ entry"
+        "Kafka tombstones (null values) read and skipped: no row and no DLQ entry (with envelope = \"upsert\" each is a delete instead, in floe_cdc_events_total)"
+    );
+    describe_counter!(
+        CDC_EVENTS_TOTAL,
+        Unit::Count,
+        "change events read by a channel with an envelope or in upsert mode, by op: upsert, delete, truncate (skipped)"
     );
     describe_counter!(
         ROWS_DELIVERED_TOTAL,
@@ -585,6 +593,12 @@ pub fn record_skipped(channel: &str, records: u64) {
 /// Records `records` Kafka tombstones read and skipped ([`TOMBSTONES_TOTAL`]).
 pub fn record_tombstones(channel: &str, records: u64) {
     counter!(TOMBSTONES_TOTAL, "channel" => channel.to_string()).increment(records);
+}
+
+/// Records `events` change events of `op` (`upsert`, `delete`, `truncate`) read
+/// ([`CDC_EVENTS_TOTAL`]).
+pub fn record_cdc_events(channel: &str, op: &'static str, events: u64) {
+    counter!(CDC_EVENTS_TOTAL, "channel" => channel.to_string(), "op" => op).increment(events);
 }
 
 /// Records `records` read again after a rewind for `cause` (a bounded label).

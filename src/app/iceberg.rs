@@ -143,6 +143,7 @@ pub(super) async fn prepare_iceberg(
                         config.record.max_record_size as usize,
                     ))
                 }),
+                changes: change_settings(config),
             },
         ),
         initial_position,
@@ -194,6 +195,21 @@ impl StartVersion {
 /// A registry version from its id and number, when both are known.
 fn version_ref(id: Option<uuid::Uuid>, number: Option<i64>) -> Option<VersionRef> {
     id.zip(number).map(|(id, number)| VersionRef { id, number })
+}
+
+/// How the channel's records carry changes and how its table takes them: `None` for a channel
+/// without an envelope in append mode (every record is a row to append).
+fn change_settings(config: &ChannelConfig) -> Option<crate::iceberg::changes::ChangeSettings> {
+    let dest = config.destination.iceberg()?;
+    let envelope = config.record.envelope;
+    if envelope == crate::config::Envelope::None && dest.mode == crate::config::WriteMode::Append {
+        return None;
+    }
+    Some(crate::iceberg::changes::ChangeSettings {
+        envelope,
+        mode: dest.mode,
+        key: dest.key.clone(),
+    })
 }
 
 /// How the channel's table follows new registry versions: `None` unless the schema comes from

@@ -37,7 +37,8 @@ pub enum CatalogError {
         /// Why.
         reason: String,
         /// The `[channel.destination]` key the difference is about: `"table"` (another
-        /// owner, the schema), `"partition"` (the partition spec) or `"sort"` (the sort order).
+        /// owner, the schema), `"partition"` (the partition spec), `"sort"` (the sort order),
+        /// `"key"` (an upsert table's identifier fields) or `"format_version"`.
         key: &'static str,
     },
     /// The catalog must not or cannot be used as configured (the warehouse bucket is owned by

@@ -413,6 +413,8 @@ pub async fn ensure_channel_table(
         target_file_size_bytes: dest.target_file_size,
         partition: dest.partition.clone(),
         sort: dest.sort.clone(),
+        key: dest.key.clone(),
+        format_version: dest.format_version.iceberg(),
     };
     let ident = &spec.ident;
     check_recorded_table(index, name, store, state, catalog, ident).await?;
@@ -427,7 +429,7 @@ pub async fn ensure_channel_table(
                 state,
                 path,
                 message,
-                "fix the partition spec, sort order or route field",
+                "fix the partition spec, sort order, route field or key",
             )
             .await);
         }
@@ -547,7 +549,7 @@ async fn check_recorded_table(
     }
 }
 
-/// The partition spec's and sort order's terms, and the route field, against the table's
+/// The partition spec's and sort order's terms, the route field and the upsert key, against the table's
 /// schema: `(key under channel[i].destination, why)` of the first that does not fit.
 fn check_table_terms(
     dest: &crate::config::IcebergDestinationConfig,
@@ -566,6 +568,10 @@ fn check_table_terms(
                 .check_field(schema.iceberg_schema())
                 .map_err(|message| ("route_field".to_string(), message)),
             None => Ok(()),
+        })
+        .and_then(|()| {
+            crate::config::cdc::check_key(&dest.key, schema.iceberg_schema())
+                .map_err(|message| ("key".to_string(), message))
         })
 }
 

@@ -8,7 +8,7 @@ use crate::config::{ChannelConfig, ConfigError, SchemaConfig};
 use crate::schema::MappedSchema;
 
 /// Reads channel `index`'s schema file and maps it as `floe run` will (nesting, unions, the
-/// partition field, the partition spec's terms), so a schema refused here would stop the channel. With
+/// partition field, the partition spec's terms, the upsert key), so a schema refused here would stop the channel. With
 /// `[channel.schema.versions]`, one of the listed versions must be that file. A Glue schema is
 /// not checked here (`None`): it is resolved when the channel is created or activated.
 ///
@@ -52,6 +52,12 @@ pub fn check_schema(
                 message: format!("{message} (schema file {})", file.display()),
             })?;
     }
+    crate::config::cdc::check_key(&dest.key, mapped.iceberg_schema()).map_err(|message| {
+        ConfigError {
+            path: format!("channel[{index}].destination.key"),
+            message: format!("{message} (schema file {})", file.display()),
+        }
+    })?;
     if let Some(versions) = versions {
         let mut listed = Vec::new();
         for (id, path) in versions {

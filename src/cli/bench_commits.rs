@@ -318,6 +318,8 @@ async fn open_table(args: &BenchCommitsArgs) -> Result<BenchTable, BenchCommitsE
         target_file_size_bytes: 128 << 20,
         partition: vec![crate::schema::partition::PartitionTerm::hour("event_time")],
         sort: Vec::new(),
+        key: Vec::new(),
+        format_version: iceberg::spec::FormatVersion::V2,
     };
     ensure_table(catalog.as_ref(), &spec, &schema)
         .await

@@ -309,6 +309,14 @@ pub struct RecordSection {
     /// Largest record accepted (after GSR decompression); larger records go to the DLQ as
     /// `RECORD_TOO_LARGE`. From 1KiB to 64MiB. Default: `"10MiB"`.
     pub max_record_size: Option<SizeText>,
+    /// How each record carries its change (docs/cdc.md): `"none"` (the record is the row),
+    /// `"debezium"` (a Debezium change event, with or without the JSON converter's
+    /// `schemas.enable` wrapper: `op` `c`/`r`/`u` write the `after` row, `d` deletes the
+    /// `before` row's key, `t` is skipped) or `"upsert"` (the record is the row; a Kafka
+    /// tombstone deletes the row of the message key). The schema describes the row. Only with
+    /// the JSON formats (`"json"`, `"json_sr"`, `"gsr_json"`) for now; `"debezium"` needs the
+    /// row's schema as a `file`. Default: `"none"`.
+    pub envelope: Option<crate::config::Envelope>,
 }
 
 /// `[channel.schema]`: the channel's schema: a JSON Schema (draft-04 or draft-07) from a file or
@@ -521,6 +529,18 @@ pub struct IcebergDestinationSection {
     /// (snapshot expiry, compaction, manifest rewrite, record expiration). Optional.
     #[serde(default)]
     pub maintenance: Section<MaintenanceSection>,
+    /// `"append"` (every row is appended; with an envelope, a changelog of the `after` rows and
+    /// no deletes) or `"upsert"` (the table holds one row per `key`, the key's last change;
+    /// deletes remove it, by position: docs/cdc.md). Not with `table = "{route}"` for now.
+    /// Default: `"append"`.
+    pub mode: Option<crate::config::WriteMode>,
+    /// With `mode = "upsert"` (required then, refused otherwise): the key columns, e.g.
+    /// `["id"]`: top-level fields the schema requires, not float, double or nested. The table
+    /// records them as its identifier fields.
+    pub key: Option<Vec<String>>,
+    /// The Iceberg format version of the table: `2` (deletes are position-delete files) or `3`
+    /// (deletion vectors). An existing table must have it. Default: `2`.
+    pub format_version: Option<WholeNumber>,
 }
 
 /// `[channel.destination.maintenance]`: table maintenance by the committer — snapshot expiry in

@@ -18,6 +18,7 @@
 //! schema files (see [`crate::cli::validate`]).
 
 pub mod aws;
+pub mod cdc;
 pub mod file;
 pub mod postgres;
 pub mod raw;
@@ -38,6 +39,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use aws::{AwsConfig, AwsService};
+pub use cdc::{Envelope, TableFormatVersion, WriteMode};
 pub use route::{RouteConfig, Unroutable, TABLE_ROUTED};
 
 /// Default of `worker.metrics_address`.
@@ -527,6 +529,8 @@ pub struct RecordConfig {
     pub format: RecordFormat,
     /// Largest record accepted, in bytes (after GSR decompression).
     pub max_record_size: u64,
+    /// How each record carries its change (docs/cdc.md).
+    pub envelope: Envelope,
 }
 
 /// Record encoding (`channel.record.format`).
@@ -765,6 +769,13 @@ pub struct IcebergDestinationConfig {
     pub max_open_partitions: u32,
     /// Table maintenance by the committer.
     pub maintenance: MaintenanceConfig,
+    /// Whether rows are appended or upserted by [`IcebergDestinationConfig::key`].
+    pub mode: WriteMode,
+    /// With [`WriteMode::Upsert`]: the key columns (top-level, required, not float or double),
+    /// the table's identifier fields; empty in append mode.
+    pub key: Vec<String>,
+    /// The format version of the tables the channel creates (and must find).
+    pub format_version: TableFormatVersion,
 }
 
 /// The validated `[channel.destination.maintenance]`.

@@ -126,7 +126,8 @@ fn minimal_config_takes_every_default() {
         channel.record,
         RecordConfig {
             format: RecordFormat::Json,
-            max_record_size: 10 * 1024 * 1024
+            max_record_size: 10 * 1024 * 1024,
+            envelope: crate::config::Envelope::None,
         }
     );
     assert_eq!(
@@ -156,6 +157,9 @@ fn minimal_config_takes_every_default() {
             buffer_size: 256 * 1024 * 1024,
             max_open_partitions: 48,
             maintenance: crate::config::MaintenanceConfig::default(),
+            mode: crate::config::WriteMode::Append,
+            key: Vec::new(),
+            format_version: crate::config::TableFormatVersion::V2,
         }
     );
     assert_eq!(

@@ -29,6 +29,7 @@
 
 mod avro;
 mod column;
+pub mod envelope;
 mod json;
 mod json_schema;
 mod protobuf;

@@ -14,6 +14,7 @@ use crate::registry::decoder::RecordDecoder;
 use crate::schema::MappedSchema;
 use writer::WriterSettings;
 
+pub mod changes;
 pub mod deletes;
 pub mod evolve;
 pub mod fence;
@@ -53,6 +54,20 @@ pub struct IcebergIo {
     /// A member of a channel with `table = "{route}"`: which records this table keeps
     /// (docs/routing.md); `None`: every record.
     pub route: Option<Arc<crate::convert::route::Router>>,
+    /// Change data capture (`record.envelope`, `destination.mode = "upsert"`; docs/cdc.md):
+    /// `None` when every record is a row to append.
+    pub changes: Option<changes::ChangeSettings>,
+}
+
+impl IcebergIo {
+    /// The key of an upsert table (`destination.mode = "upsert"`), `None` for an append table:
+    /// what the committer's target is switched to upsert commits with.
+    pub fn upsert_key(&self) -> Option<Vec<String>> {
+        self.changes
+            .as_ref()
+            .filter(|c| c.mode == crate::config::WriteMode::Upsert)
+            .map(|c| c.key.clone())
+    }
 }
 
 /// What a worker needs to evolve its channel's table (`[channel.schema] evolution =

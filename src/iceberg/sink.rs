@@ -22,6 +22,10 @@
 //! Every run of buffered rows is tagged with its shard ([`super::slots`]): one shard's rows can
 //! be dropped ([`BatchSink::drop_shard`]) or written in a batch of their own while the others
 //! stay buffered.
+//!
+//! A channel with an envelope or in upsert mode reads change events ([`super::changes`]): rows
+//! and deleted keys, each numbered in read order; an upsert batch keeps each key's last event
+//! and names its deleted keys in a key file beside the data files.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -32,13 +36,15 @@ use async_trait::async_trait;
 use iceberg::table::Table;
 use uuid::Uuid;
 
+use super::changes::{key_file_path, last_event_per_key, Changes, KeyedRows};
 use super::evolve::{apply_version, is_applied, EvolveError, VersionRef};
-use super::slots::{split, Runs, Slot, Slots};
+use super::slots::{split, split_values, Runs, Slot, Slots};
 use super::table::check_same_table;
 use super::table_state::table_checkpoints;
 use super::writer::{data_file_paths, write_data_files, WrittenFiles};
 use super::{EvolutionSettings, IcebergIo};
-use crate::config::GlueSchemaVersion;
+use crate::config::{Envelope, GlueSchemaVersion};
+use crate::convert::envelope::{debezium, upsert_key, Change};
 use crate::convert::route::RouteDecision;
 use crate::convert::Converter;
 use crate::destination::{BatchSink, Pushed, SinkError, Written};
@@ -63,18 +69,26 @@ pub struct IcebergSink {
     max_record_size: usize,
     /// Rows converted for an earlier schema of the table (or kept back by a write of other
     /// shards), with that table.
-    sealed: Vec<(Table, RecordBatch, Runs)>,
+    sealed: Vec<Held>,
     evolving: Option<Box<Evolving>>,
     /// The shard of every buffered row.
     slots: Slots,
     /// The slot of the records [`BatchSink::push`] is converting.
     pushing: Slot,
+    /// Change events (an envelope or upsert mode; `None`: every record is a row to append).
+    changes: Option<Box<Changes>>,
 }
 
-/// A converter, with the shard slot of every run of its rows.
+/// Buffered rows kept aside: the table they were converted for, the rows, their shard runs and
+/// (upsert mode) each row's event seq.
+type Held = (Table, RecordBatch, Runs, Vec<u64>);
+
+/// A converter, with the shard slot of every run of its rows and (upsert mode) each row's event
+/// seq.
 struct Tagged {
     conv: Converter,
     runs: Runs,
+    seqs: Vec<u64>,
 }
 
 impl Tagged {
@@ -82,20 +96,74 @@ impl Tagged {
         Tagged {
             conv,
             runs: Runs::default(),
+            seqs: Vec::new(),
         }
     }
 
-    /// Converts one record of `slot`'s shard.
-    fn push(&mut self, slot: Slot, record: &[u8]) -> Result<i64, DlqReason> {
+    /// Converts one record of `slot`'s shard, the event numbered `seq` (upsert mode).
+    fn push(&mut self, slot: Slot, record: &[u8], seq: Option<u64>) -> Result<i64, DlqReason> {
         let pushed = self.conv.push(record);
         self.runs.mark(slot, self.conv.num_rows());
+        if let (Ok(_), Some(seq)) = (&pushed, seq) {
+            self.seqs.push(seq);
+        }
         pushed
     }
 
-    /// The rows converted, with their runs; empty afterwards.
-    fn finish(&mut self) -> (RecordBatch, Runs) {
-        (self.conv.finish(), std::mem::take(&mut self.runs))
+    /// The rows converted, with their runs and seqs; empty afterwards.
+    fn finish(&mut self) -> (RecordBatch, Runs, Vec<u64>) {
+        (
+            self.conv.finish(),
+            std::mem::take(&mut self.runs),
+            std::mem::take(&mut self.seqs),
+        )
     }
+}
+
+/// One record's payload (after its framing) into the buffer: a row, or with an envelope the
+/// change it carries (a row, a deleted key, a truncate counted and skipped).
+///
+/// Errors: why the record goes to the DLQ.
+fn push_payload(
+    conv: &mut Tagged,
+    changes: Option<&mut Changes>,
+    slot: Slot,
+    payload: &[u8],
+) -> Result<(), DlqReason> {
+    let Some(changes) = changes else {
+        return conv.push(slot, payload, None).map(|_| ());
+    };
+    let change = match changes.envelope() {
+        Envelope::Debezium => debezium(payload)?,
+        Envelope::None | Envelope::Upsert => Change::Row(payload),
+    };
+    match change {
+        Change::Row(row) => {
+            let seq = changes.next_seq();
+            conv.push(slot, row, seq)?;
+            changes.count(change.op());
+            Ok(())
+        }
+        Change::Delete(key) => changes.delete(slot, &key),
+        Change::Truncate => {
+            changes.count(change.op());
+            Ok(())
+        }
+    }
+}
+
+/// A batch after each key's last event: rows per schema, and the deleted keys.
+type LastEvents = (
+    Vec<(Table, RecordBatch)>,
+    Vec<super::deletes::keys::KeyHash>,
+);
+
+/// What a write takes out of the buffer: rows per schema with their seqs, and the deleted keys
+/// (key columns and seqs).
+struct Taken {
+    groups: Vec<(Table, RecordBatch, Vec<u64>)>,
+    deleted_key: Vec<arrow_array::ArrayRef>,
+    deleted_seqs: Vec<u64>,
 }
 
 /// The sink's state under `evolution = "compatible"`.
@@ -168,6 +236,13 @@ impl IcebergSink {
         }
         .map_err(|e| SinkError::Incompatible(e.to_string()))?
         .with_max_record_size(max_record_size);
+        let changes = match &io.changes {
+            Some(settings) => Some(Box::new(
+                Changes::try_new(settings.clone(), &io.schema, max_record_size)
+                    .map_err(|e| SinkError::Incompatible(e.to_string()))?,
+            )),
+            None => None,
+        };
         let evolving = io.evolution.clone().map(|settings| {
             Box::new(Evolving {
                 base: settings.base,
@@ -187,6 +262,7 @@ impl IcebergSink {
             evolving,
             slots: Slots::default(),
             pushing: 0,
+            changes,
         })
     }
 
@@ -210,24 +286,25 @@ impl IcebergSink {
         let old = std::mem::replace(&mut *self.table, fresh);
         let arrow = arrow_of(&self.table)?;
         let mut sealed = Vec::new();
-        let rebuild =
-            |c: &mut Tagged, sealed: &mut Vec<(RecordBatch, Runs)>| -> Result<(), SinkError> {
-                if c.conv.num_rows() > 0 {
-                    sealed.push(c.finish());
-                }
-                c.conv = Converter::for_evolved_table(c.conv.schema().clone(), arrow.clone())
-                    .map_err(|e| SinkError::Incompatible(e.to_string()))?
-                    .with_max_record_size(c.conv.max_record_size());
-                Ok(())
-            };
+        let rebuild = |c: &mut Tagged,
+                       sealed: &mut Vec<(RecordBatch, Runs, Vec<u64>)>|
+         -> Result<(), SinkError> {
+            if c.conv.num_rows() > 0 {
+                sealed.push(c.finish());
+            }
+            c.conv = Converter::for_evolved_table(c.conv.schema().clone(), arrow.clone())
+                .map_err(|e| SinkError::Incompatible(e.to_string()))?
+                .with_max_record_size(c.conv.max_record_size());
+            Ok(())
+        };
         rebuild(&mut self.converter, &mut sealed)?;
         let evo = self.evolving.as_mut().expect("evolving");
         for c in evo.others.values_mut() {
             rebuild(c, &mut sealed)?;
         }
         evo.refused.clear();
-        for (batch, runs) in sealed {
-            self.sealed.push((old.clone(), batch, runs));
+        for (batch, runs, seqs) in sealed {
+            self.sealed.push((old.clone(), batch, runs, seqs));
         }
         tracing::info!(
             channel = %self.channel,
@@ -446,8 +523,8 @@ impl IcebergSink {
     fn promote_base(&mut self, version: VersionRef, conv: Converter) {
         let mut old = std::mem::replace(&mut *self.converter, Tagged::new(conv));
         if old.conv.num_rows() > 0 {
-            let (rows, runs) = old.finish();
-            self.sealed.push(((*self.table).clone(), rows, runs));
+            let (rows, runs, seqs) = old.finish();
+            self.sealed.push(((*self.table).clone(), rows, runs, seqs));
         }
         let evo = self.evolving.as_mut().expect("evolving");
         evo.others.remove(&version.id);
@@ -457,7 +534,7 @@ impl IcebergSink {
 
     /// One record of a `gsr_json` or Confluent channel under evolution: its schema version (id)
     /// decides the converter.
-    async fn push_versioned(&mut self, record: &[u8]) -> Result<Result<i64, DlqReason>, SinkError> {
+    async fn push_versioned(&mut self, record: &[u8]) -> Result<Result<(), DlqReason>, SinkError> {
         let id = match self.io.record_decoder.schema_key(record) {
             Ok(id) => id,
             Err(reason) => return Ok(Err(reason)),
@@ -476,20 +553,48 @@ impl IcebergSink {
         } else {
             evo.others.get_mut(&id).expect("prepared")
         };
-        Ok(conv.push(slot, payload))
+        Ok(push_payload(
+            conv,
+            self.changes.as_deref_mut(),
+            slot,
+            payload,
+        ))
+    }
+
+    /// A Kafka tombstone of an `"upsert"` envelope: the delete of its message key.
+    fn push_tombstone(&mut self, record: &SourceRecord) -> Result<(), DlqReason> {
+        let changes = self
+            .changes
+            .as_mut()
+            .expect("only an upsert envelope takes tombstones");
+        let key = upsert_key(record.key.as_deref(), changes.single_key_column())?;
+        changes.delete(self.pushing, &key)
+    }
+
+    /// Counts the change events pushed (`floe_cdc_events_total`), warning of truncates.
+    fn record_changes(&mut self) {
+        let Some(changes) = self.changes.as_mut() else {
+            return;
+        };
+        for (op, n) in changes.take_counts() {
+            if op == "truncate" {
+                tracing::warn!(channel = %self.channel, events = n, "truncate events skipped: floe does not empty the table (docs/cdc.md)");
+            }
+            telemetry::record_cdc_events(&self.channel, op, n);
+        }
     }
 
     /// Every converter's rows with their runs, sealed ones first, each with the table it was
     /// converted for.
-    fn take_rows(&mut self) -> Vec<(Table, RecordBatch, Runs)> {
+    fn take_rows(&mut self) -> Vec<Held> {
         let mut groups = std::mem::take(&mut self.sealed);
         let mut current = vec![self.converter.finish()];
         if let Some(evo) = self.evolving.as_mut() {
             current.extend(evo.others.values_mut().map(|c| c.finish()));
         }
-        for (batch, runs) in current {
+        for (batch, runs, seqs) in current {
             if batch.num_rows() > 0 {
-                groups.push(((*self.table).clone(), batch, runs));
+                groups.push(((*self.table).clone(), batch, runs, seqs));
             }
         }
         groups
@@ -504,32 +609,99 @@ impl IcebergSink {
     fn take_shards(
         &mut self,
         shards: &BTreeSet<ShardId>,
-    ) -> Result<Vec<(Table, RecordBatch)>, arrow_schema::ArrowError> {
-        let mut out: Vec<(Table, RecordBatch)> = Vec::new();
+    ) -> Result<Taken, arrow_schema::ArrowError> {
+        let mut out: Vec<(Table, RecordBatch, Vec<u64>)> = Vec::new();
         let mut kept = Vec::new();
-        for (table, rows, runs) in self.take_rows() {
-            let (written, keep) = split(rows, &runs, |slot| self.slots.fate(slot, shards))?;
+        for (table, rows, runs, seqs) in self.take_rows() {
+            let fate = |slot| self.slots.fate(slot, shards);
+            let (written_seqs, kept_seqs) = split_values(&seqs, &runs, fate);
+            let (written, keep) = split(rows, &runs, fate)?;
             if let Some((rows, runs)) = keep {
-                kept.push((table.clone(), rows, runs));
+                kept.push((table.clone(), rows, runs, kept_seqs));
             }
             if written.num_rows() == 0 {
                 continue;
             }
             match out.last_mut() {
-                Some((t, b))
+                Some((t, b, s))
                     if t.metadata().current_schema_id() == table.metadata().current_schema_id()
                         && b.schema() == written.schema() =>
                 {
                     *b = arrow_select::concat::concat_batches(&b.schema(), [&*b, &written])?;
+                    s.extend(written_seqs);
                 }
-                _ => out.push((table, written)),
+                _ => out.push((table, written, written_seqs)),
             }
         }
-        if kept.is_empty() {
+        let (deleted_key, deleted_seqs) = match self.changes.as_mut() {
+            Some(changes) => changes.take_shards(&self.slots, shards)?,
+            None => (Vec::new(), Vec::new()),
+        };
+        // Slots are forgotten only when nothing of any shard stays buffered.
+        if kept.is_empty() && !self.changes.as_ref().is_some_and(|c| c.keeps_any()) {
             self.slots.clear();
         }
         self.sealed = kept;
-        Ok(out)
+        Ok(Taken {
+            groups: out,
+            deleted_key,
+            deleted_seqs,
+        })
+    }
+
+    /// Writes the batch's deleted keys as its key file ([`key_file_path`]); `None` when it
+    /// deletes no key.
+    ///
+    /// Errors: the storage's.
+    async fn write_deleted_keys(
+        &self,
+        batch_id: Uuid,
+        keys: &[super::deletes::keys::KeyHash],
+    ) -> iceberg::Result<Option<String>> {
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let path = key_file_path(self.table.metadata().location(), &self.channel, batch_id);
+        super::deletes::keys::write_key_file(self.table.file_io(), &path, keys).await?;
+        Ok(Some(path))
+    }
+
+    /// Upsert mode: each key's last event of the batch — rows filtered to the last of their key
+    /// (when no later delete of it), and the keys whose last event is a delete. Otherwise the
+    /// rows as taken, and no deleted keys.
+    ///
+    /// Errors: `Incompatible` when the key columns cannot be hashed (refused at start already);
+    /// `Unavailable` for arrow's filter kernel.
+    fn last_events(&self, taken: Taken) -> Result<LastEvents, SinkError> {
+        let Some(changes) = self.changes.as_ref().filter(|c| c.upsert()) else {
+            let groups = taken.groups.into_iter().map(|(t, b, _)| (t, b)).collect();
+            return Ok((groups, Vec::new()));
+        };
+        let keys = taken
+            .groups
+            .iter()
+            .map(|(_, b, _)| changes.key_columns_of(b))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SinkError::Incompatible(e.to_string()))?;
+        let keyed: Vec<KeyedRows<'_>> = keys
+            .iter()
+            .zip(&taken.groups)
+            .map(|(key, (_, _, seqs))| KeyedRows { key, seqs })
+            .collect();
+        let (masks, deleted) = last_event_per_key(&keyed, &taken.deleted_key, &taken.deleted_seqs)
+            .map_err(SinkError::Incompatible)?;
+        let mut groups = Vec::with_capacity(taken.groups.len());
+        for ((table, rows, _), mask) in taken.groups.into_iter().zip(masks) {
+            let rows = match mask {
+                Some(mask) => arrow_select::filter::filter_record_batch(&rows, &mask)
+                    .map_err(|e| SinkError::unavailable("keep the last event per key", e))?,
+                None => rows,
+            };
+            if rows.num_rows() > 0 {
+                groups.push((table, rows));
+            }
+        }
+        Ok((groups, deleted))
     }
 }
 
@@ -544,9 +716,10 @@ impl BatchSink for IcebergSink {
         let sealed: usize = self
             .sealed
             .iter()
-            .map(|(_, b, _)| b.get_array_memory_size())
+            .map(|(_, b, _, _)| b.get_array_memory_size())
             .sum();
-        self.converter.conv.buffered_bytes() + others + sealed
+        let changes = self.changes.as_ref().map_or(0, |c| c.buffered_bytes());
+        self.converter.conv.buffered_bytes() + others + sealed + changes
     }
 
     async fn committed_checkpoints(&mut self) -> Result<Checkpoints, SinkError> {
@@ -611,16 +784,29 @@ impl BatchSink for IcebergSink {
                     }
                 }
             }
+            if record.tombstone {
+                // Only an upsert envelope's sink takes tombstones: the delete of the key.
+                out.push(match self.push_tombstone(&record) {
+                    Ok(()) => Pushed::Buffered(record.position),
+                    Err(reason) => Pushed::Rejected { reason, record },
+                });
+                continue;
+            }
             if versioned {
                 let pushed = self.push_versioned(&record.payload).await?;
                 out.push(match pushed {
-                    Ok(_hour) => Pushed::Buffered(record.position),
+                    Ok(()) => Pushed::Buffered(record.position),
                     Err(reason) => Pushed::Rejected { reason, record },
                 });
                 continue;
             }
             let pushed = match self.io.record_decoder.payload(&record.payload).await {
-                Ok(payload) => self.converter.push(self.pushing, payload),
+                Ok(payload) => push_payload(
+                    &mut self.converter,
+                    self.changes.as_deref_mut(),
+                    self.pushing,
+                    payload,
+                ),
                 Err(PayloadError::Record(reason)) => Err(reason),
                 Err(e) => {
                     telemetry::record_schema_lookup_error(&self.channel);
@@ -628,15 +814,25 @@ impl BatchSink for IcebergSink {
                 }
             };
             out.push(match pushed {
-                Ok(_hour) => Pushed::Buffered(record.position),
+                Ok(()) => Pushed::Buffered(record.position),
                 Err(reason) => Pushed::Rejected { reason, record },
             });
         }
+        self.record_changes();
         Ok(out)
+    }
+
+    fn takes_tombstones(&self) -> bool {
+        self.changes
+            .as_ref()
+            .is_some_and(|c| c.envelope() == Envelope::Upsert)
     }
 
     fn clear(&mut self) {
         let _ = self.take_rows();
+        if let Some(changes) = self.changes.as_mut() {
+            changes.clear();
+        }
         self.slots.clear();
     }
 
@@ -653,9 +849,10 @@ impl BatchSink for IcebergSink {
         // The rows of each schema are written as files of that schema. The first group is named
         // after the batch; the others after fresh UUIDv7s, never older than the batch id (the
         // orphan sweep's age rule holds for them too).
-        let groups = self
+        let taken = self
             .take_shards(shards)
             .map_err(|e| SinkError::unavailable("split the buffer by shard", e))?;
+        let (groups, deleted) = self.last_events(taken)?;
         let mut files = WrittenFiles::default();
         for (i, (table, rows)) in groups.into_iter().enumerate() {
             let file_id = if i == 0 { batch_id } else { Uuid::now_v7() };
@@ -675,6 +872,15 @@ impl BatchSink for IcebergSink {
                 }
             }
         }
+        let deleted_keys = match self.write_deleted_keys(batch_id, &deleted).await {
+            Ok(path) => path,
+            Err(e) => {
+                for p in &files.paths {
+                    let _ = self.table.file_io().delete(p).await;
+                }
+                return Err(SinkError::from_iceberg("write key file", e));
+            }
+        };
         let dlq_staged = self.io.dlq.stage(batch_id, dlq_entries).await;
         if !dlq_entries.is_empty() {
             telemetry::record_dlq_write(&self.channel, "stage", dlq_staged.is_ok());
@@ -682,7 +888,7 @@ impl BatchSink for IcebergSink {
         let dlq_staged = match dlq_staged {
             Ok(s) => s,
             Err(e) => {
-                for p in &files.paths {
+                for p in files.paths.iter().chain(&deleted_keys) {
                     let _ = self.table.file_io().delete(p).await;
                 }
                 return Err(SinkError::unavailable("stage dlq entries", e));
@@ -692,7 +898,7 @@ impl BatchSink for IcebergSink {
             files: BatchFiles::Iceberg {
                 data_files: files.data_files_json,
                 dlq_staged,
-                deleted_keys: None,
+                deleted_keys,
             },
             sizes: files.sizes,
             num_rows: files.num_rows,
@@ -704,13 +910,13 @@ impl BatchSink for IcebergSink {
         let BatchFiles::Iceberg {
             data_files,
             dlq_staged,
-            ..
+            deleted_keys,
         } = files
         else {
             return;
         };
-        for p in data_file_paths(data_files) {
-            let _ = self.table.file_io().delete(&p).await;
+        for p in data_file_paths(data_files).iter().chain(deleted_keys) {
+            let _ = self.table.file_io().delete(p).await;
         }
         if let Some(s) = dlq_staged {
             self.io.dlq.discard(s).await;

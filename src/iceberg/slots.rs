@@ -148,6 +148,35 @@ pub(crate) fn split(
     Ok((written, kept))
 }
 
+/// Splits values kept beside the rows (one per row, in row order: the events' sequence numbers)
+/// as [`split`] splits the rows: the values to write, and the values to keep. Empty values
+/// (none kept) give two empty halves.
+pub(crate) fn split_values<T: Copy>(
+    values: &[T],
+    runs: &Runs,
+    fate: impl Fn(Slot) -> Fate,
+) -> (Vec<T>, Vec<T>) {
+    let mut write = Vec::new();
+    let mut keep = Vec::new();
+    if values.is_empty() {
+        return (write, keep);
+    }
+    let mut start = 0;
+    for (slot, end) in runs.0.iter().copied() {
+        let end = end.min(values.len());
+        let run = &values[start.min(end)..end];
+        match fate(slot) {
+            Fate::Write => write.extend_from_slice(run),
+            Fate::Keep => keep.extend_from_slice(run),
+            Fate::Drop => {}
+        }
+        start = end;
+    }
+    // Untagged values (none, by construction) are written, as `split` writes their rows.
+    write.extend_from_slice(&values[start.min(values.len())..]);
+    (write, keep)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -189,6 +218,11 @@ mod tests {
         let rows = batch(&[10, 11, 20, 21, 22, 30, 12, 23, 31, 32]);
         slots.drop_shard(&s(1));
         let only0: BTreeSet<ShardId> = [s(0)].into();
+        let values: Vec<i64> = ids(&rows);
+        let (written_values, kept_values) =
+            split_values(&values, &runs, |slot| slots.fate(slot, &only0));
+        assert_eq!(written_values, [10, 11, 12]);
+        assert_eq!(kept_values, [30, 31, 32]);
         let (written, kept) = split(rows, &runs, |slot| slots.fate(slot, &only0)).unwrap();
         assert_eq!(ids(&written), [10, 11, 12]);
         let (kept, kept_runs) = kept.unwrap();

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use iceberg::spec::UnboundPartitionSpec;
+use iceberg::spec::{FormatVersion, UnboundPartitionSpec};
 use iceberg::table::Table;
 use iceberg::{Catalog, Error, ErrorKind, TableCreation, TableIdent};
 
@@ -28,15 +28,23 @@ pub struct TableSpec {
     pub partition: Vec<PartitionTerm>,
     /// The sort order's terms (empty: unsorted).
     pub sort: Vec<crate::schema::sort::SortTerm>,
+    /// An upsert table's key columns (`destination.key`), its identifier fields; empty for an
+    /// append table (which then may have any).
+    pub key: Vec<String>,
+    /// The table's format version (`destination.format_version`): created with it, and an
+    /// existing table must have it.
+    pub format_version: FormatVersion,
 }
 
 /// Loads the channel's table, creating the namespace and the table when missing (at activation)
-/// (format v2, the partition spec of `spec.partition`, floe's properties).
+/// (format `spec.format_version`, the partition spec of `spec.partition`, `spec.key` as the
+/// identifier fields, floe's properties).
 ///
 /// Errors: [`CatalogError::Incompatible`] when a table exists under that name that this
-/// channel did not create, or whose partition spec is not `spec.partition`; `DataInvalid`
-/// when a term does not apply to the schema (a missing field, a type its transform does not
-/// take).
+/// channel did not create, or whose partition spec is not `spec.partition`, whose identifier
+/// fields are not `spec.key` (an upsert table) or whose format version is not
+/// `spec.format_version`; `DataInvalid` when a term does not apply to the schema (a missing
+/// field, a type its transform does not take) or a key column cannot be an identifier field.
 pub async fn ensure_table(
     catalog: &dyn Catalog,
     spec: &TableSpec,
@@ -80,10 +88,13 @@ pub async fn ensure_table(
         ];
         let creation = TableCreation::builder()
             .name(spec.ident.name().to_string())
-            .schema(schema.iceberg_schema().clone())
+            .schema(with_identifier_fields(schema.iceberg_schema(), &spec.key)?)
             .partition_spec(partition_spec)
             .sort_order(sort_order)
             .properties(properties)
+            // iceberg-rust's REST catalog does not send it (its request has no format version;
+            // the `format-version` property is reserved): such a table is then refused below.
+            .format_version(spec.format_version)
             .build();
         match catalog.create_table(ns, creation).await {
             Ok(_) => {}
@@ -95,6 +106,49 @@ pub async fn ensure_table(
     let table = catalog.load_table(&spec.ident).await?;
     check_owned(&table, spec, schema)?;
     Ok(table)
+}
+
+/// `schema` with the top-level fields named by `key` as its identifier fields (an upsert
+/// table's key; unchanged for an empty key).
+///
+/// Errors: `DataInvalid` for a key column that is not a top-level field or cannot be an
+/// identifier field (optional, float, double, nested; Iceberg spec, "Identifier Field IDs").
+pub fn with_identifier_fields(
+    schema: &iceberg::spec::Schema,
+    key: &[String],
+) -> Result<iceberg::spec::Schema, Error> {
+    if key.is_empty() {
+        return Ok(schema.clone());
+    }
+    let ids = key
+        .iter()
+        .map(|name| {
+            schema
+                .as_struct()
+                .field_by_name(name)
+                .map(|f| f.id)
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::DataInvalid,
+                        format!("key column \"{name}\" is not a top-level field of the schema"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<i32>, Error>>()?;
+    schema
+        .clone()
+        .into_builder()
+        .with_identifier_field_ids(ids)
+        .build()
+}
+
+/// The names of `schema`'s identifier fields, in id order.
+fn identifier_names(schema: &iceberg::spec::Schema) -> Vec<String> {
+    let mut ids: Vec<i32> = schema.identifier_field_ids().collect();
+    ids.sort_unstable();
+    ids.into_iter()
+        .filter_map(|id| schema.name_by_field_id(id).map(str::to_string))
+        .collect()
 }
 
 /// The partition spec of `terms` on `schema` (docs/partitioning.md).
@@ -172,6 +226,32 @@ fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result
             "partition",
             format!("its partition spec is not [{}]", want.join(", ")),
         ));
+    }
+    if md.format_version() != spec.format_version {
+        return Err(incompatible_at(
+            "format_version",
+            format!(
+                "its format version is {}, the channel's format_version is {}",
+                md.format_version() as u8,
+                spec.format_version as u8
+            ),
+        ));
+    }
+    // An upsert table's key is its identifier fields, exactly (in any order).
+    if !spec.key.is_empty() {
+        let mut have = identifier_names(current);
+        let mut want = spec.key.clone();
+        have.sort();
+        want.sort();
+        if have != want {
+            return Err(incompatible_at(
+                "key",
+                format!(
+                    "its identifier fields are {have:?}, the channel's key is {:?}",
+                    spec.key
+                ),
+            ));
+        }
     }
     let order = md.default_sort_order();
     let sorted_as_configured = order.fields.len() == spec.sort.len()
@@ -340,6 +420,8 @@ mod tests {
             target_file_size_bytes: 1 << 20,
             partition: vec![PartitionTerm::hour("t")],
             sort: Vec::new(),
+            key: Vec::new(),
+            format_version: FormatVersion::V2,
         }
     }
 
@@ -350,11 +432,7 @@ mod tests {
     }
 
     fn refusal(result: Result<Table, CatalogError>) -> String {
-        match result {
-            Err(e @ CatalogError::Incompatible { .. }) => e.to_string(),
-            Err(e) => panic!("expected a refusal, got {e}"),
-            Ok(_) => panic!("expected a refusal, the table was accepted"),
-        }
+        key_of(result).1
     }
 
     #[tokio::test]
@@ -387,6 +465,80 @@ mod tests {
         ensure_table(catalog.as_ref(), &spec("a"), &schema)
             .await
             .unwrap();
+    }
+
+    fn key_of(result: Result<Table, CatalogError>) -> (&'static str, String) {
+        match result {
+            Err(e @ CatalogError::Incompatible { key, .. }) => (key, e.to_string()),
+            Err(e) => panic!("expected a refusal, got {e}"),
+            Ok(_) => panic!("expected a refusal, the table was accepted"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_upsert_table_has_its_key_as_identifier_fields_and_its_format_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = catalog(dir.path()).await;
+        let schema = mapped(base_properties(), &["t", "id"]);
+        let upsert = TableSpec {
+            key: vec!["id".into()],
+            format_version: FormatVersion::V3,
+            ..spec("a")
+        };
+        let table = ensure_table(catalog.as_ref(), &upsert, &schema)
+            .await
+            .unwrap();
+        let md = table.metadata();
+        assert_eq!(md.format_version(), FormatVersion::V3);
+        assert_eq!(identifier_names(md.current_schema()), ["id"]);
+        // Loaded again by the same configuration: accepted.
+        ensure_table(catalog.as_ref(), &upsert, &schema)
+            .await
+            .unwrap();
+        // Another key, or another version, is refused naming the key to fix.
+        let other_key = TableSpec {
+            key: vec!["t".into()],
+            ..upsert.clone()
+        };
+        let (key, message) = key_of(ensure_table(catalog.as_ref(), &other_key, &schema).await);
+        assert_eq!(key, "key");
+        assert!(
+            message.contains("identifier fields are [\"id\"]"),
+            "{message}"
+        );
+        let v2 = TableSpec {
+            format_version: FormatVersion::V2,
+            ..upsert.clone()
+        };
+        let (key, message) = key_of(ensure_table(catalog.as_ref(), &v2, &schema).await);
+        assert_eq!(key, "format_version");
+        assert!(message.contains("format version is 3"), "{message}");
+        // An append table used in upsert mode has no identifier fields: refused.
+        ensure_table(catalog.as_ref(), &spec("b").renamed("b"), &schema)
+            .await
+            .unwrap();
+        let upsert_b = TableSpec {
+            key: vec!["id".into()],
+            ..spec("b").renamed("b")
+        };
+        let (key, _) = key_of(ensure_table(catalog.as_ref(), &upsert_b, &schema).await);
+        assert_eq!(key, "key");
+        // An optional key column cannot be an identifier field.
+        let optional = mapped(base_properties(), &["t"]);
+        let c = TableSpec {
+            key: vec!["id".into()],
+            ..spec("c").renamed("c")
+        };
+        assert!(ensure_table(catalog.as_ref(), &c, &optional).await.is_err());
+    }
+
+    impl TableSpec {
+        fn renamed(self, table: &str) -> TableSpec {
+            TableSpec {
+                ident: TableIdent::new(self.ident.namespace().clone(), table.into()),
+                ..self
+            }
+        }
     }
 
     #[tokio::test]

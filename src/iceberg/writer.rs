@@ -517,6 +517,8 @@ mod tests {
                 .iter()
                 .map(|t| crate::schema::sort::SortTerm::parse(t).unwrap())
                 .collect(),
+            key: Vec::new(),
+            format_version: iceberg::spec::FormatVersion::V2,
         };
         let table = crate::iceberg::table::ensure_table(catalog.as_ref(), &spec, &mapped)
             .await

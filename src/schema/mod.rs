@@ -610,6 +610,42 @@ impl MappedSchema {
         out
     }
 
+    /// The schema of a key: the top-level fields named by `key` (in field-id order, with their
+    /// rules), unknown keys dropped, no partition field. Records of it are objects holding at
+    /// least the key's fields (a deleted row's `before`, a message key): converted by the same
+    /// code as whole rows, their key columns hold the same values as the rows' (change data
+    /// capture, docs/cdc.md).
+    ///
+    /// Errors: [`SchemaError::Invalid`] naming a key column that is not a top-level field.
+    pub fn key_projection(&self, key: &[String]) -> Result<MappedSchema, SchemaError> {
+        if let Some(missing) = key
+            .iter()
+            .find(|k| !self.root.fields.iter().any(|f| &f.name == *k))
+        {
+            return Err(SchemaError::invalid(
+                "",
+                format!("key column \"{missing}\" is not a top-level field"),
+            ));
+        }
+        let fields = self
+            .root
+            .fields
+            .iter()
+            .filter(|f| key.contains(&f.name))
+            .map(|f| FieldSpec {
+                is_partition: false,
+                ..f.clone()
+            })
+            .collect();
+        let root = StructSpec {
+            fields,
+            additional: Additional::Drop,
+            min_props: None,
+            max_props: None,
+        };
+        MappedSchema::from_parts(root, "", self.decoding.clone())
+    }
+
     /// How records of this schema are read.
     pub fn decoding(&self) -> &Decoding {
         &self.decoding

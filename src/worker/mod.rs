@@ -761,13 +761,17 @@ impl ChannelWorker {
             // batch range (recorded below) so the checkpoint passes it.
             // Records in front of the last one are covered by its position; a tombstone at the
             // end must be recorded itself (below). Filtered in place: no copy of the batch.
+            // A sink of an `"upsert"` envelope takes them: each deletes its message key's row.
+            let skip_tombstones = !sink.takes_tombstones();
             let trailing_tombstone = batch
                 .last()
-                .filter(|r| r.tombstone)
+                .filter(|r| r.tombstone && skip_tombstones)
                 .map(|r| r.position.clone());
             let mut batch = batch;
             let read = batch.len();
-            batch.retain(|r| !r.tombstone);
+            if skip_tombstones {
+                batch.retain(|r| !r.tombstone);
+            }
             tombstones += (read - batch.len()) as u64;
             // One call per read batch (not per record): the sink's future is boxed. Also for an
             // empty batch (nothing read, or only tombstones): a push is where the sink does its

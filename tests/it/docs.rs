@@ -465,7 +465,7 @@ fn user_type(ty: &str) -> Result<String, String> {
         "SchemaVersionText" => "integer or string",
         "RegistryUrlText" => "string or array of strings",
         "InitialPosition" | "OnPositionLost" | "RecordFormat" | "CompressionCodec"
-        | "RawCompression" | "RecordDelimiter" => "string",
+        | "RawCompression" | "RecordDelimiter" | "Envelope" | "WriteMode" => "string",
         other => {
             return Err(format!(
                 "type `{other}`: add how a user writes it to `user_type` in tests/it/docs.rs"

@@ -17,7 +17,7 @@
 //! What each module needs running besides cargo (scripts/test.sh starts all of it; without it
 //! those tests fail with instructions, they never pass silently):
 //! - nothing: activation (but AWS credentials in the environment, any: one configuration has
-//!   an `[aws]` section), cases, channel_cli, config_files, deploy (checks more with `promtool`
+//!   an `[aws]` section), cases, cdc_sink, channel_cli, config_files, deploy (checks more with `promtool`
 //!   and `systemd-analyze` installed), docs, fleet_sim, kafka_positions, kafka_source, layout,
 //!   operator_errors, tombstones, worker_leases, worker_shard_end;
 //! - the Python virtualenv (`FLOE_PYTHON`: PyIceberg, DuckDB, the Confluent serializers):
@@ -39,6 +39,7 @@ mod aws_catalogs;
 mod aws_fleet;
 mod aws_kafka;
 mod cases;
+mod cdc_sink;
 mod channel_cli;
 mod commit_race;
 mod config_files;

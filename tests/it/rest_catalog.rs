@@ -142,6 +142,8 @@ async fn ensure_event_table(
         target_file_size_bytes: 128 << 20,
         partition: vec![floe::schema::partition::PartitionTerm::hour("event_time")],
         sort: Vec::new(),
+        key: Vec::new(),
+        format_version: iceberg::spec::FormatVersion::V2,
     };
     floe::iceberg::table::ensure_table(catalog, &spec, schema)
         .await

@@ -179,6 +179,13 @@ impl Checker<'_> {
                 return false;
             }
         }
+        if let Some(record) = c.record {
+            let routed =
+                matches!(c.destination, Some(DestinationConfig::Iceberg(d)) if d.route.is_some());
+            if !self.envelope_rules(p, record, c.source, c.schema, routed) {
+                return false;
+            }
+        }
         self.routed_channel_rules(p, c)
     }
 

@@ -5,7 +5,7 @@
 //! file each, with the tests of each section beside it: `worker`, `aws`, `lease_store`, and per
 //! `[[channel]]` (`channel`, which also holds the rules across a channel's sections and across
 //! channels) its `source`, `record`, `schema`, `destination` (with its `route`s, its
-//! `maintenance` and its `catalog`) and `dlq`. This file holds the entry point and the checks
+//! `maintenance` and its `catalog`, its change data capture keys: `cdc`) and `dlq`. This file holds the entry point and the checks
 //! every section uses (durations, sizes, numbers, paths, names, values from the environment).
 //! Errors come out in the order the file is walked: `[worker]`, `[aws]`, `[lease_store]`, then
 //! each channel's sections in the order above, then the rules across channels.
@@ -20,6 +20,7 @@ use super::*;
 
 mod aws;
 mod catalog;
+mod cdc;
 mod channel;
 mod destination;
 mod dlq;

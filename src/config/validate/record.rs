@@ -1,4 +1,5 @@
-//! Validation of `[channel.record]`: the record format and the largest record size.
+//! Validation of `[channel.record]`: the record format, the largest record size and the
+//! envelope (the envelope's rules across sections are in `channel`).
 
 use std::ops::RangeInclusive;
 
@@ -25,6 +26,7 @@ impl Checker<'_> {
         Some(RecordConfig {
             format,
             max_record_size,
+            envelope: r.envelope.unwrap_or_default(),
         })
     }
 }

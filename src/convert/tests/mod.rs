@@ -82,7 +82,8 @@ fn dlq_codes_are_spelled_as_in_the_design() {
             "TYPE_MISMATCH",
             "VALUE_OUT_OF_RANGE",
             "RECORD_TOO_LARGE",
-            "UNROUTABLE"
+            "UNROUTABLE",
+            "INVALID_ENVELOPE"
         ]
     );
 }

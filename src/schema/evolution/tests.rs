@@ -510,3 +510,25 @@ fn a_json_schema_required_property_added_stays_incompatible() {
     .unwrap_err();
     assert_eq!(err.path, "b");
 }
+
+/// An upsert table's key (its identifier fields) survives an evolution; a version making a key
+/// column optional is refused (a key is never null).
+#[test]
+fn identifier_fields_are_kept_and_a_key_column_stays_required() {
+    let keyed = |s: Schema| {
+        let id = s.field_by_name("a").unwrap().id;
+        s.into_builder()
+            .with_identifier_field_ids([id])
+            .build()
+            .unwrap()
+    };
+    let t = keyed(schema(json!({"a": long()}), &["a"]));
+    let n = schema(json!({"a": long(), "b": {"type": "string"}}), &["a"]);
+    let e = run(&t, &n).unwrap();
+    assert_eq!(
+        e.schema.identifier_field_ids().collect::<Vec<_>>(),
+        t.identifier_field_ids().collect::<Vec<_>>()
+    );
+    let optional = schema(json!({"a": long()}), &[]);
+    assert!(refusal(&t, &optional).contains("optional field"));
+}

@@ -574,6 +574,8 @@ async fn event_table_with(
         target_file_size_bytes: 128 << 20,
         partition: terms,
         sort: Vec::new(),
+        key: Vec::new(),
+        format_version: iceberg::spec::FormatVersion::V2,
     };
     floe::iceberg::table::ensure_table(catalog, &spec, &schema)
         .await
@@ -745,6 +747,7 @@ impl WorkerRig {
                 lister: None,
                 evolution: None,
                 route: None,
+                changes: None,
             },
         );
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);

@@ -1,5 +1,5 @@
 //! Validation of `[channel.destination]`: an Iceberg table (names, partition spec, sort order,
-//! compression, delivery bounds) or a raw S3 destination.
+//! compression, delivery bounds, the upsert mode's key: `cdc`) or a raw S3 destination.
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -188,6 +188,9 @@ impl Checker<'_> {
             DEFAULT_MAX_OPEN_PARTITIONS,
             MAX_OPEN_PARTITIONS_RANGE,
         );
+        let table_mode = table
+            .as_deref()
+            .and_then(|t| self.table_mode(p, t, d.mode, d.key, d.format_version));
         let maintenance = self.maintenance(
             &format!("{p}.maintenance"),
             d.maintenance,
@@ -221,6 +224,9 @@ impl Checker<'_> {
             target_file_size: bounds?.1,
             buffer_size: bounds?.2,
             max_open_partitions: max_open_partitions?,
+            mode: table_mode.as_ref()?.mode,
+            format_version: table_mode.as_ref()?.format_version,
+            key: table_mode?.key,
         })
     }
 
