@@ -28,6 +28,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use futures::{StreamExt, TryStreamExt};
+use iceberg::io::FileIO;
+use iceberg::spec::DataFile;
 use iceberg::{Error, ErrorKind};
 use roaring::RoaringTreemap;
 
@@ -133,18 +135,27 @@ impl KeyIndex {
         files.sort_by(|a, b| (a.1, a.0).cmp(&(b.1, b.0)));
         let rows: u64 = files.iter().map(|f| f.2).sum();
         let mut index = KeyIndex::with_capacity(base.snapshot_id(), rows as usize);
-        let io = base.table().file_io();
-        let mut read = futures::stream::iter(files.iter().map(|(path, _, _)| async move {
-            let hashes = read_key_hashes(io, path, field_ids).await?;
-            let mut deleted = RoaringTreemap::new();
-            for e in base.deletes_of(path) {
-                deleted |= read_deletes(io, e.data_file(), path).await?;
-            }
-            Ok::<_, Error>((*path, hashes, deleted))
-        }))
-        .buffered(BUILD_CONCURRENCY);
+        // Owned inputs: the reads are 'static futures (a stream of futures borrowing the base
+        // is not `Send` for every lifetime the committer's future needs).
+        let reads: Vec<_> = files
+            .iter()
+            .map(|(path, _, _)| {
+                let deletes: Vec<DataFile> = base
+                    .deletes_of(path)
+                    .into_iter()
+                    .map(|e| e.data_file().clone())
+                    .collect();
+                read_file(
+                    (*path).clone(),
+                    deletes,
+                    base.table().file_io().clone(),
+                    field_ids.to_vec(),
+                )
+            })
+            .collect();
+        let mut read = futures::stream::iter(reads).buffered(BUILD_CONCURRENCY);
         while let Some((path, hashes, deleted)) = read.try_next().await? {
-            index.insert_file(path, &hashes, &deleted)?;
+            index.insert_file(&path, &hashes, &deleted)?;
         }
         Ok(index)
     }
@@ -256,6 +267,21 @@ impl KeyIndex {
         self.snapshot_id = snapshot_id;
         Ok(())
     }
+}
+
+/// The key hashes of the data file at `path` and the positions its delete files delete.
+async fn read_file(
+    path: String,
+    deletes: Vec<DataFile>,
+    io: FileIO,
+    field_ids: Vec<i32>,
+) -> iceberg::Result<(String, Vec<KeyHash>, RoaringTreemap)> {
+    let hashes = read_key_hashes(&io, &path, &field_ids).await?;
+    let mut deleted = RoaringTreemap::new();
+    for f in &deletes {
+        deleted |= read_deletes(&io, f, &path).await?;
+    }
+    Ok((path, hashes, deleted))
 }
 
 /// A file id for the `n`th file of `rows` rows.

@@ -43,6 +43,7 @@ pub mod index;
 pub mod keys;
 pub mod position;
 pub mod read;
+pub mod upsert;
 
 pub use base::{LiveDataFile, RowDeltaBase};
 pub use commit::{commit_row_delta, RowDelta, RowDeltaCommitted};
