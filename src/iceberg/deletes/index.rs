@@ -224,7 +224,8 @@ impl KeyIndex {
     /// Bytes the index holds, estimated: the hash table's slots (24 bytes and a control byte
     /// each, at hashbrown's capacity) and the file table.
     pub fn estimated_bytes(&self) -> usize {
-        let slots = self.keys.capacity().max(1).next_power_of_two() * 8 / 7;
+        // hashbrown holds capacity × 8/7 buckets, a power of two.
+        let slots = (self.keys.capacity() * 8 / 7).max(1).next_power_of_two();
         slots * (std::mem::size_of::<(Key, Location)>() + 1)
             + self.files.iter().map(|p| p.capacity() + 24).sum::<usize>()
     }
