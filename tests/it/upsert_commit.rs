@@ -247,6 +247,16 @@ fn rows(view: &Value) -> BTreeMap<i64, String> {
         .collect()
 }
 
+/// The formats of the delete files PyIceberg's scan applies.
+fn delete_formats(read: &Value) -> Vec<&str> {
+    read["pyiceberg"]["delete_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["format"].as_str().unwrap())
+        .collect()
+}
+
 fn expect(pairs: &[(i64, &str)]) -> BTreeMap<i64, String> {
     pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
 }
@@ -318,12 +328,7 @@ async fn v2_upsert_rounds_read_back_by_pyiceberg_and_duckdb() {
     eprintln!("v2 readers: {read}");
     assert_eq!(rows(&read["pyiceberg"]), expected);
     assert_eq!(rows(&read["duckdb"]), expected);
-    let formats: Vec<&str> = read["pyiceberg"]["delete_files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["format"].as_str().unwrap())
-        .collect();
+    let formats = delete_formats(&read);
     assert!(!formats.is_empty() && formats.iter().all(|f| *f == "PARQUET"));
 }
 
@@ -334,12 +339,7 @@ async fn v3_upsert_rounds_read_back_by_pyiceberg_and_duckdb() {
     eprintln!("v3 readers: {read}");
     assert_eq!(read["pyiceberg"]["format_version"], 3);
     assert_eq!(rows(&read["pyiceberg"]), expected);
-    let formats: Vec<&str> = read["pyiceberg"]["delete_files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["format"].as_str().unwrap())
-        .collect();
+    let formats = delete_formats(&read);
     assert!(!formats.is_empty() && formats.iter().all(|f| *f == "PUFFIN"));
     // DuckDB 1.4.4's iceberg extension reads the v3 table and applies its deletion vectors.
     assert_eq!(rows(&read["duckdb"]), expected);

@@ -14,9 +14,7 @@ import argparse
 import json
 import sys
 
-import duckdb
-
-from read_duckdb import extension
+from read_row_delta import duckdb_view
 from read_table import open_catalog
 
 
@@ -43,23 +41,6 @@ def pyiceberg_view(table):
     }
 
 
-def duckdb_view(metadata_location):
-    con = duckdb.connect(
-        config={
-            "autoinstall_known_extensions": False,
-            "autoload_known_extensions": False,
-            "allow_unsigned_extensions": True,
-        }
-    )
-    con.execute(f"LOAD '{extension('avro')}'")
-    con.execute(f"LOAD '{extension('iceberg')}'")
-    try:
-        rows = con.execute(f"SELECT id, v FROM iceberg_scan('{metadata_location}') ORDER BY id, v").fetchall()
-    except Exception as e:  # the test asserts on what DuckDB says
-        return {"error": f"{type(e).__name__}: {e}", "version": duckdb.__version__}
-    return {"rows": [list(r) for r in rows], "version": duckdb.__version__}
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("catalog")
@@ -68,7 +49,7 @@ def main():
     ap.add_argument("--catalog-name", default="floe")
     a = ap.parse_args()
     table = open_catalog(a.catalog, a.warehouse, a.catalog_name).load_table(a.table)
-    json.dump({"pyiceberg": pyiceberg_view(table), "duckdb": duckdb_view(table.metadata_location)}, sys.stdout)
+    json.dump({"pyiceberg": pyiceberg_view(table), "duckdb": duckdb_view(table.metadata_location, ("id", "v"))}, sys.stdout)
 
 
 if __name__ == "__main__":
