@@ -101,6 +101,8 @@ enum BenchCommand {
     Convert(floe::cli::bench::BenchConvertArgs),
     /// Commit many small batches into one table and print commit latency and table size.
     Commits(floe::cli::bench_commits::BenchCommitsArgs),
+    /// Build an upsert table's key index and time upsert commits: index memory per key, build time, commit latency.
+    Upsert(floe::cli::bench_upsert::BenchUpsertArgs),
 }
 
 fn init_tracing(format: LogFormat, default_level: &str) {
@@ -160,6 +162,23 @@ fn main() -> ExitCode {
                 Ok(code) => code,
                 Err(e) => {
                     eprintln!("floe bench commits: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Bench {
+            command: BenchCommand::Upsert(args),
+        } => {
+            init_tracing(LogFormat::Text, "warn");
+            match tokio::runtime::Runtime::new()
+                .map_err(|e| e.to_string())
+                .and_then(|r| {
+                    r.block_on(floe::cli::bench_upsert::run(&args))
+                        .map_err(|e| e.to_string())
+                }) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("floe bench upsert: {e}");
                     ExitCode::from(1)
                 }
             }

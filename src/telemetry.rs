@@ -105,6 +105,15 @@ pub const MAINTENANCE_BYTES_DELETED_TOTAL: &str = "floe_maintenance_bytes_delete
 pub const MAINTENANCE_RUNS_TOTAL: &str = "floe_maintenance_runs_total";
 /// Data files rewritten by compaction, by side (`input`, `output`).
 pub const COMPACTION_FILES_TOTAL: &str = "floe_compaction_files_total";
+/// Live keys in the key index of an upsert table (after the committer's last commit).
+pub const KEY_INDEX_KEYS: &str = "floe_key_index_keys";
+/// Key index builds (after a committer change or a commit another writer or maintenance made).
+pub const KEY_INDEX_BUILDS_TOTAL: &str = "floe_key_index_builds_total";
+/// Seconds the last key index build took (reading every live data file's key columns).
+pub const KEY_INDEX_BUILD_SECONDS: &str = "floe_key_index_build_seconds";
+/// Rows an upsert table's commits deleted by position (replaced or deleted keys); per commit:
+/// its rate over `floe_commits_total{outcome="committed"}`'s.
+pub const UPSERT_ROWS_DELETED_TOTAL: &str = "floe_upsert_rows_deleted_total";
 /// Manifests in the current snapshot of the channel's table (after the last maintenance look).
 pub const TABLE_MANIFESTS: &str = "floe_table_manifests";
 /// Live data files in the current snapshot of the channel's table (after the last maintenance
@@ -315,6 +324,26 @@ pub fn describe() {
         Unit::Count,
         "Iceberg table loads from the catalog (each reads metadata.json), by who loaded (worker, committer)"
     );
+    describe_gauge!(
+        KEY_INDEX_KEYS,
+        Unit::Count,
+        "live keys in the key index of an upsert table after the committer's last commit"
+    );
+    describe_counter!(
+        KEY_INDEX_BUILDS_TOTAL,
+        Unit::Count,
+        "key index builds (committer change, or a commit of another writer or of maintenance)"
+    );
+    describe_gauge!(
+        KEY_INDEX_BUILD_SECONDS,
+        Unit::Seconds,
+        "duration of the last key index build"
+    );
+    describe_counter!(
+        UPSERT_ROWS_DELETED_TOTAL,
+        Unit::Count,
+        "rows an upsert table's commits deleted by position (replaced or deleted keys)"
+    );
     describe_counter!(
         SNAPSHOTS_EXPIRED_TOTAL,
         Unit::Count,
@@ -463,6 +492,23 @@ pub fn set_table_snapshots(channel: &str, n: usize) {
 /// Records one Iceberg table load from the catalog; `by` is `worker` or `committer`.
 pub fn record_catalog_table_load(channel: &str, by: &'static str) {
     counter!(CATALOG_TABLE_LOADS_TOTAL, "channel" => channel.to_string(), "by" => by).increment(1);
+}
+
+/// Records a key index build of `keys` keys that took `took`.
+pub fn record_key_index_build(channel: &str, keys: usize, took: Duration) {
+    counter!(KEY_INDEX_BUILDS_TOTAL, "channel" => channel.to_string()).increment(1);
+    gauge!(KEY_INDEX_BUILD_SECONDS, "channel" => channel.to_string()).set(took.as_secs_f64());
+    set_key_index_keys(channel, keys);
+}
+
+/// Sets the live keys of the channel's key index.
+pub fn set_key_index_keys(channel: &str, keys: usize) {
+    gauge!(KEY_INDEX_KEYS, "channel" => channel.to_string()).set(keys as f64);
+}
+
+/// Records the rows one upsert commit deleted by position.
+pub fn record_upsert_rows_deleted(channel: &str, rows: u64) {
+    counter!(UPSERT_ROWS_DELETED_TOTAL, "channel" => channel.to_string()).increment(rows);
 }
 
 /// Records snapshots expired by maintenance.

@@ -4,6 +4,12 @@
 //! the round validated ([`FencedCatalog`]); an unknown outcome is decided by reloading the table
 //! and reading `floe.last-commit-id`. After the commit, the batches' staged DLQ objects are
 //! published; a rejected batch's data files and staged DLQ object are deleted.
+//!
+//! An upsert table ([`IcebergTarget::with_upsert`]) commits a row delta instead of the fast
+//! append: the batches' data files and, for every key they replace or delete, a delete by
+//! position of the key's previous row ([`super::deletes::upsert`]), with the same properties,
+//! summary and expiry, swapped in on condition that the table is still at the round's snapshot.
+//! The batches' deleted-keys files are deleted once the commit landed.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
@@ -16,6 +22,8 @@ use iceberg::{Catalog, ErrorKind, TableIdent};
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use super::deletes::upsert::{PrepareError, Upsert, UpsertBatch};
+use super::deletes::{commit_row_delta, RowDeltaError};
 use super::fence::{DeletionFence, FencedCatalog};
 use super::maintenance::{Maintainer, MaintenanceReport};
 use super::table::{check_same_table, referenced_data_files};
@@ -61,6 +69,8 @@ pub struct IcebergTarget {
     fence_lost: Arc<AtomicBool>,
     /// The cleanup tasks (deletions after commits) still running.
     cleanup: TaskTracker,
+    /// An upsert table's key and key index (`None`: the table is appended to).
+    upsert: Option<Upsert>,
 }
 
 impl IcebergTarget {
@@ -87,7 +97,19 @@ impl IcebergTarget {
             leases: None,
             fence_lost: Arc::new(AtomicBool::new(false)),
             cleanup: TaskTracker::new(),
+            upsert: None,
         }
+    }
+
+    /// The same target committing an upsert table whose key is the top-level columns `key`
+    /// (`destination.key`): each commit deletes, by position, the previous row of every key its
+    /// batches write and the row of every key they delete. The names are resolved to field ids
+    /// against the table's current schema at each commit (an unknown column: `Incompatible`).
+    /// Commits go through the catalog's swap ([`IcebergTarget::with_rewrites`]); without one
+    /// they are refused (`Incompatible`).
+    pub fn with_upsert(mut self, key: Vec<String>) -> Self {
+        self.upsert = Some(Upsert::new(&self.channel, key));
+        self
     }
 
     /// The same target deleting files (expired snapshots', dropped metadata, orphans,
@@ -471,6 +493,120 @@ impl LoadedTable<'_> {
     }
 }
 
+impl LoadedTable<'_> {
+    /// After a commit whose outcome is unknown (`error`): the table as reloaded if it carries
+    /// `commit_id` as `floe.last-commit-id` (the commit landed).
+    ///
+    /// Errors: `OutcomeUnknown` when the reload fails or shows another commit id.
+    async fn reconcile(
+        &self,
+        commit_id: Uuid,
+        error: &(dyn std::fmt::Display + Sync),
+    ) -> Result<Table, CommitError> {
+        let (channel, ident) = (&self.target.channel, &self.target.ident);
+        tracing::warn!(channel = %channel, table = %ident, error = %error, %commit_id, "commit outcome unknown, reconciling");
+        let fresh = self
+            .target
+            .catalog
+            .load_unfenced(ident)
+            .await
+            .map_err(|e2| CommitError::OutcomeUnknown(format!("{error}; reload failed: {e2}")))?;
+        if last_commit_id(fresh.metadata().properties()) == Some(commit_id) {
+            Ok(fresh)
+        } else {
+            Err(CommitError::OutcomeUnknown(error.to_string()))
+        }
+    }
+
+    /// The commit of an upsert table: one row delta (see the module docs).
+    async fn commit_upsert(
+        &self,
+        upsert: &Upsert,
+        accepted: &[&PendingBatch],
+        recovered: &[&PendingBatch],
+        checkpoints: &Checkpoints,
+        epoch: u64,
+        commit_id: Uuid,
+    ) -> Result<Option<i64>, CommitError> {
+        let Some(swap) = &self.target.swap else {
+            return Err(CommitError::Incompatible(
+                "an upsert table commits through the catalog's table swap, which this catalog lacks"
+                    .into(),
+            ));
+        };
+        let table = &self.table;
+        let mut batches = Vec::with_capacity(accepted.len());
+        for b in accepted {
+            let BatchFiles::Iceberg {
+                data_files,
+                deleted_keys,
+                ..
+            } = &b.files
+            else {
+                return Err(CommitError::Incompatible(format!(
+                    "batch {} is a {} batch, not an Iceberg one",
+                    b.batch_id,
+                    b.files.kind()
+                )));
+            };
+            let data_files = match parse_data_files(table, data_files) {
+                Ok(parsed) => parsed,
+                Err(e) => return Err(self.unparsable(b.batch_id, e).await),
+            };
+            batches.push(UpsertBatch {
+                data_files,
+                deleted_keys: deleted_keys.clone(),
+            });
+        }
+        let mut prepared = upsert.prepare(table, &batches).await.map_err(|e| match e {
+            PrepareError::Incompatible(m) => CommitError::Incompatible(m),
+            PrepareError::Unavailable { what, source } => CommitError::unavailable(what, source),
+        })?;
+        let unfinished: Vec<Uuid> = accepted
+            .iter()
+            .chain(recovered)
+            .map(|b| b.batch_id)
+            .collect();
+        prepared.delta.properties = commit_properties(checkpoints, commit_id, epoch, &unfinished)
+            .into_iter()
+            .collect();
+        prepared.delta.summary = commit_summary(commit_id, accepted);
+        prepared.delta.expire_snapshot_ids =
+            super::maintenance::expirable(table, &self.target.maintenance, now_ms());
+        let deletes = prepared.num_deletes();
+        let result =
+            commit_row_delta(&prepared.base, &prepared.delta, swap.as_ref(), commit_id).await;
+        let (after, snapshot_id) = match result {
+            Ok(c) => (c.table, c.snapshot_id),
+            Err(RowDeltaError::Conflict { reason, .. }) => {
+                return Err(CommitError::Conflict(reason))
+            }
+            Err(RowDeltaError::Invalid(m)) => return Err(CommitError::Incompatible(m)),
+            Err(RowDeltaError::Unavailable { what, source }) => {
+                return Err(CommitError::unavailable(what, source))
+            }
+            Err(e @ RowDeltaError::OutcomeUnknown { snapshot_id, .. }) => {
+                (self.reconcile(commit_id, &e).await?, snapshot_id)
+            }
+        };
+        prepared.committed(snapshot_id);
+        tracing::info!(channel = %self.target.channel, table = %self.target.ident, ?snapshot_id, batches = accepted.len(), rows_deleted = deletes, "upsert committed");
+        self.target.clean_up_after_commit(table, &after, epoch);
+        let key_files: Vec<String> = accepted.iter().filter_map(|b| deleted_keys(b)).collect();
+        if !key_files.is_empty() {
+            let (io, channel) = (after.file_io().clone(), self.target.channel.clone());
+            self.target.cleanup.spawn(async move {
+                for path in key_files {
+                    if let Err(e) = io.delete(&path).await {
+                        tracing::warn!(channel = %channel, path, error = %e, "could not delete a committed batch's deleted-keys file (the orphan sweep's now)");
+                    }
+                }
+            });
+        }
+        Ok(after.metadata().current_snapshot_id())
+    }
+}
+
 /// What snapshot `child` removed from its parent `parent`.
 struct Removed {
     /// Manifests `parent` lists and `child` does not.
@@ -518,6 +654,14 @@ async fn removed_by(
     })
 }
 
+/// The deleted-keys file of an upsert table's batch, if any.
+fn deleted_keys(b: &PendingBatch) -> Option<String> {
+    match &b.files {
+        BatchFiles::Iceberg { deleted_keys, .. } => deleted_keys.clone(),
+        BatchFiles::Raw { .. } => None,
+    }
+}
+
 /// The data files of an Iceberg batch (none for a batch of another kind).
 fn iceberg_files(b: &PendingBatch) -> (&[String], Option<&String>) {
     match &b.files {
@@ -552,6 +696,11 @@ impl LoadedTarget for LoadedTable<'_> {
         epoch: u64,
         commit_id: Uuid,
     ) -> Result<Option<i64>, CommitError> {
+        if let Some(upsert) = &self.target.upsert {
+            return self
+                .commit_upsert(upsert, accepted, recovered, checkpoints, epoch, commit_id)
+                .await;
+        }
         let table = &self.table;
         let mut files = Vec::new();
         for b in accepted {
@@ -629,18 +778,10 @@ impl LoadedTarget for LoadedTable<'_> {
                 Err(CommitError::Conflict(e.to_string()))
             }
             Err(e) => {
-                // Unknown outcome: the table decides.
-                tracing::warn!(channel = %self.target.channel, table = %ident, error = %e, %commit_id, "commit outcome unknown, reconciling");
-                let fresh = catalog.load_unfenced(ident).await.map_err(|e2| {
-                    CommitError::OutcomeUnknown(format!("{e}; reload failed: {e2}"))
-                })?;
-                if last_commit_id(fresh.metadata().properties()) == Some(commit_id) {
-                    self.target
-                        .clean_up_after_commit(&self.table, &fresh, epoch);
-                    Ok(fresh.metadata().current_snapshot_id())
-                } else {
-                    Err(CommitError::OutcomeUnknown(e.to_string()))
-                }
+                let fresh = self.reconcile(commit_id, &e).await?;
+                self.target
+                    .clean_up_after_commit(&self.table, &fresh, epoch);
+                Ok(fresh.metadata().current_snapshot_id())
             }
         }
     }
@@ -689,9 +830,12 @@ impl LoadedTarget for LoadedTable<'_> {
     async fn discard(&self, b: &PendingBatch) {
         let channel = self.target.channel.as_str();
         let (data_files, dlq_staged) = iceberg_files(b);
-        for path in data_file_paths(data_files) {
+        for path in data_file_paths(data_files)
+            .into_iter()
+            .chain(deleted_keys(b))
+        {
             if let Err(e) = self.table.file_io().delete(&path).await {
-                tracing::warn!(channel, path, error = %e, "could not delete a rejected batch's data file");
+                tracing::warn!(channel, path, error = %e, "could not delete a rejected batch's data file or deleted-keys file");
             }
         }
         if let Some(staged) = dlq_staged {

@@ -72,6 +72,7 @@ mod routing;
 mod row_delta;
 mod schema_evolution;
 mod tombstones;
+mod upsert_commit;
 #[cfg(feature = "testsuite")]
 mod worker_leases;
 mod worker_shard_end;

@@ -14,6 +14,7 @@ use roaring::RoaringTreemap;
 use uuid::Uuid;
 
 use super::base::{content_size, RowDeltaBase};
+use super::read::read_deletes;
 use super::{dv, position, RowDeltaError};
 use crate::catalog::swap::TableSwap;
 
@@ -31,6 +32,10 @@ pub struct RowDelta {
     pub properties: HashMap<String, String>,
     /// Extra snapshot summary properties (e.g. `floe.commit-id`); the computed Iceberg keys win.
     pub summary: HashMap<String, String>,
+    /// Snapshots expired in the same swap (snapshot expiry riding along, as in floe's appends;
+    /// the base snapshot is never removed). Only metadata: the files only they reached are the
+    /// caller's to delete after the commit.
+    pub expire_snapshot_ids: Vec<i64>,
 }
 
 impl RowDelta {
@@ -125,7 +130,8 @@ pub async fn commit_row_delta(
             &mut written,
         )
         .await?;
-        let mut updates = vec![
+        let mut updates: Vec<TableUpdate> = expiry(base, delta).into_iter().collect();
+        updates.extend([
             TableUpdate::AddSnapshot { snapshot },
             TableUpdate::SetSnapshotRef {
                 ref_name: MAIN_BRANCH.to_string(),
@@ -134,7 +140,7 @@ pub async fn commit_row_delta(
                     SnapshotRetention::branch(None, None, None),
                 ),
             },
-        ];
+        ]);
         if !delta.properties.is_empty() {
             updates.push(TableUpdate::SetProperties {
                 updates: delta.properties.clone(),
@@ -178,6 +184,19 @@ fn requirements(base: &RowDeltaBase) -> Vec<TableRequirement> {
     ]
 }
 
+/// The removal of `delta`'s expired snapshots (never the base), if any.
+fn expiry(base: &RowDeltaBase, delta: &RowDelta) -> Option<TableUpdate> {
+    let expire: Vec<i64> = delta
+        .expire_snapshot_ids
+        .iter()
+        .copied()
+        .filter(|id| Some(*id) != base.snapshot_id)
+        .collect();
+    (!expire.is_empty()).then_some(TableUpdate::RemoveSnapshots {
+        snapshot_ids: expire,
+    })
+}
+
 /// A delta without data or deletes: its properties alone, set on the same conditions, no
 /// snapshot.
 async fn commit_properties(
@@ -190,9 +209,10 @@ async fn commit_properties(
             "the row delta changes nothing".into(),
         ));
     }
-    let updates = vec![TableUpdate::SetProperties {
+    let mut updates = vec![TableUpdate::SetProperties {
         updates: delta.properties.clone(),
     }];
+    updates.extend(expiry(base, delta));
     let table = swap
         .swap(base.table.identifier(), requirements(base), updates)
         .await
@@ -280,27 +300,12 @@ async fn merge_previous(base: &RowDeltaBase, targets: &mut [Target]) -> Result<(
     let io = base.table.file_io();
     for t in targets.iter_mut() {
         for e in &t.replaces {
-            let f = e.data_file();
-            let previous = match (
-                f.file_format(),
-                f.content_offset(),
-                f.content_size_in_bytes(),
-            ) {
-                (DataFileFormat::Puffin, Some(offset), Some(length)) => {
-                    dv::read_dv(io, f.file_path(), offset as u64, length as u64).await
-                }
-                (DataFileFormat::Parquet, _, _) => {
-                    position::read_position_deletes(io, f.file_path(), &t.path).await
-                }
-                _ => {
-                    return Err(RowDeltaError::Invalid(format!(
-                        "delete file {} of {} is neither a deletion vector nor a parquet file",
-                        f.file_path(),
-                        t.path
-                    )))
-                }
-            }
-            .map_err(|e| RowDeltaError::unavailable("read previous deletes", e))?;
+            let previous = read_deletes(io, e.data_file(), &t.path)
+                .await
+                .map_err(|e| match e.kind() {
+                    ErrorKind::DataInvalid => RowDeltaError::Invalid(e.to_string()),
+                    _ => RowDeltaError::unavailable("read previous deletes", e),
+                })?;
             t.positions |= previous;
         }
     }

@@ -39,8 +39,11 @@
 mod base;
 mod commit;
 pub mod dv;
+pub mod index;
 pub mod keys;
 pub mod position;
+pub mod read;
+pub mod upsert;
 
 pub use base::{LiveDataFile, RowDeltaBase};
 pub use commit::{commit_row_delta, RowDelta, RowDeltaCommitted};
