@@ -152,8 +152,7 @@ async fn maintain_channel(
             .with_maintenance(maintenance)
             .with_rewrites(io.swap.clone(), io.writer.clone())
             .with_orphan_sweep_if(io.lister.clone())
-            // TODO(issue 42): with the committer side merged, `.with_upsert(key)` for
-            // `io.upsert_key()` = Some(key), as in app/tasks.rs.
+            .with_upsert_if(io.upsert_key())
             .with_lease_fence(leases.clone()),
     );
     let batches: Arc<dyn BatchStore> = store.clone();

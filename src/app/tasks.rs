@@ -392,8 +392,7 @@ async fn committer_loop(
                         .with_maintenance(io.maintenance)
                         .with_rewrites(io.swap.clone(), io.writer.clone())
                         .with_orphan_sweep_if(io.lister.clone())
-                        // TODO(issue 42): with the committer side merged, switch an upsert
-                        // table's target: `.with_upsert(key)` for `io.upsert_key()` = Some(key).
+                        .with_upsert_if(io.upsert_key())
                         .with_lease_fence(leases.clone()),
                         leases,
                         batches,

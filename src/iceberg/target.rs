@@ -112,6 +112,15 @@ impl IcebergTarget {
         self
     }
 
+    /// [`IcebergTarget::with_upsert`] when `key` is `Some` (an upsert table's key), the same
+    /// target otherwise.
+    pub fn with_upsert_if(self, key: Option<Vec<String>>) -> Self {
+        match key {
+            Some(key) => self.with_upsert(key),
+            None => self,
+        }
+    }
+
     /// The same target deleting files (expired snapshots', dropped metadata, orphans,
     /// abandoned compaction outputs) only after renewing the committer lease in `leases` with
     /// its epoch as counter ([`DeletionFence`]); without it only the table's epoch is checked.

@@ -10,7 +10,7 @@ use crate::config::file::{ChannelSection, SchemaSection, Section};
 use crate::config::units::format_size;
 use crate::config::{
     CatalogConfig, ChannelConfig, DestinationConfig, KinesisReadMode, RecordConfig, RecordFormat,
-    SchemaConfig, SchemaEvolution, SourceConfig, ENV_REGISTRY_BASIC_AUTH,
+    SchemaConfig, SchemaEvolution, SourceConfig, WriteMode, ENV_REGISTRY_BASIC_AUTH,
     ENV_REGISTRY_BEARER_TOKEN, TABLE_PER_TOPIC,
 };
 
@@ -154,6 +154,15 @@ impl Checker<'_> {
                 self.error(
                     format!("{p}.schema.evolution"),
                     "\"compatible\" needs a catalog floe commits schema changes to (sql, rest or glue); S3 Tables has no compare-and-swap floe can use",
+                );
+                return false;
+            }
+        }
+        if let Some(DestinationConfig::Iceberg(d)) = c.destination {
+            if d.mode == WriteMode::Upsert && matches!(d.catalog, CatalogConfig::S3Tables(_)) {
+                self.error(
+                    format!("{p}.destination.mode"),
+                    "\"upsert\" needs a catalog floe commits row deltas to (sql, rest or glue); S3 Tables has no compare-and-swap floe can use",
                 );
                 return false;
             }
