@@ -48,10 +48,11 @@ use iceberg::ErrorKind;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use super::fence::DeletionFence;
 use super::deletes::read::read_deletes;
+use super::fence::DeletionFence;
 use super::rewrite::{
-    commit_rewrite, delete_file_id, deletes_unchanged, CurrentFiles, DeleteFileId, Rewrite, Rewritten,
+    commit_rewrite, delete_file_id, deletes_unchanged, CurrentFiles, DeleteFileId, Rewrite,
+    Rewritten,
 };
 use super::writer::{rewrite_data_files, WriterSettings};
 use crate::catalog::swap::TableSwap;
@@ -277,7 +278,9 @@ pub fn partition_inputs<'a>(
         .iter()
         .copied()
         .filter(|e| !picked_paths.contains(e.file_path()))
-        .filter(|e| mostly_deleted(e) || (deleted_of(e) > 0 && e.file_size_in_bytes() < small_below))
+        .filter(|e| {
+            mostly_deleted(e) || (deleted_of(e) > 0 && e.file_size_in_bytes() < small_below)
+        })
         .collect();
     picked.extend(more);
     picked
@@ -597,9 +600,8 @@ fn live_rows(
             let batch = batch?;
             let start = at;
             at += batch.num_rows() as u64;
-            let keep: arrow_array::BooleanArray = (start..at)
-                .map(|p| Some(!deleted.contains(p)))
-                .collect();
+            let keep: arrow_array::BooleanArray =
+                (start..at).map(|p| Some(!deleted.contains(p))).collect();
             arrow_select::filter::filter_record_batch(&batch, &keep).map_err(|e| {
                 iceberg::Error::new(ErrorKind::Unexpected, "drop deleted rows").with_source(e)
             })
@@ -1405,7 +1407,15 @@ mod tests {
             file(8, "c-01a4-00000.parquet", 1_000),
             file(8, "c-01a5-00000.parquet", 1_000),
         ];
-        assert!(plan_compaction(&hours(&closed), target, 2 * HOUR_MS, now, &none, &no_deletes).is_empty());
+        assert!(plan_compaction(
+            &hours(&closed),
+            target,
+            2 * HOUR_MS,
+            now,
+            &none,
+            &no_deletes
+        )
+        .is_empty());
         assert_eq!(
             plan_compaction(&hours(&closed), target, 0, now, &none, &no_deletes).len(),
             2
@@ -1454,7 +1464,17 @@ mod tests {
         // One small file alone: nothing to merge it with, unless it is mostly deleted.
         let alone = [file(10, "c-01a4-00000.parquet", 1_000)];
         let one = alone[0].file_path();
-        let plan_alone = |n: u64| plan_compaction(&hours(&alone), target, 0, now, &none, &HashMap::from([(one, n)])).len();
+        let plan_alone = |n: u64| {
+            plan_compaction(
+                &hours(&alone),
+                target,
+                0,
+                now,
+                &none,
+                &HashMap::from([(one, n)]),
+            )
+            .len()
+        };
         assert_eq!(plan_alone(1), 0);
         assert_eq!(plan_alone(10), 1);
     }

@@ -117,7 +117,9 @@ pub fn floe_file_time_ms(path: &str, channel: &str) -> Option<i64> {
     let delete_file = name.strip_prefix("floe-").and_then(|rest| {
         let u = uuid_at(rest)?;
         let tail = &rest[36..];
-        let n = tail.strip_prefix("-deletes-").and_then(|t| t.strip_suffix(".parquet"));
+        let n = tail
+            .strip_prefix("-deletes-")
+            .and_then(|t| t.strip_suffix(".parquet"));
         (n.is_some_and(counter) || tail == "-dv.puffin").then_some(u)
     });
     let uuid = if let Some(u) = delete_file {
@@ -126,7 +128,9 @@ pub fn floe_file_time_ms(path: &str, channel: &str) -> Option<i64> {
         // <channel>-<uuid>-<n>.parquet | <channel>-<batch uuid>.keys
         let u = uuid_at(rest)?;
         let tail = &rest[36..];
-        let n = tail.strip_prefix('-').and_then(|t| t.strip_suffix(".parquet"));
+        let n = tail
+            .strip_prefix('-')
+            .and_then(|t| t.strip_suffix(".parquet"));
         (n.is_some_and(counter) || tail == ".keys").then_some(u)?
     } else if let Some(rest) = name.strip_prefix("snap-") {
         // snap-<snapshot id>-<attempt>-<uuid>.avro
@@ -273,7 +277,10 @@ mod tests {
                 format!("/wh/t/data/floe-{id}-dv.puffin"),
                 format!("/wh/t/metadata/{id}-rd3.avro"),
             ] {
-                assert!(near(floe_file_time_ms(&name, channel)), "{name} of {channel}");
+                assert!(
+                    near(floe_file_time_ms(&name, channel)),
+                    "{name} of {channel}"
+                );
             }
         }
         let v4 = Uuid::new_v4();

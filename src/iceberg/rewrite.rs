@@ -37,9 +37,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use iceberg::spec::{
-    DataContentType, DataFile, DataFileBuilder, DataFileFormat, FormatVersion,
-    ManifestContentType, ManifestEntryRef, ManifestFile, ManifestListWriter, ManifestWriterBuilder,
-    Operation, Snapshot, SnapshotReference, SnapshotRetention, Summary, MAIN_BRANCH,
+    DataContentType, DataFile, DataFileBuilder, DataFileFormat, FormatVersion, ManifestContentType,
+    ManifestEntryRef, ManifestFile, ManifestListWriter, ManifestWriterBuilder, Operation, Snapshot,
+    SnapshotReference, SnapshotRetention, Summary, MAIN_BRANCH,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, TableRequirement, TableUpdate};
@@ -245,9 +245,16 @@ impl Rewrite {
 
 /// Whether the delete files applied to each data file (`applied`, see
 /// [`Rewrite::deletes_applied`]) are still its live delete files in `current`.
-pub fn deletes_unchanged(current: &CurrentFiles, applied: &HashMap<String, Vec<DeleteFileId>>) -> bool {
+pub fn deletes_unchanged(
+    current: &CurrentFiles,
+    applied: &HashMap<String, Vec<DeleteFileId>>,
+) -> bool {
     applied.iter().all(|(path, applied)| {
-        let mut now: Vec<DeleteFileId> = current.deletes_of(path).into_iter().map(delete_file_id).collect();
+        let mut now: Vec<DeleteFileId> = current
+            .deletes_of(path)
+            .into_iter()
+            .map(delete_file_id)
+            .collect();
         let mut applied = applied.clone();
         now.sort();
         applied.sort();
@@ -391,14 +398,15 @@ struct ManifestPlan<'a> {
 impl<'a> ManifestPlan<'a> {
     /// A manifest touched by a removal (of a data file, or of a removed data file's delete
     /// file), or small when merging, is re-written (its live entries `EXISTING` or `DELETED`);
-    /// added files go in new manifests of `default_spec`.
+    /// one without live entries is dropped; added files go in new manifests of `default_spec`.
     fn of(current: &'a CurrentFiles, rewrite: &'a Rewrite, default_spec: i32) -> Self {
         let removed_deletes: Vec<&ManifestEntryRef> = rewrite
             .remove
             .iter()
             .flat_map(|p| current.deletes_of(p))
             .collect();
-        let gone: HashSet<DeleteFileId> = removed_deletes.iter().map(|e| delete_file_id(e)).collect();
+        let gone: HashSet<DeleteFileId> =
+            removed_deletes.iter().map(|e| delete_file_id(e)).collect();
         let mut plan = ManifestPlan {
             carried: Vec::new(),
             items: BTreeMap::new(),
@@ -427,6 +435,13 @@ impl<'a> ManifestPlan<'a> {
         rewrite: &Rewrite,
         removed: impl Fn(&ManifestEntryRef) -> bool,
     ) {
+        if !m.entries.iter().any(|e| e.is_alive()) {
+            // Only `DELETED` entries (a row delta re-writes a delete manifest whose delete files
+            // it replaced, then carries it): nothing of the table, dropped (readers open every
+            // manifest listed: 150 of them made a compacted table scan 4x slower in DuckDB).
+            self.replaced += 1;
+            return;
+        }
         let touched = m.entries.iter().any(|e| e.is_alive() && removed(e));
         let small = rewrite.merge_manifests && m.file.manifest_length < MANIFEST_TARGET_BYTES;
         if !touched && !small {
@@ -624,7 +639,11 @@ pub fn check_operation(summary: &Summary, parent_total_records: u64) -> iceberg:
         }
         Operation::Replace if added != deleted - dead => refuse(format!(
             "a replace must not change the table's rows, this one {} {} records",
-            if added > deleted - dead { "adds" } else { "removes" },
+            if added > deleted - dead {
+                "adds"
+            } else {
+                "removes"
+            },
             added.abs_diff(deleted - dead)
         )),
         Operation::Delete if added > 0 || number("added-data-files") > 0 => {
@@ -799,7 +818,10 @@ fn summary(
     let num_removed_deletes = removed_deletes.len() as u64;
     let removed_counts = [
         ("removed-delete-files", num_removed_deletes),
-        ("removed-position-delete-files", num_removed_deletes - removed_dvs),
+        (
+            "removed-position-delete-files",
+            num_removed_deletes - removed_dvs,
+        ),
         ("removed-dvs", removed_dvs),
         ("removed-position-deletes", removed_positions),
     ];
@@ -821,7 +843,10 @@ fn summary(
         ),
         ("total-files-size", total_size + added_size - removed_size),
         ("total-delete-files", total_deletes - num_removed_deletes),
-        ("total-position-deletes", total_positions - removed_positions),
+        (
+            "total-position-deletes",
+            total_positions - removed_positions,
+        ),
         ("total-equality-deletes", total_equality),
     ]
     .into_iter()

@@ -101,7 +101,11 @@ fn assert_summaries_add_up(table: &Table) {
         for (total, added, removed) in [
             ("total-data-files", "added-data-files", "deleted-data-files"),
             ("total-records", "added-records", "deleted-records"),
-            ("total-delete-files", "added-delete-files", "removed-delete-files"),
+            (
+                "total-delete-files",
+                "added-delete-files",
+                "removed-delete-files",
+            ),
             (
                 "total-position-deletes",
                 "added-position-deletes",
@@ -131,7 +135,11 @@ async fn assert_table(rig: &Rig, expected: &BTreeMap<i64, String>) -> serde_json
     let live: HashSet<&str> = current.live().map(|e| e.file_path()).collect();
     for d in current.live_deletes() {
         let target = d.data_file().referenced_data_file().unwrap();
-        assert!(live.contains(target.as_str()), "{} names {target}", d.file_path());
+        assert!(
+            live.contains(target.as_str()),
+            "{} names {target}",
+            d.file_path()
+        );
     }
     assert_summaries_add_up(&table);
     read
@@ -169,7 +177,9 @@ async fn upserts_compacted(version: FormatVersion) {
     );
     if version == FormatVersion::V3 {
         // Row lineage: the replace assigns the new file's rows ids from next-row-id.
-        let first = snapshot.first_row_id().expect("a v3 snapshot has a first row id");
+        let first = snapshot
+            .first_row_id()
+            .expect("a v3 snapshot has a first row id");
         assert!(table.metadata().next_row_id() >= first + expected.len() as u64);
     }
     assert_table(&rig, &expected).await;
@@ -180,7 +190,10 @@ async fn upserts_compacted(version: FormatVersion) {
     assert_table(&rig, &expected).await;
     compact(&rig, &target).await;
     let read = assert_table(&rig, &expected).await;
-    assert!(read["pyiceberg"]["delete_files"].as_array().unwrap().is_empty());
+    assert!(read["pyiceberg"]["delete_files"]
+        .as_array()
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,7 +227,13 @@ async fn a_compaction_whose_inputs_gained_deletes_is_never_committed() {
     let table = rig.table().await;
     assert_ne!(table.metadata().current_snapshot_id(), planned_on);
     assert_eq!(
-        table.metadata().current_snapshot().unwrap().summary().operation.as_str(),
+        table
+            .metadata()
+            .current_snapshot()
+            .unwrap()
+            .summary()
+            .operation
+            .as_str(),
         "overwrite"
     );
     assert_table(&rig, &expected).await;
@@ -258,16 +277,33 @@ async fn the_orphan_sweep_removes_stale_key_files_and_delete_files() {
         "{location}/data/floe-keys/cdc-{}.keys",
         Uuid::now_v7()
     ));
-    let pending_keys = write(format!("{location}/data/floe-keys/cdc-{}.keys", Uuid::new_v7(
-        uuid::Timestamp::from_unix(uuid::NoContext, ((now - 3 * 86_400_000) / 1000) as u64, 0),
-    )));
+    let pending_keys = write(format!(
+        "{location}/data/floe-keys/cdc-{}.keys",
+        Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            ((now - 3 * 86_400_000) / 1000) as u64,
+            0
+        ),)
+    ));
     let referenced = reachable_files(&table).await.unwrap();
-    assert!(referenced.iter().any(|p| p.contains("-deletes-")), "{referenced:?}");
-    let fence = floe::iceberg::fence::DeletionFence::new("cdc", rig.ident.clone(), rig.catalog.clone(), 1);
+    assert!(
+        referenced.iter().any(|p| p.contains("-deletes-")),
+        "{referenced:?}"
+    );
+    let fence =
+        floe::iceberg::fence::DeletionFence::new("cdc", rig.ident.clone(), rig.catalog.clone(), 1);
     let pending: HashSet<String> = [pending_keys.clone()].into();
-    let report = sweep(&table, "cdc", &FileLister::Local, &pending, 86_400_000, now, &fence)
-        .await
-        .unwrap();
+    let report = sweep(
+        &table,
+        "cdc",
+        &FileLister::Local,
+        &pending,
+        86_400_000,
+        now,
+        &fence,
+    )
+    .await
+    .unwrap();
     assert_eq!(report.deleted, swept.len(), "{report:?}");
     for gone in &swept {
         assert!(!std::path::Path::new(gone).exists(), "{gone} swept");
@@ -279,4 +315,75 @@ async fn the_orphan_sweep_removes_stale_key_files_and_delete_files() {
         assert!(table.file_io().exists(path).await.unwrap(), "{path} stays");
     }
     assert_table(&rig, &expected).await;
+}
+
+/// Not a timed test (ignored; loadtest/upsert_compaction.sh runs it and reports): DuckDB's scan
+/// time of an upsert table after `FLOE_SCAN_ROUNDS` rounds of updates (3% of 100,000 keys
+/// updated and 0.5% deleted a round, no maintenance) against the same table compacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: loadtest/upsert_compaction.sh"]
+async fn measure_scan_time_of_an_updated_table_against_it_compacted() {
+    const KEYS: i64 = 100_000;
+    let rounds: i64 = std::env::var("FLOE_SCAN_ROUNDS").map_or(40, |v| v.parse().unwrap());
+    let rig = rig(FormatVersion::V2).await;
+    let target = rig.target(true).with_maintenance(compacting());
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next_key = || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        ((state >> 33) % KEYS as u64) as i64
+    };
+    let all: Vec<(i64, String)> = (0..KEYS)
+        .map(|k| (k, format!("value {k} round 0")))
+        .collect();
+    let all: Vec<(i64, &str)> = all.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let b = rig.batch(&[&all], &[]).await;
+    rig.commit(&target, &[&b]).await.unwrap();
+    for r in 1..=rounds {
+        let updated: std::collections::BTreeSet<i64> =
+            (0..KEYS * 3 / 100).map(|_| next_key()).collect();
+        let deleted: Vec<i64> = (0..KEYS / 200)
+            .map(|_| next_key())
+            .filter(|k| !updated.contains(k))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let rows: Vec<(i64, String)> = updated
+            .iter()
+            .map(|k| (*k, format!("value {k} round {r}")))
+            .collect();
+        let rows: Vec<(i64, &str)> = rows.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let b = rig.batch(&[&rows], &deleted).await;
+        rig.commit(&target, &[&b]).await.unwrap();
+    }
+    let updated = rig.table().await;
+    let files = CurrentFiles::load(&updated).await.unwrap();
+    let (data_files, delete_files) = (files.live().count(), files.live_deletes().count());
+    let started = std::time::Instant::now();
+    let compacted = compact(&rig, &target).await;
+    let compaction_s = started.elapsed().as_secs_f64();
+    let started = std::time::Instant::now();
+    let b = rig.batch(&[&[(1, "after")]], &[2]).await;
+    rig.commit(&target, &[&b]).await.unwrap();
+    let rebuild_commit_s = started.elapsed().as_secs_f64();
+    let scans = crate::common::run_py_reader(
+        "scan_time.py",
+        &[
+            updated.metadata_location().unwrap().as_ref(),
+            compacted.metadata_location().unwrap().as_ref(),
+        ],
+    );
+    let seconds = |i: usize| scans["scans"][i]["seconds"].as_f64().unwrap();
+    assert_eq!(
+        scans["scans"][0]["checksum"], scans["scans"][1]["checksum"],
+        "{scans}"
+    );
+    println!(
+        "upsert scan: {rounds} rounds, {data_files} data files and {delete_files} delete files: DuckDB {} scan {:.4} s; compacted (took {compaction_s:.2} s, debug build): {:.4} s; ratio {:.2}; first upsert commit after it (key index rebuilt): {rebuild_commit_s:.2} s",
+        scans["version"],
+        seconds(0),
+        seconds(1),
+        seconds(0) / seconds(1)
+    );
 }
