@@ -35,10 +35,11 @@
 //! not yet committed): they carry floe's names and are the orphan sweep's. Files that a rewrite
 //! removed stay on storage while retained snapshots reach them; snapshot expiry deletes them.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
+use arrow_array::RecordBatch;
 use futures::StreamExt;
 use iceberg::scan::FileScanTask;
 use iceberg::spec::{DataFile, DataFileFormat, ManifestEntryRef};
@@ -47,8 +48,12 @@ use iceberg::ErrorKind;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use super::deletes::read::read_deletes;
 use super::fence::DeletionFence;
-use super::rewrite::{commit_rewrite, CurrentFiles, Rewrite, Rewritten};
+use super::rewrite::{
+    commit_rewrite, delete_file_id, deletes_unchanged, CurrentFiles, DeleteFileId, Rewrite,
+    Rewritten,
+};
 use super::writer::{rewrite_data_files, WriterSettings};
 use crate::catalog::swap::TableSwap;
 use crate::config::MaintenanceConfig;
@@ -59,6 +64,10 @@ const HOUR_MS: i64 = 3_600_000;
 
 /// A data file is small, and worth compacting, below this share of the target size.
 const SMALL_SHARE: (u64, u64) = (3, 4);
+
+/// A data file is worth rewriting, whatever its size, once its delete files delete at least
+/// this share of its rows (Iceberg Java's `delete-ratio-threshold` default, 0.3).
+const DELETED_SHARE: (u64, u64) = (3, 10);
 
 /// One compaction task reads at most this many target sizes of input (at least one hour).
 const JOB_TARGETS: u64 = 4;
@@ -188,46 +197,92 @@ fn write_of(path: &str) -> &str {
         .map_or(name, |(write, _)| write)
 }
 
-/// The files one compaction task rewrites at `now_ms`, oldest partitions first: of each
-/// partition that closed at least `delay_ms` ago ([`Group::closes_ms`]), its small files (under
-/// 3/4 of `target` bytes) when there are two or more from at least two writes, up to
+/// The files one compaction task rewrites at `now_ms`, oldest partitions first, up to
 /// `JOB_TARGETS` × `target` bytes (at least one partition); partitions in `skip` are left alone.
-///
-/// Files of a single write are never compacted again: the writer rolls on its estimate of the
-/// encoded size, so a compaction's outputs can all be well under the target, and rewriting them
-/// would only write them again (found by a fresh-user test: an hour recompacted every interval,
-/// forever). Late data (another write) makes the hour eligible again.
+/// `deleted` holds, per data file with delete files, the rows they delete. Per partition, see
+/// [`partition_inputs`].
 pub fn plan_compaction<'a>(
     groups: &BTreeMap<Group, Vec<&'a ManifestEntryRef>>,
     target: u64,
     delay_ms: i64,
     now_ms: i64,
     skip: &HashSet<Group>,
+    deleted: &HashMap<&str, u64>,
 ) -> Vec<&'a ManifestEntryRef> {
-    let small_below = target / SMALL_SHARE.1 * SMALL_SHARE.0;
     let budget = target.saturating_mul(JOB_TARGETS);
     let mut picked: Vec<&ManifestEntryRef> = Vec::new();
     let mut bytes = 0u64;
     for (group, files) in groups {
-        if skip.contains(group) || !ended(group, delay_ms, now_ms) {
+        if skip.contains(group) {
             continue;
         }
-        let small: Vec<&ManifestEntryRef> = files
-            .iter()
-            .copied()
-            .filter(|e| e.file_size_in_bytes() < small_below)
-            .collect();
-        let writes: HashSet<&str> = small.iter().map(|e| write_of(e.file_path())).collect();
-        if small.len() < 2 || writes.len() < 2 {
+        let inputs = partition_inputs(group, files, target, delay_ms, now_ms, deleted);
+        if inputs.is_empty() {
             continue;
         }
-        let size: u64 = small.iter().map(|e| e.file_size_in_bytes()).sum();
+        let size: u64 = inputs.iter().map(|e| e.file_size_in_bytes()).sum();
         if !picked.is_empty() && bytes + size > budget {
             break;
         }
         bytes += size;
-        picked.extend(small);
+        picked.extend(inputs);
     }
+    picked
+}
+
+/// The files of partition `group` (`files`) a compaction rewrites at `now_ms` (none: the
+/// partition is left as it is):
+/// - its small files (under 3/4 of `target` bytes) when there are two or more from at least two
+///   writes, once the partition closed at least `delay_ms` ago ([`Group::closes_ms`]), or at
+///   once when the partition has delete files (an upsert table's partition may never close:
+///   its files are compacted while it is written);
+/// - whatever its size, every file whose delete files delete at least 30% of its rows
+///   (`deleted`: rows deleted per data file path), with the partition's small files that have
+///   delete files, which are read with their deletes applied and whose delete files leave the
+///   table with them.
+///
+/// Files of a single write are never compacted again for being small: the writer rolls on its
+/// estimate of the encoded size, so a compaction's outputs can all be well under the target,
+/// and rewriting them would only write them again (found by a fresh-user test: an hour
+/// recompacted every interval, forever). Late data (another write), or deletes, make the
+/// partition eligible again.
+pub fn partition_inputs<'a>(
+    group: &Group,
+    files: &[&'a ManifestEntryRef],
+    target: u64,
+    delay_ms: i64,
+    now_ms: i64,
+    deleted: &HashMap<&str, u64>,
+) -> Vec<&'a ManifestEntryRef> {
+    let small_below = target / SMALL_SHARE.1 * SMALL_SHARE.0;
+    let deleted_of = |e: &ManifestEntryRef| deleted.get(e.file_path()).copied().unwrap_or(0);
+    let has_deletes = files.iter().any(|e| deleted_of(e) > 0);
+    let small: Vec<&ManifestEntryRef> = files
+        .iter()
+        .copied()
+        .filter(|e| e.file_size_in_bytes() < small_below)
+        .collect();
+    let writes: HashSet<&str> = small.iter().map(|e| write_of(e.file_path())).collect();
+    let mut picked: Vec<&ManifestEntryRef> = Vec::new();
+    if (has_deletes || ended(group, delay_ms, now_ms)) && small.len() >= 2 && writes.len() >= 2 {
+        picked = small.clone();
+    }
+    let mostly_deleted = |e: &&ManifestEntryRef| {
+        deleted_of(e) * DELETED_SHARE.1 >= e.record_count() * DELETED_SHARE.0 && deleted_of(e) > 0
+    };
+    if picked.is_empty() && !files.iter().any(mostly_deleted) {
+        return picked;
+    }
+    let picked_paths: HashSet<&str> = picked.iter().map(|e| e.file_path()).collect();
+    let more: Vec<&ManifestEntryRef> = files
+        .iter()
+        .copied()
+        .filter(|e| !picked_paths.contains(e.file_path()))
+        .filter(|e| {
+            mostly_deleted(e) || (deleted_of(e) > 0 && e.file_size_in_bytes() < small_below)
+        })
+        .collect();
+    picked.extend(more);
     picked
 }
 
@@ -242,8 +297,10 @@ pub struct TableHealth {
     pub data_files: usize,
     /// Their bytes.
     pub data_bytes: u64,
-    /// Closed partitions (ended at least `compaction_delay` ago, or quiet that long for a spec
-    /// without a time transform) with small files of two writes or more: work for compaction.
+    /// Partitions compaction would rewrite files of ([`partition_inputs`]): closed ones (ended
+    /// at least `compaction_delay` ago, or quiet that long for a spec without a time transform)
+    /// with small files of two writes or more, and those with files mostly deleted or small
+    /// files with delete files.
     pub partitions_to_compact: usize,
     /// Metadata files in the metadata log.
     pub metadata_log: usize,
@@ -262,17 +319,12 @@ pub async fn table_health(
     now_ms: i64,
 ) -> iceberg::Result<TableHealth> {
     let current = CurrentFiles::load(table).await?;
-    // plan_compaction stops at one task's budget; count every closed partition it would take.
-    let small_below = target / SMALL_SHARE.1 * SMALL_SHARE.0;
+    // plan_compaction stops at one task's budget; count every partition it would take.
+    let deleted = current.deleted_rows();
     let partitions_to_compact = files_by_partition(&current)
         .iter()
         .filter(|(g, files)| {
-            let small: Vec<_> = files
-                .iter()
-                .filter(|e| e.file_size_in_bytes() < small_below)
-                .collect();
-            let writes: HashSet<&str> = small.iter().map(|e| write_of(e.file_path())).collect();
-            ended(g, delay_ms, now_ms) && small.len() >= 2 && writes.len() >= 2
+            !partition_inputs(g, files, target, delay_ms, now_ms, &deleted).is_empty()
         })
         .count();
     let md = table.metadata();
@@ -319,12 +371,39 @@ pub fn expirable(table: &Table, m: &MaintenanceConfig, now_ms: i64) -> Vec<i64> 
         .collect()
 }
 
+/// A data file to compact and its delete files, whose deletes the compaction applies.
+#[derive(Debug, Clone)]
+pub struct CompactionInput {
+    /// The data file's entry.
+    pub file: ManifestEntryRef,
+    /// Its live delete files (naming it in `referenced_data_file`; at most one from floe).
+    pub deletes: Vec<ManifestEntryRef>,
+}
+
+impl CompactionInput {
+    /// The live data file `file` of `current` with its delete files.
+    pub fn of(current: &CurrentFiles, file: &ManifestEntryRef) -> Self {
+        CompactionInput {
+            file: file.clone(),
+            deletes: current
+                .deletes_of(file.file_path())
+                .into_iter()
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
 /// A finished compaction task: data files written, not yet committed.
 #[derive(Debug)]
 pub struct Compacted {
     /// Paths of the input files (live when planned).
     pub inputs: HashSet<String>,
-    /// Rows of the inputs.
+    /// The delete files applied to each input (empty: none), what the commit checks are still
+    /// the inputs' ([`Rewrite::deletes_applied`]).
+    pub deletes_applied: HashMap<String, Vec<DeleteFileId>>,
+    /// Live rows of the inputs (their records less the rows their delete files delete): the
+    /// rows written.
     pub rows: u64,
     /// The data files written.
     pub outputs: Vec<DataFile>,
@@ -389,34 +468,39 @@ fn same_shape(a: &arrow_schema::Fields, b: &arrow_schema::Fields) -> bool {
         })
 }
 
-/// Reads the rows of `inputs` (data files of `table`'s current schema) and writes them again as
-/// files of about `settings.target_file_size`, one hour partition at a time.
+/// Reads the rows of `inputs` (data files of `table`'s current schema) with their deletes
+/// applied (a row whose position a delete file names is not read) and writes the live rows
+/// again as files of about `settings.target_file_size`, one partition at a time. Inputs are read
+/// oldest data first (by data sequence number), so a key that two inputs hold (an append table
+/// made an upsert one) keeps its newer row last. An input whose rows are all deleted is not
+/// read: it leaves the table with its delete files, nothing replaces it.
 ///
 /// Errors: any read or write error, or a row count that differs (outputs deleted then).
 pub async fn compact(
     table: Table,
     settings: WriterSettings,
-    inputs: Vec<ManifestEntryRef>,
+    inputs: Vec<CompactionInput>,
 ) -> iceberg::Result<Compacted> {
     let md = table.metadata();
     let schema = md.current_schema().clone();
-    let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
     let file_id = Uuid::now_v7();
     let current_arrow = iceberg::arrow::schema_to_arrow_schema(&schema)?;
     let mut older_schema = Vec::new();
     let mut kept = Vec::with_capacity(inputs.len());
-    for e in inputs {
-        if written_with(&table, &e, &current_arrow).await? {
-            kept.push(e);
+    for input in inputs {
+        if written_with(&table, &input.file, &current_arrow).await? {
+            kept.push(input);
         } else {
-            older_schema.push(e.file_path().to_string());
+            older_schema.push(input.file.file_path().to_string());
         }
     }
-    let inputs = kept;
-    if inputs.len() < 2 {
+    let mut inputs = kept;
+    inputs.sort_by_key(|i| i.file.sequence_number());
+    if inputs.len() < 2 && inputs.iter().all(|i| i.deletes.is_empty()) {
         tracing::info!(table = %table.identifier(), older_schema_files = older_schema.len(), "compaction skipped: the planned files were written with an earlier schema of the table (they stay as they are)");
         return Ok(Compacted {
             inputs: HashSet::new(),
+            deletes_applied: HashMap::new(),
             rows: 0,
             outputs: Vec::new(),
             file_id,
@@ -424,37 +508,26 @@ pub async fn compact(
             older_schema,
         });
     }
-    let rows: u64 = inputs.iter().map(|e| e.record_count()).sum();
-    let mut tasks = Vec::with_capacity(inputs.len());
-    for e in &inputs {
-        let f = e.data_file();
-        tasks.push(
-            FileScanTask::builder()
-                .with_file_size_in_bytes(f.file_size_in_bytes())
-                .with_start(0)
-                .with_length(f.file_size_in_bytes())
-                .with_record_count(Some(f.record_count()))
-                .with_data_file_path(f.file_path().to_string())
-                .with_data_file_format(DataFileFormat::Parquet)
-                .with_schema(schema.clone())
-                .with_project_field_ids(field_ids.clone())
-                // No partition or spec: given them, iceberg-rust 0.10's reader replaces
-                // identity-partitioned columns by run-end-encoded constants, which its partition
-                // splitter refuses (every compaction of an `identity` spec failed). floe's data
-                // files hold every column, identity sources included.
-                .with_case_sensitive(true)
-                .build(),
+    let mut streams = Vec::with_capacity(inputs.len());
+    let mut rows = 0u64;
+    let mut deletes_applied = HashMap::new();
+    for input in &inputs {
+        let f = input.file.data_file();
+        let mut deleted = roaring::RoaringTreemap::new();
+        for d in &input.deletes {
+            deleted |= read_deletes(table.file_io(), d.data_file(), f.file_path()).await?;
+        }
+        deleted.remove_range(f.record_count()..);
+        rows += f.record_count() - deleted.len();
+        deletes_applied.insert(
+            f.file_path().to_string(),
+            input.deletes.iter().map(delete_file_id).collect(),
         );
+        if deleted.len() < f.record_count() {
+            streams.push(live_rows(&table, &schema, f, deleted)?);
+        }
     }
-    let reader = iceberg::arrow::ArrowReaderBuilder::new(
-        table.file_io().clone(),
-        iceberg::Runtime::try_current()?,
-    )
-    .with_data_file_concurrency_limit(1)
-    .build();
-    let stream = reader
-        .read(futures::stream::iter(tasks.into_iter().map(Ok)).boxed())?
-        .stream();
+    let stream = futures::stream::iter(streams).flatten().boxed();
     let outputs = rewrite_data_files(&table, &settings, file_id, stream).await?;
     let written: u64 = outputs.iter().map(|f| f.record_count()).sum();
     if written != rows {
@@ -463,19 +536,77 @@ pub async fn compact(
         }
         return Err(iceberg::Error::new(
             ErrorKind::DataInvalid,
-            format!("compaction read {rows} rows but wrote {written}: nothing committed"),
+            format!("compaction read {rows} live rows but wrote {written}: nothing committed"),
         ));
     }
     tracing::info!(table = %table.identifier(), %file_id, inputs = inputs.len(), outputs = outputs.len(), rows, "compaction written");
     crate::failpoint::step_point("compaction-written").await;
     Ok(Compacted {
-        inputs: inputs.iter().map(|e| e.file_path().to_string()).collect(),
+        inputs: inputs
+            .iter()
+            .map(|i| i.file.file_path().to_string())
+            .collect(),
+        deletes_applied,
         rows,
         outputs,
         file_id,
         attempts: 0,
         older_schema,
     })
+}
+
+/// The rows of data file `f` (of `table`, read as `schema`) but those at the positions of
+/// `deleted`, in order.
+///
+/// Errors: the reader's (building the scan).
+fn live_rows(
+    table: &Table,
+    schema: &iceberg::spec::SchemaRef,
+    f: &DataFile,
+    deleted: roaring::RoaringTreemap,
+) -> iceberg::Result<futures::stream::BoxStream<'static, iceberg::Result<RecordBatch>>> {
+    let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
+    let task = FileScanTask::builder()
+        .with_file_size_in_bytes(f.file_size_in_bytes())
+        .with_start(0)
+        .with_length(f.file_size_in_bytes())
+        .with_record_count(Some(f.record_count()))
+        .with_data_file_path(f.file_path().to_string())
+        .with_data_file_format(DataFileFormat::Parquet)
+        .with_schema(schema.clone())
+        .with_project_field_ids(field_ids)
+        // No partition or spec: given them, iceberg-rust 0.10's reader replaces
+        // identity-partitioned columns by run-end-encoded constants, which its partition
+        // splitter refuses (every compaction of an `identity` spec failed). floe's data
+        // files hold every column, identity sources included.
+        .with_case_sensitive(true)
+        .build();
+    let reader = iceberg::arrow::ArrowReaderBuilder::new(
+        table.file_io().clone(),
+        iceberg::Runtime::try_current()?,
+    )
+    .with_data_file_concurrency_limit(1)
+    .build();
+    let batches = reader
+        .read(futures::stream::iter([Ok(task)]).boxed())?
+        .stream();
+    if deleted.is_empty() {
+        return Ok(batches.boxed());
+    }
+    // Positions run on across the file's batches, which come in file order.
+    let mut at = 0u64;
+    Ok(batches
+        .map(move |batch| {
+            let batch = batch?;
+            let start = at;
+            at += batch.num_rows() as u64;
+            let keep: arrow_array::BooleanArray =
+                (start..at).map(|p| Some(!deleted.contains(p))).collect();
+            arrow_select::filter::filter_record_batch(&batch, &keep).map_err(|e| {
+                iceberg::Error::new(ErrorKind::Unexpected, "drop deleted rows").with_source(e)
+            })
+        })
+        .boxed())
 }
 
 #[derive(Default)]
@@ -685,8 +816,14 @@ impl Maintainer {
             .map_err(|e| iceberg::Error::new(ErrorKind::Unexpected, e.to_string()))?
             .iter()
             .flat_map(|b| match &b.files {
-                crate::model::BatchFiles::Iceberg { data_files, .. } => {
-                    super::writer::data_file_paths(data_files)
+                crate::model::BatchFiles::Iceberg {
+                    data_files,
+                    deleted_keys,
+                    ..
+                } => {
+                    let mut paths = super::writer::data_file_paths(data_files);
+                    paths.extend(deleted_keys.iter().cloned());
+                    paths
                 }
                 crate::model::BatchFiles::Raw { .. } => Vec::new(),
             })
@@ -815,9 +952,9 @@ impl Maintainer {
             .filter(|r| !r.is_empty())
             .collect();
         if steps.is_empty() {
-            if self.may_start_compaction(due, &st, current.has_deletes) {
+            if self.may_start_compaction(due, &st, current.unscoped_deletes) {
                 report.compaction_started =
-                    self.start_compaction(&mut st, table, &groups, now, &expired);
+                    self.start_compaction(&mut st, table, &current, &groups, now, &expired);
             }
             return Ok(report);
         }
@@ -837,17 +974,19 @@ impl Maintainer {
         // Plan the next compaction on the table as committed, in this same look: a look that
         // always commits something (record expiry of late records) must not keep compaction
         // from ever starting (found by a fresh-user test).
-        if self.may_start_compaction(due, &st, after.has_deletes) {
+        if self.may_start_compaction(due, &st, after.unscoped_deletes) {
+            let groups = files_by_partition(&after);
             report.compaction_started =
-                self.start_compaction(&mut st, &base, &files_by_partition(&after), now, &expired);
+                self.start_compaction(&mut st, &base, &after, &groups, now, &expired);
         }
         report.table = Some(base);
         Ok(report)
     }
 
     /// The record expiration of a look (`due`): every file of the partitions whose period ended
-    /// more than `record_retention` before `now`, and those partitions. Nothing on a table with
-    /// delete files.
+    /// more than `record_retention` before `now`, and those partitions (their files' delete
+    /// files leave with them, [`super::rewrite`]). Nothing on a table with delete files that may
+    /// reach several data files.
     fn plan_record_expiry(
         &self,
         due: bool,
@@ -858,7 +997,7 @@ impl Maintainer {
         let mut expiry = Rewrite::default();
         let mut expired: HashSet<Group> = HashSet::new();
         if let (true, Some(retention)) = (due, self.config.record_retention) {
-            if !current.has_deletes {
+            if !current.unscoped_deletes {
                 for g in expired_partitions(groups, retention.as_millis() as i64, now) {
                     expiry
                         .remove
@@ -890,9 +1029,12 @@ impl Maintainer {
         let mut rewrite = Rewrite::default();
         if let Some(c) = compacted.as_ref() {
             let committed = c.outputs.iter().any(|f| live.contains(f.file_path()));
+            // An input that gained deletes since it was read (an upsert commit between the
+            // read and now) would get its deleted rows back: the compaction is overtaken.
             let usable = c.inputs.iter().all(|p| live.contains(p.as_str()))
                 && !c.inputs.iter().any(|p| expiry.remove.contains(p))
-                && !current.has_deletes;
+                && !current.unscoped_deletes
+                && deletes_unchanged(current, &c.deletes_applied);
             if committed || !usable {
                 // Committed by an earlier call whose outcome was unknown, or overtaken (record
                 // expiry, another engine's rewrite): never delete a file the table references.
@@ -903,6 +1045,7 @@ impl Maintainer {
             } else {
                 rewrite.remove.extend(c.inputs.iter().cloned());
                 rewrite.add.extend(c.outputs.iter().cloned());
+                rewrite.deletes_applied = c.deletes_applied.clone();
                 rewrite.tasks.push("compaction");
             }
         }
@@ -917,9 +1060,9 @@ impl Maintainer {
     }
 
     /// Whether a look (`due`) starts a compaction task: compaction is on, no task runs or waits
-    /// for its commit, and the table has no delete files.
-    fn may_start_compaction(&self, due: bool, st: &State, has_deletes: bool) -> bool {
-        due && self.config.compaction && st.job.is_none() && st.ready.is_none() && !has_deletes
+    /// for its commit, and the table has no delete files that may reach several data files.
+    fn may_start_compaction(&self, due: bool, st: &State, unscoped_deletes: bool) -> bool {
+        due && self.config.compaction && st.job.is_none() && st.ready.is_none() && !unscoped_deletes
     }
 
     /// Commits the look's `steps` in order, each on the table the one before left (`current`:
@@ -1052,11 +1195,13 @@ impl Maintainer {
     }
 
     /// Starts a compaction task for the files [`plan_compaction`] picks of `groups` (of
-    /// `table`), leaving the partitions in `skip` alone; whether one started.
+    /// `table`, whose files `current` holds), leaving the partitions in `skip` alone; whether
+    /// one started.
     fn start_compaction(
         &self,
         st: &mut State,
         table: &Table,
+        current: &CurrentFiles,
         groups: &BTreeMap<Group, Vec<&ManifestEntryRef>>,
         now: i64,
         skip: &HashSet<Group>,
@@ -1082,12 +1227,16 @@ impl Maintainer {
             self.config.compaction_delay.as_millis() as i64,
             now,
             skip,
+            &current.deleted_rows(),
         );
         if inputs.is_empty() {
             return false;
         }
-        let inputs: Vec<ManifestEntryRef> = inputs.into_iter().cloned().collect();
-        tracing::info!(channel = %self.channel, table = %table.identifier(), files = inputs.len(), bytes = inputs.iter().map(|e| e.file_size_in_bytes()).sum::<u64>(), "compaction started");
+        let inputs: Vec<CompactionInput> = inputs
+            .into_iter()
+            .map(|e| CompactionInput::of(current, e))
+            .collect();
+        tracing::info!(channel = %self.channel, table = %table.identifier(), files = inputs.len(), with_deletes = inputs.iter().filter(|i| !i.deletes.is_empty()).count(), bytes = inputs.iter().map(|i| i.file.file_size_in_bytes()).sum::<u64>(), "compaction started");
         st.job = Some(tokio::spawn(compact(table.clone(), writer.clone(), inputs)));
         true
     }
@@ -1240,11 +1389,12 @@ mod tests {
             file(1, "c-01a2-00002.parquet", 400_000),
         ];
         let none = HashSet::new();
-        assert!(plan_compaction(&hours(&outputs), target, 0, now, &none).is_empty());
+        let no_deletes = HashMap::new();
+        assert!(plan_compaction(&hours(&outputs), target, 0, now, &none, &no_deletes).is_empty());
         let mut late = outputs.to_vec();
         late.push(file(1, "c-01a3-00000.parquet", 1_000));
         assert_eq!(
-            plan_compaction(&hours(&late), target, 0, now, &none).len(),
+            plan_compaction(&hours(&late), target, 0, now, &none, &no_deletes).len(),
             4
         );
         // Two flushes of an open hour, or one within the delay, wait.
@@ -1252,14 +1402,22 @@ mod tests {
             file(10, "c-01a4-00000.parquet", 1_000),
             file(10, "c-01a5-00000.parquet", 1_000),
         ];
-        assert!(plan_compaction(&hours(&open), target, 0, now, &none).is_empty());
+        assert!(plan_compaction(&hours(&open), target, 0, now, &none, &no_deletes).is_empty());
         let closed = [
             file(8, "c-01a4-00000.parquet", 1_000),
             file(8, "c-01a5-00000.parquet", 1_000),
         ];
-        assert!(plan_compaction(&hours(&closed), target, 2 * HOUR_MS, now, &none).is_empty());
+        assert!(plan_compaction(
+            &hours(&closed),
+            target,
+            2 * HOUR_MS,
+            now,
+            &none,
+            &no_deletes
+        )
+        .is_empty());
         assert_eq!(
-            plan_compaction(&hours(&closed), target, 0, now, &none).len(),
+            plan_compaction(&hours(&closed), target, 0, now, &none, &no_deletes).len(),
             2
         );
         assert!(plan_compaction(
@@ -1267,11 +1425,57 @@ mod tests {
             target,
             0,
             now,
-            &HashSet::from([hour_group(8)])
+            &HashSet::from([hour_group(8)]),
+            &no_deletes,
         )
         .is_empty());
         // Files of other writers' names count as writes of their own.
         assert_eq!(write_of("/a/00000-0-5f1e.parquet"), "00000-0-5f1e.parquet");
         assert_eq!(write_of("/a/part.parquet"), "part.parquet");
+    }
+
+    /// An upsert table's partition is compacted while open when it has delete files: its small
+    /// files of two writes, and whatever its size a file 30% deleted; a big file barely deleted
+    /// stays. Without delete files the open partition waits.
+    #[test]
+    fn files_with_deletes_are_compacted_in_open_partitions() {
+        let (target, now) = (1 << 20, 10 * HOUR_MS);
+        let none = HashSet::new();
+        let big = 900_000;
+        let open = [
+            file(10, "c-01a4-00000.parquet", 1_000),
+            file(10, "c-01a5-00000.parquet", 1_000),
+            file(10, "c-01a6-00000.parquet", big),
+            file(10, "c-01a7-00000.parquet", big),
+        ];
+        let path = |i: usize| open[i].file_path();
+        let plan = |deleted: &HashMap<&str, u64>| -> Vec<String> {
+            plan_compaction(&hours(&open), target, 0, now, &none, deleted)
+                .iter()
+                .map(|e| e.file_path().to_string())
+                .collect()
+        };
+        assert!(plan(&HashMap::new()).is_empty());
+        // Each file holds 10 rows: 1 deleted of a big file is 10%, 3 are 30%.
+        let barely = HashMap::from([(path(2), 1)]);
+        assert_eq!(plan(&barely), [path(0), path(1)]);
+        let mostly = HashMap::from([(path(2), 3)]);
+        assert_eq!(plan(&mostly), [path(0), path(1), path(2)]);
+        // One small file alone: nothing to merge it with, unless it is mostly deleted.
+        let alone = [file(10, "c-01a4-00000.parquet", 1_000)];
+        let one = alone[0].file_path();
+        let plan_alone = |n: u64| {
+            plan_compaction(
+                &hours(&alone),
+                target,
+                0,
+                now,
+                &none,
+                &HashMap::from([(one, n)]),
+            )
+            .len()
+        };
+        assert_eq!(plan_alone(1), 0);
+        assert_eq!(plan_alone(10), 1);
     }
 }

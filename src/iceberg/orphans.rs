@@ -4,9 +4,12 @@
 //! files whose deletion after expiry was cut short (docs/operations.md, "Table maintenance").
 //!
 //! A file is deleted only if all of these hold:
-//! - floe named it: a data file `<channel>-<UUIDv7>-<n>.parquet`, a manifest
-//!   `<UUIDv7>-m<n>.avro` / `<UUIDv7>-r<n>.avro`, a manifest list `snap-<id>-<n>-<UUIDv7>.avro`
-//!   (files of other writers, and metadata files, are never touched);
+//! - floe named it: a data file `<channel>-<UUIDv7>-<n>.parquet`, a deleted-keys file
+//!   `<channel>-<batch UUIDv7>.keys` (an upsert batch's, `data/floe-keys/`), a delete file of a
+//!   row-delta commit `floe-<commit UUIDv7>-deletes-<n>.parquet` / `floe-<commit UUIDv7>-dv.puffin`,
+//!   a manifest `<UUIDv7>-m<n>.avro` / `<UUIDv7>-r<n>.avro` / `<UUIDv7>-rd<n>.avro`, a manifest
+//!   list `snap-<id>-<n>-<UUIDv7>.avro` (files of other writers, and metadata files, are never
+//!   touched);
 //! - its UUIDv7 is older than the safety age (`orphan_age`, default 24 h, at least 1 h);
 //! - no retained snapshot reaches it (manifest lists, manifests, live data and delete files of
 //!   every snapshot), the metadata does not name it, and no pending batch names it.
@@ -102,32 +105,46 @@ impl FileLister {
 }
 
 /// The millisecond timestamp of the UUIDv7 in the file name of `path`, if floe named the file
-/// (see the module docs); `channel` is the data files' prefix.
+/// (see the module docs); `channel` is the data and key files' prefix.
 pub fn floe_file_time_ms(path: &str, channel: &str) -> Option<i64> {
     let name = path.rsplit('/').next()?;
     let uuid_at = |s: &str| -> Option<Uuid> {
         let u = Uuid::parse_str(s.get(..36)?).ok()?;
         (u.get_version_num() == 7).then_some(u)
     };
-    let uuid = if let Some(rest) = name.strip_prefix(&format!("{channel}-")) {
-        // <channel>-<uuid>-<n>.parquet
+    let counter = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    // A row-delta commit's delete files come first: a channel may be called `floe`.
+    let delete_file = name.strip_prefix("floe-").and_then(|rest| {
         let u = uuid_at(rest)?;
         let tail = &rest[36..];
-        let n = tail.strip_prefix('-')?.strip_suffix(".parquet")?;
-        n.bytes().all(|b| b.is_ascii_digit()).then_some(u)?
+        let n = tail
+            .strip_prefix("-deletes-")
+            .and_then(|t| t.strip_suffix(".parquet"));
+        (n.is_some_and(counter) || tail == "-dv.puffin").then_some(u)
+    });
+    let uuid = if let Some(u) = delete_file {
+        u
+    } else if let Some(rest) = name.strip_prefix(&format!("{channel}-")) {
+        // <channel>-<uuid>-<n>.parquet | <channel>-<batch uuid>.keys
+        let u = uuid_at(rest)?;
+        let tail = &rest[36..];
+        let n = tail
+            .strip_prefix('-')
+            .and_then(|t| t.strip_suffix(".parquet"));
+        (n.is_some_and(counter) || tail == ".keys").then_some(u)?
     } else if let Some(rest) = name.strip_prefix("snap-") {
         // snap-<snapshot id>-<attempt>-<uuid>.avro
         let stem = rest.strip_suffix(".avro")?;
         let u = uuid_at(stem.get(stem.len().checked_sub(36)?..)?)?;
         u
     } else {
-        // <uuid>-m<n>.avro | <uuid>-r<n>.avro
+        // <uuid>-m<n>.avro | <uuid>-r<n>.avro | <uuid>-rd<n>.avro
         let u = uuid_at(name)?;
         let tail = name[36..].strip_suffix(".avro")?;
-        let n = tail
-            .strip_prefix("-m")
-            .or_else(|| tail.strip_prefix("-r"))?;
-        n.bytes().all(|b| b.is_ascii_digit()).then_some(u)?
+        let n = ["-m", "-rd", "-r"]
+            .iter()
+            .find_map(|p| tail.strip_prefix(p))?;
+        counter(n).then_some(u)?
     };
     crate::time::uuid_v7_ms(&uuid)
 }
@@ -251,6 +268,21 @@ mod tests {
             &format!("/wh/t/metadata/snap-123456789-0-{id}.avro"),
             "chan"
         )));
+        // An upsert batch's deleted-keys file, a row-delta commit's delete files and manifests,
+        // also when the channel is called `floe`.
+        for channel in ["chan", "floe"] {
+            for name in [
+                format!("/wh/t/data/floe-keys/{channel}-{id}.keys"),
+                format!("/wh/t/data/floe-{id}-deletes-00002.parquet"),
+                format!("/wh/t/data/floe-{id}-dv.puffin"),
+                format!("/wh/t/metadata/{id}-rd3.avro"),
+            ] {
+                assert!(
+                    near(floe_file_time_ms(&name, channel)),
+                    "{name} of {channel}"
+                );
+            }
+        }
         let v4 = Uuid::new_v4();
         for other in [
             format!("/wh/t/data/chan-{v4}-00000.parquet"),
@@ -259,6 +291,12 @@ mod tests {
             format!("/wh/t/metadata/00007-{id}.metadata.json"),
             format!("/wh/t/metadata/{id}-m0.avro.tmp"),
             format!("/wh/t/data/chan-{id}-00000.parquet.crc"),
+            format!("/wh/t/data/floe-keys/chan-{v4}.keys"),
+            format!("/wh/t/data/floe-keys/other-{id}.keys"),
+            format!("/wh/t/data/floe-{v4}-dv.puffin"),
+            format!("/wh/t/data/floe-{id}-deletes-.parquet"),
+            format!("/wh/t/data/floe-{id}-dv.puffin.tmp"),
+            format!("/wh/t/metadata/{id}-rdx.avro"),
         ] {
             assert_eq!(floe_file_time_ms(&other, "chan"), None, "{other}");
         }

@@ -644,7 +644,10 @@ async fn glue_commits_a_compaction_replace_and_refuses_one_built_on_a_stale_snap
         let settings = settings.clone();
         async move {
             let files = CurrentFiles::load(&table).await.unwrap();
-            let inputs: Vec<_> = files.live().cloned().collect();
+            let inputs: Vec<_> = files
+                .live()
+                .map(|e| floe::iceberg::maintenance::CompactionInput::of(&files, e))
+                .collect();
             let done = floe::iceberg::maintenance::compact(table, settings, inputs)
                 .await
                 .unwrap();

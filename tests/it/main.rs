@@ -73,6 +73,7 @@ mod row_delta;
 mod schema_evolution;
 mod tombstones;
 mod upsert_commit;
+mod upsert_maintenance;
 #[cfg(feature = "testsuite")]
 mod worker_leases;
 mod worker_shard_end;

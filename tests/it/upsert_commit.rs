@@ -25,18 +25,18 @@ use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 use serde_json::Value;
 use uuid::Uuid;
 
-struct Rig {
-    dir: tempfile::TempDir,
-    catalog_path: std::path::PathBuf,
-    warehouse: std::path::PathBuf,
-    catalog: Arc<dyn Catalog>,
-    swap: Arc<SqlSwap>,
-    ident: TableIdent,
+pub(crate) struct Rig {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) catalog_path: std::path::PathBuf,
+    pub(crate) warehouse: std::path::PathBuf,
+    pub(crate) catalog: Arc<dyn Catalog>,
+    pub(crate) swap: Arc<SqlSwap>,
+    pub(crate) ident: TableIdent,
     /// The last offset handed out (batches cover consecutive offsets of partition 0).
     offset: std::sync::atomic::AtomicI64,
 }
 
-fn settings() -> WriterSettings {
+pub(crate) fn settings() -> WriterSettings {
     WriterSettings {
         channel: "cdc".into(),
         compression: ParquetCompression::Zstd(3),
@@ -46,7 +46,7 @@ fn settings() -> WriterSettings {
 }
 
 /// A table `cdc.t` (id long required, v string) of format `version` in a fresh SQLite catalog.
-async fn rig(version: FormatVersion) -> Rig {
+pub(crate) async fn rig(version: FormatVersion) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let catalog_path = dir.path().join("catalog.sqlite");
     let warehouse = dir.path().join("warehouse");
@@ -89,15 +89,15 @@ async fn rig(version: FormatVersion) -> Rig {
 }
 
 /// The rows a batch writes: one data file per slice, each `(id, v)`.
-type Files<'a> = &'a [&'a [(i64, &'a str)]];
+pub(crate) type Files<'a> = &'a [&'a [(i64, &'a str)]];
 
 impl Rig {
-    async fn table(&self) -> Table {
+    pub(crate) async fn table(&self) -> Table {
         self.catalog.load_table(&self.ident).await.unwrap()
     }
 
     /// A fresh committer of the table (an empty key index); `upsert` false: an append target.
-    fn target(&self, upsert: bool) -> IcebergTarget {
+    pub(crate) fn target(&self, upsert: bool) -> IcebergTarget {
         let target = IcebergTarget::new(
             "cdc",
             self.ident.clone(),
@@ -114,7 +114,7 @@ impl Rig {
 
     /// A pending batch as the worker hands it off: one data file per element of `files`, and
     /// the keys of `deleted` in a deleted-keys file.
-    async fn batch(&self, files: Files<'_>, deleted: &[i64]) -> PendingBatch {
+    pub(crate) async fn batch(&self, files: Files<'_>, deleted: &[i64]) -> PendingBatch {
         let table = self.table().await;
         let arrow = Arc::new(
             iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema()).unwrap(),
@@ -178,7 +178,7 @@ impl Rig {
     }
 
     /// One round of `target` committing `batches` (the checkpoint: the last one's offset).
-    async fn commit(
+    pub(crate) async fn commit(
         &self,
         target: &IcebergTarget,
         batches: &[&PendingBatch],
@@ -188,7 +188,7 @@ impl Rig {
     }
 
     /// What tests/py/read_upsert.py prints for the table.
-    fn read(&self) -> Value {
+    pub(crate) fn read(&self) -> Value {
         common::run_py_reader(
             "read_upsert.py",
             &[
@@ -201,7 +201,7 @@ impl Rig {
 
     /// No equality deletes, no delete file of several data files, at most one delete file per
     /// live data file (from the manifests), and the same as PyIceberg's scan plans them.
-    async fn assert_deletes_by_position_only(&self, read: &Value) {
+    pub(crate) async fn assert_deletes_by_position_only(&self, read: &Value) {
         let base = RowDeltaBase::load(&self.table().await).await.unwrap();
         assert!(!base.has_equality_deletes() && !base.has_unscoped_deletes());
         for path in base.data_files().keys() {
@@ -238,7 +238,7 @@ async fn commit_loaded(
 }
 
 /// The readers' rows as `{id: v}`.
-fn rows(view: &Value) -> BTreeMap<i64, String> {
+pub(crate) fn rows(view: &Value) -> BTreeMap<i64, String> {
     view["rows"]
         .as_array()
         .unwrap_or_else(|| panic!("no rows: {view}"))
@@ -248,7 +248,7 @@ fn rows(view: &Value) -> BTreeMap<i64, String> {
 }
 
 /// The formats of the delete files PyIceberg's scan applies.
-fn delete_formats(read: &Value) -> Vec<&str> {
+pub(crate) fn delete_formats(read: &Value) -> Vec<&str> {
     read["pyiceberg"]["delete_files"]
         .as_array()
         .unwrap()
@@ -257,7 +257,7 @@ fn delete_formats(read: &Value) -> Vec<&str> {
         .collect()
 }
 
-fn expect(pairs: &[(i64, &str)]) -> BTreeMap<i64, String> {
+pub(crate) fn expect(pairs: &[(i64, &str)]) -> BTreeMap<i64, String> {
     pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
 }
 

@@ -222,7 +222,7 @@ impl RowDeltaBase {
 
 /// The bytes a delete file contributes to `*-files-size`: a deletion vector counts its blob
 /// (`content_size_in_bytes`, as Iceberg Java's summaries do), any other file its size.
-pub(super) fn content_size(f: &iceberg::spec::DataFile) -> u64 {
+pub fn content_size(f: &iceberg::spec::DataFile) -> u64 {
     match (f.file_format(), f.content_size_in_bytes()) {
         (DataFileFormat::Puffin, Some(n)) => n as u64,
         _ => f.file_size_in_bytes(),

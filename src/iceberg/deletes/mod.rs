@@ -45,7 +45,7 @@ pub mod position;
 pub mod read;
 pub mod upsert;
 
-pub use base::{LiveDataFile, RowDeltaBase};
+pub use base::{content_size, LiveDataFile, RowDeltaBase};
 pub use commit::{commit_row_delta, RowDelta, RowDeltaCommitted};
 
 /// Errors of a row-delta commit, by what the caller does next.
