@@ -428,6 +428,35 @@ impl IcebergTarget {
         table: &Table,
         fence: &DeletionFence,
     ) -> Result<MaintenanceReport, CommitError> {
+        let mut report = self.maintain_step(table, fence).await?;
+        if self.upsert.is_some() && report.compaction_started {
+            // Every round of an upsert table deletes rows of older files: a compaction running
+            // beside the rounds is overtaken by the next delete of one of its inputs and given
+            // up, so a table updated everywhere would never be compacted. Its committer waits
+            // for the compaction and commits it before its next round instead (rounds wait the
+            // compaction's time).
+            if let Some(failure) = self.maintainer.wait_for_compaction().await {
+                tracing::warn!(channel = %self.channel, table = %self.ident, error = %failure, "compaction of an upsert table failed; planned again at the next look");
+                return Ok(report);
+            }
+            let base = report.table.clone().unwrap_or_else(|| table.clone());
+            let committed = self.maintain_step(&base, fence).await?;
+            report.snapshots.extend(committed.snapshots);
+            report.tasks.extend(committed.tasks);
+            report.files_removed += committed.files_removed;
+            report.files_added += committed.files_added;
+            report.snapshot_id = committed.snapshot_id.or(report.snapshot_id);
+            report.table = committed.table.or(report.table);
+        }
+        Ok(report)
+    }
+
+    /// One [`Maintainer::maintain`] look at `table`, and the cleanup after what it committed.
+    async fn maintain_step(
+        &self,
+        table: &Table,
+        fence: &DeletionFence,
+    ) -> Result<MaintenanceReport, CommitError> {
         let report = self
             .maintainer
             .maintain(table, fence)
