@@ -114,15 +114,19 @@ def watch(args):
         if now > args.deadline_seconds:
             break
         time.sleep(1)
-    # Idle: nothing new is produced.
-    time.sleep(min(10, args.idle_seconds))
+    # Idle: nothing new is produced. The rates are taken over the last 30 s of the idle
+    # period (the whole period when shorter), after the one-off loads that follow the last
+    # commits (each worker's load after its batch left the pending set, each committer's first
+    # idle hint check).
+    window = min(30.0, args.idle_seconds)
+    time.sleep(max(0.0, args.idle_seconds - window))
     m0 = scrape(args.metrics) or {}
     t0 = time.monotonic()
     before = heartbeats(args.leases)
     time.sleep(args.renew_seconds)
     after = heartbeats(args.leases)
     written = sum(1 for k, hb in after.items() if before.get(k) != hb)
-    time.sleep(max(0, args.idle_seconds - (time.monotonic() - t0)))
+    time.sleep(max(0.0, window - (time.monotonic() - t0)))
     m1 = scrape(args.metrics) or {}
     loads = (total(m1, "floe_catalog_table_loads_total") - total(m0, "floe_catalog_table_loads_total")) / (time.monotonic() - t0)
     threads, fds, rss = proc_figures(args.pid)

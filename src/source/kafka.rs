@@ -92,7 +92,7 @@ use tokio::sync::Notify;
 
 use self::api::{FloeConsumer, FloeContext};
 pub use self::clients::KafkaClients;
-use self::clients::{PollJob, Polled, ProbePool, Release, Shared};
+use self::clients::{PartitionHandle, PollJob, Polled, ProbePool, Release, Shared};
 use super::{
     InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord, StartAt,
 };
@@ -717,16 +717,24 @@ impl ShardReader for KafkaShardReader {
 }
 
 impl KafkaShardReader {
-    /// Polls the partition's queue without waiting: on this thread when nothing can block it,
-    /// else on a blocking thread (a take-over or a re-positioning in progress).
-    async fn poll_now(&mut self, max_records: usize) -> Result<Polled, SourceError> {
-        let job = PollJob {
+    /// This reader's hold on its partition, with its `queue`.
+    fn handle(&self, queue: Arc<PartitionQueue<FloeContext>>) -> PartitionHandle {
+        PartitionHandle {
             shared: self.shared.clone(),
-            queue: self.queue.clone().expect("queue present until drop"),
+            queue,
             poll_lock: self.poll_lock.clone(),
             topic: self.config.topic.clone(),
             partition: self.partition,
             generation: self.generation,
+        }
+    }
+
+    /// Polls the partition's queue without waiting: on this thread when nothing can block it,
+    /// else on a blocking thread (a take-over or a re-positioning in progress).
+    async fn poll_now(&mut self, max_records: usize) -> Result<Polled, SourceError> {
+        let queue = self.queue.clone().expect("queue present until drop");
+        let job = PollJob {
+            handle: self.handle(queue),
             resume_at: self.next_offset.map(Offset::Offset).unwrap_or(self.start),
         };
         if let Some(polled) = job.try_now(&self.shard, max_records) {
@@ -898,14 +906,7 @@ impl Drop for KafkaShardReader {
         let Some(queue) = self.queue.take() else {
             return;
         };
-        let release = Release {
-            shared: self.shared.clone(),
-            queue,
-            poll_lock: self.poll_lock.clone(),
-            topic: self.config.topic.clone(),
-            partition: self.partition,
-            generation: self.generation,
-        };
+        let release = Release(self.handle(queue));
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn_blocking(move || release.run());

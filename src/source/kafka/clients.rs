@@ -277,14 +277,27 @@ impl Shared {
     }
 }
 
-/// What a reader's poll needs.
-pub(super) struct PollJob {
+/// A reader's hold on its partition of the shared consumer: what a poll and a release need.
+pub(super) struct PartitionHandle {
     pub(super) shared: Arc<Shared>,
     pub(super) queue: Arc<PartitionQueue<FloeContext>>,
     pub(super) poll_lock: Arc<Mutex<()>>,
     pub(super) topic: String,
     pub(super) partition: i32,
+    /// The reader's generation: it owns the partition while the slot's owner is this.
     pub(super) generation: u64,
+}
+
+impl PartitionHandle {
+    /// The partition's key in [`Shared::partitions`].
+    fn key(&self) -> TopicPartition {
+        (self.topic.clone(), self.partition)
+    }
+}
+
+/// What a reader's poll needs.
+pub(super) struct PollJob {
+    pub(super) handle: PartitionHandle,
     /// Where to re-position if the partition is flagged.
     pub(super) resume_at: Offset,
 }
@@ -301,52 +314,44 @@ impl PollJob {
         shard: &ShardId,
         max_records: usize,
     ) -> Option<Result<Polled, SourceError>> {
-        let _polling = self.poll_lock.try_lock().ok()?;
+        let h = &self.handle;
+        let _polling = h.poll_lock.try_lock().ok()?;
         {
-            let partitions = lock(&self.shared.partitions);
-            let slot = partitions.get(&(self.topic.clone(), self.partition))?;
-            if slot.owner != Some(self.generation) {
+            let partitions = lock(&h.shared.partitions);
+            let slot = partitions.get(&h.key())?;
+            if slot.owner != Some(h.generation) {
                 return Some(Err(replaced(shard)));
             }
             if slot.reposition {
                 return None;
             }
         }
-        Some(Ok(api::poll_batch(
-            &self.queue,
-            max_records,
-            Duration::ZERO,
-        )))
+        Some(Ok(api::poll_batch(&h.queue, max_records, Duration::ZERO)))
     }
 
     /// Polls, re-positioning first if the partition is flagged (blocking).
     pub(super) fn run(self, shard: &ShardId, max_records: usize) -> Result<Polled, SourceError> {
-        let _polling = lock(&self.poll_lock);
+        let h = &self.handle;
+        let _polling = lock(&h.poll_lock);
         {
-            let mut partitions = lock(&self.shared.partitions);
-            let slot = partitions
-                .entry((self.topic.clone(), self.partition))
-                .or_default();
-            if slot.owner != Some(self.generation) {
+            let mut partitions = lock(&h.shared.partitions);
+            let slot = partitions.entry(h.key()).or_default();
+            if slot.owner != Some(h.generation) {
                 return Err(replaced(shard));
             }
             if slot.reposition {
-                tracing::warn!(topic = %self.topic, shard = %shard, at = ?self.resume_at, "re-positioning kafka reader");
-                let r = self.shared.reassign(
-                    slot,
-                    &self.queue,
-                    &self.topic,
-                    self.partition,
-                    self.resume_at,
-                );
+                tracing::warn!(topic = %h.topic, shard = %shard, at = ?self.resume_at, "re-positioning kafka reader");
+                let r = h
+                    .shared
+                    .reassign(slot, &h.queue, &h.topic, h.partition, self.resume_at);
                 // Assigned again (or not at all on failure) for this same reader.
                 if r.is_ok() {
-                    slot.owner = Some(self.generation);
+                    slot.owner = Some(h.generation);
                 }
                 r?;
             }
         }
-        Ok(api::poll_batch(&self.queue, max_records, Duration::ZERO))
+        Ok(api::poll_batch(&h.queue, max_records, Duration::ZERO))
     }
 }
 
@@ -360,36 +365,28 @@ fn replaced(shard: &ShardId) -> SourceError {
 }
 
 /// Gives a dropped reader's partition back.
-pub(super) struct Release {
-    pub(super) shared: Arc<Shared>,
-    pub(super) queue: Arc<PartitionQueue<FloeContext>>,
-    pub(super) poll_lock: Arc<Mutex<()>>,
-    pub(super) topic: String,
-    pub(super) partition: i32,
-    pub(super) generation: u64,
-}
+pub(super) struct Release(pub(super) PartitionHandle);
 
 impl Release {
     /// Unassigns the partition unless a newer reader took it over, and drains its queue
     /// (blocking).
     pub(super) fn run(self) {
-        let _polling = lock(&self.poll_lock);
-        let mut partitions = lock(&self.shared.partitions);
-        let Some(slot) = partitions.get_mut(&(self.topic.clone(), self.partition)) else {
+        let h = &self.0;
+        let _polling = lock(&h.poll_lock);
+        let mut partitions = lock(&h.shared.partitions);
+        let Some(slot) = partitions.get_mut(&h.key()) else {
             return;
         };
-        if slot.owner != Some(self.generation) {
+        if slot.owner != Some(h.generation) {
             return; // taken over by a newer reader: nothing of ours is assigned
         }
         slot.owner = None;
         slot.reposition = false;
-        if let Err(e) =
-            api::incremental_unassign(&self.shared.consumer, &self.topic, self.partition)
-        {
-            tracing::warn!(topic = %self.topic, partition = self.partition, error = %e, "kafka unassign failed");
+        if let Err(e) = api::incremental_unassign(&h.shared.consumer, &h.topic, h.partition) {
+            tracing::warn!(topic = %h.topic, partition = h.partition, error = %e, "kafka unassign failed");
         }
         // Frees what was prefetched for the partition now, not when it is assigned again.
-        api::drain(&self.queue);
+        api::drain(&h.queue);
     }
 }
 
