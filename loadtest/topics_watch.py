@@ -128,7 +128,13 @@ def watch(args):
     written = sum(1 for k, hb in after.items() if before.get(k) != hb)
     time.sleep(max(0.0, window - (time.monotonic() - t0)))
     m1 = scrape(args.metrics) or {}
-    loads = (total(m1, "floe_catalog_table_loads_total") - total(m0, "floe_catalog_table_loads_total")) / (time.monotonic() - t0)
+    elapsed = time.monotonic() - t0
+    loads = (total(m1, "floe_catalog_table_loads_total") - total(m0, "floe_catalog_table_loads_total")) / elapsed
+    by = {}
+    for m, sign in ((m1, 1), (m0, -1)):
+        for labels, v in m.get("floe_catalog_table_loads_total", []):
+            by[labels.get("by", "")] = by.get(labels.get("by", ""), 0) + sign * v
+    loads_by = {k: round(v / elapsed, 2) for k, v in sorted(by.items())}
     threads, fds, rss = proc_figures(args.pid)
     complete = complete_tables(m1, args.channel, args.records)
     until = f"{done_at:.1f} s" if done_at is not None else f"never (after {args.deadline_seconds} s: {complete} complete)"
@@ -142,6 +148,7 @@ def watch(args):
         "idle_fds": fds,
         "idle_rss_mib": round(rss),
         "idle_catalog_loads_per_s": round(loads, 2),
+        "idle_catalog_loads_per_s_by": loads_by,
         "idle_lease_rows_written_per_renew_interval": written,
         "lease_rows": len(after),
     }
