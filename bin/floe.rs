@@ -237,8 +237,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// Threads of the runtime's blocking pool at most (tokio's default: 512). Blocking work is
+/// Parquet encoding and librdkafka calls bounded by their request timeout; no reader holds a
+/// blocking thread while it waits for records. Bounded so that a worker's threads stay far
+/// below a systemd unit's default `TasksMax` (4,915) and a container's `--pids-limit 1024`
+/// whatever its number of tables (issue 43: a 1,000-table worker peaked at 494 threads while
+/// its tables started on a loaded machine).
+const MAX_BLOCKING_THREADS: usize = 64;
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
         .enable_all()
         .build()
         .expect("tokio runtime")

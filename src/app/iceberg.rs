@@ -26,7 +26,7 @@ use crate::worker::ChannelIo;
 
 use super::{
     activate_err, channel_err, initial_position_of, open_source, register_fan_out, AppError,
-    PreparedChannel,
+    PreparedChannel, SharedClients,
 };
 
 /// Loads the schema, opens the catalog and the source, activates the channel (records its
@@ -40,6 +40,7 @@ pub(super) async fn prepare_iceberg(
     dest: &IcebergDestinationConfig,
     store: &dyn Store,
     aws: &AwsClients,
+    shared: &SharedClients,
 ) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
     let (Some(schema_config), Some(dlq_config)) = (&config.schema, &config.dlq) else {
@@ -58,11 +59,12 @@ pub(super) async fn prepare_iceberg(
                 .map_err(|e| channel_err(name, e))?,
         ),
     };
-    let (catalog, swap) = activate::open_catalog_and_swap(index, config, aws)
+    let (catalog, swap) = shared
+        .catalog(index, config, aws)
         .await
         .map_err(|e| activate_err(name, e))?;
     // Refused before activation (see `open_source`).
-    let source = open_source(index, config, aws)?;
+    let source = open_source(index, config, aws, shared)?;
     let ident = TableIdent::new(
         NamespaceIdent::new(dest.namespace.clone()),
         dest.table.clone(),

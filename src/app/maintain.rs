@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{open_lease_store, prepare_channel, AppError};
+use super::{open_lease_store, prepare_channel, AppError, SharedClients};
 use crate::aws::AwsClients;
 use crate::commit::Committer;
 use crate::config::{ChannelConfig, Config};
@@ -117,7 +117,14 @@ async fn maintain_channel(
     let lease = take_committer_lease(config, &name, store.as_ref())
         .await
         .map_err(&unavailable)?;
-    let prepared = prepare_channel(index, channel, store.as_ref(), aws).await?;
+    let prepared = prepare_channel(
+        index,
+        channel,
+        store.as_ref(),
+        aws,
+        &SharedClients::default(),
+    )
+    .await?;
     let DestinationIo::Iceberg(io) = prepared.io.destination else {
         return Err(AppError::ChannelRefused {
             channel: name,

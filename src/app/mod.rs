@@ -16,6 +16,7 @@
 //! `table = "{topic}"` (`topics`) or `table = "{route}"` (`routes`) runs as member channels,
 //! each started the same way.
 
+mod clients;
 mod iceberg;
 pub mod maintain;
 mod raw;
@@ -42,6 +43,8 @@ use crate::retry::Backoff;
 use crate::source::kinesis::{efo, KinesisSource};
 use crate::source::{InitialPosition, Source};
 use crate::worker::ChannelIo;
+
+pub use self::clients::SharedClients;
 
 /// Errors that stop `floe run` (or `floe setup`) at start, shaped by what the operator does
 /// next: fix something (`*Refused`, exit 78), or wait for a dependency (`*Unavailable`, exit 1;
@@ -262,27 +265,34 @@ pub async fn prepare_channel(
     config: &ChannelConfig,
     store: &dyn Store,
     aws: &AwsClients,
+    shared: &SharedClients,
 ) -> Result<PreparedChannel, AppError> {
     match &config.destination {
         DestinationConfig::Iceberg(dest) => {
-            iceberg::prepare_iceberg(index, config, dest, store, aws).await
+            iceberg::prepare_iceberg(index, config, dest, store, aws, shared).await
         }
-        DestinationConfig::S3(dest) => raw::prepare_raw(index, config, dest, store, aws).await,
+        DestinationConfig::S3(dest) => {
+            raw::prepare_raw(index, config, dest, store, aws, shared).await
+        }
     }
 }
 
-/// The channel's source. Built before the channel's state is touched: a source this worker
-/// refuses (a client property librdkafka rejects) must stop it before it records an activation.
+/// The channel's source (a member of `table = "{topic}"` reads through the clients its
+/// channel's members share, [`SharedClients`]). Built before the channel's state is touched: a
+/// source this worker refuses (a client property librdkafka rejects) must stop it before it
+/// records an activation.
 ///
 /// Errors: [`AppError::ChannelRefused`] naming the channel and the reason.
 fn open_source(
     index: usize,
     config: &ChannelConfig,
     aws: &AwsClients,
+    shared: &SharedClients,
 ) -> Result<Arc<dyn Source>, AppError> {
     let name = config.name.as_str();
     Ok(match &config.source {
-        SourceConfig::Kafka(kafka) => crate::source::kafka::open_channel_source(index, name, kafka)
+        SourceConfig::Kafka(_) => shared
+            .kafka_source(index, config)
             .map_err(|e| channel_err(name, e))?,
         SourceConfig::Kinesis(kinesis) => Arc::new(KinesisSource::new(aws.kinesis(), kinesis)),
     })
@@ -423,6 +433,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         fatal: Arc::default(),
         drain_switches: Arc::default(),
         shutdown: shutdown.clone(),
+        clients: SharedClients::default(),
     });
     match fleet.start_every_channel().await {
         // A signal while a dependency was awaited: the channels started so far are drained.
@@ -492,6 +503,8 @@ struct Fleet {
     drain_switches: Arc<std::sync::Mutex<Vec<Arc<std::sync::atomic::AtomicBool>>>>,
     /// The process's shutdown (SIGTERM).
     shutdown: CancellationToken,
+    /// The Kafka and catalog clients the channels share.
+    clients: SharedClients,
 }
 
 impl Fleet {

@@ -14,7 +14,7 @@ use crate::worker::{ChannelIo, DestinationIo};
 
 use super::{
     activate_err, channel_err, channel_unavailable, initial_position_of, open_source,
-    register_fan_out, AppError, PreparedChannel,
+    register_fan_out, AppError, PreparedChannel, SharedClients,
 };
 
 /// Opens the source, checks the bucket accepts a staged put and activates the channel.
@@ -27,10 +27,11 @@ pub(super) async fn prepare_raw(
     dest: &RawDestinationConfig,
     store: &dyn Store,
     aws: &AwsClients,
+    shared: &SharedClients,
 ) -> Result<PreparedChannel, AppError> {
     let name = config.name.as_str();
     // Everything this worker could refuse is checked before the channel's state changes.
-    let source = open_source(index, config, aws)?;
+    let source = open_source(index, config, aws, shared)?;
     let raw = RawStore::new(aws.s3(), dest.location.clone(), name);
     raw.check_writable().await.map_err(|e| {
         let message = format!(

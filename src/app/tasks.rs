@@ -116,10 +116,10 @@ impl Fleet {
         index: usize,
         channel: &ChannelConfig,
     ) -> Result<PreparedChannel, AppError> {
-        let (store, aws) = (&self.store, &self.aws);
+        let (store, aws, clients) = (&self.store, &self.aws, &self.clients);
         let name = channel.name.as_str();
         with_retry("starting the channel", &self.shutdown, || async {
-            let prepared = prepare_channel(index, channel, store.as_ref(), aws).await?;
+            let prepared = prepare_channel(index, channel, store.as_ref(), aws, clients).await?;
             let shards = prepared.io.source.list_shards().await.map_err(|e| {
                 let message = source_error(index, channel, &e);
                 if e.is_retryable() {

@@ -96,9 +96,11 @@ impl TopicSupervisor {
             ));
         };
         let state = fleet.activate_parent(name).await?;
-        let lister = KafkaTopicsSource::try_new(name, kafka)
-            .map_err(|e| channel_err(name, e))?
-            .at_index(index);
+        // Its metadata client is the one every member's source reads through.
+        let lister = fleet
+            .clients
+            .topic_lister(index, channel)
+            .map_err(|e| channel_err(name, e))?;
         Ok(TopicSupervisor {
             index,
             channel: channel.clone(),

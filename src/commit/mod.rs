@@ -73,14 +73,21 @@ pub struct Committer {
     epoch: u64,
     /// When an idle round last checked the `SHARD_END` checkpoint hints.
     hints_checked: std::sync::Mutex<Option<std::time::Instant>>,
+    /// A checkpoint hint write failed since the last check: the next idle round checks.
+    hint_write_failed: AtomicBool,
     /// Whether a load showed the table carrying this committer's epoch (or this committer
     /// committed it): from then on an idle round with nothing pending loads nothing.
     epoch_in_table: AtomicBool,
 }
 
-/// How often an idle round (nothing pending) checks that every shard ended in the table has
-/// `SHARD_END` as its lease's checkpoint hint (one lease listing).
-const IDLE_HINT_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
+/// How often an idle round (nothing pending) checks, at the least, that every shard ended in
+/// the table has `SHARD_END` as its lease's checkpoint hint (a table load and a lease listing).
+/// A hint goes missing when a committer is killed between a commit and its hint write (the
+/// next committer's first idle round checks) or when a hint write fails (the next idle round
+/// checks); this period is the backstop for a lease row created anew, such as under a lease
+/// store replaced. Long, so that an idle table costs no catalog load (issue 43: a worker with
+/// 1,000 tables loaded 33 tables a second with a 30 s period).
+const IDLE_HINT_CHECK: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 impl Committer {
     /// A committer for `channel` committing into `target` (an
@@ -100,6 +107,7 @@ impl Committer {
             batches,
             epoch,
             hints_checked: std::sync::Mutex::new(None),
+            hint_write_failed: AtomicBool::new(false),
             epoch_in_table: AtomicBool::new(false),
         }
     }
@@ -134,6 +142,7 @@ impl Committer {
                         tracing::info!(channel = %self.channel, shard = %shard, "shard end recorded in its lease's checkpoint hint (it was missing)")
                     }
                     Err(err) => {
+                        self.hint_write_failed.store(true, Ordering::Relaxed);
                         tracing::warn!(channel = %self.channel, shard = %shard, error = %err, "recording the shard end in the lease failed; retried next round")
                     }
                 }
@@ -141,11 +150,13 @@ impl Committer {
         }
     }
 
-    /// Whether an idle round is due to check the `SHARD_END` hints ([`IDLE_HINT_CHECK`]);
-    /// `true` marks the check as done now.
+    /// Whether an idle round is due to check the `SHARD_END` hints: the first idle round of this
+    /// committer, the first after a failed hint write, and every [`IDLE_HINT_CHECK`]; `true`
+    /// marks the check as done now.
     fn take_idle_hint_check(&self) -> bool {
         let mut checked = self.hints_checked.lock().expect("not poisoned");
-        let due = checked.is_none_or(|t| t.elapsed() >= IDLE_HINT_CHECK);
+        let due = self.hint_write_failed.swap(false, Ordering::Relaxed)
+            || checked.is_none_or(|t| t.elapsed() >= IDLE_HINT_CHECK);
         if due {
             *checked = Some(std::time::Instant::now());
         }
@@ -158,8 +169,8 @@ impl Committer {
     }
 
     /// Runs one round: plan, commit, finish. Returns what it did; an idle round (nothing
-    /// pending, epoch already in the table) lists the pending batches and, every 30 s, loads the
-    /// table to check the `SHARD_END` hints; nothing else.
+    /// pending, epoch already in the table) lists the pending batches and, when a check is due
+    /// ([`IDLE_HINT_CHECK`]), loads the table to check the `SHARD_END` hints; nothing else.
     ///
     /// Errors: see [`CommitError`]; on `Conflict` nothing was finished and the next round
     /// re-plans; on `Fenced` the caller must stop acting as committer.
@@ -331,11 +342,15 @@ impl Committer {
         }
         for (shard, pos) in &plan.checkpoints.0 {
             if checkpoints.get(shard) != Some(pos) {
-                // A hint only: the table (or the delivered item) is authoritative.
-                let _ = self
+                // A hint only: the table (or the delivered item) is authoritative; a failed
+                // write is repaired by the next idle round.
+                let written = self
                     .leases
                     .set_checkpoint_hint(&self.channel, &LeaseKey::Shard(shard.clone()), pos)
                     .await;
+                if written.is_err() {
+                    self.hint_write_failed.store(true, Ordering::Relaxed);
+                }
             }
         }
         report.recovered = committed_ids.len() - report.committed;

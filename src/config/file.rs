@@ -461,8 +461,8 @@ pub struct IcebergDestinationSection {
     pub table: String,
     /// With `table = "{topic}"`: the most tables (topics) the channel delivers to, 1 to 1000; a
     /// topic beyond them is not read (logged at error level, counted in
-    /// `floe_topics_refused_total`). Bounds the channel's tasks, Kafka clients and metric label
-    /// values. Default 100.
+    /// `floe_topics_refused_total`). Bounds the channel's tasks, buffers and metric label
+    /// values (docs/routing.md, "Limits"). Default 1000.
     pub max_tables: Option<WholeNumber>,
     /// With `table = "{route}"`: the top-level field of each record whose value picks its table
     /// in `routes` (a string as is; an integer or a boolean as its JSON text, `42`, `true`; a

@@ -65,7 +65,7 @@ pub const DEFAULT_BUFFER_SIZE: u64 = 256 << 20;
 /// Default of `channel.destination.max_open_partitions`.
 pub const DEFAULT_MAX_OPEN_PARTITIONS: u32 = 48;
 /// Default `channel.destination.max_tables` (`table = "{topic}"`).
-pub const DEFAULT_MAX_TABLES: u32 = 100;
+pub const DEFAULT_MAX_TABLES: u32 = 1000;
 /// Default `channel.source.topic_refresh_interval`.
 pub const DEFAULT_TOPIC_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 /// Default `max_records_per_call` of a Kinesis source (the GetRecords maximum).

@@ -72,12 +72,13 @@
 //!   never returned, so offsets may have gaps — ranges are `(after, last]` by position, not counts.
 
 mod api;
+mod clients;
 pub mod embedded;
 pub mod topics;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -86,11 +87,12 @@ use crate::time::now_ms;
 use async_trait::async_trait;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::Consumer;
-use rdkafka::error::KafkaError;
 use rdkafka::Offset;
-use tokio::sync::OnceCell;
+use tokio::sync::Notify;
 
-use self::api::{FloeConsumer, FloeContext, MainEvent};
+use self::api::{FloeConsumer, FloeContext};
+pub use self::clients::KafkaClients;
+use self::clients::{PartitionHandle, PollJob, Polled, ProbePool, Release, Shared};
 use super::{
     InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord, StartAt,
 };
@@ -258,173 +260,18 @@ pub fn open_channel_source(
 }
 
 /// A Kafka topic as a [`Source`]: shards are its partitions (`ShardId("0")`, `ShardId("1")`, …),
-/// positions are offsets ([`Position::Offset`]).
+/// positions are offsets ([`Position::Offset`]). It reads through [`KafkaClients`], its own or
+/// those of its channel, shared with the sources of the channel's other topics.
 pub struct KafkaSource {
     config: Arc<KafkaSourceConfig>,
-    metadata: Arc<FloeConsumer>,
-    /// The consumer every reader of this source polls through, created on the first `open`.
-    shared: OnceCell<Arc<Shared>>,
-    /// The client that reads single records to check checkpoints, created on first use and
-    /// kept (a check runs for every partition a worker takes).
-    probe: Arc<ProbeSlot>,
+    clients: Arc<KafkaClients>,
     /// Whether a partition whose every record predates the activation time was logged (once
     /// per source: see [`KafkaSource::resolve_timestamp`]).
     predating_logged: AtomicBool,
 }
 
-impl Drop for KafkaSource {
-    /// Lets the main-queue thread stop once the last reader is gone too.
-    fn drop(&mut self) {
-        if let Some(shared) = self.shared.get() {
-            shared.source_dropped.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
-/// The consumer of a source shared by its readers, and which reader owns each partition.
-struct Shared {
-    topic: String,
-    consumer: Arc<FloeConsumer>,
-    /// Partition → its assignment state. Lock order: a partition's poll lock, then this.
-    partitions: Mutex<HashMap<i32, PartitionSlot>>,
-    next_generation: AtomicU64,
-    /// Set when the [`KafkaSource`] is dropped; the main-queue thread then exits once it holds
-    /// the last reference.
-    source_dropped: AtomicBool,
-    /// The last client error served on the main queue (no partition: broker down, transport
-    /// failure, fatal client error) and its sequence number; each reader reports each one once,
-    /// on a poll that returned nothing.
-    client_error: Mutex<(u64, Option<KafkaError>)>,
-}
-
-#[derive(Default)]
-struct PartitionSlot {
-    /// Generation of the reader the partition is assigned for; `None` when unassigned.
-    owner: Option<u64>,
-    /// Held while a reader of the partition polls its queue or the assignment changes: a
-    /// takeover waits for a poll in flight (even one of a cancelled `next_batch`).
-    poll_lock: Arc<Mutex<()>>,
-    /// A message of this partition showed up on the main queue: the owner re-positions (see the
-    /// module docs) before its next poll.
-    reposition: bool,
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Shared {
-    /// Creates the consumer and starts the thread serving its main queue (blocking).
-    fn start(config: &KafkaSourceConfig) -> Result<Arc<Shared>, SourceError> {
-        let consumer = api::shared_consumer(config)?;
-        let shared = Arc::new(Shared {
-            topic: config.topic.clone(),
-            consumer: Arc::new(consumer),
-            partitions: Mutex::new(HashMap::new()),
-            next_generation: AtomicU64::new(1),
-            source_dropped: AtomicBool::new(false),
-            client_error: Mutex::new((0, None)),
-        });
-        let for_thread = shared.clone();
-        std::thread::Builder::new()
-            .name("floe-kafka-main".to_string())
-            .spawn(move || for_thread.serve_main_queue())
-            .map_err(|e| SourceError::Fatal {
-                message: format!("cannot start the kafka main-queue thread: {e}"),
-            })?;
-        Ok(shared)
-    }
-
-    /// Body of the main-queue thread: serves statistics and errors, flags partitions whose
-    /// messages show up here; returns (dropping the consumer) when nobody else holds it.
-    fn serve_main_queue(self: Arc<Self>) {
-        loop {
-            if self.source_dropped.load(Ordering::Relaxed) && Arc::strong_count(&self) == 1 {
-                return;
-            }
-            match api::serve_main_queue(&self.consumer, MAIN_QUEUE_POLL) {
-                MainEvent::Idle => {}
-                MainEvent::Message { partition, offset } => {
-                    tracing::warn!(topic = %self.topic, partition, offset, "kafka message on the main queue instead of its partition queue: the reader re-positions");
-                    if let Some(slot) = lock(&self.partitions).get_mut(&partition) {
-                        slot.reposition = true;
-                    }
-                }
-                MainEvent::Error(KafkaError::PartitionEOF(_)) => {}
-                MainEvent::Error(e) => {
-                    tracing::warn!(topic = %self.topic, error = %e, "kafka consumer error");
-                    let mut last = lock(&self.client_error);
-                    *last = (last.0 + 1, Some(e));
-                }
-            }
-        }
-    }
-
-    /// The sequence number of the last client error.
-    fn client_error_seq(&self) -> u64 {
-        lock(&self.client_error).0
-    }
-
-    /// The last client error if it is newer than `seen`, and its sequence number.
-    fn client_error_after(&self, seen: u64) -> Option<(u64, KafkaError)> {
-        let last = lock(&self.client_error);
-        match &last.1 {
-            Some(e) if last.0 > seen => Some((last.0, e.clone())),
-            _ => None,
-        }
-    }
-
-    /// The poll lock of `partition` (created with its slot).
-    fn poll_lock(&self, partition: i32) -> Arc<Mutex<()>> {
-        lock(&self.partitions)
-            .entry(partition)
-            .or_default()
-            .poll_lock
-            .clone()
-    }
-
-    /// Assigns `partition` at `offset` for a new reader, taking it over from a reader that still
-    /// has it (blocking). Returns the reader's queue and generation.
-    fn open_partition(
-        self: &Arc<Self>,
-        partition: i32,
-        offset: Offset,
-    ) -> Result<(PartitionQueue<FloeContext>, u64), SourceError> {
-        let poll_lock = self.poll_lock(partition);
-        let _polling = lock(&poll_lock);
-        let mut partitions = lock(&self.partitions);
-        let slot = partitions.entry(partition).or_default();
-        let queue = self
-            .consumer
-            .split_partition_queue(&self.topic, partition)
-            .ok_or_else(|| SourceError::NotFound {
-                what: format!("partition {partition} of topic {}", self.topic),
-            })?;
-        self.reassign(slot, &queue, partition, offset)?;
-        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
-        slot.owner = Some(generation);
-        Ok((queue, generation))
-    }
-
-    /// Unassigns `partition` if assigned, drains its queue, and assigns it at `offset`.
-    /// Callers hold the partition's poll lock and the partitions lock.
-    fn reassign(
-        &self,
-        slot: &mut PartitionSlot,
-        queue: &PartitionQueue<FloeContext>,
-        partition: i32,
-        offset: Offset,
-    ) -> Result<(), SourceError> {
-        if slot.owner.take().is_some() {
-            api::incremental_unassign(&self.consumer, &self.topic, partition)?;
-        }
-        slot.reposition = false;
-        let stale = api::drain(queue);
-        if stale > 0 {
-            tracing::debug!(topic = %self.topic, partition, stale, "discarded events of a previous assignment");
-        }
-        api::incremental_assign(&self.consumer, &self.topic, partition, offset)
-    }
 }
 
 impl fmt::Debug for KafkaSource {
@@ -446,14 +293,24 @@ impl KafkaSource {
                 message: "topic is empty".to_string(),
             });
         }
-        let metadata = api::metadata_client(&config)?;
-        Ok(KafkaSource {
+        let clients = KafkaClients::try_new(&config)?;
+        Ok(Self::with_clients(config, clients))
+    }
+
+    /// The source of `config.topic` reading through `clients` (made with the same cluster and
+    /// client properties: the clients of the channel `config` belongs to). `config` names the
+    /// topic, the channel of the metrics and what a lost position does. No network call.
+    pub fn with_clients(config: KafkaSourceConfig, clients: Arc<KafkaClients>) -> Self {
+        KafkaSource {
             config: Arc::new(config),
-            metadata: Arc::new(metadata),
-            shared: OnceCell::new(),
-            probe: Arc::default(),
+            clients,
             predating_logged: AtomicBool::new(false),
-        })
+        }
+    }
+
+    /// The clients this source reads through.
+    pub fn clients(&self) -> &Arc<KafkaClients> {
+        &self.clients
     }
 
     /// The topic this source reads.
@@ -513,14 +370,14 @@ impl KafkaSource {
         })
     }
 
-    /// Runs `f` on a blocking thread with the source's probe client ([`with_cached_probe`]).
+    /// Runs `f` on a blocking thread with a probe client of the source's clients.
     async fn with_probe<T, F>(&self, f: F) -> Result<T, SourceError>
     where
         T: Send + 'static,
         F: FnOnce(&FloeConsumer) -> Result<T, SourceError> + Send + 'static,
     {
-        let (slot, config) = (self.probe.clone(), self.config.clone());
-        blocking(move || with_cached_probe(&slot, &config, f)).await
+        let (probes, config) = (self.clients.probes.clone(), self.config.clone());
+        blocking(move || probes.with_probe(&config, f)).await
     }
 
     /// Runs a metadata call on a blocking thread, retrying retryable errors with backoff.
@@ -530,7 +387,7 @@ impl KafkaSource {
         F: Fn(&FloeConsumer, Duration) -> Result<T, SourceError> + Clone + Send + 'static,
     {
         with_retry(
-            &self.metadata,
+            &self.clients.metadata,
             self.config.request_timeout,
             &self.config.topic,
             what,
@@ -546,10 +403,10 @@ impl KafkaSource {
         timestamp_ms: i64,
     ) -> Result<i64, SourceError> {
         let config = self.config.clone();
-        let probe = self.probe.clone();
+        let probes = self.clients.probes.clone();
         let (offset, corrected, (low, high)) = self
             .with_retry("offsets for times", move |client, _timeout| {
-                resolve_timestamp_blocking(&config, client, &probe, partition, timestamp_ms)
+                resolve_timestamp_blocking(&config, client, &probes, partition, timestamp_ms)
             })
             .await?;
         if corrected {
@@ -702,29 +559,25 @@ impl Source for KafkaSource {
             }
             _ => (offset, next_offset),
         };
-        let config = self.config.clone();
-        let shared = self
-            .shared
-            .get_or_try_init(|| blocking(move || Shared::start(&config)))
-            .await?
-            .clone();
+        let shared = self.clients.consumer().await?;
         let for_open = shared.clone();
-        let (queue, generation) =
-            blocking(move || for_open.open_partition(partition, offset)).await?;
+        let topic = self.config.topic.clone();
+        let opened = blocking(move || for_open.open_partition(&topic, partition, offset)).await?;
         tracing::info!(topic = %self.config.topic, shard = %shard, start = ?start, "kafka reader assigned");
         let stats_reports_at_open = shared
             .consumer
             .context()
-            .partition_stats(partition)
+            .partition_stats(&self.config.topic, partition)
             .map_or(0, |s| s.reports);
         Ok(Box::new(KafkaShardReader {
             shard: shard.clone(),
             partition,
             seen_client_error: shared.client_error_seq(),
-            poll_lock: shared.poll_lock(partition),
+            poll_lock: shared.poll_lock(&self.config.topic, partition),
             shared,
-            queue: Some(Arc::new(queue)),
-            generation,
+            queue: Some(Arc::new(opened.queue)),
+            wake: opened.wake,
+            generation: opened.generation,
             start: offset,
             next_offset,
             config: self.config.clone(),
@@ -742,6 +595,9 @@ pub struct KafkaShardReader {
     shared: Arc<Shared>,
     /// Always `Some` until drop (taken there to release the partition on a blocking thread).
     queue: Option<Arc<PartitionQueue<FloeContext>>>,
+    /// Woken when the queue turns nonempty: a reader with nothing to read waits on it, holding
+    /// no thread.
+    wake: Arc<Notify>,
     poll_lock: Arc<Mutex<()>>,
     /// This reader's generation: it owns the partition while the slot's owner is this.
     generation: u64,
@@ -770,51 +626,6 @@ impl fmt::Debug for KafkaShardReader {
     }
 }
 
-/// What a reader's blocking poll needs.
-struct PollJob {
-    shared: Arc<Shared>,
-    queue: Arc<PartitionQueue<FloeContext>>,
-    poll_lock: Arc<Mutex<()>>,
-    partition: i32,
-    generation: u64,
-    /// Where to re-position if the partition is flagged.
-    resume_at: Offset,
-}
-
-impl PollJob {
-    fn run(
-        self,
-        shard: &ShardId,
-        max_records: usize,
-        wait: Duration,
-    ) -> Result<(Vec<api::RawMessage>, Option<KafkaError>), SourceError> {
-        let _polling = lock(&self.poll_lock);
-        {
-            let mut partitions = lock(&self.shared.partitions);
-            let slot = partitions.entry(self.partition).or_default();
-            if slot.owner != Some(self.generation) {
-                return Err(SourceError::Fatal {
-                    message: format!(
-                        "the reader of shard {shard} was replaced by a newer reader of the same partition"
-                    ),
-                });
-            }
-            if slot.reposition {
-                tracing::warn!(topic = %self.shared.topic, shard = %shard, at = ?self.resume_at, "re-positioning kafka reader");
-                let r = self
-                    .shared
-                    .reassign(slot, &self.queue, self.partition, self.resume_at);
-                // Assigned again (or not at all on failure) for this same reader.
-                if r.is_ok() {
-                    slot.owner = Some(self.generation);
-                }
-                r?;
-            }
-        }
-        Ok(api::poll_batch(&self.queue, max_records, wait))
-    }
-}
-
 #[async_trait]
 impl ShardReader for KafkaShardReader {
     async fn next_batch(
@@ -825,21 +636,20 @@ impl ShardReader for KafkaShardReader {
         if let Some(e) = self.deferred_error.take() {
             return Err(e);
         }
-        let job = PollJob {
-            shared: self.shared.clone(),
-            queue: self.queue.clone().expect("queue present until drop"),
-            poll_lock: self.poll_lock.clone(),
-            partition: self.partition,
-            generation: self.generation,
-            resume_at: self.next_offset.map(Offset::Offset).unwrap_or(self.start),
-        };
         let max_records = max_records.max(1);
-        let shard = self.shard.clone();
-        let (raw, error) = tokio::task::spawn_blocking(move || job.run(&shard, max_records, wait))
-            .await
-            .map_err(|e| SourceError::Fatal {
-                message: format!("kafka poll task failed: {e}"),
-            })??;
+        let deadline = tokio::time::Instant::now() + wait;
+        // Without waiting; when nothing is there, until the queue turns nonempty or `wait` ends.
+        let (raw, error) = loop {
+            let polled = self.poll_now(max_records).await?;
+            if !polled.0.is_empty() || polled.1.is_some() || tokio::time::Instant::now() >= deadline
+            {
+                break polled;
+            }
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        };
         let read_at = Instant::now();
         let fallback_ms = now_ms();
         let mut records = Vec::with_capacity(raw.len());
@@ -895,7 +705,7 @@ impl ShardReader for KafkaShardReader {
             .shared
             .consumer
             .context()
-            .partition_stats(self.partition)?;
+            .partition_stats(&self.config.topic, self.partition)?;
         lag_of(
             &stats,
             self.next_offset,
@@ -907,6 +717,37 @@ impl ShardReader for KafkaShardReader {
 }
 
 impl KafkaShardReader {
+    /// This reader's hold on its partition, with its `queue`.
+    fn handle(&self, queue: Arc<PartitionQueue<FloeContext>>) -> PartitionHandle {
+        PartitionHandle {
+            shared: self.shared.clone(),
+            queue,
+            poll_lock: self.poll_lock.clone(),
+            topic: self.config.topic.clone(),
+            partition: self.partition,
+            generation: self.generation,
+        }
+    }
+
+    /// Polls the partition's queue without waiting: on this thread when nothing can block it,
+    /// else on a blocking thread (a take-over or a re-positioning in progress).
+    async fn poll_now(&mut self, max_records: usize) -> Result<Polled, SourceError> {
+        let queue = self.queue.clone().expect("queue present until drop");
+        let job = PollJob {
+            handle: self.handle(queue),
+            resume_at: self.next_offset.map(Offset::Offset).unwrap_or(self.start),
+        };
+        if let Some(polled) = job.try_now(&self.shard, max_records) {
+            return polled;
+        }
+        let shard = self.shard.clone();
+        tokio::task::spawn_blocking(move || job.run(&shard, max_records))
+            .await
+            .map_err(|e| SourceError::Fatal {
+                message: format!("kafka poll task failed: {e}"),
+            })?
+    }
+
     /// The broker no longer holds this reader's next offset (retention deleted it while the
     /// reader was behind, or the log was truncated): fails with the offsets named, or — when the
     /// channel skips lost positions and the records were deleted below the broker's oldest
@@ -934,7 +775,8 @@ impl KafkaShardReader {
             self.config.skip_lost_positions,
         )?;
         self.next_offset = Some(resume);
-        if let Some(slot) = lock(&self.shared.partitions).get_mut(&self.partition) {
+        let key = (self.config.topic.clone(), self.partition);
+        if let Some(slot) = lock(&self.shared.partitions).get_mut(&key) {
             slot.reposition = true;
         }
         if resume == next {
@@ -1064,50 +906,13 @@ impl Drop for KafkaShardReader {
         let Some(queue) = self.queue.take() else {
             return;
         };
-        let release = Release {
-            shared: self.shared.clone(),
-            queue,
-            poll_lock: self.poll_lock.clone(),
-            partition: self.partition,
-            generation: self.generation,
-        };
+        let release = Release(self.handle(queue));
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn_blocking(move || release.run());
             }
             Err(_) => release.run(),
         }
-    }
-}
-
-/// Gives a dropped reader's partition back.
-struct Release {
-    shared: Arc<Shared>,
-    queue: Arc<PartitionQueue<FloeContext>>,
-    poll_lock: Arc<Mutex<()>>,
-    partition: i32,
-    generation: u64,
-}
-
-impl Release {
-    fn run(self) {
-        let _polling = lock(&self.poll_lock);
-        let mut partitions = lock(&self.shared.partitions);
-        let Some(slot) = partitions.get_mut(&self.partition) else {
-            return;
-        };
-        if slot.owner != Some(self.generation) {
-            return; // taken over by a newer reader: nothing of ours is assigned
-        }
-        slot.owner = None;
-        slot.reposition = false;
-        if let Err(e) =
-            api::incremental_unassign(&self.shared.consumer, &self.shared.topic, self.partition)
-        {
-            tracing::warn!(topic = %self.shared.topic, partition = self.partition, error = %e, "kafka unassign failed");
-        }
-        // Frees what was prefetched for the partition now, not when it is assigned again.
-        api::drain(&self.queue);
     }
 }
 
@@ -1168,7 +973,7 @@ where
 fn resolve_timestamp_blocking(
     config: &KafkaSourceConfig,
     client: &FloeConsumer,
-    probe: &ProbeSlot,
+    probes: &ProbePool,
     partition: i32,
     timestamp_ms: i64,
 ) -> Result<(i64, bool, (i64, i64)), SourceError> {
@@ -1182,29 +987,10 @@ fn resolve_timestamp_blocking(
         let offset = answer.unwrap_or(high).clamp(low.max(0), high.max(0));
         return Ok((offset, false, (low, high)));
     }
-    let (offset, corrected) = with_cached_probe(probe, config, |probe| {
+    let (offset, corrected) = probes.with_probe(config, |probe| {
         check_time_answer(config, probe, partition, timestamp_ms, (low, high), answer)
     })?;
     Ok((offset, corrected, (low, high)))
-}
-
-/// The slot of a source's probe client: the consumer that reads single records at chosen
-/// offsets (activation-time checks, checkpoint checks, describe's marker check), created on
-/// first use and kept.
-type ProbeSlot = Mutex<Option<FloeConsumer>>;
-
-/// Runs `f` with the probe client of `slot`, creating it first if needed (blocking; one user at
-/// a time: each call re-assigns the client).
-fn with_cached_probe<T>(
-    slot: &ProbeSlot,
-    config: &KafkaSourceConfig,
-    f: impl FnOnce(&FloeConsumer) -> Result<T, SourceError>,
-) -> Result<T, SourceError> {
-    let mut probe = lock(slot);
-    if probe.is_none() {
-        *probe = Some(api::probe_client(config)?);
-    }
-    f(probe.as_ref().expect("probe client created above"))
 }
 
 /// Checks the broker's ListOffsets-by-timestamp `answer` for `timestamp_ms` against the records
@@ -1379,8 +1165,9 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         while got.len() < 200 && Instant::now() < deadline {
             if got.len() >= 70 && !flagged {
-                let shared = src.shared.get().unwrap();
-                lock(&shared.partitions).get_mut(&0).unwrap().reposition = true;
+                let shared = src.clients.shared.get().unwrap();
+                let key = ("t".to_string(), 0);
+                lock(&shared.partitions).get_mut(&key).unwrap().reposition = true;
                 flagged = true;
             }
             for r in reader
@@ -1395,7 +1182,8 @@ mod tests {
             }
         }
         assert!(flagged);
-        assert!(!lock(&src.shared.get().unwrap().partitions)[&0].reposition);
+        let key = ("t".to_string(), 0);
+        assert!(!lock(&src.clients.shared.get().unwrap().partitions)[&key].reposition);
         assert_eq!(got, (0..200).collect::<Vec<_>>());
     }
 }

@@ -51,6 +51,7 @@ mod docs;
 mod fleet_sim;
 mod glue_schema_registry;
 mod kafka_positions;
+mod kafka_shared_clients;
 mod kafka_source;
 mod kafka_topics;
 mod kinesis_source;

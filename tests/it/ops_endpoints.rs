@@ -234,7 +234,8 @@ fn committed_batch_log_lines(dir: &Path, rows: u64, dlq: u64) -> usize {
 
 /// Catalog loads grow with commits, not with time: the worker loads the table when it opens
 /// its sink, when it gains shards and once per batch that left the pending set; an idle
-/// committer loads nothing (but for the SHARD_END hint check every 30 s). `s` is the scrape
+/// committer loads nothing (but for the SHARD_END hint check at its first idle round, after a
+/// failed hint write and every 30 minutes). `s` is the scrape
 /// taken when the delivery was counted.
 async fn assert_catalog_loads_grow_with_commits_not_time(
     addr: &str,

@@ -74,15 +74,17 @@ impl LogThrottle {
 
 /// The rdkafka client context of floe's consumers: routes librdkafka logs and errors to
 /// `tracing` (at most one per kind every [`REPEATED_LOG_PERIOD`], naming the channel and the
-/// brokers), and keeps what librdkafka's statistics last reported for every partition of the
-/// topic the consumer has assigned (lag without a network call).
+/// brokers), and keeps what librdkafka's statistics last reported for every partition the
+/// consumer has assigned, of every topic (lag without a network call).
 pub(super) struct FloeContext {
+    /// The topic, or the topics (a channel's selection), the client reads: for logs.
     topic: String,
     channel: String,
     bootstrap_servers: String,
     throttle: std::sync::Arc<LogThrottle>,
-    /// Last statistics by partition (absent until the first report naming the partition).
-    partitions: Mutex<HashMap<i32, PartitionStats>>,
+    /// Last statistics by topic and partition (absent until the first report naming the
+    /// partition).
+    partitions: Mutex<HashMap<(String, i32), PartitionStats>>,
 }
 
 /// What librdkafka's statistics last reported for one partition (see librdkafka's
@@ -116,12 +118,12 @@ impl FloeContext {
         }
     }
 
-    /// The last statistics reported for `partition`; `None` before any report on it.
-    pub(super) fn partition_stats(&self, partition: i32) -> Option<PartitionStats> {
+    /// The last statistics reported for `partition` of `topic`; `None` before any report on it.
+    pub(super) fn partition_stats(&self, topic: &str, partition: i32) -> Option<PartitionStats> {
         self.partitions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&partition)
+            .get(&(topic.to_string(), partition))
             .copied()
     }
 }
@@ -195,40 +197,41 @@ impl ClientContext for FloeContext {
     }
 
     fn stats_raw(&self, statistics: &[u8]) {
-        let Ok(mut stats) = serde_json::from_slice::<StatsJson>(statistics) else {
-            return;
-        };
-        let Some(topic) = stats.topics.remove(&self.topic) else {
+        let Ok(stats) = serde_json::from_slice::<StatsJson>(statistics) else {
             return;
         };
         let mut known = self.partitions.lock().unwrap_or_else(|e| e.into_inner());
-        for (partition, p) in topic.partitions {
-            // librdkafka reports the unassigned partition "-1" too.
-            let Ok(partition) = partition.parse::<i32>() else {
-                continue;
-            };
-            if partition < 0 || (p.hi_offset < 0 && p.lo_offset < 0) {
-                continue;
-            }
-            let entry = known.entry(partition).or_insert(PartitionStats {
-                low: -1,
-                high: -1,
-                stable: -1,
-                app: -1,
-                reports: 0,
-            });
-            // A value not known in this report keeps the last known one.
-            for (field, value) in [
-                (&mut entry.low, p.lo_offset),
-                (&mut entry.high, p.hi_offset),
-                (&mut entry.stable, p.ls_offset),
-            ] {
-                if value >= 0 {
-                    *field = value;
+        for (name, topic) in stats.topics {
+            for (partition, p) in topic.partitions {
+                // librdkafka reports the unassigned partition "-1" too.
+                let Ok(partition) = partition.parse::<i32>() else {
+                    continue;
+                };
+                if partition < 0 || (p.hi_offset < 0 && p.lo_offset < 0) {
+                    continue;
                 }
+                let entry = known
+                    .entry((name.clone(), partition))
+                    .or_insert(PartitionStats {
+                        low: -1,
+                        high: -1,
+                        stable: -1,
+                        app: -1,
+                        reports: 0,
+                    });
+                // A value not known in this report keeps the last known one.
+                for (field, value) in [
+                    (&mut entry.low, p.lo_offset),
+                    (&mut entry.high, p.hi_offset),
+                    (&mut entry.stable, p.ls_offset),
+                ] {
+                    if value >= 0 {
+                        *field = value;
+                    }
+                }
+                entry.app = p.app_offset;
+                entry.reports += 1;
             }
-            entry.app = p.app_offset;
-            entry.reports += 1;
         }
     }
 
@@ -577,9 +580,11 @@ pub(super) fn poll_batch(
 pub(super) enum MainEvent {
     /// Nothing within the timeout, or only events served by callbacks (statistics, logs).
     Idle,
-    /// A message of `partition` at `offset`: every partition floe reads has its own queue, so
-    /// this is never expected.
+    /// A message of `partition` of `topic` at `offset`: every partition floe reads has its own
+    /// queue, so this is never expected.
     Message {
+        /// The message's topic.
+        topic: String,
         /// The message's partition.
         partition: i32,
         /// Its offset.
@@ -595,6 +600,7 @@ pub(super) fn serve_main_queue(consumer: &FloeConsumer, timeout: Duration) -> Ma
     match consumer.poll(timeout) {
         None => MainEvent::Idle,
         Some(Ok(m)) => MainEvent::Message {
+            topic: m.topic().to_string(),
             partition: m.partition(),
             offset: m.offset(),
         },

@@ -2,11 +2,12 @@
 //! `topic_pattern = "..."` delivering into one table (docs/kafka.md, "Several topics").
 //!
 //! ```text
-//!   KafkaTopicsSource ── metadata client (one per channel per worker)
+//!   KafkaTopicsSource ── KafkaClients (one per channel per worker: metadata client, consumer,
+//!        │                 probes)
 //!        │                 list_shards / topics: one Metadata request for every topic of the
 //!        │                 cluster, kept when TopicSelection::selects(topic)
-//!        └── per topic, created on first use: KafkaSource (the single-topic source, sharing the
-//!              metadata client) ── its own shared consumer (first open) and probe client
+//!        └── per topic, created on first use: KafkaSource (the single-topic source, reading
+//!              through the channel's clients)
 //!   shard "orders:3" ── split at the last ':' ──► KafkaSource("orders"), shard "3"
 //! ```
 //!
@@ -14,10 +15,10 @@
 //!   cannot hold `:`, so the split is unambiguous; a channel with `topic = "..."` keeps the bare
 //!   partition numbers (`"0"`, `"1"`, …) of [`KafkaSource`].
 //! - **Each topic is read by the single-topic [`KafkaSource`]**, so offsets, checkpoint checks,
-//!   lag and lost positions behave exactly as for one topic. The cost is per topic a worker
-//!   reads: one librdkafka consumer (a thread of its own plus one per broker, connections and
-//!   fetch buffers), and one probe client once a checkpoint of the topic is checked; the
-//!   metadata client is shared by all topics of the channel.
+//!   lag and lost positions behave exactly as for one topic. Every topic reads through the
+//!   channel's [`KafkaClients`] (one consumer assigned the union of the held partitions of
+//!   every topic, one metadata client, at most two probe clients): the clients of a worker do
+//!   not grow with its topics; per partition it holds, a queue of its own.
 //! - **A deleted topic** leaves the listing. Shard discovery then deletes its partitions'
 //!   lease rows ([`Source::unlisted_shards_are_gone`]), which releases them: their holders drop
 //!   the readers as for a lease lost, nothing new is assigned, the table and its checkpoints
@@ -37,10 +38,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tokio::sync::OnceCell;
 
-use super::api::{self, FloeConsumer};
-use super::{lock, with_retry, KafkaSource, KafkaSourceConfig, RECREATED_REMEDY};
+use super::api;
+use super::{lock, with_retry, KafkaClients, KafkaSource, KafkaSourceConfig, RECREATED_REMEDY};
 use crate::config::TopicSelection;
 use crate::model::{Position, ShardId};
 use crate::source::{
@@ -133,7 +133,8 @@ struct Inner {
     /// The settings every per-topic source copies (its `topic` set); `topic` here is the
     /// selection as written, for logs.
     config: KafkaSourceConfig,
-    metadata: Arc<FloeConsumer>,
+    /// The clients every topic is read through.
+    clients: Arc<KafkaClients>,
     /// The source of each topic read or checked so far.
     sources: Mutex<HashMap<String, Arc<KafkaSource>>>,
     /// The last listing of the selected topics, and when it was made.
@@ -175,19 +176,33 @@ impl KafkaTopicsSource {
         config: KafkaSourceConfig,
         selection: TopicSelection,
     ) -> Result<Self, SourceError> {
-        api::check_client_properties(&config)?;
-        let metadata = api::metadata_client(&config)?;
-        Ok(KafkaTopicsSource {
+        let clients = KafkaClients::try_new(&config)?;
+        Ok(Self::with_clients(config, selection, clients))
+    }
+
+    /// The source of the topics `selection` picks, reading through `clients` (made with
+    /// `config`'s cluster and client properties). No network call.
+    pub fn with_clients(
+        config: KafkaSourceConfig,
+        selection: TopicSelection,
+        clients: Arc<KafkaClients>,
+    ) -> Self {
+        KafkaTopicsSource {
             inner: Arc::new(Inner {
                 config_key: selection_key(None, &selection),
                 selection,
                 config,
-                metadata: Arc::new(metadata),
+                clients,
                 sources: Mutex::new(HashMap::new()),
                 listing: Mutex::new(None),
                 absent_check: ABSENT_TOPIC_CHECK,
             }),
-        })
+        }
+    }
+
+    /// The clients every topic of this source is read through.
+    pub fn clients(&self) -> &Arc<KafkaClients> {
+        &self.inner.clients
     }
 
     /// The source of the channel at `index` of the configuration: the warning of a selection
@@ -228,7 +243,7 @@ impl Inner {
     /// Lists the selected topics now and keeps the listing.
     async fn list(&self) -> Result<Arc<Listing>, SourceError> {
         let all = with_retry(
-            &self.metadata,
+            &self.clients.metadata,
             self.config.request_timeout,
             &self.config.topic,
             "fetch metadata",
@@ -313,13 +328,7 @@ impl Inner {
                 let mut config = self.config.clone();
                 config.topic = topic.to_string();
                 config.shard_ids_name_topic = true;
-                Arc::new(KafkaSource {
-                    config: Arc::new(config),
-                    metadata: self.metadata.clone(),
-                    shared: OnceCell::new(),
-                    probe: Arc::default(),
-                    predating_logged: Default::default(),
-                })
+                Arc::new(KafkaSource::with_clients(config, self.clients.clone()))
             })
             .clone();
         Ok((source, ShardId::kafka_partition(partition)))
