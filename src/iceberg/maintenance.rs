@@ -613,6 +613,11 @@ fn live_rows(
 struct State {
     /// When the next look is due (`None`: at the next call).
     next_look: Option<Instant>,
+    /// When the last look that was due began.
+    last_look: Option<Instant>,
+    /// The last look found nothing to do and no commit came since: the next look waits
+    /// [`IDLE_LOOK_INTERVAL`] rather than `interval`, until [`Maintainer::note_commit`].
+    idle: bool,
     /// The running compaction task.
     job: Option<JoinHandle<iceberg::Result<Compacted>>>,
     /// A finished compaction waiting for its commit.
@@ -624,6 +629,14 @@ struct State {
     /// Data files compaction leaves alone: written with an earlier schema ([`compact`]).
     older_schema: HashSet<String>,
 }
+
+/// How long an idle table's maintenance waits between looks (or `interval`, when longer): a
+/// look that found nothing to do, with no commit since, is repeated only this often (each look
+/// loads the table and its manifests: at the default 1-minute `interval`, two catalog loads per
+/// table per minute, 10 a second for a worker of 300 idle tables). What becomes due by time
+/// alone on a table that gets no commits (record expiration, compaction of an hour that closed
+/// with no commit after it, compaction by age) waits up to this long.
+pub const IDLE_LOOK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// The first orphan sweep runs this long after the committer starts.
 const SWEEP_FIRST_DELAY: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -931,6 +944,8 @@ impl Maintainer {
         }
         if due {
             st.next_look = Some(Instant::now() + self.config.interval);
+            st.last_look = Some(Instant::now());
+            st.idle = false;
         }
         let current = CurrentFiles::load(table).await?;
         let groups = files_by_partition(&current);
@@ -955,6 +970,11 @@ impl Maintainer {
             if self.may_start_compaction(due, &st, current.unscoped_deletes) {
                 report.compaction_started =
                     self.start_compaction(&mut st, table, &current, &groups, now, &expired);
+            }
+            if due && st.job.is_none() && st.ready.is_none() {
+                // Nothing to do: look again after a commit, or once an idle interval passed.
+                st.idle = true;
+                st.next_look = Some(Instant::now() + self.config.interval.max(IDLE_LOOK_INTERVAL));
             }
             return Ok(report);
         }
@@ -1293,6 +1313,16 @@ impl Maintainer {
         telemetry::record_maintenance_run(&self.channel, "compaction", "failed");
         tracing::warn!(channel = %self.channel, error = %e, "compaction failed; its partitions are planned again at the next look");
         None
+    }
+
+    /// Tells maintenance that the committer committed data: after a look that found nothing
+    /// to do ([`IDLE_LOOK_INTERVAL`]), the next look is due again `interval` after that look.
+    pub async fn note_commit(&self) {
+        let mut st = self.state.lock().await;
+        if st.idle {
+            st.idle = false;
+            st.next_look = st.last_look.map(|t| t + self.config.interval);
+        }
     }
 
     /// Makes the next [`Maintainer::maintain`] look at once, whatever the interval.

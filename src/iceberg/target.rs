@@ -556,6 +556,101 @@ impl LoadedTable<'_> {
         }
     }
 
+    /// [`LoadedTarget::commit`] of an append table: the batches' data files, snapshot expiry
+    /// and the checkpoints in one fenced `append` snapshot.
+    async fn commit_append(
+        &self,
+        accepted: &[&PendingBatch],
+        recovered: &[&PendingBatch],
+        checkpoints: &Checkpoints,
+        epoch: u64,
+        commit_id: Uuid,
+    ) -> Result<Option<i64>, CommitError> {
+        let table = &self.table;
+        let mut files = Vec::new();
+        for b in accepted {
+            let BatchFiles::Iceberg { data_files, .. } = &b.files else {
+                return Err(CommitError::Incompatible(format!(
+                    "batch {} is a {} batch, not an Iceberg one",
+                    b.batch_id,
+                    b.files.kind()
+                )));
+            };
+            match parse_data_files(table, data_files) {
+                Ok(parsed) => files.extend(parsed),
+                Err(e) => return Err(self.unparsable(b.batch_id, e).await),
+            }
+        }
+        let summary = commit_summary(commit_id, accepted);
+        let unfinished: Vec<Uuid> = accepted
+            .iter()
+            .chain(recovered)
+            .map(|b| b.batch_id)
+            .collect();
+        let mut tx = Transaction::new(table);
+        // Snapshot expiry rides in the same fenced commit (same epoch, same compare-and-swap),
+        // applied before the append so that its requirement (main is the validated snapshot) is
+        // the append's own. It only removes metadata; the files only expired snapshots reached
+        // are deleted after the commit landed.
+        let expire = super::maintenance::expirable(table, &self.target.maintenance, now_ms());
+        if !expire.is_empty() {
+            tx = tx
+                .expire_snapshots()
+                .expire_snapshot_ids(expire.iter().copied())
+                // Explicit ids only: the table's own `history.expire.*` age never applies.
+                .expire_older_than_ms(i64::MIN)
+                .apply(tx)
+                .map_err(|e| CommitError::unavailable("build the commit", e))?;
+        }
+        // No duplicate check: it reads every manifest of the current snapshot on every commit
+        // (commit time growing with the table's age), and floe cannot add a file twice: every
+        // data file name carries its batch's UUIDv7 (`<channel>-<batch id>-<n>.parquet`; the files of
+        // rows sealed by a schema change carry a fresh UUIDv7 instead), and a
+        // batch's range is accepted only if it continues the checkpoint this same fenced commit
+        // advances, so a committed batch is never accepted again (docs/design.md, step 3).
+        let tx = tx
+            .fast_append()
+            .with_check_duplicate(false)
+            // Manifests and the manifest list are named after floe's commit id.
+            .set_commit_uuid(commit_id)
+            .add_data_files(files)
+            .set_snapshot_properties(summary)
+            .apply(tx)
+            .map_err(|e| CommitError::unavailable("build the commit", e))?;
+        let tx = commit_properties(checkpoints, commit_id, epoch, &unfinished)
+            .into_iter()
+            .fold(tx.update_table_properties(), |u, (k, v)| u.set(k, v))
+            .apply(tx)
+            .map_err(|e| CommitError::unavailable("build the commit", e))?;
+        let catalog = &self.target.catalog;
+        let ident = &self.target.ident;
+        catalog.set_fence(ident.clone(), table.metadata().current_snapshot_id());
+        let result = tx.commit(catalog).await;
+        catalog.clear_fence();
+        match result {
+            Ok(t) => {
+                self.target.clean_up_after_commit(&self.table, &t, epoch);
+                Ok(t.metadata().current_snapshot_id())
+            }
+            Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
+                Err(CommitError::Conflict(e.to_string()))
+            }
+            Err(e)
+                if e.kind() == ErrorKind::DataInvalid
+                    || e.kind() == ErrorKind::PreconditionFailed =>
+            {
+                // A requirement failed against the catalog's current metadata: a conflict.
+                Err(CommitError::Conflict(e.to_string()))
+            }
+            Err(e) => {
+                let fresh = self.reconcile(commit_id, &e).await?;
+                self.target
+                    .clean_up_after_commit(&self.table, &fresh, epoch);
+                Ok(fresh.metadata().current_snapshot_id())
+            }
+        }
+    }
+
     /// The commit of an upsert table: one row delta (see the module docs).
     async fn commit_upsert(
         &self,
@@ -734,96 +829,22 @@ impl LoadedTarget for LoadedTable<'_> {
         epoch: u64,
         commit_id: Uuid,
     ) -> Result<Option<i64>, CommitError> {
-        if let Some(upsert) = &self.target.upsert {
-            return self
-                .commit_upsert(upsert, accepted, recovered, checkpoints, epoch, commit_id)
-                .await;
+        let committed = match &self.target.upsert {
+            Some(upsert) => {
+                self.commit_upsert(upsert, accepted, recovered, checkpoints, epoch, commit_id)
+                    .await
+            }
+            None => {
+                self.commit_append(accepted, recovered, checkpoints, epoch, commit_id)
+                    .await
+            }
+        };
+        if committed.is_ok() {
+            // New rows, new files: maintenance looks at the table again at its interval.
+            self.target.maintainer.note_commit().await;
         }
-        let table = &self.table;
-        let mut files = Vec::new();
-        for b in accepted {
-            let BatchFiles::Iceberg { data_files, .. } = &b.files else {
-                return Err(CommitError::Incompatible(format!(
-                    "batch {} is a {} batch, not an Iceberg one",
-                    b.batch_id,
-                    b.files.kind()
-                )));
-            };
-            match parse_data_files(table, data_files) {
-                Ok(parsed) => files.extend(parsed),
-                Err(e) => return Err(self.unparsable(b.batch_id, e).await),
-            }
-        }
-        let summary = commit_summary(commit_id, accepted);
-        let unfinished: Vec<Uuid> = accepted
-            .iter()
-            .chain(recovered)
-            .map(|b| b.batch_id)
-            .collect();
-        let mut tx = Transaction::new(table);
-        // Snapshot expiry rides in the same fenced commit (same epoch, same compare-and-swap),
-        // applied before the append so that its requirement (main is the validated snapshot) is
-        // the append's own. It only removes metadata; the files only expired snapshots reached
-        // are deleted after the commit landed.
-        let expire = super::maintenance::expirable(table, &self.target.maintenance, now_ms());
-        if !expire.is_empty() {
-            tx = tx
-                .expire_snapshots()
-                .expire_snapshot_ids(expire.iter().copied())
-                // Explicit ids only: the table's own `history.expire.*` age never applies.
-                .expire_older_than_ms(i64::MIN)
-                .apply(tx)
-                .map_err(|e| CommitError::unavailable("build the commit", e))?;
-        }
-        // No duplicate check: it reads every manifest of the current snapshot on every commit
-        // (commit time growing with the table's age), and floe cannot add a file twice: every
-        // data file name carries its batch's UUIDv7 (`<channel>-<batch id>-<n>.parquet`; the files of
-        // rows sealed by a schema change carry a fresh UUIDv7 instead), and a
-        // batch's range is accepted only if it continues the checkpoint this same fenced commit
-        // advances, so a committed batch is never accepted again (docs/design.md, step 3).
-        let tx = tx
-            .fast_append()
-            .with_check_duplicate(false)
-            // Manifests and the manifest list are named after floe's commit id.
-            .set_commit_uuid(commit_id)
-            .add_data_files(files)
-            .set_snapshot_properties(summary)
-            .apply(tx)
-            .map_err(|e| CommitError::unavailable("build the commit", e))?;
-        let tx = commit_properties(checkpoints, commit_id, epoch, &unfinished)
-            .into_iter()
-            .fold(tx.update_table_properties(), |u, (k, v)| u.set(k, v))
-            .apply(tx)
-            .map_err(|e| CommitError::unavailable("build the commit", e))?;
-        let catalog = &self.target.catalog;
-        let ident = &self.target.ident;
-        catalog.set_fence(ident.clone(), table.metadata().current_snapshot_id());
-        let result = tx.commit(catalog).await;
-        catalog.clear_fence();
-        match result {
-            Ok(t) => {
-                self.target.clean_up_after_commit(&self.table, &t, epoch);
-                Ok(t.metadata().current_snapshot_id())
-            }
-            Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
-                Err(CommitError::Conflict(e.to_string()))
-            }
-            Err(e)
-                if e.kind() == ErrorKind::DataInvalid
-                    || e.kind() == ErrorKind::PreconditionFailed =>
-            {
-                // A requirement failed against the catalog's current metadata: a conflict.
-                Err(CommitError::Conflict(e.to_string()))
-            }
-            Err(e) => {
-                let fresh = self.reconcile(commit_id, &e).await?;
-                self.target
-                    .clean_up_after_commit(&self.table, &fresh, epoch);
-                Ok(fresh.metadata().current_snapshot_id())
-            }
-        }
+        committed
     }
-
     async fn committed_anyway(&self, dead: &[&PendingBatch]) -> Result<HashSet<Uuid>, CommitError> {
         if dead.is_empty() {
             return Ok(HashSet::new());

@@ -1330,3 +1330,63 @@ async fn a_committer_whose_lease_moved_deletes_nothing_and_the_table_loses_nothi
 async fn a_committer_whose_epoch_the_table_no_longer_carries_deletes_nothing() {
     a_zombie_committer_deletes_nothing(false).await;
 }
+
+/// An idle table costs no maintenance looks (issue 43): after a look that found nothing to do,
+/// the next one waits for a commit (then `interval` after the last look) or an hour, however
+/// short `interval` is; each look loads the table from the catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_tables_maintenance_looks_again_only_after_a_commit() {
+    let f = fixture().await;
+    let swap = floe::catalog::swap::SqlSwap::open(
+        f.catalog.clone(),
+        &floe::config::CatalogDatabase::Sqlite(f.dir.path().join("catalog.sqlite")),
+        "floe",
+    )
+    .await
+    .unwrap();
+    let target = Arc::new(
+        IcebergTarget::new("m", f.ident.clone(), f.catalog.clone(), f.dlq.clone())
+            .with_maintenance(eager())
+            .with_rewrites(Some(Arc::new(swap)), writer_settings(128 << 20)),
+    );
+    let leases: Arc<dyn LeaseStore> = f.store.clone();
+    let c = Committer::new("m", target.clone(), leases, f.store.clone(), 1);
+    let put = |from: u64| {
+        let f = &f;
+        async move {
+            let table = f.catalog.load_table(&f.ident).await.unwrap();
+            let after = (from > 0).then(|| from as i64 - 1);
+            // Rows of the open hour: nothing for compaction to do.
+            let b = common::race::event_batch_at(
+                &f.schema,
+                "m",
+                &table,
+                after,
+                from,
+                from + 10,
+                floe::time::now_ms(),
+                0,
+            )
+            .await;
+            f.store.put_batch(&b).await.unwrap();
+        }
+    };
+    put(0).await;
+    assert_eq!(c.run_round().await.unwrap().committed, 1);
+    // The look after that round found nothing to do: however often idle rounds come and
+    // however short the interval (1 ms), no look is due until the next commit.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(
+            !target.maintainer().due().await,
+            "an idle table is not looked at"
+        );
+        assert_eq!(c.run_round().await.unwrap().committed, 0);
+    }
+    put(10).await;
+    assert_eq!(c.commit_round().await.unwrap().committed, 1);
+    assert!(
+        target.maintainer().due().await,
+        "a commit makes the next look due again, `interval` after the last"
+    );
+}
