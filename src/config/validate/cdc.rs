@@ -127,6 +127,13 @@ impl Checker<'_> {
             );
             return false;
         }
+        if envelope == Envelope::Debezium && record.format == RecordFormat::JsonSr {
+            self.error(
+                key,
+                "\"debezium\" cannot be decoded from record.format = \"json_sr\" yet: Debezium's JSON Schema converter registers the envelope's schema, and floe does not take the row's schema from it; use Kafka Connect's JSON converter (format = \"json\") with the row's schema as [channel.schema] file",
+            );
+            return false;
+        }
         let file = matches!(
             schema,
             None | Some(SchemaConfig::File(_) | SchemaConfig::FileVersions { .. })
@@ -255,6 +262,14 @@ mod tests {
             &envelope("debezium", "json_sr").replace(
                 "file = \"event.schema.json\"",
                 "registry_url = \"http://localhost:8081\"",
+            ),
+            "channel[0].record.envelope",
+            "cannot be decoded from record.format = \"json_sr\" yet",
+        );
+        refused(
+            &envelope("debezium", "gsr_json").replace(
+                "file = \"event.schema.json\"",
+                "glue_schema_arn = \"arn:aws:glue:eu-west-1:123456789012:schema/r/s\"",
             ),
             "channel[0].record.envelope",
             "needs the row's schema as [channel.schema] file",
