@@ -27,6 +27,7 @@
 //! Invariant: a worker never hands off a range that does not continue its own previous batch
 //! or the table's checkpoint, and never hands off a shard it no longer holds.
 
+use futures::StreamExt;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -177,6 +178,9 @@ const HANDOFF_RETRY_MAX: Duration = Duration::from_secs(4);
 /// How long a hand-off is retried at most (while its leases are held) before the worker loop
 /// restarts with backoff from the committed checkpoints.
 const HANDOFF_RETRY_BOUND: Duration = Duration::from_secs(120);
+
+/// Shards a worker opens at once when it takes several (a checkpoint check and a reader each).
+const CONCURRENT_OPENS: usize = 16;
 
 /// At most one log line per this interval for the retryable read errors of one shard.
 const READ_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(30);
@@ -595,21 +599,37 @@ impl ChannelWorker {
                 .sink
                 .as_ref()
                 .and_then(|s| s.checkpoints_committed_by_ms());
-            for (id, counter) in new {
-                let after = cp.get(&id).cloned();
-                // A checkpoint of the table must name a record of the same log (a topic
-                // recreated under the same name is another log).
-                if let (Some(checkpoint), Some(by)) = (&after, committed_by) {
-                    self.io.source.check_checkpoint(&id, checkpoint, by).await?;
-                }
-                let reader = open_reader(
-                    &self.settings.channel,
-                    self.io.source.as_ref(),
-                    &self.settings.initial_position,
-                    &id,
-                    after.as_ref(),
-                )
-                .await?;
+            let (channel, source) = (&self.settings.channel, self.io.source.as_ref());
+            let initial = &self.settings.initial_position;
+            // The shards taken at once are opened concurrently (each a checkpoint check and a
+            // reader: a few broker or Kinesis calls), not one after another: a worker taking
+            // 250 partitions opened them over 7 s, its records waiting.
+            let opened: Vec<_> = futures::stream::iter(new)
+                .map(|(id, counter)| {
+                    let after = cp.get(&id).cloned();
+                    async move {
+                        // A checkpoint of the table must name a record of the same log (a
+                        // topic recreated under the same name is another log).
+                        if let (Some(checkpoint), Some(by)) = (&after, committed_by) {
+                            source.check_checkpoint(&id, checkpoint, by).await?;
+                        }
+                        let reader =
+                            open_reader(channel, source, initial, &id, after.as_ref()).await?;
+                        Ok::<_, WorkerError>((id, counter, after, reader))
+                    }
+                })
+                .buffer_unordered(CONCURRENT_OPENS)
+                .collect()
+                .await;
+            let mut failed = None;
+            for result in opened {
+                let (id, counter, after, reader) = match result {
+                    Ok(opened) => opened,
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                        continue;
+                    }
+                };
                 tracing::info!(channel = %self.settings.channel, shard = %id, lease_counter = counter, checkpoint = ?after, "shard lease taken: reading after the table checkpoint");
                 self.readers.insert(
                     id.clone(),
@@ -619,6 +639,9 @@ impl ChannelWorker {
                     },
                 );
                 self.progress.take(id, counter, after);
+            }
+            if let Some(e) = failed {
+                return Err(e);
             }
         }
         Ok(())
