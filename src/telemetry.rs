@@ -39,7 +39,8 @@ pub const RECORDS_SKIPPED_TOTAL: &str = "floe_records_skipped_total";
 /// checkpoint passes them (docs/kafka.md, "Tombstones").
 pub const TOMBSTONES_TOTAL: &str = "floe_tombstones_total";
 /// Change events read by a channel with an envelope or in upsert mode, by `op`: `upsert` (a row
-/// written), `delete` (a key deleted; appends nothing in append mode), `truncate` (skipped).
+/// written), `delete` (a key deleted; appends nothing in append mode), `truncate` (skipped). An
+/// event sent to the DLQ is not counted.
 pub const CDC_EVENTS_TOTAL: &str = "floe_cdc_events_total";
 /// Rows committed to the table.
 pub const ROWS_DELIVERED_TOTAL: &str = "floe_rows_delivered_total";
@@ -212,7 +213,7 @@ pub fn describe() {
     describe_counter!(
         CDC_EVENTS_TOTAL,
         Unit::Count,
-        "change events read by a channel with an envelope or in upsert mode, by op: upsert, delete, truncate (skipped)"
+        "change events read by a channel with an envelope or in upsert mode, by op: upsert, delete, truncate (skipped); events sent to the DLQ are not counted"
     );
     describe_counter!(
         ROWS_DELIVERED_TOTAL,

@@ -38,7 +38,8 @@ pub enum CatalogError {
         reason: String,
         /// The `[channel.destination]` key the difference is about: `"table"` (another
         /// owner, the schema), `"partition"` (the partition spec), `"sort"` (the sort order),
-        /// `"key"` (an upsert table's identifier fields) or `"format_version"`.
+        /// `"key"` (an upsert table's identifier fields), `"mode"` (an upsert table taken by an
+        /// append channel) or `"format_version"`.
         key: &'static str,
     },
     /// The catalog must not or cannot be used as configured (the warehouse bucket is owned by

@@ -32,6 +32,8 @@ pub fn check_schema(
     };
     let mapped = MappedSchema::from_json_schema(&schema, &dest.partition_field)
         .map_err(|e| error("file", format!("{}: {e}", file.display())))?;
+    crate::config::cdc::check_row_schema(channel.record.envelope, mapped.iceberg_schema())
+        .map_err(|m| error("file", format!("{}: {m}", file.display())))?;
     crate::schema::partition::unbound_spec(&dest.partition, mapped.iceberg_schema()).map_err(
         |(i, message)| ConfigError {
             path: format!("channel[{index}].destination.partition[{i}]"),

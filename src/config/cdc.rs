@@ -110,6 +110,29 @@ pub fn check_key(key: &[String], schema: &iceberg::spec::Schema) -> Result<(), S
     Ok(())
 }
 
+/// Checks that a Debezium channel's schema describes the row (the `after` object), not the
+/// change event: a schema whose top-level fields are the event's (`after` with `before` or
+/// `op`, or the JSON converter's `schema` and `payload`) would turn every event into a row of
+/// nulls, its fields being extra to the schema. Debezium's event: `before`, `after`, `op`,
+/// `source`, `ts_ms` (Debezium's documentation, "Change event values").
+///
+/// Errors: what is wrong, for the key `channel[i].schema.file`.
+pub fn check_row_schema(envelope: Envelope, schema: &iceberg::spec::Schema) -> Result<(), String> {
+    if envelope != Envelope::Debezium {
+        return Ok(());
+    }
+    let has = |name: &str| schema.as_struct().field_by_name(name).is_some();
+    let event = has("after") && (has("before") || has("op"));
+    let wrapped = has("schema") && has("payload");
+    if event || wrapped {
+        return Err(format!(
+            "the schema describes Debezium's change event ({}), not the row: with envelope = \"debezium\" give the schema of the `after` object (the table's columns)",
+            if event { "`before`, `after`, `op`" } else { "`schema`, `payload`" }
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -170,5 +193,33 @@ mod tests {
         assert!(why(&["score"]).contains("float or double"));
         assert!(why(&["address"]).contains("primitive"));
         assert!(why(&["id", "score"]).contains("\"score\""));
+    }
+
+    #[test]
+    fn a_debezium_channels_schema_is_the_rows_not_the_events() {
+        let of = |names: &[&str]| {
+            let fields = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    Arc::new(NestedField::optional(
+                        i as i32 + 1,
+                        *n,
+                        Type::Primitive(PrimitiveType::String),
+                    ))
+                })
+                .collect::<Vec<_>>();
+            Schema::builder().with_fields(fields).build().unwrap()
+        };
+        let event = of(&["before", "after", "op", "ts_ms"]);
+        let message = check_row_schema(Envelope::Debezium, &event).unwrap_err();
+        assert!(message.contains("`before`, `after`, `op`"), "{message}");
+        let wrapped = check_row_schema(Envelope::Debezium, &of(&["schema", "payload"]));
+        assert!(wrapped.unwrap_err().contains("`schema`, `payload`"));
+        // A row may have a column named `after` or `op` alone; other envelopes take any row.
+        check_row_schema(Envelope::Debezium, &of(&["id", "op"])).unwrap();
+        check_row_schema(Envelope::Debezium, &of(&["id", "after"])).unwrap();
+        check_row_schema(Envelope::Upsert, &event).unwrap();
+        check_row_schema(Envelope::None, &event).unwrap();
     }
 }

@@ -237,21 +237,29 @@ fn check_owned(table: &Table, spec: &TableSpec, schema: &MappedSchema) -> Result
             ),
         ));
     }
-    // An upsert table's key is its identifier fields, exactly (in any order).
-    if !spec.key.is_empty() {
-        let mut have = identifier_names(current);
-        let mut want = spec.key.clone();
-        have.sort();
-        want.sort();
-        if have != want {
-            return Err(incompatible_at(
-                "key",
-                format!(
-                    "its identifier fields are {have:?}, the channel's key is {:?}",
-                    spec.key
-                ),
-            ));
-        }
+    // An upsert table's key is its identifier fields, exactly (in any order); an append
+    // channel takes no table with identifier fields (an upsert table: appending to it would
+    // leave keys twice and deleted rows alive, while readers trust the key as unique).
+    let mut have = identifier_names(current);
+    let mut want = spec.key.clone();
+    have.sort();
+    want.sort();
+    if have != want && spec.key.is_empty() {
+        return Err(incompatible_at(
+            "mode",
+            format!(
+                "its identifier fields are {have:?} (an upsert table), the channel's mode is \"append\": set mode = \"upsert\" and key = {have:?}, or give the channel another table"
+            ),
+        ));
+    }
+    if have != want {
+        return Err(incompatible_at(
+            "key",
+            format!(
+                "its identifier fields are {have:?}, the channel's key is {:?}",
+                spec.key
+            ),
+        ));
     }
     let order = md.default_sort_order();
     let sorted_as_configured = order.fields.len() == spec.sort.len()
@@ -513,6 +521,14 @@ mod tests {
         let (key, message) = key_of(ensure_table(catalog.as_ref(), &v2, &schema).await);
         assert_eq!(key, "format_version");
         assert!(message.contains("format version is 3"), "{message}");
+        // The upsert table taken by an append channel (no key): refused naming the mode.
+        let append = TableSpec {
+            key: Vec::new(),
+            ..upsert.clone()
+        };
+        let (key, message) = key_of(ensure_table(catalog.as_ref(), &append, &schema).await);
+        assert_eq!(key, "mode");
+        assert!(message.contains("an upsert table"), "{message}");
         // An append table used in upsert mode has no identifier fields: refused.
         ensure_table(catalog.as_ref(), &spec("b").renamed("b"), &schema)
             .await

@@ -126,15 +126,18 @@ impl Changes {
     ///
     /// Errors: the key's columns break the schema's rules (missing, null, wrong type): the
     /// record goes to the DLQ.
+    /// Counted once buffered (a key sent to the DLQ is not: as a row that breaks the schema is
+    /// not counted as an upsert).
     pub fn delete(&mut self, slot: Slot, key: &[u8]) -> Result<(), DlqReason> {
-        self.count("delete");
         let Some(seq) = self.next_seq() else {
+            self.count("delete");
             return Ok(());
         };
         let keys = self.keys.as_mut().expect("upsert mode has a key converter");
         keys.push(key)?;
         self.runs.mark(slot, keys.num_rows());
         self.seqs.push(seq);
+        self.count("delete");
         Ok(())
     }
 

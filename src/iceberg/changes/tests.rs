@@ -163,6 +163,10 @@ fn deleted_keys_follow_their_shard_through_drops_and_partial_writes() {
     assert_eq!(seqs, [2, 5, 6]);
     assert!(!changes.keeps_any());
     assert_eq!(changes.take_counts().get("delete"), Some(&7));
+    // A key that breaks the schema goes to the DLQ and is not counted as a delete.
+    let reason = changes.delete(slot, br#"{"id":"x"}"#).unwrap_err();
+    assert_eq!(reason.code, DlqCode::TypeMismatch, "{reason:?}");
+    assert_eq!(changes.take_counts().get("delete"), None);
 }
 
 #[test]
