@@ -127,10 +127,9 @@ pub fn upsert_key<'a>(
             "a tombstone without a message key: no key to delete",
         ));
     };
-    let raw: &RawValue = serde_json::from_slice(key)
+    let mut raw: &RawValue = serde_json::from_slice(key)
         .map_err(|e| invalid(format!("the message key is not JSON: {e}")))?;
-    let text = raw.get().as_bytes();
-    if text.first() == Some(&b'{') {
+    if raw.get().starts_with('{') {
         #[derive(Deserialize)]
         struct Wrapped<'a> {
             #[serde(borrow)]
@@ -138,17 +137,18 @@ pub fn upsert_key<'a>(
             #[serde(borrow)]
             payload: Option<&'a RawValue>,
         }
-        // `{"schema": …, "payload": {…}}`: the JSON converter with schemas.enable.
-        if let Ok(Wrapped {
-            schema: Some(_),
-            payload,
-        }) = serde_json::from_slice::<Wrapped<'_>>(text)
-        {
-            if let Some(payload) = object(payload) {
-                return Ok(Cow::Borrowed(payload));
-            }
+        // `{"schema": …, "payload": …}`: the JSON converter with schemas.enable; its payload
+        // is the key's object, or its scalar for a key of one primitive column.
+        match serde_json::from_slice::<Wrapped<'_>>(raw.get().as_bytes()) {
+            Ok(Wrapped {
+                schema: Some(_),
+                payload: Some(payload),
+            }) if payload.get() != "null" => raw = payload,
+            _ => {}
         }
-        return Ok(Cow::Borrowed(text));
+        if raw.get().starts_with('{') {
+            return Ok(Cow::Borrowed(raw.get().as_bytes()));
+        }
     }
     match column {
         Some(column) => {
@@ -260,6 +260,11 @@ mod tests {
         assert_eq!(
             key(br#"{"schema":{"type":"struct"},"payload":{"id":5}}"#, None).unwrap(),
             r#"{"id":5}"#
+        );
+        // A primitive key under the JSON converter with schemas.enable.
+        assert_eq!(
+            key(br#"{"schema":{"type":"int64"},"payload":4}"#, Some("id")).unwrap(),
+            r#"{"id":4}"#
         );
         let refused = |k: Option<&[u8]>, c: Option<&str>| upsert_key(k, c).unwrap_err().code;
         assert_eq!(refused(None, Some("id")), DlqCode::InvalidEnvelope);
