@@ -315,7 +315,8 @@ pub struct RecordSection {
     /// `before` row's key, `t` is skipped) or `"upsert"` (the record is the row; a Kafka
     /// tombstone deletes the row of the message key). The schema describes the row. Only with
     /// the JSON formats (`"json"`, `"json_sr"`, `"gsr_json"`) for now; `"debezium"` needs the
-    /// row's schema as a `file`. Default: `"none"`.
+    /// row's schema as a `file`, so not `"json_sr"` (whose registry subject holds the envelope's
+    /// schema). Default: `"none"`.
     pub envelope: Option<crate::config::Envelope>,
 }
 
