@@ -343,6 +343,12 @@ fn writer_settings(target_file_size: u64) -> floe::iceberg::writer::WriterSettin
 /// A committer of epoch 1 with maintenance `m` and the SQL catalog's swap, so compaction,
 /// manifest rewrite and record expiration can commit.
 async fn maintaining(f: &Fixture, m: MaintenanceConfig) -> Committer {
+    maintained_target(f, m).await.1
+}
+
+/// A committer maintaining the table with `m` (rewrites swapped through the SQL catalog), and
+/// its target, whose maintainer a test can watch.
+async fn maintained_target(f: &Fixture, m: MaintenanceConfig) -> (Arc<IcebergTarget>, Committer) {
     let swap = floe::catalog::swap::SqlSwap::open(
         f.catalog.clone(),
         &floe::config::CatalogDatabase::Sqlite(f.dir.path().join("catalog.sqlite")),
@@ -350,16 +356,24 @@ async fn maintaining(f: &Fixture, m: MaintenanceConfig) -> Committer {
     )
     .await
     .unwrap();
-    let leases: Arc<dyn LeaseStore> = f.store.clone();
-    Committer::new(
-        "m",
+    let target = Arc::new(
         IcebergTarget::new("m", f.ident.clone(), f.catalog.clone(), f.dlq.clone())
             .with_maintenance(m)
             .with_rewrites(Some(Arc::new(swap)), writer_settings(128 << 20)),
-        leases,
-        f.store.clone(),
-        1,
-    )
+    );
+    let leases: Arc<dyn LeaseStore> = f.store.clone();
+    let c = Committer::new("m", target.clone(), leases, f.store.clone(), 1);
+    (target, c)
+}
+
+/// Puts the batch of rows `from..from + 10` (after `from - 1`), timestamped from `base_ms`.
+async fn put_batch_at(f: &Fixture, from: u64, base_ms: i64) {
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let after = (from > 0).then(|| from as i64 - 1);
+    let b =
+        common::race::event_batch_at(&f.schema, "m", &table, after, from, from + 10, base_ms, 0)
+            .await;
+    f.store.put_batch(&b).await.unwrap();
 }
 
 /// Maintenance that looks at every round, compacts closed hours at once and expires nothing.
@@ -1014,44 +1028,17 @@ fn history(table: &iceberg::table::Table) -> Vec<floe::iceberg::maintenance::Mai
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_expiry_and_compaction_in_one_look_commit_a_delete_then_a_replace() {
     let f = fixture().await;
-    let swap = floe::catalog::swap::SqlSwap::open(
-        f.catalog.clone(),
-        &floe::config::CatalogDatabase::Sqlite(f.dir.path().join("catalog.sqlite")),
-        "floe",
+    let (target, c) = maintained_target(
+        &f,
+        MaintenanceConfig {
+            record_retention: Some(Duration::from_secs(3600)),
+            ..eager()
+        },
     )
-    .await
-    .unwrap();
-    let target = Arc::new(
-        IcebergTarget::new("m", f.ident.clone(), f.catalog.clone(), f.dlq.clone())
-            .with_maintenance(MaintenanceConfig {
-                record_retention: Some(Duration::from_secs(3600)),
-                ..eager()
-            })
-            .with_rewrites(Some(Arc::new(swap)), writer_settings(128 << 20)),
-    );
-    let leases: Arc<dyn LeaseStore> = f.store.clone();
-    let c = Committer::new("m", target.clone(), leases, f.store.clone(), 1);
+    .await;
     let last_hour = (floe::time::now_ms() / 3_600_000 - 1) * 3_600_000 + 60_000;
     let july = 1_783_627_200_000;
-    let put = |from: u64, base: i64| {
-        let f = &f;
-        async move {
-            let table = f.catalog.load_table(&f.ident).await.unwrap();
-            let after = (from > 0).then(|| from as i64 - 1);
-            let b = common::race::event_batch_at(
-                &f.schema,
-                "m",
-                &table,
-                after,
-                from,
-                from + 10,
-                base,
-                0,
-            )
-            .await;
-            f.store.put_batch(&b).await.unwrap();
-        }
-    };
+    let put = |from: u64, base: i64| put_batch_at(&f, from, base);
     // Two writes into the hour before the current one (closed, within the retention): the look
     // after the second starts their compaction.
     put(0, last_hour).await;
@@ -1337,40 +1324,9 @@ async fn a_committer_whose_epoch_the_table_no_longer_carries_deletes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_tables_maintenance_looks_again_only_after_a_commit() {
     let f = fixture().await;
-    let swap = floe::catalog::swap::SqlSwap::open(
-        f.catalog.clone(),
-        &floe::config::CatalogDatabase::Sqlite(f.dir.path().join("catalog.sqlite")),
-        "floe",
-    )
-    .await
-    .unwrap();
-    let target = Arc::new(
-        IcebergTarget::new("m", f.ident.clone(), f.catalog.clone(), f.dlq.clone())
-            .with_maintenance(eager())
-            .with_rewrites(Some(Arc::new(swap)), writer_settings(128 << 20)),
-    );
-    let leases: Arc<dyn LeaseStore> = f.store.clone();
-    let c = Committer::new("m", target.clone(), leases, f.store.clone(), 1);
-    let put = |from: u64| {
-        let f = &f;
-        async move {
-            let table = f.catalog.load_table(&f.ident).await.unwrap();
-            let after = (from > 0).then(|| from as i64 - 1);
-            // Rows of the open hour: nothing for compaction to do.
-            let b = common::race::event_batch_at(
-                &f.schema,
-                "m",
-                &table,
-                after,
-                from,
-                from + 10,
-                floe::time::now_ms(),
-                0,
-            )
-            .await;
-            f.store.put_batch(&b).await.unwrap();
-        }
-    };
+    let (target, c) = maintained_target(&f, eager()).await;
+    // Rows of the open hour: nothing for compaction to do.
+    let put = |from: u64| put_batch_at(&f, from, floe::time::now_ms());
     put(0).await;
     assert_eq!(c.run_round().await.unwrap().committed, 1);
     // The look after that round found nothing to do: however often idle rounds come and

@@ -613,11 +613,9 @@ fn live_rows(
 struct State {
     /// When the next look is due (`None`: at the next call).
     next_look: Option<Instant>,
-    /// When the last look that was due began.
+    /// When the last look that was due began (an idle table's next look is
+    /// [`IDLE_LOOK_INTERVAL`] after it, until [`Maintainer::note_commit`]).
     last_look: Option<Instant>,
-    /// The last look found nothing to do and no commit came since: the next look waits
-    /// [`IDLE_LOOK_INTERVAL`] rather than `interval`, until [`Maintainer::note_commit`].
-    idle: bool,
     /// The running compaction task.
     job: Option<JoinHandle<iceberg::Result<Compacted>>>,
     /// A finished compaction waiting for its commit.
@@ -945,7 +943,6 @@ impl Maintainer {
         if due {
             st.next_look = Some(Instant::now() + self.config.interval);
             st.last_look = Some(Instant::now());
-            st.idle = false;
         }
         let current = CurrentFiles::load(table).await?;
         let groups = files_by_partition(&current);
@@ -973,7 +970,6 @@ impl Maintainer {
             }
             if due && st.job.is_none() && st.ready.is_none() {
                 // Nothing to do: look again after a commit, or once an idle interval passed.
-                st.idle = true;
                 st.next_look = Some(Instant::now() + self.config.interval.max(IDLE_LOOK_INTERVAL));
             }
             return Ok(report);
@@ -1319,9 +1315,8 @@ impl Maintainer {
     /// to do ([`IDLE_LOOK_INTERVAL`]), the next look is due again `interval` after that look.
     pub async fn note_commit(&self) {
         let mut st = self.state.lock().await;
-        if st.idle {
-            st.idle = false;
-            st.next_look = st.last_look.map(|t| t + self.config.interval);
+        if let (Some(next), Some(last)) = (st.next_look, st.last_look) {
+            st.next_look = Some(next.min(last + self.config.interval));
         }
     }
 
