@@ -2,7 +2,7 @@
 //! independent readers: PyIceberg and DuckDB's iceberg extension, for format v2 (position-delete
 //! files) and format v3 (deletion vectors).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::common;
@@ -31,17 +31,9 @@ struct Rig {
 /// `version` in a fresh SQLite catalog.
 async fn rig(version: FormatVersion) -> Rig {
     let dir = tempfile::tempdir().unwrap();
-    let catalog_path = dir.path().join("catalog.sqlite");
-    let warehouse = dir.path().join("warehouse");
-    let database = floe::config::CatalogDatabase::Sqlite(catalog_path.clone());
-    let catalog = floe::catalog::open_sql_catalog_local(&database, &warehouse, "floe")
-        .await
-        .unwrap();
-    let swap = SqlSwap::open(catalog.clone(), &database, "floe")
-        .await
-        .unwrap();
+    let (catalog_path, warehouse, catalog, swap) =
+        common::sql_catalog_with_swap(dir.path(), "cdc").await;
     let ns = NamespaceIdent::new("cdc".into());
-    catalog.create_namespace(&ns, HashMap::new()).await.unwrap();
     let schema = Schema::builder()
         .with_fields(vec![
             NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),

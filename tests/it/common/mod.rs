@@ -427,6 +427,35 @@ pub async fn delivered_to(dir: &Path, namespace: &str, table: &str, channel: &st
     floe::tools::quickstart::counts(catalog.as_ref(), &ident, &dlq).await
 }
 
+/// A fresh SQLite catalog under `dir` (`catalog.sqlite`, warehouse `warehouse/`) with the
+/// namespace `namespace` created, and the catalog's swap for floe's own commits: (catalog file,
+/// warehouse, catalog, swap).
+pub async fn sql_catalog_with_swap(
+    dir: &Path,
+    namespace: &str,
+) -> (
+    PathBuf,
+    PathBuf,
+    std::sync::Arc<dyn iceberg::Catalog>,
+    floe::catalog::swap::SqlSwap,
+) {
+    let catalog_path = dir.join("catalog.sqlite");
+    let warehouse = dir.join("warehouse");
+    let database = floe::config::CatalogDatabase::Sqlite(catalog_path.clone());
+    let catalog = floe::catalog::open_sql_catalog_local(&database, &warehouse, "floe")
+        .await
+        .unwrap();
+    let swap = floe::catalog::swap::SqlSwap::open(catalog.clone(), &database, "floe")
+        .await
+        .unwrap();
+    let ns = NamespaceIdent::new(namespace.into());
+    catalog
+        .create_namespace(&ns, std::collections::HashMap::new())
+        .await
+        .unwrap();
+    (catalog_path, warehouse, catalog, swap)
+}
+
 /// The SQL catalog `floe` of [`config_toml`] under `dir` (`catalog.sqlite`, `warehouse/`);
 /// `None` when it cannot be opened (before the first worker created it).
 pub async fn sql_catalog(dir: &Path) -> Option<std::sync::Arc<dyn iceberg::Catalog>> {
