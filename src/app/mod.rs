@@ -37,6 +37,7 @@ use crate::config::{
     ChannelConfig, Config, DestinationConfig, LeaseStoreBackend, LeaseStoreConfig, SourceConfig,
 };
 use crate::lease::dynamodb::{DynamoDbLeaseStore, MissingTable};
+use crate::lease::manager::SharedPresence;
 use crate::lease::sql::SqlLeaseStore;
 use crate::lease::{ChannelState, Store};
 use crate::retry::Backoff;
@@ -432,6 +433,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
         fatal_token: CancellationToken::new(),
         fatal: Arc::default(),
         drain_switches: Arc::default(),
+        presences: Default::default(),
         shutdown: shutdown.clone(),
         clients: SharedClients::default(),
     });
@@ -501,6 +503,9 @@ struct Fleet {
     fatal: Arc<std::sync::Mutex<Option<AppError>>>,
     /// Every started channel's lease-manager drain switch, set at shutdown.
     drain_switches: Arc<std::sync::Mutex<Vec<Arc<std::sync::atomic::AtomicBool>>>>,
+    /// Per channel run as member channels, this worker's one presence row, shared by the
+    /// members' lease managers (lease::manager::group).
+    presences: std::sync::Mutex<std::collections::HashMap<String, Arc<SharedPresence>>>,
     /// The process's shutdown (SIGTERM).
     shutdown: CancellationToken,
     /// The Kafka and catalog clients the channels share.
@@ -520,11 +525,36 @@ impl Fleet {
             } else if channel.is_routed() {
                 self.start_routed(index, channel).await?;
             } else {
-                self.start_channel(index, channel.clone(), FatalScope::Process)
+                self.start_channel(index, channel.clone(), FatalScope::Process, None)
                     .await?;
             }
         }
         Ok(())
+    }
+
+    /// This worker's presence in `channel`, a channel run as member channels, shared by its
+    /// members' lease managers: made and started (renewed until the leases stop) at the first
+    /// call.
+    fn shared_presence(&self, channel: &str) -> Arc<SharedPresence> {
+        let mut presences = self.presences.lock().expect("presences lock");
+        presences
+            .entry(channel.to_string())
+            .or_insert_with(|| {
+                let settings = &self.config.lease_store;
+                let presence = SharedPresence::new(
+                    channel,
+                    self.config.worker.id.clone(),
+                    settings.lease_duration,
+                    settings.renew_interval,
+                );
+                self.tracker.spawn(
+                    presence
+                        .clone()
+                        .run(self.store.clone(), self.stop_leases.clone()),
+                );
+                presence
+            })
+            .clone()
     }
 
     /// Sets every channel's drain switch (shutdown): lease managers take no more leases.

@@ -82,7 +82,12 @@ impl Fleet {
             .await
             .map_err(|e| activate_err(&member.name, e))?;
             let stops = self
-                .start_channel(index, member.clone(), FatalScope::Member)
+                .start_channel(
+                    index,
+                    member.clone(),
+                    FatalScope::Member,
+                    Some(self.shared_presence(name)),
+                )
                 .await?;
             self.watch_parent(name, stops);
             tracing::info!(channel = %name, member = %member.name, table, "routed table started");

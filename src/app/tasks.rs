@@ -22,7 +22,7 @@ use crate::commit::{CommitError, Committer};
 use crate::config::{ChannelConfig, Config, LeaseStoreConfig, SourceConfig};
 use crate::iceberg::target::IcebergTarget;
 use crate::lease::manager::{
-    HandOffReplies, HeldLeases, LeaseManager, LeaseManagerConfig, ShardDiscovery,
+    HandOffReplies, HeldLeases, LeaseManager, LeaseManagerConfig, ShardDiscovery, SharedPresence,
 };
 use crate::lease::{BatchStore, ChannelStatus, LeaseKey, LeaseSpec, LeaseStore, Store};
 use crate::raw::target::RawTarget;
@@ -44,7 +44,8 @@ const WORKER_BACKOFF_RESET: Duration = Duration::from_secs(60);
 impl Fleet {
     /// Prepares channel `channel` (activation, table, source; retried with backoff while
     /// retryable), ensures its leases and starts its tasks: lease manager, state watcher,
-    /// committer loop and worker loop. Returns the switches that stop it alone.
+    /// committer loop and worker loop. A member channel's lease manager lives by `shared`, this
+    /// worker's presence in the members' channel. Returns the switches that stop it alone.
     ///
     /// Errors: [`AppError::ChannelRefused`] (not retryable) or the last retryable error.
     pub(super) async fn start_channel(
@@ -52,10 +53,15 @@ impl Fleet {
         index: usize,
         channel: ChannelConfig,
         scope: FatalScope,
+        shared: Option<Arc<SharedPresence>>,
     ) -> Result<ChannelStops, AppError> {
         let prepared = self.prepare_with_leases(index, &channel).await?;
         let name = channel.name.clone();
         let mut manager = self.lease_manager(&channel, &prepared);
+        if let Some(shared) = shared {
+            // A member: its leases live by this worker's one presence row in its channel.
+            manager = manager.with_shared_presence(shared);
+        }
         let held = manager.subscribe();
         // Balancing moves are graceful: the worker hands a moving shard's rows off and says when
         // they are committed (docs/design.md, "Graceful hand-off").

@@ -280,7 +280,12 @@ impl TopicSupervisor {
                 .await
                 .map_err(|e| activate_err(&member.name, e))?;
                 fleet
-                    .start_channel(index, member.clone(), FatalScope::Member)
+                    .start_channel(
+                        index,
+                        member.clone(),
+                        FatalScope::Member,
+                        Some(fleet.shared_presence(&parent)),
+                    )
                     .await
             };
             let result = started.await;

@@ -61,6 +61,9 @@ use tokio_util::sync::CancellationToken;
 use super::{Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore, Presence};
 use crate::model::{Position, ShardId};
 
+pub mod group;
+pub use group::{SharedPresence, Standing};
+
 /// Per key, the value last seen and since when it has stood still on *this* worker's
 /// monotonic clock: the basis of expiry without synchronised clocks. Used for a lease's
 /// `(owner, lease_counter, heartbeat)` ([`Observations`]) and a worker's presence heartbeat
@@ -525,6 +528,17 @@ pub struct LeaseManager<S: ?Sized> {
     handing: BTreeMap<ShardId, Handing>,
     /// How long a graceful hand-off waits for the worker before the shard moves anyway.
     handoff_wait: Duration,
+    /// The presence this member's leases live by, shared with the other members of its
+    /// channel on this worker ([`LeaseManager::with_shared_presence`]); `None`: its own.
+    shared: Option<Arc<SharedPresence>>,
+}
+
+impl<S: ?Sized> Drop for LeaseManager<S> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            shared.detach();
+        }
+    }
 }
 
 impl<S: LeaseStore + ?Sized> LeaseManager<S> {
@@ -547,8 +561,22 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             replies: None,
             handing: BTreeMap::new(),
             handoff_wait: config.lease_duration,
+            shared: None,
             config,
         }
+    }
+
+    /// The same manager for a member channel whose leases live by `shared`, the presence of
+    /// this worker in the members' channel (module [`group`]): it renews no presence row and
+    /// no committer lease of its own; its presence row in the member channel only carries the
+    /// balancer's notices and hand-offs; its balancer judges workers by their heartbeat in
+    /// `shared`.
+    pub fn with_shared_presence(mut self, shared: Arc<SharedPresence>) -> Self {
+        shared.attach();
+        if let Some(old) = self.shared.replace(shared) {
+            old.detach();
+        }
+        self
     }
 
     /// Makes hand-offs graceful: the returned handle is the worker's answer
@@ -700,14 +728,9 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         self.expire(Instant::now());
 
         let release_own_committer = self.release_owned;
-        let sent_at = Instant::now();
-        let presence = self
-            .store
-            .renew_presence(&channel, &self.config.worker_id)
-            .await;
+        let presence = self.presence().await;
         let presence_error = match presence {
-            Ok(presence) => {
-                let until = sent_at + self.config.lease_duration;
+            Ok((presence, until)) => {
                 for (_, valid) in self.shards.values_mut() {
                     *valid = until;
                 }
@@ -740,6 +763,40 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             None => Ok(()),
             Some(err) => Err(err),
         }
+    }
+
+    /// Renews this worker's presence row and returns it with the instant the leases stop being
+    /// valid (`lease_duration` after the renewal was sent). With a shared presence: reads the
+    /// member's row (created once; it carries notices and hand-offs) and returns the shared
+    /// presence's validity.
+    ///
+    /// Errors: the store's; [`LeaseError::Unavailable`] when the shared presence has not been
+    /// renewed within `lease_duration`.
+    async fn presence(&mut self) -> Result<(Presence, Instant), LeaseError> {
+        let channel = &self.config.channel;
+        let me = &self.config.worker_id;
+        let Some(shared) = self.shared.clone() else {
+            let sent_at = Instant::now();
+            let presence = self.store.renew_presence(channel, me).await?;
+            return Ok((presence, sent_at + self.config.lease_duration));
+        };
+        let until = shared
+            .valid_until()
+            .filter(|until| *until > Instant::now())
+            .ok_or_else(|| LeaseError::Unavailable {
+                message: format!(
+                    "this worker's presence in channel {} was not renewed within lease_duration",
+                    shared.channel()
+                ),
+            })?;
+        let rows = self.store.list_presence(channel).await?;
+        let presence = match rows.into_iter().find(|p| &p.worker == me) {
+            Some(row) => row,
+            // Created once (and again after a balancer removed it for a gap): its heartbeat is
+            // not renewed, the shared presence's is.
+            None => self.store.renew_presence(channel, me).await?,
+        };
+        Ok((presence, until))
     }
 
     /// Re-reads the shard leases after a notice: holds the rows in this worker's name (valid
@@ -884,6 +941,9 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 .await?;
             self.committer_row_ensured = true;
         }
+        if let Some(shared) = self.shared.clone() {
+            return self.keep_shared_committer(&shared, release_own).await;
+        }
         let sent_at = Instant::now();
         if let Some((held, _)) = self.committer.clone() {
             match self.store.renew_lease(&held).await {
@@ -966,6 +1026,94 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         Ok(())
     }
 
+    /// [`Self::keep_committer`] with a shared presence: the committer lease is never renewed;
+    /// it is valid while the shared presence is. Held: its row is read to see that it is still
+    /// this worker's. Not held: it is taken when unowned, when its owner's heartbeat in the
+    /// shared presence stood still for `lease_duration`, or when its owner has no presence row
+    /// there and the lease row stood still that long; a row in this worker's name that it does
+    /// not hold (its presence lapsed, or a restart) is released, since nobody else would take
+    /// it while this worker's heartbeat moves.
+    async fn keep_shared_committer(
+        &mut self,
+        shared: &SharedPresence,
+        release_own: bool,
+    ) -> Result<(), LeaseError> {
+        let channel = self.config.channel.clone();
+        let me = self.config.worker_id.clone();
+        let Some(row) = self.store.get_lease(&channel, &LeaseKey::Committer).await? else {
+            self.committer_row_ensured = false;
+            return Ok(());
+        };
+        let now = Instant::now();
+        self.committer_seen
+            .observe_leases(std::slice::from_ref(&row), now);
+        if let Some((held, _)) = self.committer.clone() {
+            if row.is_owned_by(&me) && row.lease_counter == held.lease_counter {
+                if let Some(until) = shared.valid_until() {
+                    self.committer = Some((row, until));
+                }
+            } else {
+                self.committer = None;
+                self.balancer = None;
+                self.lost(
+                    &held.key,
+                    held.lease_counter,
+                    "taken by another worker or released",
+                );
+            }
+            return Ok(());
+        }
+        if row.is_owned_by(&me) {
+            match self.store.release_lease(&row).await {
+                Ok(()) => {
+                    tracing::info!(channel = %channel, lease = %row.key, release_own, "lease released: found in this worker's name, not held")
+                }
+                Err(err) => {
+                    tracing::warn!(channel = %channel, lease = %row.key, error = %err, "lease release failed; retried next period")
+                }
+            }
+            return Ok(());
+        }
+        let takeable = match row.owner.as_deref() {
+            None => true,
+            Some(owner) => match shared.standing(owner, now) {
+                Standing::Gone => true,
+                Standing::Absent => {
+                    shared.has_listed()
+                        && self
+                            .committer_seen
+                            .is_expired(&row, now, self.config.lease_duration)
+                }
+                Standing::Live | Standing::InDoubt => false,
+            },
+        };
+        if !takeable || self.draining() {
+            return Ok(());
+        }
+        let Some(until) = shared.valid_until().filter(|until| *until > now) else {
+            return Ok(());
+        };
+        match self.store.take_lease(&row, &me).await {
+            Ok(taken) => {
+                tracing::info!(channel = %channel, lease = %taken.key, lease_counter = taken.lease_counter, from = row.owner.as_deref().unwrap_or(""), "lease taken");
+                if row.owner.as_deref().is_some_and(|w| w != me) {
+                    crate::telemetry::record_lease_takeover(&channel);
+                }
+                self.committer = Some((taken, until));
+                // The shared presence watched the fleet already: it may assign at once.
+                self.balancer = Some(Balancer {
+                    periods: 1,
+                    ..Balancer::default()
+                });
+            }
+            Err(LeaseError::Conflict { .. }) => {
+                tracing::debug!(channel = %channel, "committer lease take lost a race")
+            }
+            Err(err) => return Err(err),
+        }
+        Ok(())
+    }
+
     /// One balancer period (this worker holds the committer lease).
     async fn balance_once(&mut self) -> Result<(), LeaseError> {
         let channel = self.config.channel.clone();
@@ -977,9 +1125,34 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             let now = Instant::now();
             let presence = self.store.list_presence(&channel).await?;
             b.presence.observe_presence(&presence, now);
+            let shared = self.shared.clone();
+            // How a worker stands: by its heartbeat in the shared presence, or by its row here.
+            let standing = |b: &Balancer, worker: &str| -> Standing {
+                if let Some(shared) = &shared {
+                    return shared.standing(worker, now);
+                }
+                let Some(row) = presence.iter().find(|p| p.worker == worker) else {
+                    return Standing::Absent;
+                };
+                match b.presence.still_for(&row.worker, &row.heartbeat, now) {
+                    Some(d) if d >= duration => Standing::Gone,
+                    _ if b.presence.has_moved(&row.worker) => Standing::Live,
+                    _ => Standing::InDoubt,
+                }
+            };
             let gc_after = presence_gc_after(duration);
             for row in &presence {
-                if b.presence.still_for(&row.worker, &row.heartbeat, now).is_some_and(|d| d >= gc_after) {
+                let own_row_still = b.presence.still_for(&row.worker, &row.heartbeat, now);
+                let gone_for_long = match &shared {
+                    None => own_row_still.is_some_and(|d| d >= gc_after),
+                    Some(shared) => match shared.still_for(&row.worker, now) {
+                        Some(d) => d >= gc_after,
+                        // No row in the shared presence (removed for a long gap): this row is
+                        // only notices, never renewed; collected once it stood that long too.
+                        None => shared.has_listed() && own_row_still.is_some_and(|d| d >= gc_after),
+                    },
+                };
+                if gone_for_long {
                     tracing::info!(channel = %channel, worker = %row.worker, "removing the presence of a worker gone for long");
                     self.store.remove_presence(&channel, &row.worker).await?;
                 }
@@ -993,8 +1166,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             let live: BTreeSet<String> = presence
                 .iter()
                 .filter(|p| !(draining && p.worker == me))
-                .filter(|p| b.presence.has_moved(&p.worker))
-                .filter(|p| b.presence.still_for(&p.worker, &p.heartbeat, now).is_some_and(|d| d < duration))
+                .filter(|p| standing(&b, &p.worker) == Standing::Live)
                 .map(|p| p.worker.clone())
                 .collect();
             let mut leases = self.store.list_leases(&channel).await?;
@@ -1009,26 +1181,19 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 }) && now.saturating_duration_since(m.since) < duration + handoff_wait
                     && live.contains(&m.to)
             });
-            let heartbeat_of: HashMap<&str, u64> =
-                presence.iter().map(|p| (p.worker.as_str(), p.heartbeat)).collect();
             let gone = |l: &Lease| match l.owner.as_deref() {
-                Some(owner) if heartbeat_of.contains_key(owner) => b
-                    .presence
-                    .still_for(&owner.to_string(), &heartbeat_of[owner], now)
-                    .is_some_and(|d| d >= duration),
-                Some(_) => b.leases.is_expired(l, now, duration),
+                Some(owner) => match standing(&b, owner) {
+                    Standing::Gone => true,
+                    Standing::Absent => b.leases.is_expired(l, now, duration),
+                    Standing::Live | Standing::InDoubt => false,
+                },
                 None => true,
             };
             let moving: BTreeMap<ShardId, String> =
                 b.moving.iter().map(|(s, m)| (s.clone(), m.to.clone())).collect();
             let unknown = presence
                 .iter()
-                .filter(|p| !b.presence.has_moved(&p.worker) && !live.contains(&p.worker))
-                .filter(|p| {
-                    b.presence
-                        .still_for(&p.worker, &p.heartbeat, now)
-                        .is_some_and(|d| d < duration)
-                })
+                .filter(|p| standing(&b, &p.worker) == Standing::InDoubt)
                 .count();
             let assign_free = (b.periods >= 1).then_some(unknown);
             let plan = balance(&leases, &live, &gone, &moving, assign_free, &params);
@@ -1269,6 +1434,9 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 "listing leases at shutdown failed; rows assigned since the last sync wait for lease_duration"
             ),
         }
+        if let Some(shared) = self.shared.take() {
+            shared.detach();
+        }
     }
 
     async fn release_logged(&self, lease: &Lease) {
@@ -1290,6 +1458,13 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         let mut interval = tokio::time::interval(self.config.effective_renew_interval());
         interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut replies = self.replies.as_ref().map(|r| r.0.subscribe());
+        if let Some(shared) = self.shared.clone() {
+            // Its first period waits for the shared presence's first renewal (started with it).
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = shared.renewed() => {}
+            }
+        }
         loop {
             let expiry = self.next_expiry();
             tokio::select! {

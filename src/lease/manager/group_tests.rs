@@ -1,0 +1,217 @@
+//! The shared presence of member channels over the in-memory store, on paused time.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::lease::manager::{LeaseManager, LeaseManagerConfig};
+use crate::lease::memory::MemoryLeaseStore;
+use crate::lease::{Lease, LeaseKey, LeaseSpec};
+
+const INTERVAL: Duration = Duration::from_secs(3);
+const DURATION: Duration = Duration::from_secs(9);
+const MEMBERS: usize = 12;
+const SHARDS: usize = 2;
+
+fn member(i: usize) -> String {
+    format!("p.t{i}")
+}
+
+/// One worker of channel `p`: its shared presence and a lease manager per member.
+struct Worker {
+    presence: Arc<SharedPresence>,
+    members: Vec<LeaseManager<MemoryLeaseStore>>,
+}
+
+impl Worker {
+    fn new(store: &Arc<MemoryLeaseStore>, id: &str) -> Self {
+        let presence = SharedPresence::new("p", id, DURATION, INTERVAL);
+        let members = (0..MEMBERS)
+            .map(|i| {
+                let mut config = LeaseManagerConfig::new(member(i), id, DURATION);
+                config.renew_interval = INTERVAL;
+                LeaseManager::new(store.clone(), config).with_shared_presence(presence.clone())
+            })
+            .collect();
+        Worker { presence, members }
+    }
+
+    /// One period: the shared presence, then every member.
+    async fn period(&mut self, store: &MemoryLeaseStore) {
+        self.presence.period(store).await;
+        for m in &mut self.members {
+            m.tick().await.unwrap();
+        }
+    }
+
+    fn shards(&self) -> usize {
+        self.members.iter().map(|m| m.held().shards.len()).sum()
+    }
+
+    fn committers(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|m| m.held().committer.is_some())
+            .count()
+    }
+}
+
+async fn store_with_members() -> Arc<MemoryLeaseStore> {
+    let store = Arc::new(MemoryLeaseStore::new());
+    for i in 0..MEMBERS {
+        let mut specs: Vec<_> = (0..SHARDS)
+            .map(|s| LeaseSpec::new(LeaseKey::shard(format!("t{i}:{s}"))))
+            .collect();
+        specs.push(LeaseSpec::new(LeaseKey::Committer));
+        store.ensure_leases(&member(i), &specs).await.unwrap();
+    }
+    store
+}
+
+async fn periods(store: &Arc<MemoryLeaseStore>, workers: &mut [&mut Worker], n: usize) {
+    for _ in 0..n {
+        for w in workers.iter_mut() {
+            w.period(store).await;
+        }
+        tokio::time::advance(INTERVAL).await;
+    }
+}
+
+/// Every lease row and every member presence row, as stored.
+async fn rows(store: &MemoryLeaseStore) -> (Vec<Lease>, Vec<crate::lease::Presence>) {
+    let mut leases = Vec::new();
+    let mut presence = Vec::new();
+    for i in 0..MEMBERS {
+        leases.extend(store.list_leases(&member(i)).await.unwrap());
+        presence.extend(store.list_presence(&member(i)).await.unwrap());
+    }
+    (leases, presence)
+}
+
+/// Issue 43: each member renewed a presence row and its committer lease every period, so a
+/// worker of 1,000 tables wrote 2,000 rows per renew_interval doing nothing. With the shared
+/// presence, the steady state writes one row per worker per period, whatever the number of
+/// tables: no lease row and no member presence row changes.
+#[tokio::test(start_paused = true)]
+async fn members_write_one_presence_row_per_worker_per_period_whatever_their_number() {
+    let store = store_with_members().await;
+    let (mut a, mut b) = (Worker::new(&store, "a"), Worker::new(&store, "b"));
+    periods(&store, &mut [&mut a, &mut b], 8).await;
+    assert_eq!(a.shards() + b.shards(), MEMBERS * SHARDS);
+    assert_eq!(a.committers() + b.committers(), MEMBERS);
+    // Balanced within each member's shards (2 shards, 2 workers: one each at most one apart).
+    assert!(
+        a.shards().abs_diff(b.shards()) <= MEMBERS,
+        "{} / {}",
+        a.shards(),
+        b.shards()
+    );
+
+    let before = rows(&store).await;
+    let heartbeats = |rows: &[crate::lease::Presence]| {
+        rows.iter()
+            .map(|p| (p.worker.clone(), p.heartbeat))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let shared_before = heartbeats(&store.list_presence("p").await.unwrap());
+    periods(&store, &mut [&mut a, &mut b], 5).await;
+    let after = rows(&store).await;
+    assert_eq!(
+        before, after,
+        "no member row is written in the steady state"
+    );
+    let shared_after = heartbeats(&store.list_presence("p").await.unwrap());
+    for w in ["a", "b"] {
+        assert_eq!(
+            shared_after[w],
+            shared_before[w] + 5,
+            "one renewal per period of {w}"
+        );
+    }
+    assert_eq!(a.shards() + b.shards(), MEMBERS * SHARDS);
+    assert_eq!(a.committers() + b.committers(), MEMBERS);
+}
+
+/// A worker whose shared presence stands still (SIGKILL) loses every member's shards and
+/// committer lease to the others within lease_duration and a few periods, though none of its
+/// lease rows was ever renewed; while it renews, nothing is taken from it.
+#[tokio::test(start_paused = true)]
+async fn a_worker_whose_shared_presence_stands_still_loses_every_members_leases() {
+    let store = store_with_members().await;
+    let (mut a, mut b) = (Worker::new(&store, "a"), Worker::new(&store, "b"));
+    periods(&store, &mut [&mut a, &mut b], 8).await;
+    let a_had = (a.shards(), a.committers());
+    assert!(a_had.0 > 0 && a_had.1 > 0, "a holds some: {a_had:?}");
+    // Live for 4 lease durations more: nothing moves.
+    periods(&store, &mut [&mut a, &mut b], 12).await;
+    assert_eq!((a.shards(), a.committers()), a_had);
+
+    // SIGKILL a: it never runs again; its rows stay.
+    drop(a);
+    let killed = Instant::now();
+    while b.shards() < MEMBERS * SHARDS || b.committers() < MEMBERS {
+        assert!(
+            killed.elapsed() <= DURATION + INTERVAL * 4,
+            "b holds {} shards and {} committer leases {:?} after the kill",
+            b.shards(),
+            b.committers(),
+            killed.elapsed()
+        );
+        periods(&store, &mut [&mut b], 1).await;
+    }
+    let (leases, _) = rows(&store).await;
+    assert!(leases.iter().all(|l| l.is_owned_by("b")), "{leases:?}");
+}
+
+/// The members publish their leases only while the shared presence was renewed within
+/// lease_duration: when its renewals fail, every member drops them (without a write of its
+/// own that could fail), and once renewals resume they hold them again.
+#[tokio::test(start_paused = true)]
+async fn members_drop_their_leases_when_the_shared_presence_lapses_and_take_them_again() {
+    let store = store_with_members().await;
+    let mut a = Worker::new(&store, "a");
+    periods(&store, &mut [&mut a], 6).await;
+    assert_eq!(a.shards(), MEMBERS * SHARDS);
+    assert_eq!(a.committers(), MEMBERS);
+    // The shared presence is not renewed (its task is stalled); the members go on ticking.
+    let stalled = Instant::now();
+    while a.shards() > 0 || a.committers() > 0 {
+        assert!(
+            stalled.elapsed() <= DURATION,
+            "still held {:?} after the stall",
+            stalled.elapsed()
+        );
+        for m in &mut a.members {
+            let _ = m.tick().await;
+        }
+        tokio::time::advance(INTERVAL).await;
+    }
+    // Renewals resume: what was in its name is released and taken again.
+    periods(&store, &mut [&mut a], 6).await;
+    assert_eq!(a.shards(), MEMBERS * SHARDS);
+    assert_eq!(a.committers(), MEMBERS);
+}
+
+/// At shutdown the shared row outlives the members' releases, then goes.
+#[tokio::test(start_paused = true)]
+async fn the_shared_row_is_removed_once_every_member_released() {
+    let store = store_with_members().await;
+    let mut a = Worker::new(&store, "a");
+    periods(&store, &mut [&mut a], 4).await;
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(a.presence.clone().run(store.clone(), shutdown.clone()));
+    shutdown.cancel();
+    tokio::time::sleep(INTERVAL).await;
+    assert_eq!(
+        store.list_presence("p").await.unwrap().len(),
+        1,
+        "a member still holds leases"
+    );
+    for m in &mut a.members {
+        m.release_all().await;
+    }
+    run.await.unwrap();
+    assert!(store.list_presence("p").await.unwrap().is_empty());
+    let (leases, presence) = rows(&store).await;
+    assert!(leases.iter().all(|l| l.owner.is_none()), "{leases:?}");
+    assert!(presence.is_empty());
+}
