@@ -12,9 +12,9 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-/// Age of the oldest record of a held shard not yet committed, counted from when this process
-/// first read it (a record read again after a rewind keeps its first read), seconds; 0 when
-/// idle.
+/// Age of the oldest record of a held shard not yet committed, counted from its timestamp in
+/// the stream, or from when this process first read it if that is earlier (a record read again
+/// after a rewind keeps what its first read gave), seconds; 0 when idle.
 pub const DATA_FRESHNESS_SECONDS: &str = "floe_data_freshness_seconds";
 /// The channel's data freshness bound in force (configured or updated), seconds.
 pub const DATA_FRESHNESS_TARGET_SECONDS: &str = "floe_data_freshness_target_seconds";
@@ -173,7 +173,7 @@ pub fn describe() {
     describe_gauge!(
         DATA_FRESHNESS_SECONDS,
         Unit::Seconds,
-        "age of the oldest record of a held shard not yet committed, from its first read by this process; 0 when idle"
+        "age of the oldest record of a held shard not yet committed, from its source timestamp (its first read by this process if earlier); 0 when idle"
     );
     describe_gauge!(
         DATA_FRESHNESS_TARGET_SECONDS,

@@ -52,6 +52,7 @@ pub struct SourceRecord {
     /// When the stream accepted the record, in milliseconds since the Unix epoch (Kafka: the
     /// message timestamp, CreateTime or LogAppendTime; Kinesis: ApproximateArrivalTimestamp).
     /// Falls back to the read time when the stream has no timestamp for the record.
+    /// `floe_data_freshness_seconds` counts from it (`worker::reads`).
     pub arrival_ms: i64,
     /// When this worker read the record (monotonic clock): the freshness deadline counts from here.
     pub read_at: Instant,

@@ -41,6 +41,7 @@ use uuid::Uuid;
 mod progress;
 mod reads;
 
+use reads::accepted_at;
 pub use reads::{ReadHistory, RereadCause};
 
 use crate::destination::{BatchSink, BoxError, Pushed, SinkError};
@@ -390,8 +391,8 @@ impl ChannelWorker {
     }
 
     /// Carries what a failed loop read ([`ChannelWorker::take_history`]) into this one, so
-    /// `floe_data_freshness_seconds` keeps counting from the first read of a record while the
-    /// loop restarts, and what is read again is counted as re-read (cause `restart`).
+    /// `floe_data_freshness_seconds` keeps counting from a record's timestamp (or first read)
+    /// while the loop restarts, and what is read again is counted as re-read (cause `restart`).
     pub fn with_history(mut self, mut history: ReadHistory) -> Self {
         history.new_loop();
         self.history = history;
@@ -410,8 +411,9 @@ impl ChannelWorker {
         std::mem::take(&mut self.history)
     }
 
-    /// When the oldest record of a held shard not yet committed was first read by this
-    /// process (buffered, in flight, or read again since); `None` when there is none.
+    /// When the oldest record of a held shard not yet committed was accepted by the stream (its
+    /// timestamp, or its first read by this process if earlier; buffered, in flight, or read
+    /// again since); `None` when there is none.
     pub fn oldest_pending(&self) -> Option<Instant> {
         let held = self.held.borrow();
         self.history
@@ -771,11 +773,17 @@ impl ChannelWorker {
             };
             records += batch.len() as u64;
             bytes += batch.iter().map(|r| r.payload.len() as u64).sum::<u64>();
+            // The freshness counts from each record's timestamp (reads.rs), mapped here onto the
+            // monotonic clock the gauge is published on.
             let now = Instant::now();
-            if let Some((n, cause)) = self
-                .history
-                .read(id, batch.iter().map(|r| &r.position), now)
-            {
+            let wall_ms = now_ms();
+            if let Some((n, cause)) = self.history.read(
+                id,
+                batch
+                    .iter()
+                    .map(|r| (&r.position, accepted_at(r.arrival_ms, now, wall_ms))),
+                now,
+            ) {
                 *reread.entry(cause).or_default() += n;
             }
             // A tombstone (a Kafka record with a null value: a delete in a compacted topic,
@@ -1078,8 +1086,8 @@ impl ChannelWorker {
     }
 
     fn publish_gauges(&self) {
-        // Age of the oldest record of a held shard not yet committed, from its first read by this
-        // process (docs/observability.md, "Freshness and re-reads").
+        // Age of the oldest record of a held shard not yet committed, from its timestamp or its
+        // first read by this process if earlier (docs/observability.md, "Freshness and re-reads").
         let oldest = self.oldest_pending();
         let freshness = oldest.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
         let buffered = self.sink.as_ref().map(|s| s.buffered_bytes()).unwrap_or(0);

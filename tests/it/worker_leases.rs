@@ -680,7 +680,8 @@ async fn losing_one_shard_drops_only_its_rows_and_reopens_no_other_reader() {
 }
 
 /// Issue 33 (item 5): a dropped buffer reset the freshness (the records read again started
-/// young). The gauge counts from the first read of the oldest uncommitted record, through a
+/// young). The gauge counts from the first read of the oldest uncommitted record (records
+/// stamped as they are produced here, so the timestamp does not make it older), through a
 /// loss and a re-take of the shard on this worker, and the records read again are counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_freshness_keeps_growing_across_a_dropped_buffer_and_a_re_read() {
@@ -691,7 +692,8 @@ async fn the_freshness_keeps_growing_across_a_dropped_buffer_and_a_re_read() {
     let source = Arc::new(MemorySource::with_partitions(1));
     let base = 1_783_627_200_000;
     for id in 0..10 {
-        source.append(&s0, None, event_json(id, 3, base, 1).into_bytes(), base);
+        let produced = floe::time::now_ms();
+        source.append(&s0, None, event_json(id, 3, base, 1).into_bytes(), produced);
     }
     let (held_tx, held_rx) = watch::channel(HeldLeases {
         shards: leases.clone(),
@@ -736,6 +738,47 @@ async fn the_freshness_keeps_growing_across_a_dropped_buffer_and_a_re_read() {
             &[&format!(r#"channel="{channel}""#), r#"cause="lease_lost""#]
         ),
         10.0
+    );
+    drain_until_committed(&rig, stop, task, &s0, 9).await;
+}
+
+/// Issue 43: after a SIGKILL, the new owner of a shard counted the backlog the dead worker
+/// left from its own first read, a lease_duration or more after the records were produced (the
+/// gauge peaked at 31.8 s while records waited 46.1 s). Records the stream accepted 40 s ago,
+/// read now by a worker that takes the shard, show 40 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_freshness_of_a_backlog_taken_over_counts_from_the_records_timestamps() {
+    let channel = "wt";
+    let rig = common::WorkerRig::new(channel).await;
+    let s0 = ShardId::kafka_partition(0);
+    let leases = rig.take_shard_leases(std::slice::from_ref(&s0)).await;
+    let source = Arc::new(MemorySource::with_partitions(1));
+    let base = 1_783_627_200_000;
+    let produced = floe::time::now_ms() - 40_000;
+    for id in 0..10 {
+        source.append(&s0, None, event_json(id, 3, base, 1).into_bytes(), produced);
+    }
+    let (_held_tx, held_rx) = watch::channel(HeldLeases {
+        shards: leases,
+        ..Default::default()
+    });
+    let _ = metrics();
+    let (stop, task) = rig.spawn_worker(
+        source.clone(),
+        Duration::from_secs(60),
+        Duration::from_secs(5),
+        held_rx,
+    );
+    wait_read(&source, &s0, 10).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let freshness = metric(
+        "floe_data_freshness_seconds",
+        &[&format!(r#"channel="{channel}""#)],
+    );
+    let waited = (floe::time::now_ms() - produced) as f64 / 1000.0;
+    assert!(
+        freshness >= 40.0 && freshness <= waited + 1.0,
+        "freshness {freshness} s, records produced {waited} s ago"
     );
     drain_until_committed(&rig, stop, task, &s0, 9).await;
 }
