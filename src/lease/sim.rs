@@ -147,6 +147,33 @@ pub struct CountingStore<S: ?Sized> {
     blocking: bool,
 }
 
+impl Counters {
+    /// Writes counted so far.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
+    }
+
+    /// Items read so far (a listing counts its rows, a get one).
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::SeqCst)
+    }
+}
+
+impl<S: ?Sized> CountingStore<S> {
+    /// A view of `inner` that counts every call into the returned counters (never
+    /// partitioned, calls made inline).
+    pub fn counting(inner: Arc<S>) -> (Self, Arc<Counters>) {
+        let counters = Arc::new(Counters::default());
+        let view = CountingStore {
+            inner,
+            counters: counters.clone(),
+            partitioned: Arc::new(AtomicBool::new(false)),
+            blocking: false,
+        };
+        (view, counters)
+    }
+}
+
 impl<S: LeaseStore + ?Sized + 'static> CountingStore<S> {
     async fn call<T: Send + 'static, F>(&self, f: F) -> Result<T, LeaseError>
     where

@@ -11,7 +11,10 @@
 //!  member M's lease manager (LeaseManager::with_shared_presence), each period:
 //!    its shard and committer leases are valid until valid_until (no write of its own);
 //!    its own presence row (M, W) carries only the balancer's notices and hand-offs
-//!      (created once at start, written by M's balancer when it has news);
+//!      (created once at start, written by M's balancer when it has news, which then bumps
+//!      the notice of (C, W) too): M reads it only when the notice of (C, W) moved;
+//!    its committer lease row is read only when its owner as last read is not live in C
+//!      (or held, or every SAFETY_READ_PERIODS periods);
 //!    M's balancer: live workers = rows of M whose worker's heartbeat in C moved within
 //!      lease_duration; the committer lease is taken from a worker whose heartbeat in C
 //!      stood still that long (it is never renewed)
@@ -43,6 +46,9 @@ struct View {
     observations: PresenceObservations,
     /// Whether a listing succeeded yet.
     listed: bool,
+    /// This worker's own row's notice in the last listing: members' balancers bump it after
+    /// writing a member's notice, so a member reads its own row only when it moved.
+    own_notice: Option<u64>,
 }
 
 /// How a worker stands in the shared presence, as this worker last saw it.
@@ -142,6 +148,13 @@ impl SharedPresence {
         }
     }
 
+    /// The notice of this worker's own row in the last listing (`None` before one showed
+    /// it): it moves when some member's balancer told one of this worker's members to re-read
+    /// its leases.
+    pub fn own_notice(&self) -> Option<u64> {
+        self.view().own_notice
+    }
+
     /// Whether a listing of the presence rows succeeded yet.
     pub fn has_listed(&self) -> bool {
         self.view().listed
@@ -190,6 +203,10 @@ impl SharedPresence {
                 .map(|p| (p.worker.clone(), p.heartbeat))
                 .collect();
             view.listed = true;
+            view.own_notice = rows
+                .iter()
+                .find(|p| p.worker == self.worker_id)
+                .map(|p| p.notice);
             let gc_after = presence_gc_after(self.lease_duration);
             rows.iter()
                 .filter(|p| {

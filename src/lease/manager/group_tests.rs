@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::lease::manager::{LeaseManager, LeaseManagerConfig};
 use crate::lease::memory::MemoryLeaseStore;
+use crate::lease::sim::{Counters, CountingStore};
 use crate::lease::{Lease, LeaseKey, LeaseSpec};
 
 const INTERVAL: Duration = Duration::from_secs(3);
@@ -16,28 +17,38 @@ fn member(i: usize) -> String {
     format!("p.t{i}")
 }
 
-/// One worker of channel `p`: its shared presence and a lease manager per member.
+/// One worker of channel `p`: its shared presence and a lease manager per member, all calling
+/// the store through one counting view.
 struct Worker {
     presence: Arc<SharedPresence>,
-    members: Vec<LeaseManager<MemoryLeaseStore>>,
+    members: Vec<LeaseManager<CountingStore<MemoryLeaseStore>>>,
+    view: Arc<CountingStore<MemoryLeaseStore>>,
+    calls: Arc<Counters>,
 }
 
 impl Worker {
     fn new(store: &Arc<MemoryLeaseStore>, id: &str) -> Self {
+        let (view, calls) = CountingStore::counting(store.clone());
+        let view = Arc::new(view);
         let presence = SharedPresence::new("p", id, DURATION, INTERVAL);
         let members = (0..MEMBERS)
             .map(|i| {
                 let mut config = LeaseManagerConfig::new(member(i), id, DURATION);
                 config.renew_interval = INTERVAL;
-                LeaseManager::new(store.clone(), config).with_shared_presence(presence.clone())
+                LeaseManager::new(view.clone(), config).with_shared_presence(presence.clone())
             })
             .collect();
-        Worker { presence, members }
+        Worker {
+            presence,
+            members,
+            view,
+            calls,
+        }
     }
 
     /// One period: the shared presence, then every member.
-    async fn period(&mut self, store: &MemoryLeaseStore) {
-        self.presence.period(store).await;
+    async fn period(&mut self) {
+        self.presence.period(self.view.as_ref()).await;
         for m in &mut self.members {
             m.tick().await.unwrap();
         }
@@ -67,10 +78,10 @@ async fn store_with_members() -> Arc<MemoryLeaseStore> {
     store
 }
 
-async fn periods(store: &Arc<MemoryLeaseStore>, workers: &mut [&mut Worker], n: usize) {
+async fn periods(_store: &Arc<MemoryLeaseStore>, workers: &mut [&mut Worker], n: usize) {
     for _ in 0..n {
         for w in workers.iter_mut() {
-            w.period(store).await;
+            w.period().await;
         }
         tokio::time::advance(INTERVAL).await;
     }
@@ -106,6 +117,13 @@ async fn members_write_one_presence_row_per_worker_per_period_whatever_their_num
         b.shards()
     );
 
+    let calls = |a: &Worker, b: &Worker| {
+        (
+            a.calls.writes() + b.calls.writes(),
+            a.calls.reads() + b.calls.reads(),
+        )
+    };
+    let calls_before = calls(&a, &b);
     let before = rows(&store).await;
     let heartbeats = |rows: &[crate::lease::Presence]| {
         rows.iter()
@@ -114,10 +132,20 @@ async fn members_write_one_presence_row_per_worker_per_period_whatever_their_num
     };
     let shared_before = heartbeats(&store.list_presence("p").await.unwrap());
     periods(&store, &mut [&mut a, &mut b], 5).await;
+    let calls_after = calls(&a, &b);
     let after = rows(&store).await;
     assert_eq!(
         before, after,
         "no member row is written in the steady state"
+    );
+    // Writes: the two shared renewals per period. Reads: the two shared listings (2 rows
+    // each) and each member's balancer listing its presence rows (2) and leases (3); no
+    // member reads its own row or its committer lease while nothing says they changed.
+    let periods = 5;
+    assert_eq!(calls_after.0 - calls_before.0, 2 * periods);
+    assert_eq!(
+        calls_after.1 - calls_before.1,
+        periods * (2 * 2 + MEMBERS as u64 * (2 + 3))
     );
     let shared_after = heartbeats(&store.list_presence("p").await.unwrap());
     for w in ["a", "b"] {
@@ -214,4 +242,28 @@ async fn the_shared_row_is_removed_once_every_member_released() {
     let (leases, presence) = rows(&store).await;
     assert!(leases.iter().all(|l| l.owner.is_none()), "{leases:?}");
     assert!(presence.is_empty());
+}
+
+/// A worker that joins gets its share through hand-offs: the balancers' notices reach its
+/// members (and the handing worker's) through the bump of the shared row's notice, though no
+/// member reads its own row otherwise.
+#[tokio::test(start_paused = true)]
+async fn a_joining_worker_gets_its_share_through_notices_on_the_shared_row() {
+    let store = store_with_members().await;
+    let mut a = Worker::new(&store, "a");
+    periods(&store, &mut [&mut a], 6).await;
+    assert_eq!(a.shards(), MEMBERS * SHARDS);
+    let mut b = Worker::new(&store, "b");
+    let joined = Instant::now();
+    while b.shards() < MEMBERS {
+        assert!(
+            joined.elapsed() <= INTERVAL * 8,
+            "b holds {} shards {:?} after joining",
+            b.shards(),
+            joined.elapsed()
+        );
+        periods(&store, &mut [&mut a, &mut b], 1).await;
+    }
+    assert_eq!(a.shards(), MEMBERS);
+    assert!(a.members.iter().all(|m| m.held().shards.len() == 1));
 }

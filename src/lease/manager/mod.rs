@@ -531,7 +531,19 @@ pub struct LeaseManager<S: ?Sized> {
     /// The presence this member's leases live by, shared with the other members of its
     /// channel on this worker ([`LeaseManager::with_shared_presence`]); `None`: its own.
     shared: Option<Arc<SharedPresence>>,
+    /// With a shared presence: this member's presence row as last read, the shared row's
+    /// notice seen just before that read, the committer lease row as last read, and the
+    /// periods run (a read is skipped while nothing says it changed, but made at least every
+    /// [`SAFETY_READ_PERIODS`]).
+    member_row: Option<Presence>,
+    synced_group_notice: Option<u64>,
+    committer_row: Option<Lease>,
+    periods_run: u64,
 }
+
+/// With a shared presence, a member reads its presence row and its committer lease row at
+/// least this often (in periods) even when nothing says they changed.
+const SAFETY_READ_PERIODS: u64 = 20;
 
 impl<S: ?Sized> Drop for LeaseManager<S> {
     fn drop(&mut self) {
@@ -562,6 +574,10 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             handing: BTreeMap::new(),
             handoff_wait: config.lease_duration,
             shared: None,
+            member_row: None,
+            synced_group_notice: None,
+            committer_row: None,
+            periods_run: 0,
             config,
         }
     }
@@ -724,6 +740,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
     }
 
     async fn tick_inner(&mut self) -> Result<(), LeaseError> {
+        self.periods_run += 1;
         let channel = self.config.channel.clone();
         self.expire(Instant::now());
 
@@ -789,6 +806,17 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                     shared.channel()
                 ),
             })?;
+        // Its row changes only when its balancer notifies it, which then bumps the shared
+        // row's notice: read it only when that moved (or when this member must list anyway).
+        let group_notice = shared.own_notice();
+        let unchanged = group_notice.is_some()
+            && group_notice == self.synced_group_notice
+            && !self.release_owned
+            && !self.relist
+            && !self.safety_read_due();
+        if let Some(row) = self.member_row.as_ref().filter(|_| unchanged) {
+            return Ok((row.clone(), until));
+        }
         let rows = self.store.list_presence(channel).await?;
         let presence = match rows.into_iter().find(|p| &p.worker == me) {
             Some(row) => row,
@@ -796,7 +824,15 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             // not renewed, the shared presence's is.
             None => self.store.renew_presence(channel, me).await?,
         };
+        self.synced_group_notice = group_notice;
+        self.member_row = Some(presence.clone());
         Ok((presence, until))
+    }
+
+    /// Whether this period reads what a shared-presence member otherwise reads only on a sign
+    /// of change ([`SAFETY_READ_PERIODS`]).
+    fn safety_read_due(&self) -> bool {
+        self.periods_run % SAFETY_READ_PERIODS == 0
     }
 
     /// Re-reads the shard leases after a notice: holds the rows in this worker's name (valid
@@ -1040,13 +1076,38 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
     ) -> Result<(), LeaseError> {
         let channel = self.config.channel.clone();
         let me = self.config.worker_id.clone();
+        let now = Instant::now();
+        // Nothing this member would do needs the row while it holds the lease (only a lapse of
+        // the shared presence ends it) or while the owner it last read is alive.
+        let skip = !self.safety_read_due()
+            && match (&self.committer, &self.committer_row) {
+                (Some(_), _) => true,
+                (None, Some(row)) => row.owner.as_deref().is_some_and(|owner| {
+                    owner != me
+                        && matches!(
+                            shared.standing(owner, now),
+                            Standing::Live | Standing::InDoubt
+                        )
+                }),
+                (None, None) => false,
+            };
+        if skip {
+            if let (Some((_, valid)), Some(until)) = (self.committer.as_mut(), shared.valid_until())
+            {
+                *valid = until;
+            }
+            return Ok(());
+        }
+        self.committer_row = None;
         let Some(row) = self.store.get_lease(&channel, &LeaseKey::Committer).await? else {
             self.committer_row_ensured = false;
             return Ok(());
         };
-        let now = Instant::now();
         self.committer_seen
             .observe_leases(std::slice::from_ref(&row), now);
+        if !row.is_owned_by(&me) {
+            self.committer_row = Some(row.clone());
+        }
         if let Some((held, _)) = self.committer.clone() {
             if row.is_owned_by(&me) && row.lease_counter == held.lease_counter {
                 if let Some(until) = shared.valid_until() {
@@ -1099,6 +1160,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 if row.owner.as_deref().is_some_and(|w| w != me) {
                     crate::telemetry::record_lease_takeover(&channel);
                 }
+                self.committer_row = Some(taken.clone());
                 self.committer = Some((taken, until));
                 // The shared presence watched the fleet already: it may assign at once.
                 self.balancer = Some(Balancer {
@@ -1380,12 +1442,24 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 continue;
             }
             match self.store.notify_worker(channel, worker, &state.1).await {
-                Ok(()) => {
-                    b.notified.insert(worker.clone(), state);
-                }
-                Err(LeaseError::Conflict { .. }) => {}
+                Ok(()) => {}
+                Err(LeaseError::Conflict { .. }) => continue,
                 Err(err) => return Err(err),
             }
+            if let Some(shared) = &self.shared {
+                // The member reads its row only once the worker's shared row's notice moved.
+                match self
+                    .store
+                    .notify_worker(shared.channel(), worker, &BTreeMap::new())
+                    .await
+                {
+                    Ok(()) => {}
+                    // Gone from the shared presence: it is not live for long.
+                    Err(LeaseError::Conflict { .. }) => continue,
+                    Err(err) => return Err(err),
+                }
+            }
+            b.notified.insert(worker.clone(), state);
         }
         b.notified.retain(|w, _| live.contains(w));
         Ok(())
