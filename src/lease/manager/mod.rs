@@ -832,7 +832,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
     /// Whether this period reads what a shared-presence member otherwise reads only on a sign
     /// of change ([`SAFETY_READ_PERIODS`]).
     fn safety_read_due(&self) -> bool {
-        self.periods_run % SAFETY_READ_PERIODS == 0
+        self.periods_run.is_multiple_of(SAFETY_READ_PERIODS)
     }
 
     /// Re-reads the shard leases after a notice: holds the rows in this worker's name (valid
