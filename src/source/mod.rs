@@ -236,6 +236,23 @@ pub trait Source: Send + Sync {
         Ok(())
     }
 
+    /// [`Source::check_checkpoint`] of several shards at once, as a worker taking many shards
+    /// needs: sources that can look many up in one request override it (Kafka: one probe
+    /// assignment). The default checks them one after another.
+    ///
+    /// Errors: the first shard's error, as [`Source::check_checkpoint`].
+    async fn check_checkpoints(
+        &self,
+        checks: &[(ShardId, Position)],
+        committed_by_ms: i64,
+    ) -> Result<(), SourceError> {
+        for (shard, checkpoint) in checks {
+            self.check_checkpoint(shard, checkpoint, committed_by_ms)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Whether a shard this source stops listing is gone for good, finished or not, so that
     /// shard discovery deletes its lease row (releasing it): `true` for a Kafka channel reading
     /// several topics, whose deleted topics leave the listing. `false` by default: a Kinesis

@@ -603,18 +603,25 @@ impl ChannelWorker {
                 .and_then(|s| s.checkpoints_committed_by_ms());
             let (channel, source) = (&self.settings.channel, self.io.source.as_ref());
             let initial = &self.settings.initial_position;
-            // The shards taken at once are opened concurrently (each a checkpoint check and a
-            // reader: a few broker or Kinesis calls), not one after another: a worker taking
-            // 250 partitions opened them over 7 s, its records waiting.
+            // A checkpoint of the table must name a record of the same log (a topic recreated
+            // under the same name is another log): checked for every shard taken at once in
+            // one lookup (Kafka: one probe assignment), not one probe per shard.
+            if let Some(by) = committed_by {
+                let checks: Vec<(ShardId, Position)> = new
+                    .iter()
+                    .filter_map(|(id, _)| cp.get(id).map(|p| (id.clone(), p.clone())))
+                    .collect();
+                if !checks.is_empty() {
+                    source.check_checkpoints(&checks, by).await?;
+                }
+            }
+            // The shards taken at once are opened concurrently (a reader each: a few broker or
+            // Kinesis calls), not one after another: a worker taking 250 partitions opened them
+            // over 7 s, its records waiting.
             let opened: Vec<_> = futures::stream::iter(new)
                 .map(|(id, counter)| {
                     let after = cp.get(&id).cloned();
                     async move {
-                        // A checkpoint of the table must name a record of the same log (a
-                        // topic recreated under the same name is another log).
-                        if let (Some(checkpoint), Some(by)) = (&after, committed_by) {
-                            source.check_checkpoint(&id, checkpoint, by).await?;
-                        }
                         let reader =
                             open_reader(channel, source, initial, &id, after.as_ref()).await?;
                         Ok::<_, WorkerError>((id, counter, after, reader))

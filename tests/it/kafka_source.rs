@@ -677,6 +677,49 @@ async fn a_checkpoint_whose_record_is_newer_than_its_commit_is_a_recreated_topic
         .unwrap();
 }
 
+/// The checkpoints of many partitions are checked through one probe assignment
+/// (`check_checkpoints`, what a worker taking many shards calls): the same verdicts as one by
+/// one, the refused one named by its own partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checkpoints_of_many_partitions_are_checked_at_once_and_the_recreated_one_named() {
+    const PARTITIONS: i32 = 8;
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic(TOPIC, PARTITIONS).unwrap();
+    let producer = kafka.producer().unwrap();
+    for p in 0..PARTITIONS {
+        for i in 0..20i64 {
+            producer
+                .send(TOPIC, Some(p), b"k", b"{}", Some(BASE_MS + 1000 * i))
+                .unwrap();
+        }
+    }
+    producer.flush(Duration::from_secs(10)).unwrap();
+    let src = source(kafka.bootstrap_servers(), TOPIC);
+    let at_10 = BASE_MS + 10_000;
+    let checks = |offset_of: &dyn Fn(i32) -> i64| -> Vec<(ShardId, Position)> {
+        (0..PARTITIONS)
+            .map(|p| (ShardId::kafka_partition(p), Position::Offset(offset_of(p))))
+            .collect()
+    };
+    // Every checkpoint of the same log (one beyond the log's end, left to `open`).
+    src.check_checkpoints(&checks(&|p| if p == 3 { 500 } else { 10 }), at_10 + 60_000)
+        .await
+        .unwrap();
+    // A commit an hour (the allowed skew) before record 10's timestamp: checkpoints at offset
+    // 4 pass, partition 5's at offset 19 names a record too new for it: refused, by name.
+    let commit = BASE_MS + 10_000 - 3_600_000;
+    match src
+        .check_checkpoints(&checks(&|p| if p == 5 { 19 } else { 4 }), commit)
+        .await
+    {
+        Err(SourceError::PositionLost { shard, message }) => {
+            assert_eq!(shard, ShardId::kafka_partition(5), "{message}");
+            assert!(message.contains("checkpoint offset 19"), "{message}");
+        }
+        other => panic!("expected PositionLost of partition 5, got {other:?}"),
+    }
+}
+
 /// A partition that appears after the channel's activation (a partition added to the topic)
 /// starts at its beginning under `activation_time`: its records are all newer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

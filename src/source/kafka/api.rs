@@ -640,6 +640,54 @@ pub(super) fn first_record_at_or_after(
     }
 }
 
+/// Fetch: [`first_record_at_or_after`] of many partitions of `topic` at once, through one
+/// assignment of them all at their offsets (`wanted`: partition → offset): a partition's entry
+/// is its first record at or after the offset, `(offset, timestamp ms)`; a partition whose
+/// record did not come within `timeout` has none. Re-assigns `consumer`.
+///
+/// Errors: mapped client errors that are not retryable.
+pub(super) fn first_records_at_or_after(
+    consumer: &FloeConsumer,
+    topic: &str,
+    wanted: &HashMap<i32, i64>,
+    timeout: Duration,
+) -> Result<HashMap<i32, (i64, Option<i64>)>, SourceError> {
+    let mut tpl = TopicPartitionList::new();
+    for (&partition, &offset) in wanted {
+        tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+            .map_err(|e| map_error(&e, "assign"))?;
+    }
+    consumer.assign(&tpl).map_err(|e| map_error(&e, "assign"))?;
+    let mut found = HashMap::with_capacity(wanted.len());
+    let deadline = Instant::now() + timeout;
+    while found.len() < wanted.len() {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            break;
+        }
+        match consumer.poll(remaining) {
+            Some(Ok(m)) if m.topic() == topic => {
+                let partition = m.partition();
+                let due = wanted.get(&partition).is_some_and(|&o| m.offset() >= o);
+                if due && !found.contains_key(&partition) {
+                    // Not paused once found: a probe client's pause outlives its assignment
+                    // and would silence the partition at the next probe (queued.min.messages
+                    // = 1 keeps what it prefetches small).
+                    found.insert(partition, (m.offset(), m.timestamp().to_millis()));
+                }
+            }
+            Some(Ok(_)) | None => {}
+            Some(Err(e)) => {
+                let e = map_error(&e, "fetch");
+                if !e.is_retryable() {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// Fetch: whether every offset in `from..high` of `partition` is a transaction marker (or a
 /// record of an aborted transaction, which `read_committed` never returns), so a reader that
 /// delivered everything before `from` has nothing left to read. `Some(true)` once librdkafka's

@@ -419,6 +419,54 @@ impl Source for KafkaTopicsSource {
         }
     }
 
+    /// As [`KafkaSource`]'s, one probe assignment per topic.
+    async fn check_checkpoints(
+        &self,
+        checks: &[(ShardId, Position)],
+        committed_by_ms: i64,
+    ) -> Result<(), SourceError> {
+        let mut by_topic: BTreeMap<
+            String,
+            (Arc<KafkaSource>, Vec<(ShardId, Position)>, Vec<ShardId>),
+        > = BTreeMap::new();
+        for (shard, checkpoint) in checks {
+            if !self.inner.present(shard).await? {
+                continue;
+            }
+            let (source, partition) = self.inner.split(shard)?;
+            let topic = topic_partition_of(shard)
+                .map(|(t, _)| t.to_string())
+                .unwrap_or_default();
+            let entry = by_topic
+                .entry(topic)
+                .or_insert_with(|| (source, Vec::new(), Vec::new()));
+            entry.1.push((partition, checkpoint.clone()));
+            entry.2.push(shard.clone());
+        }
+        for (source, partitions, shards) in by_topic.into_values() {
+            match source.check_checkpoints(&partitions, committed_by_ms).await {
+                Err(SourceError::NotFound { what }) => {
+                    for shard in &shards {
+                        self.inner.confirm_gone(shard, what.clone()).await?;
+                    }
+                }
+                Err(SourceError::PositionLost { shard, message }) => {
+                    let named = partitions
+                        .iter()
+                        .zip(&shards)
+                        .find(|((p, _), _)| *p == shard)
+                        .map_or(shard, |(_, s)| s.clone());
+                    return Err(SourceError::PositionLost {
+                        shard: named,
+                        message,
+                    });
+                }
+                r => r?,
+            }
+        }
+        Ok(())
+    }
+
     async fn open(
         &self,
         shard: &ShardId,
