@@ -4,6 +4,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::lease::memory::MemoryLeaseStore;
+use crate::model::Position;
 
 const INTERVAL: Duration = Duration::from_secs(3);
 const DURATION: Duration = Duration::from_secs(9);

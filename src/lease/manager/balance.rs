@@ -1,0 +1,285 @@
+//! The balancer's pure half (docs/design.md, "Lease store"): since when a lease or a presence
+//! heartbeat stood still on this worker's clock ([`StandingStill`]), and one period's decisions
+//! from a listing ([`balance`]). No I/O and no clock of its own: the lease manager feeds both.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::lease::{Lease, LeaseKey, Presence};
+use crate::model::{Position, ShardId};
+
+/// Per key, the value last seen and since when it has stood still on *this* worker's
+/// monotonic clock: the basis of expiry without synchronised clocks. Used for a lease's
+/// `(owner, lease_counter, heartbeat)` ([`Observations`]) and a worker's presence heartbeat
+/// ([`PresenceObservations`]).
+#[derive(Debug, Clone)]
+pub struct StandingStill<K, V> {
+    /// Per key: the value, since when it stood still, and whether it is known to be alive:
+    /// its value changed under this observer, or the key appeared after this observer's first
+    /// listing (it was written since). A key already there at the first listing may belong to
+    /// a worker that died long ago.
+    by_key: HashMap<K, (V, Instant, bool)>,
+    /// Whether a listing was observed before.
+    listed_before: bool,
+}
+
+impl<K, V> Default for StandingStill<K, V> {
+    fn default() -> Self {
+        StandingStill {
+            by_key: HashMap::new(),
+            listed_before: false,
+        }
+    }
+}
+
+impl<K: Eq + Hash + Clone, V: Eq> StandingStill<K, V> {
+    /// Records a complete listing taken at `now`: a key whose value differs from the last one
+    /// seen (or that is new) stands still from `now`; keys not listed are forgotten.
+    pub fn observe(&mut self, listing: impl IntoIterator<Item = (K, V)>, now: Instant) {
+        let mut seen = HashMap::with_capacity(self.by_key.len());
+        for (key, value) in listing {
+            let entry = match self.by_key.remove(&key) {
+                Some((old, since, moved)) if old == value => (value, since, moved),
+                Some(_) => (value, now, true),
+                None => (value, now, self.listed_before),
+            };
+            seen.insert(key, entry);
+        }
+        self.by_key = seen;
+        self.listed_before = true;
+    }
+
+    /// How long `key` has shown `value` on this clock; `None` when it was not seen with it.
+    pub fn still_for(&self, key: &K, value: &V, now: Instant) -> Option<Duration> {
+        self.by_key
+            .get(key)
+            .filter(|(seen, _, _)| seen == value)
+            .map(|(_, since, _)| now.saturating_duration_since(*since))
+    }
+
+    /// Whether `key` is known to be written by a live writer: its value was seen to change, or
+    /// it first appeared in a listing after this observer's first one.
+    pub fn has_moved(&self, key: &K) -> bool {
+        self.by_key.get(key).is_some_and(|(_, _, moved)| *moved)
+    }
+}
+
+/// What a lease's expiry watches: `(owner, lease_counter, heartbeat)`.
+type LeaseStamp = (Option<String>, u64, u64);
+
+fn stamp(lease: &Lease) -> LeaseStamp {
+    (lease.owner.clone(), lease.lease_counter, lease.heartbeat)
+}
+
+/// Per lease key, since when its `(owner, lease_counter, heartbeat)` stood still.
+pub type Observations = StandingStill<LeaseKey, LeaseStamp>;
+
+impl Observations {
+    /// Records a complete listing of lease rows taken at `now`.
+    pub fn observe_leases(&mut self, leases: &[Lease], now: Instant) {
+        self.observe(leases.iter().map(|l| (l.key.clone(), stamp(l))), now);
+    }
+
+    /// How long `lease`, exactly as listed, has stood still; `None` when never seen so.
+    pub fn lease_still_for(&self, lease: &Lease, now: Instant) -> Option<Duration> {
+        self.still_for(&lease.key, &stamp(lease), now)
+    }
+
+    /// Whether `lease` is owned and has stood still, exactly as listed, for at least
+    /// `lease_duration` of this worker's clock. A lease never observed is not expired.
+    pub fn is_expired(&self, lease: &Lease, now: Instant, lease_duration: Duration) -> bool {
+        lease.owner.is_some()
+            && self
+                .lease_still_for(lease, now)
+                .is_some_and(|d| d >= lease_duration)
+    }
+}
+
+/// Per worker, since when its presence heartbeat stood still (the observer's clock).
+pub type PresenceObservations = StandingStill<String, u64>;
+
+impl PresenceObservations {
+    /// Records a complete listing of presence rows taken at `now`.
+    pub fn observe_presence(&mut self, rows: &[Presence], now: Instant) {
+        self.observe(rows.iter().map(|p| (p.worker.clone(), p.heartbeat)), now);
+    }
+}
+
+/// Balancing parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BalanceParams {
+    /// How long a presence heartbeat (or an ownerless-presence lease) must stand still before
+    /// its shards count as free.
+    pub lease_duration: Duration,
+    /// At most this many handoffs towards one worker per period (at least one is needed to
+    /// ever rebalance).
+    pub max_leases_to_steal: usize,
+}
+
+/// One step of the balancer's [`balance`]: both are conditional on the row as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Assignment {
+    /// Give a free lease (unowned, or its owner is gone) to `to`: a take in `to`'s name.
+    Assign {
+        /// The lease as listed.
+        lease: Lease,
+        /// The live worker that gets it.
+        to: String,
+    },
+    /// Ask the lease's live owner to hand it to `to`, for balance.
+    Handoff {
+        /// The lease as listed.
+        lease: Lease,
+        /// The live worker that gets it.
+        to: String,
+    },
+}
+
+/// Whether `lease` is a finished shard's (its checkpoint hint is `SHARD_END`).
+pub(super) fn is_finished(lease: &Lease) -> bool {
+    lease.checkpoint_hint == Some(Position::ShardEnd)
+}
+
+/// The shard leases that count: not finished, and every parent finished or without a row.
+pub fn active_shards(leases: &[Lease]) -> Vec<&Lease> {
+    let shards: HashMap<&ShardId, &Lease> = leases
+        .iter()
+        .filter_map(|l| l.key.shard_id().map(|s| (s, l)))
+        .collect();
+    leases
+        .iter()
+        .filter(|l| l.key.shard_id().is_some())
+        .filter(|l| {
+            !is_finished(l)
+                && l.parents
+                    .iter()
+                    .all(|p| shards.get(p).is_none_or(|parent| is_finished(parent)))
+        })
+        .collect()
+}
+
+/// A pseudo-random but deterministic order per worker, so the shards handed to one worker are
+/// spread over the key space.
+fn spread_order(me: &str, key: &LeaseKey) -> u64 {
+    let mut h = DefaultHasher::new();
+    me.hash(&mut h);
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// The balancer's decisions for one period, from a fresh listing of one channel's `leases`.
+///
+/// - `live`: the live workers (presence moved within `lease_duration`); empty → no decision.
+/// - `gone(lease)`: whether an owned lease whose owner is not live may be given away (its
+///   owner's presence stood still for `lease_duration`, or the owner has no presence row and
+///   the lease row itself stood still that long). Owned leases that are neither live-owned nor
+///   gone are left alone this period.
+/// - `moving`: handoffs already asked for (shard → receiver); they count for the receiver.
+/// - `assign_free`: `None` when free leases may not be assigned yet (the balancer waits one
+///   period after it starts, so that workers starting with it are seen first); otherwise the
+///   number of workers whose presence was seen but not yet seen to move (they may be alive:
+///   each live worker then takes at most `ceil(active / (live + those))`, and the rest waits a
+///   period).
+///
+/// Free active shards go, in key order, to the least loaded live worker (ties: worker id).
+/// Then, while the most loaded worker holds more than one more than the least loaded, the
+/// most loaded is asked to hand one shard to the least loaded, at most
+/// `max_leases_to_steal` towards one worker per period. The committer lease is not balanced.
+pub fn balance(
+    leases: &[Lease],
+    live: &BTreeSet<String>,
+    gone: &dyn Fn(&Lease) -> bool,
+    moving: &BTreeMap<ShardId, String>,
+    assign_free: Option<usize>,
+    params: &BalanceParams,
+) -> Vec<Assignment> {
+    if live.is_empty() {
+        return Vec::new();
+    }
+    let mut load: BTreeMap<&str, Vec<&Lease>> =
+        live.iter().map(|w| (w.as_str(), Vec::new())).collect();
+    let mut incoming: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut free: Vec<&Lease> = Vec::new();
+    let active = active_shards(leases);
+    let active_count = active.len();
+    for lease in active {
+        let shard = lease.key.shard_id().expect("active leases are shards");
+        match lease.owner.as_deref() {
+            Some(owner) if live.contains(owner) => match moving.get(shard) {
+                Some(to) if live.contains(to) && to != owner => {
+                    *incoming.entry(to.as_str()).or_default() += 1;
+                }
+                _ => load.get_mut(owner).expect("live").push(lease),
+            },
+            Some(_) if !gone(lease) => {}
+            _ => free.push(lease),
+        }
+    }
+    let mut actions = Vec::new();
+    let count = |load: &BTreeMap<&str, Vec<&Lease>>, incoming: &BTreeMap<&str, usize>, w: &str| {
+        load[w].len() + incoming.get(w).copied().unwrap_or(0)
+    };
+    if let Some(unknown) = assign_free {
+        let cap = active_count.div_ceil(live.len() + unknown);
+        for lease in free {
+            let to = *load
+                .keys()
+                .min_by_key(|w| (count(&load, &incoming, w), **w))
+                .expect("live is not empty");
+            if count(&load, &incoming, to) >= cap {
+                break;
+            }
+            actions.push(Assignment::Assign {
+                lease: lease.clone(),
+                to: to.to_string(),
+            });
+            *incoming.entry(to).or_default() += 1;
+        }
+    }
+    for leases in load.values_mut() {
+        leases.sort_by_key(|l| std::cmp::Reverse(l.key.clone()));
+    }
+    let mut received: BTreeMap<&str, usize> = BTreeMap::new();
+    loop {
+        let workers: Vec<&str> = load.keys().copied().collect();
+        let Some(most) = workers.iter().copied().max_by(|a, b| {
+            count(&load, &incoming, a)
+                .cmp(&count(&load, &incoming, b))
+                .then(b.cmp(a))
+        }) else {
+            break;
+        };
+        let Some(least) = workers
+            .iter()
+            .copied()
+            .filter(|w| received.get(w).copied().unwrap_or(0) < params.max_leases_to_steal)
+            .min_by_key(|w| (count(&load, &incoming, w), *w))
+        else {
+            break;
+        };
+        if count(&load, &incoming, most) <= count(&load, &incoming, least) + 1 {
+            break;
+        }
+        let from = load.get_mut(most).expect("live");
+        // The one of `most`'s shards that comes first in the receiver's spread order.
+        let Some(pick) = from
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, l)| spread_order(least, &l.key))
+            .map(|(i, _)| i)
+        else {
+            break;
+        };
+        let lease = from.remove(pick);
+        actions.push(Assignment::Handoff {
+            lease: lease.clone(),
+            to: least.to_string(),
+        });
+        *incoming.entry(least).or_default() += 1;
+        *received.entry(least).or_default() += 1;
+    }
+    actions
+}
