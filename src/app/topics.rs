@@ -20,11 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::channel::activate;
-use crate::channel::ChannelStops;
-use crate::config::{
-    admit_topics, member_name, table_of_topic, ChannelConfig, DestinationConfig, SourceConfig,
-    TopicRefusal, MAX_MEMBER_NAME,
+use crate::channel::members::{
+    admit_topics, member_name, table_of_topic, TopicRefusal, MAX_MEMBER_NAME,
 };
+use crate::channel::ChannelStops;
+use crate::config::{ChannelConfig, DestinationConfig, SourceConfig};
 use crate::lease::ChannelStatus;
 use crate::retry::Backoff;
 use crate::source::kafka::topics::KafkaTopicsSource;

@@ -30,7 +30,7 @@ mod create;
 mod delete;
 mod describe;
 mod list;
-mod members;
+pub mod members;
 pub mod schema_file;
 mod update;
 mod watch;
@@ -238,7 +238,7 @@ pub fn find_channel(config: &Config, name: &str) -> Result<(usize, ChannelConfig
             let table = route
                 .tables()
                 .into_iter()
-                .find(|t| crate::config::member_name(&c.name, t) == name)?;
+                .find(|t| members::member_name(&c.name, t) == name)?;
             Some((i, c.route_member(table)))
         })
         .or_else(|| {

@@ -327,13 +327,13 @@ async fn with_members(
                     eprintln!(
                         "channel {channel}: topic {topic} has no table: {}",
                         match why {
-                            crate::config::TopicRefusal::MaxTables =>
+                            crate::channel::members::TopicRefusal::MaxTables =>
                                 "the channel has max_tables tables already (channel.destination.max_tables)".to_string(),
-                            crate::config::TopicRefusal::NameClash { other } =>
+                            crate::channel::members::TopicRefusal::NameClash { other } =>
                                 format!("its table name is topic {other}'s table"),
-                            crate::config::TopicRefusal::NameTooLong => format!(
+                            crate::channel::members::TopicRefusal::NameTooLong => format!(
                                 "its member channel name is longer than {} characters",
-                                crate::config::MAX_MEMBER_NAME
+                                crate::channel::members::MAX_MEMBER_NAME
                             ),
                         }
                     );

@@ -1,11 +1,90 @@
-//! The member channels of a channel with `table = "{topic}"` or `table = "{route}"` as the
-//! control plane sees them: resolved from the cluster's topics (or the routes), named
-//! `<channel>.<member>`, and the parent channel's own activation.
+//! The member channels of a channel with `table = "{topic}"` or `table = "{route}"`: their
+//! names and configurations (`naming.rs`), which topics get one (admission: every worker and the
+//! control plane choose alike), and, as the control plane sees them, resolved from the
+//! cluster's topics (or the routes), and the parent channel's own activation.
+
+mod naming;
+
+pub use naming::{member_name, table_of_topic, MAX_MEMBER_NAME};
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{create_decision, put, state_path, ControlError, CreateDecision};
 use crate::config::Config;
 use crate::lease::{ChannelState, ChannelStatus, Store};
 use crate::time::now_ms;
+
+/// Why a topic of a `table = "{topic}"` channel gets no member channel ([`admit_topics`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicRefusal {
+    /// The channel has `max_tables` tables already.
+    MaxTables,
+    /// Its table name is the table of `other`, admitted before it.
+    NameClash {
+        /// The topic whose table it is.
+        other: String,
+    },
+    /// `<channel>.<topic>` is longer than [`MAX_MEMBER_NAME`].
+    NameTooLong,
+}
+
+impl TopicRefusal {
+    /// The `reason` label of `floe_topics_refused_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            TopicRefusal::MaxTables => "max_tables",
+            TopicRefusal::NameClash { .. } => "name_clash",
+            TopicRefusal::NameTooLong => "name_too_long",
+        }
+    }
+}
+
+/// Which of `topics` (the selected topics the cluster has, any order) channel `channel` with
+/// `table = "{topic}"` delivers, the same answer for every worker and the control plane given
+/// the same listing (docs/routing.md, "Limits"): first every topic in `known` (its member
+/// channel has a state in the lease store: it was admitted once, and stays, whatever the limit),
+/// then the others in name order while fewer than `max_tables` are admitted and their table
+/// name is not an admitted topic's. A member name longer than [`MAX_MEMBER_NAME`] is never
+/// admitted. Returns the admitted topics, and the others with why.
+pub fn admit_topics(
+    channel: &str,
+    topics: &[String],
+    known: &BTreeSet<String>,
+    max_tables: usize,
+) -> (Vec<String>, Vec<(String, TopicRefusal)>) {
+    let mut sorted: Vec<&String> = topics.iter().collect();
+    sorted.sort_by_key(|t| (!known.contains(*t), t.as_str()));
+    let (mut admitted, mut refused) = (Vec::new(), Vec::new());
+    let mut tables: BTreeMap<String, String> = BTreeMap::new();
+    for topic in sorted {
+        if member_name(channel, topic).len() > MAX_MEMBER_NAME {
+            refused.push((topic.clone(), TopicRefusal::NameTooLong));
+            continue;
+        }
+        let table = table_of_topic(topic);
+        if known.contains(topic) {
+            tables.entry(table).or_insert_with(|| topic.clone());
+            admitted.push(topic.clone());
+            continue;
+        }
+        if let Some(other) = tables.get(&table) {
+            refused.push((
+                topic.clone(),
+                TopicRefusal::NameClash {
+                    other: other.clone(),
+                },
+            ));
+            continue;
+        }
+        if admitted.len() >= max_tables {
+            refused.push((topic.clone(), TopicRefusal::MaxTables));
+            continue;
+        }
+        tables.insert(table, topic.clone());
+        admitted.push(topic.clone());
+    }
+    (admitted, refused)
+}
 
 /// Resolves the member channels of every channel of `config` with `table = "{topic}"` (one per
 /// topic the cluster has now, [`ChannelConfig::member`]) or `table = "{route}"` (one per table,
@@ -19,7 +98,7 @@ use crate::time::now_ms;
 pub async fn resolve_members(
     config: &mut Config,
     store: &dyn Store,
-) -> Result<Vec<(String, String, crate::config::TopicRefusal)>, ControlError> {
+) -> Result<Vec<(String, String, TopicRefusal)>, ControlError> {
     let mut members = Vec::new();
     let mut left_out = Vec::new();
     for (index, channel) in config.channels.iter().enumerate() {
@@ -47,17 +126,17 @@ pub async fn resolve_members(
                 channel.name
             ))
         })?;
-        // The choice `floe run` makes (crate::config::admit_topics): members with a state
+        // The choice `floe run` makes (admit_topics): members with a state
         // first, whatever the limit, so the control plane reaches every table delivered.
         let mut known = std::collections::BTreeSet::new();
         for topic in &topics {
-            let member = crate::config::member_name(&channel.name, topic);
+            let member = member_name(&channel.name, topic);
             if store.get_channel_state(&member).await?.is_some() {
                 known.insert(topic.clone());
             }
         }
         let (admitted, refused) =
-            crate::config::admit_topics(&channel.name, &topics, &known, dest.max_tables as usize);
+            admit_topics(&channel.name, &topics, &known, dest.max_tables as usize);
         members.extend(admitted.iter().map(|t| (index, channel.member(t))));
         left_out.extend(
             refused
@@ -83,7 +162,7 @@ pub fn member_names(config: &Config, name: &str) -> Vec<String> {
         return route
             .tables()
             .into_iter()
-            .map(|t| crate::config::member_name(name, t))
+            .map(|t| member_name(name, t))
             .collect();
     }
     config
@@ -128,5 +207,56 @@ pub async fn activate_parent(name: &str, store: &dyn Store) -> Result<ChannelSta
             );
             Ok(active)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_worker_admits_the_same_topics_of_a_table_per_topic_channel() {
+        let t = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let none = BTreeSet::new();
+        // New topics in name order, within max_tables; a clashing table name after its owner.
+        let (admitted, refused) = admit_topics("c", &t(&["b", "a_x", "a.x", "c"]), &none, 2);
+        assert_eq!(admitted, t(&["a.x", "b"]));
+        assert_eq!(
+            refused,
+            vec![
+                (
+                    "a_x".to_string(),
+                    TopicRefusal::NameClash {
+                        other: "a.x".into()
+                    }
+                ),
+                ("c".to_string(), TopicRefusal::MaxTables),
+            ]
+        );
+        // A topic whose member has a state (admitted before, by any worker) comes first, even
+        // past the limit, and owns its table name.
+        let known: BTreeSet<String> = ["c".to_string(), "a_x".to_string()].into();
+        let (admitted, refused) = admit_topics("c", &t(&["b", "a_x", "a.x", "c"]), &known, 2);
+        assert_eq!(admitted, t(&["a_x", "c"]));
+        assert_eq!(
+            refused,
+            vec![
+                (
+                    "a.x".to_string(),
+                    TopicRefusal::NameClash {
+                        other: "a_x".into()
+                    }
+                ),
+                ("b".to_string(), TopicRefusal::MaxTables),
+            ]
+        );
+        // Listing order does not matter.
+        let (again, _) = admit_topics("c", &t(&["c", "a.x", "b", "a_x"]), &known, 2);
+        assert_eq!(again, admitted);
+        // A member name too long to name files is never admitted.
+        let long = format!("t{}", "l".repeat(MAX_MEMBER_NAME));
+        let (admitted, refused) = admit_topics("c", std::slice::from_ref(&long), &none, 5);
+        assert!(admitted.is_empty());
+        assert_eq!(refused, vec![(long, TopicRefusal::NameTooLong)]);
     }
 }
