@@ -85,10 +85,6 @@ pub struct Config {
     pub aws: crate::config::aws::AwsConfig,
     /// `[[channel]]`, in file order; at least one, names and destination tables unique.
     pub channels: Vec<ChannelConfig>,
-    /// Member channels of the channels with `table = "{topic}"` that the control plane resolved
-    /// (one per topic the cluster has), each with its channel's index in `channels`; empty in a
-    /// configuration as loaded (`floe run` starts members itself, docs/routing.md).
-    pub members: Vec<(usize, ChannelConfig)>,
 }
 
 /// `[worker]`, see [`file::WorkerSection`].

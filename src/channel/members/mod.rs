@@ -1,18 +1,40 @@
-//! The member channels of a channel with `table = "{topic}"` or `table = "{route}"`: their
-//! names and configurations (`naming.rs`), which topics get one (admission: every worker and the
-//! control plane choose alike), and, as the control plane sees them, resolved from the
-//! cluster's topics (or the routes), and the parent channel's own activation.
+//! Member channels, in one place for `floe run` and the control plane: a channel with
+//! `table = "{topic}"` runs as one member channel per topic of its source, one with
+//! `table = "{route}"` as one member channel per routed table (docs/routing.md).
+//!
+//! ```text
+//!   channel `c` (table = "{topic}" | "{route}") ── activation time recorded once, for `c`
+//!       ├─ member `c.<topic>` / `c.<table>` ── a channel of its own, activated at `c`'s time
+//!       └─ …                                    and stopped when `c` is no longer ACTIVE
+//!
+//!   naming.rs      `<channel>.<member>`, a topic's table, the member's ChannelConfig (pure)
+//!   this file      admission (which topics get a member: every worker and the control plane
+//!                  choose alike) and [`Members`], the members the control plane resolved
+//!   activation.rs  the parent's activation (`floe channel create`), a member's at its parent's
+//!                  time, the watch that stops a member with its parent
+//!
+//!   floe run        app/topics.rs (lists the topics, starts and stops members), app/routes.rs
+//!   control plane   resolve_members -> Members, passed beside the Config to create, describe,
+//!                   update, delete, list (and floe maintain)
+//! ```
+//!
+//! Invariant: each member is a channel of its own in the lease store (its leases, committer
+//! lease and epoch, state, checkpoints in its table), so exactly-once per table is the
+//! single-table protocol of docs/design.md, unchanged. The configuration holds no members:
+//! `floe run` starts them as it finds them; the control plane resolves them per command.
 
+mod activation;
 mod naming;
 
+pub use activation::{activate_member, activate_parent, topic_appeared_later, watch_parent};
 pub use naming::{member_name, table_of_topic, MAX_MEMBER_NAME};
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
-use super::{create_decision, put, state_path, ControlError, CreateDecision};
-use crate::config::Config;
-use crate::lease::{ChannelState, ChannelStatus, Store};
-use crate::time::now_ms;
+use super::ControlError;
+use crate::config::{ChannelConfig, Config, SourceConfig};
+use crate::lease::Store;
 
 /// Why a topic of a `table = "{topic}"` channel gets no member channel ([`admit_topics`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,19 +108,91 @@ pub fn admit_topics(
     (admitted, refused)
 }
 
+/// The member channels of a configuration's channels with `table = "{topic}"` or
+/// `table = "{route}"`, as [`resolve_members`] found them: what the control plane passes beside
+/// the [`Config`] so that it can create, list, describe, update and delete members by name. The
+/// default (nothing resolved) still knows the members of a routed channel, from the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Members {
+    /// Every member channel, with its channel's index in `config.channels`, in channel then
+    /// name order.
+    pub channels: Vec<(usize, ChannelConfig)>,
+    /// The topics left without a member, as `floe run` leaves them out: (channel, topic, why).
+    pub left_out: Vec<(String, String, TopicRefusal)>,
+}
+
+impl Members {
+    /// The member channels of channel `name` of `config`: `<channel>.<table>` of each table of
+    /// a channel with `table = "{route}"`, in table order; `<channel>.<topic>` of each topic of
+    /// a channel with `table = "{topic}"` resolved by [`resolve_members`], in topic order; none
+    /// for any other channel.
+    pub fn names_of(&self, config: &Config, name: &str) -> Vec<String> {
+        let Some(index) = config.channels.iter().position(|c| c.name == name) else {
+            return Vec::new();
+        };
+        let channel = &config.channels[index];
+        if let Some(route) = channel.destination.iceberg().and_then(|d| d.route.as_ref()) {
+            return route
+                .tables()
+                .into_iter()
+                .map(|t| member_name(name, t))
+                .collect();
+        }
+        self.channels
+            .iter()
+            .filter(|(i, _)| *i == index)
+            .map(|(_, c)| c.name.clone())
+            .collect()
+    }
+
+    /// The member channel named `name`, with the index of its channel in `config.channels`: a
+    /// member `<channel>.<table>` of a channel with `table = "{route}"`, or a member
+    /// `<channel>.<topic>` of a channel with `table = "{topic}"` resolved by
+    /// [`resolve_members`]. `None` for any other name.
+    pub fn find(&self, config: &Config, name: &str) -> Option<(usize, ChannelConfig)> {
+        config
+            .channels
+            .iter()
+            .enumerate()
+            .find_map(|(i, c)| {
+                let route = c.destination.iceberg()?.route.as_ref()?;
+                let table = route
+                    .tables()
+                    .into_iter()
+                    .find(|t| member_name(&c.name, t) == name)?;
+                Some((i, c.route_member(table)))
+            })
+            .or_else(|| {
+                self.channels
+                    .iter()
+                    .find(|(_, c)| c.name == name)
+                    .map(|(i, c)| (*i, c.clone()))
+            })
+    }
+
+    /// The `topic_refresh_interval` of `name` when it is the member of a topic of a channel
+    /// with `table = "{topic}"` resolved by [`resolve_members`] (see [`topic_appeared_later`]);
+    /// `None` for any other channel.
+    pub fn topic_refresh(&self, config: &Config, name: &str) -> Option<Duration> {
+        self.channels
+            .iter()
+            .find(|(i, m)| m.name == name && config.channels[*i].is_table_per_topic())
+            .and_then(|(_, m)| match &m.source {
+                SourceConfig::Kafka(k) => Some(k.topic_refresh_interval),
+                _ => None,
+            })
+    }
+}
+
 /// Resolves the member channels of every channel of `config` with `table = "{topic}"` (one per
 /// topic the cluster has now, [`ChannelConfig::member`]) or `table = "{route}"` (one per table,
-/// [`ChannelConfig::route_member`]) into `config.members`, so that the control plane can
-/// create, list, describe, update and delete them by name. Topics past
-/// `max_tables`, or whose table name another topic has, are left out as `floe run` leaves them
-/// out.
+/// [`ChannelConfig::route_member`]), so that the control plane can create, list, describe,
+/// update and delete them by name. Topics past `max_tables`, or whose table name another topic
+/// has, are left out as `floe run` leaves them out ([`Members::left_out`]).
 ///
 /// Errors: [`ControlError::Unavailable`] when a Kafka cluster does not answer the topic listing;
 /// [`ControlError::Refused`] when librdkafka refuses the client properties.
-pub async fn resolve_members(
-    config: &mut Config,
-    store: &dyn Store,
-) -> Result<Vec<(String, String, TopicRefusal)>, ControlError> {
+pub async fn resolve_members(config: &Config, store: &dyn Store) -> Result<Members, ControlError> {
     let mut members = Vec::new();
     let mut left_out = Vec::new();
     for (index, channel) in config.channels.iter().enumerate() {
@@ -109,7 +203,7 @@ pub async fn resolve_members(
             }
             continue;
         }
-        let (crate::config::SourceConfig::Kafka(kafka), Some(dest)) =
+        let (SourceConfig::Kafka(kafka), Some(dest)) =
             (&channel.source, channel.destination.iceberg())
         else {
             continue;
@@ -126,9 +220,9 @@ pub async fn resolve_members(
                 channel.name
             ))
         })?;
-        // The choice `floe run` makes (admit_topics): members with a state
-        // first, whatever the limit, so the control plane reaches every table delivered.
-        let mut known = std::collections::BTreeSet::new();
+        // The choice `floe run` makes (admit_topics): members with a state first, whatever the
+        // limit, so the control plane reaches every table delivered.
+        let mut known = BTreeSet::new();
         for topic in &topics {
             let member = member_name(&channel.name, topic);
             if store.get_channel_state(&member).await?.is_some() {
@@ -145,69 +239,10 @@ pub async fn resolve_members(
         );
     }
     members.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
-    config.members = members;
-    Ok(left_out)
-}
-
-/// The member channels of channel `name`: `<channel>.<table>` of each table of a channel with
-/// `table = "{route}"`, in table order; `<channel>.<topic>` of each topic of a channel with
-/// `table = "{topic}"` resolved by [`resolve_members`], in topic order; none for any other
-/// channel.
-pub fn member_names(config: &Config, name: &str) -> Vec<String> {
-    let Some(index) = config.channels.iter().position(|c| c.name == name) else {
-        return Vec::new();
-    };
-    let channel = &config.channels[index];
-    if let Some(route) = channel.destination.iceberg().and_then(|d| d.route.as_ref()) {
-        return route
-            .tables()
-            .into_iter()
-            .map(|t| member_name(name, t))
-            .collect();
-    }
-    config
-        .members
-        .iter()
-        .filter(|(i, _)| *i == index)
-        .map(|(_, c)| c.name.clone())
-        .collect()
-}
-
-/// `floe channel create` of a channel with `table = "{topic}"` or `table = "{route}"` itself
-/// (its members are created as channels of their own): records it ACTIVE with its activation
-/// time, every member's. A DELETING channel is activated anew.
-///
-/// Errors: [`ControlError::Refused`] for a FAILED or SUSPENDED state; [`ControlError::Unavailable`]
-/// when the lease store fails.
-pub async fn activate_parent(name: &str, store: &dyn Store) -> Result<ChannelState, ControlError> {
-    let current = store.get_channel_state(name).await?;
-    match create_decision(current.as_ref()) {
-        CreateDecision::AlreadyActive => Ok(current.expect("active state")),
-        CreateDecision::Refuse(message) => Err(ControlError::refused(state_path(name), message)),
-        CreateDecision::Start | CreateDecision::Resume => {
-            let expected = current.as_ref().map(|s| s.version);
-            let now = now_ms();
-            let active = ChannelState {
-                channel: name.to_string(),
-                state: ChannelStatus::Active,
-                status_reason: None,
-                activated_at_ms: Some(now),
-                table_uuid: None,
-                schema_version_id: None,
-                version: 0,
-                updated_at_ms: 0,
-                overrides: current.map(|s| s.overrides).unwrap_or_default(),
-                from_first_record: false,
-            };
-            let active = put(store, active, expected).await?;
-            tracing::info!(
-                channel = name,
-                activated_at_ms = now,
-                "channel (a table per topic or route) activated"
-            );
-            Ok(active)
-        }
-    }
+    Ok(Members {
+        channels: members,
+        left_out,
+    })
 }
 
 #[cfg(test)]
