@@ -36,7 +36,8 @@
 //! - [`iceberg`] the Iceberg destination (sink, target, table, fence, `floe.*` table state,
 //!   writer, schema evolution); [`raw`] the raw S3 destination (sink, target, buffer, store).
 //! - [`worker`] reads leased shards and hands off pending batches; [`commit`] the committer.
-//! - [`channel`] the control plane (create, describe, update, delete, activation).
+//! - [`channel`] the control plane (create, describe, update, delete, activation) and the member
+//!   channels of a table per topic or per route, shared with `floe run`.
 //! - [`app`] `floe run`: wiring, supervision, three-phase shutdown.
 //! - [`cli`] the `floe` subcommands; [`tools`] quickstart, load generator, sample events.
 //!

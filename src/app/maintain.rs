@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use super::{open_lease_store, prepare_channel, AppError, SharedClients};
 use crate::aws::AwsClients;
+use crate::channel::Members;
 use crate::commit::Committer;
 use crate::config::{ChannelConfig, Config};
 use crate::iceberg::target::IcebergTarget;
@@ -56,23 +57,21 @@ pub async fn maintain(
     let store = open_lease_store(&config.lease_store, &aws).await?;
     // A channel with a table per topic or per route is maintained table by table: its member
     // channels (each with its committer lease), named `<channel>.<topic>` / `<channel>.<table>`.
-    let mut config = config.clone();
+    let mut members = Members::default();
     if config.channels.iter().any(|c| c.has_members()) {
-        crate::channel::resolve_members(&mut config, store.as_ref())
+        members = crate::channel::resolve_members(config, store.as_ref())
             .await
-            .map(drop)
             .map_err(|e| AppError::ChannelUnavailable {
                 channel: channel.unwrap_or_default().to_string(),
                 message: e.to_string(),
             })?;
     }
-    let config = &config;
     let chosen: Vec<(usize, &ChannelConfig)> = config
         .channels
         .iter()
         .enumerate()
         .filter(|(_, c)| !c.has_members())
-        .chain(config.members.iter().map(|(i, c)| (*i, c)))
+        .chain(members.channels.iter().map(|(i, c)| (*i, c)))
         .filter(|(i, c)| channel.is_none_or(|n| c.name == n || config.channels[*i].name == n))
         .collect();
     if let Some(name) = channel {

@@ -13,9 +13,11 @@
 //! store (leases, committer lease and epoch, checkpoints in its table), so exactly-once per
 //! table is the single-table protocol of docs/design.md; a member skips the other tables'
 //! records and checkpoints past them. Each member watches the channel's state besides its own:
-//! `floe channel delete <channel>` stops them all.
+//! `floe channel delete <channel>` stops them all. Naming, member activation and the parent
+//! watch are [`crate::channel::members`]'s, shared with `floe run`'s table per topic and the
+//! control plane.
 
-use crate::channel::activate;
+use crate::channel::{activate, members};
 use crate::config::ChannelConfig;
 
 use super::{activate_err, channel_err, AppError, FatalScope, Fleet};
@@ -41,14 +43,14 @@ impl Fleet {
         Ok(state)
     }
 
-    /// Stops a member (its `stops`) when its channel `parent` is no longer ACTIVE: `floe
-    /// channel delete <channel>` stops every member, as each member's own state stops it alone.
+    /// Stops a member (its `stops`) when its channel `parent` is no longer ACTIVE
+    /// ([`members::watch_parent`], in a task of the fleet's).
     pub(super) fn watch_parent(&self, parent: &str, stops: crate::channel::ChannelStops) {
-        self.tracker.spawn(crate::channel::watch_channel(
+        self.tracker.spawn(members::watch_parent(
             self.store.clone(),
             parent.to_string(),
             stops,
-            self.config.worker.shutdown_timeout + std::time::Duration::from_secs(2),
+            self.config.worker.shutdown_timeout,
             self.stop_reading.clone(),
         ));
     }
@@ -73,11 +75,11 @@ impl Fleet {
         let state = self.activate_parent(name).await?;
         for table in route.tables() {
             let member = channel.route_member(table);
-            activate::record_activation_at(
+            members::activate_member(
                 self.store.as_ref(),
                 &member.name,
                 state.activated_at_ms,
-                false,
+                None,
             )
             .await
             .map_err(|e| activate_err(&member.name, e))?;

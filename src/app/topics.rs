@@ -14,17 +14,19 @@
 //!       │  past max_tables, or a table name another topic has -> not read (logged, counted)
 //!       └─ the channel no longer ACTIVE (floe channel delete) -> stop starting members
 //! ```
+//!
+//! This is the run-time side; naming, admission ([`admit_topics`]), member activation and the
+//! parent watch are [`crate::channel::members`]'s, shared with the control plane.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::channel::activate;
-use crate::channel::ChannelStops;
-use crate::config::{
-    admit_topics, member_name, table_of_topic, ChannelConfig, DestinationConfig, SourceConfig,
-    TopicRefusal, MAX_MEMBER_NAME,
+use crate::channel::members::{
+    activate_member, admit_topics, member_name, table_of_topic, TopicRefusal, MAX_MEMBER_NAME,
 };
+use crate::channel::ChannelStops;
+use crate::config::{ChannelConfig, DestinationConfig, SourceConfig};
 use crate::lease::ChannelStatus;
 use crate::retry::Backoff;
 use crate::source::kafka::topics::KafkaTopicsSource;
@@ -270,12 +272,11 @@ impl TopicSupervisor {
         );
         self.fleet.tracker.spawn(async move {
             let started = async {
-                let late = activate::appeared_later(activated_at, crate::time::now_ms(), refresh);
-                activate::record_activation_at(
+                activate_member(
                     fleet.store.as_ref(),
                     &member.name,
                     Some(activated_at),
-                    late,
+                    Some(refresh),
                 )
                 .await
                 .map_err(|e| activate_err(&member.name, e))?;

@@ -2,10 +2,10 @@
 //! CREATING, the table created or checked, and ACTIVE with the activation time.
 
 use super::activate::{self, ActivateError};
-use super::members::member_names;
+use super::members::topic_appeared_later;
 use super::{
     create_decision, destination_name, find_channel, put, schema_file, state_path, ControlError,
-    CreateDecision,
+    CreateDecision, Members,
 };
 use crate::config::{ChannelConfig, Config, ConfigError, DestinationConfig, DlqLocation};
 use crate::lease::{ChannelState, ChannelStatus, Store};
@@ -13,7 +13,8 @@ use crate::time::now_ms;
 
 /// `floe channel create`: validates the channel, records CREATING, creates (or checks) its
 /// table, and records ACTIVE with the activation time. Idempotent: an ACTIVE channel is
-/// returned as it is; a CREATING one is finished.
+/// returned as it is; a CREATING one is finished. `name` is a channel of `config` or one of its
+/// `members`.
 ///
 /// Errors: [`ControlError::Refused`] for a validation failure (nothing recorded), a channel
 /// FAILED or SUSPENDED, or a table floe must not write (the channel is recorded FAILED);
@@ -21,11 +22,12 @@ use crate::time::now_ms;
 /// channel stays CREATING: run create again).
 pub async fn create(
     config: &Config,
+    members: &Members,
     name: &str,
     store: &dyn Store,
     aws: &crate::aws::AwsClients,
 ) -> Result<ChannelState, ControlError> {
-    create_at(config, name, store, aws, None).await
+    create_at(config, members, name, store, aws, None).await
 }
 
 /// [`create`], recording `activated_at` (epoch ms) instead of the time of activation: a member
@@ -35,21 +37,22 @@ pub async fn create(
 /// Errors: as [`create`].
 pub async fn create_at(
     config: &Config,
+    members: &Members,
     name: &str,
     store: &dyn Store,
     aws: &crate::aws::AwsClients,
     activated_at: Option<i64>,
 ) -> Result<ChannelState, ControlError> {
-    let (index, channel) = find_channel(config, name)?;
+    let (index, channel) = find_channel(config, members, name)?;
     let channel = &channel;
     if channel.is_routed() {
         // Its tables are its members' (docs/routing.md, "Fan-out by a field").
-        let members = member_names(config, name);
+        let names = members.names_of(config, name);
         return Err(ControlError::refused(
             "channel",
             format!(
                 "{name:?} (table = \"{{route}}\") writes its tables through member channels: create them by name ({}), or let floe run create them",
-                members.join(", ")
+                names.join(", ")
             ),
         ));
     }
@@ -133,18 +136,8 @@ pub async fn create_at(
     .map_err(creating)?;
     let expected = Some(state.version);
     // A member of a topic that appeared after its channel's activation reads it from its first
-    // record, as `floe run` would start it (activate::appeared_later).
-    let late = match (activated_at, &channel.source) {
-        (Some(at), crate::config::SourceConfig::Kafka(k))
-            if config
-                .members
-                .iter()
-                .any(|(i, m)| m.name == name && config.channels[*i].is_table_per_topic()) =>
-        {
-            activate::appeared_later(at, now_ms(), k.topic_refresh_interval)
-        }
-        _ => false,
-    };
+    // record, as `floe run` would start it.
+    let late = topic_appeared_later(activated_at, members.topic_refresh(config, name));
     let active = ChannelState {
         state: ChannelStatus::Active,
         status_reason: None,

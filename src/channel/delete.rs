@@ -3,22 +3,23 @@
 
 use std::time::Duration;
 
-use super::{find_channel, put, state_path, status_name, ControlError};
+use super::{find_channel, put, state_path, status_name, ControlError, Members};
 use crate::config::Config;
 use crate::lease::{ChannelState, ChannelStatus, Store};
 
 /// `floe channel delete`: records DELETING. Workers stop delivering the channel within
 /// [`STATE_POLL_INTERVAL`] (they drain what they buffered, commit it, and release their
 /// leases); the table and the DLQ keep everything delivered. Deleting a DELETING channel is a
-/// no-op.
+/// no-op. `name` is a channel of `config` or one of its `members`.
 ///
 /// Errors: [`ControlError::Refused`] when the channel was never created.
 pub async fn delete(
     config: &Config,
+    members: &Members,
     name: &str,
     store: &dyn Store,
 ) -> Result<ChannelState, ControlError> {
-    find_channel(config, name)?;
+    find_channel(config, members, name)?;
     let Some(mut state) = store.get_channel_state(name).await? else {
         return Err(ControlError::refused(
             state_path(name),
@@ -47,10 +48,11 @@ pub async fn delete(
 /// delete again).
 pub async fn deregister_consumer(
     config: &Config,
+    members: &Members,
     name: &str,
     aws: &crate::aws::AwsClients,
 ) -> Result<Option<String>, ControlError> {
-    let (_, channel) = find_channel(config, name)?;
+    let (_, channel) = find_channel(config, members, name)?;
     let Some((_, stream, consumer)) = crate::source::kinesis::efo::channel_consumer(&channel)
     else {
         return Ok(None);

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::{
     destination_name, effective_freshness, find_channel, open_catalog, status_name, table_ident,
-    ControlError,
+    ControlError, Members,
 };
 use crate::config::{ChannelConfig, Config};
 use crate::iceberg::table_state::SUMMARY_RANGES;
@@ -156,16 +156,18 @@ fn confluent_id_text(id: uuid::Uuid) -> Option<String> {
 }
 
 /// `floe channel describe`: state, leases, checkpoints and commits of one channel. A catalog
-/// that cannot be read is reported in `catalog_error` (the rest is still described).
+/// that cannot be read is reported in `catalog_error` (the rest is still described). `name` is
+/// a channel of `config` or one of its `members`.
 ///
 /// Errors: [`ControlError::Unavailable`] when the lease store fails.
 pub async fn describe(
     config: &Config,
+    members: &Members,
     name: &str,
     store: &dyn Store,
 ) -> Result<ChannelDescription, ControlError> {
     let aws = crate::aws::AwsClients::for_config(config).await;
-    let (index, channel) = find_channel(config, name)?;
+    let (index, channel) = find_channel(config, members, name)?;
     let channel = &channel;
     let state = store.get_channel_state(name).await?;
     let leases = store.list_leases(name).await?;

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{destination_name, status_name, ControlError};
+use super::{destination_name, status_name, ControlError, Members};
 use crate::config::Config;
 use crate::lease::Store;
 
@@ -23,12 +23,17 @@ pub struct ChannelSummary {
     pub table: String,
 }
 
-/// `floe channel list`: every channel of the configuration file with its stored state.
+/// `floe channel list`: every channel of the configuration file, then every one of its
+/// `members`, with its stored state.
 ///
 /// Errors: [`ControlError::Unavailable`] when the lease store fails.
-pub async fn list(config: &Config, store: &dyn Store) -> Result<Vec<ChannelSummary>, ControlError> {
+pub async fn list(
+    config: &Config,
+    members: &Members,
+    store: &dyn Store,
+) -> Result<Vec<ChannelSummary>, ControlError> {
     let mut out = Vec::new();
-    let members = config.members.iter().map(|(_, c)| c);
+    let members = members.channels.iter().map(|(_, c)| c);
     for channel in config.channels.iter().chain(members) {
         let state = store.get_channel_state(&channel.name).await?;
         let leases = store.list_leases(&channel.name).await?;

@@ -22,15 +22,16 @@
 //!
 //! This file holds the state machine (pure) and the helpers every operation uses; each command
 //! has its own file (`create.rs`, `update.rs`, `delete.rs`, `describe.rs`, `list.rs`),
-//! `members.rs` resolves the member channels of a table per topic or per route, and `watch.rs`
-//! stops a running channel that is deleted.
+//! `members/` holds the member channels of a table per topic or per route (naming, admission,
+//! activation, the parent watch; shared with `floe run`), and `watch.rs` stops a running channel
+//! that is deleted.
 
 pub mod activate;
 mod create;
 mod delete;
 mod describe;
 mod list;
-mod members;
+pub mod members;
 pub mod schema_file;
 mod update;
 mod watch;
@@ -41,7 +42,7 @@ pub use describe::{
     describe, ChannelDescription, SchemaHistoryEntry, ShardDescription, StreamConsumerDescription,
 };
 pub use list::{list, ChannelSummary};
-pub use members::{activate_parent, member_names, resolve_members};
+pub use members::{resolve_members, Members};
 pub use update::{update, Update};
 pub use watch::{watch_channel, ChannelStops};
 
@@ -220,34 +221,23 @@ pub fn effective_freshness(config: &ChannelConfig, overrides: &ChannelOverrides)
 // Helpers shared by the operations
 
 /// The channel named `name` in `config`, with the index of its `[[channel]]` (for key paths):
-/// a configured channel, a member `<channel>.<table>` of a channel with `table = "{route}"`, or
-/// a member `<channel>.<topic>` of a channel with `table = "{topic}"` resolved by
-/// [`resolve_members`] (docs/routing.md).
+/// a configured channel, or a member channel of `members` ([`Members::find`]: a member
+/// `<channel>.<table>` of a channel with `table = "{route}"`, or a member `<channel>.<topic>`
+/// of a channel with `table = "{topic}"` resolved by [`resolve_members`], docs/routing.md).
 ///
 /// Errors: [`ControlError::Refused`] when the file has no such channel.
-pub fn find_channel(config: &Config, name: &str) -> Result<(usize, ChannelConfig), ControlError> {
+pub fn find_channel(
+    config: &Config,
+    members: &Members,
+    name: &str,
+) -> Result<(usize, ChannelConfig), ControlError> {
     config
         .channels
         .iter()
         .enumerate()
-        .find_map(|(i, c)| {
-            if c.name == name {
-                return Some((i, c.clone()));
-            }
-            let route = c.destination.iceberg()?.route.as_ref()?;
-            let table = route
-                .tables()
-                .into_iter()
-                .find(|t| crate::config::member_name(&c.name, t) == name)?;
-            Some((i, c.route_member(table)))
-        })
-        .or_else(|| {
-            config
-                .members
-                .iter()
-                .find(|(_, c)| c.name == name)
-                .map(|(i, c)| (*i, c.clone()))
-        })
+        .find(|(_, c)| c.name == name)
+        .map(|(i, c)| (i, c.clone()))
+        .or_else(|| members.find(config, name))
         .ok_or_else(|| {
             ControlError::refused(
                 "channel",

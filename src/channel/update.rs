@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{find_channel, put, state_path, update_allowed, ControlError};
+use super::{find_channel, put, state_path, update_allowed, ControlError, Members};
 use crate::config::Config;
 use crate::lease::{ChannelState, DeliveryLog, Store};
 
@@ -17,16 +17,18 @@ pub struct Update {
 
 /// `floe channel update`: records new settings (data freshness, delivery logs) that win over
 /// the configuration file; running workers pick them up within [`STATE_POLL_INTERVAL`].
+/// `name` is a channel of `config` or one of its `members`.
 ///
 /// Errors: [`ControlError::Refused`] when nothing is to change, a value is out of range, or the
 /// channel is not ACTIVE or SUSPENDED.
 pub async fn update(
     config: &Config,
+    members: &Members,
     name: &str,
     store: &dyn Store,
     change: &Update,
 ) -> Result<ChannelState, ControlError> {
-    find_channel(config, name)?;
+    find_channel(config, members, name)?;
     if change == &Update::default() {
         return Err(ControlError::refused(
             "update",

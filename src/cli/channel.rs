@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::channel::members::{Members, TopicRefusal, MAX_MEMBER_NAME};
 use crate::channel::{self as control, ChannelDescription, ControlError, Update};
 use crate::config::Config;
 use crate::lease::{ChannelState, DeliveryLog, Store};
@@ -153,7 +154,7 @@ pub async fn run(command: &ChannelCommand) -> ExitCode {
 /// The channels a command acts on: `name`, or every channel of the file; a channel with
 /// `table = "{topic}"` or `table = "{route}"` stands for its member channels, which hold its
 /// tables (docs/routing.md).
-fn names(config: &Config, name: &Option<String>) -> Vec<String> {
+fn names(config: &Config, members: &Members, name: &Option<String>) -> Vec<String> {
     let named: Vec<String> = match name {
         Some(n) => vec![n.clone()],
         None => config.channels.iter().map(|c| c.name.clone()).collect(),
@@ -162,7 +163,7 @@ fn names(config: &Config, name: &Option<String>) -> Vec<String> {
         .into_iter()
         .flat_map(|n| {
             if is_parent(config, &n) {
-                control::member_names(config, &n)
+                members.names_of(config, &n)
             } else {
                 vec![n]
             }
@@ -206,7 +207,7 @@ async fn execute(
     aws: &crate::aws::AwsClients,
 ) -> Result<(), ControlError> {
     let json = command.common().json;
-    let config = &with_members(command, config, store).await?;
+    let members = &with_members(command, config, store).await?;
     match command {
         ChannelCommand::Create { name, .. } => {
             let mut states = Vec::new();
@@ -214,22 +215,22 @@ async fn execute(
             // every member's (a topic created later is read from its first record).
             let mut activated_at = std::collections::BTreeMap::new();
             for parent in parents_named(config, name) {
-                let state = control::activate_parent(&parent, store).await?;
-                for member in control::member_names(config, &parent) {
+                let state = control::members::activate_parent(&parent, store).await?;
+                for member in members.names_of(config, &parent) {
                     activated_at.insert(member, state.activated_at_ms);
                 }
                 states.push(state);
             }
-            for n in names(config, name) {
+            for n in names(config, members, name) {
                 let at = activated_at.get(&n).copied().flatten();
-                states.push(control::create_at(config, &n, store, aws, at).await?);
+                states.push(control::create_at(config, members, &n, store, aws, at).await?);
             }
             print_states(&states, json);
         }
         ChannelCommand::Describe { name, .. } => {
             let mut out = Vec::new();
-            for n in names(config, name) {
-                out.push(control::describe(config, &n, store).await?);
+            for n in names(config, members, name) {
+                out.push(control::describe(config, members, &n, store).await?);
             }
             // A channel with `table = "{topic}"` whose selection matches no topic has no member:
             // said under its own name, as for a named table.
@@ -260,7 +261,7 @@ async fn execute(
             }
         }
         ChannelCommand::List { .. } => {
-            let list = control::list(config, store).await?;
+            let list = control::list(config, members, store).await?;
             if json {
                 print_json(&list);
             } else {
@@ -295,45 +296,45 @@ async fn execute(
                 delivery_log: delivery_log.map(DeliveryLog::from),
             };
             let mut states = Vec::new();
-            for n in names(config, &Some(name.clone())) {
-                states.push(control::update(config, &n, store, &change).await?);
+            for n in names(config, members, &Some(name.clone())) {
+                states.push(control::update(config, members, &n, store, &change).await?);
             }
             print_states(&states, json);
         }
         ChannelCommand::Delete { name, wait, .. } => {
-            delete(config, name, wait.as_deref(), store, aws, json).await?;
+            delete(config, members, name, wait.as_deref(), store, aws, json).await?;
         }
     }
     Ok(())
 }
 
-/// `config` with the member channels of every channel with `table = "{topic}"` or
-/// `table = "{route}"` resolved (one per topic the cluster has now), the topics left without a
-/// table said on stderr. `list` goes on with the file's channels when the cluster cannot be
-/// asked.
+/// The member channels of every channel of `config` with `table = "{topic}"` or
+/// `table = "{route}"` (one per topic the cluster has now), the topics left without a table
+/// said on stderr. `list` goes on with the file's channels when the cluster cannot be asked.
 ///
 /// Errors: [`control::resolve_members`]'s, except for `list`.
 async fn with_members(
     command: &ChannelCommand,
     config: &Config,
     store: &dyn Store,
-) -> Result<Config, ControlError> {
+) -> Result<Members, ControlError> {
     // A table per topic: its member channels, one per topic the cluster has now.
-    let mut config = config.clone();
+    let mut members = Members::default();
     if config.channels.iter().any(|c| c.has_members()) {
-        match control::resolve_members(&mut config, store).await {
-            Ok(left_out) => {
-                for (channel, topic, why) in left_out {
+        match control::resolve_members(config, store).await {
+            Ok(resolved) => {
+                members = resolved;
+                for (channel, topic, why) in &members.left_out {
                     eprintln!(
                         "channel {channel}: topic {topic} has no table: {}",
                         match why {
-                            crate::config::TopicRefusal::MaxTables =>
+                            TopicRefusal::MaxTables =>
                                 "the channel has max_tables tables already (channel.destination.max_tables)".to_string(),
-                            crate::config::TopicRefusal::NameClash { other } =>
+                            TopicRefusal::NameClash { other } =>
                                 format!("its table name is topic {other}'s table"),
-                            crate::config::TopicRefusal::NameTooLong => format!(
+                            TopicRefusal::NameTooLong => format!(
                                 "its member channel name is longer than {} characters",
-                                crate::config::MAX_MEMBER_NAME
+                                MAX_MEMBER_NAME
                             ),
                         }
                     );
@@ -346,7 +347,7 @@ async fn with_members(
             Err(e) => return Err(e),
         }
     }
-    Ok(config)
+    Ok(members)
 }
 
 /// `floe channel delete NAME [--wait D]`: the channel (and, for a channel with members, the
@@ -356,6 +357,7 @@ async fn with_members(
 /// Errors: the delete, the wait or the deregistration failed.
 async fn delete(
     config: &Config,
+    members: &Members,
     name: &str,
     wait: Option<&str>,
     store: &dyn Store,
@@ -367,10 +369,10 @@ async fn delete(
     // then each member (one never created has nothing to delete).
     let mut targets = parents_named(config, &Some(name.to_string()));
     let parent = !targets.is_empty();
-    targets.extend(names(config, &Some(name.to_string())));
+    targets.extend(names(config, members, &Some(name.to_string())));
     let mut states = Vec::new();
     for n in &targets {
-        match control::delete(config, n, store).await {
+        match control::delete(config, members, n, store).await {
             Ok(state) => states.push(state),
             Err(ControlError::Refused(_)) if parent && n != name => {}
             Err(e) => return Err(e),
@@ -392,7 +394,7 @@ async fn delete(
     // Enhanced fan-out: a routed channel's consumers are its members'.
     let mut consumers = Vec::new();
     for n in &targets {
-        consumers.extend(control::deregister_consumer(config, n, aws).await?);
+        consumers.extend(control::deregister_consumer(config, members, n, aws).await?);
     }
     print_states(&states, json);
     if !json {

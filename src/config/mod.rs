@@ -85,10 +85,6 @@ pub struct Config {
     pub aws: crate::config::aws::AwsConfig,
     /// `[[channel]]`, in file order; at least one, names and destination tables unique.
     pub channels: Vec<ChannelConfig>,
-    /// Member channels of the channels with `table = "{topic}"` that the control plane resolved
-    /// (one per topic the cluster has), each with its channel's index in `channels`; empty in a
-    /// configuration as loaded (`floe run` starts members itself, docs/routing.md).
-    pub members: Vec<(usize, ChannelConfig)>,
 }
 
 /// `[worker]`, see [`file::WorkerSection`].
@@ -152,128 +148,11 @@ pub struct ChannelConfig {
 }
 
 impl ChannelConfig {
-    /// Whether the channel runs as member channels, one per table: `table = "{topic}"` or
-    /// `table = "{route}"` (docs/routing.md).
-    pub fn has_members(&self) -> bool {
-        self.is_table_per_topic() || self.is_routed()
-    }
-
     /// Whether the channel writes a table per topic (`table = "{topic}"`): it then runs as one
     /// member channel per topic ([`ChannelConfig::member`]).
     pub fn is_table_per_topic(&self) -> bool {
         matches!(&self.destination, DestinationConfig::Iceberg(d) if d.table == TABLE_PER_TOPIC)
     }
-
-    /// The member channel of `topic` in a channel with `table = "{topic}"`: named
-    /// `<channel>.<topic>` ([`member_name`]), reading `topic` alone, into table
-    /// [`table_of_topic`]`(topic)` of the channel's namespace, with `{topic}` of a registry
-    /// `subject` replaced by the topic. Each member is a channel of its own in the lease store:
-    /// its leases, committer lease and epoch, state and checkpoints (in its table). A channel
-    /// that is not per topic is returned unchanged.
-    pub fn member(&self, topic: &str) -> ChannelConfig {
-        if !self.is_table_per_topic() {
-            return self.clone();
-        }
-        let table = table_of_topic(topic);
-        let mut member = self.clone();
-        member.name = member_name(&self.name, topic);
-        if let SourceConfig::Kafka(k) = &mut member.source {
-            k.topics = TopicSelection::One(topic.to_string());
-        }
-        if let DestinationConfig::Iceberg(d) = &mut member.destination {
-            d.table = table;
-        }
-        if let Some(SchemaConfig::Confluent(c)) = &mut member.schema {
-            c.subject = c.subject.replace(TABLE_PER_TOPIC, topic);
-        }
-        member
-    }
-}
-
-/// The name of the member channel of `topic` in channel `channel` (`table = "{topic}"`):
-/// `<channel>.<topic>`, the topic as Kafka names it. A name no configured channel can have (`.`
-/// and capitals are outside channel names), and one per topic even when two topics map to one
-/// table name (`a.b`, `a_b`): the two members are then two channels, and the table's ownership
-/// (`floe.channel`) lets only the first write it, whichever worker saw which topic first.
-pub fn member_name(channel: &str, topic: &str) -> String {
-    format!("{channel}.{topic}")
-}
-
-/// The longest member channel name (`<channel>.<topic>`): it names the member's data files
-/// (`<member>-<uuid>-<n>.parquet`, within a file system's 255-byte names) and its local DLQ
-/// directory.
-pub const MAX_MEMBER_NAME: usize = 200;
-
-/// Why a topic of a `table = "{topic}"` channel gets no member channel ([`admit_topics`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TopicRefusal {
-    /// The channel has `max_tables` tables already.
-    MaxTables,
-    /// Its table name is the table of `other`, admitted before it.
-    NameClash {
-        /// The topic whose table it is.
-        other: String,
-    },
-    /// `<channel>.<topic>` is longer than [`MAX_MEMBER_NAME`].
-    NameTooLong,
-}
-
-impl TopicRefusal {
-    /// The `reason` label of `floe_topics_refused_total`.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            TopicRefusal::MaxTables => "max_tables",
-            TopicRefusal::NameClash { .. } => "name_clash",
-            TopicRefusal::NameTooLong => "name_too_long",
-        }
-    }
-}
-
-/// Which of `topics` (the selected topics the cluster has, any order) channel `channel` with
-/// `table = "{topic}"` delivers, the same answer for every worker and the control plane given
-/// the same listing (docs/routing.md, "Limits"): first every topic in `known` (its member
-/// channel has a state in the lease store: it was admitted once, and stays, whatever the limit),
-/// then the others in name order while fewer than `max_tables` are admitted and their table
-/// name is not an admitted topic's. A member name longer than [`MAX_MEMBER_NAME`] is never
-/// admitted. Returns the admitted topics, and the others with why.
-pub fn admit_topics(
-    channel: &str,
-    topics: &[String],
-    known: &std::collections::BTreeSet<String>,
-    max_tables: usize,
-) -> (Vec<String>, Vec<(String, TopicRefusal)>) {
-    let mut sorted: Vec<&String> = topics.iter().collect();
-    sorted.sort_by_key(|t| (!known.contains(*t), t.as_str()));
-    let (mut admitted, mut refused) = (Vec::new(), Vec::new());
-    let mut tables: BTreeMap<String, String> = BTreeMap::new();
-    for topic in sorted {
-        if member_name(channel, topic).len() > MAX_MEMBER_NAME {
-            refused.push((topic.clone(), TopicRefusal::NameTooLong));
-            continue;
-        }
-        let table = table_of_topic(topic);
-        if known.contains(topic) {
-            tables.entry(table).or_insert_with(|| topic.clone());
-            admitted.push(topic.clone());
-            continue;
-        }
-        if let Some(other) = tables.get(&table) {
-            refused.push((
-                topic.clone(),
-                TopicRefusal::NameClash {
-                    other: other.clone(),
-                },
-            ));
-            continue;
-        }
-        if admitted.len() >= max_tables {
-            refused.push((topic.clone(), TopicRefusal::MaxTables));
-            continue;
-        }
-        tables.insert(table, topic.clone());
-        admitted.push(topic.clone());
-    }
-    (admitted, refused)
 }
 
 /// `[channel.source]` (`kind`), see [`file::SourceSection`].
@@ -448,21 +327,6 @@ impl Eq for TopicPattern {}
 
 /// `table = "{topic}"`: a table per topic of the channel's source (docs/routing.md).
 pub const TABLE_PER_TOPIC: &str = "{topic}";
-
-/// The Iceberg table name of topic `topic` in a channel with `table = "{topic}"`: lowercased,
-/// every character outside `a-z 0-9 _` replaced by `_` (Kafka topic names are `A-Z a-z 0-9 . _
-/// -`, Iceberg names here `a-z 0-9 _`), so `Orders.EU-1` is `orders_eu_1`. Two topics may map
-/// to one name (`a.b`, `a_b`): the runtime refuses the second (docs/routing.md).
-pub fn table_of_topic(topic: &str) -> String {
-    topic
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | '0'..='9' | '_' => c,
-            'A'..='Z' => c.to_ascii_lowercase(),
-            _ => '_',
-        })
-        .collect()
-}
 
 /// Where a new channel starts reading (`channel.source.initial_position`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{member_name, ChannelConfig, DestinationConfig};
+use super::{ChannelConfig, DestinationConfig};
 
 /// `table = "{route}"`: a table per value of `route_field` (docs/routing.md).
 pub const TABLE_ROUTED: &str = "{route}";
@@ -76,35 +76,6 @@ impl ChannelConfig {
     /// is not.
     pub fn is_routed(&self) -> bool {
         matches!(&self.destination, DestinationConfig::Iceberg(d) if d.route.is_some() && d.table == TABLE_ROUTED)
-    }
-
-    /// The member channel of `table` in a channel with `table = "{route}"`: named
-    /// `<channel>.<table>` ([`member_name`]), reading the channel's whole source into `table`
-    /// of its namespace and keeping the route (the member keeps only its table's records). A
-    /// channel of its own in the lease store: its leases, committer lease and epoch, state
-    /// and checkpoints (in its table). A channel that is not routed is returned unchanged.
-    pub fn route_member(&self, table: &str) -> ChannelConfig {
-        if !self.is_routed() {
-            return self.clone();
-        }
-        let mut member = self.clone();
-        member.name = member_name(&self.name, table);
-        if let DestinationConfig::Iceberg(d) = &mut member.destination {
-            d.table = table.to_string();
-        }
-        member
-    }
-
-    /// The route of a member channel of a channel with `table = "{route}"`, with the member's
-    /// own table: `None` for any other channel (and for the routed channel itself, whose table
-    /// is `{route}`).
-    pub fn member_route(&self) -> Option<(&RouteConfig, &str)> {
-        match &self.destination {
-            DestinationConfig::Iceberg(d) if d.table != TABLE_ROUTED => {
-                d.route.as_ref().map(|r| (r, d.table.as_str()))
-            }
-            _ => None,
-        }
     }
 }
 

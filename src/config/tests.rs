@@ -413,14 +413,6 @@ fn a_table_per_topic_runs_a_member_channel_per_topic() {
 }
 
 #[test]
-fn topic_names_map_to_iceberg_table_names() {
-    assert_eq!(table_of_topic("orders"), "orders");
-    assert_eq!(table_of_topic("Orders.EU-1"), "orders_eu_1");
-    assert_eq!(table_of_topic("a.b"), table_of_topic("a_b"));
-    assert_eq!(table_of_topic("__x-Y"), "__x_y");
-}
-
-#[test]
 fn a_table_per_topic_with_a_registry_takes_each_topics_subject() {
     let text = confluent("avro", "registry_url = \"http://r:8081\"")
         .replacen("table = \"events\"", "table = \"{topic}\"", 1)
@@ -495,50 +487,4 @@ fn a_routed_channel_has_a_member_per_table_and_the_first_table_writes_the_unrout
     let plain = parse(MINIMAL).unwrap();
     assert_eq!(iceberg(&plain).route, None);
     assert_eq!(plain.channels[0].route_member("x"), plain.channels[0]);
-}
-
-#[test]
-fn every_worker_admits_the_same_topics_of_a_table_per_topic_channel() {
-    let t = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let none = std::collections::BTreeSet::new();
-    // New topics in name order, within max_tables; a clashing table name after its owner.
-    let (admitted, refused) = admit_topics("c", &t(&["b", "a_x", "a.x", "c"]), &none, 2);
-    assert_eq!(admitted, t(&["a.x", "b"]));
-    assert_eq!(
-        refused,
-        vec![
-            (
-                "a_x".to_string(),
-                TopicRefusal::NameClash {
-                    other: "a.x".into()
-                }
-            ),
-            ("c".to_string(), TopicRefusal::MaxTables),
-        ]
-    );
-    // A topic whose member has a state (admitted before, by any worker) comes first, even past
-    // the limit, and owns its table name.
-    let known: std::collections::BTreeSet<String> = ["c".to_string(), "a_x".to_string()].into();
-    let (admitted, refused) = admit_topics("c", &t(&["b", "a_x", "a.x", "c"]), &known, 2);
-    assert_eq!(admitted, t(&["a_x", "c"]));
-    assert_eq!(
-        refused,
-        vec![
-            (
-                "a.x".to_string(),
-                TopicRefusal::NameClash {
-                    other: "a_x".into()
-                }
-            ),
-            ("b".to_string(), TopicRefusal::MaxTables),
-        ]
-    );
-    // Listing order does not matter.
-    let (again, _) = admit_topics("c", &t(&["c", "a.x", "b", "a_x"]), &known, 2);
-    assert_eq!(again, admitted);
-    // A member name too long to name files is never admitted.
-    let long = format!("t{}", "l".repeat(MAX_MEMBER_NAME));
-    let (admitted, refused) = admit_topics("c", std::slice::from_ref(&long), &none, 5);
-    assert!(admitted.is_empty());
-    assert_eq!(refused, vec![(long, TopicRefusal::NameTooLong)]);
 }

@@ -428,7 +428,7 @@ fn every_shipped_config_passes_floe_validate_and_the_checks_floe_run_makes_first
 /// in them), so the rule is documented rather than changed: docs/routing.md says so.
 #[test]
 fn a_member_name_keeps_a_topic_that_repeats_the_channel_name() {
-    assert_eq!(floe::config::member_name("ev", "ev.a"), "ev.ev.a");
+    assert_eq!(floe::channel::members::member_name("ev", "ev.a"), "ev.ev.a");
     let page = std::fs::read_to_string(config_dir().join("../docs/routing.md")).unwrap();
     assert!(
         page.contains("channel `ev` on topic `ev.a` has the member `ev.ev.a`"),

@@ -615,7 +615,8 @@ async fn a_schema_glue_does_not_have_fails_the_channel_at_create() {
         let store = floe::lease::SqlLeaseStore::open_sqlite(sub.join("leases.sqlite"))
             .await
             .unwrap();
-        let e = floe::channel::create(&config, "it", &store, &aws)
+        let members = floe::channel::Members::default();
+        let e = floe::channel::create(&config, &members, "it", &store, &aws)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("FAILED"), "{e}");

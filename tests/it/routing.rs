@@ -94,7 +94,10 @@ name = "r"
 
 /// The DLQ of topic `i`'s table: its member channel's (`r.<table>`).
 fn dlq_of(dir: &Path, i: u64) -> LocalDlq {
-    LocalDlq::new(dir.join("dlq"), floe::config::member_name("r", &topic(i)))
+    LocalDlq::new(
+        dir.join("dlq"),
+        floe::channel::members::member_name("r", &topic(i)),
+    )
 }
 
 /// Rows and published DLQ entries of topic `i`'s table, (0, 0) before it exists.
@@ -103,7 +106,7 @@ async fn counts(dir: &Path, i: u64) -> (u64, u64) {
         dir,
         "routed",
         &table(i),
-        &floe::config::member_name("r", &topic(i)),
+        &floe::channel::members::member_name("r", &topic(i)),
     )
     .await
 }
@@ -229,7 +232,7 @@ async fn tables_committed_by(dir: &Path, worker: &str) -> Vec<String> {
         .unwrap();
     let mut commits = Vec::new();
     for i in 0..AT_START {
-        let member = floe::config::member_name("r", &topic(i));
+        let member = floe::channel::members::member_name("r", &topic(i));
         let leases = store.list_leases(&member).await.unwrap();
         if leases
             .iter()
@@ -308,7 +311,7 @@ fn assert_every_table_holds_exactly_its_topics_records(
         );
         assert_eq!(
             t["owner"].as_str(),
-            Some(floe::config::member_name("r", &topic(i)).as_str())
+            Some(floe::channel::members::member_name("r", &topic(i)).as_str())
         );
         let mut dead: Vec<u64> = dlq_of(dir, i)
             .read_published()
@@ -452,7 +455,7 @@ async fn a_dropped_table_suspends_its_topic_alone() {
     let store = floe::lease::sql::SqlLeaseStore::open_sqlite(dir.join("leases.sqlite"))
         .await
         .unwrap();
-    let member = floe::config::member_name("r", &topic(1));
+    let member = floe::channel::members::member_name("r", &topic(1));
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let others = counts(dir, 0).await.0 + counts(dir, 0).await.1 >= 40
@@ -664,7 +667,7 @@ async fn a_topic_that_appears_later_is_read_from_its_first_record_whatever_its_t
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let member = store
-        .get_channel_state(&floe::config::member_name("r", "ev.t07"))
+        .get_channel_state(&floe::channel::members::member_name("r", "ev.t07"))
         .await
         .unwrap()
         .unwrap();

@@ -64,7 +64,6 @@ pub(super) fn validate(
             aws,
             lease_store,
             channels: channels.into_iter().flatten().collect(),
-            members: Vec::new(),
         }),
         _ => Err(ConfigErrors(cx.errors)),
     }
