@@ -476,6 +476,17 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         self.periods_run += 1;
         let channel = self.config.channel.clone();
         self.expire(Instant::now());
+        if let Some(shared) = &self.shared {
+            if shared
+                .valid_until()
+                .is_none_or(|until| until <= Instant::now())
+            {
+                // The shared presence lapsed (it logs its failed renewals once per worker, not
+                // once per member): nothing to keep or take until it is renewed again.
+                self.balancer = None;
+                return Ok(());
+            }
+        }
 
         let release_own_committer = self.release_owned;
         let presence = self.presence().await;
