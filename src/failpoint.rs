@@ -7,6 +7,9 @@
 //! `FLOE_PAUSE_AT=<step>` holds the step for 5 s (a window for the test to SIGSTOP it). Only
 //! builds with the `testsuite` feature read them; otherwise [`step_point`] compiles to nothing.
 //!
+//! `FLOE_BLOCK_AT=<step>` holds the blocking thread of a step that runs on one for 120 s, once
+//! per process (a hung librdkafka call). Blocking steps: `kafka-metadata` (a metadata call).
+//!
 //! Steps: `compaction-written` (compaction outputs written, not committed), `rewrite-written`
 //! (a rewrite's manifests and manifest list written, not swapped), `rewrite-committed` (swapped,
 //! nothing after it done), `evolution-decided` and `evolution-committed` (a schema evolution
@@ -24,6 +27,23 @@ pub(crate) async fn step_point(step: &str) {
         if std::env::var("FLOE_PAUSE_AT").is_ok_and(|s| s == step) {
             eprintln!("FLOE_PAUSE_AT={step}: pausing");
             tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        }
+    }
+    let _ = step;
+}
+
+/// Blocks the calling thread (a blocking-pool thread) for 120 s at step `step`, the first time
+/// the environment names it in `FLOE_BLOCK_AT` (see the module docs); does nothing without the
+/// `testsuite` feature.
+pub(crate) fn blocking_point(step: &str) {
+    #[cfg(feature = "testsuite")]
+    {
+        static BLOCKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if std::env::var("FLOE_BLOCK_AT").is_ok_and(|s| s == step)
+            && !BLOCKED.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            eprintln!("FLOE_BLOCK_AT={step}: blocking this thread for 120 s");
+            std::thread::sleep(std::time::Duration::from_secs(120));
         }
     }
     let _ = step;

@@ -1014,7 +1014,12 @@ where
     loop {
         let client = client.clone();
         let op2 = op.clone();
-        match blocking(move || op2(&client, timeout)).await {
+        match blocking(move || {
+            crate::failpoint::blocking_point("kafka-metadata");
+            op2(&client, timeout)
+        })
+        .await
+        {
             Err(e) if e.is_retryable() && attempt < METADATA_ATTEMPTS => {
                 tracing::warn!(topic = %topics, attempt, error = %e, "kafka {what} failed, retrying");
                 tokio::time::sleep(backoff.next_delay()).await;

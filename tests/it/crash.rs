@@ -263,6 +263,42 @@ async fn a_worker_with_an_edited_schema_or_another_catalog_stops_alone_and_does_
     assert_exactly_once(dir.path(), 500);
 }
 
+/// Found by the fresh review of issue 43: a worker of 1,000 tables took minutes to exit after
+/// SIGTERM — its drain was done, but dropping the runtime waited for every blocking call still
+/// queued (checkpoint probes). A Kafka call that hangs for 120 s must not hold the exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_exits_at_once_though_a_kafka_call_hangs() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let toml = config_toml(dir.path(), &broker.bootstrap, "w1", 4);
+    let mut w1 = Worker::start_with_env(
+        dir.path(),
+        "w1",
+        &toml,
+        &[("FLOE_BLOCK_AT", "kafka-metadata")],
+    );
+    let mut blocked = false;
+    for _ in 0..300 {
+        if log_of(dir.path(), "w1").contains("FLOE_BLOCK_AT=kafka-metadata") {
+            blocked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        blocked,
+        "the metadata call never ran:\n{}",
+        log_of(dir.path(), "w1")
+    );
+    w1.signal("TERM");
+    let status = w1.wait_exit(Duration::from_secs(30)).await;
+    assert!(
+        status.is_some(),
+        "no exit within 30 s of SIGTERM while a Kafka call hangs:\n{}",
+        log_of(dir.path(), "w1")
+    );
+}
+
 // ---- table maintenance under faults ----
 
 /// [`config_toml`] with a 64 KB buffer (many small files per hour) and maintenance that looks
