@@ -8,7 +8,8 @@
 //! builds with the `testsuite` feature read them; otherwise [`step_point`] compiles to nothing.
 //!
 //! `FLOE_BLOCK_AT=<step>` holds the blocking thread of a step that runs on one for 120 s, once
-//! per process (a hung librdkafka call). Blocking steps: `kafka-metadata` (a metadata call).
+//! per process (a hung librdkafka call). Blocking steps: `kafka-metadata` (a metadata call), `kafka-probe` (a probe client's
+//! read).
 //!
 //! Steps: `compaction-written` (compaction outputs written, not committed), `rewrite-written`
 //! (a rewrite's manifests and manifest list written, not swapped), `rewrite-committed` (swapped,
@@ -32,19 +33,35 @@ pub(crate) async fn step_point(step: &str) {
     let _ = step;
 }
 
-/// Blocks the calling thread (a blocking-pool thread) for 120 s at step `step`, the first time
-/// the environment names it in `FLOE_BLOCK_AT` (see the module docs); does nothing without the
-/// `testsuite` feature.
+/// Blocks the calling thread (a blocking-pool thread) at step `step`, the first time: for
+/// 120 s when the environment names it in `FLOE_BLOCK_AT`, or for the time given to
+/// [`block_next`] (see the module docs); does nothing without the `testsuite` feature.
 pub(crate) fn blocking_point(step: &str) {
     #[cfg(feature = "testsuite")]
     {
-        static BLOCKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if std::env::var("FLOE_BLOCK_AT").is_ok_and(|s| s == step)
-            && !BLOCKED.swap(true, std::sync::atomic::Ordering::SeqCst)
-        {
-            eprintln!("FLOE_BLOCK_AT={step}: blocking this thread for 120 s");
-            std::thread::sleep(std::time::Duration::from_secs(120));
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static BLOCKED: AtomicBool = AtomicBool::new(false);
+        let armed = ARMED
+            .lock()
+            .expect("failpoint lock")
+            .take_if(|(armed, _)| armed == step)
+            .map(|(_, d)| d);
+        let from_env = (std::env::var("FLOE_BLOCK_AT").is_ok_and(|s| s == step)
+            && !BLOCKED.swap(true, Ordering::SeqCst))
+        .then_some(std::time::Duration::from_secs(120));
+        if let Some(hold) = armed.or(from_env) {
+            eprintln!("FLOE_BLOCK_AT={step}: blocking this thread for {hold:?}");
+            std::thread::sleep(hold);
         }
     }
     let _ = step;
+}
+
+#[cfg(feature = "testsuite")]
+static ARMED: std::sync::Mutex<Option<(String, std::time::Duration)>> = std::sync::Mutex::new(None);
+
+/// In-process tests: the next thread to reach blocking step `step` blocks for `hold` (once).
+#[cfg(feature = "testsuite")]
+pub fn block_next(step: &str, hold: std::time::Duration) {
+    *ARMED.lock().expect("failpoint lock") = Some((step.to_string(), hold));
 }

@@ -62,6 +62,9 @@ pub mod config;
 pub mod convert;
 pub mod destination;
 pub mod dlq;
+#[cfg(feature = "testsuite")]
+pub mod failpoint;
+#[cfg(not(feature = "testsuite"))]
 mod failpoint;
 pub mod health;
 pub mod iceberg;

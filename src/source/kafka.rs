@@ -409,7 +409,12 @@ impl KafkaSource {
         F: FnOnce(&FloeConsumer) -> Result<T, SourceError> + Send + 'static,
     {
         let (probes, config) = (self.clients.probes.clone(), self.config.clone());
-        blocking(move || probes.with_probe(&config, f)).await
+        let permit = probes.permit().await;
+        blocking(move || {
+            let _permit = permit;
+            probes.with_probe(&config, f)
+        })
+        .await
     }
 
     /// Runs a metadata call on a blocking thread, retrying retryable errors with backoff.

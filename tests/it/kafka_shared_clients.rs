@@ -178,3 +178,57 @@ fn readers_waiting_for_records_hold_no_blocking_thread() {
         assert!(results[..39].iter().all(|(n, _)| *n == 0));
     });
 }
+
+/// Found by the fresh review of issue 43: a restarted 1,000-table worker queued its checkpoint
+/// probes on the probe clients' locks in blocking threads, filled tokio's blocking pool and
+/// starved every other blocking call (2 readers opened in 10 minutes). Callers now wait for a
+/// probe holding no thread: with one probe stuck and 30 checks queued, a metadata call still
+/// runs at once.
+#[test]
+fn callers_waiting_for_a_probe_hold_no_blocking_thread() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let kafka = EmbeddedKafka::start(1).unwrap();
+        kafka.create_topic("probed", 1).unwrap();
+        let producer = kafka.producer().unwrap();
+        for _ in 0..10 {
+            producer.send("probed", Some(0), b"k", b"v", None).unwrap();
+        }
+        producer.flush(Duration::from_secs(10)).unwrap();
+        let clients =
+            KafkaClients::try_new(&settings(kafka.bootstrap_servers(), "probed")).unwrap();
+        let source = std::sync::Arc::new(KafkaSource::with_clients(
+            settings(kafka.bootstrap_servers(), "probed"),
+            clients,
+        ));
+        let p0 = ShardId::kafka_partition(0);
+        // One probe hangs for 10 s (a stuck broker); 30 checkpoint checks queue behind them.
+        floe::failpoint::block_next("kafka-probe", Duration::from_secs(10));
+        let checks: Vec<_> = (0..30)
+            .map(|_| {
+                let (source, p0) = (source.clone(), p0.clone());
+                tokio::spawn(async move {
+                    source
+                        .check_checkpoint(&p0, &Position::Offset(5), floe::time::now_ms())
+                        .await
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let started = Instant::now();
+        source.watermarks(&p0).await.unwrap();
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "a metadata call waited {took:?} behind the queued probes"
+        );
+        for check in checks {
+            check.await.unwrap().unwrap();
+        }
+    });
+}

@@ -393,11 +393,25 @@ impl Release {
 /// The probe clients of a channel's clients: the consumers that read single records at chosen
 /// offsets (activation-time checks, checkpoint checks, describe's marker check), created on
 /// first use and kept, at most [`PROBE_CLIENTS`].
-#[derive(Default)]
 pub(super) struct ProbePool {
     slots: [Mutex<Option<FloeConsumer>>; PROBE_CLIENTS],
     /// Where the next caller that finds every probe busy waits.
     next: AtomicUsize,
+    /// One permit per probe client, taken before a blocking thread is: callers wait for a probe
+    /// here, holding no thread (a 1,000-table worker's restart queued its checkpoint probes on
+    /// the probes' locks in blocking threads, filled tokio's blocking pool and starved every
+    /// other blocking call).
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for ProbePool {
+    fn default() -> Self {
+        ProbePool {
+            slots: Default::default(),
+            next: AtomicUsize::new(0),
+            permits: Arc::new(tokio::sync::Semaphore::new(PROBE_CLIENTS)),
+        }
+    }
 }
 
 impl ProbePool {
@@ -427,6 +441,18 @@ impl ProbePool {
         if probe.is_none() {
             *probe = Some(api::probe_client(config)?);
         }
+        crate::failpoint::blocking_point("kafka-probe");
         f(probe.as_ref().expect("probe client created above"))
+    }
+
+    /// A permit to use a probe client: await it before taking a blocking thread for
+    /// [`ProbePool::with_probe`], so that at most [`PROBE_CLIENTS`] blocking threads serve
+    /// probes.
+    pub(super) async fn permit(&self) -> tokio::sync::OwnedSemaphorePermit {
+        self.permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the probe semaphore is never closed")
     }
 }
