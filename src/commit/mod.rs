@@ -300,6 +300,24 @@ impl Committer {
             recovered.extend(committed_anyway);
             dead = really_dead;
         }
+        if !dead.is_empty() {
+            // Discarding deletes files, which no table fence guards: only the holder of the
+            // committer lease may (found by the fresh review of issue 43: a stale committer whose
+            // table still carried its epoch rejected a batch the new committer then committed,
+            // its files gone). A lease counter past this epoch means another worker took over.
+            if let Some(lease) = self
+                .leases
+                .get_lease(&self.channel, &LeaseKey::Committer)
+                .await?
+            {
+                if lease.lease_counter != self.epoch {
+                    return Err(CommitError::Fenced {
+                        table_epoch: lease.lease_counter,
+                        own: self.epoch,
+                    });
+                }
+            }
+        }
         let mut committed_ids: Vec<Uuid> = Vec::new();
         for b in accepted.iter().chain(recovered.iter()) {
             loaded.publish(b).await?;

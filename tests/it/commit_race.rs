@@ -222,6 +222,61 @@ async fn stale_committer_is_fenced_by_a_newer_epoch_and_a_duplicate_batch_is_rej
     assert_eq!(total_records(&table), 10);
 }
 
+/// Found by the fresh review of issue 43: a committer whose lease another worker had taken, but
+/// whose epoch the table still carried (the new committer had not committed yet), rejected a
+/// batch and deleted its files, which the new committer then committed. Discarding needs the
+/// committer lease: the stale committer steps down and the files stay.
+async fn a_committer_whose_lease_was_taken_discards_no_batch(db: Db) {
+    let f = fixture(db).await;
+    f.store
+        .ensure_leases(
+            "race",
+            &[floe::lease::LeaseSpec::new(
+                floe::lease::LeaseKey::Committer,
+            )],
+        )
+        .await
+        .unwrap();
+    let committer_lease = || async {
+        f.store
+            .get_lease("race", &floe::lease::LeaseKey::Committer)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let held = f
+        .store
+        .take_lease(&committer_lease().await, "a")
+        .await
+        .unwrap();
+    let old = committer(&f, held.lease_counter);
+    let table = f.catalog.load_table(&f.ident).await.unwrap();
+    let first = batch(&f, &table, None, 0, 10).await;
+    f.store.put_batch(&first).await.unwrap();
+    assert_eq!(old.run_round().await.unwrap().committed, 1);
+    // Another worker takes the committer lease; a duplicate of the first batch arrives.
+    f.store
+        .take_lease(&committer_lease().await, "b")
+        .await
+        .unwrap();
+    let dup = batch(&f, &table, None, 0, 10).await;
+    f.store.put_batch(&dup).await.unwrap();
+    let paths = floe::iceberg::writer::data_file_paths(dup.files.iceberg_data_files().unwrap());
+    match old.run_round().await {
+        Err(floe::commit::CommitError::Fenced { .. }) => {}
+        other => panic!("a committer whose lease was taken must step down, got {other:?}"),
+    }
+    assert!(
+        std::path::Path::new(&paths[0]).exists(),
+        "a stale committer deleted a pending batch's file"
+    );
+    let pending = f.store.list_pending("race").await.unwrap();
+    assert!(
+        pending.iter().any(|b| b.batch_id == dup.batch_id),
+        "still pending"
+    );
+}
+
 async fn committers_with_different_lease_views_validating_the_same_snapshot_commit_once(db: Db) {
     // Worker 1 read offsets 0..=9 under lease counter 1; worker 2 took the lease (counter 2)
     // and read 0..=11 again. Committer A's lease view is stale (it sees counter 1: batch X is
@@ -395,6 +450,7 @@ on_both_databases!(
     fence_refuses_a_commit_built_on_a_stale_snapshot_that_iceberg_would_rebase,
     two_committers_racing_on_the_same_batches_commit_each_exactly_once,
     stale_committer_is_fenced_by_a_newer_epoch_and_a_duplicate_batch_is_rejected,
+    a_committer_whose_lease_was_taken_discards_no_batch,
     committers_with_different_lease_views_validating_the_same_snapshot_commit_once,
     files_the_table_references_are_never_deleted_even_if_no_summary_names_the_batch
 );
