@@ -51,6 +51,8 @@ pub(crate) fn blocking_point(step: &str) {
         .then_some(std::time::Duration::from_secs(120));
         if let Some(hold) = armed.or(from_env) {
             eprintln!("FLOE_BLOCK_AT={step}: blocking this thread for {hold:?}");
+            // On a blocking-pool thread by design: the failpoint is a hung blocking call.
+            #[allow(clippy::disallowed_methods)]
             std::thread::sleep(hold);
         }
     }
