@@ -782,28 +782,48 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             return Ok(());
         }
         let sent_at = Instant::now();
-        match self.store.take_lease(&row, &me).await {
+        if self
+            .take_committer(&row, sent_at + self.config.lease_duration)
+            .await?
+            .is_some()
+        {
+            if let Some(presence) = self.standby.take() {
+                // It watched the fleet already: it may assign at once.
+                self.balancer = Some(Balancer {
+                    presence,
+                    periods: 1,
+                    ..Balancer::default()
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the committer lease as listed in `row` (a conditional write), valid until `until`.
+    /// Returns the lease taken; `None` when another worker won the race.
+    ///
+    /// Errors: the store's, other than the lost race.
+    async fn take_committer(
+        &mut self,
+        row: &Lease,
+        until: Instant,
+    ) -> Result<Option<Lease>, LeaseError> {
+        let (channel, me) = (&self.config.channel, &self.config.worker_id);
+        match self.store.take_lease(row, me).await {
             Ok(taken) => {
                 tracing::info!(channel = %channel, lease = %taken.key, lease_counter = taken.lease_counter, from = row.owner.as_deref().unwrap_or(""), "lease taken");
                 if row.owner.as_deref().is_some_and(|w| w != me) {
-                    crate::telemetry::record_lease_takeover(&channel);
+                    crate::telemetry::record_lease_takeover(channel);
                 }
-                self.committer = Some((taken, sent_at + self.config.lease_duration));
-                if let Some(presence) = self.standby.take() {
-                    // It watched the fleet already: it may assign at once.
-                    self.balancer = Some(Balancer {
-                        presence,
-                        periods: 1,
-                        ..Balancer::default()
-                    });
-                }
+                self.committer = Some((taken.clone(), until));
+                Ok(Some(taken))
             }
             Err(LeaseError::Conflict { .. }) => {
-                tracing::debug!(channel = %channel, "committer lease take lost a race")
+                tracing::debug!(channel = %channel, "committer lease take lost a race");
+                Ok(None)
             }
-            Err(err) => return Err(err),
+            Err(err) => Err(err),
         }
-        Ok(())
     }
 
     /// [`Self::keep_committer`] with a shared presence: the committer lease is never renewed;
@@ -898,24 +918,13 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         let Some(until) = shared.valid_until().filter(|until| *until > now) else {
             return Ok(());
         };
-        match self.store.take_lease(&row, &me).await {
-            Ok(taken) => {
-                tracing::info!(channel = %channel, lease = %taken.key, lease_counter = taken.lease_counter, from = row.owner.as_deref().unwrap_or(""), "lease taken");
-                if row.owner.as_deref().is_some_and(|w| w != me) {
-                    crate::telemetry::record_lease_takeover(&channel);
-                }
-                self.committer_row = Some(taken.clone());
-                self.committer = Some((taken, until));
-                // The shared presence watched the fleet already: it may assign at once.
-                self.balancer = Some(Balancer {
-                    periods: 1,
-                    ..Balancer::default()
-                });
-            }
-            Err(LeaseError::Conflict { .. }) => {
-                tracing::debug!(channel = %channel, "committer lease take lost a race")
-            }
-            Err(err) => return Err(err),
+        if let Some(taken) = self.take_committer(&row, until).await? {
+            self.committer_row = Some(taken);
+            // The shared presence watched the fleet already: it may assign at once.
+            self.balancer = Some(Balancer {
+                periods: 1,
+                ..Balancer::default()
+            });
         }
         Ok(())
     }
