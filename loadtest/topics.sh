@@ -8,11 +8,13 @@
 # records (floe_rows_delivered_total of each member channel), catalog table loads per second
 # over the last 30 s of the idle period (floe_catalog_table_loads_total), and lease-store rows
 # written per renew_interval once idle (rows of floe_leases and floe_workers whose heartbeat
-# changed between two snapshots one renew_interval apart). A benchmark, not a test: it fails
-# only when the worker dies.
+# changed between two snapshots one renew_interval apart). With --restart, the worker is then
+# stopped (SIGTERM), R more records go to each topic and a worker starts again over the tables'
+# checkpoints: the same figures once more (a restart opens every shard after checking its
+# checkpoint). A benchmark, not a test: it fails only when the worker dies.
 #
 #   loadtest/topics.sh [--topics N] [--partitions P] [--records R] [--idle-seconds S]
-#                      [--deadline-seconds D] [--profile release|debug] [--dir DIR]
+#                      [--deadline-seconds D] [--restart] [--profile release|debug] [--dir DIR]
 #
 # Defaults: 100 topics, 4 partitions, 20 records, 60 s idle, 900 s deadline, release build
 # (cargo build --release --bins). The issue's figure: --topics 1000 --partitions 4.
@@ -21,7 +23,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=loadtest/lib.sh
 . "$root/loadtest/lib.sh"
 
-topics=100 partitions=4 records=20 idle=60 deadline=900 profile=release workdir=""
+topics=100 partitions=4 records=20 idle=60 deadline=900 profile=release workdir="" restart=no
 while [ $# -gt 0 ]; do
   case "$1" in
     --topics) topics="$2"; shift 2 ;;
@@ -29,6 +31,7 @@ while [ $# -gt 0 ]; do
     --records) records="$2"; shift 2 ;;
     --idle-seconds) idle="$2"; shift 2 ;;
     --deadline-seconds) deadline="$2"; shift 2 ;;
+    --restart) restart=yes; shift ;;
     --profile) profile="$2"; shift 2 ;;
     --dir) workdir="$2"; shift 2 ;;
     *) echo "topics.sh: unknown option $1" >&2; exit 2 ;;
@@ -107,12 +110,27 @@ EOF
 
 # A worker of 1,000 member channels may open more files than a shell's default limit allows.
 ulimit -n 20000 2>/dev/null || true
-RUST_LOG=info "$floe" run --config "$dir/worker.toml" >"$dir/worker.log" 2>&1 &
-worker_pid=$!
-say "worker pid $worker_pid, metrics on 127.0.0.1:$port"
-"$py" "$root/loadtest/topics_watch.py" watch --pid "$worker_pid" \
-  --metrics "http://127.0.0.1:$port/metrics" --leases "$dir/leases.sqlite" \
-  --channel many --topics "$topics" --records "$records" --renew-seconds "$renew" \
-  --idle-seconds "$idle" --deadline-seconds "$deadline"
-errors=$(grep -c ' ERROR ' "$dir/worker.log" || true)
-say "worker log: $errors ERROR lines ($dir/worker.log)"
+# One worker run: starts it, watches until every table held R more records and it was idle.
+run_worker() {
+  local log="$1"
+  RUST_LOG=info "$floe" run --config "$dir/worker.toml" >"$log" 2>&1 &
+  worker_pid=$!
+  say "worker pid $worker_pid, metrics on 127.0.0.1:$port"
+  "$py" "$root/loadtest/topics_watch.py" watch --pid "$worker_pid" \
+    --metrics "http://127.0.0.1:$port/metrics" --leases "$dir/leases.sqlite" \
+    --channel many --topics "$topics" --records "$records" --renew-seconds "$renew" \
+    --idle-seconds "$idle" --deadline-seconds "$deadline"
+  errors=$(grep -c ' ERROR ' "$log" || true)
+  say "worker log: $errors ERROR lines ($log)"
+}
+
+run_worker "$dir/worker.log"
+if [ "$restart" = yes ]; then
+  kill -TERM "$worker_pid"
+  wait "$worker_pid" || true
+  worker_pid=""
+  say "worker stopped; producing $records more records to each topic and starting it again"
+  "$py" "$root/loadtest/topics_watch.py" produce --bootstrap "$bootstrap" \
+    --records "$dir/records.ndjson" --partitions "$partitions" "${names[@]}"
+  run_worker "$dir/worker-restart.log"
+fi

@@ -518,26 +518,24 @@ impl Source for KafkaSource {
         if offset < low || offset >= high {
             return Ok(());
         }
-        let partition = partition_of(shard)?;
-        let config = self.config.clone();
+        let key = (self.config.topic.clone(), partition_of(shard)?);
         let record = self
-            .with_probe(move |probe| {
-                api::first_record_at_or_after(
-                    probe,
-                    &config.topic,
-                    partition,
-                    offset,
-                    config.request_timeout,
-                )
-            })
-            .await?;
+            .clients
+            .probes
+            .first_records(
+                &self.clients.settings,
+                HashMap::from([(key.clone(), offset)]),
+            )
+            .await?
+            .remove(&key);
         self.checkpoint_verdict(shard, offset, record, committed_by_ms)
     }
 
     /// [`Source::check_checkpoint`] of many shards at once: the watermarks of each
     /// (concurrently), then one probe assignment of every partition whose checkpoint the broker
     /// still holds, instead of a probe per partition (a worker taking 248 partitions spent
-    /// about 8 s probing them two at a time; issue 43).
+    /// about 8 s probing them two at a time; issue 43), shared with the checks the sources of
+    /// the channel's other topics ask meanwhile ([`KafkaClients`]).
     async fn check_checkpoints(
         &self,
         checks: &[(ShardId, Position)],
@@ -566,20 +564,18 @@ impl Source for KafkaSource {
         if probed.is_empty() {
             return Ok(());
         }
-        let wanted: HashMap<i32, i64> = probed.iter().map(|(_, p, o)| (*p, *o)).collect();
-        let config = self.config.clone();
+        let topic = &self.config.topic;
+        let wanted = probed
+            .iter()
+            .map(|(_, p, o)| ((topic.clone(), *p), *o))
+            .collect();
         let records = self
-            .with_probe(move |probe| {
-                api::first_records_at_or_after(
-                    probe,
-                    &config.topic,
-                    &wanted,
-                    config.request_timeout,
-                )
-            })
+            .clients
+            .probes
+            .first_records(&self.clients.settings, wanted)
             .await?;
         for (shard, partition, offset) in &probed {
-            let record = records.get(partition).copied();
+            let record = records.get(&(topic.clone(), *partition)).copied();
             self.checkpoint_verdict(shard, *offset, record, committed_by_ms)?;
         }
         Ok(())

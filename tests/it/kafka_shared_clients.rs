@@ -232,3 +232,66 @@ fn callers_waiting_for_a_probe_hold_no_blocking_thread() {
         }
     });
 }
+
+/// Found by the fresh review of issue 43: a worker restarted over 1,000 tables checked each
+/// table's checkpoints through a probe assignment of its own, two at a time (2–3 tables a
+/// second). The checks the sources of many topics ask at once now share probe assignments:
+/// forty tables' checks take a handful, and each table still gets its own verdict (the one
+/// whose checkpoint record is newer than its commit, a recreated topic, alone is refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checkpoint_checks_of_many_topics_share_probe_assignments() {
+    const TOPICS: usize = 40;
+    const BASE_MS: i64 = 1_700_000_000_000;
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    let producer = kafka.producer().unwrap();
+    let topics: Vec<String> = (0..TOPICS).map(|i| format!("c{i:02}")).collect();
+    for t in &topics {
+        kafka.create_topic(t, 2).unwrap();
+        for i in 0..10i64 {
+            for p in 0..2 {
+                producer
+                    .send(t, Some(p), b"k", b"{}", Some(BASE_MS + 1000 * i))
+                    .unwrap();
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let clients = KafkaClients::try_new(&settings(kafka.bootstrap_servers(), "many")).unwrap();
+    let sources: Vec<KafkaSource> = topics
+        .iter()
+        .map(|t| KafkaSource::with_clients(settings(kafka.bootstrap_servers(), t), clients.clone()))
+        .collect();
+    let checks: Vec<(ShardId, Position)> = (0..2)
+        .map(|p| (ShardId::kafka_partition(p), Position::Offset(5)))
+        .collect();
+    // The record at offset 5 was produced at BASE + 5 s: a commit a minute later recorded it;
+    // the table of c07 says its commit came two hours before (the topic was recreated since).
+    let committed_by = |i: usize| match i {
+        7 => BASE_MS + 5_000 - 7_200_000,
+        _ => BASE_MS + 65_000,
+    };
+    let verdicts = futures::future::join_all(
+        sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| s.check_checkpoints(&checks, committed_by(i))),
+    )
+    .await;
+    for (i, verdict) in verdicts.iter().enumerate() {
+        match (i, verdict) {
+            (7, Err(floe::source::SourceError::PositionLost { message, .. })) => {
+                assert!(
+                    message.contains("c07") && message.contains("recreated"),
+                    "{message}"
+                )
+            }
+            (7, other) => panic!("c07's recreated checkpoint passed: {other:?}"),
+            (_, verdict) => assert!(verdict.is_ok(), "{}: {verdict:?}", topics[i]),
+        }
+    }
+    let assignments = clients.probe_assignments();
+    assert!(
+        assignments <= 5,
+        "{TOPICS} tables' checks took {assignments} probe assignments"
+    );
+}

@@ -640,21 +640,24 @@ pub(super) fn first_record_at_or_after(
     }
 }
 
-/// Fetch: [`first_record_at_or_after`] of many partitions of `topic` at once, through one
-/// assignment of them all at their offsets (`wanted`: partition → offset): a partition's entry
-/// is its first record at or after the offset, `(offset, timestamp ms)`; a partition whose
-/// record did not come within `timeout` has none. Re-assigns `consumer`.
+/// The first record at or after an offset of each asked (topic, partition):
+/// `(offset, timestamp ms)`.
+pub(super) type FirstRecords = HashMap<(String, i32), (i64, Option<i64>)>;
+
+/// Fetch: [`first_record_at_or_after`] of many partitions, of one topic or several, at once
+/// through one assignment of them all at their offsets (`wanted`: (topic, partition) → offset):
+/// a partition's entry is its first record at or after the offset, `(offset, timestamp ms)`; a
+/// partition whose record did not come within `timeout` has none. Re-assigns `consumer`.
 ///
 /// Errors: mapped client errors that are not retryable.
 pub(super) fn first_records_at_or_after(
     consumer: &FloeConsumer,
-    topic: &str,
-    wanted: &HashMap<i32, i64>,
+    wanted: &HashMap<(String, i32), i64>,
     timeout: Duration,
-) -> Result<HashMap<i32, (i64, Option<i64>)>, SourceError> {
+) -> Result<FirstRecords, SourceError> {
     let mut tpl = TopicPartitionList::new();
-    for (&partition, &offset) in wanted {
-        tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+    for ((topic, partition), &offset) in wanted {
+        tpl.add_partition_offset(topic, *partition, Offset::Offset(offset))
             .map_err(|e| map_error(&e, "assign"))?;
     }
     consumer.assign(&tpl).map_err(|e| map_error(&e, "assign"))?;
@@ -666,17 +669,17 @@ pub(super) fn first_records_at_or_after(
             break;
         }
         match consumer.poll(remaining) {
-            Some(Ok(m)) if m.topic() == topic => {
-                let partition = m.partition();
-                let due = wanted.get(&partition).is_some_and(|&o| m.offset() >= o);
-                if due && !found.contains_key(&partition) {
+            Some(Ok(m)) => {
+                let key = (m.topic().to_string(), m.partition());
+                let due = wanted.get(&key).is_some_and(|&o| m.offset() >= o);
+                if due && !found.contains_key(&key) {
                     // Not paused once found: a probe client's pause outlives its assignment
                     // and would silence the partition at the next probe (queued.min.messages
                     // = 1 keeps what it prefetches small).
-                    found.insert(partition, (m.offset(), m.timestamp().to_millis()));
+                    found.insert(key, (m.offset(), m.timestamp().to_millis()));
                 }
             }
-            Some(Ok(_)) | None => {}
+            None => {}
             Some(Err(e)) => {
                 let e = map_error(&e, "fetch");
                 if !e.is_retryable() {

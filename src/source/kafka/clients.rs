@@ -9,7 +9,8 @@
 //!     │     ├── main queue ◄── "floe-kafka-main" thread: statistics (lag), errors, logs
 //!     │     ├── partition queue (orders, 0) ◄── reader of orders:0 (nonempty callback wakes it)
 //!     │     └── partition queue (refunds, 3) ◄── reader of refunds:3
-//!     └── probe clients     at most PROBE_CLIENTS, created on first use
+//!     └── probe clients     at most PROBE_CLIENTS, created on first use; the checkpoint
+//!                           checks asked while one assignment runs go into the next, together
 //! ```
 //!
 //! A partition's queue is the reader's alone: a reader that does not poll (its table's buffer
@@ -27,9 +28,9 @@ use std::time::Duration;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::error::KafkaError;
 use rdkafka::Offset;
-use tokio::sync::{Notify, OnceCell};
+use tokio::sync::{oneshot, Notify, OnceCell};
 
-use super::api::{self, FloeConsumer, FloeContext, MainEvent};
+use super::api::{self, FirstRecords, FloeConsumer, FloeContext, MainEvent};
 use super::{blocking, lock, KafkaSourceConfig, MAIN_QUEUE_POLL};
 use crate::model::ShardId;
 use crate::source::SourceError;
@@ -88,6 +89,13 @@ impl KafkaClients {
     /// of its own plus one per broker).
     pub fn num_clients(&self) -> usize {
         1 + usize::from(self.shared.initialized()) + self.probes.created()
+    }
+
+    /// How many probe assignments (single-record reads at chosen offsets: checkpoint checks,
+    /// activation-time answers) these clients made so far; checks asked meanwhile by the
+    /// sources of many topics share one.
+    pub fn probe_assignments(&self) -> u64 {
+        self.probes.assignments()
     }
 
     /// The shared consumer, created (and its main-queue thread started) on first use.
@@ -402,6 +410,10 @@ pub(super) struct ProbePool {
     /// the probes' locks in blocking threads, filled tokio's blocking pool and starved every
     /// other blocking call).
     permits: Arc<tokio::sync::Semaphore>,
+    /// First-record asks waiting for the next probe assignment ([`ProbePool::first_records`]).
+    gathered: Mutex<Gathered>,
+    /// How many probe assignments were made (each call of [`ProbePool::with_probe`]).
+    assignments: AtomicU64,
 }
 
 impl Default for ProbePool {
@@ -410,8 +422,53 @@ impl Default for ProbePool {
             slots: Default::default(),
             next: AtomicUsize::new(0),
             permits: Arc::new(tokio::sync::Semaphore::new(PROBE_CLIENTS)),
+            gathered: Mutex::default(),
+            assignments: AtomicU64::new(0),
         }
     }
+}
+
+/// One caller's ask of [`ProbePool::first_records`].
+struct Ask {
+    wanted: HashMap<TopicPartition, i64>,
+    reply: oneshot::Sender<Result<FirstRecords, SourceError>>,
+}
+
+/// The asks waiting for a probe assignment, and whether a task is serving them.
+#[derive(Default)]
+struct Gathered {
+    asks: Vec<Ask>,
+    serving: bool,
+}
+
+/// At most this many partitions go into one probe assignment of gathered asks (one ask larger
+/// than that goes alone).
+const MAX_GATHERED_PARTITIONS: usize = 2_000;
+
+/// Takes from `asks`, in order, those that fit one assignment: together at most
+/// [`MAX_GATHERED_PARTITIONS`] partitions (the first ask always), and no partition asked at two
+/// offsets (two routes' tables of one topic; the later ask waits for the next assignment).
+fn take_batch(asks: &mut Vec<Ask>) -> Vec<Ask> {
+    let mut union: HashMap<&TopicPartition, i64> = HashMap::new();
+    let mut fits = Vec::with_capacity(asks.len());
+    for ask in asks.iter() {
+        let conflict = ask
+            .wanted
+            .iter()
+            .any(|(tp, o)| union.get(tp).is_some_and(|u| u != o));
+        let grown = union.len() + ask.wanted.len();
+        let fit = fits.is_empty() || (!conflict && grown <= MAX_GATHERED_PARTITIONS);
+        if fit {
+            union.extend(ask.wanted.iter().map(|(tp, o)| (tp, *o)));
+        }
+        fits.push(fit);
+    }
+    let mut fits = fits.into_iter();
+    let (taken, kept) = std::mem::take(asks)
+        .into_iter()
+        .partition(|_| fits.next().unwrap_or(false));
+    *asks = kept;
+    taken
 }
 
 impl ProbePool {
@@ -441,6 +498,7 @@ impl ProbePool {
         if probe.is_none() {
             *probe = Some(api::probe_client(config)?);
         }
+        self.assignments.fetch_add(1, Ordering::Relaxed);
         crate::failpoint::blocking_point("kafka-probe");
         f(probe.as_ref().expect("probe client created above"))
     }
@@ -454,5 +512,154 @@ impl ProbePool {
             .acquire_owned()
             .await
             .expect("the probe semaphore is never closed")
+    }
+
+    /// How many probe assignments were made so far.
+    pub(super) fn assignments(&self) -> u64 {
+        self.assignments.load(Ordering::Relaxed)
+    }
+
+    /// The first record at or after each wanted offset ((topic, partition) → offset), read
+    /// through a probe client together with what other callers ask meanwhile: the asks made
+    /// while a probe assignment runs go into the next one, one assignment for them all (a
+    /// worker restarted over 1,000 tables checked each table's checkpoints through a probe
+    /// assignment of its own, 2–3 a second; issue 43). A partition whose record did not come
+    /// within `config.request_timeout` has no entry.
+    ///
+    /// Errors: the probe's ([`api::first_records_at_or_after`]); when an assignment of several
+    /// asks fails, each ask is tried alone, so one ask's error (a deleted topic) is its own.
+    pub(super) async fn first_records(
+        self: &Arc<Self>,
+        config: &Arc<KafkaSourceConfig>,
+        wanted: HashMap<TopicPartition, i64>,
+    ) -> Result<FirstRecords, SourceError> {
+        let (reply, answer) = oneshot::channel();
+        let serve = {
+            let mut gathered = lock(&self.gathered);
+            gathered.asks.push(Ask { wanted, reply });
+            !std::mem::replace(&mut gathered.serving, true)
+        };
+        if serve {
+            tokio::spawn(self.clone().serve_asks(config.clone()));
+        }
+        answer.await.map_err(|_| SourceError::Fatal {
+            message: "the probe task ended without an answer".into(),
+        })?
+    }
+
+    /// Serves the gathered asks, an assignment at a time, until none is left.
+    async fn serve_asks(self: Arc<Self>, config: Arc<KafkaSourceConfig>) {
+        loop {
+            let batch = {
+                let mut gathered = lock(&self.gathered);
+                let batch = take_batch(&mut gathered.asks);
+                if batch.is_empty() {
+                    gathered.serving = false;
+                    return;
+                }
+                batch
+            };
+            if batch.len() > 1 {
+                let union: HashMap<TopicPartition, i64> = batch
+                    .iter()
+                    .flat_map(|a| a.wanted.iter().map(|(tp, o)| (tp.clone(), *o)))
+                    .collect();
+                if let Ok(found) = self.probe(&config, union).await {
+                    for ask in batch {
+                        let mine = ask
+                            .wanted
+                            .keys()
+                            .filter_map(|tp| found.get(tp).map(|r| (tp.clone(), *r)))
+                            .collect();
+                        let _ = ask.reply.send(Ok(mine));
+                    }
+                    continue;
+                }
+            }
+            for ask in batch {
+                let answer = self.probe(&config, ask.wanted).await;
+                let _ = ask.reply.send(answer);
+            }
+        }
+    }
+
+    /// One probe assignment of `wanted` on a blocking thread (after a permit).
+    async fn probe(
+        self: &Arc<Self>,
+        config: &Arc<KafkaSourceConfig>,
+        wanted: HashMap<TopicPartition, i64>,
+    ) -> Result<FirstRecords, SourceError> {
+        let permit = self.permit().await;
+        let (pool, config) = (self.clone(), config.clone());
+        blocking(move || {
+            let _permit = permit;
+            pool.with_probe(&config, |probe| {
+                api::first_records_at_or_after(probe, &wanted, config.request_timeout)
+            })
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(partitions: &[(&str, i32, i64)]) -> Ask {
+        Ask {
+            wanted: partitions
+                .iter()
+                .map(|(t, p, o)| ((t.to_string(), *p), *o))
+                .collect(),
+            reply: oneshot::channel().0,
+        }
+    }
+
+    fn topics(asks: &[Ask]) -> Vec<String> {
+        asks.iter()
+            .map(|a| a.wanted.keys().next().unwrap().0.clone())
+            .collect()
+    }
+
+    /// Asks of other topics, and of one partition at the same offset, go together; a partition
+    /// asked at another offset (two routes' tables of one topic) waits for the next assignment,
+    /// in order.
+    #[test]
+    fn a_batch_takes_the_asks_that_agree_on_every_offset() {
+        let mut asks = vec![
+            ask(&[("a", 0, 5)]),
+            ask(&[("b", 0, 7), ("b", 1, 7)]),
+            ask(&[("a", 0, 9)]),
+            ask(&[("a", 0, 5)]),
+            ask(&[("c", 0, 1)]),
+        ];
+        let batch = take_batch(&mut asks);
+        assert_eq!(topics(&batch), ["a", "b", "a", "c"]);
+        assert_eq!(batch[2].wanted[&("a".to_string(), 0)], 5);
+        assert_eq!(topics(&asks), ["a"]);
+        assert_eq!(asks[0].wanted[&("a".to_string(), 0)], 9);
+        assert_eq!(take_batch(&mut asks).len(), 1);
+        assert!(take_batch(&mut asks).is_empty());
+    }
+
+    /// At most [`MAX_GATHERED_PARTITIONS`] partitions an assignment, except one ask larger than
+    /// that, which goes alone.
+    #[test]
+    fn a_batch_is_bounded_but_a_large_ask_still_goes() {
+        let big: Vec<(&str, i32, i64)> = (0..MAX_GATHERED_PARTITIONS as i32 + 10)
+            .map(|p| ("big", p, 0))
+            .collect();
+        let mut asks = vec![ask(&big), ask(&[("small", 0, 0)])];
+        assert_eq!(topics(&take_batch(&mut asks)), ["big"]);
+        assert_eq!(topics(&take_batch(&mut asks)), ["small"]);
+        let half = |t: &'static str| -> Vec<(&'static str, i32, i64)> {
+            (0..MAX_GATHERED_PARTITIONS as i32 / 2 + 1)
+                .map(|p| (t, p, 0))
+                .collect()
+        };
+        let (x, y) = (half("x"), half("y"));
+        let mut asks = vec![ask(&x), ask(&y)];
+        assert_eq!(topics(&take_batch(&mut asks)), ["x"]);
+        assert_eq!(topics(&take_batch(&mut asks)), ["y"]);
     }
 }
