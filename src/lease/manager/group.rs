@@ -78,7 +78,15 @@ pub struct SharedPresence {
     /// Members whose lease manager has not released its leases yet: the row is removed at
     /// shutdown only after they did (or after a bound).
     attached: AtomicUsize,
+    /// Committer leases the members released this period to move them to their preferred
+    /// worker ([`SharedPresence::allow_committer_move`]).
+    committer_moves: AtomicUsize,
 }
+
+/// At most this many committer leases a worker's members release per period to move them to
+/// their preferred worker ([`SharedPresence::preferred`]): a worker joining a fleet of 1,000
+/// tables takes its share of committers over a couple of minutes, not in one period.
+pub const COMMITTER_MOVES_PER_PERIOD: usize = 16;
 
 impl SharedPresence {
     /// The presence of `worker_id` in channel `channel` (the parent of the members), renewed
@@ -98,6 +106,7 @@ impl SharedPresence {
                 .max(Duration::from_millis(1)),
             view: Mutex::default(),
             attached: AtomicUsize::new(0),
+            committer_moves: AtomicUsize::new(0),
         })
     }
 
@@ -130,6 +139,31 @@ impl SharedPresence {
         } else {
             Standing::InDoubt
         }
+    }
+
+    /// The worker that should hold the committer lease of a member whose balancer ties are
+    /// seeded with `seed` ([`super::BalanceParams::tie_seed`]): the first, in that seed's
+    /// order, of the workers live at `now` (rendezvous hashing: a worker joining or leaving
+    /// moves only the committers it comes first for, and the committers of many tables spread
+    /// over the workers). `None` while no worker is seen live.
+    pub fn preferred(&self, seed: u64, now: Instant) -> Option<String> {
+        let workers: Vec<String> = self.view().heartbeats.keys().cloned().collect();
+        workers
+            .into_iter()
+            .filter(|w| self.standing(w, now) == Standing::Live)
+            .min_by(|a, b| {
+                super::balance::tie_rank(seed, a).cmp(&super::balance::tie_rank(seed, b))
+            })
+    }
+
+    /// Whether a member may release its committer lease this period to move it to its
+    /// preferred worker: at most [`COMMITTER_MOVES_PER_PERIOD`] a period on this worker.
+    pub fn allow_committer_move(&self) -> bool {
+        self.committer_moves
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < COMMITTER_MOVES_PER_PERIOD).then_some(n + 1)
+            })
+            .is_ok()
     }
 
     /// How long `worker`'s heartbeat has stood still at `now`; `None` when it has no row in
@@ -180,6 +214,7 @@ impl SharedPresence {
     /// workers gone for long ([`presence_gc_after`]). Failures are logged; the members' leases
     /// stop being valid `lease_duration` after the last renewal that succeeded.
     pub async fn period<S: LeaseStore + ?Sized>(&self, store: &S) {
+        self.committer_moves.store(0, Ordering::SeqCst);
         let sent = Instant::now();
         match store.renew_presence(&self.channel, &self.worker_id).await {
             Ok(_) => self.view().renewed_at = Some(sent),

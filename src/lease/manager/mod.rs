@@ -67,7 +67,7 @@ pub use balance::{
     active_shards, balance, Assignment, BalanceParams, Observations, PresenceObservations,
     StandingStill,
 };
-pub use group::{SharedPresence, Standing};
+pub use group::{SharedPresence, Standing, COMMITTER_MOVES_PER_PERIOD};
 
 /// Where the balancer finds the source's shards (Kafka partitions, Kinesis shards with their
 /// parents), so new ones get lease rows.
@@ -272,6 +272,10 @@ pub struct LeaseManager<S: ?Sized> {
     synced_group_notice: Option<u64>,
     committer_row: Option<Lease>,
     periods_run: u64,
+    /// With a shared presence: when this member took the committer lease it holds, and since
+    /// when it found the committer lease takeable but left it to the preferred worker.
+    committer_taken_at: Option<Instant>,
+    takeable_since: Option<Instant>,
 }
 
 /// With a shared presence, a member reads its presence row and its committer lease row at
@@ -311,6 +315,8 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             synced_group_notice: None,
             committer_row: None,
             periods_run: 0,
+            committer_taken_at: None,
+            takeable_since: None,
             config,
         }
     }
@@ -385,6 +391,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         BalanceParams {
             lease_duration: self.config.lease_duration,
             max_leases_to_steal: self.config.max_leases_to_steal,
+            tie_seed: balance::tie_seed_of(&self.config.channel),
         }
     }
 
@@ -841,13 +848,20 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         let channel = self.config.channel.clone();
         let me = self.config.worker_id.clone();
         let now = Instant::now();
+        let preferred = shared.preferred(self.params().tie_seed, now);
+        if self.committer.is_some() && self.move_committer(shared, preferred.as_deref(), now).await
+        {
+            return Ok(());
+        }
         // Nothing this member would do needs the row while it holds the lease (only a lapse of
-        // the shared presence ends it) or while the owner it last read is alive.
+        // the shared presence ends it) or while the owner it last read is alive — unless this
+        // worker is the one the lease should move to.
         let skip = !self.safety_read_due()
             && match (&self.committer, &self.committer_row) {
                 (Some(_), _) => true,
                 (None, Some(row)) => row.owner.as_deref().is_some_and(|owner| {
                     owner != me
+                        && preferred.as_deref() != Some(me.as_str())
                         && matches!(
                             shared.standing(owner, now),
                             Standing::Live | Standing::InDoubt
@@ -913,12 +927,23 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             },
         };
         if !takeable || self.draining() {
+            self.takeable_since = None;
+            return Ok(());
+        }
+        // The preferred worker takes it; the others after two periods (it may not run this
+        // table, or be draining).
+        let since = *self.takeable_since.get_or_insert(now);
+        let left_to_preferred = preferred.as_deref().is_some_and(|p| p != me)
+            && now.saturating_duration_since(since) < 2 * self.config.effective_renew_interval();
+        if left_to_preferred {
             return Ok(());
         }
         let Some(until) = shared.valid_until().filter(|until| *until > now) else {
             return Ok(());
         };
         if let Some(taken) = self.take_committer(&row, until).await? {
+            self.takeable_since = None;
+            self.committer_taken_at = Some(now);
             self.committer_row = Some(taken);
             // The shared presence watched the fleet already: it may assign at once.
             self.balancer = Some(Balancer {
@@ -927,6 +952,50 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             });
         }
         Ok(())
+    }
+
+    /// With a shared presence: releases the committer lease this member holds when another
+    /// live worker is `preferred` for it ([`SharedPresence::preferred`]), so that the committers
+    /// of many tables spread over the fleet (three workers held 890 / 84 / 26 of 1,000 tables'
+    /// committer leases: whoever started first took them; fresh review of issue 43). Only after
+    /// holding it for `2 × lease_duration`, with no shard hand-off under way, not while
+    /// draining, and within the worker's [`COMMITTER_MOVES_PER_PERIOD`]. The preferred worker
+    /// reads the row every period and takes it; a commit round still running here is fenced by
+    /// the table's epoch like any lost lease. Returns whether the lease was released.
+    async fn move_committer(
+        &mut self,
+        shared: &SharedPresence,
+        preferred: Option<&str>,
+        now: Instant,
+    ) -> bool {
+        let me = self.config.worker_id.as_str();
+        let settled = self
+            .committer_taken_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= 2 * self.config.lease_duration);
+        let quiet =
+            self.balancer.as_ref().is_none_or(|b| b.moving.is_empty()) && self.handing.is_empty();
+        let elsewhere = preferred.is_some_and(|p| p != me);
+        if !(elsewhere && settled && quiet && !self.draining() && shared.allow_committer_move()) {
+            return false;
+        }
+        let Some((held, _)) = self.committer.clone() else {
+            return false;
+        };
+        let channel = &self.config.channel;
+        match self.store.release_lease(&held).await {
+            Ok(()) => {
+                tracing::info!(channel = %channel, lease_counter = held.lease_counter, to = preferred.unwrap_or(""), "committer lease released to move it to its preferred worker");
+                self.committer = None;
+                self.committer_taken_at = None;
+                self.committer_row = None;
+                self.balancer = None;
+                true
+            }
+            Err(err) => {
+                tracing::warn!(channel = %channel, error = %err, "releasing the committer lease to its preferred worker failed; kept");
+                false
+            }
+        }
     }
 
     /// One balancer period (this worker holds the committer lease).
