@@ -39,7 +39,7 @@ use crate::config::{
 use crate::lease::dynamodb::{DynamoDbLeaseStore, MissingTable};
 use crate::lease::manager::SharedPresence;
 use crate::lease::sql::SqlLeaseStore;
-use crate::lease::{ChannelState, Store};
+use crate::lease::{ChannelState, LeaseStore, Store};
 use crate::retry::Backoff;
 use crate::source::kinesis::{efo, KinesisSource};
 use crate::source::{InitialPosition, Source};
@@ -187,6 +187,35 @@ pub async fn open_lease_store(
     config: &LeaseStoreConfig,
     aws: &AwsClients,
 ) -> Result<Arc<dyn Store>, AppError> {
+    open_lease_stores(config, aws).await.map(|s| s.store)
+}
+
+/// The lease store of a `floe run` process and its presence lane.
+pub struct LeaseStores {
+    /// Every call but this worker's presence renewals.
+    pub store: Arc<dyn Store>,
+    /// The presence renewals (and the shared presences' listings): on SQLite and PostgreSQL a
+    /// connection of its own ([`SqlLeaseStore::presence_lane`]), so that they never wait behind
+    /// the rest of the traffic; on DynamoDB, whose calls share no small pool, the store itself.
+    pub presence: Arc<dyn LeaseStore>,
+}
+
+impl LeaseStores {
+    fn sql(store: SqlLeaseStore) -> Self {
+        LeaseStores {
+            presence: Arc::new(store.presence_lane()),
+            store: Arc::new(store),
+        }
+    }
+}
+
+/// Opens the configured lease store with its presence lane ([`LeaseStores`]).
+///
+/// Errors: as [`open_lease_store`].
+pub async fn open_lease_stores(
+    config: &LeaseStoreConfig,
+    aws: &AwsClients,
+) -> Result<LeaseStores, AppError> {
     match &config.backend {
         LeaseStoreBackend::Sqlite { path } => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -196,7 +225,7 @@ pub async fn open_lease_store(
             }
             SqlLeaseStore::open_sqlite(path)
                 .await
-                .map(|s| Arc::new(s) as Arc<dyn Store>)
+                .map(LeaseStores::sql)
                 .map_err(AppError::lease_store)
         }
         LeaseStoreBackend::Dynamodb {
@@ -208,14 +237,18 @@ pub async fn open_lease_store(
             } else {
                 MissingTable::Refuse
             };
-            DynamoDbLeaseStore::open(aws.dynamodb(), table, missing)
+            let store: Arc<dyn Store> = DynamoDbLeaseStore::open(aws.dynamodb(), table, missing)
                 .await
-                .map(|s| Arc::new(s) as Arc<dyn Store>)
-                .map_err(AppError::lease_store)
+                .map(Arc::new)
+                .map_err(AppError::lease_store)?;
+            Ok(LeaseStores {
+                presence: store.clone(),
+                store,
+            })
         }
         LeaseStoreBackend::Postgres(options) => SqlLeaseStore::open_postgres(options)
             .await
-            .map(|s| Arc::new(s) as Arc<dyn Store>)
+            .map(LeaseStores::sql)
             .map_err(AppError::lease_store),
     }
 }
@@ -410,20 +443,24 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), AppE
     aws.check_credentials()
         .await
         .map_err(AppError::AwsCredentialsMissing)?;
-    let store = match with_retry("opening the lease store", &shutdown, || {
-        open_lease_store(&config.lease_store, &aws)
-    })
-    .await
-    {
-        Err(AppError::Stopped(what)) => {
-            tracing::info!("stopped by a signal while {what}: nothing started, nothing to drain");
-            return Ok(());
-        }
-        store => store?,
-    };
+    let LeaseStores { store, presence } =
+        match with_retry("opening the lease store", &shutdown, || {
+            open_lease_stores(&config.lease_store, &aws)
+        })
+        .await
+        {
+            Err(AppError::Stopped(what)) => {
+                tracing::info!(
+                    "stopped by a signal while {what}: nothing started, nothing to drain"
+                );
+                return Ok(());
+            }
+            stores => stores?,
+        };
     let fleet = Arc::new(Fleet {
         config: config.clone(),
         store,
+        presence_store: presence,
         aws,
         tracker: TaskTracker::new(),
         workers: TaskTracker::new(),
@@ -489,6 +526,8 @@ enum FatalScope {
 struct Fleet {
     config: Config,
     store: Arc<dyn Store>,
+    /// The lease store's presence lane ([`LeaseStores::presence`]).
+    presence_store: Arc<dyn LeaseStore>,
     aws: AwsClients,
     /// Lease managers, committers, watchers (and topic supervisors).
     tracker: TaskTracker,
@@ -550,7 +589,7 @@ impl Fleet {
                 self.tracker.spawn(
                     presence
                         .clone()
-                        .run(self.store.clone(), self.stop_leases.clone()),
+                        .run(self.presence_store.clone(), self.stop_leases.clone()),
                 );
                 presence
             })

@@ -176,6 +176,7 @@ impl Fleet {
             Arc::new(SourceShards(prepared.io.source.clone())),
             discovery_period(channel),
         )
+        .with_presence_lane(self.presence_store.clone())
     }
 
     /// Registers `manager`'s drain switch, set at shutdown; a member started while the process

@@ -117,7 +117,8 @@ pub struct PostgresLeaseStoreSection {
     /// name checked; a private CA through `sslrootcert=PATH` in the URL). Wins over an `sslmode`
     /// in the URL. Default: `"prefer"`.
     pub ssl_mode: Option<String>,
-    /// Most connections each `floe` process keeps open, 1 to 100. Default: `4`.
+    /// Most connections each `floe` process keeps open for the lease store, 1 to 100; presence
+    /// renewals use one more connection of their own. Default: `4`.
     pub pool_size: Option<WholeNumber>,
     /// Schema of floe's tables, 1 to 63 characters from `a-z 0-9 _`, not starting with a
     /// digit. Default: `"floe"`.

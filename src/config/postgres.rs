@@ -56,7 +56,8 @@ pub struct PostgresOptions {
     pub url: String,
     /// TLS mode; wins over an `sslmode` in the URL.
     pub ssl_mode: SslMode,
-    /// Most connections the process keeps open (at least 1).
+    /// Most connections the process keeps open (at least 1), besides the presence lane's one
+    /// ([`crate::lease::sql::SqlLeaseStore::presence_lane`]).
     pub pool_size: u32,
     /// The schema holding floe's tables (an SQL identifier: `[a-z_][a-z0-9_]*`, at most 63).
     pub schema: String,

@@ -12,7 +12,8 @@
 //! `IS NOT DISTINCT FROM`, `ON CONFLICT`, `RETURNING`: SQLite ≥ 3.39, PostgreSQL ≥ 9.5).
 //!
 //! SQLite: WAL mode (readers never block the writer) with a busy timeout; a write that still finds
-//! the database locked fails with [`LeaseError::Unavailable`] (retryable). PostgreSQL: the tables
+//! the database locked fails with [`LeaseError::Unavailable`] (retryable). On both, the worker's
+//! presence is renewed through a connection of its own ([`SqlLeaseStore::presence_lane`]). PostgreSQL: the tables
 //! live in one schema (`lease_store.schema`, default `floe`, set as each connection's
 //! `search_path`); lost connections, server restarts and failovers are
 //! [`LeaseError::Unavailable`]; a refused login or a missing database is [`LeaseError::Fatal`].
@@ -106,7 +107,12 @@ const PRESENCE_COLUMNS: &str = "channel, worker, heartbeat, notice, handoffs";
 /// machine, or a PostgreSQL schema safe for a fleet of hosts.
 #[derive(Debug, Clone)]
 pub struct SqlLeaseStore {
+    /// Every call's connections (the presence lane's, on a [`SqlLeaseStore::presence_lane`]
+    /// handle).
     pool: AnyPool,
+    /// The presence lane: one connection of its own, kept open, used only through
+    /// [`SqlLeaseStore::presence_lane`].
+    presence: AnyPool,
 }
 
 impl SqlLeaseStore {
@@ -119,10 +125,8 @@ impl SqlLeaseStore {
     pub async fn open_sqlite(path: impl AsRef<Path>) -> Result<Self, LeaseError> {
         sqlx::any::install_default_drivers();
         let url = format!("sqlite:{}?mode=rwc", percent_encode_path(path.as_ref()));
-        let pool = AnyPoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(BUSY_TIMEOUT_SECONDS * 2))
-            .after_connect(|conn, _| {
+        let options = |connections: u32| {
+            pool_options(connections).after_connect(|conn, _| {
                 Box::pin(async move {
                     conn.execute(
                         format!(
@@ -135,10 +139,10 @@ impl SqlLeaseStore {
                     Ok(())
                 })
             })
-            .connect(&url)
-            .await
-            .map_err(map_err)?;
-        let store = SqlLeaseStore { pool };
+        };
+        let pool = options(4).connect(&url).await.map_err(map_err)?;
+        let presence = options(1).connect(&url).await.map_err(map_err)?;
+        let store = SqlLeaseStore { pool, presence };
         store.create_schema(None).await?;
         Ok(store)
     }
@@ -154,23 +158,28 @@ impl SqlLeaseStore {
         sqlx::any::install_default_drivers();
         let url = postgres_url(&options.url, options.ssl_mode)?;
         let search_path = format!("SET search_path TO \"{}\"", options.schema);
-        let pool = AnyPoolOptions::new()
-            .max_connections(options.pool_size.max(1))
-            .acquire_timeout(Duration::from_secs(BUSY_TIMEOUT_SECONDS * 2))
-            // A broken connection fails its statement (retried by the caller) and is dropped;
-            // no extra round trip before every statement.
-            .test_before_acquire(false)
-            .after_connect(move |conn, _| {
-                let search_path = search_path.clone();
-                Box::pin(async move {
-                    conn.execute(search_path.as_str()).await?;
-                    Ok(())
+        let connect = |connections: u32| {
+            let search_path = search_path.clone();
+            pool_options(connections)
+                // A broken connection fails its statement (retried by the caller) and is
+                // dropped; no extra round trip before every statement.
+                .test_before_acquire(false)
+                .after_connect(move |conn, _| {
+                    let search_path = search_path.clone();
+                    Box::pin(async move {
+                        conn.execute(search_path.as_str()).await?;
+                        Ok(())
+                    })
                 })
-            })
-            .connect(&url)
+                .connect(&url)
+        };
+        let pool = connect(options.pool_size.max(1))
             .await
             .map_err(|e| at_url(map_err(e), &options.url))?;
-        let store = SqlLeaseStore { pool };
+        let presence = connect(1)
+            .await
+            .map_err(|e| at_url(map_err(e), &options.url))?;
+        let store = SqlLeaseStore { pool, presence };
         if options.create_tables {
             store.create_schema(Some(&options.schema)).await?;
         }
@@ -302,10 +311,45 @@ impl SqlLeaseStore {
         }
     }
 
+    /// A handle on the same database whose every call goes through the **presence lane**, a
+    /// connection of its own that no other call of this process uses: the renewals and
+    /// listings that keep this worker's presence alive (a channel's shared presence, a lease
+    /// manager's own renewal) never wait for a pooled connection behind the rest of the
+    /// traffic. Without it, a worker running a thousand member channels queued its one presence
+    /// renewal behind the members' listings, takes and pending batches for up to ~9 s; the
+    /// renewal came too late, and every table's leases lapsed at once (fresh review of issue
+    /// 43, finding 3).
+    ///
+    /// What it does not solve: SQLite has **one write lock** for the database file, shared by
+    /// every connection of every process. A renewal on the lane still waits for the write in
+    /// progress and, with the busy timeout, fails as [`LeaseError::Unavailable`] after
+    /// [`BUSY_TIMEOUT_SECONDS`]; SQLite's busy handler sleeps and retries rather than queueing,
+    /// so under a steady stream of writes from several processes a waiting renewal can lose
+    /// several times in a row. Each write holds the lock for one short statement or
+    /// transaction, so that wait is far shorter than the pool's was, but it grows with the
+    /// fleet's write rate. On PostgreSQL there is no database-wide lock: a renewal waits only
+    /// for a row lock on its own row (a balancer bumping its notice); the lane costs one more
+    /// server connection per process.
+    pub fn presence_lane(&self) -> SqlLeaseStore {
+        SqlLeaseStore {
+            pool: self.presence.clone(),
+            presence: self.presence.clone(),
+        }
+    }
+
     /// Closes the connections (waits for statements in flight).
     pub async fn close(&self) {
         self.pool.close().await;
+        self.presence.close().await;
     }
+}
+
+/// The options both databases' pools share: `connections` at most; a statement waits for a
+/// connection twice the busy timeout.
+fn pool_options(connections: u32) -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .max_connections(connections)
+        .acquire_timeout(Duration::from_secs(BUSY_TIMEOUT_SECONDS * 2))
 }
 
 /// Maps a sqlx error once, at the edge, by what the caller can do next.
@@ -845,5 +889,59 @@ impl BatchStore for SqlLeaseStore {
         };
         self.put_versioned(query, &delivered.channel, "checkpoints", version)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::manager::SharedPresence;
+
+    /// Fresh review of issue 43, finding 3: a worker's presence renewal waited for a pooled
+    /// connection behind its thousand member channels' traffic until the presence lapsed.
+    #[tokio::test]
+    async fn presence_lane_renews_while_every_pooled_connection_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqlLeaseStore::open_sqlite(dir.path().join("leases.sqlite"))
+            .await
+            .unwrap();
+        // Every connection of the pool taken, each in an open transaction that has read (as
+        // members' statements waiting their turn).
+        let mut taken = Vec::new();
+        for _ in 0..store.pool.options().get_max_connections() {
+            let mut tx = store.pool.begin().await.unwrap();
+            sqlx::query("SELECT count(*) FROM floe_leases")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            taken.push(tx);
+        }
+        let wait = Duration::from_millis(200);
+        assert!(
+            tokio::time::timeout(wait, store.list_leases("c"))
+                .await
+                .is_err(),
+            "the pool is exhausted"
+        );
+
+        let lane = store.presence_lane();
+        let presence =
+            SharedPresence::new("c", "w", Duration::from_secs(10), Duration::from_secs(3));
+        // Well under the pool's acquire timeout (10 s), after which a renewal queued in the
+        // pool would fail.
+        let prompt = Duration::from_secs(BUSY_TIMEOUT_SECONDS);
+        tokio::time::timeout(prompt, presence.period(&lane))
+            .await
+            .expect("the presence period finished while the pool was exhausted");
+        assert!(presence.valid_until().is_some(), "the presence was renewed");
+        assert!(presence.has_listed(), "the presence rows were listed");
+        let rows = tokio::time::timeout(prompt, lane.list_presence("c"))
+            .await
+            .expect("listed while the pool was exhausted")
+            .unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].heartbeat, 1);
+        drop(taken);
+        assert_eq!(store.list_presence("c").await.unwrap(), rows);
     }
 }

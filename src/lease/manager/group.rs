@@ -6,6 +6,8 @@
 //! ```text
 //!  SharedPresence of channel C on worker W, each period (one task per worker per channel):
 //!    renew presence (C, W)         1 write      ──> valid_until = sent + lease_duration
+//!      (through the store's presence lane, not queued behind the members' calls; `floe run`
+//!       passes SqlLeaseStore::presence_lane to SharedPresence::run)
 //!    list presence rows of C       W items read ──> since when each heartbeat stood still
 //!
 //!  member M's lease manager (LeaseManager::with_shared_presence), each period:
@@ -262,7 +264,8 @@ impl SharedPresence {
 
     /// Runs a period every renew interval until `shutdown`, then waits (at most
     /// `lease_duration`) until every attached member released its leases and removes this
-    /// worker's row. Run it in its own task, one per worker per channel.
+    /// worker's row. Run it in its own task, one per worker per channel, on a store handle
+    /// whose calls do not queue behind the members' ([`crate::lease::sql::SqlLeaseStore::presence_lane`]).
     pub async fn run<S: LeaseStore + ?Sized>(
         self: Arc<Self>,
         store: Arc<S>,

@@ -276,6 +276,9 @@ pub struct LeaseManager<S: ?Sized> {
     /// when it found the committer lease takeable but left it to the preferred worker.
     committer_taken_at: Option<Instant>,
     takeable_since: Option<Instant>,
+    /// Where this manager renews its own presence row, when not `store`
+    /// ([`LeaseManager::with_presence_lane`]).
+    presence_lane: Option<Arc<dyn LeaseStore>>,
 }
 
 /// With a shared presence, a member reads its presence row and its committer lease row at
@@ -317,8 +320,18 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             periods_run: 0,
             committer_taken_at: None,
             takeable_since: None,
+            presence_lane: None,
             config,
         }
+    }
+
+    /// The same manager, renewing its presence row through `lane` instead of its store: the
+    /// store's handle that serves presence renewals ahead of the other traffic
+    /// ([`crate::lease::sql::SqlLeaseStore::presence_lane`]). A member with a shared presence
+    /// renews none of its own.
+    pub fn with_presence_lane(mut self, lane: Arc<dyn LeaseStore>) -> Self {
+        self.presence_lane = Some(lane);
+        self
     }
 
     /// The same manager for a member channel whose leases live by `shared`, the presence of
@@ -545,7 +558,10 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
         let me = &self.config.worker_id;
         let Some(shared) = self.shared.clone() else {
             let sent_at = Instant::now();
-            let presence = self.store.renew_presence(channel, me).await?;
+            let presence = match &self.presence_lane {
+                Some(lane) => lane.renew_presence(channel, me).await?,
+                None => self.store.renew_presence(channel, me).await?,
+            };
             return Ok((presence, sent_at + self.config.lease_duration));
         };
         let until = shared
