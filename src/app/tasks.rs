@@ -363,7 +363,9 @@ impl ShardDiscovery for SourceShards {
 /// after a commit a wait of [`commit_spacing`] of the freshness in force (`data_freshness`, or
 /// its `floe channel update` override), so batches handed off meanwhile by every worker go in
 /// one commit; once `draining` (shutdown), or while graceful hand-offs this worker balances wait
-/// for their commit ([`HeldLeases::moves_pending`]), every second again.
+/// for their commit ([`HeldLeases::moves_pending`]), every second again. No round starts once
+/// the lease's validity ended ([`HeldLeases::committer_at`]), even while the lease manager still
+/// publishes it.
 async fn committer_loop(
     channel: String,
     destination: DestinationIo,
@@ -375,9 +377,26 @@ async fn committer_loop(
 ) {
     let mut committer: Option<Committer> = None;
     let mut fenced_at: Option<u64> = None;
+    // The lease counter whose lapse was logged (see below).
+    let mut lapsed_logged: Option<u64> = None;
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
     loop {
-        let lease = held.borrow_and_update().committer.clone();
+        let lease = {
+            let published = held.borrow_and_update();
+            let valid = published.committer_at(tokio::time::Instant::now()).cloned();
+            // Still published past its validity: the lease manager is stuck on the store and
+            // has not dropped it yet. Another worker may take it from now on: no round starts
+            // (fresh review of issue 43: two committers overlapped for tens of seconds).
+            match (&published.committer, &valid) {
+                (Some(lapsed), None) if lapsed_logged != Some(lapsed.lease_counter) => {
+                    tracing::warn!(channel = %channel, lease_counter = lapsed.lease_counter, "committer lease not renewed within lease_duration (the lease manager waits on the lease store): no commit round until it is");
+                    lapsed_logged = Some(lapsed.lease_counter);
+                }
+                (_, Some(_)) => lapsed_logged = None,
+                _ => {}
+            }
+            valid
+        };
         match lease {
             None => committer = None,
             Some(l)

@@ -135,6 +135,11 @@ pub struct HeldLeases {
     pub shards: BTreeMap<ShardId, Lease>,
     /// The committer lease, when held.
     pub committer: Option<Lease>,
+    /// When held, the instant the committer lease stops being valid, as of the manager's last
+    /// period: its committer starts no round from then on ([`HeldLeases::committer_at`]), even
+    /// while the manager, stuck on a slow store call, has not dropped the lease yet. It moves
+    /// at every renewal without waking the receivers.
+    pub committer_valid_until: Option<Instant>,
     /// Held shards the balancer asked this worker to hand over (graceful hand-off): the worker
     /// stops reading them, hands their buffered rows off and answers through
     /// [`HandOffReplies`] once every batch of them is committed.
@@ -145,6 +150,18 @@ pub struct HeldLeases {
 }
 
 impl HeldLeases {
+    /// The committer lease when held and still valid at `now`: a lease whose validity ended is
+    /// not held, whatever the manager published last (a period stuck on the store runs no
+    /// expiry).
+    pub fn committer_at(&self, now: Instant) -> Option<&Lease> {
+        self.committer
+            .as_ref()
+            .filter(|_| self.committer_valid_until.is_some_and(|until| now < until))
+    }
+
+    /// Whether `other` grants the same leases (and asks the same hand-offs): the validity
+    /// instants are not compared, so a renewal alone changes the published value without
+    /// waking the receivers.
     fn same_grants(&self, other: &HeldLeases) -> bool {
         let grants = |h: &HeldLeases| {
             h.shards
@@ -381,7 +398,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
     }
 
     /// A receiver of the held leases; it is notified when a lease is gained or lost (not at
-    /// every renewal).
+    /// every renewal, though each renewal's validity is in the value it reads).
     pub fn subscribe(&self) -> watch::Receiver<HeldLeases> {
         self.published.subscribe()
     }
@@ -420,6 +437,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 .map(|(s, (l, _))| (s.clone(), l.clone()))
                 .collect(),
             committer: self.committer.as_ref().map(|(l, _)| l.clone()),
+            committer_valid_until: self.committer.as_ref().map(|(_, until)| *until),
             handing_off: self.handing.keys().cloned().collect(),
             moves_pending: self.replies.is_some()
                 && self.balancer.as_ref().is_some_and(|b| !b.moving.is_empty()),
@@ -1365,7 +1383,8 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
     /// Runs a period every [`LeaseManagerConfig::effective_renew_interval`] (and drops a lease
     /// the instant its validity ends) until `shutdown` is cancelled, then
     /// [`release_all`](Self::release_all). Cancel it only after the readers and the committer
-    /// have drained.
+    /// have drained. A lease is not dropped while a period waits on the store (a pool starved
+    /// for seconds): the committer then goes by [`HeldLeases::committer_valid_until`].
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut interval = tokio::time::interval(self.config.effective_renew_interval());
         interval.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -769,11 +769,7 @@ async fn shutdown_releases_every_lease_and_the_presence_at_once() {
 async fn a_departing_worker_is_given_nothing_back_by_a_balancer_acting_meanwhile() {
     let inner = store_with_shards(2).await;
     let a: SharedManager = Arc::new(tokio::sync::Mutex::new(manager(&inner, "a")));
-    let store = Arc::new(FailTakes {
-        inner: inner.clone(),
-        fail_takes: 0.into(),
-        tick_after_list: Default::default(),
-    });
+    let store = Arc::new(FailTakes::new(&inner));
     let mut config = LeaseManagerConfig::new("c", "w", DURATION);
     config.renew_interval = INTERVAL;
     let mut w = LeaseManager::new(store.clone(), config);
@@ -804,6 +800,25 @@ struct FailTakes {
     /// When set, the next lease listing runs one period of this (other) manager after it
     /// read the rows and before it returns them: a balancer acting on a stale view.
     tick_after_list: std::sync::Mutex<Option<SharedManager>>,
+    /// While set, presence and lease renewals never return (a call stuck in a starved pool).
+    hang_renewals: AtomicBool,
+}
+
+impl FailTakes {
+    fn new(inner: &Arc<MemoryLeaseStore>) -> Self {
+        FailTakes {
+            inner: inner.clone(),
+            fail_takes: 0.into(),
+            tick_after_list: Default::default(),
+            hang_renewals: false.into(),
+        }
+    }
+
+    async fn hang_if_asked(&self) {
+        if self.hang_renewals.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 type SharedManager = Arc<tokio::sync::Mutex<LeaseManager<MemoryLeaseStore>>>;
@@ -832,6 +847,7 @@ impl LeaseStore for FailTakes {
         self.inner.take_lease(l, w).await
     }
     async fn renew_lease(&self, l: &Lease) -> Result<Lease, LeaseError> {
+        self.hang_if_asked().await;
         self.inner.renew_lease(l).await
     }
     async fn release_lease(&self, l: &Lease) -> Result<(), LeaseError> {
@@ -844,6 +860,7 @@ impl LeaseStore for FailTakes {
         self.inner.get_lease(c, k).await
     }
     async fn renew_presence(&self, c: &str, w: &str) -> Result<Presence, LeaseError> {
+        self.hang_if_asked().await;
         self.inner.renew_presence(c, w).await
     }
     async fn list_presence(&self, c: &str) -> Result<Vec<Presence>, LeaseError> {
@@ -873,11 +890,7 @@ impl LeaseStore for FailTakes {
 #[tokio::test(start_paused = true)]
 async fn a_handoff_whose_write_failed_is_retried_next_period_without_a_new_notice() {
     let inner = store_with_shards(2).await;
-    let store = Arc::new(FailTakes {
-        inner: inner.clone(),
-        fail_takes: 0.into(),
-        tick_after_list: Default::default(),
-    });
+    let store = Arc::new(FailTakes::new(&inner));
     // "boss" holds the committer lease (and would balance): the test plays it by hand.
     inner
         .ensure_leases("c", &[LeaseSpec::new(LeaseKey::Committer)])
@@ -985,4 +998,54 @@ fn the_extra_shards_of_many_channels_spread_over_the_workers() {
             "{worker} holds {n} of 1,200: {held:?}"
         );
     }
+}
+
+/// Fresh review of issue 43, finding 1: while a period waits on the store (a starved pool) the
+/// manager runs no expiry and keeps publishing the committer lease; past its validity the
+/// published value says it is not held, so its committer starts no round.
+#[tokio::test(start_paused = true)]
+async fn a_stuck_manager_publishes_no_valid_committer_lease_past_its_validity() {
+    let inner = store_with_shards(1).await;
+    let store = Arc::new(FailTakes::new(&inner));
+    let mut w = manager_on(&store, "w");
+    w.tick().await.unwrap();
+    let held = w.subscribe();
+    let until = held
+        .borrow()
+        .committer_valid_until
+        .expect("the committer lease is taken");
+    // Every renewal from now on waits forever: the next period is stuck in its first call.
+    store.hang_renewals.store(true, Ordering::SeqCst);
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(w.run(shutdown.clone()));
+
+    tokio::time::sleep_until(until - Duration::from_millis(1)).await;
+    assert!(held.borrow().committer_at(Instant::now()).is_some());
+    tokio::time::sleep_until(until).await;
+    let published = held.borrow().clone();
+    assert!(
+        published.committer.is_some(),
+        "the stuck manager did not drop it"
+    );
+    assert_eq!(published.committer_at(Instant::now()), None);
+    tokio::time::sleep(DURATION).await;
+    assert_eq!(held.borrow().committer_at(Instant::now()), None);
+    run.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_moves_the_published_validity_without_waking_receivers() {
+    let store = store_with_shards(1).await;
+    let mut w = manager(&store, "w");
+    w.tick().await.unwrap();
+    let mut held = w.subscribe();
+    let before = held.borrow_and_update().committer_valid_until.unwrap();
+    tokio::time::advance(INTERVAL).await;
+    w.tick().await.unwrap();
+    assert!(!held.has_changed().unwrap(), "a renewal grants nothing new");
+    assert_eq!(
+        held.borrow().committer_valid_until,
+        Some(before + INTERVAL),
+        "the receiver reads the renewed validity"
+    );
 }
