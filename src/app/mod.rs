@@ -22,6 +22,8 @@ pub mod maintain;
 mod raw;
 mod routes;
 mod tasks;
+#[cfg(feature = "testsuite")]
+pub use tasks::{committer_loop, CommitterWakeups};
 mod topics;
 
 use std::path::Path;

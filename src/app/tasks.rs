@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::ChannelStops;
-use crate::commit::{CommitError, Committer};
+use crate::commit::{CommitError, Committer, RoundReport};
 use crate::config::{ChannelConfig, Config, LeaseStoreConfig, SourceConfig};
 use crate::iceberg::target::IcebergTarget;
 use crate::lease::manager::{
@@ -29,7 +29,8 @@ use crate::raw::target::RawTarget;
 use crate::retry::Backoff;
 use crate::source::Source;
 use crate::worker::{
-    commit_spacing, ChannelIo, ChannelWorker, DestinationIo, WorkerError, WorkerSettings,
+    commit_spacing, idle_poll_after, ChannelIo, ChannelWorker, DestinationIo, WorkerError,
+    WorkerSettings,
 };
 
 use super::{
@@ -85,12 +86,16 @@ impl Fleet {
         ));
         register_readiness(&name, &prepared.io.destination, &held);
 
-        // Committer loop.
+        // Committer loop, woken at once by this process's worker after each batch it hands off.
+        let batch_signal = Arc::new(tokio::sync::Notify::new());
         self.tracker.spawn(committer_loop(
             name.clone(),
             prepared.io.destination.clone(),
             self.store.clone(),
-            held.clone(),
+            CommitterWakeups {
+                held: held.clone(),
+                batches: batch_signal.clone(),
+            },
             stops.committing.clone(),
             prepared.config.destination.data_freshness(),
             self.stop_reading.child_token(),
@@ -103,6 +108,7 @@ impl Fleet {
             store: self.store.clone(),
             held,
             handoff_replies,
+            batch_signal,
             stops: stops.clone(),
             drain: self.config.worker.shutdown_timeout,
             scope,
@@ -229,6 +235,8 @@ struct WorkerLoop {
     store: Arc<dyn Store>,
     held: watch::Receiver<HeldLeases>,
     handoff_replies: HandOffReplies,
+    /// Signalled after each batch handed off (wakes the committer loop).
+    batch_signal: Arc<tokio::sync::Notify>,
     /// The channel's own switches: `reading` stops the loop, `worker_done` is cancelled when it
     /// has returned.
     stops: ChannelStops,
@@ -257,7 +265,8 @@ impl WorkerLoop {
                 self.held.clone(),
             )
             .with_history(history)
-            .with_handoff_replies(self.handoff_replies.clone());
+            .with_handoff_replies(self.handoff_replies.clone())
+            .with_batch_signal(self.batch_signal.clone());
             let started = std::time::Instant::now();
             let result = worker.run(stop.clone(), self.drain).await;
             history = worker.take_history();
@@ -359,22 +368,32 @@ impl ShardDiscovery for SourceShards {
     }
 }
 
-/// The committer of one channel while this worker holds its lease: a round every second, and
-/// after a commit a wait of [`commit_spacing`] of the freshness in force (`data_freshness`, or
-/// its `floe channel update` override), so batches handed off meanwhile by every worker go in
-/// one commit; once `draining` (shutdown), or while graceful hand-offs this worker balances wait
-/// for their commit ([`HeldLeases::moves_pending`]), every second again. No round starts once
+/// The committer of one channel while this worker holds its lease: after a commit a wait of
+/// [`commit_spacing`] of the freshness in force (`data_freshness`, or its `floe channel update`
+/// override, as read after the last commit), so batches handed off meanwhile by every worker go
+/// in one commit; after an idle round (nothing pending) a wait from 1 s doubling up to a quarter
+/// of that freshness ([`idle_poll_after`]), cut short by a batch this process's worker hands off
+/// (`wakeups.batches`); once `draining` (shutdown), or while graceful hand-offs this worker
+/// balances wait for their commit ([`HeldLeases::moves_pending`]), every second. No round starts once
 /// the lease's validity ended ([`HeldLeases::committer_at`]), even while the lease manager still
 /// publishes it.
-async fn committer_loop(
+pub async fn committer_loop(
     channel: String,
     destination: DestinationIo,
     store: Arc<dyn Store>,
-    mut held: watch::Receiver<HeldLeases>,
+    wakeups: CommitterWakeups,
     stop: CancellationToken,
     data_freshness: Duration,
     draining: CancellationToken,
 ) {
+    let CommitterWakeups {
+        mut held,
+        batches: batch_signal,
+    } = wakeups;
+    // The freshness in force as last read (after each commit), and the wait after the last
+    // idle round (`None`: the last round was not idle).
+    let mut freshness = data_freshness;
+    let mut idle_wait: Option<Duration> = None;
     let mut committer: Option<Committer> = None;
     let mut fenced_at: Option<u64> = None;
     // The lease counter whose lapse was logged (see below).
@@ -443,8 +462,9 @@ async fn committer_loop(
                     backoff.reset();
                     // Graceful hand-offs wait for their batches' commit: no spacing meanwhile.
                     let moves_pending = held.borrow().moves_pending;
-                    if report.committed > 0 && !draining.is_cancelled() && !moves_pending {
-                        let freshness = match store.get_channel_state(&channel).await {
+                    let hurried = draining.is_cancelled() || moves_pending;
+                    if report.committed > 0 && !hurried {
+                        freshness = match store.get_channel_state(&channel).await {
                             Ok(Some(state)) => state
                                 .overrides
                                 .data_freshness_ms
@@ -454,6 +474,9 @@ async fn committer_loop(
                         };
                         wait = commit_spacing(freshness).max(wait);
                     }
+                    let idle = report == RoundReport::default();
+                    idle_wait = (idle && !hurried).then(|| idle_poll_after(idle_wait, freshness));
+                    wait = idle_wait.unwrap_or(wait);
                 }
                 Err(CommitError::Fenced { table_epoch, own }) => {
                     tracing::warn!(channel = %channel, table_epoch, own, "committer is stale: stepping down");
@@ -470,13 +493,28 @@ async fn committer_loop(
                 }
             }
         }
+        if committer.is_none() {
+            idle_wait = None;
+        }
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = held.changed() => {},
             _ = draining.cancelled(), if !draining.is_cancelled() => {},
+            // Idle: a batch this process's worker hands off is committed at once.
+            _ = batch_signal.notified(), if idle_wait.is_some() => {},
             _ = tokio::time::sleep(wait) => {},
         }
     }
+}
+
+/// What wakes a committer loop besides its timer: a change of the leases held, and a batch
+/// handed off by the channel's worker on this process.
+pub struct CommitterWakeups {
+    /// The leases this worker holds in the channel (its lease manager's).
+    pub held: watch::Receiver<HeldLeases>,
+    /// Signalled by the channel's worker after each batch it hands off
+    /// ([`ChannelWorker::with_batch_signal`]).
+    pub batches: Arc<tokio::sync::Notify>,
 }
 
 /// Records a channel as SUSPENDED with its reason (best effort: the log has it too).

@@ -25,8 +25,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::manager::{HeldLeases, LeaseManager, LeaseManagerConfig, ShardDiscovery};
-use super::{Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore, Presence};
-use crate::model::{Position, ShardId};
+use super::{
+    BatchStore, ChannelState, Delivered, Lease, LeaseError, LeaseKey, LeaseSpec, LeaseStore,
+    Presence,
+};
+use crate::model::{PendingBatch, Position, ShardId};
 
 /// The data freshness the catalog-load figure assumes (the default `data_freshness`).
 pub const DATA_FRESHNESS: Duration = Duration::from_secs(10);
@@ -125,6 +128,7 @@ pub struct Counters {
     reads: AtomicU64,
     conflicts: AtomicU64,
     owner_changes: AtomicU64,
+    pending_listings: AtomicU64,
 }
 
 impl Counters {
@@ -156,6 +160,11 @@ impl Counters {
     /// Items read so far (a listing counts its rows, a get one).
     pub fn reads(&self) -> u64 {
         self.reads.load(Ordering::SeqCst)
+    }
+
+    /// Listings of pending batches so far ([`BatchStore::list_pending`] calls).
+    pub fn pending_listings(&self) -> u64 {
+        self.pending_listings.load(Ordering::SeqCst)
     }
 }
 
@@ -867,5 +876,57 @@ impl<S: LeaseStore + ?Sized + 'static> Fleet<S> {
             total_reads: totals.1,
             total_conflicts: totals.2,
         })
+    }
+}
+
+/// The pending batches and channel state of the inner store, passed through: only
+/// [`BatchStore::list_pending`] is counted ([`Counters::pending_listings`]); the partition
+/// switch does not apply.
+#[async_trait]
+impl<S: BatchStore + ?Sized + 'static> BatchStore for CountingStore<S> {
+    async fn put_batch(&self, batch: &PendingBatch) -> Result<(), LeaseError> {
+        self.inner.put_batch(batch).await
+    }
+
+    async fn list_pending(&self, channel: &str) -> Result<Vec<PendingBatch>, LeaseError> {
+        self.counters
+            .pending_listings
+            .fetch_add(1, Ordering::SeqCst);
+        self.inner.list_pending(channel).await
+    }
+
+    async fn finish_batches(
+        &self,
+        channel: &str,
+        committed: &[uuid::Uuid],
+        rejected: &[uuid::Uuid],
+    ) -> Result<(), LeaseError> {
+        self.inner
+            .finish_batches(channel, committed, rejected)
+            .await
+    }
+
+    async fn get_channel_state(&self, channel: &str) -> Result<Option<ChannelState>, LeaseError> {
+        self.inner.get_channel_state(channel).await
+    }
+
+    async fn put_channel_state(
+        &self,
+        state: &ChannelState,
+        expected_version: Option<u64>,
+    ) -> Result<u64, LeaseError> {
+        self.inner.put_channel_state(state, expected_version).await
+    }
+
+    async fn get_delivered(&self, channel: &str) -> Result<Option<Delivered>, LeaseError> {
+        self.inner.get_delivered(channel).await
+    }
+
+    async fn put_delivered(
+        &self,
+        delivered: &Delivered,
+        expected_version: Option<u64>,
+    ) -> Result<u64, LeaseError> {
+        self.inner.put_delivered(delivered, expected_version).await
     }
 }

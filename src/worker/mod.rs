@@ -282,6 +282,21 @@ pub fn commit_spacing(data_freshness: Duration) -> Duration {
     data_freshness / 2
 }
 
+/// The committer's wait after an idle round (nothing pending) that waited `previous` (`None`:
+/// the round before it was not idle): 1 s, doubling with each idle round up to a quarter of
+/// `data_freshness` (at least 1 s). Each idle round lists the pending batches once, so an idle
+/// table costs the lease store one read per that cap, not one per second (1,000 tables polled
+/// about 1,000 listings a second; issue 43). A batch handed off by a worker on the same process
+/// wakes the committer at once; one from another worker waits at most the cap, so a record is
+/// still committed within about `hand_off_age + cap` = ¾ of `data_freshness` of being read.
+pub fn idle_poll_after(previous: Option<Duration>, data_freshness: Duration) -> Duration {
+    let cap = (data_freshness / 4).max(IDLE_POLL_FIRST);
+    previous.map_or(IDLE_POLL_FIRST, |p| (p * 2).clamp(IDLE_POLL_FIRST, cap))
+}
+
+/// The committer's first wait after an idle round ([`idle_poll_after`]).
+pub const IDLE_POLL_FIRST: Duration = Duration::from_secs(1);
+
 /// A channel's destination, as its loops are given it ([`crate::destination`] says what each
 /// kind does).
 // One per channel, built once at start: the size difference costs nothing.
@@ -347,6 +362,9 @@ pub struct ChannelWorker {
     /// Where this worker says which of them are ready to move; `None`: it never says, and the
     /// lease manager moves them when its wait runs out.
     handoff_replies: Option<HandOffReplies>,
+    /// Signalled after each batch this worker hands off, to wake its channel's committer on
+    /// this process at once when it holds the committer lease ([`ChannelWorker::with_batch_signal`]).
+    batch_signal: Option<Arc<tokio::sync::Notify>>,
     /// When this worker last loaded the table (for its checkpoints).
     last_table_load: Option<Instant>,
     /// Whether the last listing of the pending batches failed (lease store unreachable): one
@@ -385,6 +403,7 @@ impl ChannelWorker {
             history: ReadHistory::default(),
             handing_off: BTreeSet::new(),
             handoff_replies: None,
+            batch_signal: None,
             last_table_load: None,
             pending_unreachable: false,
         }
@@ -403,6 +422,13 @@ impl ChannelWorker {
     /// ([`crate::lease::manager::LeaseManager::handoff_replies`]).
     pub fn with_handoff_replies(mut self, replies: HandOffReplies) -> Self {
         self.handoff_replies = Some(replies);
+        self
+    }
+
+    /// Signals `signal` after each batch handed off: the channel's committer loop on this
+    /// process waits on it between idle rounds ([`idle_poll_after`]).
+    pub fn with_batch_signal(mut self, signal: Arc<tokio::sync::Notify>) -> Self {
+        self.batch_signal = Some(signal);
         self
     }
 
@@ -995,7 +1021,12 @@ impl ChannelWorker {
         let retrying_since = Instant::now();
         loop {
             match self.batches.put_batch(&batch).await {
-                Ok(()) => break,
+                Ok(()) => {
+                    if let Some(signal) = &self.batch_signal {
+                        signal.notify_one();
+                    }
+                    break;
+                }
                 Err(e) if e.is_retryable() && retrying_since.elapsed() < HANDOFF_RETRY_BOUND => {
                     // Leases may have changed while the store was away.
                     self.held.borrow_and_update();

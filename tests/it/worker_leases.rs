@@ -962,3 +962,94 @@ fn run_committer(
     };
     (committing, task)
 }
+
+/// Issue 43: an idle table's committer listed its pending batches every second (1,000 tables:
+/// about 1,000 lease-store reads a second doing nothing). Idle rounds now wait from 1 s up to a
+/// quarter of the freshness (here 20 s), and a batch handed off by the worker on the same
+/// process wakes the committer at once instead of at its next idle round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_committer_backs_off_and_a_batch_of_its_own_worker_wakes_it() {
+    use floe::lease::{LeaseKey, LeaseSpec};
+    let rig = common::WorkerRig::new("wi").await;
+    let s0 = ShardId::kafka_partition(0);
+    let shards = rig.take_shard_leases(std::slice::from_ref(&s0)).await;
+    rig.store
+        .ensure_leases("wi", &[LeaseSpec::new(LeaseKey::Committer)])
+        .await
+        .unwrap();
+    let row = rig
+        .store
+        .get_lease("wi", &LeaseKey::Committer)
+        .await
+        .unwrap()
+        .unwrap();
+    let committer = rig.store.take_lease(&row, "w1").await.unwrap();
+    let (counting, counters) = floe::lease::sim::CountingStore::counting(rig.store.clone());
+    let store: Arc<dyn floe::lease::Store> = Arc::new(counting);
+    let (_held_tx, held) = watch::channel(HeldLeases {
+        shards,
+        committer: Some(committer),
+        committer_valid_until: Some(tokio::time::Instant::now() + Duration::from_secs(3600)),
+        ..Default::default()
+    });
+    let batch_signal = Arc::new(tokio::sync::Notify::new());
+    let stop = CancellationToken::new();
+    // Freshness 80 s: idle rounds at 0, 1, 3, 7, 15, 31 s, then every 20 s.
+    let committer_loop = tokio::spawn(floe::app::committer_loop(
+        "wi".into(),
+        floe::worker::DestinationIo::Iceberg(rig.iceberg_io("wi")),
+        store.clone(),
+        floe::app::CommitterWakeups {
+            held: held.clone(),
+            batches: batch_signal.clone(),
+        },
+        stop.clone(),
+        Duration::from_secs(80),
+        CancellationToken::new(),
+    ));
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let idle_listings = counters.pending_listings();
+    assert!(
+        (1..=7).contains(&idle_listings),
+        "{idle_listings} listings of the pending batches in 16 idle seconds (once a second: 16)"
+    );
+
+    // This process's worker hands a batch off (its freshness 1 s: after 0.5 s): committed at
+    // once, not at the idle committer's next round (31 s, 15 s from now).
+    let source = Arc::new(MemorySource::with_partitions(1));
+    let base = 1_783_627_200_000;
+    for id in 0..10 {
+        source.append(&s0, None, event_json(id, 3, base, 1).into_bytes(), base);
+    }
+    let batches: Arc<dyn BatchStore> = store.clone();
+    let mut worker = floe::worker::ChannelWorker::new(
+        common::worker_settings("wi", Duration::from_secs(1)),
+        floe::worker::ChannelIo::iceberg(source, rig.iceberg_io("wi")),
+        batches,
+        held,
+    )
+    .with_batch_signal(batch_signal);
+    let worker_stop = CancellationToken::new();
+    let worker_task = {
+        let stop = worker_stop.clone();
+        tokio::spawn(async move { worker.run(stop, Duration::from_secs(1)).await })
+    };
+    let started = Instant::now();
+    while rig.sorted_table_ids().await.len() < 10 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the batch was never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(9),
+        "the batch waited {took:?} for the idle committer's next round"
+    );
+    worker_stop.cancel();
+    worker_task.await.unwrap().unwrap();
+    stop.cancel();
+    committer_loop.await.unwrap();
+    assert_eq!(rig.sorted_table_ids().await, (0..10).collect::<Vec<i64>>());
+}

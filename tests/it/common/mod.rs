@@ -757,28 +757,7 @@ impl WorkerRig {
         tokio_util::sync::CancellationToken,
         tokio::task::JoinHandle<Result<(), floe::worker::WorkerError>>,
     ) {
-        let io = floe::worker::ChannelIo::iceberg(
-            source,
-            floe::iceberg::IcebergIo {
-                catalog: self.catalog.clone(),
-                ident: self.ident.clone(),
-                schema: self.schema.clone(),
-                dlq: self.dlq.clone().into(),
-                writer: floe::iceberg::writer::WriterSettings {
-                    channel: settings.channel.clone(),
-                    compression: floe::iceberg::writer::ParquetCompression::Zstd(1),
-                    target_file_size: 128 << 20,
-                    max_open_partitions: 48,
-                },
-                record_decoder: Default::default(),
-                maintenance: Default::default(),
-                swap: None,
-                lister: None,
-                evolution: None,
-                route: None,
-                changes: None,
-            },
-        );
+        let io = floe::worker::ChannelIo::iceberg(source, self.iceberg_io(&settings.channel));
         let mut worker = floe::worker::ChannelWorker::new(settings, io, batches, held);
         if let Some(replies) = replies {
             worker = worker.with_handoff_replies(replies);
@@ -789,6 +768,29 @@ impl WorkerRig {
             tokio::spawn(async move { worker.run(stop, drain).await })
         };
         (stop, task)
+    }
+
+    /// The channel's table as a worker or a committer loop of channel `channel` writes it.
+    pub fn iceberg_io(&self, channel: &str) -> floe::iceberg::IcebergIo {
+        floe::iceberg::IcebergIo {
+            catalog: self.catalog.clone(),
+            ident: self.ident.clone(),
+            schema: self.schema.clone(),
+            dlq: self.dlq.clone().into(),
+            writer: floe::iceberg::writer::WriterSettings {
+                channel: channel.to_string(),
+                compression: floe::iceberg::writer::ParquetCompression::Zstd(1),
+                target_file_size: 128 << 20,
+                max_open_partitions: 48,
+            },
+            record_decoder: Default::default(),
+            maintenance: Default::default(),
+            swap: None,
+            lister: None,
+            evolution: None,
+            route: None,
+            changes: None,
+        }
     }
 
     /// The channel's committer with committer lease counter `epoch`.
