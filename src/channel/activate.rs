@@ -564,8 +564,7 @@ fn check_table_terms(
                 .map_err(|(i, message)| (format!("sort[{i}]"), message))
         })
         .and_then(|()| match &dest.route {
-            Some(route) => route
-                .check_field(schema.iceberg_schema())
+            Some(route) => crate::convert::route::check_route_field(route, schema)
                 .map_err(|message| ("route_field".to_string(), message)),
             None => Ok(()),
         })

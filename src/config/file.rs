@@ -467,11 +467,11 @@ pub struct IcebergDestinationSection {
     /// values (docs/routing.md, "Limits"). Default 1000.
     pub max_tables: Option<WholeNumber>,
     /// With `table = "{route}"`: the top-level field of each record whose value picks its table
-    /// in `routes` (a string as is; an integer or a boolean as its JSON text, `42`, `true`; a
-    /// missing field, `null` or another type is unroutable). Required with `table = "{route}"`
-    /// and refused without it; the schema must have it as a top-level field (checked at
-    /// activation). Only with the JSON formats (`record.format` `"json"`, `"gsr_json"`,
-    /// `"json_sr"`) for now. Each table is written by a
+    /// in `routes` (a string or an enum symbol as is; an integer or a boolean as its JSON text,
+    /// `42`, `true`; a missing field, `null` or another type is unroutable). Required with
+    /// `table = "{route}"` and refused without it; the schema must have it as a top-level field
+    /// (checked at activation). With `"avro"` and `"protobuf"` it is read by each record's
+    /// writer schema (its schema id); not with `"gsr_avro"` for now. Each table is written by a
     /// member channel `<channel>.<table>` that reads the whole source (docs/routing.md, "Fan-out
     /// by a field").
     pub route_field: Option<String>,

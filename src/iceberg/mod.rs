@@ -21,6 +21,7 @@ pub mod fence;
 pub mod maintenance;
 pub mod orphans;
 pub mod rewrite;
+mod route_fields;
 pub mod sink;
 mod slots;
 pub mod table;

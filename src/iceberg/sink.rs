@@ -38,6 +38,7 @@ use uuid::Uuid;
 
 use super::changes::{key_file_path, last_event_per_key, Changes, KeyedRows};
 use super::evolve::{apply_version, is_applied, EvolveError, VersionRef};
+use super::route_fields::RouteFields;
 use super::slots::{split, split_values, Runs, Slot, Slots};
 use super::table::check_same_table;
 use super::table_state::table_checkpoints;
@@ -53,7 +54,7 @@ use crate::model::{BatchFiles, Checkpoints, DlqCode, DlqReason, ShardId};
 use crate::registry::channel_schema::ChannelRegistry;
 use crate::registry::decoder::{PayloadError, RecordDecoder};
 use crate::registry::versions::{candidate, glue_candidate, Candidate};
-use crate::schema::MappedSchema;
+use crate::schema::{Decoding, MappedSchema};
 use crate::source::SourceRecord;
 use crate::telemetry;
 
@@ -77,6 +78,9 @@ pub struct IcebergSink {
     pushing: Slot,
     /// Change events (an envelope or upsert mode; `None`: every record is a row to append).
     changes: Option<Box<Changes>>,
+    /// A routed `avro` or `protobuf` member: the route field's reader of each writer schema
+    /// (`None`: a JSON format reads the route field from the document).
+    route_fields: Option<Box<RouteFields>>,
 }
 
 /// Buffered rows kept aside: the table they were converted for, the rows, their shard runs and
@@ -252,6 +256,16 @@ impl IcebergSink {
                 refused: HashMap::new(),
             })
         });
+        let route_fields = match (&io.route, &io.record_decoder, io.schema.decoding()) {
+            (
+                Some(_),
+                RecordDecoder::Confluent {
+                    protobuf, client, ..
+                },
+                Decoding::Avro(_) | Decoding::Protobuf(_),
+            ) => Some(Box::new(RouteFields::new(client.clone(), *protobuf))),
+            _ => None,
+        };
         Ok(IcebergSink {
             channel: channel.to_string(),
             io,
@@ -263,6 +277,7 @@ impl IcebergSink {
             slots: Slots::default(),
             pushing: 0,
             changes,
+            route_fields,
         })
     }
 
@@ -766,11 +781,20 @@ impl BatchSink for IcebergSink {
             );
         for record in records {
             if let Some(router) = &self.io.route {
-                // The JSON document after the record's framing (a GSR payload is inflated
-                // here and again when converted: routed GSR channels pay it twice).
-                let decision = match self.io.record_decoder.payload_of(&record.payload) {
-                    Ok(document) => router.decide(document),
-                    Err(_) => router.decide_unreadable(),
+                let decision = match self.route_fields.as_mut() {
+                    Some(fields) => match fields.decide(router, &record.payload).await {
+                        Ok(decision) => decision,
+                        Err(e) => {
+                            telemetry::record_schema_lookup_error(&self.channel);
+                            return Err(SinkError::unavailable("schema registry", e));
+                        }
+                    },
+                    // The JSON document after the record's framing (a GSR payload is inflated
+                    // here and again when converted: routed GSR channels pay it twice).
+                    None => match self.io.record_decoder.payload_of(&record.payload) {
+                        Ok(document) => router.decide(document),
+                        Err(_) => router.decide_unreadable(),
+                    },
                 };
                 match decision {
                     RouteDecision::Keep => {}

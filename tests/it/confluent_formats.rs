@@ -54,7 +54,7 @@ fn own_registry(port: u16, data: &Path) -> OwnRegistry {
 
 /// The records serialized by confluent-kafka's serializer for `format` with `schema` under
 /// `subject` (registered by the serializer).
-fn serialize(
+pub(crate) fn serialize(
     url: &str,
     subject: &str,
     format: &str,
@@ -103,7 +103,7 @@ fn schema_id(frame: &[u8]) -> u32 {
     u32::from_be_bytes(frame[1..5].try_into().unwrap())
 }
 
-fn produce(bootstrap: &str, records: &[(u64, Vec<u8>)]) {
+pub(crate) fn produce(bootstrap: &str, records: &[(u64, Vec<u8>)]) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "5")
@@ -136,7 +136,13 @@ fn event_schema(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
 
 /// The config of [`config_toml`] with the channel reading `format` records of `subject` from the
 /// registry at `url`, `evolution = "compatible"`.
-fn confluent_config(dir: &Path, bootstrap: &str, url: &str, subject: &str, format: &str) -> String {
+pub(crate) fn confluent_config(
+    dir: &Path,
+    bootstrap: &str,
+    url: &str,
+    subject: &str,
+    format: &str,
+) -> String {
     let file = format!(
         "file = \"{}/config/event.schema.json\"",
         env!("CARGO_MANIFEST_DIR")
@@ -168,13 +174,17 @@ fn dlq_codes(dir: &Path) -> BTreeMap<u64, String> {
 }
 
 /// Records with their keys (ids).
-type Keyed = Vec<(u64, Vec<u8>)>;
+pub(crate) type Keyed = Vec<(u64, Vec<u8>)>;
 
 /// Three bad records with ids `first..first + 3`, made from a good `frame` whose framing (magic
 /// byte, schema id and, for Protobuf, message indexes) is its first `header` bytes: magic byte 1,
 /// an id the registry does not have, and bytes no schema reads after the valid header (an
 /// 11-byte varint). With the codes they get.
-fn bad_frames(frame: &[u8], header: usize, first: u64) -> (Keyed, BTreeMap<u64, String>) {
+pub(crate) fn bad_frames(
+    frame: &[u8],
+    header: usize,
+    first: u64,
+) -> (Keyed, BTreeMap<u64, String>) {
     let mut magic = frame.to_vec();
     magic[0] = 1;
     let mut unknown = frame.to_vec();
@@ -219,15 +229,15 @@ fn offset_us(id: u64) -> i64 {
 
 /// A channel under test: its own registry (a subject of its own) and a directory for the
 /// table, the DLQ and the worker.
-struct FormatRig {
-    dir: tempfile::TempDir,
-    url: String,
-    subject: String,
+pub(crate) struct FormatRig {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) url: String,
+    pub(crate) subject: String,
     _registry: OwnRegistry,
 }
 
 impl FormatRig {
-    fn new() -> FormatRig {
+    pub(crate) fn new() -> FormatRig {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let registry = own_registry(port, &dir.path().join("registry.json"));
@@ -241,7 +251,7 @@ impl FormatRig {
 
     /// `records` serialized by the `format` serializer with the schema text `schema`, registered
     /// under the rig's subject.
-    fn serialize(&self, format: &str, schema: &str, records: &[String]) -> Vec<Vec<u8>> {
+    pub(crate) fn serialize(&self, format: &str, schema: &str, records: &[String]) -> Vec<Vec<u8>> {
         let path = self.dir.path().join(unique_name("schema"));
         std::fs::write(&path, schema).unwrap();
         serialize(&self.url, &self.subject, format, &path, records)

@@ -69,6 +69,7 @@ mod quickstart;
 mod raw_s3;
 mod rest_catalog;
 mod route_field;
+mod route_formats;
 mod routing;
 mod row_delta;
 mod schema_evolution;

@@ -12,11 +12,12 @@ use std::time::Duration;
 use common::*;
 use floe::dlq::LocalDlq;
 
-const TABLES: [&str; 3] = ["events_ap", "events_eu", "events_us"];
+/// The routed tables, in name order (the first writes the unroutable records' DLQ entries).
+pub(crate) const TABLES: [&str; 3] = ["events_ap", "events_eu", "events_us"];
 
 /// What record `id` is, and where it must end up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fate {
+pub(crate) enum Fate {
     /// A row of this table.
     Row(&'static str),
     /// A DLQ entry of this table's member, with this code.
@@ -109,6 +110,21 @@ fn member_dlq(dir: &Path, table: &str) -> LocalDlq {
     LocalDlq::new(dir.join("dlq"), format!("it.{table}"))
 }
 
+/// Waits (at most 120 s) until the three tables and their members' DLQs hold `total` records;
+/// returns how many they hold.
+pub(crate) async fn wait_everywhere(dir: &Path, total: u64) -> u64 {
+    let started = std::time::Instant::now();
+    let mut seen = 0;
+    while started.elapsed() < Duration::from_secs(120) {
+        seen = delivered_everywhere(dir).await;
+        if seen >= total {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    seen
+}
+
 /// Rows of the three tables plus published DLQ entries of their members.
 async fn delivered_everywhere(dir: &Path) -> u64 {
     let mut total = 0;
@@ -155,23 +171,23 @@ async fn fan_out(format: Format, total: u64, kill: bool) {
         tokio::time::sleep(Duration::from_secs(2)).await;
         w1 = Worker::start_with(d, "w1", &config(format, d, b, "w1"));
     }
-    let started = std::time::Instant::now();
-    let mut seen = 0;
-    while started.elapsed() < Duration::from_secs(120) {
-        seen = delivered_everywhere(d).await;
-        if seen >= total {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let seen = wait_everywhere(d, total).await;
     assert!(w1.terminate().success(), "w1 exits 0:\n{}", log_of(d, "w1"));
     assert!(w2.terminate().success(), "w2 exits 0:\n{}", log_of(d, "w2"));
     assert_eq!(seen, total, "all delivered; w2's log:\n{}", log_of(d, "w2"));
 
+    landed_once(d, total, |id| framed(format, id).1);
+}
+
+/// Checks with PyIceberg that each of [`TABLES`] holds exactly the rows of the records
+/// `0..total` whose `fate` is a row of it, each once, and that its member's DLQ holds exactly
+/// the records whose fate is a DLQ entry of it, each once with its code (an `UNROUTABLE` entry
+/// names `/region`).
+pub(crate) fn landed_once(d: &Path, total: u64, fate: impl Fn(u64) -> Fate) {
     let mut rows: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
     let mut dead: BTreeMap<(&str, &str), BTreeSet<u64>> = BTreeMap::new();
     for id in 0..total {
-        match framed(format, id).1 {
+        match fate(id) {
             Fate::Row(t) => rows.entry(t).or_default().insert(id),
             Fate::Dead(t, code) => dead.entry((t, code)).or_default().insert(id),
         };

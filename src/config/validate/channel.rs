@@ -198,16 +198,21 @@ impl Checker<'_> {
         self.routed_channel_rules(p, c)
     }
 
-    /// The rules of a channel with `table = "{route}"` across its sections: a JSON format (the
-    /// route value is read from the JSON document, docs/routing.md) and, with enhanced fan-out,
+    /// The rules of a channel with `table = "{route}"` across its sections: a format whose
+    /// route value floe reads (the JSON formats from the document, `avro` and `protobuf` by the
+    /// writer schema of each record's schema id; docs/routing.md) and, with enhanced fan-out,
     /// a consumer per member (`floe-<channel>.<table>`, at most 128 characters).
     fn routed_channel_rules(&mut self, p: &str, c: ChannelParts<'_>) -> bool {
         let (Some(DestinationConfig::Iceberg(d)), Some(record)) = (c.destination, c.record) else {
             return true;
         };
-        let json = matches!(
+        let readable = matches!(
             record.format,
-            RecordFormat::Json | RecordFormat::GsrJson | RecordFormat::JsonSr
+            RecordFormat::Json
+                | RecordFormat::GsrJson
+                | RecordFormat::JsonSr
+                | RecordFormat::Avro
+                | RecordFormat::Protobuf
         );
         // Enhanced fan-out: each member registers its own consumer, `floe-<member>`.
         if let (Some(route), Some(SourceConfig::Kinesis(k))) = (&d.route, c.source) {
@@ -230,11 +235,11 @@ impl Checker<'_> {
                 }
             }
         }
-        if d.route.is_some() && !json {
+        if d.route.is_some() && !readable {
             self.error(
                 format!("{p}.record.format"),
                 format!(
-                    "\"{}\" cannot be routed by a field yet: table = \"{{route}}\" needs a JSON format (\"json\", \"gsr_json\" or \"json_sr\")",
+                    "\"{}\" cannot be routed by a field yet: table = \"{{route}}\" needs \"json\", \"gsr_json\", \"json_sr\", \"avro\" or \"protobuf\"",
                     record.format.as_str()
                 ),
             );

@@ -586,5 +586,7 @@ fn skip(n: &Node, r: &mut Reader<'_>) -> Res<()> {
     Ok(())
 }
 
+pub(crate) mod route;
+
 #[cfg(test)]
 mod tests;

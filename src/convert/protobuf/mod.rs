@@ -215,6 +215,18 @@ fn expected_wire(v: &ValuePlan) -> u8 {
     }
 }
 
+/// A field `name` of wire type `wire` where the plan wants `want`.
+fn wrong_wire(wire: u8, want: u8, name: &str) -> DlqReason {
+    at(
+        bad(format!(
+            "wire type {} for a field of wire type {}",
+            wire_name(wire),
+            wire_name(want)
+        )),
+        name,
+    )
+}
+
 fn wire_name(w: u8) -> &'static str {
     match w {
         VARINT => "VARINT",
@@ -248,14 +260,7 @@ impl Decoder<'_, '_> {
             };
             let packed = matches!(fp.shape, Shape::List) && wire == LEN && want != LEN;
             if wire != want && !packed {
-                return Err(at(
-                    bad(format!(
-                        "wire type {} for a field of wire type {}",
-                        wire_name(wire),
-                        wire_name(want)
-                    )),
-                    &fp.name,
-                ));
+                return Err(wrong_wire(wire, want, &fp.name));
             }
             self.occs.push(Occ {
                 idx,
@@ -984,6 +989,8 @@ fn push_enum(col: &mut Col, names: &[(i32, Box<str>)], number: i32) -> Result<()
         Err(_) => push_str(col, number.to_string().as_bytes()),
     }
 }
+
+pub(crate) mod route;
 
 #[cfg(test)]
 mod tests;
