@@ -67,6 +67,34 @@ pub enum Standing {
     Absent,
 }
 
+/// A member's handle on its shared presence's validity, published in
+/// [`super::HeldLeases::presence_validity`]; equal when it is the same presence.
+#[derive(Clone)]
+pub struct PresenceValidity(pub Arc<SharedPresence>);
+
+impl PresenceValidity {
+    /// As [`SharedPresence::valid_until`].
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.0.valid_until()
+    }
+}
+
+impl PartialEq for PresenceValidity {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for PresenceValidity {}
+
+impl std::fmt::Debug for PresenceValidity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PresenceValidity")
+            .field(&self.0.channel())
+            .finish()
+    }
+}
+
 /// The presence of one worker in one channel that runs as member channels, shared by the
 /// lease managers of its members on this worker ([`super::LeaseManager::with_shared_presence`]).
 /// Run it with [`SharedPresence::run`].

@@ -324,3 +324,46 @@ async fn committer_leases_move_to_their_preferred_worker_when_it_joins() {
     }
     assert_eq!(b.committers(), to_b);
 }
+
+/// Found in the 3-worker × 1,000-table fleet run (issue 43): a member's leases were valid until
+/// the shared presence's validity *as of the member's last period*, so members whose periods
+/// came late (queued on a slow lease store) dropped, released and took again every lease while
+/// the worker's presence was renewed on time. They follow the shared presence live now: a
+/// member not ticked for longer than `lease_duration` still holds everything, its committer
+/// may still commit, and not one lease row changed.
+#[tokio::test(start_paused = true)]
+async fn a_member_whose_periods_come_late_keeps_its_leases_while_the_presence_is_renewed() {
+    let store = store_with_members().await;
+    let mut a = Worker::new(&store, "a");
+    periods(&store, &mut [&mut a], 4).await;
+    assert_eq!(a.shards(), MEMBERS * SHARDS);
+    assert_eq!(a.committers(), MEMBERS);
+    let (before, _) = rows(&store).await;
+    // Only the shared presence runs for 5 periods (15 s, lease_duration 9 s).
+    for _ in 0..5 {
+        a.presence.period(a.view.as_ref()).await;
+        tokio::time::advance(INTERVAL).await;
+    }
+    let now = Instant::now();
+    for m in &a.members {
+        assert!(
+            m.held().committer_at(now).is_some(),
+            "the committer may commit"
+        );
+    }
+    for m in &mut a.members {
+        m.tick().await.unwrap();
+    }
+    assert_eq!(a.shards(), MEMBERS * SHARDS, "no shard lease dropped");
+    assert_eq!(a.committers(), MEMBERS, "no committer lease dropped");
+    let (after, _) = rows(&store).await;
+    assert_eq!(before, after, "no lease row released or taken again");
+    // Without renewals, the leases end lease_duration after the last one was sent.
+    tokio::time::advance(DURATION).await;
+    let now = Instant::now();
+    for m in &mut a.members {
+        assert!(m.held().committer_at(now).is_none());
+        m.expire(now);
+    }
+    assert_eq!(a.shards() + a.committers(), 0);
+}

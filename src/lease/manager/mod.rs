@@ -67,7 +67,7 @@ pub use balance::{
     active_shards, balance, Assignment, BalanceParams, Observations, PresenceObservations,
     StandingStill,
 };
-pub use group::{SharedPresence, Standing, COMMITTER_MOVES_PER_PERIOD};
+pub use group::{PresenceValidity, SharedPresence, Standing, COMMITTER_MOVES_PER_PERIOD};
 
 /// Where the balancer finds the source's shards (Kafka partitions, Kinesis shards with their
 /// parents), so new ones get lease rows.
@@ -140,6 +140,10 @@ pub struct HeldLeases {
     /// while the manager, stuck on a slow store call, has not dropped the lease yet. It moves
     /// at every renewal without waking the receivers.
     pub committer_valid_until: Option<Instant>,
+    /// A member's (shared presence): its leases are valid while this presence is, read live by
+    /// [`HeldLeases::committer_at`] instead of `committer_valid_until` (a member's period can
+    /// come late under a slow lease store while the presence is renewed on time).
+    pub presence_validity: Option<PresenceValidity>,
     /// Held shards the balancer asked this worker to hand over (graceful hand-off): the worker
     /// stops reading them, hands their buffered rows off and answers through
     /// [`HandOffReplies`] once every batch of them is committed.
@@ -154,9 +158,13 @@ impl HeldLeases {
     /// not held, whatever the manager published last (a period stuck on the store runs no
     /// expiry).
     pub fn committer_at(&self, now: Instant) -> Option<&Lease> {
+        let until = match &self.presence_validity {
+            Some(presence) => presence.valid_until(),
+            None => self.committer_valid_until,
+        };
         self.committer
             .as_ref()
-            .filter(|_| self.committer_valid_until.is_some_and(|until| now < until))
+            .filter(|_| until.is_some_and(|until| now < until))
     }
 
     /// Whether `other` grants the same leases (and asks the same hand-offs): the validity
@@ -410,11 +418,28 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
 
     /// The earliest instant at which a held lease stops being valid, if any.
     pub fn next_expiry(&self) -> Option<Instant> {
+        if let Some(until) = self.shared.as_ref().and_then(|s| s.valid_until()) {
+            let holds = !self.shards.is_empty() || self.committer.is_some();
+            return holds.then_some(until);
+        }
         self.shards
             .values()
             .map(|(_, until)| *until)
             .chain(self.committer.iter().map(|(_, until)| *until))
             .min()
+    }
+
+    /// With a shared presence: every held lease is valid until the shared presence's validity.
+    fn follow_shared_validity(&mut self) {
+        let Some(until) = self.shared.as_ref().and_then(|s| s.valid_until()) else {
+            return;
+        };
+        for (_, valid) in self.shards.values_mut() {
+            *valid = (*valid).max(until);
+        }
+        if let Some((_, valid)) = self.committer.as_mut() {
+            *valid = (*valid).max(until);
+        }
     }
 
     fn params(&self) -> BalanceParams {
@@ -438,6 +463,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                 .collect(),
             committer: self.committer.as_ref().map(|(l, _)| l.clone()),
             committer_valid_until: self.committer.as_ref().map(|(_, until)| *until),
+            presence_validity: self.shared.clone().map(PresenceValidity),
             handing_off: self.handing.keys().cloned().collect(),
             moves_pending: self.replies.is_some()
                 && self.balancer.as_ref().is_some_and(|b| !b.moving.is_empty()),
@@ -460,7 +486,15 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
     }
 
     /// Drops every lease whose validity ended by `now` and publishes the result.
+    ///
+    /// A member's leases are valid while the shared presence is ([`SharedPresence::valid_until`]),
+    /// read here, not as of this member's last period: under a slow lease store a member's
+    /// period can come late, and its leases were dropped (and released, and taken again) while
+    /// the worker's presence was renewed on time — 1,369 leases of one worker at once in a
+    /// 3-worker × 1,000-table fleet (issue 43). Nobody else takes them while that row is
+    /// renewed: the balancers assign only leases whose owner's row stood still.
     pub fn expire(&mut self, now: Instant) {
+        self.follow_shared_validity();
         let timed_out: Vec<ShardId> = self
             .shards
             .iter()
