@@ -123,6 +123,13 @@ pub struct BalanceParams {
     /// shards go to every worker alike, not always to the first worker id (three workers held
     /// 1,878 / 994 / 838 of 1,000 tables × 4 partitions so; fresh review of issue 43).
     pub tie_seed: u64,
+    /// Whether each live worker is balanced to its exact share: `active / live` shards, one more
+    /// for the first `active % live` workers in the tie order. Member channels (a table per
+    /// topic) balance so, so that over many tables the extra shards stay spread over the fleet
+    /// (a rejoining worker got only the floor share of every table: 1,000 of 4,000 shards,
+    /// against about 1,500 on each of the others). Off: the balancer stops once every worker is
+    /// within one shard of the others (fewer moves; a single channel).
+    pub exact_shares: bool,
 }
 
 /// A seed for [`BalanceParams::tie_seed`] from a channel's name.
@@ -208,8 +215,9 @@ fn spread_order(me: &str, key: &LeaseKey) -> u64 {
 ///
 /// Free active shards go, in key order, to the least loaded live worker (ties: [`tie_rank`]
 /// under `params.tie_seed`).
-/// Then, while the most loaded worker holds more than one more than the least loaded, the
-/// most loaded is asked to hand one shard to the least loaded, at most
+/// Then, while the most loaded worker holds more than one more than the least loaded (with
+/// [`BalanceParams::exact_shares`]: while a worker holds more than its share and another less),
+/// the most loaded is asked to hand one shard to the least loaded, at most
 /// `max_leases_to_steal` towards one worker per period. The committer lease is not balanced.
 pub fn balance(
     leases: &[Lease],
@@ -246,12 +254,28 @@ pub fn balance(
         load[w].len() + incoming.get(w).copied().unwrap_or(0)
     };
     let seed = params.tie_seed;
+    // Exact shares: each worker's target; the balancer's measure is the count above it.
+    let targets: BTreeMap<&str, i64> = if params.exact_shares {
+        let mut order: Vec<&str> = live.iter().map(String::as_str).collect();
+        order.sort_by_key(|w| tie_rank(seed, w));
+        let (base, extra) = (active_count / order.len(), active_count % order.len());
+        order
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| (w, (base + usize::from(i < extra)) as i64))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    let level = |load: &BTreeMap<&str, Vec<&Lease>>, incoming: &BTreeMap<&str, usize>, w: &str| {
+        count(load, incoming, w) as i64 - targets.get(w).copied().unwrap_or(0)
+    };
     if let Some(unknown) = assign_free {
         let cap = active_count.div_ceil(live.len() + unknown);
         for lease in free {
             let to = *load
                 .keys()
-                .min_by_key(|w| (count(&load, &incoming, w), tie_rank(seed, w)))
+                .min_by_key(|w| (level(&load, &incoming, w), tie_rank(seed, w)))
                 .expect("live is not empty");
             if count(&load, &incoming, to) >= cap {
                 break;
@@ -272,7 +296,7 @@ pub fn balance(
         let Some(most) = workers
             .iter()
             .copied()
-            .max_by_key(|w| (count(&load, &incoming, w), tie_rank(seed, w)))
+            .max_by_key(|w| (level(&load, &incoming, w), tie_rank(seed, w)))
         else {
             break;
         };
@@ -280,11 +304,15 @@ pub fn balance(
             .iter()
             .copied()
             .filter(|w| received.get(w).copied().unwrap_or(0) < params.max_leases_to_steal)
-            .min_by_key(|w| (count(&load, &incoming, w), tie_rank(seed, w)))
+            .min_by_key(|w| (level(&load, &incoming, w), tie_rank(seed, w)))
         else {
             break;
         };
-        if count(&load, &incoming, most) <= count(&load, &incoming, least) + 1 {
+        let balanced = match params.exact_shares {
+            true => level(&load, &incoming, most) <= 0 || level(&load, &incoming, least) >= 0,
+            false => count(&load, &incoming, most) <= count(&load, &incoming, least) + 1,
+        };
+        if balanced {
             break;
         }
         let from = load.get_mut(most).expect("live");

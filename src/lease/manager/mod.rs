@@ -447,6 +447,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             lease_duration: self.config.lease_duration,
             max_leases_to_steal: self.config.max_leases_to_steal,
             tie_seed: balance::tie_seed_of(&self.config.channel),
+            exact_shares: self.shared.is_some(),
         }
     }
 

@@ -14,6 +14,7 @@ fn params(max_leases_to_steal: usize) -> BalanceParams {
         lease_duration: DURATION,
         max_leases_to_steal,
         tie_seed: 0,
+        exact_shares: false,
     }
 }
 
@@ -1048,4 +1049,60 @@ async fn a_renewal_moves_the_published_validity_without_waking_receivers() {
         Some(before + INTERVAL),
         "the receiver reads the renewed validity"
     );
+}
+
+/// Found in the 3-worker × 1,000-table fleet run (issue 43): a worker restarted after the others
+/// had split its shards got one shard of every table (within one of the others, so balanced
+/// per table) and ended with 1,000 of 4,000 against about 1,500 each. With exact shares (member
+/// channels), each table moves shards until every worker holds its seeded share, so the
+/// rejoining worker gets its extras back: each of the three ends within 10% of a third.
+#[test]
+fn a_rejoining_worker_gets_its_seeded_share_of_many_channels() {
+    let workers = live(&["w1", "w2", "w3"]);
+    let mut held: BTreeMap<String, usize> = BTreeMap::new();
+    for table in 0..300 {
+        let channel = format!("many.t{table:04}");
+        let params = BalanceParams {
+            tie_seed: balance::tie_seed_of(&channel),
+            exact_shares: true,
+            ..params(1)
+        };
+        // w2 was away: w1 and w3 split its shards.
+        let mut leases = world(&[Some("w1"), Some("w1"), Some("w3"), Some("w3")]);
+        for _ in 0..10 {
+            let plan = balance(
+                &leases,
+                &workers,
+                &|_| false,
+                &BTreeMap::new(),
+                Some(0),
+                &params,
+            );
+            if plan.is_empty() {
+                break;
+            }
+            for step in plan {
+                let (Assignment::Assign { lease, to } | Assignment::Handoff { lease, to }) = step;
+                let row = leases.iter_mut().find(|l| l.key == lease.key).unwrap();
+                row.owner = Some(to);
+            }
+        }
+        let mut per_worker: BTreeMap<String, usize> = BTreeMap::new();
+        for l in leases.iter().filter(|l| l.key.shard_id().is_some()) {
+            *per_worker.entry(l.owner.clone().unwrap()).or_default() += 1;
+        }
+        assert!(
+            per_worker.len() == 3 && per_worker.values().all(|&n| n == 1 || n == 2),
+            "{channel}: {per_worker:?}"
+        );
+        for (w, n) in per_worker {
+            *held.entry(w).or_default() += n;
+        }
+    }
+    for (worker, n) in &held {
+        assert!(
+            (360..=440).contains(n),
+            "{worker} holds {n} of 1,200: {held:?}"
+        );
+    }
 }
