@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::ChannelStops;
-use crate::commit::{CommitError, Committer, RoundReport};
+use crate::commit::{CommitError, Committer};
 use crate::config::{ChannelConfig, Config, LeaseStoreConfig, SourceConfig};
 use crate::iceberg::target::IcebergTarget;
 use crate::lease::manager::{
@@ -371,8 +371,8 @@ impl ShardDiscovery for SourceShards {
 /// The committer of one channel while this worker holds its lease: after a commit a wait of
 /// [`commit_spacing`] of the freshness in force (`data_freshness`, or its `floe channel update`
 /// override, as read after the last commit), so batches handed off meanwhile by every worker go
-/// in one commit; after an idle round (nothing pending) a wait from 1 s doubling up to a quarter
-/// of that freshness ([`idle_poll_after`]), cut short by a batch this process's worker hands off
+/// in one commit; once idle (no round had work for that freshness) a wait from 1 s doubling up
+/// to a quarter of it ([`idle_poll_after`]), cut short by a batch this process's worker hands off
 /// (`wakeups.batches`); once `draining` (shutdown), or while graceful hand-offs this worker
 /// balances wait for their commit ([`HeldLeases::moves_pending`]), every second. No round starts once
 /// the lease's validity ended ([`HeldLeases::committer_at`]), even while the lease manager still
@@ -394,6 +394,10 @@ pub async fn committer_loop(
     // idle round (`None`: the last round was not idle).
     let mut freshness = data_freshness;
     let mut idle_wait: Option<Duration> = None;
+    // When a round last had work: a table that committed within `data_freshness` is not idle
+    // (between its workers' batches its rounds find nothing for a moment), its rounds come
+    // every second.
+    let mut worked_at: Option<tokio::time::Instant> = None;
     let mut committer: Option<Committer> = None;
     let mut fenced_at: Option<u64> = None;
     // The lease counter whose lapse was logged (see below).
@@ -474,7 +478,13 @@ pub async fn committer_loop(
                         };
                         wait = commit_spacing(freshness).max(wait);
                     }
-                    let idle = report == RoundReport::default();
+                    let now = tokio::time::Instant::now();
+                    let batches =
+                        report.committed + report.recovered + report.rejected + report.kept;
+                    if batches > 0 {
+                        worked_at = Some(now);
+                    }
+                    let idle = worked_at.is_none_or(|at| now.duration_since(at) >= freshness);
                     idle_wait = (idle && !hurried).then(|| idle_poll_after(idle_wait, freshness));
                     wait = idle_wait.unwrap_or(wait);
                 }

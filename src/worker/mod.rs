@@ -282,9 +282,10 @@ pub fn commit_spacing(data_freshness: Duration) -> Duration {
     data_freshness / 2
 }
 
-/// The committer's wait after an idle round (nothing pending) that waited `previous` (`None`:
-/// the round before it was not idle): 1 s, doubling with each idle round up to a quarter of
-/// `data_freshness` (at least 1 s). Each idle round lists the pending batches once, so an idle
+/// The committer's wait after an idle round (nothing pending, and no round had work for
+/// `data_freshness`: a table between its workers' batches still polls every second) that
+/// waited `previous` (`None`: the round before it was not idle): 1 s, doubling with each idle
+/// round up to a quarter of `data_freshness` (at least 1 s). Each idle round lists the pending batches once, so an idle
 /// table costs the lease store one read per that cap, not one per second (1,000 tables polled
 /// about 1,000 listings a second; issue 43). A batch handed off by a worker on the same process
 /// wakes the committer at once; one from another worker waits at most the cap, so a record is
