@@ -153,7 +153,10 @@ impl SharedPresence {
 
     /// How `worker` stands at `now` (see [`Standing`]).
     pub fn standing(&self, worker: &str, now: Instant) -> Standing {
-        let view = self.view();
+        self.standing_in(&self.view(), worker, now)
+    }
+
+    fn standing_in(&self, view: &View, worker: &str, now: Instant) -> Standing {
         let Some(heartbeat) = view.heartbeats.get(worker) else {
             return Standing::Absent;
         };
@@ -177,13 +180,12 @@ impl SharedPresence {
     /// moves only the committers it comes first for, and the committers of many tables spread
     /// over the workers). `None` while no worker is seen live.
     pub fn preferred(&self, seed: u64, now: Instant) -> Option<String> {
-        let workers: Vec<String> = self.view().heartbeats.keys().cloned().collect();
-        workers
-            .into_iter()
-            .filter(|w| self.standing(w, now) == Standing::Live)
-            .min_by(|a, b| {
-                super::balance::tie_rank(seed, a).cmp(&super::balance::tie_rank(seed, b))
-            })
+        let view = self.view();
+        view.heartbeats
+            .keys()
+            .filter(|w| self.standing_in(&view, w, now) == Standing::Live)
+            .min_by_key(|w| super::balance::tie_rank(seed, w))
+            .cloned()
     }
 
     /// Whether a member may release its committer lease this period to move it to its
