@@ -32,6 +32,11 @@ pub const RECORDS_READ_TOTAL: &str = "floe_records_read_total";
 pub const RECORDS_REREAD_TOTAL: &str = "floe_records_reread_total";
 /// Bytes of record payloads read from the source.
 pub const BYTES_READ_TOTAL: &str = "floe_bytes_read_total";
+/// Bytes of record keys and payloads a worker's Kafka consumer fetched, by the channel whose
+/// consumer it is: a `table = "{route}"` channel's members on one worker read each partition
+/// through one consumer, counted once under the channel's name (docs/routing.md), beside each
+/// member's own [`BYTES_READ_TOTAL`].
+pub const KAFKA_FETCHED_BYTES_TOTAL: &str = "floe_kafka_fetched_bytes_total";
 /// Records a member channel of `table = "{route}"` read and skipped: routed to another of the
 /// channel's tables (docs/routing.md).
 pub const RECORDS_SKIPPED_TOTAL: &str = "floe_records_skipped_total";
@@ -199,6 +204,11 @@ pub fn describe() {
         BYTES_READ_TOTAL,
         Unit::Bytes,
         "bytes of record payloads read from the source"
+    );
+    describe_counter!(
+        KAFKA_FETCHED_BYTES_TOTAL,
+        Unit::Bytes,
+        "bytes of record keys and payloads the Kafka consumer fetched (a routed channel's tables share one fetch)"
     );
     describe_counter!(
         RECORDS_SKIPPED_TOTAL,
@@ -630,6 +640,12 @@ pub fn set_source_lag_records(channel: &str, records: u64) {
 pub fn record_read(channel: &str, records: u64, bytes: u64) {
     counter!(RECORDS_READ_TOTAL, "channel" => channel.to_string()).increment(records);
     counter!(BYTES_READ_TOTAL, "channel" => channel.to_string()).increment(bytes);
+}
+
+/// Records `bytes` of keys and payloads fetched by channel `channel`'s Kafka consumer
+/// ([`KAFKA_FETCHED_BYTES_TOTAL`]).
+pub fn record_fetched(channel: &str, bytes: u64) {
+    counter!(KAFKA_FETCHED_BYTES_TOTAL, "channel" => channel.to_string()).increment(bytes);
 }
 
 /// Records `records` skipped by a member of a routed channel (another table's).

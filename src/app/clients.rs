@@ -10,8 +10,14 @@
 //!                 └─ catalogs: CatalogConfig ─► (catalog, swap)
 //! ```
 //!
-//! Member channels of a channel with `table = "{route}"` read the same topics as one another:
-//! they do not share a consumer (one partition is assigned once per consumer).
+//! Member channels of a channel with `table = "{route}"` read the same partitions as one
+//! another, each from its own table's checkpoints: they share clients that **fan out**
+//! ([`KafkaClients::try_new_fanning_out`]), fetching each partition once for every member that
+//! holds it on this worker (their shard leases are co-located, docs/routing.md).
+//!
+//! ```text
+//!                 └─ kafka:    "<channel>" ─► KafkaClients, fanning out (members "<channel>.<table>")
+//! ```
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -56,8 +62,10 @@ fn topic_member_parent(config: &ChannelConfig) -> Option<&str> {
 
 impl SharedClients {
     /// The Kafka source of channel `config`: a member of a `table = "{topic}"` channel reads
-    /// its topic through the clients every member of that channel shares; any other channel
-    /// gets clients of its own.
+    /// its topic through the clients every member of that channel shares; a member of a
+    /// `table = "{route}"` channel reads the channel's topics through clients its members share
+    /// that fetch each partition once for all of them; any other channel gets clients of its
+    /// own.
     ///
     /// Errors: [`SourceError::Config`] when librdkafka refuses the client properties.
     pub fn kafka_source(
@@ -70,6 +78,31 @@ impl SharedClients {
                 message: "not a kafka channel".into(),
             });
         };
+        if let Some(parent) = config.route_parent() {
+            let clients = self.kafka_clients(parent, || {
+                KafkaClients::try_new_fanning_out(&KafkaSourceConfig::from_channel(
+                    parent, kafka, parent,
+                ))
+            })?;
+            return Ok(match kafka.topics.single() {
+                Some(topic) => Arc::new(KafkaSource::with_clients(
+                    KafkaSourceConfig::from_channel(&config.name, kafka, topic),
+                    clients,
+                )),
+                None => Arc::new(
+                    KafkaTopicsSource::with_clients(
+                        KafkaSourceConfig::from_channel(
+                            &config.name,
+                            kafka,
+                            &kafka.topics.describe(),
+                        ),
+                        kafka.topics.clone(),
+                        clients,
+                    )
+                    .at_index(index),
+                ),
+            });
+        }
         let (Some(parent), Some(topic)) = (topic_member_parent(config), kafka.topics.single())
         else {
             return crate::source::kafka::open_channel_source(index, &config.name, kafka);

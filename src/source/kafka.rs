@@ -74,6 +74,7 @@
 mod api;
 mod clients;
 pub mod embedded;
+mod fan_out;
 pub mod topics;
 
 use std::collections::{BTreeMap, HashMap};
@@ -94,6 +95,7 @@ use tokio::sync::Notify;
 use self::api::{FloeConsumer, FloeContext};
 pub use self::clients::KafkaClients;
 use self::clients::{PartitionHandle, PollJob, Polled, ProbePool, Release, Shared};
+use self::fan_out::FanOutReader;
 use super::{
     InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord, StartAt,
 };
@@ -631,31 +633,58 @@ impl Source for KafkaSource {
             _ => (offset, next_offset),
         };
         let shared = self.clients.consumer().await?;
-        let for_open = shared.clone();
-        let topic = self.config.topic.clone();
-        let opened = blocking(move || for_open.open_partition(&topic, partition, offset)).await?;
-        tracing::info!(topic = %self.config.topic, shard = %shard, start = ?start, "kafka reader assigned");
         let stats_reports_at_open = shared
             .consumer
             .context()
             .partition_stats(&self.config.topic, partition)
             .map_or(0, |s| s.reports);
-        Ok(Box::new(KafkaShardReader {
+        let mut reader = KafkaShardReader {
             shard: shard.clone(),
             partition,
             seen_client_error: shared.client_error_seq(),
             poll_lock: shared.poll_lock(&self.config.topic, partition),
-            shared,
-            queue: Some(Arc::new(opened.queue)),
-            wake: opened.wake,
-            generation: opened.generation,
+            shared: shared.clone(),
+            queue: None,
+            fan_out: None,
+            wake: Arc::new(Notify::new()),
+            generation: 0,
             start: offset,
             next_offset,
             config: self.config.clone(),
             from_earliest: matches!(start, StartAt::Earliest),
             stats_reports_at_open,
             deferred_error: None,
-        }))
+        };
+        let topic = self.config.topic.clone();
+        if self.clients.fan_out {
+            // Read once with the partition's other readers: from a concrete offset, the least
+            // of which the partition is assigned at.
+            let next = match offset {
+                Offset::Offset(o) => o,
+                _ => {
+                    let (low, high) = self.watermarks(shard).await?;
+                    if matches!(offset, Offset::Beginning) {
+                        low
+                    } else {
+                        high
+                    }
+                }
+            };
+            let channel = self.clients.settings.channel.clone();
+            let joined =
+                blocking(move || fan_out::join(&shared, &channel, &topic, partition, next)).await?;
+            reader.wake = joined.wake.clone();
+            reader.next_offset = Some(next);
+            reader.start = Offset::Offset(next);
+            reader.fan_out = Some(Arc::new(joined));
+        } else {
+            let opened = blocking(move || shared.open_partition(&topic, partition, offset)).await?;
+            reader.queue = Some(Arc::new(opened.queue));
+            reader.wake = opened.wake;
+            reader.generation = opened.generation;
+        }
+        tracing::info!(topic = %self.config.topic, shard = %shard, start = ?start, shared_reads = self.clients.fan_out, "kafka reader assigned");
+        Ok(Box::new(reader))
     }
 }
 
@@ -664,8 +693,12 @@ pub struct KafkaShardReader {
     shard: ShardId,
     partition: i32,
     shared: Arc<Shared>,
-    /// Always `Some` until drop (taken there to release the partition on a blocking thread).
+    /// The partition's queue, this reader's alone: `Some` until drop (taken there to release
+    /// the partition on a blocking thread); `None` for a reader of a fan-out.
     queue: Option<Arc<PartitionQueue<FloeContext>>>,
+    /// The partition read once with its other readers ([`KafkaClients::fan_out`]): `Some` until
+    /// drop instead of `queue`.
+    fan_out: Option<Arc<FanOutReader>>,
     /// Woken when the queue turns nonempty: a reader with nothing to read waits on it, holding
     /// no thread.
     wake: Arc<Notify>,
@@ -721,6 +754,14 @@ impl ShardReader for KafkaShardReader {
                 _ = tokio::time::sleep_until(deadline) => {}
             }
         };
+        if self.fan_out.is_none() {
+            // A fan-out counts what it fetches once, for all its readers.
+            let fetched: usize = raw
+                .iter()
+                .map(|m| m.payload.len() + m.key.as_ref().map_or(0, Vec::len))
+                .sum();
+            self.shared.count_fetched(&self.config.channel, fetched);
+        }
         let read_at = Instant::now();
         let fallback_ms = now_ms();
         let mut records = Vec::with_capacity(raw.len());
@@ -803,6 +844,17 @@ impl KafkaShardReader {
     /// Polls the partition's queue without waiting: on this thread when nothing can block it,
     /// else on a blocking thread (a take-over or a re-positioning in progress).
     async fn poll_now(&mut self, max_records: usize) -> Result<Polled, SourceError> {
+        if let Some(reader) = self.fan_out.clone() {
+            if let Some(polled) = reader.try_now(&self.shard, max_records) {
+                return polled;
+            }
+            let shard = self.shard.clone();
+            return tokio::task::spawn_blocking(move || reader.run(&shard, max_records))
+                .await
+                .map_err(|e| SourceError::Fatal {
+                    message: format!("kafka poll task failed: {e}"),
+                })?;
+        }
         let queue = self.queue.clone().expect("queue present until drop");
         let job = PollJob {
             handle: self.handle(queue),
@@ -846,9 +898,13 @@ impl KafkaShardReader {
             self.config.skip_lost_positions,
         )?;
         self.next_offset = Some(resume);
-        let key = (self.config.topic.clone(), self.partition);
-        if let Some(slot) = lock(&self.shared.partitions).get_mut(&key) {
-            slot.reposition = true;
+        if let Some(reader) = &self.fan_out {
+            reader.skip_to(resume);
+        } else {
+            let key = (self.config.topic.clone(), self.partition);
+            if let Some(slot) = lock(&self.shared.partitions).get_mut(&key) {
+                slot.reposition = true;
+            }
         }
         if resume == next {
             // The broker refused the offset but its watermarks hold it (a leader change in
@@ -974,6 +1030,15 @@ impl Drop for KafkaShardReader {
     /// blocking thread when inside a Tokio runtime (the unassign waits for librdkafka's main
     /// thread and for a poll in flight).
     fn drop(&mut self) {
+        if let Some(reader) = self.fan_out.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    handle.spawn_blocking(move || reader.leave());
+                }
+                Err(_) => reader.leave(),
+            }
+            return;
+        }
         let Some(queue) = self.queue.take() else {
             return;
         };

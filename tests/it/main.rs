@@ -50,6 +50,7 @@ mod deploy;
 mod docs;
 mod fleet_sim;
 mod glue_schema_registry;
+mod kafka_fan_out;
 mod kafka_positions;
 mod kafka_shared_clients;
 mod kafka_source;

@@ -86,6 +86,13 @@ impl ChannelConfig {
         member
     }
 
+    /// The routed channel a member channel of `table = "{route}"` belongs to (the name before
+    /// `.<table>`): `None` for any other channel.
+    pub fn route_parent(&self) -> Option<&str> {
+        let (_, table) = self.member_route()?;
+        self.name.strip_suffix(table)?.strip_suffix('.')
+    }
+
     /// The route of a member channel of a channel with `table = "{route}"`, with the member's
     /// own table: `None` for any other channel (and for the routed channel itself, whose table
     /// is `{route}`).

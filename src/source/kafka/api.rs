@@ -530,6 +530,7 @@ pub(super) fn offset_for_time(
 }
 
 /// One message copied out of librdkafka.
+#[derive(Clone)]
 pub(super) struct RawMessage {
     pub(super) partition: i32,
     pub(super) offset: i64,

@@ -31,6 +31,7 @@ use rdkafka::Offset;
 use tokio::sync::{oneshot, Notify, OnceCell};
 
 use super::api::{self, FirstRecords, FloeConsumer, FloeContext, MainEvent};
+use super::fan_out::FanOuts;
 use super::{blocking, lock, KafkaSourceConfig, MAIN_QUEUE_POLL};
 use crate::model::ShardId;
 use crate::source::SourceError;
@@ -49,6 +50,10 @@ pub struct KafkaClients {
     /// The consumer every reader polls through, created on the first `open`.
     pub(super) shared: OnceCell<Arc<Shared>>,
     pub(super) probes: Arc<ProbePool>,
+    /// Whether readers of one partition share its reads ([`super::fan_out`]): the member
+    /// channels of `table = "{route}"`, each reading the same partitions from its own table's
+    /// checkpoints. Otherwise a new reader of a partition takes it over from the last one.
+    pub(super) fan_out: bool,
 }
 
 impl std::fmt::Debug for KafkaClients {
@@ -81,6 +86,24 @@ impl KafkaClients {
             metadata: Arc::new(metadata),
             shared: OnceCell::new(),
             probes: Arc::default(),
+            fan_out: false,
+        }))
+    }
+
+    /// Clients whose readers of one partition share its reads ([`KafkaClients::fan_out`]): each
+    /// partition is fetched once for every reader holding it (the member channels of a
+    /// `table = "{route}"` channel on one worker).
+    ///
+    /// Errors: as [`KafkaClients::try_new`].
+    pub fn try_new_fanning_out(settings: &KafkaSourceConfig) -> Result<Arc<Self>, SourceError> {
+        api::check_client_properties(settings)?;
+        let metadata = api::metadata_client(settings)?;
+        Ok(Arc::new(KafkaClients {
+            settings: Arc::new(settings.clone()),
+            metadata: Arc::new(metadata),
+            shared: OnceCell::new(),
+            probes: Arc::default(),
+            fan_out: true,
         }))
     }
 
@@ -96,6 +119,14 @@ impl KafkaClients {
     /// sources of many topics share one.
     pub fn probe_assignments(&self) -> u64 {
         self.probes.assignments()
+    }
+
+    /// Bytes of record keys and payloads the consumer fetched so far: each message once, however
+    /// many readers it went to (0 before the first `open`).
+    pub fn fetched_bytes(&self) -> u64 {
+        self.shared
+            .get()
+            .map_or(0, |s| s.fetched_bytes.load(Ordering::Relaxed))
     }
 
     /// The shared consumer, created (and its main-queue thread started) on first use.
@@ -121,6 +152,12 @@ pub(super) struct Shared {
     /// Partition → its assignment state. Lock order: a partition's poll lock, then this.
     pub(super) partitions: Mutex<HashMap<TopicPartition, PartitionSlot>>,
     next_generation: AtomicU64,
+    /// The partitions read once for several readers ([`super::fan_out`]), when the clients
+    /// fan out.
+    pub(super) fan_outs: FanOuts,
+    /// Bytes of keys and payloads fetched through the consumer so far (each message once,
+    /// however many readers it went to).
+    fetched_bytes: AtomicU64,
     /// Set when the [`KafkaClients`] are dropped; the main-queue thread then exits once it
     /// holds the last reference.
     source_dropped: AtomicBool,
@@ -159,6 +196,8 @@ impl Shared {
             consumer: Arc::new(consumer),
             partitions: Mutex::new(HashMap::new()),
             next_generation: AtomicU64::new(1),
+            fan_outs: FanOuts::default(),
+            fetched_bytes: AtomicU64::new(0),
             source_dropped: AtomicBool::new(false),
             client_error: Mutex::new((0, None)),
         });
@@ -201,6 +240,16 @@ impl Shared {
         }
     }
 
+    /// Counts `bytes` of keys and payloads fetched for channel `channel`
+    /// ([`crate::telemetry::KAFKA_FETCHED_BYTES_TOTAL`]).
+    pub(super) fn count_fetched(&self, channel: &str, bytes: usize) {
+        if bytes > 0 {
+            self.fetched_bytes
+                .fetch_add(bytes as u64, Ordering::Relaxed);
+            crate::telemetry::record_fetched(channel, bytes as u64);
+        }
+    }
+
     /// The sequence number of the last client error.
     pub(super) fn client_error_seq(&self) -> u64 {
         lock(&self.client_error).0
@@ -232,6 +281,23 @@ impl Shared {
         partition: i32,
         offset: Offset,
     ) -> Result<OpenedPartition, SourceError> {
+        let wake = Arc::new(Notify::new());
+        let waker = wake.clone();
+        let mut opened =
+            self.open_partition_with(topic, partition, offset, move || waker.notify_one())?;
+        opened.wake = wake;
+        Ok(opened)
+    }
+
+    /// [`Shared::open_partition`], with `on_nonempty` called by librdkafka whenever the
+    /// partition's queue turns nonempty (it must not block); the returned `wake` is then unused.
+    pub(super) fn open_partition_with(
+        self: &Arc<Self>,
+        topic: &str,
+        partition: i32,
+        offset: Offset,
+        on_nonempty: impl Fn() + Send + Sync + 'static,
+    ) -> Result<OpenedPartition, SourceError> {
         let poll_lock = self.poll_lock(topic, partition);
         let _polling = lock(&poll_lock);
         let mut partitions = lock(&self.partitions);
@@ -244,17 +310,15 @@ impl Shared {
             .ok_or_else(|| SourceError::NotFound {
                 what: format!("partition {partition} of topic {topic}"),
             })?;
-        let wake = Arc::new(Notify::new());
-        let waker = wake.clone();
         // Called by librdkafka when the queue turns nonempty; it must not block.
-        queue.set_nonempty_callback(move || waker.notify_one());
+        queue.set_nonempty_callback(on_nonempty);
         self.reassign(slot, &queue, topic, partition, offset)?;
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
         slot.owner = Some(generation);
         Ok(OpenedPartition {
             queue,
             generation,
-            wake,
+            wake: Arc::new(Notify::new()),
         })
     }
 
@@ -286,6 +350,7 @@ impl Shared {
 }
 
 /// A reader's hold on its partition of the shared consumer: what a poll and a release need.
+#[derive(Clone)]
 pub(super) struct PartitionHandle {
     pub(super) shared: Arc<Shared>,
     pub(super) queue: Arc<PartitionQueue<FloeContext>>,
@@ -300,6 +365,14 @@ impl PartitionHandle {
     /// The partition's key in [`Shared::partitions`].
     fn key(&self) -> TopicPartition {
         (self.topic.clone(), self.partition)
+    }
+
+    /// Has the partition assigned again before its next poll ([`PollJob::run`], at the poll's
+    /// `resume_at`).
+    pub(super) fn flag_reposition(&self) {
+        if let Some(slot) = lock(&self.shared.partitions).get_mut(&self.key()) {
+            slot.reposition = true;
+        }
     }
 }
 
