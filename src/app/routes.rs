@@ -6,6 +6,8 @@
 //!       ├─ member `c.events_ap` ── reads the whole source, keeps region=ap (+ UNROUTABLE DLQ)
 //!       ├─ member `c.events_eu` ── reads the whole source, keeps region=eu
 //!       └─ member `c.events_us` ── reads the whole source, keeps region=us
+//!   (Kafka: the members on a worker read through one consumer that fetches each partition
+//!   once for all of them, each from its own checkpoints; see `SharedClients::kafka_source`)
 //! ```
 //!
 //! The set of tables is static (the configuration's `routes` and default table), so the

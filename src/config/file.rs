@@ -472,8 +472,9 @@ pub struct IcebergDestinationSection {
     /// `table = "{route}"` and refused without it; the schema must have it as a top-level field
     /// (checked at activation). With `"avro"` and `"protobuf"` it is read by each record's
     /// writer schema (its schema id); not with `"gsr_avro"` for now. Each table is written by a
-    /// member channel `<channel>.<table>` that reads the whole source (docs/routing.md, "Fan-out
-    /// by a field").
+    /// member channel `<channel>.<table>` that reads the whole source from its own checkpoints;
+    /// on Kafka the members on a worker share one fetch of each partition (docs/routing.md,
+    /// "Fan-out by a field").
     pub route_field: Option<String>,
     /// With `table = "{route}"`: route value → table, e.g. `{ eu = "events_eu", us =
     /// "events_us" }`: 1 to `max_tables` values, table names of 1 to 255 characters from `a-z
