@@ -97,6 +97,13 @@ impl ChannelConfig {
             _ => None,
         }
     }
+
+    /// The name of the routed channel (`table = "{route}"`) whose member this channel is, the
+    /// inverse of [`ChannelConfig::route_member`]: `None` for any other channel.
+    pub fn route_parent(&self) -> Option<&str> {
+        let (_, table) = self.member_route()?;
+        self.name.strip_suffix(table)?.strip_suffix('.')
+    }
 }
 
 #[cfg(test)]
