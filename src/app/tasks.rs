@@ -176,6 +176,8 @@ impl Fleet {
                 lease_duration,
                 renew_interval,
                 max_leases_to_steal: max_leases_to_steal as usize,
+                // Routed members hold each partition on one worker, so it is read once there.
+                co_locate: channel.route_parent().map(str::to_string),
             },
         )
         .with_discovery(

@@ -406,6 +406,11 @@ fn a_table_per_topic_runs_a_member_channel_per_topic() {
     };
     assert_eq!(k.topics, TopicSelection::One("Orders.EU-1".into()));
     assert!(!m.is_table_per_topic());
+    assert_eq!(
+        m.route_parent(),
+        None,
+        "a member per topic is not co-located"
+    );
     // A channel with one named table has no members: it is its own.
     let plain = parse(MINIMAL).unwrap();
     assert_eq!(plain.channels[0].member("x"), plain.channels[0]);
@@ -467,11 +472,13 @@ fn a_routed_channel_has_a_member_per_table_and_the_first_table_writes_the_unrout
     assert_eq!(member.destination.iceberg().unwrap().table, "events_eu");
     assert_eq!(member.member_route().map(|(_, t)| t), Some("events_eu"));
     assert!(!member.is_routed(), "a member is not routed again");
+    assert_eq!(member.route_parent(), Some("events"));
     assert_eq!(
         channel.member_route(),
         None,
         "the routed channel itself is no member"
     );
+    assert_eq!(channel.route_parent(), None);
 
     // A default table: one of the routes' or another, a member too.
     let config = parse(&routed(&format!("{ROUTES}\nunroutable = \"events_other\""))).unwrap();
@@ -487,4 +494,5 @@ fn a_routed_channel_has_a_member_per_table_and_the_first_table_writes_the_unrout
     let plain = parse(MINIMAL).unwrap();
     assert_eq!(iceberg(&plain).route, None);
     assert_eq!(plain.channels[0].route_member("x"), plain.channels[0]);
+    assert_eq!(plain.channels[0].route_parent(), None);
 }

@@ -86,13 +86,6 @@ impl ChannelConfig {
         member
     }
 
-    /// The routed channel a member channel of `table = "{route}"` belongs to (the name before
-    /// `.<table>`): `None` for any other channel.
-    pub fn route_parent(&self) -> Option<&str> {
-        let (_, table) = self.member_route()?;
-        self.name.strip_suffix(table)?.strip_suffix('.')
-    }
-
     /// The route of a member channel of a channel with `table = "{route}"`, with the member's
     /// own table: `None` for any other channel (and for the routed channel itself, whose table
     /// is `{route}`).
@@ -103,6 +96,13 @@ impl ChannelConfig {
             }
             _ => None,
         }
+    }
+
+    /// The name of the routed channel (`table = "{route}"`) whose member this channel is, the
+    /// inverse of [`ChannelConfig::route_member`]: `None` for any other channel.
+    pub fn route_parent(&self) -> Option<&str> {
+        let (_, table) = self.member_route()?;
+        self.name.strip_suffix(table)?.strip_suffix('.')
     }
 }
 

@@ -7,6 +7,7 @@ use crate::lease::manager::{LeaseManager, LeaseManagerConfig};
 use crate::lease::memory::MemoryLeaseStore;
 use crate::lease::sim::{Counters, CountingStore};
 use crate::lease::{Lease, LeaseKey, LeaseSpec};
+use crate::model::ShardId;
 
 const INTERVAL: Duration = Duration::from_secs(3);
 const DURATION: Duration = Duration::from_secs(9);
@@ -20,6 +21,7 @@ fn member(i: usize) -> String {
 /// One worker of channel `p`: its shared presence and a lease manager per member, all calling
 /// the store through one counting view.
 struct Worker {
+    id: String,
     presence: Arc<SharedPresence>,
     members: Vec<LeaseManager<CountingStore<MemoryLeaseStore>>>,
     view: Arc<CountingStore<MemoryLeaseStore>>,
@@ -28,17 +30,33 @@ struct Worker {
 
 impl Worker {
     fn new(store: &Arc<MemoryLeaseStore>, id: &str) -> Self {
+        let names: Vec<String> = (0..MEMBERS).map(member).collect();
+        Worker::of("p", &names, None, store, id)
+    }
+
+    /// A worker of channel `channel` running member channels `names`, with their shards
+    /// co-located by `co_locate`.
+    fn of(
+        channel: &str,
+        names: &[String],
+        co_locate: Option<&str>,
+        store: &Arc<MemoryLeaseStore>,
+        id: &str,
+    ) -> Self {
         let (view, calls) = CountingStore::counting(store.clone());
         let view = Arc::new(view);
-        let presence = SharedPresence::new("p", id, DURATION, INTERVAL);
-        let members = (0..MEMBERS)
-            .map(|i| {
-                let mut config = LeaseManagerConfig::new(member(i), id, DURATION);
+        let presence = SharedPresence::new(channel, id, DURATION, INTERVAL);
+        let members = names
+            .iter()
+            .map(|name| {
+                let mut config = LeaseManagerConfig::new(name, id, DURATION);
                 config.renew_interval = INTERVAL;
+                config.co_locate = co_locate.map(str::to_string);
                 LeaseManager::new(view.clone(), config).with_shared_presence(presence.clone())
             })
             .collect();
         Worker {
+            id: id.to_string(),
             presence,
             members,
             view,
@@ -366,4 +384,143 @@ async fn a_member_whose_periods_come_late_keeps_its_leases_while_the_presence_is
         m.expire(now);
     }
     assert_eq!(a.shards() + a.committers(), 0);
+}
+
+const ROUTED_TABLES: usize = 5;
+const PARTITIONS: usize = 12;
+
+/// The members of routed channel `r` (`table = "{route}"`): one per table, every one over the
+/// same 12 partitions of the channel's topic.
+async fn routed_store() -> (Arc<MemoryLeaseStore>, Vec<String>) {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let names: Vec<String> = (0..ROUTED_TABLES).map(|i| format!("r.table{i}")).collect();
+    let mut specs: Vec<_> = (0..PARTITIONS)
+        .map(|p| LeaseSpec::new(LeaseKey::shard(format!("events:{p}"))))
+        .collect();
+    specs.push(LeaseSpec::new(LeaseKey::Committer));
+    for name in &names {
+        store.ensure_leases(name, &specs).await.unwrap();
+    }
+    (store, names)
+}
+
+/// Per partition, the worker holding it for every member, when every member holds it on one
+/// worker and every partition is held; otherwise a description of what is where.
+fn co_located(workers: &[&Worker]) -> Result<BTreeMap<ShardId, String>, String> {
+    let mut holders: BTreeMap<ShardId, BTreeMap<usize, Vec<&str>>> = BTreeMap::new();
+    for w in workers {
+        let id = w.id.as_str();
+        for (i, m) in w.members.iter().enumerate() {
+            for shard in m.held().shards.keys() {
+                holders
+                    .entry(shard.clone())
+                    .or_default()
+                    .entry(i)
+                    .or_default()
+                    .push(id);
+            }
+        }
+    }
+    let mut placed = BTreeMap::new();
+    for (shard, by_member) in &holders {
+        let owners: std::collections::BTreeSet<&Vec<&str>> = by_member.values().collect();
+        match (
+            by_member.len(),
+            owners.into_iter().collect::<Vec<_>>().as_slice(),
+        ) {
+            (ROUTED_TABLES, [owner]) if owner.len() == 1 => {
+                placed.insert(shard.clone(), owner[0].to_string());
+            }
+            _ => return Err(format!("{shard}: {by_member:?}")),
+        }
+    }
+    match placed.len() {
+        PARTITIONS => Ok(placed),
+        n => Err(format!(
+            "{n} of {PARTITIONS} partitions held by every member"
+        )),
+    }
+}
+
+/// Runs `workers` until every member holds each partition on one worker and each worker holds
+/// its equal share (at most `limit` periods), then 4 periods more in which nothing may move;
+/// returns the periods taken and the partitions' workers.
+async fn converge(workers: &mut [&mut Worker], limit: usize) -> (usize, BTreeMap<ShardId, String>) {
+    let share = PARTITIONS / workers.len();
+    let settled = |workers: &[&mut Worker]| {
+        let view: Vec<&Worker> = workers.iter().map(|w| &**w).collect();
+        let placed = co_located(&view)?;
+        for w in &view {
+            let held = placed.values().filter(|o| **o == w.id).count();
+            if held != share {
+                return Err(format!("{} holds {held}: {placed:?}", w.id));
+            }
+        }
+        Ok(placed)
+    };
+    for taken in 0..=limit {
+        if let Ok(placed) = settled(workers) {
+            for _ in 0..4 {
+                periods_of(workers, 1).await;
+                assert_eq!(settled(workers).as_ref(), Ok(&placed), "moved once settled");
+            }
+            return (taken, placed);
+        }
+        periods_of(workers, 1).await;
+    }
+    panic!(
+        "not co-located after {limit} periods: {}",
+        settled(workers).unwrap_err()
+    );
+}
+
+async fn periods_of(workers: &mut [&mut Worker], n: usize) {
+    for _ in 0..n {
+        for w in workers.iter_mut() {
+            w.period().await;
+        }
+        tokio::time::advance(INTERVAL).await;
+    }
+}
+
+/// A routed channel's members read the same partitions; for a worker to read each partition
+/// once for every routed table, every member must hold partition S on the same worker. Each
+/// member balances alone (its own balancer, on the worker that holds its committer lease),
+/// yet all five place the 12 partitions alike over three workers (4 each), again once a worker
+/// is killed (6 each on the two left) and once another joins (4 each again). Least loaded,
+/// seeded by each member's name, they did not.
+#[tokio::test(start_paused = true)]
+async fn a_routed_channels_members_hold_each_partition_on_one_worker_as_workers_come_and_go() {
+    let (store, names) = routed_store().await;
+    let worker = |id: &str| Worker::of("r", &names, Some("r"), &store, id);
+    // Where the placement over `ids` puts each partition.
+    let placement_over = |ids: &[&str]| {
+        let shards: Vec<ShardId> = (0..PARTITIONS)
+            .map(|p| ShardId(format!("events:{p}")))
+            .collect();
+        let refs: Vec<&ShardId> = shards.iter().collect();
+        let live = ids.iter().map(|w| w.to_string()).collect();
+        super::super::placement(super::super::balance::tie_seed_of("r"), &refs, &live)
+            .into_iter()
+            .map(|(s, w)| (s.clone(), w.to_string()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let (mut a, mut b, mut c) = (worker("a"), worker("b"), worker("c"));
+    let (_, placed) = converge(&mut [&mut a, &mut b, &mut c], 20).await;
+    assert_eq!(placed, placement_over(&["a", "b", "c"]));
+
+    // SIGKILL c: its presence stands still; once it is gone, every member gives its
+    // partitions to the same worker.
+    drop(c);
+    let (_, after_kill) = converge(&mut [&mut a, &mut b], 20).await;
+    assert_eq!(after_kill, placement_over(&["a", "b"]));
+    let moved = |x: &BTreeMap<ShardId, String>, y: &BTreeMap<ShardId, String>| {
+        x.iter().filter(|(s, w)| y[*s] != **w).count()
+    };
+    assert!(moved(&placed, &after_kill) >= 4);
+
+    // d joins: every member hands it the same partitions.
+    let mut d = worker("d");
+    let (_, after_join) = converge(&mut [&mut a, &mut b, &mut d], 20).await;
+    assert_eq!(after_join, placement_over(&["a", "b", "d"]));
 }

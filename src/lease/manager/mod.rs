@@ -37,6 +37,8 @@
 //!  the balancer, each period:
 //!    list presence + list leases ──> live = presence heartbeats that moved within lease_duration
 //!    free or dead-owned active shards ──> assign to the least loaded live worker
+//!      (members of a routed channel: to the worker the channel's placement names, and
+//!       a shard held elsewhere is handed to it; balance::placement)
 //!    max − min > 1 ──> ask the most loaded to hand one to the least loaded (≤ max_leases_to_steal
 //!                      per receiver per period)
 //!    a worker whose leases or handoffs changed ──> notify (bump its notice)
@@ -64,8 +66,8 @@ mod balance;
 pub mod group;
 use balance::is_finished;
 pub use balance::{
-    active_shards, balance, Assignment, BalanceParams, Observations, PresenceObservations,
-    StandingStill,
+    active_shards, balance, placement, Assignment, BalanceParams, Observations,
+    PresenceObservations, StandingStill,
 };
 pub use group::{PresenceValidity, SharedPresence, Standing, COMMITTER_MOVES_PER_PERIOD};
 
@@ -99,6 +101,12 @@ pub struct LeaseManagerConfig {
     pub renew_interval: Duration,
     /// At most this many handoffs towards one worker per period.
     pub max_leases_to_steal: usize,
+    /// The routed channel (`table = "{route}"`) whose member `channel` is: its shards are
+    /// placed by a [`placement`] seeded with this name, the same for every member
+    /// ([`BalanceParams::placement_seed`]), so that a worker holds a partition for every routed
+    /// table or for none and reads it once. `None`: least loaded (a single channel, a member of
+    /// a table per topic).
+    pub co_locate: Option<String>,
 }
 
 impl LeaseManagerConfig {
@@ -114,6 +122,7 @@ impl LeaseManagerConfig {
             lease_duration,
             renew_interval: lease_duration / 3,
             max_leases_to_steal: 1,
+            co_locate: None,
         }
     }
 
@@ -448,6 +457,7 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
             max_leases_to_steal: self.config.max_leases_to_steal,
             tie_seed: balance::tie_seed_of(&self.config.channel),
             exact_shares: self.shared.is_some(),
+            placement_seed: self.config.co_locate.as_deref().map(balance::tie_seed_of),
         }
     }
 
