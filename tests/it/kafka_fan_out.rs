@@ -200,3 +200,25 @@ async fn a_reader_that_stops_reading_holds_the_others_within_the_window_until_it
     let all: Vec<i64> = got.into_iter().chain(rest).collect();
     assert_eq!(all, (0..120).collect::<Vec<i64>>());
 }
+
+/// A reader that joins after another read past its start, by less than the last MiB (members
+/// open their readers seconds apart), is served from what the fan-out kept: nothing is fetched
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_joining_a_little_behind_is_served_from_what_was_kept() {
+    let kafka = EmbeddedKafka::start(1).unwrap();
+    kafka.create_topic("events", 1).unwrap();
+    let producer = kafka.producer().unwrap();
+    let produced = produce(&producer, "events", 0, 200, 1000);
+    let clients =
+        KafkaClients::try_new_fanning_out(&settings(kafka.bootstrap_servers(), "c")).unwrap();
+    let sources = member_sources(&kafka, &clients);
+    let p0 = ShardId::kafka_partition(0);
+    let mut a = sources[0].open(&p0, StartAt::Earliest).await.unwrap();
+    let got = read_n(a.as_mut(), 200, Duration::from_secs(20)).await;
+    assert_eq!(got, (0..200).collect::<Vec<i64>>());
+    let mut b = sources[1].open(&p0, StartAt::Earliest).await.unwrap();
+    let got = read_n(b.as_mut(), 200, Duration::from_secs(20)).await;
+    assert_eq!(got, (0..200).collect::<Vec<i64>>());
+    assert_eq!(clients.fetched_bytes(), produced, "nothing fetched twice");
+}

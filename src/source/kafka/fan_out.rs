@@ -12,16 +12,18 @@
 //!
 //! - Each reader has its own **next offset** (where its table's checkpoint resumes, then past
 //!   every message it was given): it gets the buffered messages at or after it, in order, and
-//!   never a position twice. A message leaves the buffer once every reader is past it.
+//!   never a position twice. Once every reader is past a message it may leave the buffer: the
+//!   last [`FAN_OUT_RETAIN_BYTES`] of such messages stay for readers that join later.
 //! - Whichever reader finds nothing buffered for it **polls the partition's queue** (no thread
 //!   of its own) and appends what it got for all; the others are woken (the queue's nonempty
 //!   callback and every append wake each reader's `Notify`).
 //! - **A reader that starts below what was already dropped** (a member that resumes from an
-//!   older checkpoint than the others have read past) moves the assignment back to its start:
+//!   older checkpoint than the others have read past, beyond what is retained) moves the assignment back to its start:
 //!   the buffer is emptied and the partition is fetched again from there, the others skipping
 //!   what they had (bytes fetched twice for that stretch, counted nowhere else).
 //! - **The window**: no poll starts once the buffer holds [`FAN_OUT_WINDOW_BYTES`] of keys and
-//!   payloads (one poll adds at most the polling reader's batch size); a reader that is that far
+//!   payloads that some reader still needs (one poll adds at most the polling reader's batch
+//!   size); a reader that is that far
 //!   ahead of the slowest (whose table's buffer is full or whose
 //!   catalog is slow) gets nothing until the slowest reads on. The readers of one partition
 //!   therefore move together within the window: one table that stops reading holds the other
@@ -46,6 +48,12 @@ use crate::source::SourceError;
 /// At most this many bytes of record keys and payloads are kept fetched for the slowest reader
 /// of a fanned-out partition: how far the fastest reader may run ahead of it.
 pub(super) const FAN_OUT_WINDOW_BYTES: usize = 4 << 20;
+
+/// Bytes of messages every reader is past that a fanned-out partition keeps for readers that
+/// join later (the members of a routed channel open their readers seconds apart at start, and
+/// a moved partition's members at checkpoints a batch or two apart): one that starts within
+/// them is served without fetching the partition again.
+pub(super) const FAN_OUT_RETAIN_BYTES: usize = 1 << 20;
 
 /// Per partition, the fan-out serving its readers (kept while a reader holds it).
 pub(super) type FanOuts = Mutex<HashMap<(String, i32), Weak<FanOut>>>;
@@ -77,6 +85,9 @@ struct FanState {
     next_id: u64,
     /// The last reader left: a new one makes a new fan-out.
     closed: bool,
+    /// Bytes of messages every reader is past kept for readers that join later
+    /// ([`FAN_OUT_RETAIN_BYTES`]).
+    retain: usize,
 }
 
 /// The size that counts against the window: key and payload bytes.
@@ -104,13 +115,32 @@ impl FanState {
         out
     }
 
-    /// Drops the messages every reader is past; whether any was dropped.
+    /// Bytes of the buffered messages every reader is past.
+    fn passed_bytes(&self) -> usize {
+        let least = self.least_next();
+        self.buffer
+            .iter()
+            .take_while(|m| m.offset < least)
+            .map(size_of)
+            .sum()
+    }
+
+    /// Bytes of the buffered messages some reader still needs: what the window bounds.
+    fn pending_bytes(&self) -> usize {
+        self.bytes - self.passed_bytes()
+    }
+
+    /// Drops the oldest messages every reader is past while they hold more than `retain`
+    /// bytes; whether any was dropped.
     fn trim(&mut self) -> bool {
         let least = self.least_next();
+        let mut passed = self.passed_bytes();
         let mut trimmed = false;
-        while self.buffer.front().is_some_and(|m| m.offset < least) {
+        while passed > self.retain && self.buffer.front().is_some_and(|m| m.offset < least) {
             let m = self.buffer.pop_front().expect("front present");
-            self.bytes -= size_of(&m);
+            let size = size_of(&m);
+            self.bytes -= size;
+            passed -= size;
             self.floor = self.floor.max(m.offset + 1);
             trimmed = true;
         }
@@ -202,6 +232,7 @@ pub(super) fn join(
         channel: channel.to_string(),
         state: Mutex::new(FanState {
             floor: start,
+            retain: FAN_OUT_RETAIN_BYTES,
             ..FanState::default()
         }),
         wakes,
@@ -269,7 +300,7 @@ impl FanOut {
             }
             return Some(Ok((served, None)));
         }
-        if st.bytes >= FAN_OUT_WINDOW_BYTES {
+        if st.bytes >= FAN_OUT_WINDOW_BYTES && st.pending_bytes() >= FAN_OUT_WINDOW_BYTES {
             // The slowest reader holds the window: nothing for this one until it reads on.
             return Some(Ok((Vec::new(), None)));
         }
@@ -380,6 +411,7 @@ mod tests {
     fn state(readers: &[(u64, i64)], floor: i64) -> FanState {
         FanState {
             floor,
+            retain: 0,
             next: readers.iter().copied().collect(),
             next_id: readers.len() as u64,
             ..FanState::default()
@@ -411,6 +443,27 @@ mod tests {
         assert_eq!(offsets(&st.take_for(1, 100)), vec![17]);
         assert!(st.trim());
         assert_eq!((st.bytes, st.floor), (0, 18));
+    }
+
+    #[test]
+    fn the_last_passed_messages_are_kept_for_readers_that_join_later() {
+        let mut st = state(&[(0, 0)], 0);
+        st.retain = 10;
+        st.append((0..8).map(|o| message(o, 4)).collect());
+        assert_eq!(st.take_for(0, 5).len(), 5);
+        // 20 bytes passed: the oldest dropped until at most 10 are left.
+        assert!(st.trim());
+        assert_eq!(
+            offsets(&st.buffer.iter().cloned().collect::<Vec<_>>()),
+            vec![3, 4, 5, 6, 7]
+        );
+        assert_eq!(
+            (st.floor, st.passed_bytes(), st.pending_bytes()),
+            (3, 8, 12)
+        );
+        // A reader joining at 3 is served from the buffer.
+        st.next.insert(1, 3);
+        assert_eq!(offsets(&st.take_for(1, 100)), vec![3, 4, 5, 6, 7]);
     }
 
     #[test]
