@@ -2,8 +2,8 @@
 # Routing by a field reads the source once (issue 43, item 5): a fleet of `floe run` workers
 # delivers one topic into N tables by each record's `region` (`table = "{route}"`), on the mock
 # broker (floe-mock-kafka), SQLite lease store and catalog. Half the records are produced before
-# the workers start, half while they run; with --kill, one worker is SIGKILLed once the second
-# half is produced and started again 30 s later.
+# the workers start, half while they run (paced at --rate records/s); with --kill, one worker is
+# SIGKILLed halfway through the second half and started again 30 s later.
 #
 # Prints the bytes of record keys and payloads produced, the bytes every worker's Kafka consumer
 # fetched (floe_kafka_fetched_bytes_total of the routed channel, scraped every second from each
@@ -12,23 +12,24 @@
 # decodes every record: N), how long until every table held its records, and exactly-once per
 # table by PyIceberg. A benchmark, not a test: it fails when a worker dies or a table is wrong.
 #
-#   loadtest/routes.sh [--routes N] [--workers W] [--partitions P] [--records R] [--kill]
+#   loadtest/routes.sh [--routes N] [--workers W] [--partitions P] [--records R] [--rate S] [--kill]
 #                      [--deadline-seconds D] [--profile release|debug] [--dir DIR]
 #
-# Defaults: 20 routes, 3 workers, 12 partitions, 200,000 records, 600 s deadline, release build
+# Defaults: 20 routes, 3 workers, 12 partitions, 200,000 records, 2,500 records/s, 600 s deadline, release build
 # (cargo build --release --bins). Figures in docs/routing.md ("Cost").
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=loadtest/lib.sh
 . "$root/loadtest/lib.sh"
 
-routes=20 workers=3 partitions=12 records=200000 deadline=600 profile=release workdir="" kill=no
+routes=20 workers=3 partitions=12 records=200000 rate=2500 deadline=600 profile=release workdir="" kill=no
 while [ $# -gt 0 ]; do
   case "$1" in
     --routes) routes="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
     --partitions) partitions="$2"; shift 2 ;;
     --records) records="$2"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
     --kill) kill=yes; shift ;;
     --deadline-seconds) deadline="$2"; shift 2 ;;
     --profile) profile="$2"; shift 2 ;;
@@ -115,11 +116,11 @@ start_worker() { # index
 }
 
 half=$((records / 2))
-produce() { # start, count
+produce() { # start, count, rate
   "$py" "$root/loadtest/routes_watch.py" produce --bootstrap "$bootstrap" --topic events \
-    --start "$1" --records "$2" --routes "$routes" --partitions "$partitions"
+    --start "$1" --records "$2" --routes "$routes" --partitions "$partitions" --rate "$3"
 }
-bytes1=$(produce 0 "$half")
+bytes1=$(produce 0 "$half" 0)
 say "produced $half records ($bytes1 bytes of keys and payloads)"
 
 urls=()
@@ -132,15 +133,19 @@ say "started $workers workers"
 "$py" "$root/loadtest/routes_watch.py" scrape --channel routed --state "$dir/scrape.json" "${urls[@]}" &
 scraper=$!
 started=$SECONDS
-bytes2=$(produce "$half" "$((records - half))")
-say "produced $((records - half)) more records ($bytes2 bytes)"
+produce "$half" "$((records - half))" "$rate" >"$dir/bytes2" &
+producer=$!
 if [ "$kill" = yes ]; then
+  sleep "$(( (records - half) / rate / 2 ))"
   kill -KILL "${pids[1]}"
   wait "${pids[1]}" 2>/dev/null || true
-  say "w1 SIGKILLed; starting it again in 30 s"
+  say "w1 SIGKILLed halfway through the second half; starting it again in 30 s"
   sleep 30
   start_worker 1
 fi
+wait "$producer"
+bytes2=$(cat "$dir/bytes2")
+say "produced $((records - half)) more records at $rate/s ($bytes2 bytes)"
 took=$("$py" "$root/loadtest/routes_watch.py" wait --catalog "$dir/catalog.sqlite" \
   --warehouse "$dir/warehouse" --routes "$routes" --records "$records" --deadline-seconds "$deadline")
 say "every table held its records $((SECONDS - started)) s after the workers started (waited $took s)"

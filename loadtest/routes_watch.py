@@ -31,7 +31,13 @@ def produce(args):
 
     producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 20, "enable.idempotence": True})
     produced = 0
-    for i in range(args.start, args.start + args.records):
+    started = time.monotonic()
+    for n, i in enumerate(range(args.start, args.start + args.records)):
+        if args.rate > 0 and n % 100 == 0:
+            # Paced: record n leaves at start + n / rate.
+            ahead = started + n / args.rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
         key = str(i).encode()
         payload = record(i, args.routes)
         while True:
@@ -69,21 +75,20 @@ def figures(metrics, channel):
 
 
 def scrape(args):
-    """Writes, every second, each worker's last figures (a run of `floe run` counts from 0)
-    summed over its runs: `<state>` holds {url: {"runs": [figures...]}}."""
+    """Writes, every second, each worker's figures summed over its runs to `<state>`
+    ({url: [figures of each run]}): a run ends when a later scrape shows lower counters (the
+    worker restarted: `floe run` counts from 0); a worker that stops answering (SIGKILLed, or
+    paused) keeps what it showed last."""
     state = {url: {"runs": [], "last": None} for url in args.urls}
     while True:
         for url in args.urls:
             m = scrape_once(url)
-            s = state[url]
             if m is None:
-                if s["last"] is not None:
-                    s["runs"].append(s["last"])
-                    s["last"] = None
                 continue
+            s = state[url]
             f = figures(m, args.channel)
             if s["last"] is not None and f["fetched"] < s["last"]["fetched"]:
-                s["runs"].append(s["last"])  # restarted between two scrapes
+                s["runs"].append(s["last"])
             s["last"] = f
         with open(args.state + ".tmp", "w") as out:
             json.dump({u: s["runs"] + ([s["last"]] if s["last"] else []) for u, s in state.items()}, out)
@@ -165,6 +170,7 @@ def main():
     pr.add_argument("--records", type=int, required=True)
     pr.add_argument("--routes", type=int, required=True)
     pr.add_argument("--partitions", type=int, required=True)
+    pr.add_argument("--rate", type=float, default=0, help="records per second (0: flat out)")
     sc = sub.add_parser("scrape")
     sc.add_argument("--channel", required=True)
     sc.add_argument("--state", required=True)

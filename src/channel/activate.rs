@@ -565,7 +565,12 @@ fn check_table_terms(
         })
         .and_then(|()| match &dest.route {
             Some(route) => crate::convert::route::check_route_field(route, schema)
-                .map_err(|message| ("route_field".to_string(), message)),
+                .map_err(|message| ("route_field".to_string(), message))
+                .and_then(|()| {
+                    route
+                        .check_routes(schema.iceberg_schema())
+                        .map_err(|message| ("routes".to_string(), message))
+                }),
             None => Ok(()),
         })
         .and_then(|()| {

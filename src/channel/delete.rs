@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::lease::{ChannelState, ChannelStatus, Store};
 
 /// `floe channel delete`: records DELETING. Workers stop delivering the channel within
-/// [`STATE_POLL_INTERVAL`] (they drain what they buffered, commit it, and release their
+/// [`STATE_POLL_INTERVAL`](super::STATE_POLL_INTERVAL) (they drain what they buffered, commit it, and release their
 /// leases); the table and the DLQ keep everything delivered. Deleting a DELETING channel is a
 /// no-op. `name` is a channel of `config` or one of its `members`.
 ///

@@ -53,6 +53,12 @@ pub fn check_schema(
                 path: format!("channel[{index}].destination.route_field"),
                 message: format!("{message} (schema file {})", file.display()),
             })?;
+        route
+            .check_routes(mapped.iceberg_schema())
+            .map_err(|message| ConfigError {
+                path: format!("channel[{index}].destination.routes"),
+                message: format!("{message} (schema file {})", file.display()),
+            })?;
     }
     crate::config::cdc::check_key(&dest.key, mapped.iceberg_schema()).map_err(|message| {
         ConfigError {

@@ -16,7 +16,7 @@ pub struct Update {
 }
 
 /// `floe channel update`: records new settings (data freshness, delivery logs) that win over
-/// the configuration file; running workers pick them up within [`STATE_POLL_INTERVAL`].
+/// the configuration file; running workers pick them up within [`STATE_POLL_INTERVAL`](super::STATE_POLL_INTERVAL).
 /// `name` is a channel of `config` or one of its `members`.
 ///
 /// Errors: [`ControlError::Refused`] when nothing is to change, a value is out of range, or the

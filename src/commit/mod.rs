@@ -181,7 +181,8 @@ impl Committer {
     }
 
     /// The destination's maintenance after a round ([`CommitTarget::maintain`]): its error is
-    /// logged, never returned (it never fails the round), and it is tried again at the next look.
+    /// logged, never returned (it never fails the round), and it is tried again at the next look
+    /// (a look that could not load its table, a minute later at most: [`crate::iceberg::maintenance::Maintainer::look_failed`]).
     pub async fn maintain(&self) {
         if let Err(e) = self
             .target

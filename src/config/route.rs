@@ -105,4 +105,43 @@ impl RouteConfig {
             )),
         }
     }
+
+    /// Checks that every route value of `routes` can be the route value of a record, given the
+    /// route field's type in `schema` (after [`RouteConfig::check_field`]): an integer field's
+    /// records route by their value's decimal text (`"7"`, `"-12"`: no sign `+`, no leading
+    /// zero, within 64 bits), a boolean's by `"true"` or `"false"` (docs/routing.md, "Route
+    /// value"). A value no record can have (`"07"`, `"x"` for an integer, `"yes"` for a boolean)
+    /// would leave its table empty and send the records meant for it to the DLQ or the default
+    /// table.
+    ///
+    /// Errors: the first such value and why, for the key `channel[i].destination.routes`.
+    pub fn check_routes(&self, schema: &iceberg::spec::Schema) -> Result<(), String> {
+        use iceberg::spec::{PrimitiveType, Type};
+        let Some(field) = schema.as_struct().field_by_name(&self.field) else {
+            return Ok(());
+        };
+        let integer = |v: &str| {
+            v.parse::<i128>().is_ok_and(|n| {
+                n.to_string() == v && i128::from(i64::MIN) <= n && n <= i128::from(u64::MAX)
+            })
+        };
+        let (ok, kind): (&dyn Fn(&str) -> bool, &str) = match field.field_type.as_ref() {
+            Type::Primitive(PrimitiveType::Int | PrimitiveType::Long) => (
+                &integer,
+                "an integer's decimal text (no sign +, no leading zero)",
+            ),
+            Type::Primitive(PrimitiveType::Boolean) => (
+                &|v: &str| v == "true" || v == "false",
+                "\"true\" or \"false\"",
+            ),
+            _ => return Ok(()),
+        };
+        match self.routes.keys().find(|v| !ok(v)) {
+            Some(v) => Err(format!(
+                "route value \"{v}\" can never match: \"{}\" is a {}, whose records route by {kind}",
+                self.field, field.field_type
+            )),
+            None => Ok(()),
+        }
+    }
 }

@@ -403,8 +403,13 @@ impl CommitTarget for IcebergTarget {
         if !self.maintainer.due().await {
             return Ok(());
         }
-        let Some(table) = self.table_at_epoch(epoch).await? else {
-            return Ok(());
+        let table = match self.table_at_epoch(epoch).await {
+            Ok(Some(table)) => table,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                self.maintainer.look_failed().await;
+                return Err(e);
+            }
         };
         let fence = self.fence(epoch);
         self.maintainer

@@ -456,3 +456,81 @@ fn a_route_field_the_schema_lacks_is_refused_naming_the_key() {
         "{stderr}"
     );
 }
+
+/// A route value no record can have, given the route field's type, is refused naming
+/// `routes`: an integer field routes by its decimal text (`"07"` and `"x"` never match), a
+/// boolean by `true` or `false` (`"yes"` never matches); the records meant for such a table
+/// would go to the DLQ or the default table instead (fresh review of issue 43).
+#[test]
+fn a_route_value_the_field_can_never_have_is_refused_naming_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (kind, routes, bad) in [
+        (
+            "integer",
+            r#"{ "7" = "events_eu", "07" = "events_us" }"#,
+            "07",
+        ),
+        ("integer", r#"{ "-1" = "events_eu", x = "events_us" }"#, "x"),
+        (
+            "boolean",
+            r#"{ "true" = "events_eu", yes = "events_us" }"#,
+            "yes",
+        ),
+    ] {
+        std::fs::write(
+            d.join("region.schema.json"),
+            format!(
+                r#"{{"type":"object","properties":{{"id":{{"type":"integer"}},"event_time":{{"type":"string","format":"date-time"}},"value":{{"type":"number"}},"region":{{"type":"{kind}"}}}},"required":["id","event_time","value"]}}"#
+            ),
+        )
+        .unwrap();
+        let toml = config(Format::Json, d, "127.0.0.1:9", "w1").replace(
+            r#"routes = { eu = "events_eu", us = "events_us", ap = "events_ap" }"#,
+            &format!("routes = {routes}"),
+        );
+        let config = d.join("floe.toml");
+        std::fs::write(&config, toml).unwrap();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args(["validate", "--config", config.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_ne!(o.status.code(), Some(0), "{kind} {routes}: {out}");
+        assert!(
+            out.contains("channel[0].destination.routes")
+                && out.contains(&format!("route value \"{bad}\" can never match")),
+            "{kind} {routes}: {out}"
+        );
+    }
+    // The values such fields do have pass.
+    std::fs::write(
+        d.join("region.schema.json"),
+        r#"{"type":"object","properties":{"id":{"type":"integer"},"event_time":{"type":"string","format":"date-time"},"value":{"type":"number"},"region":{"type":"integer"}},"required":["id","event_time","value"]}"#,
+    )
+    .unwrap();
+    let toml = config(Format::Json, d, "127.0.0.1:9", "w1").replace(
+        r#"routes = { eu = "events_eu", us = "events_us", ap = "events_ap" }"#,
+        r#"routes = { "7" = "events_eu", "-12" = "events_us", "0" = "events_ap" }"#,
+    );
+    std::fs::write(d.join("floe.toml"), toml).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args([
+            "validate",
+            "--config",
+            d.join("floe.toml").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

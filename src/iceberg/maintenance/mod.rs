@@ -638,6 +638,9 @@ pub const IDLE_LOOK_INTERVAL: std::time::Duration = std::time::Duration::from_se
 
 /// The first orphan sweep runs this long after the committer starts.
 const SWEEP_FIRST_DELAY: std::time::Duration = std::time::Duration::from_secs(3600);
+/// How long after a look that could not load its table the next one comes, at most
+/// ([`Maintainer::look_failed`]).
+pub const LOOK_RETRY_AFTER_FAILURE: std::time::Duration = std::time::Duration::from_secs(60);
 /// Then one every day.
 const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(86_400);
 
@@ -1317,6 +1320,19 @@ impl Maintainer {
         let mut st = self.state.lock().await;
         if let (Some(next), Some(last)) = (st.next_look, st.last_look) {
             st.next_look = Some(next.min(last + self.config.interval));
+        }
+    }
+
+    /// Tells maintenance that a look could not load its table (the catalog down, the table
+    /// dropped): the next look and orphan sweep wait [`LOOK_RETRY_AFTER_FAILURE`] (or the
+    /// interval when shorter), not the next commit round — an idle table's rounds come every
+    /// few seconds, and each would load the table and log the same failure again.
+    pub async fn look_failed(&self) {
+        let retry = Instant::now() + self.config.interval.min(LOOK_RETRY_AFTER_FAILURE);
+        let mut st = self.state.lock().await;
+        st.next_look = Some(st.next_look.map_or(retry, |t| t.max(retry)));
+        if st.next_sweep.is_some_and(|t| t < retry) {
+            st.next_sweep = Some(retry);
         }
     }
 

@@ -173,3 +173,17 @@ fn files_with_deletes_are_compacted_in_open_partitions() {
     assert_eq!(plan_alone(1), 0);
     assert_eq!(plan_alone(10), 1);
 }
+
+/// A look that could not load its table (a dropped idle table, the catalog down) is not tried
+/// again at every commit round (an idle table's rounds come every few seconds, each logging the
+/// same failure; fresh review of issue 43) but a minute later.
+#[tokio::test]
+async fn a_look_that_could_not_load_its_table_comes_again_a_minute_later() {
+    let m = Maintainer::new("c", MaintenanceConfig::default(), None, None);
+    m.state.lock().await.next_sweep = Some(Instant::now());
+    m.look_failed().await;
+    let st = m.state.lock().await;
+    let in_a_minute = Instant::now() + LOOK_RETRY_AFTER_FAILURE - std::time::Duration::from_secs(1);
+    assert!(st.next_look.is_some_and(|t| t >= in_a_minute), "look");
+    assert!(st.next_sweep.is_some_and(|t| t >= in_a_minute), "sweep");
+}
