@@ -524,3 +524,42 @@ async fn a_routed_channels_members_hold_each_partition_on_one_worker_as_workers_
     let (_, after_join) = converge(&mut [&mut a, &mut b, &mut d], 20).await;
     assert_eq!(after_join, placement_over(&["a", "b", "d"]));
 }
+
+/// Found by the fresh review of issue 43: a worker rejoining a fleet of 1,000 tables had
+/// ~1,300 shards asked to move to it in one period, and 1,170 hand-offs timed out (every giver
+/// flushing and committing at once on SQLite). Each worker's members now ask for at most
+/// [`SHARD_HANDOFFS_PER_PERIOD`] balancing hand-offs a period: the joining worker still gets
+/// its share, a few periods later.
+#[tokio::test(start_paused = true)]
+async fn a_joining_worker_receives_its_share_a_budget_of_hand_offs_at_a_time() {
+    let store = Arc::new(MemoryLeaseStore::new());
+    let n = 3 * SHARD_HANDOFFS_PER_PERIOD;
+    let names: Vec<String> = (0..n).map(|i| format!("p.b{i}")).collect();
+    for name in &names {
+        let specs = vec![
+            LeaseSpec::new(LeaseKey::shard("0")),
+            LeaseSpec::new(LeaseKey::shard("1")),
+            LeaseSpec::new(LeaseKey::Committer),
+        ];
+        store.ensure_leases(name, &specs).await.unwrap();
+    }
+    let mut a = Worker::of("p", &names, None, &store, "a");
+    periods(&store, &mut [&mut a], 6).await;
+    assert_eq!(a.shards(), 2 * n);
+    let mut b = Worker::of("p", &names, None, &store, "b");
+    let (mut last, mut most) = (0, 0);
+    for _ in 0..60 {
+        periods(&store, &mut [&mut a, &mut b], 1).await;
+        most = most.max(b.shards() - last);
+        last = b.shards();
+        if last == n && a.shards() == n {
+            break;
+        }
+    }
+    assert_eq!((a.shards(), b.shards()), (n, n), "b gets its share");
+    // The members of both workers ask (each balances the tables whose committer it holds).
+    assert!(
+        most <= 2 * SHARD_HANDOFFS_PER_PERIOD,
+        "b received {most} shards in one period"
+    );
+}

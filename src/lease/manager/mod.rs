@@ -1178,6 +1178,10 @@ impl<S: LeaseStore + ?Sized> LeaseManager<S> {
                         Err(err) => return Err(err),
                     },
                     Assignment::Handoff { lease, to } => {
+                        if shared.as_ref().is_some_and(|s| !s.allow_shard_handoff()) {
+                            // This worker's members asked for enough moves this period.
+                            continue;
+                        }
                         let shard = lease.key.shard_id().expect("shard").clone();
                         b.moving.insert(
                             shard,

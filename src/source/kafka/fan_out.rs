@@ -291,11 +291,14 @@ impl FanOut {
             // A poll in flight for a reader that left.
             return Some(Ok((Vec::new(), None)));
         }
+        let least = st.least_next();
         let served = st.take_for(id, max);
         if !served.is_empty() {
-            let trimmed = st.trim();
+            st.trim();
+            // The slowest reader read on: a reader held by the window may go on.
+            let freed = st.least_next() > least;
             drop(st);
-            if trimmed {
+            if freed {
                 self.wake_others(id);
             }
             return Some(Ok((served, None)));
@@ -370,12 +373,11 @@ impl FanOutReader {
         st.next.remove(&self.id);
         lock(&fan.wakes).remove(&self.id);
         if !st.next.is_empty() {
-            let trimmed = st.trim();
+            // The one leaving may have been the slowest: the others may go on.
+            st.trim();
             drop(st);
             drop(fan_outs);
-            if trimmed {
-                fan.wake_others(self.id);
-            }
+            fan.wake_others(self.id);
             return;
         }
         st.closed = true;
