@@ -74,7 +74,6 @@
 mod api;
 mod clients;
 pub mod embedded;
-mod fan_out;
 pub mod topics;
 
 use std::collections::{BTreeMap, HashMap};
@@ -93,9 +92,9 @@ use rdkafka::Offset;
 use tokio::sync::Notify;
 
 use self::api::{FloeConsumer, FloeContext};
+use self::clients::fan_out::{self, FanOutReader};
 pub use self::clients::KafkaClients;
 use self::clients::{PartitionHandle, PollJob, Polled, ProbePool, Release, Shared};
-use self::fan_out::FanOutReader;
 use super::{
     InitialPosition, Lag, ShardInfo, ShardReader, Source, SourceError, SourceRecord, StartAt,
 };

@@ -670,10 +670,11 @@ async fn commits_gather_every_workers_batches_at_most_once_per_half_the_freshnes
         .map(|id| Worker::start(dir.path(), &broker.bootstrap, id))
         .collect();
     let bootstrap = broker.bootstrap.clone();
-    let total = 6_000u64;
+    let total = 7_500u64;
     let producer = std::thread::spawn(move || {
-        // 40 s of steady arrivals.
-        for step in 0..80u64 {
+        // 50 s of steady arrivals: at least 5 spaced commits after the first 10 s and before
+        // the last 3 (40 s left one short once the first commit came late).
+        for step in 0..100u64 {
             produce(&bootstrap, step * 75, step * 75 + 75);
             // A thread of its own, not an async worker thread.
             #[allow(clippy::disallowed_methods)]

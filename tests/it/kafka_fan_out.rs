@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use floe::model::{Position, ShardId};
 use floe::source::kafka::embedded::{EmbeddedKafka, EmbeddedProducer};
 use floe::source::kafka::{KafkaClients, KafkaSource, KafkaSourceConfig};
-use floe::source::{ShardReader, Source, StartAt};
+use floe::source::{Source, StartAt};
+
+use crate::kafka_shared_clients::read_n;
 
 /// Produces records `from..to` (key: the number, payload: `size` bytes) to partition 0 of
 /// `topic`; their key and payload bytes.
@@ -25,25 +27,6 @@ fn produce(producer: &EmbeddedProducer, topic: &str, from: usize, to: usize, siz
     }
     producer.flush(Duration::from_secs(30)).unwrap();
     bytes
-}
-
-/// Reads `reader` until `n` records came or `within` passed; returns their offsets.
-async fn read_n(reader: &mut dyn ShardReader, n: usize, within: Duration) -> Vec<i64> {
-    let deadline = Instant::now() + within;
-    let mut out = Vec::new();
-    while out.len() < n && Instant::now() < deadline {
-        for r in reader
-            .next_batch(1000, Duration::from_millis(200))
-            .await
-            .unwrap()
-        {
-            match r.position {
-                Position::Offset(o) => out.push(o),
-                ref p => panic!("not an offset: {p}"),
-            }
-        }
-    }
-    out
 }
 
 fn settings(bootstrap: &str, channel: &str) -> KafkaSourceConfig {

@@ -24,7 +24,7 @@ fn produce(producer: &EmbeddedProducer, topic: &str, partitions: i32, n: usize, 
 }
 
 /// Reads `reader` until `n` records came or `within` passed; returns their offsets.
-async fn read_n(reader: &mut dyn ShardReader, n: usize, within: Duration) -> Vec<i64> {
+pub(crate) async fn read_n(reader: &mut dyn ShardReader, n: usize, within: Duration) -> Vec<i64> {
     let deadline = Instant::now() + within;
     let mut out = Vec::new();
     while out.len() < n && Instant::now() < deadline {

@@ -341,43 +341,7 @@ async fn channel_commands_reach_the_members_and_delete_stops_them_all() {
             "{table}"
         );
     }
-    // Issue 43: the members read the topic through one consumer that fetches each record once
-    // for all three (records there before the start may be fetched again for a member that
-    // started after another read past them; once the members run, never).
-    let bytes = |ids: std::ops::Range<u64>| -> f64 {
-        ids.map(|id| (record(id).0.len() + id.to_string().len()) as f64)
-            .sum()
-    };
-    let fetched = |scrape: &BTreeMap<String, f64>| {
-        sum(
-            scrape,
-            "floe_kafka_fetched_bytes_total",
-            &["channel=\"it\""],
-        )
-    };
-    let before = fetched(&scrape);
-    assert!(
-        before >= bytes(0..total) && before <= 3.0 * bytes(0..total),
-        "fetched {before} for {}",
-        bytes(0..total)
-    );
-    produce_payloads(&broker.bootstrap, total..2 * total, |id| record(id).0);
-    let started = std::time::Instant::now();
-    while delivered_everywhere(d).await < 2 * total && started.elapsed() < Duration::from_secs(60) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    assert_eq!(
-        delivered_everywhere(d).await,
-        2 * total,
-        "{}",
-        log_of(d, "w1")
-    );
-    let scrape = samples(&get(&metrics, "/metrics").expect("metrics").1);
-    assert_eq!(
-        fetched(&scrape) - before,
-        bytes(total..2 * total),
-        "each new record fetched once for the three tables"
-    );
+    each_new_record_is_fetched_once(d, &broker.bootstrap, &metrics, &scrape, total).await;
     let o = channel_cli(d, &["delete", "it", "--wait", "30s"]);
     assert_eq!(
         o.status.code(),
@@ -427,6 +391,54 @@ async fn channel_commands_reach_the_members_and_delete_stops_them_all() {
             "{name}"
         );
     }
+}
+
+/// Issue 43: the members of the routed channel `it` on worker `metrics` (its `/metrics`
+/// address; `scrape` taken once the first `total` records were delivered) read the topic
+/// through one consumer that fetches each record once for all three tables (records there
+/// before the start may be fetched again for a member that started after another read past
+/// them; once the members run, never): produces `total` more and checks the bytes fetched.
+async fn each_new_record_is_fetched_once(
+    d: &Path,
+    bootstrap: &str,
+    metrics: &str,
+    scrape: &BTreeMap<String, f64>,
+    total: u64,
+) {
+    let bytes = |ids: std::ops::Range<u64>| -> f64 {
+        ids.map(|id| (record(id).0.len() + id.to_string().len()) as f64)
+            .sum()
+    };
+    let fetched = |scrape: &BTreeMap<String, f64>| {
+        sum(
+            scrape,
+            "floe_kafka_fetched_bytes_total",
+            &["channel=\"it\""],
+        )
+    };
+    let before = fetched(scrape);
+    assert!(
+        before >= bytes(0..total) && before <= 3.0 * bytes(0..total),
+        "fetched {before} for {}",
+        bytes(0..total)
+    );
+    produce_payloads(bootstrap, total..2 * total, |id| record(id).0);
+    let started = std::time::Instant::now();
+    while delivered_everywhere(d).await < 2 * total && started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        delivered_everywhere(d).await,
+        2 * total,
+        "{}",
+        log_of(d, "w1")
+    );
+    let scrape = samples(&get(metrics, "/metrics").expect("metrics").1);
+    assert_eq!(
+        fetched(&scrape) - before,
+        bytes(total..2 * total),
+        "each new record fetched once for the three tables"
+    );
 }
 
 /// A route field the schema lacks stops `floe run` (exit 78) naming the key, before anything

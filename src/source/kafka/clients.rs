@@ -20,6 +20,8 @@
 //! queue's nonempty callback (`rd_kafka_queue_cb_event_enable`) wakes: no thread blocks per
 //! reader, so a worker's threads do not grow with its partitions.
 
+pub(super) mod fan_out;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,8 +32,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::Offset;
 use tokio::sync::{oneshot, Notify, OnceCell};
 
+use self::fan_out::FanOuts;
 use super::api::{self, FirstRecords, FloeConsumer, FloeContext, MainEvent};
-use super::fan_out::FanOuts;
 use super::{blocking, lock, KafkaSourceConfig, MAIN_QUEUE_POLL};
 use crate::model::ShardId;
 use crate::source::SourceError;
@@ -50,7 +52,7 @@ pub struct KafkaClients {
     /// The consumer every reader polls through, created on the first `open`.
     pub(super) shared: OnceCell<Arc<Shared>>,
     pub(super) probes: Arc<ProbePool>,
-    /// Whether readers of one partition share its reads ([`super::fan_out`]): the member
+    /// Whether readers of one partition share its reads ([`fan_out`]): the member
     /// channels of `table = "{route}"`, each reading the same partitions from its own table's
     /// checkpoints. Otherwise a new reader of a partition takes it over from the last one.
     pub(super) fan_out: bool,
@@ -79,15 +81,7 @@ impl KafkaClients {
     ///
     /// Errors: [`SourceError::Config`] when a client property is refused or invalid.
     pub fn try_new(settings: &KafkaSourceConfig) -> Result<Arc<Self>, SourceError> {
-        api::check_client_properties(settings)?;
-        let metadata = api::metadata_client(settings)?;
-        Ok(Arc::new(KafkaClients {
-            settings: Arc::new(settings.clone()),
-            metadata: Arc::new(metadata),
-            shared: OnceCell::new(),
-            probes: Arc::default(),
-            fan_out: false,
-        }))
+        Self::make(settings, false)
     }
 
     /// Clients whose readers of one partition share its reads ([`KafkaClients::fan_out`]): each
@@ -96,6 +90,10 @@ impl KafkaClients {
     ///
     /// Errors: as [`KafkaClients::try_new`].
     pub fn try_new_fanning_out(settings: &KafkaSourceConfig) -> Result<Arc<Self>, SourceError> {
+        Self::make(settings, true)
+    }
+
+    fn make(settings: &KafkaSourceConfig, fan_out: bool) -> Result<Arc<Self>, SourceError> {
         api::check_client_properties(settings)?;
         let metadata = api::metadata_client(settings)?;
         Ok(Arc::new(KafkaClients {
@@ -103,7 +101,7 @@ impl KafkaClients {
             metadata: Arc::new(metadata),
             shared: OnceCell::new(),
             probes: Arc::default(),
-            fan_out: true,
+            fan_out,
         }))
     }
 
@@ -152,7 +150,7 @@ pub(super) struct Shared {
     /// Partition → its assignment state. Lock order: a partition's poll lock, then this.
     pub(super) partitions: Mutex<HashMap<TopicPartition, PartitionSlot>>,
     next_generation: AtomicU64,
-    /// The partitions read once for several readers ([`super::fan_out`]), when the clients
+    /// The partitions read once for several readers ([`fan_out`]), when the clients
     /// fan out.
     pub(super) fan_outs: FanOuts,
     /// Bytes of keys and payloads fetched through the consumer so far (each message once,

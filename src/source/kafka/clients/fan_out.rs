@@ -39,28 +39,28 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use rdkafka::Offset;
 use tokio::sync::Notify;
 
-use super::api::RawMessage;
-use super::clients::{PartitionHandle, PollJob, Polled, Release, Shared};
-use super::lock;
+use super::{PartitionHandle, PollJob, Polled, Release, Shared};
 use crate::model::ShardId;
+use crate::source::kafka::api::RawMessage;
+use crate::source::kafka::lock;
 use crate::source::SourceError;
 
 /// At most this many bytes of record keys and payloads are kept fetched for the slowest reader
 /// of a fanned-out partition: how far the fastest reader may run ahead of it.
-pub(super) const FAN_OUT_WINDOW_BYTES: usize = 4 << 20;
+pub(in crate::source::kafka) const FAN_OUT_WINDOW_BYTES: usize = 4 << 20;
 
 /// Bytes of messages every reader is past that a fanned-out partition keeps for readers that
 /// join later (the members of a routed channel open their readers seconds apart at start, and
 /// a moved partition's members at checkpoints a batch or two apart): one that starts within
 /// them is served without fetching the partition again.
-pub(super) const FAN_OUT_RETAIN_BYTES: usize = 1 << 20;
+pub(in crate::source::kafka) const FAN_OUT_RETAIN_BYTES: usize = 1 << 20;
 
 /// Per partition, the fan-out serving its readers (kept while a reader holds it).
-pub(super) type FanOuts = Mutex<HashMap<(String, i32), Weak<FanOut>>>;
+pub(in crate::source::kafka) type FanOuts = Mutex<HashMap<(String, i32), Weak<FanOut>>>;
 
 /// One partition of the shared consumer read once for every reader holding it (see the module
 /// docs).
-pub(super) struct FanOut {
+pub(in crate::source::kafka) struct FanOut {
     /// The partition's assignment: the fan-out is its one reader in [`Shared`].
     pump: PartitionHandle,
     /// The channel whose clients fetch (the `channel` label of the fetched bytes).
@@ -176,12 +176,12 @@ impl FanState {
 }
 
 /// A reader's place in a [`FanOut`]: what its polls and its release need.
-pub(super) struct FanOutReader {
+pub(in crate::source::kafka) struct FanOutReader {
     fan: Arc<FanOut>,
     id: u64,
     /// Woken when the partition's queue turns nonempty, when another reader appends to the
     /// buffer and when the slowest reader frees the window.
-    pub(super) wake: Arc<Notify>,
+    pub(in crate::source::kafka) wake: Arc<Notify>,
 }
 
 /// Locks `m`, or `None` when another thread holds it.
@@ -198,7 +198,7 @@ fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
 /// at `start` (blocking: an assignment waits for librdkafka).
 ///
 /// Errors: [`SourceError::NotFound`] when the consumer has no such partition; assignment errors.
-pub(super) fn join(
+pub(in crate::source::kafka) fn join(
     shared: &Arc<Shared>,
     channel: &str,
     topic: &str,
@@ -337,7 +337,7 @@ impl FanOutReader {
     /// ones, or (none buffered and the window not full) what a poll of the partition's queue
     /// fetched for every reader. `None` when it cannot be done without blocking (another
     /// reader polls, a re-positioning is due): then [`FanOutReader::run`] on a blocking thread.
-    pub(super) fn try_now(
+    pub(in crate::source::kafka) fn try_now(
         &self,
         shard: &ShardId,
         max: usize,
@@ -346,7 +346,11 @@ impl FanOutReader {
     }
 
     /// [`FanOutReader::try_now`], waiting for the locks and re-positioning when due (blocking).
-    pub(super) fn run(&self, shard: &ShardId, max: usize) -> Result<Polled, SourceError> {
+    pub(in crate::source::kafka) fn run(
+        &self,
+        shard: &ShardId,
+        max: usize,
+    ) -> Result<Polled, SourceError> {
         self.fan
             .serve(self.id, shard, max, true)
             .expect("a blocking serve always answers")
@@ -354,7 +358,7 @@ impl FanOutReader {
 
     /// Moves this reader's next offset to `next` (a lost position skipped): forward as any read;
     /// below what was dropped, the partition is fetched again from there.
-    pub(super) fn skip_to(&self, next: i64) {
+    pub(in crate::source::kafka) fn skip_to(&self, next: i64) {
         let mut st = lock(&self.fan.state);
         if next < st.floor {
             st.rewind_to(next);
@@ -365,7 +369,7 @@ impl FanOutReader {
     }
 
     /// Leaves the fan-out: the last reader releases the partition (blocking).
-    pub(super) fn leave(&self) {
+    pub(in crate::source::kafka) fn leave(&self) {
         let fan = &self.fan;
         let shared = fan.pump.shared.clone();
         let mut fan_outs = lock(&shared.fan_outs);
