@@ -755,10 +755,7 @@ impl ShardReader for KafkaShardReader {
         };
         if self.fan_out.is_none() {
             // A fan-out counts what it fetches once, for all its readers.
-            let fetched: usize = raw
-                .iter()
-                .map(|m| m.payload.len() + m.key.as_ref().map_or(0, Vec::len))
-                .sum();
+            let fetched: usize = raw.iter().map(fan_out::size_of).sum();
             self.shared.count_fetched(&self.config.channel, fetched);
         }
         let read_at = Instant::now();

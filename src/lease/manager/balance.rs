@@ -225,7 +225,7 @@ pub fn placement<'a, 'b>(
             continue;
         }
         *left -= 1;
-        placed.insert(shard, live.get(worker).expect("live").as_str());
+        placed.insert(shard, worker);
     }
     placed
 }

@@ -90,8 +90,8 @@ struct FanState {
     retain: usize,
 }
 
-/// The size that counts against the window: key and payload bytes.
-fn size_of(m: &RawMessage) -> usize {
+/// The size that counts against the window and as fetched: key and payload bytes.
+pub(in crate::source::kafka) fn size_of(m: &RawMessage) -> usize {
     m.payload.len() + m.key.as_ref().map_or(0, Vec::len)
 }
 
